@@ -1,0 +1,50 @@
+// device_info.cu: device enumeration for `kvlab info` and HDF5 provenance.
+#include "gpu/core/device_info.h"
+
+#include <cuda_runtime.h>
+
+namespace kvlab::gpu {
+
+std::vector<DeviceInfo> list_devices(std::string* error) {
+  std::vector<DeviceInfo> out;
+  int n = 0;
+  cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess) {
+    if (error) *error = std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e);
+    cudaGetLastError();  // clear the sticky-free error so later calls start clean
+    return out;
+  }
+  for (int i = 0; i < n; ++i) {
+    cudaDeviceProp p{};
+    if (cudaGetDeviceProperties(&p, i) != cudaSuccess) continue;
+    DeviceInfo d;
+    d.index = i;
+    d.name = p.name;
+    d.cc_major = p.major;
+    d.cc_minor = p.minor;
+    d.sm_count = p.multiProcessorCount;
+    d.global_mem_bytes = p.totalGlobalMem;
+    d.l2_bytes = p.l2CacheSize;
+    d.smem_per_block_optin = p.sharedMemPerBlockOptin;
+    int clk = 0, mclk = 0, bus = 0;
+    cudaDeviceGetAttribute(&clk, cudaDevAttrClockRate, i);
+    cudaDeviceGetAttribute(&mclk, cudaDevAttrMemoryClockRate, i);
+    cudaDeviceGetAttribute(&bus, cudaDevAttrGlobalMemoryBusWidth, i);
+    d.sm_clock_khz = clk;
+    d.mem_clock_khz = mclk;
+    d.mem_bus_bits = bus;
+    out.push_back(d);
+  }
+  return out;
+}
+
+bool device_available() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return n > 0;
+}
+
+}  // namespace kvlab::gpu

@@ -1,0 +1,27 @@
+// device_info.h: host-side device enumeration (no CUDA headers needed by includers).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace kvlab::gpu {
+
+struct DeviceInfo {
+  int index = 0;
+  std::string name;
+  int cc_major = 0, cc_minor = 0;
+  int sm_count = 0;
+  uint64_t global_mem_bytes = 0;
+  int l2_bytes = 0;
+  uint64_t smem_per_block_optin = 0;
+  int sm_clock_khz = 0, mem_clock_khz = 0, mem_bus_bits = 0;
+  // Datasheet-style peak DRAM bandwidth from the memory clock and bus width (DDR: x2).
+  double peak_bandwidth_bytes_per_s() const { return 2.0 * mem_clock_khz * 1e3 * mem_bus_bits / 8.0; }
+};
+
+// Devices visible to this process; empty (and *error set) when there is no driver/device.
+std::vector<DeviceInfo> list_devices(std::string* error = nullptr);
+bool device_available();
+
+}  // namespace kvlab::gpu
