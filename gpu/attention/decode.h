@@ -1,0 +1,52 @@
+// decode.h: host entry points of the GPU decode-attention versions (the registry).
+//
+// Host-includable (g++): only the CUDA runtime API types. Tests and experiments iterate
+// over decode_versions(); every version takes the same DecodeArgs as
+// kvlab::ref::decode_attention, on device buffers.
+//
+// Four layers per kernel (DESIGN.md): this entry point validates and dispatches ->
+// a templated launcher returning cudaError_t -> the __global__ kernel with one params
+// struct -> device helpers. Runtime->compile-time dispatch lives in gpu/dispatch.cuh.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "reference/attention/args.h"
+
+namespace kvlab::gpu {
+
+struct DecodeVersionInfo {
+  int id = 0;               // the N of v<N>_<algorithm>.cu
+  std::string name;         // e.g. "v3_flash_decoding"
+  std::string summary;      // one line: the algorithm
+};
+
+// Every registered version, in id order.
+const std::vector<DecodeVersionInfo>& decode_versions();
+const DecodeVersionInfo& decode_version(int id);  // throws InvalidArgument for unknown ids
+
+// "" when `version` handles this configuration, else the reason it does not (a sweep
+// records the point as skipped with this text). Never launches anything.
+std::string decode_unsupported_reason(const DecodeArgs& args, int version);
+
+// Device workspace the version needs for these args (split-KV partials etc.); 0 if none.
+size_t decode_workspace_bytes(const DecodeArgs& args, int version);
+
+// Validates the arguments (null pointers, shapes, formats: throws kvlab::InvalidArgument
+// or kvlab::Unsupported with the reason) and launches on `stream`. Allocates nothing, so
+// it is safe inside CUDA-graph capture. Block-table contents and seq_lens live on the
+// device and are checked by validate_decode_tables().
+void decode_attention(const DecodeArgs& args, int version, void* workspace, size_t workspace_bytes,
+                      cudaStream_t stream);
+
+// Checks on the device that every seq_len is in [0, seq_len_bound()] and every block-table
+// entry a sequence uses is in [0, num_blocks); synchronizes `stream` and throws
+// InvalidArgument naming the first offending sequence/entry. Not for timed loops.
+void validate_decode_tables(const DecodeArgs& args, cudaStream_t stream);
+
+}  // namespace kvlab::gpu
