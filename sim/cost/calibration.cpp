@@ -60,8 +60,10 @@ Fit fit(const std::vector<KernelTiming>& recs, const std::vector<size_t>& use) {
     f.ok = f.x_mem > 0 && f.x_comp > 0;
     return f;
   };
+  // Records that cannot separate a fixed cost from the slope (rank-deficient) are an error
+  // upstream; only a determined but negative intercept falls back to fixed = 0.
   Fit f = solve(true);
-  if (!f.ok || f.fixed < 0) f = solve(false);
+  if (f.ok && f.fixed < 0) f = solve(false);
   return f;
 }
 
