@@ -9,6 +9,7 @@ namespace kvlab::exp {
 const std::vector<std::unique_ptr<Bench>>& benches() {
   static const std::vector<std::unique_ptr<Bench>> list = [] {
     std::vector<std::unique_ptr<Bench>> v;
+    v.push_back(make_quant_error_bench());
     v.push_back(make_format_error_bench());
     return v;
   }();
