@@ -12,6 +12,7 @@
 #include "reference/core/error.h"
 #include "reference/formats/formats.h"
 #include "reference/layout/layout_names.h"
+#include "reference/quant/append.h"
 
 namespace kvlab::ref {
 namespace {
@@ -147,11 +148,6 @@ PagedCase make_paged_case(const PagedCaseSpec& spec) {
   KVLAB_REQUIRE(std::isfinite(spec.k_scale) && spec.k_scale >= 0 && std::isfinite(spec.v_scale) && spec.v_scale >= 0,
                 w << "k_scale/v_scale must be finite and >= 0 (0: from the data), got " << spec.k_scale
                   << "/" << spec.v_scale);
-  const bool direct16 = spec.format == KvFormat::kBF16 || spec.format == KvFormat::kFP16;
-  KVLAB_UNSUPPORTED_IF(!direct16, w << "format " << to_string(spec.format)
-                                    << " needs kvlab::ref::append_kv (reference/quant/append.h), which is "
-                                       "not on main yet; supported now: bf16, fp16");
-
   PagedCase c;
   c.spec = spec;
   const int32_t S = static_cast<int32_t>(spec.seq_lens.size());
@@ -234,31 +230,67 @@ PagedCase make_paged_case(const PagedCaseSpec& spec) {
     const double mean = st == kStreamK ? spec.k_mean : 0.0;
     return round_to_dtype(mean + normal(spec.seed, st, idx), spec.q_dtype);
   };
+  const int64_t work = total_tokens * Hk * D * 2;
 
-  parallel_for(static_cast<int64_t>(chunks.size()), total_tokens * Hk * D * 2, [&](int64_t ci) {
+  // Pool scales from the data's amax (a first pass: values are regenerated, not stored).
+  if (kv_format_has_pool_scale(spec.format)) {
+    std::vector<float> k_amax(chunks.size(), 0.0f), v_amax(chunks.size(), 0.0f);
+    if (spec.k_scale == 0 || spec.v_scale == 0)
+      parallel_for(static_cast<int64_t>(chunks.size()), work, [&](int64_t ci) {
+        const Chunk& ch = chunks[static_cast<size_t>(ci)];
+        for (int32_t t = ch.t0; t < ch.t1; ++t)
+          for (int h = 0; h < Hk; ++h)
+            for (int d = 0; d < D; ++d) {
+              const int64_t tok = c.token_offset[ch.seq] + t;
+              k_amax[static_cast<size_t>(ci)] = std::max(k_amax[static_cast<size_t>(ci)], std::fabs(raw_value(kStreamK, tok, h, d)));
+              v_amax[static_cast<size_t>(ci)] = std::max(v_amax[static_cast<size_t>(ci)], std::fabs(raw_value(kStreamV, tok, h, d)));
+            }
+      });
+    const double range = spec.format == KvFormat::kFP8E4M3 ? kE4M3Max
+                         : spec.format == KvFormat::kFP8E5M2 ? kE5M2Max
+                                                             : kE2M1Max * kE4M3Max;  // NVFP4 tensor scale
+    auto scale_of = [&](const std::vector<float>& amax) {
+      const float a = amax.empty() ? 0.0f : *std::max_element(amax.begin(), amax.end());
+      return a > 0 ? static_cast<float>(a / range) : 1.0f;
+    };
+    c.k_scale = spec.k_scale > 0 ? spec.k_scale : scale_of(k_amax);
+    c.v_scale = spec.v_scale > 0 ? spec.v_scale : scale_of(v_amax);
+  }
+
+  // Tokens, written through the reference append (the rule the GPU append kernels follow).
+  const KvCacheView view = c.kv_view();
+  parallel_for(static_cast<int64_t>(chunks.size()), work, [&](int64_t ci) {
     const Chunk& ch = chunks[static_cast<size_t>(ci)];
-    for (int32_t t = ch.t0; t < ch.t1; ++t) {
+    const int32_t n = ch.t1 - ch.t0;
+    std::vector<uint16_t> k_in(static_cast<size_t>(n) * Hk * D), v_in(k_in.size());
+    std::vector<int64_t> slots(static_cast<size_t>(n));
+    for (int32_t i = 0; i < n; ++i) {
+      const int32_t t = ch.t0 + i;
       const int64_t tok = c.token_offset[ch.seq] + t;
       const int64_t block = c.block_table[static_cast<size_t>(ch.seq) * c.max_blocks_per_seq + page_of_token(t, B)];
-      const int slot = slot_of_token(t, B);
+      slots[static_cast<size_t>(i)] = block * B + slot_of_token(t, B);
       for (int h = 0; h < Hk; ++h)
         for (int d = 0; d < D; ++d) {
-          const float kv[2] = {raw_value(kStreamK, tok, h, d), raw_value(kStreamV, tok, h, d)};
+          const size_t li = (static_cast<size_t>(i) * Hk + h) * D + d;
+          const float k = raw_value(kStreamK, tok, h, d), v = raw_value(kStreamV, tok, h, d);
+          k_in[li] = round_to_16bit_code(k, spec.q_dtype);  // exact: k is a q_dtype value
+          v_in[li] = round_to_16bit_code(v, spec.q_dtype);
           if (spec.keep_original) {
             const size_t oi = (static_cast<size_t>(tok) * Hk + h) * D + d;
-            c.k_original[oi] = kv[0];
-            c.v_original[oi] = kv[1];
+            c.k_original[oi] = k;
+            c.v_original[oi] = v;
           }
-          // Direct 16-bit write (RNE, saturating) until append_kv is on main.
-          const Saturation sat = Saturation::kSatFinite;
-          const uint16_t kc = spec.format == KvFormat::kBF16 ? float_to_bf16_bits(kv[0], sat) : float_to_fp16_bits(kv[0], sat);
-          const uint16_t vc = spec.format == KvFormat::kBF16 ? float_to_bf16_bits(kv[1], sat) : float_to_fp16_bits(kv[1], sat);
-          reinterpret_cast<uint16_t*>(c.k_pool.data())[c.geom.k_index(block, h, slot, d)] = kc;
-          reinterpret_cast<uint16_t*>(c.v_pool.data())[c.geom.v_index(block, h, slot, d)] = vc;
         }
     }
+    AppendArgs a;
+    a.in_dtype = spec.q_dtype;
+    a.k = k_in.data();
+    a.v = v_in.data();
+    a.slot_mapping = slots.data();
+    a.num_tokens = n;
+    a.kv = view;
+    append_kv(a);
   });
-  (void)total_tokens;
   return c;
 }
 

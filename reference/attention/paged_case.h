@@ -24,8 +24,7 @@
 //   4. Fill. Pool-scaled formats get k_scale/v_scale from the amax of the data (E4M3:
 //      amax/448, E5M2: amax/57344, NVFP4 tensor scale: amax/(6*448)) unless the spec fixes
 //      them. Tokens are written through kvlab::ref::append_kv (reference/quant/append.h, the
-//      rule the GPU append kernels reproduce byte for byte); until that lands on main only
-//      the 16-bit formats are supported, written directly (RNE, saturating).
+//      rule the GPU append kernels reproduce byte for byte), a page-aligned chunk at a time.
 //   5. Original. With keep_original, the activation-dtype K/V values (before caching) are kept
 //      in float64, token-major per sequence, for the loose vs-original comparison.
 #pragma once
@@ -97,9 +96,9 @@ struct PagedCase {
   std::string describe() const;
 };
 
-// Builds the case. Throws InvalidArgument for a bad spec (negative lengths or extras,
-// q_dtype f32, a geometry validate() rejects, Q overflowing q_dtype) and Unsupported for a
-// format the fill cannot write yet.
+// Builds the case (every KvFormat x KvLayout). Throws InvalidArgument for a bad spec
+// (negative lengths or extras, q_dtype f32, a geometry validate() rejects, Q overflowing
+// q_dtype, non-finite data parameters).
 PagedCase make_paged_case(const PagedCaseSpec& spec);
 
 // Reference outputs of a case, as floats (o decoded from q_dtype; lse natural log).

@@ -83,7 +83,7 @@ TEST(PagedCase, TablesArePermutedOverProvisionedAndSentinelled) {
 
 TEST(PagedCase, UnusedSlotsArePoisonedUsedSlotsHoldTheOriginalData) {
   for (KvLayout l : all_kv_layouts())
-    for (KvFormat f : {KvFormat::kBF16, KvFormat::kFP16})
+    for (KvFormat f : all_kv_formats())
       for (DType qd : {DType::kBF16, DType::kF16}) {
         ref::PagedCaseSpec s = spec_for("paged.poison", l, f);
         s.q_dtype = qd;
@@ -96,7 +96,7 @@ TEST(PagedCase, UnusedSlotsArePoisonedUsedSlotsHoldTheOriginalData) {
           for (int t = 0; t < c.seq_lens[si]; ++t)
             used_slots[static_cast<size_t>(c.block_table[static_cast<size_t>(si) * c.max_blocks_per_seq + t / 16]) * 16 + t % 16] =
                 static_cast<int>(c.token_offset[si] + t);
-        const bool lossless = (f == KvFormat::kBF16) == (qd == DType::kBF16);
+        const bool lossless = (f == KvFormat::kBF16 && qd == DType::kBF16) || (f == KvFormat::kFP16 && qd == DType::kF16);
         for (int64_t b = 0; b < c.geom.num_blocks; ++b)
           for (int slot = 0; slot < 16; ++slot)
             for (int h = 0; h < s.num_kv_heads; ++h)
@@ -138,6 +138,23 @@ TEST(PagedCase, OriginalReferenceEqualsCacheReferenceWhenLossless) {
   EXPECT_EQ(d.k_pool, c.k_pool);  // keep_original does not change the case
 }
 
+// Every format through append_kv: the dequantized cache stays within the vs-original sanity
+// bound of the tolerance table (and the measured errors are printed for the record).
+TEST(PagedCase, QuantizedCachesAgainstTheOriginalData) {
+  for (KvFormat f : all_kv_formats())
+    for (DType qd : {DType::kBF16, DType::kF16}) {
+      ref::PagedCaseSpec s = spec_for("paged.vs_original", KvLayout::kSplitX, f);
+      s.q_dtype = qd;
+      s.seq_lens = {1, 7, 17, 100, 1031, 3001};
+      ref::PagedCase c = ref::make_paged_case(s);
+      const ref::DecodeOutputs cache = ref::reference_decode(c), orig = ref::reference_decode_original(c);
+      ErrorStats st;
+      EXPECT_TRUE(test::within_tolerance(cache.o, orig.o, Op::kDecodeAttentionVsBf16, f, qd, c.describe(), &st));
+      std::printf("vs original %-12s q=%s: max_abs=%.3e rel_l2=%.3e nmse=%.3e\n", to_string(f).c_str(),
+                  to_string(qd).c_str(), st.max_abs, st.rel_l2, st.nmse);
+    }
+}
+
 TEST(PagedCase, BadSpecsAreRejected) {
   ref::PagedCaseSpec s = spec_for("paged.bad");
   ref::PagedCaseSpec b = s;
@@ -164,8 +181,9 @@ TEST(PagedCase, BadSpecsAreRejected) {
   b.q_scale = 1e39;
   EXPECT_THROW(ref::make_paged_case(b), InvalidArgument);
   b = s;
-  b.format = KvFormat::kNVFP4;  // needs append_kv, not on main yet
-  EXPECT_THROW(ref::make_paged_case(b), Unsupported);
+  b.format = KvFormat::kNVFP4;
+  b.head_dim = 40;  // not a multiple of the 16-element scale group
+  EXPECT_THROW(ref::make_paged_case(b), InvalidArgument);
 }
 
 TEST(PagedCase, AwkwardLengths) {
@@ -248,6 +266,19 @@ std::vector<float> fp32_kernel(ref::PagedCase& c, Bug bug, std::vector<float>* l
       (*lse_out)[static_cast<size_t>(si) * s.num_qo_heads + hq] = total.lse();
     }
   return o;
+}
+
+TEST(DecodeTolerance, AdmitsACorrectFp32KernelOverEveryFormat) {
+  for (KvFormat f : all_kv_formats()) {
+    ref::PagedCaseSpec s = spec_for("paged.model_kernel_formats", KvLayout::kNHD, f);
+    s.seq_lens = {0, 1, 33, 1031};
+    ref::PagedCase c = ref::make_paged_case(s);
+    const ref::DecodeOutputs r = ref::reference_decode(c);
+    std::vector<float> lse;
+    EXPECT_TRUE(test::within_tolerance(fp32_kernel(c, Bug::kNone, &lse), r.o, Op::kDecodeAttention, f,
+                                       s.q_dtype, c.describe()));
+    EXPECT_TRUE(test::within_tolerance(lse, r.lse, Op::kDecodeLse, f, s.q_dtype, c.describe()));
+  }
 }
 
 TEST(DecodeTolerance, AdmitsACorrectFp32KernelAndRejectsBrokenOnes) {
