@@ -7,8 +7,9 @@
 //                                    H100, and the V4-Flash-like stack vs its BF16 dense baseline
 //   kvlab_sim_bench --write-trace F --workload data/workloads/X.cfg   a synthetic CSV trace
 //
-// Speed method: a saturating offline workload (all requests at t = 0, more requests than
-// max_num_seqs = 256, outputs long enough that the batch stays full), the roofline step
+// Speed method: a saturating offline workload (6000 requests at t = 0, outputs of 1k-4k
+// tokens, 20000 steps: the queue never drains, so every step after the first few prefills
+// runs 256 sequences, with continuous admissions as requests finish), the roofline step
 // model (H100, llama3.1-8b, BF16 KV) as the clock, the O(1) ledger check every step, trace
 // rows every step. Wall time by std::chrono::steady_clock around Engine::run only (workload
 // generation excluded) and by the thread's CPU time (CLOCK_THREAD_CPUTIME_ID: what one core
@@ -46,7 +47,7 @@ double thread_cpu_s() {
   return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
 }
 
-int run_speed(int repeats, int64_t num_requests, bool audit) {
+int run_speed(int repeats, int64_t num_requests, int64_t max_steps, bool audit) {
   const GpuSpec gpu = gpu_spec("H100");
   const ModelStack model = model_preset("llama3.1-8b");
   auto timer = std::make_shared<RooflineStepTime>(CostModel(gpu, model, KvFormat::kBF16));
@@ -63,6 +64,7 @@ int run_speed(int repeats, int64_t num_requests, bool audit) {
   c.max_num_seqs = 256;
   c.max_num_batched_tokens = 8192;
   c.audit_every_step = audit;
+  c.max_steps = max_steps;  // stop while the queue still keeps the batch full
   c.block_bytes = kv_footprint(model, c.block_size, KvFormat::kBF16).block;
   double best = 1e300, best_cpu = 1e300;
   SimResult r;
@@ -212,6 +214,7 @@ int main(int argc, char** argv) {
       "waste", "waste vs block size table")("capacity", "capacity table")(
       "repeats", po::value<int>()->default_value(3), "speed: runs (best is reported)")(
       "requests", po::value<int64_t>()->default_value(2000), "speed/waste: number of requests")(
+      "max-steps", po::value<int64_t>()->default_value(20000), "speed: steps to run (0 = to completion)")(
       "audit", "speed: also audit the ledger every step (O(num_blocks), slow)")(
       "context", po::value<int64_t>()->default_value(32768), "capacity: context tokens per sequence")(
       "kv-gib", po::value<int64_t>()->default_value(32), "waste: KV budget, GiB")(
@@ -234,7 +237,10 @@ int main(int argc, char** argv) {
       any = true;
     }
     if (vm.count("speed") || !(vm.count("waste") || vm.count("capacity") || any)) {
-      run_speed(vm["repeats"].as<int>(), vm["requests"].as<int64_t>(), vm.count("audit") > 0);
+      run_speed(vm["repeats"].as<int>(), vm.count("requests") && !vm["requests"].defaulted()
+                                             ? vm["requests"].as<int64_t>()
+                                             : 6000,
+                vm["max-steps"].as<int64_t>(), vm.count("audit") > 0);
     }
     if (vm.count("waste")) run_waste(vm["requests"].as<int64_t>(), vm["kv-gib"].as<int64_t>(), vm["rate"].as<double>());
     if (vm.count("capacity")) {
