@@ -54,7 +54,8 @@ class QuantErrorBench : public Bench {
             {"max_abs_err", "", "max |x' - x|"},
             {"nonfinite", "", "decoded values that are NaN/Inf where the input is finite"},
             {"bytes_per_token", "B", "storage bytes per (token, head) row, scales included"},
-            {"bits_per_value", "bit", "storage bits per value, scales included"}};
+            {"bits_per_value", "bit", "storage bits per value, scales included"},
+            {"scale_group", "", "values sharing one scale (0: no scale; tokens*heads*head_dim: per tensor)"}};
   }
   std::string unsupported_reason(const Point& p, const RunContext&) const override {
     try {
@@ -90,6 +91,15 @@ class QuantErrorBench : public Bench {
     const double bpt = scheme.bytes_per_token(dim, rows);
     r.metric("bytes_per_token", bpt);
     r.metric("bits_per_value", 8.0 * bpt / dim);
+    double group = 0;
+    switch (scheme.spec().granularity) {
+      case ref::Granularity::kNone: group = 0; break;
+      case ref::Granularity::kPerTensor: group = static_cast<double>(rows * scheme.quantized_cols(dim)); break;
+      case ref::Granularity::kPerToken: group = static_cast<double>(scheme.quantized_cols(dim)); break;
+      case ref::Granularity::kPerGroup: group = scheme.spec().group_size; break;
+    }
+    r.metric("scale_group", group);
+    r.label("granularity", ref::to_string(scheme.spec().granularity));
     r.label("scheme_spec", ref::to_string(scheme.spec()));
     Trace t;
     t.name = "rel_l2_per_token";
