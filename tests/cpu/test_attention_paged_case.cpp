@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <set>
 #include <vector>
 
@@ -16,6 +18,7 @@
 #include "reference/layout/layout_names.h"
 #include "reference/metrics/tolerance.h"
 #include "reference/softmax/online_softmax.h"
+#include "tests/common/paged_fixtures.h"
 #include "tests/common/test_env.h"
 #include "tests/common/tolerance_check.h"
 
@@ -23,11 +26,7 @@ namespace kvlab {
 namespace {
 
 ref::PagedCaseSpec spec_for(const char* name, KvLayout l = KvLayout::kNHD, KvFormat f = KvFormat::kBF16) {
-  ref::PagedCaseSpec s;
-  s.layout = l;
-  s.format = f;
-  s.seed = test::seed_for(name);
-  return s;
+  return test::seeded_spec(name, l, f);
 }
 
 TEST(PagedCase, DeterministicPerSeed) {
@@ -43,6 +42,25 @@ TEST(PagedCase, DeterministicPerSeed) {
   EXPECT_NE(a.q, c.q);
   EXPECT_NE(a.k_pool, c.k_pool);
   EXPECT_NE(a.block_table, c.block_table);
+}
+
+TEST(PagedCase, IdenticalWhateverTheThreadCount) {
+  // Big enough for the threaded fill; MXFP4 split-x packs consecutive V slots into one byte.
+  ref::PagedCaseSpec s = test::seeded_spec("paged.threads", KvLayout::kSplitX, KvFormat::kMXFP4);
+  s.seq_lens = {2000, 1500, 3001, 999, 17, 0, 2500};
+  s.block_size = 7;
+  const ref::PagedCase multi = ref::make_paged_case(s);
+  const char* old = std::getenv("KVLAB_REF_THREADS");
+  const std::string saved = old ? old : "";
+  setenv("KVLAB_REF_THREADS", "1", 1);
+  const ref::PagedCase single = ref::make_paged_case(s);
+  if (old) setenv("KVLAB_REF_THREADS", saved.c_str(), 1);
+  else unsetenv("KVLAB_REF_THREADS");
+  EXPECT_EQ(multi.k_pool, single.k_pool);
+  EXPECT_EQ(multi.v_pool, single.v_pool);
+  EXPECT_EQ(multi.k_scales, single.k_scales);
+  EXPECT_EQ(multi.v_scales, single.v_scales);
+  EXPECT_EQ(multi.k_original, single.k_original);
 }
 
 TEST(PagedCase, TablesArePermutedOverProvisionedAndSentinelled) {
@@ -184,6 +202,13 @@ TEST(PagedCase, BadSpecsAreRejected) {
   b.format = KvFormat::kNVFP4;
   b.head_dim = 40;  // not a multiple of the 16-element scale group
   EXPECT_THROW(ref::make_paged_case(b), InvalidArgument);
+}
+
+TEST(PagedCase, SpecLabelIsGtestSafe) {
+  ref::PagedCaseSpec s;
+  s.layout = KvLayout::kSplitX;
+  s.format = KvFormat::kFP8E4M3;
+  EXPECT_EQ(test::spec_label(s), "split_x_fp8_e4m3_bf16_h8x2_d128_b16");
 }
 
 TEST(PagedCase, AwkwardLengths) {
