@@ -1,12 +1,12 @@
 #include "reference/dsv4/cache_ops.h"
 
 #include <cmath>
-#include <cstring>
 #include <limits>
 #include <map>
 #include <set>
 #include <vector>
 
+#include "reference/attention/attention.h"
 #include "reference/core/dtype.h"
 #include "reference/core/error.h"
 #include "reference/dsv4/entry_quant.h"
@@ -14,20 +14,6 @@
 namespace kvlab::ref {
 
 namespace {
-
-// TEMPORARY until refattn's round_to_16bit_code lands: RNE of a double to BF16 in one
-// rounding (round-to-odd to float keeps the sticky bit, then RNE to BF16).
-uint16_t round_to_16bit_code(double x, DType) {
-  float f = static_cast<float>(x);
-  if (std::isfinite(f) && static_cast<double>(f) != x) {
-    if (std::fabs(static_cast<double>(f)) > std::fabs(x)) f = std::nextafter(f, 0.0f);
-    uint32_t u;
-    std::memcpy(&u, &f, 4);
-    u |= 1u;
-    std::memcpy(&f, &u, 4);
-  }
-  return float_to_bf16_bits(f, Saturation::kNonSaturating);
-}
 
 void check_pages(const Dsv4EntryPages& p, const char* what) {
   KVLAB_REQUIRE(p.rows >= 1 && p.num_pages >= 0 && p.nope_dim > 0 && p.nope_dim % kDsMlaTile == 0 &&
@@ -88,8 +74,8 @@ namespace {
 template <class View>
 void check_store(const View& v, int32_t rows, int64_t num_blocks, int64_t num_slots, const Dsv4StoreArgs& a,
                  const char* what) {
-  KVLAB_REQUIRE(a.num_requests >= 0, what << ": num_requests must be >= 0");
-  if (a.num_requests == 0) return;
+  KVLAB_REQUIRE(a.num_requests >= 0 && a.num_entries >= 0, what << ": negative counts");
+  if (a.num_entries == 0) return;
   KVLAB_REQUIRE(a.entries && a.request_slots && a.first_entry && a.entry_offsets && v.block_table,
                 what << ": null pointer");
   KVLAB_REQUIRE(a.entry_offsets[0] == 0 && a.entry_offsets[a.num_requests] == a.num_entries,
@@ -118,6 +104,7 @@ void check_store(const View& v, int32_t rows, int64_t num_blocks, int64_t num_sl
 void dsv4_store_entries(const Dsv4ClassicalView& v, int64_t num_slots, const Dsv4StoreArgs& a) {
   check_pages(v.pool, "classical pool");
   check_store(v, v.pool.rows, v.pool.num_pages, num_slots, a, "store_entries");
+  if (a.num_entries == 0) return;
   const int D = v.pool.head_dim();
   for (int32_t r = 0; r < a.num_requests; ++r)
     for (int32_t k = a.entry_offsets[r]; k < a.entry_offsets[r + 1]; ++k) {
@@ -133,6 +120,7 @@ void dsv4_store_indexer_keys(const Dsv4IndexerView& v, int64_t num_slots, const 
   if (v.format == Dsv4IndexerFormat::kMxfp4Hadamard)
     KVLAB_REQUIRE(v.dim % kDsv4HadamardSize == 0, "mxfp4_hadamard keys need dim % 128 == 0, got " << v.dim);
   check_store(v, v.rows, v.num_blocks, num_slots, a, "store_indexer_keys");
+  if (a.num_entries == 0) return;
   std::vector<float> x(v.dim);
   for (int32_t r = 0; r < a.num_requests; ++r)
     for (int32_t k = a.entry_offsets[r]; k < a.entry_offsets[r + 1]; ++k) {

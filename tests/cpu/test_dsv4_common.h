@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <fstream>
 #include <memory>
 #include <random>
 #include <string>
@@ -23,8 +24,12 @@
 
 namespace kvlab::test::dsv4 {
 
+// data/models/<name> of the source tree this binary was built from, or, when that tree is
+// not there (a gpu_tests binary carried to the GPU machine), of the working directory.
 inline std::string model_path(const char* name) {
-  return std::string(KVLAB_SOURCE_DIR) + "/data/models/" + name;
+  const std::string built = std::string(KVLAB_SOURCE_DIR) + "/data/models/" + name;
+  if (std::ifstream(built).good()) return built;
+  return std::string("data/models/") + name;
 }
 
 // Gaussian floats rounded to BF16 values, scale `std`.
