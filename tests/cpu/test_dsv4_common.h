@@ -65,6 +65,7 @@ struct HostCache {
 
 inline HostCache make_host_cache(const char* stack, Dsv4Variant variant, int32_t block_tokens, int32_t slots,
                                  int64_t max_ctx, int64_t extra_blocks = 8) {
+  // Blocks: every slot at max_ctx, plus extra_blocks (negative: fewer, exhaustion reachable).
   HostCache c;
   sim::Dsv4CacheConfig cfg;
   cfg.block_tokens = block_tokens;

@@ -59,8 +59,9 @@ TEST(Dsv4Gpu, AllocatorReplaysTheHostAllocatorsDecisions) {
   int ooms = 0, double_frees = 0, unknown = 0;
   for (int step = 0; step < 400; ++step) {
     const int op = static_cast<int>(g() % 10);
-    if (op < 5) {  // acquire n (sometimes more than free: OutOfBlocks on both, nothing changes)
-      const int32_t n = static_cast<int32_t>(g() % 12);
+    if (op < 5 || step % 20 == 0) {  // acquire n; every 20th step more than is free: OutOfBlocks on both
+      const int32_t n = step % 20 == 0 ? host.num_free() + 1 + static_cast<int32_t>(g() % 3)
+                                       : static_cast<int32_t>(g() % 12);
       bool host_oom = false, dev_oom = false;
       std::vector<int32_t> got;
       try {
@@ -711,12 +712,30 @@ TEST(Dsv4Gpu, AcquireAllocatesNothingAndWorksInsideACapturedGraph) {
 // ------------------------------------------------------------------ manager on the device
 TEST(Dsv4Gpu, DeviceManagerLifecycleMirrorsTheHostManager) {
   SKIP_WITHOUT_GPU();
-  auto host = make_host_cache("test_tiny.ini", Dsv4Variant::seed004(), 16, 4, 64, /*extra_blocks=*/2);
+  // 4 slots of up to 64 tokens (4 blocks each) over 6 blocks: exhaustion is reachable.
+  auto host = make_host_cache("test_tiny.ini", Dsv4Variant::seed004(), 16, 4, 64, /*extra_blocks=*/-10);
+  ASSERT_EQ(host.budget.num_blocks, 6);
   auto dev = make_device_cache(host);
   std::mt19937_64 g(seed_for("dsv4.gpu.lifecycle"));
   std::vector<int64_t> live;
   int64_t next_id = 0;
   int ooms = 0;
+  // First a deterministic exhaustion: two requests of 64 tokens need 8 blocks.
+  for (auto* m : {host.mgr.get(), dev.mgr.get()}) {
+    m->admit_request(1000);
+    m->admit_request(1001);
+    m->append_tokens(1000, 64);
+    EXPECT_THROW(m->append_tokens(1001, 64), sim::OutOfBlocks);
+    EXPECT_EQ(m->num_tokens(1001), 0);
+    EXPECT_TRUE(m->blocks_of(1001).empty());
+    EXPECT_EQ(m->num_free_blocks(), 2);
+  }
+  ASSERT_EQ(dev.dev->allocator().stack(nullptr), host.mgr->allocator().stack());
+  for (auto* m : {host.mgr.get(), dev.mgr.get()}) {
+    m->release_request(1000);
+    m->release_request(1001);
+  }
+  ++ooms;
   for (int step = 0; step < 200; ++step) {
     const int op = static_cast<int>(g() % 4);
     if (op == 0 && host.mgr->num_free_slots() > 0) {
