@@ -25,6 +25,13 @@
 namespace kvlab::gpu {
 
 constexpr int kWarpSize = 32;
+
+// Slack after every runtime-length shared-memory array. ptxas may merge the predicated
+// scalar loads of a loop's remainder (e.g. w[i], w[i+1], w[i+2]) into one wider load that
+// reads up to 3 floats past the last element used; the values are discarded, but
+// compute-sanitizer memcheck rightly flags a read past the allocation. 4 floats of slack
+// keep every such read inside the block's shared memory.
+constexpr int kSmemSlackFloats = 4;
 constexpr float kLog2e = 1.4426950408889634f;
 
 // ------------------------------------------------------------------ element decoding

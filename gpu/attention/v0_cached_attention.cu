@@ -140,7 +140,8 @@ __global__ void __launch_bounds__(kV0Threads) v0_cached_attention_kernel(const V
 }
 
 size_t v0_smem_bytes(const DecodeArgs& a) {
-  return (static_cast<size_t>(a.kv.geom.head_dim) + kV0Warps + static_cast<size_t>(detail::seq_len_bound64(a))) *
+  return (static_cast<size_t>(a.kv.geom.head_dim) + kV0Warps + static_cast<size_t>(detail::seq_len_bound64(a)) +
+          kSmemSlackFloats) *
          sizeof(float);
 }
 

@@ -351,7 +351,7 @@ void v1_run(const DecodeArgs& a, void*, cudaStream_t stream) {
 size_t paged_attention_smem_bytes(int head_dim, int64_t logits_tokens) {
   // logits region doubles as the [kPaWarps / 2, head_dim] output-reduction buffer
   const int64_t logits = std::max<int64_t>(logits_tokens, static_cast<int64_t>(kPaWarps / 2) * head_dim);
-  return static_cast<size_t>(head_dim + 2 * kPaWarps + logits) * sizeof(float);
+  return static_cast<size_t>(head_dim + 2 * kPaWarps + logits + kSmemSlackFloats) * sizeof(float);
 }
 
 PagedParams make_paged_params(const DecodeArgs& a) {

@@ -109,7 +109,7 @@ __global__ void __launch_bounds__(kReduceThreads) paged_attention_v2_reduce_kern
 }
 
 cudaError_t launch_v2_reduce(const ReduceParams& p, int num_seqs, cudaStream_t stream) {
-  const size_t smem = (kReduceWarps + static_cast<size_t>(p.max_num_partitions)) * sizeof(float);
+  const size_t smem = (kReduceWarps + static_cast<size_t>(p.max_num_partitions) + kSmemSlackFloats) * sizeof(float);
   if (smem > 48 * 1024) {
     const cudaError_t e = cudaFuncSetAttribute(paged_attention_v2_reduce_kernel,
                                                cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
@@ -134,7 +134,7 @@ std::string v2_unsupported_reason(const DecodeArgs& a) {
     os << "v2 puts partitions on grid.z: " << max_partitions(a) << " partitions exceed " << lim.max_grid_y;
     return os.str();
   }
-  const size_t reduce_smem = (kReduceWarps + static_cast<size_t>(max_partitions(a))) * sizeof(float);
+  const size_t reduce_smem = (kReduceWarps + static_cast<size_t>(max_partitions(a)) + kSmemSlackFloats) * sizeof(float);
   if (reduce_smem > static_cast<size_t>(lim.smem_per_block_optin)) {
     os << "v2's reduce kernel keeps one weight per partition in shared memory: " << max_partitions(a)
        << " partitions need " << reduce_smem << " bytes";

@@ -99,7 +99,7 @@ FlashPlan make_plan(const DecodeArgs& a, int sm_count) {
   const int step = pl.bdz * kTpt;
   pl.tile_tokens = step * std::max(1, kTileBytes / (row_bytes * step));
   const size_t pipe = static_cast<size_t>(kStages) * 2 * pl.tile_tokens * row_bytes;
-  const size_t merge = static_cast<size_t>(pl.bdy) * pl.bdz * (D + 2) * sizeof(float);
+  const size_t merge = (static_cast<size_t>(pl.bdy) * pl.bdz * (D + 2) + kSmemSlackFloats) * sizeof(float);
   pl.smem = std::max(pipe, merge);
 
   const int64_t bound = seq_len_bound64(a);
@@ -445,7 +445,7 @@ cudaError_t launch_flash_decode(const FlashParams& p, const FlashPlan& pl, int n
     return KVLAB_DISPATCH_KV_ELEM(p.geom.format, kElem, [&] { return launch_flash_decode_t<kHeadDim, kElem>(p, pl, stream); });
   });
   if (e != cudaSuccess || pl.num_splits == 1) return e;
-  const size_t smem = (kMergeWarps + static_cast<size_t>(pl.num_splits)) * sizeof(float);
+  const size_t smem = (kMergeWarps + static_cast<size_t>(pl.num_splits) + kSmemSlackFloats) * sizeof(float);
   if (smem > 48 * 1024) {
     e = cudaFuncSetAttribute(flash_decode_merge_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
     if (e != cudaSuccess) return e;
@@ -467,7 +467,7 @@ std::string v3_unsupported_reason(const DecodeArgs& a) {
     os << "v3 grid of " << pl.grid << " blocks exceeds the 1-D grid limit";
     return os.str();
   }
-  const size_t merge_smem = (kMergeWarps + static_cast<size_t>(pl.num_splits)) * sizeof(float);
+  const size_t merge_smem = (kMergeWarps + static_cast<size_t>(pl.num_splits) + kSmemSlackFloats) * sizeof(float);
   if (merge_smem > static_cast<size_t>(lim.smem_per_block_optin)) {
     os << "v3 merge of " << pl.num_splits << " splits needs " << merge_smem << " bytes of shared memory";
     return os.str();

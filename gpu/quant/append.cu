@@ -64,6 +64,11 @@ __device__ __forceinline__ float group_amax(float a) {
   return a;
 }
 
+// NaN scales in the reference's bits: the host's division propagates the canonical NaN
+// operand (0x7FC00000), the GPU's returns 0x7FFFFFFF; stored FP32 scales use the former
+// (scale_detail::nan_f32(), also what amax_accumulate returns).
+__device__ __forceinline__ float canonical_nan(float s) { return s != s ? scale_detail::nan_f32() : s; }
+
 // Sets the nibble of pool element `idx` to `code` without touching the other nibble.
 __device__ __forceinline__ void store_nibble_atomic(uint8_t* pool, int64_t idx, uint32_t code) {
   const uintptr_t byte = reinterpret_cast<uintptr_t>(pool + (idx >> 1));
@@ -106,7 +111,8 @@ __device__ void write_row(const AppendParams& p, bool is_k, const TIn* x, int64_
       float amax = 0.0f;
       for (int d = lane; d < D; d += 32) amax = amax_accumulate(amax, load_in(x, d));
       amax = group_amax<32>(amax);
-      const float s = fp8_scale_from_amax(amax, ElemFormat::kFP8E4M3, kDefaultAmaxFloor, AmaxFloorAt::kAmax);
+      // A NaN amax gives a NaN scale; stored in the reference's bits (see canonical_nan).
+      const float s = canonical_nan(fp8_scale_from_amax(amax, ElemFormat::kFP8E4M3, kDefaultAmaxFloor, AmaxFloorAt::kAmax));
       for (int d = lane; d < D; d += 32)
         pool[index(d)] = static_cast<uint8_t>(
             quantize_element(load_in(x, d), s, ElemFormat::kFP8E4M3, Saturation::kSatFinite, ElementClamp::kEncoder));

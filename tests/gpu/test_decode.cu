@@ -143,6 +143,32 @@ TEST_P(DecodeCurated, EveryVersionMatchesReference) {
 INSTANTIATE_TEST_SUITE_P(Curated, DecodeCurated, ::testing::ValuesIn(curated_configs()),
                          [](const ::testing::TestParamInfo<DecodeConfig>& i) { return label(i.param); });
 
+// ------------------------------------------------------------------ small cases
+// Every format x layout with short lengths (the reduced set compute-sanitizer runs):
+// block 16 with head_dim 64 (v3 splits the 600-token sequence), block 1 with head_dim 128.
+class DecodeSmall : public ::testing::TestWithParam<std::tuple<KvFormat, KvLayout>> {};
+
+TEST_P(DecodeSmall, EveryVersionMatchesReference) {
+  KVLAB_SKIP_WITHOUT_GPU();
+  const auto [f, l] = GetParam();
+  for (const auto& [d, bs] : std::vector<std::pair<int, int>>{{64, 16}, {128, 1}}) {
+    const DecodeConfig cfg{l, f, bs == 1 ? DType::kF16 : DType::kBF16, d, bs, 8, 2, 600};
+    ref::PagedCaseSpec s = spec_for(cfg, "decode.small." + label(cfg));
+    s.seq_lens = {0, 1, 2, 15, 16, 17, 33, 97, 600};
+    ref::PagedCase c = ref::make_paged_case(s);
+    DeviceCase dc(c);
+    const ref::DecodeOutputs tight = ref::reference_decode(c);
+    const ref::DecodeOutputs orig = ref::reference_decode_original(c);
+    for (const auto& v : gpu::decode_versions()) EXPECT_TRUE(check_version(c, dc, v.id, tight, &orig)) << v.name;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Small, DecodeSmall,
+                         ::testing::Combine(::testing::ValuesIn(all_kv_formats()), ::testing::ValuesIn(all_kv_layouts())),
+                         [](const ::testing::TestParamInfo<std::tuple<KvFormat, KvLayout>>& i) {
+                           return to_string(std::get<0>(i.param)) + "_" + to_string(std::get<1>(i.param));
+                         });
+
 // ------------------------------------------------------------------ edge cases
 TEST(DecodeEdge, ExtremelyNegativeLogits) {
   KVLAB_SKIP_WITHOUT_GPU();
