@@ -19,7 +19,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <numeric>
 #include <random>
 #include <sstream>
 #include <string>
@@ -35,6 +34,7 @@
 #include "gpu/bench/harness.h"
 #include "gpu/core/device_buffer.h"
 #include "gpu/core/device_info.h"
+#include "gpu/core/device_tables.h"
 #endif
 
 namespace po = boost::program_options;
@@ -209,20 +209,16 @@ int time_table(uint64_t seed) {
           KVLAB_CUDA_CHECK(cudaMemcpy(vsc.as<uint8_t>() + p * sb, pc.v_scales.data() + src * sb, sb, cudaMemcpyHostToDevice));
         }
       }
-      std::vector<int32_t> perm(static_cast<size_t>(pages));
-      std::iota(perm.begin(), perm.end(), 0);
-      std::shuffle(perm.begin(), perm.end(), rng);
-      std::vector<int32_t> table(static_cast<size_t>(sh.batch) * mbps, 0);
-      int64_t next = 0;
-      for (int s = 0; s < sh.batch; ++s)
-        for (int e = 0; e < (lens[s] + 15) / 16; ++e) table[static_cast<size_t>(s) * mbps + e] = perm[next++];
+      // Block tables on the device: a seeded page permutation (Thrust sort) and offsets by
+      // an exclusive scan of pages per sequence.
+      gpu::DeviceBuffer dt(static_cast<size_t>(sh.batch) * mbps * 4), dl(lens.size() * 4), dperm(static_cast<size_t>(pages) * 4);
+      dl.upload(lens);
+      gpu::shuffled_page_list(pages, seed + 37, dperm.as<int32_t>(), nullptr);
+      gpu::build_block_tables(dl.as<int32_t>(), sh.batch, 16, mbps, pages, dperm.as<int32_t>(), 0, dt.as<int32_t>(), nullptr);
       std::vector<uint16_t> q(static_cast<size_t>(sh.batch) * 32 * 128);
       for (size_t i = 0; i < q.size(); ++i) q[i] = pc.q[i % pc.q.size()];
-      gpu::DeviceBuffer dq(q.size() * 2), dt(table.size() * 4), dl(lens.size() * 4), dout(q.size() * 2),
-          dlse(static_cast<size_t>(sh.batch) * 32 * 4);
+      gpu::DeviceBuffer dq(q.size() * 2), dout(q.size() * 2), dlse(static_cast<size_t>(sh.batch) * 32 * 4);
       dq.upload(q);
-      dt.upload(table);
-      dl.upload(lens);
       DecodeArgs a = pc.decode_args(dout.data(), dlse.as<float>());
       a.q = dq.data();
       a.kv.geom = g;

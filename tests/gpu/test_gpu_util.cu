@@ -2,14 +2,23 @@
 // formats.h over every code, the dispatch header's value lists and errors, DeviceBuffer.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <limits>
+#include <numeric>
+#include <random>
 #include <vector>
 
 #include "gpu/attention/kv_vec.cuh"
 #include "gpu/core/device_buffer.h"
+#include "gpu/core/device_tables.h"
 #include "gpu/dispatch.cuh"
 #include "reference/formats/formats.h"
 #include "reference/layout/layout_names.h"
+#include "reference/metrics/metrics.h"
+#include "reference/metrics/tolerance.h"
+#include "tests/common/test_env.h"
 #include "tests/gpu/gpu_test_util.cuh"
 
 namespace kvlab::test {
@@ -113,6 +122,72 @@ TEST(DeviceBuffer, GuardsDetectOutOfBoundsWrites) {
   gpu::DeviceBuffer moved = std::move(b);
   EXPECT_EQ(b.data(), nullptr);
   EXPECT_EQ(moved.bytes(), 1000u);
+}
+
+TEST(DeviceTables, BlockTablesFromLengthsByScan) {
+  KVLAB_SKIP_WITHOUT_GPU();
+  const std::vector<int32_t> lens{0, 1, 16, 17, 300, 0, 33, 1024};
+  const int bs = 16, mbps = 70, num_blocks = 200, fill = -7;
+  thrust::device_vector<int32_t> dl = to_device(lens), table(lens.size() * mbps), perm(num_blocks);
+  gpu::shuffled_page_list(num_blocks, 99, raw(perm), nullptr);
+  std::vector<int32_t> hp = to_host(perm);
+  std::vector<int32_t> sorted = hp;
+  std::sort(sorted.begin(), sorted.end());
+  for (int i = 0; i < num_blocks; ++i) ASSERT_EQ(sorted[i], i) << "not a permutation";
+  EXPECT_FALSE(std::is_sorted(hp.begin(), hp.end()));
+  thrust::device_vector<int32_t> perm2(num_blocks);
+  gpu::shuffled_page_list(num_blocks, 99, raw(perm2), nullptr);
+  EXPECT_EQ(to_host(perm2), hp) << "same seed, same permutation";
+  for (bool shuffled : {false, true}) {
+    const int64_t used = gpu::build_block_tables(raw(dl), static_cast<int32_t>(lens.size()), bs, mbps, num_blocks,
+                                                 shuffled ? raw(perm) : nullptr, fill, raw(table), nullptr);
+    const std::vector<int32_t> t = to_host(table);
+    int64_t k = 0;
+    for (size_t s = 0; s < lens.size(); ++s) {
+      const int pages = (lens[s] + bs - 1) / bs;
+      for (int e = 0; e < mbps; ++e) {
+        const int32_t want = e < pages ? (shuffled ? hp[k + e] : static_cast<int32_t>(k + e)) : fill;
+        ASSERT_EQ(t[s * mbps + e], want) << "seq " << s << " entry " << e << " shuffled " << shuffled;
+      }
+      k += pages;
+    }
+    EXPECT_EQ(used, k);
+  }
+  // Errors: a sequence longer than the table, more pages than the pool, a negative length.
+  EXPECT_THROW(gpu::build_block_tables(raw(dl), 8, bs, 10, num_blocks, nullptr, fill, raw(table), nullptr), InvalidArgument);
+  EXPECT_THROW(gpu::build_block_tables(raw(dl), 8, bs, mbps, 50, nullptr, fill, raw(table), nullptr), InvalidArgument);
+  thrust::device_vector<int32_t> neg = to_device(std::vector<int32_t>{5, -1});
+  EXPECT_THROW(gpu::build_block_tables(raw(neg), 2, bs, mbps, num_blocks, nullptr, fill, raw(table), nullptr), InvalidArgument);
+}
+
+TEST(DeviceTables, ErrorSummaryOnDeviceMatchesHostCompare) {
+  KVLAB_SKIP_WITHOUT_GPU();
+  const uint64_t seed = seed_for("gpu_util.error_summary");
+  std::printf("[seed] gpu_util.error_summary = %llu\n", static_cast<unsigned long long>(seed));
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> n(0.0f, 3.0f);
+  const size_t N = 100003;
+  std::vector<float> ref(N), out(N);
+  for (size_t i = 0; i < N; ++i) {
+    ref[i] = n(rng);
+    out[i] = ref[i] + 1e-3f * n(rng);
+  }
+  out[7] = std::numeric_limits<float>::quiet_NaN();
+  ref[11] = std::numeric_limits<float>::infinity();
+  out[11] = std::numeric_limits<float>::infinity();
+  out[13] = -std::numeric_limits<float>::infinity();
+  thrust::device_vector<float> dout = to_device(out), dref = to_device(ref);
+  const gpu::DeviceErrorSummary d = gpu::device_error_summary(raw(dout), raw(dref), static_cast<int64_t>(N), nullptr);
+  const ErrorStats h = compare(out, ref);
+  EXPECT_EQ(d.count, static_cast<int64_t>(N));
+  EXPECT_EQ(d.max_abs, h.max_abs);
+  // Both sum in float64 in different orders: the table's cross-check entry bounds that.
+  const Tolerance t = tolerance(Op::kReferenceCrossCheck, KvFormat::kBF16, DType::kF32);
+  EXPECT_LE(std::fabs(d.rel_l2 - h.rel_l2), t.atol + t.rtol * h.rel_l2);
+  EXPECT_EQ(d.nonfinite_out, h.nan_out + h.inf_out);
+  EXPECT_EQ(d.nonfinite_ref, h.nan_ref + h.inf_ref);
+  EXPECT_EQ(d.nonfinite_mismatch, h.mismatched_nonfinite);
+  EXPECT_EQ(d.nonfinite_mismatch, 2);  // index 7 (NaN vs finite) and 13 (-Inf vs finite)
 }
 
 }  // namespace
