@@ -1,7 +1,8 @@
 // test_formats_exhaustive.cpp: every float32 bit pattern (2^32) through every encoder of
 // formats.h (FP8 E4M3, FP8 E5M2, FP16, BF16, and E2M1), both signs and both saturation
 // modes, against the independent table oracle of tests/cpu/test_formats_oracle.h; and
-// floor_log2 / ceil_log2 and the power-of-two scale rules over every positive float.
+// floor_log2 / ceil_log2 and the power-of-two scale rules (scale_rules.h) over every
+// positive float (this sweep found the subnormal-quotient case of pow2_exp_ceil).
 //
 // Speed: positive float patterns are monotonic in value, so each worker walks its range of
 // magnitudes with a pointer into the oracle's sorted table (amortized O(1) per pattern)
@@ -145,31 +146,45 @@ TEST(FormatsExhaustive, E2M1AllFloats) {
   exhaustive_encode(kE2M1Model, [](float x, Saturation) -> uint32_t { return float_to_e2m1(x); });
 }
 
-// floor_log2 / ceil_log2 against frexp, and the pow2 scale rules' invariants, for every
-// positive finite float.
+// floor_log2 / ceil_log2 against a walking oracle (the power of two p <= x < 2p, advanced
+// by doubling as x grows; seeded per chunk with frexp), and the pow2 scale rules'
+// invariants, for every positive finite float. All comparisons are exact in double.
 TEST(FormatsExhaustive, ExponentHelpersAndPow2RulesAllFloats) {
   Mismatches bad;
   const ElemFormat fmts[] = {ElemFormat::kFP8E4M3, ElemFormat::kFP8E5M2, ElemFormat::kFP4E2M1};
+  std::vector<double> pow2(401);  // 2^(i - 200)
+  for (int i = 0; i <= 400; ++i) pow2[i] = std::ldexp(1.0, i - 200);
+  auto p2 = [&](int e) { return pow2[static_cast<size_t>(e + 200)]; };
   parallel_range(kPosInf, [&](uint32_t b, uint32_t e) {
-    for (uint32_t u = std::max(b, 1u); u < e; ++u) {
+    const uint32_t first = std::max(b, 1u);
+    int fl = 0;
+    std::frexp(static_cast<double>(bits_float(first)), &fl);
+    --fl;  // x = m * 2^(fl+1), m in [0.5, 1): floor(log2 x) = fl
+    double p = std::ldexp(1.0, fl);
+    for (uint32_t u = first; u < e; ++u) {
       const float x = bits_float(u);
-      int fe = 0;
-      const double fm = std::frexp(static_cast<double>(x), &fe);  // x = fm * 2^fe, fm in [0.5, 1)
-      const int want_floor = fe - 1, want_ceil = fm == 0.5 ? fe - 1 : fe;
+      const double xd = static_cast<double>(x);
+      while (xd >= 2 * p) {
+        p *= 2;
+        ++fl;
+      }
+      const int want_floor = fl, want_ceil = xd == p ? fl : fl + 1;
       if (floor_log2(x) != want_floor || ceil_log2(x) != want_ceil) {
         char buf[128];
         std::snprintf(buf, sizeof buf, "log2 of 0x%08X: floor %d (want %d) ceil %d (want %d)", u, floor_log2(x),
                       want_floor, ceil_log2(x), want_ceil);
         bad.add(buf);
       }
+      // ceil: the smallest 2^ce >= 2^-127 with x <= m 2^ce; OCP: oe + emax = floor(log2 x)
+      // unless clamped at -127
       for (ElemFormat f : fmts) {
-        const long double mx = elem_max_finite(f);
+        const double mx = elem_max_finite(f);
         const int ce = pow2_exp_ceil(x, elem_max_finite(f), 0.0f, AmaxFloorAt::kAmax);
-        const bool covers = static_cast<long double>(x) <= mx * std::ldexp(1.0L, ce);
-        const bool minimal = ce == kPow2MinExp || static_cast<long double>(x) > mx * std::ldexp(1.0L, ce - 1);
+        const bool covers = ce >= kPow2MinExp && xd <= mx * p2(ce);
+        const bool minimal = ce == kPow2MinExp || xd > mx * p2(ce - 1);
         const int oe = pow2_exp_ocp_floor(x, elem_emax(f), 0.0f, AmaxFloorAt::kAmax);
-        const bool brackets = oe == kPow2MinExp || (std::ldexp(1.0L, oe + elem_emax(f)) <= x &&
-                                                    x < std::ldexp(1.0L, oe + elem_emax(f) + 1));
+        const bool brackets = oe == kPow2MinExp ? want_floor - elem_emax(f) <= kPow2MinExp
+                                                : oe + elem_emax(f) == want_floor;
         if (!covers || !minimal || !brackets) {
           char buf[128];
           std::snprintf(buf, sizeof buf, "pow2 rules at 0x%08X format %d: ceil %d (covers %d minimal %d) ocp %d",
