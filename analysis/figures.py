@@ -167,12 +167,34 @@ def append_bandwidth(r: Results):
     return fig
 
 
+def capacity_vs_block(r: Results):
+    """Capacity planner: concurrent sequences vs block size per KV format and context."""
+    df = _need(r.ok("capacity"), "capacity", ["block_size", "max_seqs", "kv_format", "context"])
+    models = sorted(df["model"].unique())
+    fig, axes = _panels(len(models))
+    for ax, model in zip(axes, models):
+        d = df[df["model"] == model]
+        for (fmt, ctx), dv in d.groupby(["kv_format", "context"]):
+            dv = dv.sort_values("block_size")
+            ax.plot(dv["block_size"], dv["max_seqs"], marker="o", label=f"{fmt}, ctx {int(ctx)}")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("block size (tokens)")
+        ax.set_ylabel("max concurrent sequences")
+        ax.set_title(f"{model} on {d['gpu'].iloc[0]}")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=6)
+    fig.suptitle("Capacity vs block size and KV format")
+    return fig
+
+
 FIGURES = [
     ("quant_error_vs_format_block", quant_error_heatmap),
     ("quant_error_vs_bits", quant_error_vs_bits),
     ("format_error", format_error_bars),
     ("decode_bandwidth_vs_context", decode_bandwidth),
     ("append_bandwidth", append_bandwidth),
+    ("capacity_vs_block_size", capacity_vs_block),
 ]
 
 

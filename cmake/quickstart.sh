@@ -27,7 +27,7 @@ log() { printf '[quickstart] %s\n' "$*"; }
 
 # ---- 1. Debian packages -----------------------------------------------------------------
 pkgs=(build-essential cmake ninja-build pkg-config git
-      libeigen3-dev libboost-program-options-dev libhdf5-dev hdf5-tools libgtest-dev
+      libeigen3-dev libboost-program-options-dev libhdf5-dev hdf5-tools libgtest-dev zlib1g-dev
       python3 python3-venv python3-pip)
 missing=()
 for p in "${pkgs[@]}"; do

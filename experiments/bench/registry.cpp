@@ -11,6 +11,7 @@ const std::vector<std::unique_ptr<Bench>>& benches() {
     std::vector<std::unique_ptr<Bench>> v;
     v.push_back(make_quant_error_bench());
     v.push_back(make_format_error_bench());
+    v.push_back(make_capacity_bench());
     return v;
   }();
   return list;

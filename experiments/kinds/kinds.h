@@ -9,5 +9,6 @@ namespace kvlab::exp {
 
 std::unique_ptr<Bench> make_format_error_bench();
 std::unique_ptr<Bench> make_quant_error_bench();
+std::unique_ptr<Bench> make_capacity_bench();
 
 }  // namespace kvlab::exp

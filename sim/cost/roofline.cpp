@@ -142,7 +142,7 @@ CostModel::CostModel(const GpuSpec& gpu, const ModelStack& model, KvFormat kv_fo
   gpu.validate();
   model.validate();
   cfg.validate();
-  kv_bytes_per_token_layer_ = kv_token_bytes(kv_format, model.num_kv_heads, model.head_dim);
+  kv_bytes_per_token_layer_ = kv_token_bytes(kv_format, model.num_kv_heads, model.head_dim) * model.kv_pools / 2.0;
   compressed_read_fraction_ = 0;
   swa_tokens_per_seq_ = 0;
   for (const CacheLayerGroup& g : model.cache_groups()) {

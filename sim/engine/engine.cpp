@@ -122,16 +122,16 @@ bool Engine::schedule() {
   return true;
 }
 
-bool Engine::ensure_blocks(Req& r, int64_t tokens) {
+bool Engine::allocate_blocks(Req& r, int64_t tokens) {
   const int64_t have = static_cast<int64_t>(r.blocks.size()) * cfg_.block_size;
-  if (tokens <= have) return true;
   const int64_t need = (tokens - have + cfg_.block_size - 1) / cfg_.block_size;
   if (pool_->available() < need) return false;
   for (int64_t k = 0; k < need; ++k) r.blocks.push_back(pool_->allocate());
+  sync_cursor(r);
   return true;
 }
 
-void Engine::add_to_batch(int32_t idx, int64_t n) {
+inline void Engine::add_to_batch(int32_t idx, int64_t n) {
   Req& r = state_[idx];
   const int64_t c = r.computed;
   batch_.emplace_back();
@@ -160,6 +160,7 @@ void Engine::release_blocks(Req& r) {
   // first), and private blocks are pushed so that the first block ends on top.
   for (size_t k = r.blocks.size(); k-- > 0;) pool_->release(r.blocks[k]);
   r.blocks.clear();
+  r.cur_block = -1;
 }
 
 void Engine::preempt(int32_t idx) {
@@ -226,7 +227,7 @@ bool Engine::try_schedule() {
 
   // 1. Running requests, in admission order.
   for (size_t i = 0; i < running_.size() && budget > 0;) {
-    if (i + 8 < running_.size()) __builtin_prefetch(&state_[running_[i + 8]]);
+    if (i + 16 < running_.size()) __builtin_prefetch(&state_[running_[i + 16]]);
     const int32_t idx = running_[i];
     Req& r = state_[idx];
     const int64_t n = std::min(r.known - r.computed, budget);
@@ -266,6 +267,7 @@ bool Engine::try_schedule() {
     r.swapped_blocks = 0;
     r.fill_block = static_cast<int32_t>(r.computed / bs);
     r.fill_offset = static_cast<int32_t>(r.computed % bs);
+    sync_cursor(r);
     ensure_blocks(r, r.computed + n);  // fits: checked against `need` above
     r.state = kRunning;
     running_.push_back(idx);
@@ -310,6 +312,7 @@ bool Engine::try_schedule() {
       res_.summary.prefix_query_tokens += r.known;
     }
     for (int64_t k = 0; k < need; ++k) r.blocks.push_back(pool_->allocate());
+    sync_cursor(r);
     r.state = kRunning;
     running_.push_back(idx);
     logical_tokens_ += hit_tokens;
@@ -335,24 +338,18 @@ void Engine::complete(double duration_s) {
   int32_t finished = 0;
   const size_t nb = batch_.size();
   for (size_t i = 0; i < nb; ++i) {
-    // Software prefetch a few sequences ahead: the request's hot line, then its block list,
-    // then the metadata of the block being filled (each step touches them once, in a
-    // scattered order).
-    if (i + 8 < nb) __builtin_prefetch(&state_[batch_[i + 8].request]);
-    if (i + 6 < nb) {
-      const Req& p = state_[batch_[i + 6].request];
-      __builtin_prefetch(p.blocks.data() + p.fill_block);
-    }
-    if (i + 4 < nb) {
-      const Req& p = state_[batch_[i + 4].request];
-      if (static_cast<size_t>(p.fill_block) < p.blocks.size())
-        __builtin_prefetch(pool_->fill_address(p.blocks[static_cast<size_t>(p.fill_block)]));
+    // Software prefetch a few sequences ahead: the request's hot line, then the metadata of
+    // the block being filled (each step touches them once, in a scattered order).
+    if (i + 16 < nb) __builtin_prefetch(&state_[batch_[i + 16].request]);
+    if (i + 8 < nb) {
+      const int32_t b = state_[batch_[i + 8].request].cur_block;
+      if (b >= 0) __builtin_prefetch(pool_->fill_address(b));
     }
     const ScheduledSeq& s = batch_[i];
     Req& r = state_[s.request];
     int64_t left = s.num_tokens;
     while (left > 0) {
-      const int32_t b = r.blocks[static_cast<size_t>(r.fill_block)];
+      const int32_t b = r.cur_block;
       const int32_t k = static_cast<int32_t>(std::min<int64_t>(left, bs - r.fill_offset));
       pool_->fill_from(b, r.fill_offset, k);
       r.fill_offset += k;
@@ -366,6 +363,7 @@ void Engine::complete(double duration_s) {
         }
         ++r.fill_block;
         r.fill_offset = 0;
+        sync_cursor(r);
       }
     }
     r.computed += s.num_tokens;
@@ -468,6 +466,8 @@ void Engine::audit() const {
         err << "holds " << r.blocks.size() << " blocks for " << r.computed << " tokens";
       if (static_cast<int64_t>(r.fill_block) * bs + r.fill_offset != r.computed)
         err << "fill cursor " << r.fill_block << "/" << r.fill_offset << " vs " << r.computed << " tokens";
+      const int32_t cur = static_cast<size_t>(r.fill_block) < r.blocks.size() ? r.blocks[r.fill_block] : -1;
+      if (cur != r.cur_block) err << "cursor block " << r.cur_block << ", expected " << cur;
       for (size_t k = 0; k < r.blocks.size(); ++k) {
         ++refs[static_cast<size_t>(r.blocks[k])];
         const int32_t want = static_cast<int64_t>(k) < r.fill_block ? bs

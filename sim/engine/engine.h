@@ -91,6 +91,7 @@ class Engine {
     int32_t output = 0;
     int32_t fill_block = 0;  // index in blocks of the block receiving the next token
     int32_t fill_offset = 0; // its fill
+    int32_t cur_block = -1;  // blocks[fill_block], or -1 past the end (saves a load per token)
     State state = kPending;
     bool has_first_scheduled = false, has_first_token = false;
     std::vector<int32_t> blocks;
@@ -105,7 +106,15 @@ class Engine {
 
   void admit_arrivals();
   bool try_schedule();
-  bool ensure_blocks(Req& r, int64_t tokens);
+  // Blocks for `tokens` cached tokens: the common case (they fit) inline, else
+  // allocate_blocks (false, with nothing allocated, when the pool cannot supply them).
+  bool ensure_blocks(Req& r, int64_t tokens) {
+    return tokens <= static_cast<int64_t>(r.blocks.size()) * cfg_.block_size || allocate_blocks(r, tokens);
+  }
+  bool allocate_blocks(Req& r, int64_t tokens);
+  static void sync_cursor(Req& r) {
+    r.cur_block = static_cast<size_t>(r.fill_block) < r.blocks.size() ? r.blocks[static_cast<size_t>(r.fill_block)] : -1;
+  }
   void add_to_batch(int32_t idx, int64_t n);
   void preempt(int32_t idx);
   void release_blocks(Req& r);

@@ -28,6 +28,7 @@ void ModelStack::validate() const {
   KVLAB_REQUIRE(vocab >= 1, w << "vocab " << vocab << " must be >= 1");
   KVLAB_REQUIRE(weight_bits == 4 || weight_bits == 8 || weight_bits == 16 || weight_bits == 32,
                 w << "weight_bits " << weight_bits << " (allowed: 4, 8, 16, 32)");
+  KVLAB_REQUIRE(kv_pools == 1 || kv_pools == 2, w << "kv_pools " << kv_pools << " (allowed: 1 shared latent, 2 K and V)");
   if (cache.empty()) return;
   int64_t total = 0;
   for (size_t i = 0; i < cache.size(); ++i) {
@@ -107,7 +108,7 @@ KvFootprint kv_footprint(const ModelStack& m, int32_t block_size, KvFormat forma
   for (const CacheLayerGroup& g : m.cache_groups()) {
     if (g.kind == CacheKind::kSlidingWindow) {
       const PageGeometry p = pool_geometry(m, format, g.window);
-      f.per_request_bytes += 2 * (p.bytes() + p.scale_bytes()) * g.num_layers;
+      f.per_request_bytes += m.kv_pools * (p.bytes() + p.scale_bytes()) * g.num_layers;
       continue;
     }
     const int32_t ratio = g.kind == CacheKind::kCompressed ? g.ratio : 1;
@@ -115,9 +116,9 @@ KvFootprint kv_footprint(const ModelStack& m, int32_t block_size, KvFormat forma
                                                      << " is not a multiple of compression ratio " << ratio
                                                      << " (a block must hold whole compressed entries)");
     const PageGeometry p = pool_geometry(m, format, block_size / ratio);
-    const int64_t data = 2 * p.bytes() * g.num_layers;
+    const int64_t data = m.kv_pools * p.bytes() * g.num_layers;
     (g.kind == CacheKind::kFull ? f.block.raw_kv : f.block.compressed_kv) += data;
-    f.block.scales += 2 * p.scale_bytes() * g.num_layers;
+    f.block.scales += m.kv_pools * p.scale_bytes() * g.num_layers;
   }
   return f;
 }
@@ -129,7 +130,7 @@ int64_t kv_layer_bytes(const ModelStack& m, KvFormat format, int64_t tokens) {
   g.num_kv_heads = m.num_kv_heads;
   g.head_dim = m.head_dim;
   g.block_size = 1;
-  return 2 * (g.bytes() + g.scale_bytes());
+  return m.kv_pools * (g.bytes() + g.scale_bytes());
 }
 
 }  // namespace kvlab::sim

@@ -41,6 +41,7 @@ struct ModelStack {
   int32_t intermediate = 0;  // SwiGLU width (gate and up are hidden x intermediate each)
   int32_t vocab = 0;
   int32_t weight_bits = 16;  // bits per weight parameter (16 BF16, 8 FP8, 4 FP4)
+  int32_t kv_pools = 2;      // 2: separate K and V caches; 1: one shared latent per token (MLA-style, K = V)
   // KV-cache layer groups; their num_layers sum to num_layers. Empty = every layer kFull.
   std::vector<CacheLayerGroup> cache;
 
@@ -62,7 +63,7 @@ ModelStack model_preset(const std::string& name);
 std::vector<std::string> model_preset_names();
 
 // Bytes of one KV block (block_size tokens of every paged layer), split as the ledger
-// reports them. K and V pools both counted.
+// reports them. Every pool counted (kv_pools: K and V, or one shared latent).
 struct BlockBytes {
   int64_t raw_kv = 0;         // data of kFull layers
   int64_t compressed_kv = 0;  // data of kCompressed layers

@@ -7,6 +7,8 @@
 #include <memory>
 
 #include "sim/alloc/block_table.h"
+#include "sim/cost/gpu_spec.h"
+#include "sim/cost/roofline.h"
 #include "sim/engine/engine.h"
 #include "sim/workload/workload.h"
 #include "tests/common/test_env.h"
@@ -339,6 +341,56 @@ TEST(SimEngine, BatchBlockTableAndSlotMappingForRealRuns) {
   EXPECT_THROW(e.complete(-1), InvalidArgument);     // no step-time model
   e.complete(0.25);
   EXPECT_THROW(e.batch_slot_mapping(&slots), InvalidArgument);  // nothing scheduled
+}
+
+TEST(SimEngine, RooflineClockAndLedgerBytes) {
+  const GpuSpec h100 = gpu_spec("H100");
+  const ModelStack m = model_preset("llama3.1-8b");
+  CostModel cm(h100, m, KvFormat::kFP8E4M3PerToken);
+  EngineConfig c = small_config(64, 16);
+  c.block_bytes = kv_footprint(m, 16, KvFormat::kFP8E4M3PerToken).block;
+  Engine e(c, std::make_shared<RooflineStepTime>(cm));
+  const SimResult r = e.run({req(0, 0.0, 20, 3)});
+  // Step 0 prefills 20 tokens (causal pairs 20 x 21 / 2), steps 1 and 2 decode at 21 and 22.
+  StepShape p;
+  p.num_prefill_seqs = 1;
+  p.prefill_tokens = 20;
+  p.prefill_attn_pairs = 210;
+  p.prefill_context_tokens = 20;
+  p.num_sampled = 1;
+  StepShape d;
+  d.num_decode_seqs = 1;
+  d.decode_context_tokens = 21;
+  d.num_sampled = 1;
+  EXPECT_EQ(r.steps.duration_s[0], cm.step(p).total_s);
+  EXPECT_EQ(r.steps.duration_s[1], cm.step(d).total_s);
+  EXPECT_EQ(r.steps.attention_s[1], cm.step(d).attention_s);
+  EXPECT_EQ(r.requests.ttft_s[0], cm.step(p).total_s);
+  // Ledger bytes: capacity and the split of a number of slots (FP8 data + FP32 token scales).
+  const LedgerSummary& l = r.summary.ledger;
+  EXPECT_EQ(l.capacity_bytes, 64 * c.block_bytes.total());
+  EXPECT_EQ(l.block_bytes.scales, c.block_bytes.scales);
+  EXPECT_GT(l.block_bytes.scales, 0);
+  const BlockBytes b = l.bytes_of_slots(16);
+  EXPECT_EQ(b.raw_kv, c.block_bytes.raw_kv);
+  EXPECT_EQ(b.scales, c.block_bytes.scales);
+}
+
+TEST(SimEngine, MaxStepsStopsExplicitly) {
+  EngineConfig c = small_config(16, 4);
+  c.max_steps = 2;
+  Engine e(c, unit_steps());
+  const SimResult r = e.run({req(0, 0.0, 4, 10), req(1, 50.0, 4, 1)});
+  EXPECT_EQ(r.summary.num_steps, 2);
+  EXPECT_TRUE(r.summary.truncated);
+  EXPECT_EQ(r.summary.num_unfinished, 2);
+  EXPECT_EQ(r.requests.status[0], static_cast<int32_t>(RequestStatus::kUnfinished));
+  EXPECT_TRUE(std::isnan(r.requests.finish_s[0]));
+  EXPECT_EQ(r.requests.ttft_s[0], 1.0);
+  c.max_steps = 0;
+  const SimResult full = Engine(c, unit_steps()).run({req(0, 0.0, 4, 10), req(1, 50.0, 4, 1)});
+  EXPECT_FALSE(full.summary.truncated);
+  EXPECT_EQ(full.requests.finish_s, (std::vector<double>{10.0, 51.0}));  // idle until t = 50
 }
 
 TEST(SimEngine, BadConfigurationsAreClearErrors) {

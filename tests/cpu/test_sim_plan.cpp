@@ -6,9 +6,13 @@
 #include <string>
 
 #include "reference/core/error.h"
+#include "sim/core/text.h"
 #include "sim/cost/gpu_spec.h"
+#include "sim/dsv4/model_stack.h"
+#include "sim/dsv4/schema.h"
 #include "sim/model/model_stack.h"
 #include "sim/plan/capacity.h"
+#include "sim/plan/dsv4_capacity.h"
 
 namespace kvlab::sim {
 namespace {
@@ -157,6 +161,54 @@ TEST(SimPlan, KvBudgetOnGpu) {
   expect_error_contains([&] { kv_budget_on_gpu(h100, model_preset("llama3.1-70b"), 0.9, 0); },
                         "leaves nothing for the KV cache");
   expect_error_contains([&] { kv_budget_on_gpu(h100, m, 1.5, 0); }, "gpu_memory_utilization 1.5 must be in (0, 1]");
+}
+
+
+// test-tiny (data/models): swa, csa, hca, csa, hca; entries 128 FP8 + 32 BF16 dims; seed-004
+// variant: entry 128 + 64 + 4 = 196 B; block_tokens 16 -> CSA 4 entries + 4 NVFP4 keys of
+// 64 + 8 B, HCA 1 entry. Bytes per block 2 x (4 x 196 + 4 x 72) + 2 x 196 = 2536. State per
+// slot: SWA rings 5 x (16 x (196 + 4) + 4) = 16020; CSA streams 2 x 4 x 12 x (160 + 128)
+// = 27648 each, HCA 2 x 4 x 16 x 160 = 20480 each -> 112276 B.
+TEST(SimPlan, Dsv4TinyStackByHand) {
+  const Dsv4ModelStack st = load_dsv4_model_stack(find_data_file("models/test_tiny.ini"));
+  Dsv4CacheConfig cfg;
+  cfg.block_tokens = 16;
+  const Dsv4CacheSchema schema = build_dsv4_schema(st, cfg);
+  const KvFootprint f = dsv4_footprint(schema);
+  EXPECT_EQ(f.block.compressed_kv, 2 * (4 * 192 + 4 * 64) + 2 * 192);
+  EXPECT_EQ(f.block.scales, 2 * (4 * 4 + 4 * 8) + 2 * 4);
+  EXPECT_EQ(f.block.total(), 2536);
+  EXPECT_EQ(f.per_request_bytes, 112276);
+  EXPECT_EQ(f.block_size, 16);
+  // Context 100: CSA needs ceil(floor(100/4)/4) = 7 blocks, HCA floor(100/16) = 6.
+  // n requests cost n x 112276 (state) + 28 n (block table) + 256 x 91 (arena alignment)
+  // + 7 n blocks: 7 requests leave 75 blocks of 2536 B in 1e6 bytes, 8 leave 30 < 56.
+  const Dsv4Capacity c = plan_dsv4_capacity(schema, 1000000, 100);
+  EXPECT_EQ(c.blocks_per_seq, 7);
+  EXPECT_EQ(c.max_seqs, 7);
+  EXPECT_EQ(c.budget.max_requests, 7);
+  EXPECT_EQ(c.budget.num_blocks, 75);
+  EXPECT_EQ(c.max_tokens(), 75 * 16);
+  EXPECT_DOUBLE_EQ(c.bytes_per_token, (7 * 2536 + 112276) / 100.0);
+  expect_error_contains([&] { plan_dsv4_capacity(schema, 100000, 100); }, "too small for one request");
+  expect_error_contains([&] { plan_dsv4_capacity(schema, 1000000, 0); }, "context_tokens 0 must be >= 1");
+}
+
+// V4-Flash-like: 21 CSA + 20 HCA layers with 448 FP8 + 64 BF16 dims per entry, 128-token
+// blocks: CSA 32 entries + 32 keys, HCA 1 entry. The BF16 dense baseline stores 43 x 512
+// dims x 2 B = 44032 B per token.
+TEST(SimPlan, Dsv4FlashLikeBlockSplitAndBaseline) {
+  const Dsv4ModelStack st = load_dsv4_model_stack(find_data_file("models/v4_flash_like.ini"));
+  Dsv4CacheConfig cfg;
+  const KvFootprint seed = dsv4_footprint(build_dsv4_schema(st, cfg));
+  EXPECT_EQ(seed.block.compressed_kv, 21 * (32 * 576 + 32 * 64) + 20 * 576);
+  EXPECT_EQ(seed.block.scales, 21 * (32 * 4 + 32 * 8) + 20 * 4);  // FP32 per entry; E4M3 per 16 key dims
+  cfg.variant = Dsv4Variant::public_v4();
+  const KvFootprint pub = dsv4_footprint(build_dsv4_schema(st, cfg));
+  EXPECT_EQ(pub.block.compressed_kv, seed.block.compressed_kv);
+  EXPECT_EQ(pub.block.scales, 21 * (32 * 8 + 32 * 4) + 20 * 8);  // 7 UE8M0 + pad; UE8M0 per 32 key dims
+  const ModelStack base = dsv4_bf16_dense_baseline(st);
+  EXPECT_EQ(kv_footprint(base, 16, KvFormat::kBF16).bytes_per_token(), 44032.0);
 }
 
 }  // namespace
