@@ -28,6 +28,7 @@ DecodeVersionImpl make_v0_cached_attention();
 DecodeVersionImpl make_v1_paged_attention();
 DecodeVersionImpl make_v2_paged_attention_partitioned();
 DecodeVersionImpl make_v3_flash_decoding();
+DecodeVersionImpl make_v4_mma_decode();
 
 // Throws kvlab::InvalidArgument for malformed arguments: null pointers, geometry
 // (validate(PageGeometry)), head counts, GQA divisibility, max_seq_len beyond the table,

@@ -88,7 +88,7 @@ bool check_version(ref::PagedCase& c, DeviceCase& d, int version, const ref::Dec
 // ------------------------------------------------------------------ registry
 TEST(DecodeRegistry, VersionsInIdOrderWithNames) {
   const auto& v = gpu::decode_versions();
-  ASSERT_EQ(v.size(), 4u);
+  ASSERT_EQ(v.size(), 5u);
   for (size_t i = 0; i < v.size(); ++i) {
     EXPECT_EQ(v[i].id, static_cast<int>(i));
     EXPECT_EQ(v[i].name.rfind("v" + std::to_string(i) + "_", 0), 0u) << v[i].name;
@@ -204,6 +204,8 @@ TEST(DecodeEdge, LongContextSplitsAndSingleSplit) {
   for (const auto& v : gpu::decode_versions()) check_version(c, d, v.id, tight, nullptr);
   const GpuDecodeRun r3 = run_gpu_decode(c, d, 3);
   EXPECT_GT(r3.workspace_bytes, 0u) << "v3 should split a single long sequence";
+  const GpuDecodeRun r4 = run_gpu_decode(c, d, 4);
+  EXPECT_GT(r4.workspace_bytes, 0u) << "v4 should split a single long sequence";
 
   // Many heads and sequences: v3 runs without splits (one launch, no workspace).
   ref::PagedCaseSpec m = seeded_spec("decode.many_heads", KvLayout::kHND, KvFormat::kBF16, DType::kF16);
@@ -217,6 +219,8 @@ TEST(DecodeEdge, LongContextSplitsAndSingleSplit) {
   const ref::DecodeOutputs tm = ref::reference_decode(cm);
   const GpuDecodeRun rm = run_gpu_decode(cm, dm, 3);
   EXPECT_EQ(rm.workspace_bytes, 0u);
+  const GpuDecodeRun rm4 = run_gpu_decode(cm, dm, 4);  // 40 x 32 items fill the GPU: no split
+  EXPECT_EQ(rm4.workspace_bytes, 0u);
   for (const auto& v : gpu::decode_versions()) EXPECT_TRUE(check_version(cm, dm, v.id, tm, nullptr)) << v.name;
 }
 
@@ -233,6 +237,7 @@ TEST(DecodeEdge, SequenceBoundBeyondSharedMemoryIsReported) {
   const ref::DecodeOutputs tight = ref::reference_decode(c);
   EXPECT_TRUE(check_version(c, d, 2, tight, nullptr));
   EXPECT_TRUE(check_version(c, d, 3, tight, nullptr));
+  EXPECT_TRUE(check_version(c, d, 4, tight, nullptr));
 }
 
 TEST(DecodeEdge, EmptyBatchIsANoOp) {

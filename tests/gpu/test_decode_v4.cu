@@ -1,0 +1,150 @@
+// test_decode_v4.cu: what the tensor-core decode versions (v4+) add beyond the registry-wide
+// suites of test_decode.cu (which already run v4 on every curated, small and edge case):
+// query tiles (groups above 8, MQA), the split-KV plan (no split when the grid is full, a
+// split for a single sequence, the per-block byte cap on long sequences of a skewed batch),
+// plan knobs (v4_tuning.h) that must not change the function computed, and the operand
+// flavours at head_dim 256 with an f16 Q (bf16 hi + lo split of Q).
+// Cases: reference/attention/paged_case.h (seeded, printed; permuted over-provisioned
+// tables, NaN in unused slots); outputs guarded and NaN-prefilled (run_gpu_decode).
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "gpu/attention/decode.h"
+#include "gpu/attention/v4_tuning.h"
+#include "reference/attention/paged_case.h"
+#include "reference/layout/layout_names.h"
+#include "reference/metrics/tolerance.h"
+#include "tests/common/paged_fixtures.h"
+#include "tests/common/tolerance_check.h"
+#include "tests/gpu/gpu_test_util.cuh"
+
+namespace kvlab::test {
+namespace {
+
+// Every tensor-core version (v4 and later) of the registry.
+std::vector<int> mma_versions() {
+  std::vector<int> v;
+  for (const auto& i : gpu::decode_versions())
+    if (i.id >= 4) v.push_back(i.id);
+  return v;
+}
+
+// Runs `version` on `c` and checks O and LSE against the reference over the same cache.
+void expect_matches(ref::PagedCase& c, int version, const std::string& what) {
+  DeviceCase d(c);
+  const ref::DecodeOutputs tight = ref::reference_decode(c);
+  const GpuDecodeRun r = run_gpu_decode(c, d, version);
+  const std::string ctx = gpu::decode_version(version).name + " " + what + " | " + c.describe();
+  ASSERT_TRUE(r.supported) << ctx << ": " << r.reason;
+  EXPECT_EQ(r.guard_damage, "") << ctx;
+  EXPECT_TRUE(within_tolerance(r.o, tight.o, Op::kDecodeAttention, c.geom.format, c.spec.q_dtype, ctx));
+  EXPECT_TRUE(within_tolerance(r.lse, tight.lse, Op::kDecodeLse, c.geom.format, c.spec.q_dtype, ctx));
+}
+
+// Restores the default plan knobs when a test that changed them ends.
+struct TuningGuard {
+  gpu::V4Tuning saved = gpu::v4_tuning();
+  ~TuningGuard() { gpu::v4_tuning() = saved; }
+};
+
+TEST(DecodeV4, GroupsAboveEightUseQueryTiles) {
+  KVLAB_SKIP_WITHOUT_GPU();
+  // group 16 (2 query tiles), 12 (a partial second tile), MQA with 32 heads (4 tiles).
+  const int heads[][2] = {{32, 2}, {24, 2}, {32, 1}};
+  for (KvFormat f : {KvFormat::kBF16, KvFormat::kFP8E4M3, KvFormat::kFP8E4M3PerToken, KvFormat::kNVFP4,
+                     KvFormat::kMXFP4}) {
+    for (const auto& h : heads) {
+      ref::PagedCaseSpec s = seeded_spec(("decode.v4.qtiles." + to_string(f)).c_str(), KvLayout::kHND, f);
+      s.num_qo_heads = h[0];
+      s.num_kv_heads = h[1];
+      s.seq_lens = {1, 700, 33, 0, 257};
+      ref::PagedCase c = ref::make_paged_case(s);
+      for (int v : mma_versions()) expect_matches(c, v, "group " + std::to_string(h[0] / h[1]));
+    }
+  }
+}
+
+TEST(DecodeV4, PlanSplitsOnlyWhenTheGridIsNotFull) {
+  KVLAB_SKIP_WITHOUT_GPU();
+  // One sequence of 5000 tokens and 8 KV heads: 8 blocks cannot fill the GPU -> splits.
+  ref::PagedCaseSpec one = seeded_spec("decode.v4.plan.one", KvLayout::kNHD, KvFormat::kBF16);
+  one.num_qo_heads = 32;
+  one.num_kv_heads = 8;
+  one.seq_lens = {5000};
+  ref::PagedCase c1 = ref::make_paged_case(one);
+  DeviceCase d1(c1);
+  // 600 sequences x 4 KV heads = 2400 blocks: more than a wave on any GPU -> one launch.
+  ref::PagedCaseSpec many = seeded_spec("decode.v4.plan.many", KvLayout::kNHD, KvFormat::kBF16);
+  many.num_qo_heads = 16;
+  many.num_kv_heads = 4;
+  many.head_dim = 64;
+  many.seq_lens = std::vector<int32_t>(600, 0);
+  for (int i = 0; i < 600; ++i) many.seq_lens[i] = 1 + (i * 37) % 300;
+  ref::PagedCase cm = ref::make_paged_case(many);
+  DeviceCase dm(cm);
+  for (int v : mma_versions()) {
+    EXPECT_GT(gpu::decode_workspace_bytes(d1.decode_args(c1, nullptr, nullptr), v), 0u) << "version " << v;
+    EXPECT_EQ(gpu::decode_workspace_bytes(dm.decode_args(cm, nullptr, nullptr), v), 0u) << "version " << v;
+    expect_matches(c1, v, "batch 1");
+    expect_matches(cm, v, "batch 600");
+  }
+}
+
+TEST(DecodeV4, LongSequencesOfASkewedBatchAreCappedAndMerged) {
+  KVLAB_SKIP_WITHOUT_GPU();
+  TuningGuard guard;
+  // 300 sequences x 2 KV heads fill the grid (no split for filling), but the longest ones
+  // exceed the per-block byte cap, set low here: 256 KiB = 1024 fp8 d128 tokens of one KV
+  // head, so they split while the short ones stay whole.
+  gpu::v4_tuning().max_chunk_bytes = 256 << 10;
+  ref::PagedCaseSpec s = seeded_spec("decode.v4.skew", KvLayout::kNHD, KvFormat::kFP8E4M3);
+  s.num_qo_heads = 8;
+  s.num_kv_heads = 2;
+  s.seq_lens = std::vector<int32_t>(300, 0);
+  for (int i = 0; i < 300; ++i) s.seq_lens[i] = (i % 37 == 0) ? 4000 + 131 * (i / 37) : 1 + (i * 53) % 400;
+  ref::PagedCase c = ref::make_paged_case(s);
+  DeviceCase d(c);
+  for (int v : mma_versions()) {
+    EXPECT_GT(gpu::decode_workspace_bytes(d.decode_args(c, nullptr, nullptr), v), 0u) << "the cap must split";
+    expect_matches(c, v, "skewed, capped");
+  }
+}
+
+TEST(DecodeV4, PlanKnobsDoNotChangeTheResult) {
+  KVLAB_SKIP_WITHOUT_GPU();
+  TuningGuard guard;
+  ref::PagedCaseSpec s = seeded_spec("decode.v4.knobs", KvLayout::kHND, KvFormat::kBF16, DType::kF16);
+  s.num_qo_heads = 16;
+  s.num_kv_heads = 4;
+  s.seq_lens = {3001, 17, 1500};
+  ref::PagedCase c = ref::make_paged_case(s);
+  for (int waves : {1, 2, 8})
+    for (bool pdl : {true, false}) {
+      gpu::v4_tuning().fill_waves = waves;
+      gpu::v4_tuning().pdl = pdl;
+      for (int v : mma_versions())
+        expect_matches(c, v, "fill_waves " + std::to_string(waves) + (pdl ? " pdl" : " no-pdl"));
+    }
+}
+
+TEST(DecodeV4, HeadDim256EveryFormatWithF16Queries) {
+  KVLAB_SKIP_WITHOUT_GPU();
+  for (KvFormat f : all_kv_formats()) {
+    for (KvLayout l : {KvLayout::kNHD, KvLayout::kSplitX}) {
+      ref::PagedCaseSpec s = seeded_spec(("decode.v4.d256." + to_string(f)).c_str(), l, f, DType::kF16);
+      s.head_dim = 256;
+      s.num_qo_heads = 8;
+      s.num_kv_heads = 2;
+      s.block_size = 32;
+      s.seq_lens = {31, 33, 0, 600};
+      ref::PagedCase c = ref::make_paged_case(s);
+      for (int v : mma_versions()) expect_matches(c, v, "d256 f16 Q");
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kvlab::test
