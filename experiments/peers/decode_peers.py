@@ -258,7 +258,7 @@ def kvlab_rows(csv_rows, meta):
         ok = r["status"] == "ok"
         med = float(r["median_us"]) if ok else float("nan")
         out.append(dict(
-            target=r["target"], layout="nhd", kv_format=r["kv_format"], lengths=r["lengths"],
+            target=r["target"], layout=r["layout"], kv_format=r["kv_format"], lengths=r["lengths"],
             graph="on" if r["graph"] == "1" else "off", version=r["version"], head_dim=HEAD_DIM,
             block_size=int(r["block_size"]), num_kv_heads=KV_HEADS, gqa_group=int(r["gqa_group"]),
             batch=int(r["batch"]), context=int(r["context"]), seed=0, status=r["status"], reason=r["reason"],
@@ -290,8 +290,10 @@ def main(argv):
         if k in seen:
             continue
         seen.add(k)
-        points.append({kk: r[kk] for kk in ("target", "batch", "context", "lengths", "kv_format", "gqa_group",
-                                              "block_size", "graph", "layout", "head_dim", "num_kv_heads", "seed")})
+        pt = {kk: r[kk] for kk in ("target", "batch", "context", "lengths", "kv_format", "gqa_group",
+                                   "block_size", "graph", "head_dim", "num_kv_heads", "seed")}
+        pt["layout"] = "contiguous"  # SDPA reads [batch, kv_heads, context, head_dim]
+        points.append(pt)
 
     def log(row):
         if row.get("status") == "ok":

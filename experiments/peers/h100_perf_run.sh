@@ -20,14 +20,14 @@ export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader | tee "$OUT/device.txt"
 rc=0
 if [[ $MODE == validate || $MODE == all ]]; then
-  timeout ${T_TESTS:-100} "$BIN/gpu_tests" --gtest_filter="${TESTS:-Decode*:Curated/*:Small/*}" > "$OUT/tests.log" 2>&1 || rc=1
+  timeout ${T_TESTS:-100} "$BIN/gpu_tests" --gtest_filter="${TESTS:-Decode*:Curated/*:Small/*:All/AppendExact*:AppendBadInput*}" > "$OUT/tests.log" 2>&1 || rc=1
   grep -E "^\[  PASSED|^\[  FAILED|tests ran" "$OUT/tests.log" | tail -25
   grep -B1 -A5 "Failure$" "$OUT/tests.log" | cut -c1-300 | head -${FAIL_LINES:-40}
   timeout ${T_MEM:-50} compute-sanitizer --tool memcheck --print-limit 5 "$BIN/gpu_tests" \
-    --gtest_filter='Small/DecodeSmall.*nhd*:Small/DecodeSmall.*split_x*:DecodeV4.GroupsAboveEight*' > "$OUT/memcheck.log" 2>&1 || rc=1
+    --gtest_filter='Small/DecodeSmall.*nhd*:Small/DecodeSmall.*split_x*:DecodeV4.GroupsAboveEight*:All/AppendExact.*_nhd_*' > "$OUT/memcheck.log" 2>&1 || rc=1
   grep -E "ERROR SUMMARY|PASSED|FAILED" "$OUT/memcheck.log" | tail -4
   timeout ${T_RACE:-40} compute-sanitizer --tool racecheck --print-limit 5 "$BIN/gpu_tests" \
-    --gtest_filter='Small/DecodeSmall.bf16_nhd:Small/DecodeSmall.fp8_e4m3_hnd:Small/DecodeSmall.mxfp4_split_x' > "$OUT/racecheck.log" 2>&1 || rc=1
+    --gtest_filter='Small/DecodeSmall.*/bf16_nhd:Small/DecodeSmall.*/fp8_e4m3_hnd:Small/DecodeSmall.*/nvfp4_hnd:Small/DecodeSmall.*/mxfp4_split_x:All/AppendExact.*nvfp4_nhd*' > "$OUT/racecheck.log" 2>&1 || rc=1
   grep -E "RACECHECK SUMMARY|ERROR SUMMARY|PASSED|FAILED" "$OUT/racecheck.log" | tail -4
 fi
 if [[ $MODE == targets || $MODE == grid || $MODE == all ]]; then

@@ -162,6 +162,7 @@ struct BenchPoint {
   int ctx = 0;         // every sequence's length, or the maximum when mixed
   bool mixed = false;  // seeded uniform lengths in [1024, ctx] (a skewed batch)
   KvFormat format = KvFormat::kBF16;
+  KvLayout layout = KvLayout::kNHD;
   int group = 4;
   int block = 16;
   bool graph = false;  // CUDA-graph replay (launch-bound points; warm L2)
@@ -203,7 +204,7 @@ std::vector<int32_t> lengths_of(const BenchPoint& pt, uint64_t seed) {
 
 ref::PagedCaseSpec bench_spec(const BenchPoint& pt, uint64_t seed) {
   ref::PagedCaseSpec s;
-  s.layout = KvLayout::kNHD;
+  s.layout = pt.layout;
   s.format = pt.format;
   s.num_kv_heads = kKvHeads;
   s.num_qo_heads = kKvHeads * pt.group;
@@ -247,24 +248,32 @@ std::vector<VersionSel> parse_versions(const std::string& list) {
 
 std::vector<BenchPoint> suite(const std::string& name) {
   std::vector<BenchPoint> v;
+  KvLayout layout = KvLayout::kNHD;
   auto add = [&](const char* tgt, int b, int ctx, KvFormat f, int grp = 4, int blk = 16, bool mixed = false, bool graph = false) {
     BenchPoint p;
     p.target = tgt, p.batch = b, p.ctx = ctx, p.format = f, p.group = grp, p.block = blk, p.mixed = mixed, p.graph = graph;
+    p.layout = layout;
     v.push_back(p);
   };
   const KvFormat bf = KvFormat::kBF16, f8 = KvFormat::kFP8E4M3, f4 = KvFormat::kNVFP4;
   if (name == "targets" || name == "all") {
-    for (KvFormat f : {bf, f8}) {
-      add("P1", 64, 8192, f), add("P1", 64, 32768, f);
-      add("P2", 1, 32768, f), add("P2", 1, 131072, f), add("P2", 4, 32768, f);
-      add("P3", 8, 2048, f), add("P3", 16, 4096, f), add("P3", 16, 8192, f);
-      add("P4", 32, 65536, f, 4, 16, true);
+    // Every target shape in both token-row layouts: NHD (a KV head's 16-token page is 16
+    // rows strided by num_kv_heads rows) and HND (the page is one contiguous run).
+    for (KvLayout l : {KvLayout::kNHD, KvLayout::kHND}) {
+      layout = l;
+      for (KvFormat f : {bf, f8}) {
+        add("P1", 64, 8192, f), add("P1", 64, 32768, f);
+        add("P2", 1, 32768, f), add("P2", 1, 131072, f), add("P2", 4, 32768, f);
+        add("P3", 8, 2048, f), add("P3", 8, 8192, f), add("P3", 16, 2048, f), add("P3", 16, 4096, f), add("P3", 16, 8192, f);
+        add("P4", 32, 65536, f, 4, 16, true);
+      }
+      add("P1", 64, 8192, f4), add("P2", 1, 32768, f4);
+      for (int blk : {1, 32, 64, 128}) add("P6", 64, 8192, bf, 4, blk);
+      for (int grp : {1, 8}) add("P7", 64, 8192, bf, grp);
+      add("P8", 1, 512, bf, 4, 16, false, true), add("P8", 1, 1024, bf, 4, 16, false, true);
+      add("P8", 1, 1024, f8, 4, 16, false, true);
     }
-    add("P1", 64, 8192, f4), add("P2", 1, 32768, f4);
-    for (int blk : {1, 32, 64, 128}) add("P6", 64, 8192, bf, 4, blk);
-    for (int grp : {1, 8}) add("P7", 64, 8192, bf, grp);
-    add("P8", 1, 512, bf, 4, 16, false, true), add("P8", 1, 1024, bf, 4, 16, false, true);
-    add("P8", 1, 1024, f8, 4, 16, false, true);
+    layout = KvLayout::kNHD;
   }
   if (name == "grid" || name == "all") {
     for (KvFormat f : {bf, f8, f4})
@@ -298,7 +307,7 @@ class Bench {
 
   Validation validate(const BenchPoint& pt, const VersionSel& ver) {
     std::ostringstream key;
-    key << ver.label << "|" << to_string(pt.format) << "|" << pt.group << "|" << pt.block;
+    key << ver.label << "|" << to_string(pt.format) << "|" << to_string(pt.layout) << "|" << pt.group << "|" << pt.block;
     auto it = vcache_.find(key.str());
     if (it != vcache_.end()) return it->second;
     ref::PagedCaseSpec vs = bench_spec(pt, seed_ + 17);
@@ -457,8 +466,8 @@ std::string lens_label(const BenchPoint& p) {
 }
 
 void print_row(const BenchRow& r) {
-  std::printf("%-5s %-12s %-10s g%-2d b%-4d %-28s ", r.pt.target.c_str(), lens_label(r.pt).c_str(),
-              to_string(r.pt.format).c_str(), r.pt.group, r.pt.block, r.version.c_str());
+  std::printf("%-5s %-12s %-10s %-4s g%-2d b%-4d %-28s ", r.pt.target.c_str(), lens_label(r.pt).c_str(),
+              to_string(r.pt.format).c_str(), to_string(r.pt.layout).c_str(), r.pt.group, r.pt.block, r.version.c_str());
   if (r.status != "ok") {
     std::printf("%s: %s\n", r.status.c_str(), r.reason.c_str());
   } else {
@@ -473,12 +482,12 @@ void write_csv(const std::string& path, const std::vector<BenchRow>& rows, const
   KVLAB_REQUIRE(f != nullptr, "cannot write " << path);
   std::fprintf(f, "# device=%s;read_ceiling=%.6e;copy_ceiling=%.6e;datasheet=%.6e\n", b.device().c_str(),
                b.ceilings().read_bytes_per_s, b.ceilings().copy_bytes_per_s, b.sheet());
-  std::fprintf(f, "target,batch,context,lengths,kv_format,gqa_group,block_size,graph,version,status,reason,median_us,q1_us,q3_us,"
+  std::fprintf(f, "target,batch,context,lengths,kv_format,layout,gqa_group,block_size,graph,version,status,reason,median_us,q1_us,q3_us,"
                   "rel_iqr,reps,bytes,gbps,pct_ceiling,pct_datasheet,rel_l2\n");
   for (const auto& r : rows)
-    std::fprintf(f, "%s,%d,%d,%s,%s,%d,%d,%d,%s,%s,\"%s\",%.3f,%.3f,%.3f,%.5f,%d,%.0f,%.3f,%.3f,%.3f,%.3e\n",
+    std::fprintf(f, "%s,%d,%d,%s,%s,%s,%d,%d,%d,%s,%s,\"%s\",%.3f,%.3f,%.3f,%.5f,%d,%.0f,%.3f,%.3f,%.3f,%.3e\n",
                  r.pt.target.c_str(), r.pt.batch, r.pt.ctx, r.pt.mixed ? "mixed" : "uniform", to_string(r.pt.format).c_str(),
-                 r.pt.group, r.pt.block, r.pt.graph ? 1 : 0, r.version.c_str(), r.status.c_str(), r.reason.c_str(), r.median_us,
+                 to_string(r.pt.layout).c_str(), r.pt.group, r.pt.block, r.pt.graph ? 1 : 0, r.version.c_str(), r.status.c_str(), r.reason.c_str(), r.median_us,
                  r.q1_us, r.q3_us, r.rel_iqr, r.reps, r.bytes, r.gbps, r.pct_ceiling, r.pct_sheet, r.rel_l2);
   std::fclose(f);
 }
@@ -528,7 +537,7 @@ int bench_main(uint64_t seed, const std::string& suite_name, const std::string& 
   Bench b(seed, max_gib);
   const std::vector<VersionSel> versions = parse_versions(vlist);
   std::vector<BenchRow> all;
-  std::printf("%-5s %-12s %-10s %-3s %-5s %-28s %13s %6s %13s %7s %7s\n", "tgt", "batch x ctx", "format", "grp", "block",
+  std::printf("%-5s %-12s %-10s %-4s %-3s %-5s %-28s %13s %6s %13s %7s %7s\n", "tgt", "batch x ctx", "format", "lay", "grp", "block",
               "version", "median", "relIQR", "bandwidth", "%ceil", "%sheet");
   for (const BenchPoint& pt : suite(suite_name)) {
     for (const BenchRow& r : b.run_point(pt, versions)) {
@@ -544,8 +553,8 @@ int bench_main(uint64_t seed, const std::string& suite_name, const std::string& 
   std::map<std::string, const BenchRow*> best;
   for (const auto& r : all) {
     if (r.status != "ok" || r.pt.target == "grid") continue;
-    const std::string key = r.pt.target + " " + lens_label(r.pt) + " " + to_string(r.pt.format) + " g" + std::to_string(r.pt.group) +
-                            " b" + std::to_string(r.pt.block);
+    const std::string key = r.pt.target + " " + lens_label(r.pt) + " " + to_string(r.pt.format) + " " + to_string(r.pt.layout) +
+                            " g" + std::to_string(r.pt.group) + " b" + std::to_string(r.pt.block);
     auto it = best.find(key);
     if (it == best.end() || r.median_us < it->second->median_us) best[key] = &r;
   }

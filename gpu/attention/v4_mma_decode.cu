@@ -450,6 +450,17 @@ __device__ __forceinline__ void v4_block(const V4Params& p, uint8_t* smem, int s
       float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
       const uint8_t* k0 = sk + r0 * kRowStride + t * (kRowBytes / 4);
       const uint8_t* k1 = sk + r1 * kRowStride + t * (kRowBytes / 4);
+      // NVFP4 (f16 flavour): the E4M3 block scales of this thread's slice [t*D/4, (t+1)*D/4)
+      // as replicated f16x2 pairs (group j of the slice covers k-steps 4j .. 4j+3).
+      constexpr int kGpt = (D / 4) >= 16 ? (D / 4) / 16 : 1;
+      uint32_t ksc0[kGpt], ksc1[kGpt];
+      if constexpr (E == KvElem::kE2M1 && kQkF16) {
+#pragma unroll
+        for (int j = 0; j < kGpt; ++j) {
+          ksc0[j] = mma::e4m3x2_to_f16x2(static_cast<uint32_t>(sks[r0 * kSB + t * kGpt + j]) * 0x0101u);
+          ksc1[j] = mma::e4m3x2_to_f16x2(static_cast<uint32_t>(sks[r1 * kSB + t * kGpt + j]) * 0x0101u);
+        }
+      }
 #pragma unroll
       for (int ck = 0; ck < kMT / kCS; ++ck) {
         uint32_t w0[kCW], w1[kCW];
@@ -467,7 +478,13 @@ __device__ __forceinline__ void v4_block(const V4Params& p, uint8_t* smem, int s
           } else if constexpr (E == KvElem::kE5M2) {  // the code is the top byte of the equal half
             a[0] = __byte_perm(w0[s_], 0u, 0x1404), a[2] = __byte_perm(w0[s_], 0u, 0x3424);
             a[1] = __byte_perm(w1[s_], 0u, 0x1404), a[3] = __byte_perm(w1[s_], 0u, 0x3424);
-          } else {  // e2m1 x block scale (exact in the flavour's type)
+          } else if constexpr (kQkF16) {  // NVFP4: e2m1 -> e4m3 bytes -> f16, x the E4M3 block scale (exact)
+            const uint32_t e0 = mma::e2m1x4_to_e4m3x4(w0[s_ / 2] >> (16 * (s_ % 2)));
+            const uint32_t e1 = mma::e2m1x4_to_e4m3x4(w1[s_ / 2] >> (16 * (s_ % 2)));
+            const uint32_t sc0 = ksc0[ks / 4 < kGpt ? ks / 4 : kGpt - 1], sc1 = ksc1[ks / 4 < kGpt ? ks / 4 : kGpt - 1];
+            a[0] = mma::hmul2_bits(mma::e4m3x2_to_f16x2(e0), sc0), a[2] = mma::hmul2_bits(mma::e4m3x2_to_f16x2(e0 >> 16), sc0);
+            a[1] = mma::hmul2_bits(mma::e4m3x2_to_f16x2(e1), sc1), a[3] = mma::hmul2_bits(mma::e4m3x2_to_f16x2(e1 >> 16), sc1);
+          } else {  // MXFP4: e2m1 x 2^k in bf16 (exact)
             const int grp = (t * (D / 4) + 4 * ks) / geom.scale_group();
             const float sc0 = block_code_value(p.mode, sks[r0 * kSB + grp]);
             const float sc1 = block_code_value(p.mode, sks[r1 * kSB + grp]);
@@ -565,14 +582,22 @@ __device__ __forceinline__ void v4_block(const V4Params& p, uint8_t* smem, int s
         lds_range<kRangeBytes>(vb + rd * kRowStride + o1, wd1);
         // Block scales of the 8 (token, range) pieces: each range lies inside one group.
         float sa0 = 1.0f, sa1 = 1.0f, sb0 = 1.0f, sb1 = 1.0f, sc0 = 1.0f, sc1 = 1.0f, sd0 = 1.0f, sd1 = 1.0f;
+        uint32_t hab0 = 0, hab1 = 0, hcd0 = 0, hcd1 = 0;  // NVFP4: f16x2 (scale of x, scale of y)
         if constexpr (E == KvElem::kE2M1) {
           const int gs = geom.scale_group();
           const int q0 = (g * kRange) / gs, q1 = ((g + 8) * kRange) / gs;
           const uint8_t* vsc = svs + (sub * 16) * kSB;
-          sa0 = block_code_value(p.mode, vsc[ra * kSB + q0]), sa1 = block_code_value(p.mode, vsc[ra * kSB + q1]);
-          sb0 = block_code_value(p.mode, vsc[rb * kSB + q0]), sb1 = block_code_value(p.mode, vsc[rb * kSB + q1]);
-          sc0 = block_code_value(p.mode, vsc[rc * kSB + q0]), sc1 = block_code_value(p.mode, vsc[rc * kSB + q1]);
-          sd0 = block_code_value(p.mode, vsc[rd * kSB + q0]), sd1 = block_code_value(p.mode, vsc[rd * kSB + q1]);
+          if constexpr (kPvF16) {
+            auto pair = [&](int x, int y, int q) {
+              return mma::e4m3x2_to_f16x2(static_cast<uint32_t>(vsc[x * kSB + q]) | (static_cast<uint32_t>(vsc[y * kSB + q]) << 8));
+            };
+            hab0 = pair(ra, rb, q0), hab1 = pair(ra, rb, q1), hcd0 = pair(rc, rd, q0), hcd1 = pair(rc, rd, q1);
+          } else {
+            sa0 = block_code_value(p.mode, vsc[ra * kSB + q0]), sa1 = block_code_value(p.mode, vsc[ra * kSB + q1]);
+            sb0 = block_code_value(p.mode, vsc[rb * kSB + q0]), sb1 = block_code_value(p.mode, vsc[rb * kSB + q1]);
+            sc0 = block_code_value(p.mode, vsc[rc * kSB + q0]), sc1 = block_code_value(p.mode, vsc[rc * kSB + q1]);
+            sd0 = block_code_value(p.mode, vsc[rd * kSB + q0]), sd1 = block_code_value(p.mode, vsc[rd * kSB + q1]);
+          }
         }
         constexpr int kPerWord = 32 / kBits;  // elements per word
 #pragma unroll
@@ -580,9 +605,16 @@ __device__ __forceinline__ void v4_block(const V4Params& p, uint8_t* smem, int s
           const int wi = (q4 * 4) / kPerWord, sh = ((q4 * 4) % kPerWord) * kBits;
           uint32_t A[4][4];  // [m-tile within the step][a0..a3]
           auto pieces = [&](const uint32_t(&x)[kRangeWords], const uint32_t(&y)[kRangeWords], float sx, float sy,
-                            int reg) {
+                            uint32_t hxy, int reg) {
             const uint32_t px = x[wi] >> sh, py = y[wi] >> sh;
-            if constexpr (E == KvElem::kE4M3 && kPvF16) {
+            if constexpr (E == KvElem::kE2M1 && kPvF16) {  // NVFP4: via e4m3 bytes, x the scale pair
+              const uint32_t ex = mma::e2m1x4_to_e4m3x4(px), ey = mma::e2m1x4_to_e4m3x4(py);
+              const uint32_t lo = __byte_perm(ex, ey, 0x5140), hi = __byte_perm(ex, ey, 0x7362);
+              A[0][reg] = mma::hmul2_bits(mma::e4m3x2_to_f16x2(lo), hxy);
+              A[1][reg] = mma::hmul2_bits(mma::e4m3x2_to_f16x2(lo >> 16), hxy);
+              A[2][reg] = mma::hmul2_bits(mma::e4m3x2_to_f16x2(hi), hxy);
+              A[3][reg] = mma::hmul2_bits(mma::e4m3x2_to_f16x2(hi >> 16), hxy);
+            } else if constexpr (E == KvElem::kE4M3 && kPvF16) {
               const uint32_t lo = __byte_perm(px, py, 0x5140), hi = __byte_perm(px, py, 0x7362);
               A[0][reg] = mma::e4m3x2_to_f16x2(lo), A[1][reg] = mma::e4m3x2_to_f16x2(lo >> 16);
               A[2][reg] = mma::e4m3x2_to_f16x2(hi), A[3][reg] = mma::e4m3x2_to_f16x2(hi >> 16);
@@ -599,10 +631,10 @@ __device__ __forceinline__ void v4_block(const V4Params& p, uint8_t* smem, int s
               for (int d = 0; d < 4; ++d) A[d][reg] = mma::pack2<kPvF16>(fx[d] * sx, fy[d] * sy);
             }
           };
-          pieces(wa0, wb0, sa0, sb0, 0);  // a0: dims of range 0, tokens 2t, 2t+1
-          pieces(wa1, wb1, sa1, sb1, 1);  // a1: range 1
-          pieces(wc0, wd0, sc0, sd0, 2);  // a2: range 0, tokens 2t+8, 2t+9
-          pieces(wc1, wd1, sc1, sd1, 3);  // a3
+          pieces(wa0, wb0, sa0, sb0, hab0, 0);  // a0: dims of range 0, tokens 2t, 2t+1
+          pieces(wa1, wb1, sa1, sb1, hab1, 1);  // a1: range 1
+          pieces(wc0, wd0, sc0, sd0, hcd0, 2);  // a2: range 0, tokens 2t+8, 2t+9
+          pieces(wc1, wd1, sc1, sd1, hcd1, 3);  // a3
 #pragma unroll
           for (int d = 0; d < 4; ++d) {
             mma::mma16816<kPvF16>(acc[q4 * 4 + d], A[d], bh0, bh1);
@@ -855,7 +887,8 @@ V4Plan make_plan(const DecodeArgs& a, const LaunchLimits& lim) {
   const int64_t max_chunk = std::max(min_chunk, tu.max_chunk_bytes / std::max<int64_t>(1, token_bytes) / granule * granule);
   int64_t splits = 1;
   if (bound > 0 && items > 0) {
-    if (items < slots) splits = (std::max(1, tu.fill_waves) * slots + items - 1) / items;
+    // floor: items x splits stays within the waves (a ceil here can spill into one more wave)
+    if (items < slots) splits = std::max<int64_t>(1, std::max(1, tu.fill_waves) * slots / items);
     splits = std::max(splits, (bound + max_chunk - 1) / max_chunk);
     splits = std::min(splits, (bound + min_chunk - 1) / min_chunk);
     splits = std::max<int64_t>(splits, 1);

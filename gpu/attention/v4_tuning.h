@@ -9,8 +9,9 @@ namespace kvlab::gpu {
 
 struct V4Tuning {
   // When the (sequence, KV head) work items fill fewer than one wave of resident blocks,
-  // each sequence is split so that about `fill_waves` waves of blocks exist.
-  int fill_waves = 2;
+  // each sequence is split so that at most `fill_waves` waves of blocks exist (one wave:
+  // every block starts at once, the per-block start-up latency is paid once).
+  int fill_waves = 1;
   // No block reads more than this many bytes of K+V (bounds the tail of skewed batches:
   // a long sequence becomes several blocks, merged by log-sum-exp).
   int64_t max_chunk_bytes = int64_t{4} << 20;

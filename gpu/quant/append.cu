@@ -1,7 +1,10 @@
 // append.cu: append / quantize-on-write kernel (vLLM's reshape_and_cache), byte-exact to
 // kvlab::ref::append_kv for every KvFormat x KvLayout.
 //
-// Design: one thread block per token, one warp per (token, head, K or V) row; lanes walk
+// Two paths. Contiguous-row layouts (NHD, HND) take the vector path (append_vec_kernel
+// below: 8 elements and 16-byte accesses per thread). Split-x and unaligned buffers take
+// the row path:
+// one thread block per token, one warp per (token, head, K or V) row; lanes walk
 // the row in rounds of 32 consecutive dims (coalesced reads, and coalesced writes for the
 // NHD/HND/split-x-K layouts). Every scale and element code comes from the same KVLAB_HD
 // functions the reference calls (scale_rules.h, formats.h), so the bytes match by
@@ -25,8 +28,10 @@
 #include <thrust/sequence.h>
 #include <thrust/sort.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <sstream>
+#include <type_traits>
 
 #include "gpu/core/cuda_check.h"
 #include "gpu/dispatch.cuh"
@@ -177,6 +182,150 @@ __global__ void __launch_bounds__(kAppendThreads) append_kv_kernel(const AppendP
   }
 }
 
+// ------------------------------------------------------------------ vector path (P9)
+// Rows stored contiguously (NHD, HND: element d of a row at row base + d) take this path:
+// a row of head_dim elements is handled by head_dim / 8 threads, 8 consecutive elements
+// each: one 16-byte load of bf16/f16 input (two of f32), one 16/8/4-byte store of the
+// 16-bit / FP8 / FP4 codes, so every warp moves whole 16-byte chunks instead of the row
+// path's 2-byte lane accesses (TUNING.md, P9). The codes and scales come from the same
+// KVLAB_HD functions as write_row, in the same per-element form, so the bytes are the
+// same; the amax reductions run over the row's (per-token FP8), the group's (NVFP4: 2
+// threads, MXFP4: 4 threads) threads with the order-independent amax_accumulate.
+// Row r of the grid-stride loop: token r / (2H), K (r % 2H < H) or V, head r % H.
+constexpr int kVecElems = 8;
+
+template <typename TIn>
+__device__ __forceinline__ void load8(const TIn* x, float (&f)[kVecElems]) {
+  if constexpr (sizeof(TIn) == 4) {
+    const float4 a = *reinterpret_cast<const float4*>(x), b = *reinterpret_cast<const float4*>(x + 4);
+    f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w, f[4] = b.x, f[5] = b.y, f[6] = b.z, f[7] = b.w;
+  } else {
+    const uint4 r = *reinterpret_cast<const uint4*>(x);
+    const uint32_t w[4] = {r.x, r.y, r.z, r.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const uint16_t lo = static_cast<uint16_t>(w[i] & 0xFFFFu), hi = static_cast<uint16_t>(w[i] >> 16);
+      if constexpr (std::is_same_v<TIn, __nv_bfloat16>) f[2 * i] = bf16_bits_to_float(lo), f[2 * i + 1] = bf16_bits_to_float(hi);
+      else f[2 * i] = fp16_bits_to_float(lo), f[2 * i + 1] = fp16_bits_to_float(hi);
+    }
+  }
+}
+
+// amax over the aligned group of `width` lanes (a power of two <= 32).
+__device__ __forceinline__ float group_amax_n(float a, int width) {
+  for (int off = 1; off < width; off *= 2) a = amax_accumulate(a, __shfl_xor_sync(0xFFFFFFFFu, a, off));
+  return a;
+}
+
+template <typename TIn>
+__global__ void __launch_bounds__(kAppendThreads) append_vec_kernel(const AppendParams p, int num_tokens) {
+  const PageGeometry& g = p.kv.geom;
+  const int D = g.head_dim, H = g.num_kv_heads;
+  const int tpr = D / kVecElems;  // threads per row: 8, 16, 32
+  const int rows_per_block = kAppendThreads / tpr;
+  const int part = threadIdx.x % tpr;
+  const int64_t rows = static_cast<int64_t>(num_tokens) * 2 * H;
+  const int64_t num_slots = g.num_blocks * g.block_size;
+  // Whole warps iterate together (the amax shuffles need every lane of a group).
+  for (int64_t r0 = static_cast<int64_t>(blockIdx.x) * rows_per_block; r0 < rows;
+       r0 += static_cast<int64_t>(gridDim.x) * rows_per_block) {
+    const int64_t r = r0 + threadIdx.x / tpr;
+    const bool live = r < rows;
+    const int64_t token = live ? r / (2 * H) : 0;
+    const int rem = static_cast<int>(r % (2 * H));
+    const bool is_k = rem < H;
+    const int head = is_k ? rem : rem - H;
+    const int64_t s = live ? p.slots[token] : -1;
+    const bool ok = live && s >= 0 && s < num_slots;  // padding (-1) and others: skipped
+    float x[kVecElems];
+    const TIn* src = static_cast<const TIn*>(is_k ? p.k : p.v) + (token * H + head) * D + part * kVecElems;
+    if (ok) load8<TIn>(src, x);
+    else {
+#pragma unroll
+      for (int i = 0; i < kVecElems; ++i) x[i] = 0.0f;
+    }
+    const int64_t block = ok ? s / g.block_size : 0;
+    const int slot = ok ? static_cast<int>(s % g.block_size) : 0;
+    const int d0 = part * kVecElems;
+    uint8_t* pool = static_cast<uint8_t*>(is_k ? p.kv.k : p.kv.v);
+    void* scales = is_k ? p.kv.k_scales : p.kv.v_scales;
+    const float pool_scale = is_k ? p.kv.k_scale : p.kv.v_scale;
+    const int64_t idx = ok ? (is_k ? g.k_index(block, head, slot, d0) : g.v_index(block, head, slot, d0)) : 0;
+    switch (g.format) {
+      case KvFormat::kBF16:
+      case KvFormat::kFP16: {
+        uint32_t w[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const uint16_t lo = g.format == KvFormat::kBF16 ? float_to_bf16_bits(x[2 * i], Saturation::kNonSaturating)
+                                                          : float_to_fp16_bits(x[2 * i], Saturation::kNonSaturating);
+          const uint16_t hi = g.format == KvFormat::kBF16 ? float_to_bf16_bits(x[2 * i + 1], Saturation::kNonSaturating)
+                                                          : float_to_fp16_bits(x[2 * i + 1], Saturation::kNonSaturating);
+          w[i] = static_cast<uint32_t>(lo) | (static_cast<uint32_t>(hi) << 16);
+        }
+        if (ok) *reinterpret_cast<uint4*>(pool + idx * 2) = make_uint4(w[0], w[1], w[2], w[3]);
+        break;
+      }
+      case KvFormat::kFP8E4M3:
+      case KvFormat::kFP8E5M2:
+      case KvFormat::kFP8E4M3PerToken: {
+        ElemFormat ef = g.format == KvFormat::kFP8E5M2 ? ElemFormat::kFP8E5M2 : ElemFormat::kFP8E4M3;
+        float sc = pool_scale;
+        if (g.format == KvFormat::kFP8E4M3PerToken) {
+          float amax = 0.0f;
+#pragma unroll
+          for (int i = 0; i < kVecElems; ++i) amax = amax_accumulate(amax, x[i]);
+          amax = group_amax_n(amax, tpr);
+          sc = canonical_nan(fp8_scale_from_amax(amax, ElemFormat::kFP8E4M3, kDefaultAmaxFloor, AmaxFloorAt::kAmax));
+          if (ok && part == 0) static_cast<float*>(scales)[g.token_scale_index(block, head, slot)] = sc;
+        }
+        uint32_t w[2] = {0, 0};
+#pragma unroll
+        for (int i = 0; i < kVecElems; ++i)
+          w[i / 4] |= (quantize_element(x[i], sc, ef, Saturation::kSatFinite, ElementClamp::kEncoder) & 0xFFu) << (8 * (i % 4));
+        if (ok) *reinterpret_cast<uint2*>(pool + idx) = make_uint2(w[0], w[1]);
+        break;
+      }
+      case KvFormat::kNVFP4:
+      case KvFormat::kMXFP4: {
+        const bool nv = g.format == KvFormat::kNVFP4;
+        float amax = 0.0f;
+#pragma unroll
+        for (int i = 0; i < kVecElems; ++i) amax = amax_accumulate(amax, x[i]);
+        amax = group_amax_n(amax, nv ? 2 : 4);  // 16 / 32 elements: 2 / 4 threads
+        uint8_t scode;
+        float div;
+        if (nv) {
+          scode = nvfp4_block_scale_code(amax, pool_scale, kDefaultAmaxFloor, AmaxFloorAt::kAmax);
+          div = nvfp4_element_scale(scode, pool_scale);
+        } else {
+          const int e = pow2_exp_ocp_floor(amax, elem_emax(ElemFormat::kFP4E2M1), kDefaultAmaxFloor, AmaxFloorAt::kAmax);
+          scode = ue8m0_code_from_exp(e);
+          div = pow2_scale_value(e);
+        }
+        uint32_t w = 0;
+#pragma unroll
+        for (int i = 0; i < kVecElems; ++i)
+          w |= (quantize_element(x[i], div, ElemFormat::kFP4E2M1, Saturation::kSatFinite, ElementClamp::kEncoder) & 0xFu) << (4 * i);
+        if (ok) {
+          *reinterpret_cast<uint32_t*>(pool + (idx >> 1)) = w;  // idx even: 8 nibbles = 4 whole bytes
+          if (d0 % g.scale_group() == 0) static_cast<uint8_t*>(scales)[g.block_scale_index(block, head, slot, d0)] = scode;
+        }
+        break;
+      }
+    }
+  }
+}
+
+// Whether the vector path applies: contiguous rows, 16-byte aligned inputs and pools.
+bool vec_path_ok(const AppendArgs& a) {
+  const PageGeometry& g = a.kv.geom;
+  auto al = [](const void* q, uintptr_t n) { return reinterpret_cast<uintptr_t>(q) % n == 0; };
+  const int tpr = g.head_dim / kVecElems;  // threads per row: a power of two dividing the warp
+  return g.layout != KvLayout::kSplitX && g.head_dim % kVecElems == 0 && tpr <= 32 && (tpr & (tpr - 1)) == 0 &&
+         al(a.k, 16) && al(a.v, 16) && al(a.kv.k, 16) && al(a.kv.v, 16);
+}
+
 // Launcher: [num_tokens] blocks of kAppendThreads.
 template <typename TIn>
 cudaError_t launch_append(const AppendParams& p, int num_tokens, cudaStream_t stream) {
@@ -241,7 +390,15 @@ void append_kv(const AppendArgs& a, cudaStream_t stream, SlotCheck check) {
                   "append_kv: per-token scale arrays must be 4-byte aligned");
   if (check == SlotCheck::kValidate) validate_append_slots(a, stream);
   AppendParams p{a.k, a.v, a.slot_mapping, a.kv};
-  const cudaError_t e = KVLAB_DISPATCH_ACT_DTYPE(a.in_dtype, TIn, [&] { return launch_append<TIn>(p, a.num_tokens, stream); });
+  const bool vec = vec_path_ok(a);
+  const cudaError_t e = KVLAB_DISPATCH_ACT_DTYPE(a.in_dtype, TIn, [&] {
+    if (!vec) return launch_append<TIn>(p, a.num_tokens, stream);
+    const int64_t rows = static_cast<int64_t>(a.num_tokens) * 2 * a.kv.geom.num_kv_heads;
+    const int rows_per_block = kAppendThreads / (a.kv.geom.head_dim / kVecElems);
+    const int64_t blocks = std::min<int64_t>((rows + rows_per_block - 1) / rows_per_block, int64_t{1} << 20);
+    append_vec_kernel<TIn><<<static_cast<unsigned>(blocks), kAppendThreads, 0, stream>>>(p, a.num_tokens);
+    return cudaGetLastError();
+  });
   KVLAB_CUDA_CHECK(e);
   KVLAB_CHECK_LAUNCH();
 }

@@ -85,9 +85,10 @@ TEST(DecodeV4, PlanSplitsOnlyWhenTheGridIsNotFull) {
   for (int i = 0; i < 600; ++i) many.seq_lens[i] = 1 + (i * 37) % 300;
   ref::PagedCase cm = ref::make_paged_case(many);
   DeviceCase dm(cm);
+  thrust::device_vector<uint16_t> o1(c1.o_elements()), om(cm.o_elements());
   for (int v : mma_versions()) {
-    EXPECT_GT(gpu::decode_workspace_bytes(d1.decode_args(c1, nullptr, nullptr), v), 0u) << "version " << v;
-    EXPECT_EQ(gpu::decode_workspace_bytes(dm.decode_args(cm, nullptr, nullptr), v), 0u) << "version " << v;
+    EXPECT_GT(gpu::decode_workspace_bytes(d1.decode_args(c1, raw(o1), nullptr), v), 0u) << "version " << v;
+    EXPECT_EQ(gpu::decode_workspace_bytes(dm.decode_args(cm, raw(om), nullptr), v), 0u) << "version " << v;
     expect_matches(c1, v, "batch 1");
     expect_matches(cm, v, "batch 600");
   }
@@ -107,8 +108,9 @@ TEST(DecodeV4, LongSequencesOfASkewedBatchAreCappedAndMerged) {
   for (int i = 0; i < 300; ++i) s.seq_lens[i] = (i % 37 == 0) ? 4000 + 131 * (i / 37) : 1 + (i * 53) % 400;
   ref::PagedCase c = ref::make_paged_case(s);
   DeviceCase d(c);
+  thrust::device_vector<uint16_t> o(c.o_elements());
   for (int v : mma_versions()) {
-    EXPECT_GT(gpu::decode_workspace_bytes(d.decode_args(c, nullptr, nullptr), v), 0u) << "the cap must split";
+    EXPECT_GT(gpu::decode_workspace_bytes(d.decode_args(c, raw(o), nullptr), v), 0u) << "the cap must split";
     expect_matches(c, v, "skewed, capped");
   }
 }
