@@ -275,12 +275,15 @@ std::vector<BenchPoint> suite(const std::string& name) {
     }
     layout = KvLayout::kNHD;
   }
+  if (name == "profile") {  // one FP8 and one BF16 P1 point, for ncu
+    add("P1", 64, 8192, f8), add("P1", 64, 8192, bf);
+  }
   if (name == "grid" || name == "all") {
     for (KvFormat f : {bf, f8, f4})
       for (int b : {1, 4, 16, 64, 256})
         for (int ctx : {512, 2048, 8192, 32768, 131072}) add("grid", b, ctx, f);
   }
-  KVLAB_REQUIRE(!v.empty(), "unknown suite '" << name << "' (targets, grid, all)");
+  KVLAB_REQUIRE(!v.empty(), "unknown suite '" << name << "' (targets, grid, all, profile)");
   return v;
 }
 
@@ -576,7 +579,7 @@ int main(int argc, char** argv) {
   double max_gib = 24;
   desc.add_options()("help", "this text")("validate", "print the version x format error table")(
       "time", "time versions (--versions) on a suite of points (--suite), validated first; prints a table")(
-      "suite", po::value<std::string>(&suite_name), "targets (DESIGN.md P1-P8 shapes), grid (batch x context x format), all")(
+      "suite", po::value<std::string>(&suite_name), "targets (DESIGN.md P1-P8 shapes), grid (batch x context x format), all, profile (P1 fp8 + bf16)")(
       "versions", po::value<std::string>(&versions),
       "comma list of version ids; v4+ plan variants as ID:waves=N, ID:chunk=MiB, ID:nopdl (default 3,4)")(
       "csv", po::value<std::string>(&csv), "write every row to this CSV file (rewritten after each point)")(

@@ -19,6 +19,7 @@
 // different blocks, so each lane clears and sets its own nibble with atomicAnd/atomicOr
 // on the enclosing 32-bit word (the other nibble is never touched).
 // Input dtype (bf16 / f16 / f32) is the only template parameter: 3 instances.
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 #include <thrust/copy.h>
 #include <thrust/device_vector.h>
@@ -211,12 +212,23 @@ __device__ __forceinline__ void load8(const TIn* x, float (&f)[kVecElems]) {
   }
 }
 
+// The FP8 code of y under Saturation::kSatFinite: the hardware's RNE satfinite conversion
+// for finite y (the same rounding as formats.h's encoder, one instruction for two values),
+// formats.h itself for NaN / Inf, so the bytes are the reference's in every case.
+__device__ __forceinline__ uint32_t fp8_code_satfinite(float y, bool e5m2) {
+  if (!isfinite(y)) return e5m2 ? float_to_e5m2(y, Saturation::kSatFinite) : float_to_e4m3(y, Saturation::kSatFinite);
+  const __nv_fp8x2_storage_t c = __nv_cvt_float2_to_fp8x2(make_float2(y, 0.0f), __NV_SATFINITE, e5m2 ? __NV_E5M2 : __NV_E4M3);
+  return static_cast<uint32_t>(c) & 0xFFu;
+}
+
 // amax over the aligned group of `width` lanes (a power of two <= 32).
 __device__ __forceinline__ float group_amax_n(float a, int width) {
   for (int off = 1; off < width; off *= 2) a = amax_accumulate(a, __shfl_xor_sync(0xFFFFFFFFu, a, off));
   return a;
 }
 
+// rows = num_tokens * 2 * num_kv_heads < 2^31 and num_blocks * block_size < 2^31 (checked
+// by the launcher): 32-bit index division (a 64-bit one costs ~100 instructions a row).
 template <typename TIn>
 __global__ void __launch_bounds__(kAppendThreads) append_vec_kernel(const AppendParams p, int num_tokens) {
   const PageGeometry& g = p.kv.geom;
@@ -224,28 +236,30 @@ __global__ void __launch_bounds__(kAppendThreads) append_vec_kernel(const Append
   const int tpr = D / kVecElems;  // threads per row: 8, 16, 32
   const int rows_per_block = kAppendThreads / tpr;
   const int part = threadIdx.x % tpr;
-  const int64_t rows = static_cast<int64_t>(num_tokens) * 2 * H;
-  const int64_t num_slots = g.num_blocks * g.block_size;
+  const int rows = num_tokens * 2 * H;
+  const uint32_t num_slots = static_cast<uint32_t>(g.num_blocks * g.block_size);
+  const uint32_t two_h = static_cast<uint32_t>(2 * H), bsz = static_cast<uint32_t>(g.block_size);
   // Whole warps iterate together (the amax shuffles need every lane of a group).
-  for (int64_t r0 = static_cast<int64_t>(blockIdx.x) * rows_per_block; r0 < rows;
-       r0 += static_cast<int64_t>(gridDim.x) * rows_per_block) {
-    const int64_t r = r0 + threadIdx.x / tpr;
+  for (int r0 = blockIdx.x * rows_per_block; r0 < rows; r0 += gridDim.x * rows_per_block) {
+    const int r = r0 + static_cast<int>(threadIdx.x) / tpr;
     const bool live = r < rows;
-    const int64_t token = live ? r / (2 * H) : 0;
-    const int rem = static_cast<int>(r % (2 * H));
+    const uint32_t ru = live ? static_cast<uint32_t>(r) : 0u;
+    const uint32_t token = ru / two_h;
+    const int rem = static_cast<int>(ru - token * two_h);
     const bool is_k = rem < H;
     const int head = is_k ? rem : rem - H;
     const int64_t s = live ? p.slots[token] : -1;
-    const bool ok = live && s >= 0 && s < num_slots;  // padding (-1) and others: skipped
+    const bool ok = live && s >= 0 && s < static_cast<int64_t>(num_slots);  // padding (-1) and others: skipped
     float x[kVecElems];
-    const TIn* src = static_cast<const TIn*>(is_k ? p.k : p.v) + (token * H + head) * D + part * kVecElems;
+    const TIn* src = static_cast<const TIn*>(is_k ? p.k : p.v) + (static_cast<int64_t>(token) * H + head) * D + part * kVecElems;
     if (ok) load8<TIn>(src, x);
     else {
 #pragma unroll
       for (int i = 0; i < kVecElems; ++i) x[i] = 0.0f;
     }
-    const int64_t block = ok ? s / g.block_size : 0;
-    const int slot = ok ? static_cast<int>(s % g.block_size) : 0;
+    const uint32_t su = ok ? static_cast<uint32_t>(s) : 0u;
+    const int64_t block = su / bsz;
+    const int slot = static_cast<int>(su - static_cast<uint32_t>(block) * bsz);
     const int d0 = part * kVecElems;
     uint8_t* pool = static_cast<uint8_t*>(is_k ? p.kv.k : p.kv.v);
     void* scales = is_k ? p.kv.k_scales : p.kv.v_scales;
@@ -279,10 +293,12 @@ __global__ void __launch_bounds__(kAppendThreads) append_vec_kernel(const Append
           sc = canonical_nan(fp8_scale_from_amax(amax, ElemFormat::kFP8E4M3, kDefaultAmaxFloor, AmaxFloorAt::kAmax));
           if (ok && part == 0) static_cast<float*>(scales)[g.token_scale_index(block, head, slot)] = sc;
         }
+        // quantize_element(x, sc, ef, kSatFinite, kEncoder) with the encoder in hardware.
         uint32_t w[2] = {0, 0};
 #pragma unroll
         for (int i = 0; i < kVecElems; ++i)
-          w[i / 4] |= (quantize_element(x[i], sc, ef, Saturation::kSatFinite, ElementClamp::kEncoder) & 0xFFu) << (8 * (i % 4));
+          w[i / 4] |= fp8_code_satfinite(scale_for_encode(x[i], sc, ef, ElementClamp::kEncoder), ef == ElemFormat::kFP8E5M2)
+                      << (8 * (i % 4));
         if (ok) *reinterpret_cast<uint2*>(pool + idx) = make_uint2(w[0], w[1]);
         break;
       }
@@ -323,6 +339,7 @@ bool vec_path_ok(const AppendArgs& a) {
   auto al = [](const void* q, uintptr_t n) { return reinterpret_cast<uintptr_t>(q) % n == 0; };
   const int tpr = g.head_dim / kVecElems;  // threads per row: a power of two dividing the warp
   return g.layout != KvLayout::kSplitX && g.head_dim % kVecElems == 0 && tpr <= 32 && (tpr & (tpr - 1)) == 0 &&
+         static_cast<int64_t>(a.num_tokens) * 2 * g.num_kv_heads < INT32_MAX && g.num_blocks * g.block_size < INT32_MAX &&
          al(a.k, 16) && al(a.v, 16) && al(a.kv.k, 16) && al(a.kv.v, 16);
 }
 
@@ -395,7 +412,11 @@ void append_kv(const AppendArgs& a, cudaStream_t stream, SlotCheck check) {
     if (!vec) return launch_append<TIn>(p, a.num_tokens, stream);
     const int64_t rows = static_cast<int64_t>(a.num_tokens) * 2 * a.kv.geom.num_kv_heads;
     const int rows_per_block = kAppendThreads / (a.kv.geom.head_dim / kVecElems);
-    const int64_t blocks = std::min<int64_t>((rows + rows_per_block - 1) / rows_per_block, int64_t{1} << 20);
+    int sms = 0;  // a grid of 16 blocks per SM strides over the rows
+    int dev = 0;
+    KVLAB_CUDA_CHECK(cudaGetDevice(&dev));
+    KVLAB_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    const int64_t blocks = std::min<int64_t>((rows + rows_per_block - 1) / rows_per_block, int64_t{16} * std::max(sms, 1));
     append_vec_kernel<TIn><<<static_cast<unsigned>(blocks), kAppendThreads, 0, stream>>>(p, a.num_tokens);
     return cudaGetLastError();
   });
