@@ -234,7 +234,7 @@ def write_h5(path, rows, meta, argv, run_start):
             keys.append(",".join(f"{k}={r.get(k)}" for k in AXES_STR[:-1] + AXES_NUM) + ",version=" + r["version"])
         cols["key"] = keys
         cols["study"] = ["perf"] * len(rows)
-        cols["kind"] = ["decode_attention"] * len(rows)
+        cols["kind"] = ["append" if r.get("target") == "P9" else "decode_attention" for r in rows]
         cols["status"] = [r.get("status", "") for r in rows]
         cols["reason"] = [r.get("reason", "") or "" for r in rows]
         cols["seconds"] = [float("nan")] * len(rows)
@@ -286,6 +286,8 @@ def main(argv):
     # The distinct shapes kvlab timed (one peer row per shape and backend).
     seen, points = set(), []
     for r in rows:
+        if r["target"] == "P9":
+            continue
         k = (r["target"], r["batch"], r["context"], r["lengths"], r["kv_format"], r["gqa_group"], r["block_size"], r["graph"])
         if k in seen:
             continue

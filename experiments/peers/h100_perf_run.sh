@@ -6,7 +6,8 @@
 #   experiments/peers/h100_perf_run.sh BIN_DIR [MODE]
 #     BIN_DIR  holds gpu_tests and kvlab_decode_check built with -DCMAKE_CUDA_ARCHITECTURES=90
 #              (static Boost), and this folder's decode_peers.py
-#     MODE     validate | targets | grid | all (default all = validate + targets + peers)
+#     MODE     validate | targets | grid | all (default all = validate + targets (VERSIONS)
+#              + grid (GRID_VERSIONS) + peers)
 # Output: OUT/{device.txt,tests.log,memcheck.log,racecheck.log}, OUT/decode.csv (kvlab rows),
 # OUT/decode.log, OUT/perf.h5 (kvlab + peer rows, the kvlab result schema), OUT/peers.log;
 # the closing summary table is printed last.
@@ -33,12 +34,17 @@ fi
 if [[ $MODE == targets || $MODE == grid || $MODE == all ]]; then
   suite=$MODE
   [[ $MODE == all ]] && suite=targets
-  timeout ${T_BENCH:-150} "$BIN/kvlab_decode_check" --time --suite "$suite" --versions "${VERSIONS:-3,4}" --csv "$OUT/decode.csv" --append \
+  timeout ${T_BENCH:-150} "$BIN/kvlab_decode_check" --time --suite "$suite" --versions "${VERSIONS:-3,4,5}" --csv "$OUT/decode.csv" --append \
     > "$OUT/decode.log" 2>&1 || rc=1
+  if [[ $MODE == all ]]; then  # the grid: only the best versions (GRID_VERSIONS)
+    timeout ${T_GRID:-120} "$BIN/kvlab_decode_check" --time --suite grid --versions "${GRID_VERSIONS:-4,5}" --csv "$OUT/grid.csv" \
+      >> "$OUT/decode.log" 2>&1 || rc=1
+    grep -v '^#\|^target,' "$OUT/grid.csv" >> "$OUT/decode.csv" && rm -f "$OUT/grid.csv"
+  fi
   PYTHONUNBUFFERED=1 timeout ${T_PEERS:-60} python3 "$BIN/decode_peers.py" --kvlab-csv "$OUT/decode.csv" --out "$OUT/perf.h5" \
     > "$OUT/peers.log" 2>&1 || rc=1
   grep -v "^P\|^grid\|^tgt" "$OUT/decode.log" | head -5
-  sed -n '/^summary/,$p' "$OUT/decode.log"
+  sed -n '/^summary/,/^device/p' "$OUT/decode.log"
   grep -E " ok|GB/s" "$OUT/peers.log" | grep peer | awk '{print "  peer:", $0}' | cut -c1-150
   tail -1 "$OUT/peers.log"
 fi

@@ -497,7 +497,7 @@ void write_csv(const std::string& path, const std::vector<BenchRow>& rows, const
 
 // P9: the append / quantize-on-write kernel, bf16 input, 64k tokens x 8 heads x d128 into
 // a shuffled set of slots; bytes = input read + storage and scales written.
-void time_append(const Bench& b, uint64_t seed, std::vector<std::string>* lines) {
+void time_append(const Bench& b, uint64_t seed, std::vector<std::string>* lines, std::vector<BenchRow>* rows) {
   const int tokens = 65536, bs = 16;
   for (KvFormat f : {KvFormat::kBF16, KvFormat::kFP8E4M3, KvFormat::kFP8E4M3PerToken, KvFormat::kNVFP4}) {
     PageGeometry g;
@@ -532,6 +532,13 @@ void time_append(const Bench& b, uint64_t seed, std::vector<std::string>* lines)
                   tm.median_us, tm.rel_iqr, bw / 1e9, 100 * bw / b.ceilings().copy_bytes_per_s);
     std::printf("%s\n", line);
     lines->push_back(line);
+    BenchRow r;  // P9 row: batch = tokens, pct_ceiling = % of the COPY ceiling
+    r.pt.target = "P9", r.pt.batch = tokens, r.pt.ctx = 0, r.pt.format = f, r.pt.group = 0, r.pt.block = bs;
+    r.version = "append_kv", r.status = "ok", r.reason = "pct_ceiling is of the copy ceiling";
+    r.median_us = tm.median_us, r.q1_us = tm.q1_us, r.q3_us = tm.q3_us, r.rel_iqr = tm.rel_iqr, r.reps = tm.reps;
+    r.bytes = bytes, r.gbps = bw / 1e9, r.pct_ceiling = 100 * bw / b.ceilings().copy_bytes_per_s;
+    r.pct_sheet = b.sheet() > 0 ? 100 * bw / b.sheet() : 0;
+    rows->push_back(r);
   }
 }
 
@@ -550,7 +557,10 @@ int bench_main(uint64_t seed, const std::string& suite_name, const std::string& 
     if (!csv.empty()) write_csv(csv, all, b);  // after every point: a killed run keeps its rows
   }
   std::vector<std::string> append_lines;
-  if (append) time_append(b, seed, &append_lines);
+  if (append) {
+    time_append(b, seed, &append_lines, &all);
+    if (!csv.empty()) write_csv(csv, all, b);
+  }
   // Closing summary: the best version per point of the target suite.
   std::printf("\nsummary (best version per point; %% of the measured read ceiling %.3f TB/s):\n", b.ceilings().read_bytes_per_s / 1e12);
   std::map<std::string, const BenchRow*> best;

@@ -871,8 +871,25 @@ V4Plan make_plan(const DecodeArgs& a, const LaunchLimits& lim) {
     splits = std::min(splits, (bound + min_chunk - 1) / min_chunk);
     splits = std::max<int64_t>(splits, 1);
   }
-  int64_t chunk = bound > 0 ? (bound + splits - 1) / splits : granule;
-  chunk = (chunk + granule - 1) / granule * granule;
+  auto chunk_of = [&](int64_t sp) {
+    const int64_t c = bound > 0 ? (bound + sp - 1) / sp : granule;
+    return (c + granule - 1) / granule * granule;
+  };
+  // Wave quantization: blocks of equal work finish together, so items x splits = 1.3 waves
+  // costs 2 waves. Split further (up to 16 more) until the last wave is nearly full.
+  if (bound > 0 && items > 0 && tu.min_wave_efficiency > 0) {
+    for (int64_t sp = splits; sp <= splits + 16; ++sp) {
+      const int64_t c = chunk_of(sp);
+      if (c < min_chunk && sp > splits) break;
+      const int64_t blocks = items * ((bound + c - 1) / c);
+      const double waves = static_cast<double>(blocks) / slots;
+      if (waves / std::ceil(waves) >= tu.min_wave_efficiency) {
+        splits = sp;
+        break;
+      }
+    }
+  }
+  const int64_t chunk = chunk_of(splits);
   pl.chunk_tokens = static_cast<int>(std::min<int64_t>(chunk, INT32_MAX / 2));
   pl.num_splits = bound > 0 ? static_cast<int>((bound + chunk - 1) / chunk) : 1;
   pl.grid = items * pl.num_splits;

@@ -15,6 +15,9 @@ struct V4Tuning {
   // No block reads more than this many bytes of K+V (bounds the tail of skewed batches:
   // a long sequence becomes several blocks, merged by log-sum-exp).
   int64_t max_chunk_bytes = int64_t{4} << 20;
+  // Split further while the last wave of blocks would be less than this full (equal-work
+  // blocks finish together: 1.3 waves take 2); 0 disables.
+  double min_wave_efficiency = 0.9;
   // Launch the split merge with programmatic dependent launch (overlaps its launch with
   // the tail of the split kernel).
   bool pdl = true;

@@ -268,14 +268,26 @@ __global__ void __launch_bounds__(kAppendThreads) append_vec_kernel(const Append
     switch (g.format) {
       case KvFormat::kBF16:
       case KvFormat::kFP16: {
+        // Finite pairs: the hardware's RN conversion (overflow -> Inf, subnormals kept: the
+        // non-saturating rule of formats.h); NaN / Inf through formats.h itself.
+        const bool bf = g.format == KvFormat::kBF16;
         uint32_t w[4];
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
-          const uint16_t lo = g.format == KvFormat::kBF16 ? float_to_bf16_bits(x[2 * i], Saturation::kNonSaturating)
-                                                          : float_to_fp16_bits(x[2 * i], Saturation::kNonSaturating);
-          const uint16_t hi = g.format == KvFormat::kBF16 ? float_to_bf16_bits(x[2 * i + 1], Saturation::kNonSaturating)
-                                                          : float_to_fp16_bits(x[2 * i + 1], Saturation::kNonSaturating);
-          w[i] = static_cast<uint32_t>(lo) | (static_cast<uint32_t>(hi) << 16);
+          const float a = x[2 * i], b = x[2 * i + 1];
+          if (isfinite(a) && isfinite(b)) {
+            if (bf) {
+              const __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
+              w[i] = *reinterpret_cast<const uint32_t*>(&h);
+            } else {
+              const __half2 h = __floats2half2_rn(a, b);
+              w[i] = *reinterpret_cast<const uint32_t*>(&h);
+            }
+          } else {
+            const uint16_t lo = bf ? float_to_bf16_bits(a, Saturation::kNonSaturating) : float_to_fp16_bits(a, Saturation::kNonSaturating);
+            const uint16_t hi = bf ? float_to_bf16_bits(b, Saturation::kNonSaturating) : float_to_fp16_bits(b, Saturation::kNonSaturating);
+            w[i] = static_cast<uint32_t>(lo) | (static_cast<uint32_t>(hi) << 16);
+          }
         }
         if (ok) *reinterpret_cast<uint4*>(pool + idx * 2) = make_uint4(w[0], w[1], w[2], w[3]);
         break;
@@ -294,11 +306,20 @@ __global__ void __launch_bounds__(kAppendThreads) append_vec_kernel(const Append
           if (ok && part == 0) static_cast<float*>(scales)[g.token_scale_index(block, head, slot)] = sc;
         }
         // quantize_element(x, sc, ef, kSatFinite, kEncoder) with the encoder in hardware.
+        const bool e5 = ef == ElemFormat::kFP8E5M2;
         uint32_t w[2] = {0, 0};
 #pragma unroll
-        for (int i = 0; i < kVecElems; ++i)
-          w[i / 4] |= fp8_code_satfinite(scale_for_encode(x[i], sc, ef, ElementClamp::kEncoder), ef == ElemFormat::kFP8E5M2)
-                      << (8 * (i % 4));
+        for (int i = 0; i < kVecElems; i += 2) {
+          const float y0 = scale_for_encode(x[i], sc, ef, ElementClamp::kEncoder);
+          const float y1 = scale_for_encode(x[i + 1], sc, ef, ElementClamp::kEncoder);
+          uint32_t pair;
+          if (isfinite(y0) && isfinite(y1)) {  // one cvt for both
+            pair = static_cast<uint32_t>(__nv_cvt_float2_to_fp8x2(make_float2(y0, y1), __NV_SATFINITE, e5 ? __NV_E5M2 : __NV_E4M3)) & 0xFFFFu;
+          } else {
+            pair = fp8_code_satfinite(y0, e5) | (fp8_code_satfinite(y1, e5) << 8);
+          }
+          w[i / 4] |= pair << (8 * (i % 4));
+        }
         if (ok) *reinterpret_cast<uint2*>(pool + idx) = make_uint2(w[0], w[1]);
         break;
       }
