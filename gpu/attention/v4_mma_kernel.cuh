@@ -746,13 +746,16 @@ __global__ void __launch_bounds__(kThreads, Cfg::min_blocks(D, E)) v4_decode_ker
   }
 }
 
-// grid ceil(rows / 4), 128 threads: one warp per (sequence, query head) row.
+// grid = rows (one block per (sequence, query head) row), 128 threads.
 // o = sum_i exp(lse_i - M) o_i / sum_i exp(lse_i - M); lse = M + log(sum_i exp(lse_i - M)).
+// The 4 warps take every 4th split and keep 4 partial loads in flight each (a loop with
+// one load per iteration would pay the L2 latency once per split: ~10 us at 64 splits);
+// lane l holds dims 4l..4l+3 (+128 for head_dim 256); shared memory combines the warps.
 __global__ void __launch_bounds__(kMergeWarps* kWarpSize) v4_merge_kernel(const V4Params p) {
+  __shared__ float4 red[kMergeWarps][2][kWarpSize];  // [warp][dims half][lane]
   mma::pdl_wait();  // the split kernel has completed and its partials are visible
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * kMergeWarps + warp;
-  if (row >= static_cast<int64_t>(p.num_seqs) * p.num_qo_heads) return;
+  const int64_t row = blockIdx.x;
   const int seq = static_cast<int>(row / p.num_qo_heads);
   const int D = p.geom.head_dim;
   const int len = p.seq_lens[seq];
@@ -762,14 +765,18 @@ __global__ void __launch_bounds__(kMergeWarps* kWarpSize) v4_merge_kernel(const 
     *reinterpret_cast<uint2*>(static_cast<uint16_t*>(p.o) + row * D + d) = make_uint2(w0, w1);
   };
   if (len < 0 || len > p.seq_len_bound) {
-    for (int d = lane * 4; d < D; d += 4 * kWarpSize) store4(d, NAN, NAN, NAN, NAN);
-    if (lane == 0 && p.lse) p.lse[row] = NAN;
+    if (warp == 0) {
+      for (int d = lane * 4; d < D; d += 4 * kWarpSize) store4(d, NAN, NAN, NAN, NAN);
+      if (lane == 0 && p.lse) p.lse[row] = NAN;
+    }
     return;
   }
   const int n = (len + p.chunk_tokens - 1) / p.chunk_tokens;
   if (n == 0) {
-    for (int d = lane * 4; d < D; d += 4 * kWarpSize) store4(d, 0.0f, 0.0f, 0.0f, 0.0f);
-    if (lane == 0 && p.lse) p.lse[row] = -INFINITY;
+    if (warp == 0) {
+      for (int d = lane * 4; d < D; d += 4 * kWarpSize) store4(d, 0.0f, 0.0f, 0.0f, 0.0f);
+      if (lane == 0 && p.lse) p.lse[row] = -INFINITY;
+    }
     return;
   }
   const float* lse_in = p.partial_lse + row * p.num_splits;
@@ -785,16 +792,54 @@ __global__ void __launch_bounds__(kMergeWarps* kWarpSize) v4_merge_kernel(const 
   float sum = 0.0f;
   for (int i = lane; i < n; i += kWarpSize) sum += exp_diff(lse_in[i], mx);
   sum = group_sum<kWarpSize>(sum);
-  const float inv = 1.0f / sum;
-  for (int d = lane * 4; d < D; d += 4 * kWarpSize) {
-    float4 a = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    for (int i = 0; i < n; ++i) {
-      const float w = exp_diff(lse_in[i], mx);
-      const float4 x = *reinterpret_cast<const float4*>(p.partial_o + (row * p.num_splits + i) * D + d);
-      a.x += w * x.x, a.y += w * x.y, a.z += w * x.z, a.w += w * x.w;
+  // This warp's splits: i = warp, warp + 4, ...; dims 4*lane (+128).
+  const float* po = p.partial_o + row * p.num_splits * static_cast<int64_t>(D);
+  float4 acc[2] = {make_float4(0.0f, 0.0f, 0.0f, 0.0f), make_float4(0.0f, 0.0f, 0.0f, 0.0f)};
+  const int halves = (D + 4 * kWarpSize - 1) / (4 * kWarpSize);
+  const bool lane_live = lane * 4 < D;
+  int i = warp;
+  for (; i + 3 * kMergeWarps < n; i += 4 * kMergeWarps) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      if (h >= halves || !lane_live) continue;
+      const int d = lane * 4 + h * 4 * kWarpSize;
+      float4 x[4];
+      float w[4];
+#pragma unroll
+      for (int u = 0; u < 4; ++u) x[u] = *reinterpret_cast<const float4*>(po + static_cast<int64_t>(i + u * kMergeWarps) * D + d);
+#pragma unroll
+      for (int u = 0; u < 4; ++u) w[u] = exp_diff(lse_in[i + u * kMergeWarps], mx);
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        acc[h].x += w[u] * x[u].x, acc[h].y += w[u] * x[u].y, acc[h].z += w[u] * x[u].z, acc[h].w += w[u] * x[u].w;
+      }
     }
+  }
+  for (; i < n; i += kMergeWarps) {
+    const float w = exp_diff(lse_in[i], mx);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      if (h >= halves || !lane_live) continue;
+      const float4 x = *reinterpret_cast<const float4*>(po + static_cast<int64_t>(i) * D + lane * 4 + h * 4 * kWarpSize);
+      acc[h].x += w * x.x, acc[h].y += w * x.y, acc[h].z += w * x.z, acc[h].w += w * x.w;
+    }
+  }
+  red[warp][0][lane] = acc[0];
+  red[warp][1][lane] = acc[1];
+  __syncthreads();
+  if (warp != 0) return;
+  const float inv = 1.0f / sum;
+  for (int h = 0; h < halves; ++h) {
+    if (!lane_live) break;
+    float4 t = red[0][h][lane];
+#pragma unroll
+    for (int w = 1; w < kMergeWarps; ++w) {
+      const float4 y = red[w][h][lane];
+      t.x += y.x, t.y += y.y, t.z += y.z, t.w += y.w;
+    }
+    const int d = lane * 4 + h * 4 * kWarpSize;
     if (bad) store4(d, NAN, NAN, NAN, NAN);
-    else store4(d, a.x * inv, a.y * inv, a.z * inv, a.w * inv);
+    else store4(d, t.x * inv, t.y * inv, t.z * inv, t.w * inv);
   }
   if (lane == 0 && p.lse) p.lse[row] = bad ? NAN : mx + logf(sum);
 }
@@ -911,6 +956,11 @@ std::string v4_unsupported_reason(const DecodeArgs& a) {
     os << "v4's block (" << kThreads << " threads, " << pl.smem << " bytes of shared memory) cannot be resident";
     return os.str();
   }
+  if (static_cast<int64_t>(a.num_seqs) * a.num_qo_heads > INT32_MAX) {
+    os << "v4 merges one block per output row; " << static_cast<int64_t>(a.num_seqs) * a.num_qo_heads
+       << " rows exceed the 1-D grid limit";
+    return os.str();
+  }
   if (pl.grid > INT32_MAX) {
     os << "v4 grid of " << pl.grid << " blocks exceeds the 1-D grid limit";
     return os.str();
@@ -966,7 +1016,7 @@ void v4_run(const DecodeArgs& a, void* workspace, cudaStream_t stream) {
   if (pl.num_splits > 1) {
     const int64_t rows = static_cast<int64_t>(a.num_seqs) * a.num_qo_heads;
     cudaLaunchConfig_t cfg{};
-    cfg.gridDim = dim3(static_cast<unsigned>((rows + kMergeWarps - 1) / kMergeWarps));
+    cfg.gridDim = dim3(static_cast<unsigned>(rows));
     cfg.blockDim = dim3(kMergeWarps * kWarpSize);
     cfg.dynamicSmemBytes = 0;
     cfg.stream = stream;
