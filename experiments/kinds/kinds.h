@@ -10,5 +10,9 @@ namespace kvlab::exp {
 std::unique_ptr<Bench> make_format_error_bench();
 std::unique_ptr<Bench> make_quant_error_bench();
 std::unique_ptr<Bench> make_capacity_bench();
+std::unique_ptr<Bench> make_simulate_bench();
+std::unique_ptr<Bench> make_roofline_bench();
+std::unique_ptr<Bench> make_dsv4_capacity_bench();
+std::unique_ptr<Bench> make_compression_error_bench();
 
 }  // namespace kvlab::exp
