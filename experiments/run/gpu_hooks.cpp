@@ -48,4 +48,20 @@ bool measure_ceilings(RunContext* ctx, std::string* note) {
 #endif
 }
 
+int gpu_self_check(std::string* detail) {
+#if defined(KVLAB_HAVE_CUDA)
+  RunContext ctx;
+  probe_device(&ctx);
+  if (!ctx.device_present) {
+    *detail = ctx.device_name;
+    return -1;
+  }
+  *detail = "the GPU decode kernels are not on main yet";
+  return -1;
+#else
+  *detail = "built without CUDA";
+  return -1;
+#endif
+}
+
 }  // namespace kvlab::exp

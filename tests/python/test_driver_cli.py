@@ -33,7 +33,7 @@ def test_info_prints_self_check(run):
 
 
 def test_help_on_every_subcommand(run):
-    for cmd in ("info", "sweep", "validate", "merge", "recover"):
+    for cmd in ("info", "sweep", "validate", "simulate", "merge", "recover"):
         r = run(cmd, "--help")
         assert r.returncode == 0 and "usage: kvlab " + cmd in r.stdout, (cmd, r.stdout, r.stderr)
 
