@@ -120,11 +120,30 @@ def _is_peer(version) -> bool:
     return str(version).startswith(PEER_PREFIX)
 
 
+# Decode axes the bandwidth figure holds fixed (at their most common value in the file).
+DECODE_FIXED = ["layout", "head_dim", "block_size", "num_kv_heads", "gqa_group"]
+
+
+def _main_slice(df: pd.DataFrame) -> pd.DataFrame:
+    """Uniform-length, eager rows at the most common value of every DECODE_FIXED axis."""
+    if "lengths" in df.columns:
+        df = df[df["lengths"].fillna("uniform") == "uniform"]
+    if "graph" in df.columns:
+        df = df[df["graph"].fillna("off") == "off"]
+    for a in DECODE_FIXED:
+        if a in df.columns and df[a].notna().any():
+            df = df[df[a] == df[a].mode().iloc[0]]
+    return df
+
+
 def decode_bandwidth(r: Results):
-    """Decode attention: achieved bandwidth vs context per version (median over the other axes),
-    with the measured read ceiling, the datasheet peak and the peers (rows whose version is
-    "peer:NAME", written by a peers script in the same schema, and DESIGN.md's H100 figures)."""
+    """Decode attention: achieved bandwidth vs context per version, with the measured read
+    ceiling, the datasheet peak and the peers (rows whose version is "peer:NAME", written by a
+    peers script in the same schema, and DESIGN.md's H100 figures). One panel per batch and
+    KV format; uniform lengths, eager launches, the most common layout / head_dim / block size /
+    heads (the other studies have figures of their own axes)."""
     df = _need(r.ok("decode_attention"), "decode_attention", ["context", "version", "bytes_per_s"])
+    df = _main_slice(df)
     keys = [k for k in ("batch", "kv_format") if k in df.columns]
     groups = list(df.groupby(keys)) if keys else [((), df)]
     groups = groups[:6]
@@ -188,6 +207,8 @@ def simulated_vs_measured(r: Results):
     pred = _need(r.ok("roofline"), "roofline", DECODE_SHAPE + ["op", "predicted_s"])
     pred = pred[pred["op"] == "decode_attention"]
     meas = meas[~meas["version"].map(_is_peer)]
+    if "lengths" in meas.columns:  # the roofline rows model uniform lengths only
+        meas = meas[meas["lengths"].fillna("uniform") == "uniform"]
     # One index holds every kind's columns: keep the measurement's own before the join.
     meas = meas[DECODE_SHAPE + ["version", "median_us"] + [c for c in ("layout",) if c in meas.columns]]
     if pred.empty:
@@ -245,6 +266,33 @@ def capacity_vs_block(r: Results):
         ax.grid(alpha=0.3)
         ax.legend(fontsize=6)
     fig.suptitle("Capacity vs block size and KV format")
+    return fig
+
+
+def roofline_chart(r: Results):
+    """Roofline of the cost model: attainable FLOP/s vs arithmetic intensity per GPU, with the
+    predicted GEMM (batch sweep) and decode-attention points; left of the ridge memory-bound."""
+    df = _need(r.ok("roofline"), "roofline", ["intensity", "model_flops", "predicted_s", "ridge", "op"])
+    gpus = sorted(df["gpu"].unique()) if "gpu" in df.columns else ["?"]
+    fig, axes = _panels(len(gpus), 6.0, 4.4)
+    for ax, gpu in zip(axes, gpus):
+        d = df[df["gpu"] == gpu] if "gpu" in df.columns else df
+        for (op, extra), dv in d.groupby(["op", "weight_bits" if "weight_bits" in d.columns else "op"]):
+            label = f"{op}" + (f", {int(extra)}-bit weights" if op == "gemm" and extra != op else "")
+            ax.scatter(dv["intensity"], dv["model_flops"] / dv["predicted_s"], s=14, label=label)
+        for rate_col in ("ridge",):
+            for ridge, dv in d.groupby(rate_col):
+                bw = float(dv["ceiling_bytes_per_s"].iloc[0])
+                x = np.logspace(-1, 4, 60)
+                ax.plot(x, np.minimum(x * bw, ridge * bw), color="k", lw=0.8, alpha=0.5)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("arithmetic intensity (FLOP/byte)")
+        ax.set_ylabel("attainable FLOP/s (predicted)")
+        ax.set_title(str(gpu))
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=6)
+    fig.suptitle("Roofline (sim/cost): memory-bound left of the ridge")
     return fig
 
 
@@ -380,6 +428,7 @@ FIGURES = [
     ("append_bandwidth", append_bandwidth),
     ("capacity_vs_block_size", capacity_vs_block),
     ("simulated_vs_measured", simulated_vs_measured),
+    ("roofline", roofline_chart),
     ("waste_vs_block_size", waste_vs_block_size),
     ("capacity_vs_compression_ratio", capacity_vs_compression),
     ("compression_error_vs_ratio", compression_error_vs_ratio),

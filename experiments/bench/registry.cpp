@@ -16,6 +16,8 @@ const std::vector<std::unique_ptr<Bench>>& benches() {
     v.push_back(make_roofline_bench());
     v.push_back(make_dsv4_capacity_bench());
     v.push_back(make_compression_error_bench());
+    v.push_back(make_decode_attention_bench());
+    v.push_back(make_append_bench());
     return v;
   }();
   return list;

@@ -259,9 +259,11 @@ DurableFile::~DurableFile() {
 
 size_t DurableFile::commit() {
   file_.flush();
-  const std::vector<unsigned char> img = file_.image();
+  std::vector<unsigned char> img = file_.image();
   if (img == committed_) return 0;
-  return img.size() <= opt_.atomic_limit_bytes ? commit_by_rename(img) : commit_by_journal(img);
+  const size_t n = img.size() <= opt_.atomic_limit_bytes ? commit_by_rename(img) : commit_by_journal(img);
+  committed_ = std::move(img);
+  return n;
 }
 
 size_t DurableFile::commit_by_rename(const std::vector<unsigned char>& img) {
@@ -295,7 +297,6 @@ size_t DurableFile::commit_by_rename(const std::vector<unsigned char>& img) {
   sync_dir_of(path_, opt_.fsync);
   ::close(fd_);  // releases the old inode's lock; the new one is held through tfd
   fd_ = tfd;
-  committed_ = img;
   return img.size();
 }
 
@@ -363,7 +364,6 @@ size_t DurableFile::commit_by_journal(const std::vector<unsigned char>& img) {
 
   // 3. Done: the journal goes.
   if (unlink(jp.c_str()) != 0) throw Error("cannot remove the journal " + jp + ": " + errno_text());
-  committed_ = img;
   return written;
 }
 

@@ -143,7 +143,7 @@ class SimulateBench : public Bench {
         {"chunked_prefill", AxisType::kEnum, "on", {"on", "off"}, "split prompts across steps"},
         {"launch", AxisType::kEnum, "graph", {"graph", "eager"}, "launch model of the step cost (CUDA graph or eager)"},
         {"max_steps", AxisType::kInt, "0", {}, "stop after this many steps (0 = run to completion)"},
-        {"trace_rows", AxisType::kInt, "2000", {}, "at most this many rows in the steps trace (0 = every step)"},
+        {"trace_rows", AxisType::kInt, "1000", {}, "at most this many rows in the steps trace (0 = every step)"},
     };
   }
   std::vector<MetricSpec> metrics() const override {

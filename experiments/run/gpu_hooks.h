@@ -6,7 +6,16 @@
 
 #include "experiments/bench/bench.h"
 
+#if defined(KVLAB_HAVE_CUDA)
+#include "gpu/bench/harness.h"
+#endif
+
 namespace kvlab::exp {
+
+#if defined(KVLAB_HAVE_CUDA)
+// The harness options of a sweep's [timing] section; graph: CUDA-graph replay.
+gpu::bench::TimingOptions to_harness(const TimingConfig& t, bool graph);
+#endif
 
 // Fills ctx->device_present / device_name / peak_bytes_per_s.
 void probe_device(RunContext* ctx);
