@@ -141,7 +141,7 @@ def test_resume_refuses_other_schema_and_corrupt_files(run, small_config, small_
 
 def test_sigkill_mid_sweep_then_resume(run, kvlab_bin, tmp_path):
     """Kill a real sweep with SIGKILL, several times, at seeded random moments while it
-    commits point after point (tiny points: most of the time goes into commits, so kills
+    commits point after point (tiny points: much of the time goes into commits, so kills
     land inside them). While it runs, and after every kill, h5py reads the file directly,
     with no `kvlab recover` and no journal: every read must succeed. --resume then runs
     exactly the missing points."""
@@ -159,12 +159,19 @@ def test_sigkill_mid_sweep_then_resume(run, kvlab_bin, tmp_path):
         proc = subprocess.Popen([kvlab_bin, "sweep", ini, "--out", out, "--progress", "none"]
                                 + (["--resume"] if k else []),
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        kill_at = time.time() + rng.uniform(0.3, 0.9)
-        while time.time() < kill_at and proc.poll() is None:
+        # Kill once a seeded number of new points is visible, after a seeded random pause
+        # (0-30 ms: a point plus its commit take a few ms to tens of ms), so kills land at
+        # random moments of the compute / commit cycle whatever the machine's speed.
+        target, pause = prev + rng.randint(2, 15), rng.uniform(0.0, 0.03)
+        deadline = time.time() + 60
+        while time.time() < deadline and proc.poll() is None:
             if os.path.exists(out):
                 n = rows(out)  # must never fail, whatever the writer is doing
                 assert n >= prev
                 reads += 1
+                if n >= target:
+                    break
+        time.sleep(pause)
         assert proc.poll() is None, "the sweep finished before it could be killed: make it longer"
         proc.send_signal(signal.SIGKILL)
         proc.wait()
