@@ -1,11 +1,6 @@
-// kvlab: the experiment driver (placeholder entry point until the driver lands).
+// kvlab: the experiment driver. Everything lives in kvlab_exp (experiments/cli/cli.h).
 #include <iostream>
 
-#include "experiments/build_info.h"
+#include "experiments/cli/cli.h"
 
-int main() {
-  const auto b = kvlab::exp::build_info();
-  std::cout << "kvlab " << b.version << " (" << b.build_type << ", " << b.compiler
-            << (b.cuda ? ", CUDA " + b.cuda_version : ", no CUDA") << ")\n";
-  return 0;
-}
+int main(int argc, char** argv) { return kvlab::exp::cli_main(argc, argv, std::cout, std::cerr); }

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "reference/core/dtype.h"
 #include "reference/layout/kv_layout.h"
@@ -25,7 +26,12 @@ enum class Op {
   kAppend,                 // append / reshape_and_cache vs reference: exact
   kCompressor,             // DSV4 CSA/HCA compression, GPU vs reference
   kDecodeStepLogits,       // full decode step logits, GPU vs CPU reference
+  kReferenceCrossCheck,    // two float64-accumulating references of the same math (decode vs
+                           // prefill, decode vs an independent dense computation), one
+                           // rounded to out_dtype, the other kept in f32
 };
+constexpr int kNumOps = 11;
+const std::vector<Op>& all_ops();
 
 struct Tolerance {
   double atol = 0;
@@ -35,11 +41,27 @@ struct Tolerance {
   const char* why = "";
 };
 
+// The entry for (op, format, out_dtype). Throws Unsupported naming the combination (and
+// why it has no entry) when the table has none; every combination either has an entry or
+// throws (tests/cpu/test_tolerance.cpp walks them all).
 Tolerance tolerance(Op op, KvFormat format, DType out_dtype);
-std::string to_string(Op op);
+std::string to_string(Op op);  // e.g. "decode_attention"
 
-// Fills s.violations / s.worst_index using the tolerance and returns whether the whole
-// check passes (elementwise, NMSE and non-finite conditions).
-bool check(const float* out, const float* ref, size_t n, const Tolerance& tol, ErrorStats* s);
+// Computes compare(out, ref, n, ulp_dtype) into *s (s may be nullptr), then fills
+// s->violations / s->worst_index using the tolerance and returns whether the whole check
+// passes:
+//   - every finite pair satisfies |out - ref| <= atol + rtol * |ref|;
+//   - nmse <= nmse_max (skipped when ||ref|| = 0: the elementwise bound then decides);
+//   - no non-finite mismatch (see metrics.h), unless allow_nonfinite.
+// Non-finite mismatches count as violations (unless allowed) and rank worst.
+bool check(const float* out, const float* ref, size_t n, const Tolerance& tol, ErrorStats* s,
+           DType ulp_dtype = DType::kF32);
+// As above; throws InvalidArgument when the sizes differ.
+bool check(const std::vector<float>& out, const std::vector<float>& ref, const Tolerance& tol,
+           ErrorStats* s, DType ulp_dtype = DType::kF32);
+
+// Why a checked ErrorStats fails `tol` ("" when it passes): for failure messages and the
+// "reason" column of sweep records.
+std::string explain_failure(const ErrorStats& s, const Tolerance& tol);
 
 }  // namespace kvlab

@@ -1,0 +1,100 @@
+"""Loading kvlab result files (schema "kvlab.results", version 1; see
+experiments/results/result_file.h for the layout).
+
+Only h5py, numpy and pandas: the HDF5 file is the whole interface to the C++ side.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+import h5py
+import numpy as np
+import pandas as pd
+
+SCHEMA_NAME = "kvlab.results"
+SCHEMA_VERSION = 1
+
+
+class ResultFileError(Exception):
+    """The file cannot be used: missing, not HDF5, another schema, interrupted commit."""
+
+
+def _text(v):
+    if isinstance(v, bytes):
+        return v.decode("utf-8")
+    if isinstance(v, np.ndarray) and v.dtype.kind in "SO":
+        return [_text(x) for x in v.tolist()]
+    if isinstance(v, np.generic):
+        return v.item()
+    return v
+
+
+def read_table(group: h5py.Group) -> pd.DataFrame:
+    """A kvlab table (a group of equal-length 1-D columns, order in attribute 'columns')."""
+    cols = _text(group.attrs["columns"]) if "columns" in group.attrs else []
+    if isinstance(cols, str):
+        cols = [cols]
+    data = {}
+    for c in cols:
+        d = group[c]
+        if h5py.check_string_dtype(d.dtype) is not None:
+            data[c] = pd.Series(d.asstr()[()], dtype=object)
+        else:
+            data[c] = d[()]
+    return pd.DataFrame(data)
+
+
+@dataclass
+class Results:
+    path: str
+    attrs: dict
+    index: pd.DataFrame
+    runs: pd.DataFrame = field(default_factory=pd.DataFrame)
+
+    def ok(self, kind: str) -> pd.DataFrame:
+        """Rows of one bench with status ok."""
+        if self.index.empty:
+            return self.index
+        return self.index[(self.index["kind"] == kind) & (self.index["status"] == "ok")].copy()
+
+    def kinds(self) -> list[str]:
+        return sorted(set(self.index["kind"])) if not self.index.empty else []
+
+    def trace(self, row: pd.Series, name: str):
+        """A point's trace: a DataFrame for tables, a numpy array otherwise."""
+        with h5py.File(self.path, "r") as f:
+            obj = f[row["group"]][name]
+            if isinstance(obj, h5py.Group):
+                return read_table(obj)
+            return obj[()]
+
+    @property
+    def read_ceiling(self) -> float:
+        return float(self.attrs.get("read_ceiling_bytes_per_s", 0.0) or 0.0)
+
+    @property
+    def copy_ceiling(self) -> float:
+        return float(self.attrs.get("copy_ceiling_bytes_per_s", 0.0) or 0.0)
+
+
+def load(path: str) -> Results:
+    if not os.path.exists(path):
+        raise ResultFileError(f"{path}: no such file")
+    if os.path.exists(path + ".rollback"):
+        raise ResultFileError(
+            f"{path} has an interrupted commit ({path}.rollback): run `kvlab recover {path}` first")
+    try:
+        f = h5py.File(path, "r")
+    except OSError as e:
+        raise ResultFileError(f"{path} is not a readable HDF5 file: {e}") from None
+    with f:
+        attrs = {k: _text(v) for k, v in f.attrs.items()}
+        if attrs.get("kvlab_schema") != SCHEMA_NAME:
+            raise ResultFileError(f"{path} is not a kvlab result file (kvlab_schema attribute missing)")
+        if attrs.get("schema_version") != SCHEMA_VERSION:
+            raise ResultFileError(
+                f"{path} has schema_version {attrs.get('schema_version')}; this analysis reads {SCHEMA_VERSION}")
+        index = read_table(f["index"])
+        runs = read_table(f["runs"]) if "runs" in f else pd.DataFrame()
+    return Results(path=path, attrs=attrs, index=index, runs=runs)

@@ -1,0 +1,122 @@
+// bench.h: the point kinds ("benches") a sweep is made of, and what one point yields.
+//
+// A bench declares its axes (each with a type, a default and, for enums, the allowed
+// values) and the summary metrics it reports; the driver expands a study of the sweep
+// config into points (one value per axis), asks the bench whether it supports each point
+// (a reason when not: the point is recorded as "skipped" with it), runs it, and writes
+// the Record: status, summary metrics (one column each in the index table), declared
+// bytes and FLOPs, and bulk traces under the point's own HDF5 group. Validation against
+// the reference and timing of the same configuration are one record (DESIGN.md).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "experiments/h5/h5.h"
+
+namespace kvlab::exp {
+
+enum class AxisType { kInt, kFloat, kString, kEnum };
+
+struct AxisSpec {
+  std::string name;
+  AxisType type = AxisType::kInt;
+  std::string default_value;          // used when a study does not list the axis
+  std::vector<std::string> choices;   // kEnum: the allowed values ("all" expands to them)
+  std::string doc;
+  bool numeric() const { return type == AxisType::kInt || type == AxisType::kFloat; }
+};
+
+struct MetricSpec {
+  std::string name;
+  std::string unit;  // "" when dimensionless
+  std::string doc;
+};
+
+// One sweep point: a bench and one value per declared axis (canonical text).
+struct Point {
+  int64_t index = 0;  // position in the whole sweep's enumeration (stable for a config)
+  std::string study;  // the config section it came from
+  std::string kind;   // bench name
+  std::vector<std::pair<std::string, std::string>> axes;  // in the bench's axis order
+
+  std::string key() const;  // "study/kind:a=1,b=x": identifies the point across runs
+  bool has(const std::string& axis) const;
+  const std::string& str(const std::string& axis) const;  // throws for unknown axes
+  int64_t integer(const std::string& axis) const;
+  double number(const std::string& axis) const;
+  std::string describe() const;  // "a=1 b=x"
+};
+
+enum class Status { kOk, kSkipped, kFailed };
+std::string to_string(Status s);
+
+// A bulk trace stored under /points/<row>/<name>: a table (named columns) or an array.
+struct Trace {
+  std::string name;
+  std::string doc;
+  std::vector<std::pair<h5::Table::Column, h5::ColumnData>> columns;  // a table when non-empty
+  h5::ColumnData array;              // otherwise an array of this shape
+  std::vector<uint64_t> shape;
+};
+
+struct Record {
+  Status status = Status::kOk;
+  std::string reason;  // why skipped / failed ("" when ok)
+  std::vector<std::pair<std::string, double>> metrics;       // summary numbers
+  std::vector<std::pair<std::string, std::string>> labels;   // summary strings
+  std::vector<Trace> traces;
+  double seconds = 0;  // wall time of the whole point (set by the runner)
+
+  void metric(const std::string& name, double v) { metrics.emplace_back(name, v); }
+  void label(const std::string& name, const std::string& v) { labels.emplace_back(name, v); }
+  static Record skipped(std::string why) { Record r; r.status = Status::kSkipped; r.reason = std::move(why); return r; }
+  static Record failed(std::string why) { Record r; r.status = Status::kFailed; r.reason = std::move(why); return r; }
+};
+
+// Options of the GPU timing harness, set by the [timing] section of a config.
+struct TimingConfig {
+  int warmup = 3;
+  int min_reps = 10;
+  int max_reps = 200;
+  double target_rel_iqr = 0.02;   // stop once IQR/median is below this
+  double max_seconds = 2.0;       // per timed configuration
+  bool cold_l2 = true;
+  bool graph = false;             // CUDA-graph replay for launch-bound points
+  int graph_calls = 20;           // calls captured per graph
+};
+
+// What a bench may use while running: seeds, timing options and the measured ceilings.
+struct RunContext {
+  uint64_t seed = 1;
+  bool timing = true;             // false for `kvlab validate`: check only
+  TimingConfig timing_cfg;
+  // Measured once per run by the GPU harness (0 when not measured).
+  double read_ceiling_bytes_per_s = 0;
+  double copy_ceiling_bytes_per_s = 0;
+  double peak_bytes_per_s = 0;    // datasheet-style figure of the device
+  std::string device_name;
+  bool device_present = false;
+};
+
+class Bench {
+ public:
+  virtual ~Bench() = default;
+  virtual std::string name() const = 0;
+  virtual std::string summary() const = 0;
+  virtual std::vector<AxisSpec> axes() const = 0;
+  virtual std::vector<MetricSpec> metrics() const = 0;
+  virtual bool needs_gpu() const { return false; }
+  // "" when the point can run, else the reason it cannot (recorded as skipped).
+  virtual std::string unsupported_reason(const Point&, const RunContext&) const { return ""; }
+  // Runs the point. Bad input throws (InvalidArgument / Unsupported: recorded as failed /
+  // skipped); a validation failure returns a Record with status kFailed.
+  virtual Record run(const Point& p, RunContext& ctx) = 0;
+  // A rough wall-time estimate (for --dry-run and the ETA before the first points finish).
+  virtual double estimate_seconds(const Point& p, const RunContext& ctx) const = 0;
+};
+
+}  // namespace kvlab::exp

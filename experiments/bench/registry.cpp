@@ -1,0 +1,34 @@
+// registry.cpp: the list of benches (see registry.h).
+#include "experiments/bench/registry.h"
+
+#include "experiments/kinds/kinds.h"
+#include "reference/core/error.h"
+
+namespace kvlab::exp {
+
+const std::vector<std::unique_ptr<Bench>>& benches() {
+  static const std::vector<std::unique_ptr<Bench>> list = [] {
+    std::vector<std::unique_ptr<Bench>> v;
+    v.push_back(make_quant_error_bench());
+    v.push_back(make_format_error_bench());
+    v.push_back(make_capacity_bench());
+    return v;
+  }();
+  return list;
+}
+
+std::vector<std::string> bench_names() {
+  std::vector<std::string> n;
+  for (const auto& b : benches()) n.push_back(b->name());
+  return n;
+}
+
+Bench& find_bench(const std::string& name) {
+  for (const auto& b : benches())
+    if (b->name() == name) return *b;
+  std::string all;
+  for (const auto& n : bench_names()) all += (all.empty() ? "" : ", ") + n;
+  throw InvalidArgument("unknown kind '" + name + "' (known kinds: " + all + ")");
+}
+
+}  // namespace kvlab::exp

@@ -1,0 +1,317 @@
+// cli.cpp: subcommand dispatch and options of `kvlab` (see cli.h).
+#include "experiments/cli/cli.h"
+
+#include <unistd.h>
+
+#include <boost/program_options.hpp>
+#include <cstdio>
+#include <iostream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "experiments/bench/registry.h"
+#include "experiments/build_info.h"
+#include "experiments/h5/durable.h"
+#include "experiments/h5/h5.h"
+#include "experiments/results/merge.h"
+#include "experiments/results/provenance.h"
+#include "experiments/results/result_file.h"
+#include "experiments/run/runner.h"
+#include "experiments/sweep/spec.h"
+#include "experiments/sweep/values.h"
+#include "reference/core/error.h"
+
+namespace po = boost::program_options;
+
+namespace kvlab::exp {
+namespace {
+
+constexpr int kExitBadInput = 2;
+
+const char* kSubcommands[][2] = {
+    {"info", "build, git, devices, benches and their axes, reference self-check"},
+    {"validate", "run a sweep's points without timing (validation only)"},
+    {"sweep", "run a sweep config into an HDF5 result file"},
+    {"merge", "merge shard result files into one"},
+    {"recover", "undo an interrupted commit of a result file"},
+};
+
+void usage(std::ostream& os) {
+  os << "usage: kvlab <subcommand> [options]   (kvlab <subcommand> --help for its options)\n\nsubcommands:\n";
+  for (const auto& s : kSubcommands) {
+    char line[160];
+    std::snprintf(line, sizeof line, "  %-10s %s\n", s[0], s[1]);
+    os << line;
+  }
+}
+
+std::string self_exe() {
+  char buf[4096];
+  const ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
+  if (n <= 0) return "kvlab";
+  buf[n] = 0;
+  return buf;
+}
+
+po::variables_map parse(const std::vector<std::string>& args, const po::options_description& desc,
+                        const po::positional_options_description& pos) {
+  po::variables_map vm;
+  po::store(po::command_line_parser(args).options(desc).positional(pos).run(), vm);
+  po::notify(vm);
+  return vm;
+}
+
+bool help_requested(const po::variables_map& vm, const std::string& cmd, const std::string& synopsis,
+                    const po::options_description& desc, std::ostream& out) {
+  if (!vm.count("help")) return false;
+  out << "usage: kvlab " << cmd << " " << synopsis << "\n\n" << desc << "\n";
+  return true;
+}
+
+// A config argument: as given, else relative to the source tree (for `kvlab validate`).
+std::string resolve_config(const std::string& path) {
+  if (access(path.c_str(), F_OK) == 0) return path;
+#ifdef KVLAB_SOURCE_DIR
+  const std::string alt = std::string(KVLAB_SOURCE_DIR) + "/" + path;
+  if (access(alt.c_str(), F_OK) == 0) return alt;
+#endif
+  return path;
+}
+
+void add_sweep_selection(po::options_description& d) {
+  d.add_options()
+      ("axis,a", po::value<std::vector<std::string>>()->composing(),
+       "override an axis: [STUDY.]NAME=VALUES (lists 1,16,64; ranges pow2:9:17, range:1:8:2, geom:4:128:2); repeatable")
+      ("only", po::value<std::string>(), "run only these studies (comma-separated section names)")
+      ("seed", po::value<long long>(), "override the config's seed");
+}
+
+SweepSpec load_with_selection(const std::string& config, const po::variables_map& vm, std::vector<std::string>* passthrough) {
+  SweepSpec spec = load_sweep(config);
+  if (vm.count("only")) {
+    select_studies(&spec, vm["only"].as<std::string>());
+    passthrough->push_back("--only");
+    passthrough->push_back(vm["only"].as<std::string>());
+  }
+  if (vm.count("axis"))
+    for (const auto& a : vm["axis"].as<std::vector<std::string>>()) {
+      split_assignment(a, "--axis");  // malformed: error before anything runs
+      spec.overrides.push_back(a);
+      passthrough->push_back("--axis");
+      passthrough->push_back(a);
+    }
+  if (vm.count("seed")) {
+    const long long s = vm["seed"].as<long long>();
+    if (s < 0) throw InvalidArgument("--seed must be non-negative, got " + std::to_string(s));
+    spec.seed = static_cast<uint64_t>(s);
+    passthrough->push_back("--seed");
+    passthrough->push_back(std::to_string(s));
+  }
+  return spec;
+}
+
+int cmd_info(const std::vector<std::string>& args, std::ostream& out) {
+  po::options_description d("kvlab info options");
+  d.add_options()("help,h", "show this help")("kinds", "also list every bench's axes and metrics")(
+      "no-self-check", "skip the reference self-check");
+  po::positional_options_description pos;
+  const auto vm = parse(args, d, pos);
+  if (help_requested(vm, "info", "[--kinds] [--no-self-check]", d, out)) return 0;
+  const BuildInfo b = build_info();
+  out << "kvlab " << b.version << " (" << b.build_type << ", " << b.compiler
+      << (b.cuda ? ", CUDA " + b.cuda_version + " sm_" + b.cuda_archs : ", built without CUDA") << ")\n";
+  out << "git " << git_commit() << (git_dirty() ? " (dirty)" : "") << "; host " << hostname() << "\n";
+  out << "HDF5 result schema " << kSchemaName << " v" << kSchemaVersion << "\n";
+  const DeviceSummary dev = device_summary();
+  if (dev.present) {
+    char line[256];
+    std::snprintf(line, sizeof line, "device: %s (%d visible), %d SMs, %.0f MHz SM, L2 %d MiB, %.1f GiB, peak %.0f GB/s\n",
+                  dev.name.c_str(), dev.count, dev.sm_count, dev.sm_clock_khz / 1e3, dev.l2_bytes >> 20,
+                  dev.global_mem_bytes / double(1ull << 30), dev.peak_bytes_per_s / 1e9);
+    out << line;
+  } else {
+    out << "device: " << dev.error << ": GPU points are recorded as skipped\n";
+  }
+  out << "benches:\n";
+  for (const auto& bench : benches()) {
+    out << "  " << bench->name() << (bench->needs_gpu() ? " [gpu]" : " [cpu]") << ": " << bench->summary() << "\n";
+    if (!vm.count("kinds")) continue;
+    for (const auto& a : bench->axes()) {
+      out << "      axis " << a.name << " (default " << a.default_value;
+      if (a.type == AxisType::kEnum) {
+        out << "; one of";
+        for (const auto& c : a.choices) out << " " << c;
+      }
+      out << "): " << a.doc << "\n";
+    }
+    for (const auto& m : bench->metrics()) out << "      metric " << m.name << (m.unit.empty() ? "" : " [" + m.unit + "]") << ": " << m.doc << "\n";
+  }
+  if (vm.count("no-self-check")) return 0;
+  out << "reference self-check:\n";
+  const bool ok = self_check(out);
+  out << "self-check: " << (ok ? "PASS" : "FAIL") << "\n";
+  return ok ? 0 : 1;
+}
+
+int cmd_sweep(const std::vector<std::string>& args, const std::vector<std::string>& full_argv, std::ostream& out,
+              bool validate_only) {
+  const std::string cmd = validate_only ? "validate" : "sweep";
+  po::options_description d("kvlab " + cmd + " options");
+  d.add_options()("help,h", "show this help")("config", po::value<std::string>(), "sweep config (INI)")(
+      "out,o", po::value<std::string>(), validate_only ? "also keep the records in this HDF5 file"
+                                                       : "result file (default: the config's `out`)");
+  add_sweep_selection(d);
+  d.add_options()("dry-run,n", "list the points and a time estimate; run nothing")(
+      "progress", po::value<std::string>()->default_value("auto"), "auto | bar | plain | none")(
+      "log-prefix", po::value<std::string>()->default_value(""), "prefix of every output line (workers)");
+  if (!validate_only) {
+    d.add_options()("resume", "continue an existing result file, skipping its finished points")(
+        "shard", po::value<std::string>(), "run only shard K/N (points whose index % N == K)")(
+        "workers,j", po::value<int>(), "run N worker processes (shards) and merge their files")(
+        "gpus", po::value<std::string>(), "one worker per GPU: a list like 0,1,3 or 'all'")(
+        "no-fsync", "skip fsync in commits (still safe against process death, not power loss)");
+  }
+  po::positional_options_description pos;
+  pos.add("config", 1);
+  const auto vm = parse(args, d, pos);
+  if (help_requested(vm, cmd, validate_only ? "[CONFIG] [options]   (default CONFIG: experiments/configs/validate.ini)"
+                                            : "CONFIG [options]",
+                     d, out))
+    return 0;
+  std::string config;
+  if (vm.count("config")) config = vm["config"].as<std::string>();
+  else if (validate_only) config = "experiments/configs/validate.ini";
+  else throw InvalidArgument("kvlab sweep: missing CONFIG (an INI file, e.g. experiments/configs/default.ini)");
+  config = resolve_config(config);
+
+  SweepOptions opt;
+  opt.argv = full_argv;
+  opt.self_exe = self_exe();
+  SweepSpec spec = load_with_selection(config, vm, &opt.passthrough);
+  opt.progress = vm["progress"].as<std::string>();
+  opt.log_prefix = vm["log-prefix"].as<std::string>();
+  opt.dry_run = vm.count("dry-run") > 0;
+  opt.timing = !validate_only;
+  if (vm.count("out")) opt.out = vm["out"].as<std::string>();
+  std::string temp_out;
+  if (validate_only) {
+    if (opt.out.empty()) {
+      temp_out = "/tmp/kvlab-validate-" + std::to_string(getpid()) + ".h5";
+      unlink(temp_out.c_str());
+      opt.out = temp_out;
+    }
+    opt.fsync = false;
+  } else {
+    opt.resume = vm.count("resume") > 0;
+    opt.fsync = vm.count("no-fsync") == 0;
+    if (vm.count("shard")) parse_shard(vm["shard"].as<std::string>(), &opt.shard_k, &opt.shard_n);
+    if (vm.count("workers") && vm.count("gpus")) throw InvalidArgument("give --workers or --gpus, not both");
+    if (vm.count("workers")) {
+      const int n = vm["workers"].as<int>();
+      if (n < 1 || n > 256) throw InvalidArgument("--workers: expected 1..256, got " + std::to_string(n));
+      opt.workers = n;
+    }
+    if (vm.count("gpus")) {
+      const std::string g = vm["gpus"].as<std::string>();
+      const DeviceSummary dev = device_summary();
+      if (g == "all") {
+        if (dev.count == 0) throw InvalidArgument("--gpus all: no GPU is visible (" + dev.error + ")");
+        for (int i = 0; i < dev.count; ++i) opt.gpus.push_back(std::to_string(i));
+      } else {
+        for (const auto& item : split(g, ',')) {
+          long long id = 0;
+          if (!parse_int(item, &id) || id < 0) throw InvalidArgument("--gpus: '" + item + "' is not a device index");
+          if (id >= dev.count)
+            throw InvalidArgument("--gpus: device " + std::to_string(id) + " does not exist (" +
+                                  std::to_string(dev.count) + " visible" + (dev.present ? "" : ": " + dev.error) + ")");
+          opt.gpus.push_back(std::to_string(id));
+        }
+      }
+      opt.workers = static_cast<int>(opt.gpus.size());
+    }
+    if (opt.workers > 1 && vm.count("shard")) throw InvalidArgument("--shard and --workers/--gpus do not combine");
+  }
+  const int rc = run_sweep(spec, opt, out);
+  if (!temp_out.empty()) unlink(temp_out.c_str());
+  return rc;
+}
+
+int cmd_merge(const std::vector<std::string>& args, std::ostream& out) {
+  po::options_description d("kvlab merge options");
+  d.add_options()("help,h", "show this help")("out,o", po::value<std::string>(), "merged result file")(
+      "inputs", po::value<std::vector<std::string>>(), "shard result files")("force,f", "replace an existing output")(
+      "allow-mixed", "merge files from different sweeps");
+  po::positional_options_description pos;
+  pos.add("inputs", -1);
+  const auto vm = parse(args, d, pos);
+  if (help_requested(vm, "merge", "--out OUT IN.h5 [IN.h5 ...]", d, out)) return 0;
+  if (!vm.count("out")) throw InvalidArgument("kvlab merge: missing --out OUT");
+  if (!vm.count("inputs")) throw InvalidArgument("kvlab merge: no input files");
+  MergeOptions mo;
+  mo.overwrite = vm.count("force") > 0;
+  mo.allow_mixed = vm.count("allow-mixed") > 0;
+  const auto inputs = vm["inputs"].as<std::vector<std::string>>();
+  const int64_t rows = merge_results(inputs, vm["out"].as<std::string>(), mo);
+  out << "merged " << inputs.size() << " files (" << rows << " points) -> " << vm["out"].as<std::string>() << "\n";
+  return 0;
+}
+
+int cmd_recover(const std::vector<std::string>& args, std::ostream& out) {
+  po::options_description d("kvlab recover options");
+  d.add_options()("help,h", "show this help")("files", po::value<std::vector<std::string>>(), "result files");
+  po::positional_options_description pos;
+  pos.add("files", -1);
+  const auto vm = parse(args, d, pos);
+  if (help_requested(vm, "recover", "FILE.h5 [...]", d, out)) return 0;
+  if (!vm.count("files")) throw InvalidArgument("kvlab recover: no files given");
+  for (const auto& f : vm["files"].as<std::vector<std::string>>()) {
+    if (access(f.c_str(), F_OK) != 0) throw InvalidArgument("kvlab recover: " + f + " does not exist");
+    const h5::Recovery r = h5::DurableFile::recover(f);
+    out << f << ": " << (r == h5::Recovery::kNone ? "clean (no interrupted commit)" : h5::to_string(r)) << "\n";
+  }
+  return 0;
+}
+
+}  // namespace
+
+int cli_main(int argc, const char* const* argv, std::ostream& out, std::ostream& err) {
+  std::vector<std::string> full(argv, argv + argc);
+  if (argc < 2) {
+    usage(err);
+    return kExitBadInput;
+  }
+  const std::string cmd = argv[1];
+  const std::vector<std::string> args(argv + 2, argv + argc);
+  try {
+    if (cmd == "--help" || cmd == "-h" || cmd == "help") {
+      usage(out);
+      return 0;
+    }
+    if (cmd == "info") return cmd_info(args, out);
+    if (cmd == "sweep") return cmd_sweep(args, full, out, false);
+    if (cmd == "validate") return cmd_sweep(args, full, out, true);
+    if (cmd == "merge") return cmd_merge(args, out);
+    if (cmd == "recover") return cmd_recover(args, out);
+    err << "kvlab: unknown subcommand '" << cmd << "'\n";
+    usage(err);
+    return kExitBadInput;
+  } catch (const po::error& e) {
+    err << "kvlab " << cmd << ": error: " << e.what() << " (see kvlab " << cmd << " --help)\n";
+    return kExitBadInput;
+  } catch (const InvalidArgument& e) {
+    err << "kvlab " << cmd << ": error: " << e.what() << "\n";
+    return kExitBadInput;
+  } catch (const Unsupported& e) {
+    err << "kvlab " << cmd << ": error: " << e.what() << "\n";
+    return kExitBadInput;
+  } catch (const h5::Error& e) {
+    err << "kvlab " << cmd << ": error: " << e.what() << "\n";
+    return kExitBadInput;
+  } catch (const std::exception& e) {
+    err << "kvlab " << cmd << ": failed: " << e.what() << "\n";
+    return 1;
+  }
+}
+
+}  // namespace kvlab::exp
