@@ -481,7 +481,7 @@ void enqueue_step(DecodeEngine::Impl& I, const DecoderConfig& c, const EngineOpt
       a.slot_mapping = ptr(I.slots);
       a.num_tokens = m;
       a.kv = I.views[l];
-      append_kv(a, st);
+      append_kv(a, st, SlotCheck::kTrusted);  // slots come from step_prepare; no sync in capture
     }
     const DecodeArgs da = I.attn_args(c, opt, l, m);
     decode_attention(da, I.attn_version, I.attn_ws_bytes ? ptr(I.attn_ws) : nullptr, I.attn_ws_bytes, st);

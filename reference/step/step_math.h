@@ -117,9 +117,11 @@ KVLAB_HD uint64_t token_order_key(float logit, uint32_t token) {
 }
 KVLAB_HD uint32_t token_of_key(uint64_t key) { return 0xFFFFFFFFu - static_cast<uint32_t>(key & 0xFFFFFFFFu); }
 
-// exp(x) for x <= 0 (x > 0 is clamped by the caller's max subtraction), to about 2e-7
-// relative plus the 2^-24 |x| rounding of x * log2(e). Built only from _rn operations and
-// exact bit manipulation, so host and device agree bit for bit.
+// exp(x) for -87 < x <= 0 (0 at and below -87; x > 0 is treated as 0: callers subtract the
+// maximum first), within det_exp_error_bound(x) relative: t = x * log2(e) carries the
+// float rounding of log2(e) (1.3e-8) and of the product (2^-24), i.e. < 2^-23 |x| once
+// scaled by ln 2 back to exp; the 2^f polynomial and f * ln 2 add a few float ulps (< 2^-21). Built only from _rn operations and exact bit
+// manipulation, so host and device agree bit for bit.
 KVLAB_HD float det_exp(float x) {
   if (!(x > -87.0f)) return 0.0f;  // also NaN -> 0
   if (x > 0.0f) x = 0.0f;
@@ -139,6 +141,8 @@ KVLAB_HD float det_exp(float x) {
   const int e = static_cast<int>(n);  // in [-126, 0]
   return fmul_rn(p, exp2i(e));
 }
+
+KVLAB_HD double det_exp_error_bound(float x) { return (x < 0 ? -x : x) * 0x1p-23 + 0x1p-21; }
 
 // Draws from the top-k candidates, given sorted by token_order_key descending (vals[0] the
 // largest logit): p_i = exp((vals[i] - vals[0]) * inv_temperature); the draw u in [0, 1)

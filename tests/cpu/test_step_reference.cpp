@@ -210,6 +210,33 @@ TEST(StepReference, FloatAndDoubleAccumulationAgreeWithinTheTolerance) {
   }
 }
 
+TEST(StepReference, TheToleranceRejectsAWrongModel) {
+  // The logit bound must not be so loose that a wrong step passes: another RoPE base (a
+  // positional bug, invisible at position 0) and another weight seed both miss it.
+  const DecoderConfig good = decoder_preset("tiny");
+  DecoderConfig rope = good, seed = good;
+  rope.rope_theta = 500.0f;
+  seed.seed = good.seed + 1;
+  const Tolerance tol = tolerance(Op::kDecodeStepLogits, KvFormat::kBF16, DType::kF32);
+  for (const DecoderConfig* wrong : {&rope, &seed}) {
+    const int batch = 2, steps = 8;
+    ref::DecoderRef a(good, {}, batch, steps), b(*wrong, {}, batch, steps);
+    a.start(batch, identity_table(batch, a.blocks_per_seq()));
+    b.start(batch, identity_table(batch, b.blocks_per_seq()));
+    std::mt19937_64 rng(test::seed_for("wrong-model"));
+    int failing_steps = 0;
+    for (int s = 0; s < steps; ++s) {
+      const auto tok = random_tokens(rng, batch, good.vocab);
+      a.step(tok);
+      b.step(tok);
+      ErrorStats es;
+      failing_steps += check(a.logits().data(), b.logits().data(), a.logits().size(), tol, &es) ? 0 : 1;
+    }
+    // the RoPE bug shows from position 1 on; another seed at every step
+    EXPECT_GE(failing_steps, steps - 1) << (wrong == &rope ? "rope base 500 vs 10000" : "other weight seed");
+  }
+}
+
 TEST(StepReference, LayoutAndBlockPlacementDoNotChangeTheResult) {
   const DecoderConfig c = decoder_preset("tiny");
   const int batch = 3, steps = 11;

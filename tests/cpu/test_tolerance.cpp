@@ -63,7 +63,7 @@ TEST(Tolerance, TheEntriesTheKernelsNeedExist) {
 
 TEST(Tolerance, ExplicitlyUnsupported) {
   EXPECT_THROW(tolerance(Op::kDecodeAttention, KvFormat::kBF16, DType::kF32), Unsupported);
-  EXPECT_THROW(tolerance(Op::kDecodeStepLogits, KvFormat::kBF16, DType::kF32), Unsupported);
+  EXPECT_THROW(tolerance(Op::kDecodeStepLogits, KvFormat::kBF16, DType::kBF16), Unsupported);
   EXPECT_THROW(tolerance(Op::kOnlineSoftmaxMerge, KvFormat::kBF16, DType::kBF16), Unsupported);
   EXPECT_THROW(tolerance(Op::kCompressor, KvFormat::kFP8E4M3, DType::kF32), Unsupported);
   EXPECT_THROW(tolerance(static_cast<Op>(kNumOps), KvFormat::kBF16, DType::kF32), Unsupported);
