@@ -19,7 +19,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from analysis import peers  # noqa: E402
+from analysis import peers, step_figures  # noqa: E402
 from analysis.load import ResultFileError, Results, load  # noqa: E402
 
 
@@ -196,6 +196,7 @@ FIGURES = [
     ("append_bandwidth", append_bandwidth),
     ("capacity_vs_block_size", capacity_vs_block),
 ]
+FIGURES += step_figures.figures_for(Skip)  # decode step (issue #8)
 
 
 def make_figures(r: Results, out: str, formats=("png", "pdf")):

@@ -58,6 +58,7 @@ namespace {
 struct BufferPlan {
   int64_t rows = 0;
   int64_t h = 0, xn = 0, qkv = 0, q = 0, gu = 0, s = 0, act = 0, logits = 0;
+  BufferPlan() = default;
   explicit BufferPlan(const DecoderConfig& c, int64_t max_batch) : rows(max_batch) {
     h = rows * c.hidden;
     xn = rows * c.hidden;
@@ -75,8 +76,6 @@ struct BufferPlan {
            4.0 * logits + rows * (4.0 * 4 + 8.0);
   }
 };
-
-int64_t weight_elements(const DecoderConfig& c) { return parameter_count(c); }
 
 // Weight layout inside one BF16 allocation, per tensor (elements).
 struct WeightPlan {
@@ -131,6 +130,9 @@ void validate_options(const DecoderConfig& c, const EngineOptions& o) {
                 "engine max_context " << o.max_context << " outside [1, 2^24]");
   KVLAB_REQUIRE(o.block_size >= 1, "engine block_size " << o.block_size << " must be >= 1");
   kvlab::validate(cache_geometry(c, o));
+  KVLAB_REQUIRE(cache_geometry(c, o).num_blocks < (int64_t{1} << 31),
+                "engine max_batch " << o.max_batch << " x " << cache_geometry(c, o).num_blocks / o.max_batch
+                                    << " blocks per sequence exceeds the int32 block ids of a block table");
   for (int b : o.graph_buckets)
     KVLAB_REQUIRE(b >= 1 && b <= o.max_batch, "graph bucket " << b << " outside [1, max_batch " << o.max_batch << "]");
   if (kv_format_has_pool_scale(o.kv_format))
@@ -187,6 +189,21 @@ struct DecodeEngine::Impl {
     for (auto& g : graphs) cudaGraphExecDestroy(g.second);
     graphs.clear();
   }
+  // Frees everything allocate_state() allocates (the weights stay).
+  void release_state() {
+    drop_graphs();
+    auto drop = [](auto& v) {
+      v.clear();
+      v.shrink_to_fit();
+    };
+    drop(rope), drop(cache), drop(tokens), drop(positions), drop(seq_lens), drop(block_table);
+    drop(tokens_bak), drop(positions_bak), drop(slots), drop(h), drop(qkv), drop(y), drop(gu), drop(s);
+    drop(logits), drop(xn), drop(q), drop(o), drop(act), drop(attn_ws);
+    attn_ws_bytes = 0;
+    views.clear();
+    table.reset();
+    allocator.reset();
+  }
   const uint16_t* w(int64_t off) const { return thrust::raw_pointer_cast(weights.data()) + off; }
 
   DecodeArgs attn_args(const DecoderConfig& c, const EngineOptions& opt, int layer, int m) {
@@ -207,13 +224,30 @@ struct DecodeEngine::Impl {
   }
 };
 
-double DecodeEngine::device_bytes_needed(const DecoderConfig& cfg, const EngineOptions& opt) {
-  validate_options(cfg, opt);
+namespace {
+
+double state_bytes(const DecoderConfig& cfg, const EngineOptions& opt) {
   const PageGeometry g = cache_geometry(cfg, opt);
   const double cache = 2.0 * cfg.layers * (align256(g.bytes()) + align256(g.scale_bytes()));
-  const double weights = 2.0 * WeightPlan(cfg).total;
   const double buffers = BufferPlan(cfg, opt.max_batch).bytes() + 4.0 * static_cast<double>(g.num_blocks);
-  return cache + weights + buffers + 8.0 * opt.max_context * cfg.head_dim + double(ks::CublasLinear::kDefaultWorkspaceBytes);
+  return cache + buffers + 8.0 * opt.max_context * cfg.head_dim;
+}
+
+void require_fits(double need, const DecoderConfig& cfg, const EngineOptions& opt) {
+  size_t free_b = 0, total_b = 0;
+  KVLAB_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+  // 5% headroom for cuBLAS, attention workspaces and the synthetic-fill scratch
+  KVLAB_UNSUPPORTED_IF(need > 0.95 * static_cast<double>(free_b),
+                       "decode engine for " << to_string(cfg) << ", batch " << opt.max_batch << ", context "
+                                            << opt.max_context << " needs " << need / double(1 << 30) << " GiB, "
+                                            << free_b / double(1 << 30) << " GiB free");
+}
+
+}  // namespace
+
+double DecodeEngine::device_bytes_needed(const DecoderConfig& cfg, const EngineOptions& opt) {
+  validate_options(cfg, opt);
+  return 2.0 * WeightPlan(cfg).total + state_bytes(cfg, opt) + double(ks::CublasLinear::kDefaultWorkspaceBytes);
 }
 
 DecodeEngine::DecodeEngine(const DecoderConfig& cfg, const EngineOptions& opt) : cfg_(cfg), opt_(opt) {
@@ -222,14 +256,7 @@ DecodeEngine::DecodeEngine(const DecoderConfig& cfg, const EngineOptions& opt) :
     const char* why = ks::rope_append_unsupported_reason(KvCacheView{cache_geometry(cfg, opt)});
     KVLAB_UNSUPPORTED_IF(why[0] != '\0', "decode engine: " << why);
   }
-  const double need = device_bytes_needed(cfg, opt);
-  size_t free_b = 0, total_b = 0;
-  KVLAB_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
-  // 5% headroom for cuBLAS, attention workspaces and the synthetic-fill scratch
-  KVLAB_UNSUPPORTED_IF(need > 0.95 * static_cast<double>(free_b),
-                       "decode engine for " << to_string(cfg) << ", batch " << opt.max_batch << ", context "
-                                            << opt.max_context << " needs " << need / (1 << 30) << " GiB, "
-                                            << free_b / double(1 << 30) << " GiB free");
+  require_fits(device_bytes_needed(cfg, opt), cfg, opt);
   impl_ = std::make_unique<Impl>(cfg, opt);
   Impl& I = *impl_;
   KVLAB_CUDA_CHECK(cudaStreamCreateWithFlags(&I.stream, cudaStreamNonBlocking));
@@ -256,6 +283,33 @@ DecodeEngine::DecodeEngine(const DecoderConfig& cfg, const EngineOptions& opt) :
   }
   gen(I.wplan.final_norm, cfg.hidden, WeightTensor::kFinalNorm, 0);
   gen(I.wplan.lm_head, int64_t{cfg.vocab} * cfg.hidden, WeightTensor::kLmHead, 0);
+  allocate_state();
+}
+
+void DecodeEngine::reconfigure(int max_batch, int max_context) {
+  EngineOptions o = opt_;
+  o.max_batch = max_batch;
+  o.max_context = max_context;
+  o.graph_buckets.clear();
+  validate_options(cfg_, o);
+  Impl& I = *impl_;
+  KVLAB_CUDA_CHECK(cudaStreamSynchronize(I.stream));
+  I.release_state();
+  batch_ = 0;
+  positions_.clear();
+  opt_ = o;
+  require_fits(state_bytes(cfg_, opt_), cfg_, opt_);
+  allocate_state();
+}
+
+// The per-shape state: RoPE table, KV cache, activation buffers, attention version and
+// workspace. Graphs are dropped (they bake the old buffers in).
+void DecodeEngine::allocate_state() {
+  Impl& I = *impl_;
+  const DecoderConfig& cfg = cfg_;
+  const EngineOptions& opt = opt_;
+  I.drop_graphs();
+  I.bplan = BufferPlan(cfg, opt.max_batch);
 
   // RoPE table from the host (the reference's table, bit for bit)
   const std::vector<float> table = kvlab::ref::rope_table(cfg, opt.max_context);
@@ -268,6 +322,7 @@ DecodeEngine::DecodeEngine(const DecoderConfig& cfg, const EngineOptions& opt) :
   I.scale_bytes = align256(I.geom.scale_bytes());
   I.cache.resize(static_cast<size_t>(cfg.layers) * 2 * (I.pool_bytes + I.scale_bytes));
   uint8_t* base = ptr(I.cache);
+  I.views.clear();
   for (int l = 0; l < cfg.layers; ++l) {
     KvCacheView v;
     v.geom = I.geom;
@@ -301,6 +356,8 @@ DecodeEngine::DecodeEngine(const DecoderConfig& cfg, const EngineOptions& opt) :
   I.act.resize(b.act);
   I.logits.resize(b.logits);
   positions_.clear();
+  block_table_.clear();
+  batch_ = 0;
 
   // Decode-attention version: the requested one, or the highest id that supports the cache
   if (opt.attn_version >= 0) {
@@ -410,11 +467,16 @@ void DecodeEngine::fill_synthetic_context(int context, uint64_t seed) {
   Impl& I = *impl_;
   const int64_t total = int64_t{batch_} * context;
   if (total > 0) {
-    // Chunks of tokens: random q/k/v rows of unit scale through the RoPE+append kernel.
+    // One chunk of random q/k/v rows (unit scale), rotated and appended at every chunk of
+    // (sequence, position) pairs of every layer: the cache then holds position-dependent,
+    // properly quantized K/V in any format. Reusing the rows keeps the fill at the append's
+    // own bandwidth (a fresh random row per token and layer would cost 100s of GB of writes
+    // for the large shapes); timing does not depend on the values.
     const int64_t chunk = std::min<int64_t>(total, 8192);
     thrust::device_vector<float> qkv(chunk * cfg_.qkv_dim());
     thrust::device_vector<int32_t> pos(chunk);
     thrust::device_vector<int64_t> slots(chunk);
+    ks::fill_synthetic_f32(ptr(qkv), chunk * cfg_.qkv_dim(), seed, uint64_t{0xF1} << 56, 1.0f, I.stream);
     std::vector<int32_t> hpos(chunk);
     std::vector<int64_t> hslots(chunk);
     for (int64_t t0 = 0; t0 < total; t0 += chunk) {
@@ -428,12 +490,9 @@ void DecodeEngine::fill_synthetic_context(int context, uint64_t seed) {
       }
       KVLAB_CUDA_CHECK(cudaMemcpyAsync(ptr(pos), hpos.data(), n * 4, cudaMemcpyHostToDevice, I.stream));
       KVLAB_CUDA_CHECK(cudaMemcpyAsync(ptr(slots), hslots.data(), n * 8, cudaMemcpyHostToDevice, I.stream));
-      for (int l = 0; l < cfg_.layers; ++l) {
-        const uint64_t stream_id = (uint64_t{0xF1} << 56) ^ (static_cast<uint64_t>(l) << 32) ^ static_cast<uint64_t>(t0 / chunk);
-        ks::fill_synthetic_f32(ptr(qkv), n * cfg_.qkv_dim(), seed, stream_id, 1.0f, I.stream);
+      for (int l = 0; l < cfg_.layers; ++l)
         ks::rope_append(ptr(qkv), cfg_.qkv_dim(), cfg_.q_heads, ptr(pos), ptr(slots), ptr(I.rope), opt_.max_context,
                         nullptr, I.views[l], static_cast<int>(n), I.stream);
-      }
       KVLAB_CUDA_CHECK(cudaStreamSynchronize(I.stream));  // the host vectors are reused
     }
   }
@@ -599,40 +658,35 @@ double DecodeEngine::time_steps(StepVariant v, const Sampling& s, int steps) {
   return ms / steps;
 }
 
-double DecodeEngine::time_linear(Linear which, int m, int rounds) {
-  KVLAB_REQUIRE(m >= 1 && m <= opt_.max_batch, "time_linear: M " << m << " outside [1, max_batch " << opt_.max_batch << "]");
-  KVLAB_REQUIRE(rounds >= 1, "time_linear: rounds " << rounds << " must be >= 1");
+void DecodeEngine::prepare_linear(Linear which, int m) {
+  KVLAB_REQUIRE(m >= 1 && m <= opt_.max_batch, "prepare_linear: M " << m << " outside [1, max_batch " << opt_.max_batch << "]");
+  Impl& I = *impl_;
+  int64_t k = 0;
+  for (const auto& sh : linear_shapes(cfg_))
+    if (sh.which == which) k = sh.k;
+  // random BF16 input rows (never zeros: see DESIGN.md)
+  ks::fill_synthetic_bf16(ptr(I.act), int64_t{m} * k, 0xC0FFEEull, 7, 1.0f, 0.0f, I.stream);
+  KVLAB_CUDA_CHECK(cudaStreamSynchronize(I.stream));
+}
+
+void DecodeEngine::enqueue_linear(Linear which, int m, int layer) {
+  KVLAB_REQUIRE(m >= 1 && m <= opt_.max_batch, "enqueue_linear: M " << m << " outside [1, max_batch " << opt_.max_batch << "]");
+  KVLAB_REQUIRE(layer >= 0 && layer < cfg_.layers, "enqueue_linear: layer " << layer << " outside [0, " << cfg_.layers << ")");
   Impl& I = *impl_;
   int64_t n = 0, k = 0;
   for (const auto& sh : linear_shapes(cfg_))
     if (sh.which == which) n = sh.n, k = sh.k;
-  // random BF16 input rows (never zeros: see DESIGN.md)
-  ks::fill_synthetic_bf16(ptr(I.act), int64_t{m} * k, 0xC0FFEEull, 7, 1.0f, 0.0f, I.stream);
+  const auto& lo = I.wplan.layers[layer];
+  const uint16_t* w = nullptr;
+  switch (which) {
+    case Linear::kQkv: w = I.w(lo.wqkv); break;
+    case Linear::kO: w = I.w(lo.wo); break;
+    case Linear::kGateUp: w = I.w(lo.wgu); break;
+    case Linear::kDown: w = I.w(lo.wdown); break;
+    case Linear::kLmHead: w = I.w(I.wplan.lm_head); break;
+  }
   float* out = which == Linear::kLmHead ? ptr(I.logits) : ptr(I.gu);
-  auto weight = [&](int l) -> const uint16_t* {
-    const auto& lo = I.wplan.layers[l];
-    switch (which) {
-      case Linear::kQkv: return I.w(lo.wqkv);
-      case Linear::kO: return I.w(lo.wo);
-      case Linear::kGateUp: return I.w(lo.wgu);
-      case Linear::kDown: return I.w(lo.wdown);
-      case Linear::kLmHead: return I.w(I.wplan.lm_head);
-    }
-    return nullptr;
-  };
-  const int copies = which == Linear::kLmHead ? 1 : cfg_.layers;
-  auto pass = [&] {
-    for (int l = 0; l < copies; ++l)
-      I.lin->forward(ptr(I.act), k, weight(l), static_cast<int>(n), static_cast<int>(k), out, n, m);
-  };
-  pass();  // warm-up
-  KVLAB_CUDA_CHECK(cudaEventRecord(I.ev0, I.stream));
-  for (int r = 0; r < rounds; ++r) pass();
-  KVLAB_CUDA_CHECK(cudaEventRecord(I.ev1, I.stream));
-  KVLAB_CUDA_CHECK(cudaEventSynchronize(I.ev1));
-  float ms = 0;
-  KVLAB_CUDA_CHECK(cudaEventElapsedTime(&ms, I.ev0, I.ev1));
-  return ms / (static_cast<double>(rounds) * copies);
+  I.lin->forward(ptr(I.act), k, w, static_cast<int>(n), static_cast<int>(k), out, n, m);
 }
 
 int DecodeEngine::autotune_attention(int reps) {

@@ -74,6 +74,9 @@ class DecodeEngine {
 
   // Device bytes the engine would allocate for (cfg, opt): weights, KV cache, buffers.
   static double device_bytes_needed(const DecoderConfig& cfg, const EngineOptions& opt);
+  // New max_batch / max_context: frees and reallocates the cache, buffers and graphs (the
+  // weights stay); sequences must be started again. Unsupported when it does not fit.
+  void reconfigure(int max_batch, int max_context);
 
   // Starts `batch` sequences at position 0 with empty caches (releases earlier ones).
   void start(int batch);
@@ -92,9 +95,11 @@ class DecodeEngine {
   // `steps` feedback steps between two CUDA events: milliseconds per step.
   double time_steps(StepVariant v, const Sampling& s, int steps);
 
-  // GEMM-only timing for the crossover: the linear layer `which` at M rows, `rounds` passes
-  // over all layers' copies of the weight (working set >> L2), milliseconds per GEMM.
-  double time_linear(Linear which, int m, int rounds);
+  // GEMM alone, for the crossover: prepare_linear() writes random BF16 input rows for the
+  // linear layer `which` (synchronizes); enqueue_linear() enqueues one y = x W^T of layer
+  // `layer`'s weight at M rows on stream() (for a timing harness).
+  void prepare_linear(Linear which, int m);
+  void enqueue_linear(Linear which, int m, int layer);
   // Decode attention alone at the current state, for each supported registry version:
   // picks the fastest (ms per call over `reps` calls) and returns its id.
   int autotune_attention(int reps);
@@ -126,6 +131,7 @@ class DecodeEngine {
   struct Impl;  // device state (decode_engine.cu)
 
  private:
+  void allocate_state();
   DecoderConfig cfg_;
   EngineOptions opt_;
   int batch_ = 0;

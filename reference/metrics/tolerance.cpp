@@ -118,12 +118,13 @@ const char* kWhyStepLogits =
     "logits. Such flips are rare but unavoidable, so the bound is empirical: the logits of the "
     "synthetic decoder have unit scale (std ~1, |logit| < 6), and between the float- and the "
     "double-accumulating CPU references (two legitimate orders; the GPU's is a third) over the "
-    "tiny and small presets, 8-32 weight seeds, batch 4-8, 24 steps, the worst |dlogit| was "
-    "0.024 (bf16), 0.023 (fp16), 0.032 (e4m3), 0.045 (e4m3 per token), 0.056 (e5m2), 0.086 "
-    "(nvfp4), 0.055 (mxfp4) and the worst NMSE 1.7e-5 (16-bit), 5.6e-5 (e4m3), 6.4e-5 (e5m2), "
-    "2.7e-4 (fp4). atol and nmse sit 2.5-4.5x above; absolute only (rtol 0) because the scale "
-    "is fixed by construction. A wrong model (another RoPE base, another layer's weights) "
-    "misses by O(1) (test_step_reference).";
+    "tiny and small presets, 16 weight seeds each, batch 8, 24 teacher-forced steps, the worst "
+    "|dlogit| was 0.024 (bf16), 0.023 (fp16), 0.053 (e4m3), 0.049 (e4m3 per token), 0.099 "
+    "(e5m2), 0.21 (nvfp4), 0.15 (mxfp4) and the worst NMSE 1.5e-5, 1.7e-5, 4.8e-5, 4.9e-5, "
+    "7.6e-5, 3.7e-4, 3.8e-4 (the tails are heavy: 8 seeds gave half these maxima). atol sits "
+    "2.4-3.3x above the worst |dlogit|, nmse 3.2-5x above the worst NMSE; absolute only (rtol "
+    "0) because the logit scale is fixed by construction. A wrong model (a RoPE base of 500, "
+    "another weight seed) fails it at every step past position 0 (test_step_reference).";
 
 // ---- the table -------------------------------------------------------------------------------
 const Row kRows[] = {
@@ -215,8 +216,8 @@ const Row kRows[] = {
     {Op::kDecodeStepLogits, F(KvFormat::kFP8E4M3), T(DType::kF32), {p2(-3), 0, p2(-12), false, kWhyStepLogits}},
     {Op::kDecodeStepLogits, F(KvFormat::kFP8E4M3PerToken), T(DType::kF32), {p2(-3), 0, p2(-12), false, kWhyStepLogits}},
     {Op::kDecodeStepLogits, F(KvFormat::kFP8E5M2), T(DType::kF32), {p2(-2), 0, p2(-12), false, kWhyStepLogits}},
-    {Op::kDecodeStepLogits, F(KvFormat::kNVFP4), T(DType::kF32), {p2(-2), 0, p2(-10), false, kWhyStepLogits}},
-    {Op::kDecodeStepLogits, F(KvFormat::kMXFP4), T(DType::kF32), {p2(-2), 0, p2(-10), false, kWhyStepLogits}},
+    {Op::kDecodeStepLogits, F(KvFormat::kNVFP4), T(DType::kF32), {p2(-1), 0, p2(-9), false, kWhyStepLogits}},
+    {Op::kDecodeStepLogits, F(KvFormat::kMXFP4), T(DType::kF32), {p2(-1), 0, p2(-9), false, kWhyStepLogits}},
 
     {Op::kQuantBytes, kAny, kAny, {0, 0, 0, false, kWhyExact}},
     {Op::kAppend, kAny, kAny, {0, 0, 0, false, kWhyExact}},

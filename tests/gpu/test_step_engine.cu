@@ -153,7 +153,10 @@ TEST(StepEngine, EveryVariantMatchesTheReference) {
       std::printf("%s %-13s attn v%d: %d steps x %d rows, max |dlogit| %.3g, decisive %d, same token %d\n",
                   name(cs).c_str(), to_string(v), e->attn_version(), st.steps, cs.batch, st.max_abs, st.decisive,
                   st.same_token);
-      EXPECT_GT(st.decisive, st.rows / 2) << "the bound decides too few tokens to test anything";
+      // the bound must leave tokens to check: most of them for 16-bit caches (atol 2^-4 vs
+      // top-2 gaps of ~0.25), some for the looser quantized bounds
+      EXPECT_GE(st.decisive, kv_format_bits(cs.format) == 16 ? st.rows / 4 : 1)
+          << "the bound decides too few tokens to test anything";
     }
     // A graph replays the eager kernels: bitwise equal when the batch fills its bucket.
     if (e->bucket_for(cs.batch) == cs.batch) {
@@ -251,9 +254,26 @@ TEST(StepEngine, SyntheticContextAndTimingPath) {
     for (float x : e.logits()) ASSERT_TRUE(std::isfinite(x)) << to_string(v);
   }
   EXPECT_EQ(e.positions(), std::vector<int32_t>(5, 63));
-  for (Linear l : {Linear::kQkv, Linear::kLmHead}) EXPECT_GT(e.time_linear(l, 8, 2), 0.0);
+  for (Linear l : {Linear::kQkv, Linear::kLmHead}) {
+    e.prepare_linear(l, 8);
+    e.enqueue_linear(l, 8, 1);
+    e.synchronize();
+  }
+  EXPECT_THROW(e.enqueue_linear(Linear::kO, 9, 0), InvalidArgument);
   const int best = e.autotune_attention(2);
   EXPECT_EQ(best, e.attn_version());
+  // a new shape keeps the weights: the same tokens give the same logits as a fresh engine
+  e.reconfigure(2, 20);
+  EXPECT_EQ(e.batch(), 0);
+  e.start(2);
+  e.step({7, 9}, gpu::StepVariant::kEagerFused, {});
+  gpu::EngineOptions o2 = o;
+  o2.max_batch = 2;
+  o2.max_context = 20;
+  gpu::DecodeEngine fresh(c, o2);
+  fresh.start(2);
+  fresh.step({7, 9}, gpu::StepVariant::kEagerFused, {});
+  EXPECT_EQ(e.logits(), fresh.logits());
 }
 
 TEST(StepEngine, RejectsBadInput) {
@@ -287,7 +307,9 @@ TEST(StepEngine, RejectsBadInput) {
   EXPECT_THROW(gpu::DecodeEngine(c, huge), InvalidArgument);
   huge = o;
   huge.max_batch = 65535;
-  huge.max_context = 1 << 24;  // far beyond any device's memory
+  huge.max_context = 1 << 24;  // 2^36 blocks: beyond int32 block ids
+  EXPECT_THROW(gpu::DecodeEngine(c, huge), InvalidArgument);
+  huge.max_context = 1 << 16;  // 4.4 TB of KV cache: beyond any device's memory
   EXPECT_THROW(gpu::DecodeEngine(c, huge), Unsupported);
 }
 

@@ -1,0 +1,218 @@
+"""Full decode step figures and tables (benches decode_step and step_gemm, issue #8).
+
+    python3 -m analysis.step_figures RESULTS.h5 [--out DIR]
+
+Prints the step-time table (variant columns, one row per batch and context) and the GEMM
+crossover table (measured knee vs sim's roofline ridge), and with --out writes the two
+figures. analysis.figures makes the same figures as part of the standard set.
+
+Measured crossover of a linear layer: the GEMM time is flat while the weight bytes dominate
+(memory-bound) and grows with the batch once the FLOPs do. We fit the two roofline
+segments: the flat level t0 is the median time over batches <= 8; the compute-bound slope s
+is a least-squares line through the origin over batches >= 256 (t = s * batch); the knee is
+the batch where they meet, t0 / s. sim's prediction is the ridge batch of its roofline (the
+smallest batch whose FLOP time exceeds its byte time), with the datasheet BF16 rate and with
+the matrix rate measured in the same run.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from analysis.load import ResultFileError, Results, load  # noqa: E402
+
+FLAT_MAX_BATCH = 8
+SLOPE_MIN_BATCH = 256
+VARIANTS = ["eager_unfused", "eager_fused", "graph_fused", "graph_unfused"]
+
+
+class Skip(Exception):
+    """No data for this figure."""
+
+
+def measured_crossover(batch, time_us) -> tuple[float, float, float]:
+    """(knee batch, flat level t0 in us, slope in us per row) of a GEMM time-vs-batch curve.
+
+    NaN knee when the curve lacks points on either side (batch <= 8, batch >= 256) or the
+    slope is not positive."""
+    b = np.asarray(batch, dtype=float)
+    t = np.asarray(time_us, dtype=float)
+    flat, big = t[b <= FLAT_MAX_BATCH], (b >= SLOPE_MIN_BATCH)
+    if flat.size == 0 or not big.any():
+        return math.nan, math.nan, math.nan
+    t0 = float(np.median(flat))
+    s = float(np.sum(t[big] * b[big]) / np.sum(b[big] ** 2))
+    if not s > 0:
+        return math.nan, t0, s
+    return t0 / s, t0, s
+
+
+def crossover_table(r: Results) -> pd.DataFrame:
+    df = r.ok("step_gemm")
+    if df.empty or "time_us" not in df.columns:
+        raise Skip("no step_gemm points with status ok")
+    rows = []
+    for (preset, linear), d in df.groupby(["preset", "linear"], sort=False):
+        d = d.sort_values("batch")
+        knee, t0, s = measured_crossover(d["batch"], d["time_us"])
+        rows.append({
+            "preset": preset, "linear": linear, "n": int(d["n"].iloc[0]), "k": int(d["k"].iloc[0]),
+            "t_flat_us": t0, "us_per_row": s, "measured_knee": knee,
+            "predicted_ridge": float(d["ridge_batch"].iloc[0]),
+            "predicted_ridge_measured_rate": float(d["ridge_batch_measured_rate"].iloc[0]),
+            "matmul_tflops": float(d["matmul_tflops_measured"].iloc[0]),
+        })
+    return pd.DataFrame(rows)
+
+
+def step_table(r: Results) -> pd.DataFrame:
+    df = r.ok("decode_step")
+    if df.empty or "step_us" not in df.columns:
+        raise Skip("no decode_step points with status ok")
+    keys = [k for k in ("preset", "kv_format", "context", "batch") if k in df.columns]
+    t = df.pivot_table(index=keys, columns="variant", values="step_us", aggfunc="median")
+    t = t[[v for v in VARIANTS if v in t.columns]] / 1000.0  # ms
+    if "eager_unfused" in t.columns and "graph_fused" in t.columns:
+        t["graph_speedup"] = t["eager_unfused"] / t["graph_fused"]
+    pred = df[df["variant"] == "graph_fused"].set_index(keys)["predicted_us"] / 1000.0 if "predicted_us" in df else None
+    if pred is not None and not pred.empty:
+        t["roofline_graph_ms"] = pred
+    return t.reset_index()
+
+
+def step_time_vs_batch(r: Results):
+    """Decode step time vs batch per variant (eager unfused / eager fused / CUDA graph), per context."""
+    df = r.ok("decode_step")
+    if df.empty or "step_us" not in df.columns:
+        raise Skip("no decode_step points with status ok")
+    groups = list(df.groupby(["preset", "kv_format", "context"]))
+    n = len(groups)
+    cols = min(n, 3)
+    fig, axes = plt.subplots(math.ceil(n / cols), cols, figsize=(5.2 * cols, 3.9 * math.ceil(n / cols)), squeeze=False)
+    for ax in axes.flat[n:]:
+        ax.set_visible(False)
+    for ax, ((preset, fmt, ctx), d) in zip(axes.flat, groups):
+        for v in VARIANTS:
+            dv = d[d["variant"] == v].sort_values("batch")
+            if dv.empty:
+                continue
+            ax.plot(dv["batch"], dv["step_us"] / 1000.0, marker="o", label=v)
+        g = d[d["variant"] == "graph_fused"].sort_values("batch")
+        if not g.empty and "predicted_us" in g:
+            ax.plot(g["batch"], g["predicted_us"] / 1000.0, color="k", ls="--", lw=1, label="roofline (sim, graph)")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("batch (sequences)")
+        ax.set_ylabel("step time (ms)")
+        ax.set_title(f"{preset}, {fmt} KV, context {int(ctx)}")
+        ax.grid(alpha=0.3, which="both")
+        ax.legend(fontsize=7)
+    device = str(r.attrs.get("device_name", ""))
+    fig.suptitle(f"Full decode step vs batch ({device})")
+    return fig
+
+
+def gemm_crossover(r: Results):
+    """Linear-layer GEMM time vs batch: flat (memory-bound) then growing (compute-bound), measured knee vs sim's ridge."""
+    df = r.ok("step_gemm")
+    if df.empty or "time_us" not in df.columns:
+        raise Skip("no step_gemm points with status ok")
+    table = crossover_table(r)
+    linears = list(table["linear"])
+    n = len(linears)
+    cols = min(n, 3)
+    fig, axes = plt.subplots(math.ceil(n / cols), cols, figsize=(5.2 * cols, 3.9 * math.ceil(n / cols)), squeeze=False)
+    for ax in axes.flat[n:]:
+        ax.set_visible(False)
+    for ax, (_, row) in zip(axes.flat, table.iterrows()):
+        d = df[df["linear"] == row["linear"]].sort_values("batch")
+        ax.plot(d["batch"], d["time_us"], marker="o", label="measured (cuBLAS)")
+        ax.plot(d["batch"], d["predicted_us"], ls="--", color="k", lw=1, label="roofline (sim, datasheet rate)")
+        ax.plot(d["batch"], d["predicted_us_measured_rate"], ls=":", color="gray", lw=1,
+                label="roofline (sim, measured rate)")
+        if np.isfinite(row["measured_knee"]):
+            ax.axvline(row["measured_knee"], color="tab:red", lw=1, label=f"measured knee {row['measured_knee']:.0f}")
+        ax.axvline(row["predicted_ridge"], color="k", lw=0.8, ls="-.", label=f"predicted ridge {row['predicted_ridge']:.0f}")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("batch (GEMM rows M)")
+        ax.set_ylabel("time per GEMM (us)")
+        ax.set_title(f"{row['linear']}: N={row['n']}, K={row['k']}")
+        ax.grid(alpha=0.3, which="both")
+        ax.legend(fontsize=6)
+    device = str(r.attrs.get("device_name", ""))
+    fig.suptitle(f"Linear layers: memory-bound to compute-bound ({device})")
+    return fig
+
+
+FIGURES = [
+    ("decode_step_time_vs_batch", step_time_vs_batch),
+    ("decode_step_gemm_crossover", gemm_crossover),
+]
+
+
+def figures_for(skip_cls):
+    """FIGURES for another figure list whose "no data" exception is skip_cls (analysis.figures)."""
+    def wrap(fn):
+        def g(r):
+            try:
+                return fn(r)
+            except Skip as e:
+                raise skip_cls(str(e)) from None
+        g.__doc__ = fn.__doc__
+        return g
+    return [(name, wrap(fn)) for name, fn in FIGURES]
+
+
+def report(r: Results) -> str:
+    out = []
+    for title, fn in (("decode step time (ms)", step_table), ("GEMM crossover (batch)", crossover_table)):
+        try:
+            t = fn(r)
+        except Skip as e:
+            out.append(f"{title}: {e}")
+            continue
+        out.append(f"{title}:")
+        out.append(t.to_string(index=False, float_format=lambda x: f"{x:.4g}"))
+    return "\n".join(out)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python3 -m analysis.step_figures", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("results")
+    ap.add_argument("--out", default="", help="directory for the figures (PNG and PDF)")
+    a = ap.parse_args(argv)
+    try:
+        r = load(a.results)
+    except ResultFileError as e:
+        print(f"analysis.step_figures: error: {e}", file=sys.stderr)
+        return 2
+    print(report(r))
+    if a.out:
+        os.makedirs(a.out, exist_ok=True)
+        for name, fn in FIGURES:
+            try:
+                fig = fn(r)
+            except Skip as e:
+                print(f"skipped {name}: {e}")
+                continue
+            fig.tight_layout()
+            for ext in ("png", "pdf"):
+                fig.savefig(os.path.join(a.out, f"{name}.{ext}"), dpi=130)
+            plt.close(fig)
+            print(f"wrote {name}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
