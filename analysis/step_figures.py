@@ -9,8 +9,9 @@ figures. analysis.figures makes the same figures as part of the standard set.
 Measured crossover of a linear layer: the GEMM time is flat while the weight bytes dominate
 (memory-bound) and grows with the batch once the FLOPs do. We fit the two roofline
 segments: the flat level t0 is the median time over batches <= 8; the compute-bound slope s
-is a least-squares line through the origin over batches >= 256 (t = s * batch); the knee is
-the batch where they meet, t0 / s. sim's prediction is the ridge batch of its roofline (the
+is the median of time / batch over batches >= 512 (t = s * batch through the origin, as a
+roofline's compute segment; the median shrugs off the few batch sizes where cuBLAS's
+heuristics pick a slow kernel); the knee is the batch where they meet, t0 / s. sim's prediction is the ridge batch of its roofline (the
 smallest batch whose FLOP time exceeds its byte time), with the datasheet BF16 rate and with
 the matrix rate measured in the same run.
 """
@@ -31,8 +32,9 @@ import pandas as pd  # noqa: E402
 from analysis.load import ResultFileError, Results, load  # noqa: E402
 
 FLAT_MAX_BATCH = 8
-SLOPE_MIN_BATCH = 256
+SLOPE_MIN_BATCH = 512
 VARIANTS = ["eager_unfused", "eager_fused", "graph_fused", "graph_unfused"]
+COLORS = {"eager_unfused": "tab:blue", "eager_fused": "tab:orange", "graph_fused": "tab:green", "graph_unfused": "tab:red"}
 
 
 class Skip(Exception):
@@ -42,7 +44,7 @@ class Skip(Exception):
 def measured_crossover(batch, time_us) -> tuple[float, float, float]:
     """(knee batch, flat level t0 in us, slope in us per row) of a GEMM time-vs-batch curve.
 
-    NaN knee when the curve lacks points on either side (batch <= 8, batch >= 256) or the
+    NaN knee when the curve lacks points on either side (batch <= 8, batch >= 512) or the
     slope is not positive."""
     b = np.asarray(batch, dtype=float)
     t = np.asarray(time_us, dtype=float)
@@ -50,7 +52,7 @@ def measured_crossover(batch, time_us) -> tuple[float, float, float]:
     if flat.size == 0 or not big.any():
         return math.nan, math.nan, math.nan
     t0 = float(np.median(flat))
-    s = float(np.sum(t[big] * b[big]) / np.sum(b[big] ** 2))
+    s = float(np.median(t[big] / b[big]))
     if not s > 0:
         return math.nan, t0, s
     return t0 / s, t0, s
@@ -105,7 +107,7 @@ def step_time_vs_batch(r: Results):
             dv = d[d["variant"] == v].sort_values("batch")
             if dv.empty:
                 continue
-            ax.plot(dv["batch"], dv["step_us"] / 1000.0, marker="o", label=v)
+            ax.plot(dv["batch"], dv["step_us"] / 1000.0, marker="o", color=COLORS[v], label=v)
         g = d[d["variant"] == "graph_fused"].sort_values("batch")
         if not g.empty and "predicted_us" in g:
             ax.plot(g["batch"], g["predicted_us"] / 1000.0, color="k", ls="--", lw=1, label="roofline (sim, graph)")

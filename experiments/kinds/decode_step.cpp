@@ -202,7 +202,7 @@ class DecodeStepBench : public Bench {
         {"predicted_us", "us", "sim cost model: roofline step time, eager or graph launch model"},
         {"predicted_gemm_us", "us", "sim: GEMM part"},
         {"predicted_attention_us", "us", "sim: decode attention part"},
-        {"attn_version", "", "decode-attention version used"},
+        {"attn_version_used", "", "decode-attention version used (autotuned when the axis is -1)"},
         {"check_max_abs", "", "max |logit - eager unfused logit| at the same state"},
         {"check_nmse", "", "NMSE of the same comparison"},
         {"ref_max_abs", "", "max |logit - CPU reference| over a short teacher-forced run (tiny/small; NaN otherwise)"},
@@ -359,7 +359,7 @@ Record DecodeStepBench::run(const Point& p, RunContext& ctx) {
   r.metric("predicted_us", pc.total_s * 1e6);
   r.metric("predicted_gemm_us", pc.gemm_s * 1e6);
   r.metric("predicted_attention_us", pc.attention_s * 1e6);
-  r.metric("attn_version", attn);
+  r.metric("attn_version_used", attn);
   r.metric("check_max_abs", es.max_abs);
   r.metric("check_nmse", es.nmse);
   r.metric("ref_max_abs", ref_max_abs);

@@ -153,10 +153,10 @@ TEST(StepEngine, EveryVariantMatchesTheReference) {
       std::printf("%s %-13s attn v%d: %d steps x %d rows, max |dlogit| %.3g, decisive %d, same token %d\n",
                   name(cs).c_str(), to_string(v), e->attn_version(), st.steps, cs.batch, st.max_abs, st.decisive,
                   st.same_token);
-      // the bound must leave tokens to check: most of them for 16-bit caches (atol 2^-4 vs
-      // top-2 gaps of ~0.25), some for the looser quantized bounds
-      EXPECT_GE(st.decisive, kv_format_bits(cs.format) == 16 ? st.rows / 4 : 1)
-          << "the bound decides too few tokens to test anything";
+      // the bound must leave tokens to check: many for 16-bit caches (2 atol = 0.25 vs top-2
+      // gaps of ~0.25 on average), some for FP8 (0.5); the FP4 bound (2) decides none
+      const int need = kv_format_bits(cs.format) == 16 ? st.rows / 8 : (kv_format_bits(cs.format) == 8 ? 1 : 0);
+      EXPECT_GE(st.decisive, need) << "the bound decides too few tokens to test anything";
     }
     // A graph replays the eager kernels: bitwise equal when the batch fills its bucket.
     if (e->bucket_for(cs.batch) == cs.batch) {
@@ -169,6 +169,10 @@ TEST(StepEngine, EveryVariantMatchesTheReference) {
 }
 
 TEST(StepEngine, FreeRunningGreedyGenerationMatchesTheReference) {
+  // The GPU feeds back its own greedy tokens, the reference its own. A row may only diverge
+  // at a step whose reference top-2 margin is within the logit bound (a near-tie): there the
+  // two may legitimately pick different tokens, and the row stops being compared. Anywhere
+  // else the tokens must be identical.
   REQUIRE_GPU();
   const DecoderConfig c = decoder_preset("small");
   gpu::EngineOptions o;
@@ -180,31 +184,32 @@ TEST(StepEngine, FreeRunningGreedyGenerationMatchesTheReference) {
   e.start(4);
   r.start(4, e.block_table());
   std::vector<int32_t> tok = {11, 222, 3333, 4098};
-  std::vector<int32_t> gtok = tok;
-  std::vector<bool> live(4, true);  // a row stops being compared after a near-tie
-  int compared = 0;
-  e.step(gtok, gpu::StepVariant::kGraphFused, gpu::Sampling{});
+  std::vector<bool> live(4, true);
+  int identical = 0, near_ties = 0;
+  e.step(tok, gpu::StepVariant::kGraphFused, gpu::Sampling{});
   for (int s = 0; s < 40; ++s) {
     const std::vector<int32_t> want = r.step(tok);
-    gtok = e.sampled_tokens();
+    const std::vector<int32_t> gtok = e.sampled_tokens();
     for (int b = 0; b < 4; ++b) {
       if (!live[b]) continue;
       const float* rr = r.logits().data() + size_t(b) * c.vocab;
       const auto [t1, t2] = top2(rr, c.vocab);
-      const double bound = 2 * tol.atol + tol.rtol * (std::fabs(rr[t1]) + std::fabs(rr[t2]));
-      if (double(rr[t1]) - rr[t2] <= bound) {
-        live[b] = false;
-        std::printf("row %d: near-tie at step %d, stops comparing\n", b, s);
+      const bool decisive = double(rr[t1]) - rr[t2] > 2 * tol.atol + tol.rtol * (std::fabs(rr[t1]) + std::fabs(rr[t2]));
+      near_ties += decisive ? 0 : 1;
+      if (gtok[b] == want[b]) {
+        ++identical;
         continue;
       }
-      ++compared;
-      ASSERT_EQ(gtok[b], want[b]) << "row " << b << " step " << s;
+      ASSERT_FALSE(decisive) << "row " << b << " step " << s << ": GPU token " << gtok[b] << ", reference " << want[b]
+                             << " at a margin beyond the logit bound";
+      live[b] = false;
+      std::printf("row %d: diverged at a near-tie at step %d\n", b, s);
     }
     tok = want;
     e.step(gpu::StepVariant::kGraphFused, gpu::Sampling{});  // feeds back its own tokens
   }
-  std::printf("free-running: %d (row, step) tokens identical\n", compared);
-  EXPECT_GT(compared, 80);
+  std::printf("free-running: %d (row, step) tokens identical, %d near-ties passed\n", identical, near_ties);
+  EXPECT_GT(identical, 80);
 }
 
 TEST(StepEngine, TopKSamplingMatchesTheReferenceSamplerOnTheSameLogits) {
