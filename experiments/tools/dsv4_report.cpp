@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "reference/core/error.h"
 #include "reference/dsv4/cache_ops.h"
 #include "reference/dsv4/variant_names.h"
 #include "reference/formats/formats.h"

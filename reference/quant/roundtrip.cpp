@@ -3,25 +3,18 @@
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
 #include <sstream>
 
 #include "reference/core/error.h"
+#include "reference/metrics/metrics.h"
 
 namespace kvlab::ref {
 
 std::vector<double> per_row_rel_l2(const float* x, const float* y, int64_t rows, int64_t cols) {
   KVLAB_REQUIRE(rows >= 0 && cols >= 0, "per_row_rel_l2: bad shape " << rows << " x " << cols);
   std::vector<double> out(static_cast<size_t>(rows));
-  for (int64_t r = 0; r < rows; ++r) {
-    double num = 0, den = 0;
-    for (int64_t c = 0; c < cols; ++c) {
-      const double a = x[r * cols + c], d = static_cast<double>(y[r * cols + c]) - a;
-      num += d * d;
-      den += a * a;
-    }
-    out[r] = den > 0 ? std::sqrt(num / den) : (num > 0 ? std::numeric_limits<double>::infinity() : 0.0);
-  }
+  for (int64_t r = 0; r < rows; ++r)
+    out[r] = compare(y + r * cols, x + r * cols, static_cast<size_t>(cols)).rel_l2;
   return out;
 }
 
@@ -47,15 +40,10 @@ RoundTripStats roundtrip_stats(const float* x, const float* y, int64_t rows, int
   s.rel_l2_p50 = nearest_rank(rel, 0.50);
   s.rel_l2_p99 = nearest_rank(rel, 0.99);
   s.rel_l2_max = *std::max_element(rel.begin(), rel.end());
-  double num = 0, den = 0;
-  for (int64_t i = 0; i < rows * cols; ++i) {
-    const double a = x[i], d = static_cast<double>(y[i]) - a;
-    if (std::isfinite(a) && !std::isfinite(y[i])) ++s.nonfinite;
-    num += d * d;
-    den += a * a;
-    s.max_abs = std::max(s.max_abs, std::fabs(d));
-  }
-  s.nmse = den > 0 ? num / den : (num > 0 ? std::numeric_limits<double>::infinity() : 0.0);
+  const ErrorStats all = compare(y, x, static_cast<size_t>(rows * cols));
+  s.nmse = all.nmse;
+  s.max_abs = all.max_abs;
+  s.nonfinite = all.mismatched_nonfinite;
   return s;
 }
 

@@ -1,14 +1,16 @@
 // roundtrip.h: round-trip error statistics of a quantization scheme over data.
 //
 // x [rows, cols] (a row = one token) goes through scheme.quantize -> dequantize; the
-// result is compared with x per row and overall:
+// result y is compared with x through kvlab::compare() (reference/metrics), per row and
+// overall, with its conventions (double sums; norms over the pairs where both values are
+// finite, non-finite pairs counted apart):
 //   per-token relative L2   ||x_r - y_r||_2 / ||x_r||_2 (0 when both rows are zero, +Inf
 //                           when only x_r is zero), summarized as mean, p50, p99 and max;
 //                           percentiles are nearest-rank: the ceil(p * rows)-th smallest
-//   nmse                    sum ||x - y||^2 / sum ||x||^2 over the whole tensor
+//   nmse                    ||x - y||^2 / ||x||^2 over the whole tensor
 //   max_abs                 max |x - y|
-//   nonfinite               elements of y that are NaN/Inf where x is finite
-// Sums are in double. Non-finite inputs are excluded from nothing: feed finite data.
+//   nonfinite               positions where exactly one of x, y is non-finite (or both are
+//                           but differ): e.g. a finite token turned NaN by its scale
 #pragma once
 
 #include <cstdint>

@@ -24,8 +24,11 @@
 // Scale rules (m = max finite of the element format: 448 E4M3, 57344 E5M2, 6 E2M1):
 //   exact FP32     s = RN(a / m)                                  (a = amax after the floor)
 //   ceil pow2      s = 2^ceil_log2(RN(a / m))  (DeepSeek UE8M0: the smallest power of two
-//                  with a / s <= m; RN(a/m) never rounds down onto a power of two below a/m
-//                  for these three m, see the test ScaleRules.CeilPow2Covers)
+//                  s >= 2^-127 with a / s <= m). A normal quotient RN(a/m) never rounds down
+//                  onto a power of two below a/m for these m (tests/slow checks every float);
+//                  a zero or subnormal one (amax floor below m * 2^-126) has lost bits, so the
+//                  choice between 2^-127 and 2^-126 is then made exactly: 2^-127 iff
+//                  a <= m * 2^-127 (and a kScale floor <= 2^-127). Requires m >= 2.
 //   OCP MX floor   s = 2^(floor_log2(a) - emax_elem)   (OCP MX v1.0 §6.3; emax_elem = 8 for
 //                  E4M3, 15 for E5M2, 2 for E2M1). a / s can exceed m: elements saturate.
 //   E4M3-rounded   NVFP4: the block scale is stored as an E4M3 code of RN(RN(a / 6) / t),
@@ -159,9 +162,13 @@ constexpr int kPow2MaxExp = 127;   // UE8M0 code 254
 KVLAB_HD int pow2_exp_ceil(float amax, float max_finite, float floor, AmaxFloorAt floor_at) {
   const float s = fp32_scale_exact(amax, max_finite, floor, floor_at);
   if (!scale_detail::is_finite(s)) return kPow2NaN;
-  if (s == 0.0f) return kPow2MinExp;
-  const int e = ceil_log2(s);
-  return e < kPow2MinExp ? kPow2MinExp : e;
+  if (s >= exp2i(-126)) return ceil_log2(s);  // a normal quotient: exact enough (see above)
+  // Zero or subnormal quotient: decide between 2^-127 and 2^-126 exactly. m * 2^-127 is
+  // exact for m >= 2 (a normal float, the product only shifts the exponent).
+  const float a = floor_at == AmaxFloorAt::kAmax ? scale_detail::floor_max(amax, floor) : amax;
+  const bool fits = a <= scale_detail::mul_rn(max_finite, exp2i(kPow2MinExp)) &&
+                    (floor_at == AmaxFloorAt::kAmax || floor <= exp2i(kPow2MinExp));
+  return fits ? kPow2MinExp : kPow2MinExp + 1;
 }
 
 // OCP MX floor rule: e = floor_log2(a) - emax_elem, a = amax after the floor. A kScale

@@ -175,6 +175,7 @@ void validate(const SchemeSpec& s) {
 // ---------------------------------------------------------------- spec text
 std::string to_string(const SchemeSpec& s) {
   std::ostringstream os;
+  os.precision(9);  // max_digits10 of float: the floor parses back to the same float
   os << "elem=" << to_string(s.elem) << " gran=" << to_string(s.granularity) << " group=" << s.group_size
      << " scale=" << to_string(s.scale_format) << " rule=" << to_string(s.scale_rule)
      << " floor=" << s.amax_floor << " floor_at=" << kFloorAtNames.name(s.floor_at)

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <numeric>
 #include <random>
 #include <sstream>
@@ -128,10 +129,13 @@ void run_case(const Case& c, uint64_t seed) {
       vf[static_cast<size_t>(t) * H * D + i] = m * nd(rng);
     }
   }
-  if (T > 2) {  // specials: an all-zero token head, a signed zero, a huge value
+  if (T > 4) {  // specials: an all-zero token head, a signed zero, a huge value, NaN, Inf
     std::fill(kf.begin() + static_cast<long>(D), kf.begin() + static_cast<long>(2 * D), 0.0f);
     kf[3] = -0.0f;
     vf[5] = 3e4f;
+    const size_t t3 = static_cast<size_t>(3) * H * D, t4 = static_cast<size_t>(4) * H * D;
+    kf[t3 + 1] = std::numeric_limits<float>::quiet_NaN();
+    vf[t4 + 2] = -std::numeric_limits<float>::infinity();
   }
   std::vector<uint16_t> k16(kf.size()), v16(kf.size());
   if (c.in_dtype != DType::kF32) {

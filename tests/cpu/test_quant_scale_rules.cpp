@@ -106,6 +106,15 @@ TEST(ScaleRules, CeilPow2HandComputed) {
   EXPECT_EQ(pow2_exp_ceil(inff(), m4, 1e-4f, kA), kPow2NaN);
   // float32-subnormal amax: exponent clamped up to -127 (still covering)
   EXPECT_EQ(pow2_exp_ceil(1e-40f, m4, 0.0f, kA), kPow2MinExp);
+  // a subnormal quotient that rounds down onto 2^-127 although a/m is just above it (found
+  // by the exhaustive sweep): 2^-126 is the covering scale
+  const float just_above = std::nextafter(6.0f * std::ldexp(1.0f, -127), 1.0f);  // 0x01400001
+  EXPECT_EQ(fmt_detail::f32_bits(just_above), 0x01400001u);
+  EXPECT_EQ(fmt_detail::f32_bits(just_above / 6.0f), fmt_detail::f32_bits(std::ldexp(1.0f, -127)));
+  EXPECT_EQ(pow2_exp_ceil(just_above, m2, 0.0f, kA), -126);
+  EXPECT_EQ(pow2_exp_ceil(6.0f * std::ldexp(1.0f, -127), m2, 0.0f, kA), -127);
+  EXPECT_EQ(pow2_exp_ceil(0.0f, m2, std::ldexp(1.0f, -126), kS), -126);  // a kScale floor above 2^-127
+  EXPECT_EQ(pow2_exp_ceil(0.0f, m2, std::ldexp(1.0f, -127), kS), -127);
   // largest float: FLT_MAX / 448 < 2^120 -> 2^120
   EXPECT_EQ(pow2_exp_ceil(std::numeric_limits<float>::max(), m4, 0.0f, kA), 120);
   EXPECT_EQ(ue8m0_code_from_exp(0), 127);

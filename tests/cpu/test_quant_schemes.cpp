@@ -353,6 +353,10 @@ TEST(QuantSchemes, ParseOverrides) {
   EXPECT_EQ(b.elem, ElemFormat::kFP8E5M2);
   EXPECT_EQ(b.name, "e5g8");
   EXPECT_EQ(make_scheme("nvfp4 two_level=0").header_bytes(), 0);
+  // to_string -> parse keeps every float bit of the floor
+  SchemeSpec c = preset_spec("mxfp4");
+  c.amax_floor = std::nextafter(1e-4f, 1.0f);
+  EXPECT_EQ(parse_scheme_spec(to_string(c)).amax_floor, c.amax_floor);
   EXPECT_EQ(make_scheme("fp8_e4m3_per_token floor=0 floor_at=scale clamp=clamp_then_encode sat=nonsat")
                 .spec().clamp, ElementClamp::kClampThenEncode);
 }
