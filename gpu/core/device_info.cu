@@ -3,6 +3,8 @@
 
 #include <cuda_runtime.h>
 
+#include "gpu/core/cuda_check.h"
+
 namespace kvlab::gpu {
 
 std::vector<DeviceInfo> list_devices(std::string* error) {
@@ -45,6 +47,15 @@ bool device_available() {
     return false;
   }
   return n > 0;
+}
+
+LaunchLimits current_launch_limits() {
+  LaunchLimits l;
+  KVLAB_CUDA_CHECK(cudaGetDevice(&l.device));
+  KVLAB_CUDA_CHECK(cudaDeviceGetAttribute(&l.sm_count, cudaDevAttrMultiProcessorCount, l.device));
+  KVLAB_CUDA_CHECK(cudaDeviceGetAttribute(&l.smem_per_block_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, l.device));
+  KVLAB_CUDA_CHECK(cudaDeviceGetAttribute(&l.max_grid_y, cudaDevAttrMaxGridDimY, l.device));
+  return l;
 }
 
 }  // namespace kvlab::gpu

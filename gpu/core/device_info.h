@@ -24,4 +24,15 @@ struct DeviceInfo {
 std::vector<DeviceInfo> list_devices(std::string* error = nullptr);
 bool device_available();
 
+// Limits of the current device that launchers size their grids and shared memory by
+// (cudaGetDevice + cudaDeviceGetAttribute: cheap, no allocation, legal during graph
+// capture). Throws kvlab::CudaError without a device.
+struct LaunchLimits {
+  int device = 0;
+  int sm_count = 0;
+  int smem_per_block_optin = 0;  // bytes a block may use after cudaFuncSetAttribute
+  int max_grid_y = 0;            // gridDim.y / gridDim.z limit
+};
+LaunchLimits current_launch_limits();
+
 }  // namespace kvlab::gpu

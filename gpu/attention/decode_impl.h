@@ -1,0 +1,46 @@
+// decode_impl.h: internals shared by the decode versions (host side, g++-compilable).
+//
+// Each v<N>_<algorithm>.cu defines one DecodeVersionImpl: its registry entry, the reason it
+// declines a configuration, its workspace size and its run function. decode_registry.cpp
+// collects them in id order; the public API (decode.h) validates the arguments once, asks
+// the version whether it supports them, then runs it.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <string>
+
+#include "gpu/attention/decode.h"
+
+namespace kvlab::gpu::detail {
+
+struct DecodeVersionImpl {
+  DecodeVersionInfo info;
+  // "" when supported. Called only on arguments that passed validate_decode_args().
+  std::string (*unsupported_reason)(const DecodeArgs&) = nullptr;
+  size_t (*workspace_bytes)(const DecodeArgs&) = nullptr;
+  // Launches (arguments validated and supported; workspace at least workspace_bytes()).
+  void (*run)(const DecodeArgs&, void* workspace, cudaStream_t) = nullptr;
+};
+
+DecodeVersionImpl make_v0_cached_attention();
+DecodeVersionImpl make_v1_paged_attention();
+DecodeVersionImpl make_v2_paged_attention_partitioned();
+DecodeVersionImpl make_v3_flash_decoding();
+
+// Throws kvlab::InvalidArgument for malformed arguments: null pointers, geometry
+// (validate(PageGeometry)), head counts, GQA divisibility, max_seq_len beyond the table,
+// misaligned pointers, non-finite scales. num_seqs == 0 is a valid empty batch.
+void validate_decode_args(const DecodeArgs& a);
+
+// "" or the reason no GPU version handles these arguments (Q/O dtype, head_dim).
+std::string common_unsupported_reason(const DecodeArgs& a);
+
+// Upper bound of seq_lens as int64 (DecodeArgs::seq_len_bound in int64 arithmetic).
+inline int64_t seq_len_bound64(const DecodeArgs& a) {
+  return a.max_seq_len > 0 ? a.max_seq_len
+                           : static_cast<int64_t>(a.max_blocks_per_seq) * a.kv.geom.block_size;
+}
+
+}  // namespace kvlab::gpu::detail

@@ -1,0 +1,238 @@
+// test_append.cu: gpu::append_kv against ref::append_kv, byte for byte (0 differing bytes),
+// for every KvFormat x KvLayout x input dtype, with padding tokens, permuted slots (tokens
+// of one page land in neighbouring slots, so FP4 tokens share bytes of the split-x V pool),
+// special values (NaN, Inf, zeros, values beyond the format's range, values below the amax
+// floor), pools pre-filled with a seeded byte pattern (untouched bytes must stay), two
+// successive appends into the same pages, and bad input.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gpu/quant/append.h"
+#include "reference/formats/formats.h"
+#include "reference/layout/layout_names.h"
+#include "reference/metrics/tolerance.h"
+#include "reference/quant/append.h"
+#include "tests/common/test_env.h"
+#include "tests/gpu/gpu_test_util.cuh"
+
+namespace kvlab::test {
+namespace {
+
+struct AppendCase {
+  PageGeometry g;
+  DType in_dtype;
+  int num_tokens;
+  std::vector<uint8_t> k_in, v_in;          // [tokens, heads, dim] in_dtype bytes
+  std::vector<int64_t> slots;               // [tokens]
+  std::vector<uint8_t> k_pool, v_pool, k_scales, v_scales;  // initial contents
+  float k_scale = 1.0f, v_scale = 1.0f;
+  uint64_t seed = 0;
+};
+
+std::vector<uint8_t> random_bytes(size_t n, std::mt19937_64& rng) {
+  std::vector<uint8_t> b(n);
+  for (auto& x : b) x = static_cast<uint8_t>(rng());
+  return b;
+}
+
+// Input rows: Gaussian, with a few special rows (token t, head 0) to exercise every rule.
+std::vector<uint8_t> make_input(int tokens, int heads, int dim, DType dt, std::mt19937_64& rng) {
+  std::normal_distribution<float> n(0.0f, 1.5f);
+  const int64_t count = static_cast<int64_t>(tokens) * heads * dim;
+  std::vector<float> x(static_cast<size_t>(count));
+  for (auto& v : x) v = n(rng);
+  auto row = [&](int t) { return x.data() + static_cast<int64_t>(t) * heads * dim; };
+  if (tokens > 6) {
+    std::fill(row(1), row(1) + dim, 0.0f);                              // all zeros: amax floor
+    for (int d = 0; d < dim; ++d) row(2)[d] *= 1e-7f;                   // below the floor
+    for (int d = 0; d < dim; ++d) row(3)[d] *= 3e4f;                    // beyond FP8/FP4 ranges
+    row(4)[dim / 3] = std::numeric_limits<float>::quiet_NaN();          // NaN element
+    row(5)[dim - 1] = std::numeric_limits<float>::infinity();           // Inf element
+    row(6)[0] = -std::numeric_limits<float>::infinity();
+  }
+  std::vector<uint8_t> out(static_cast<size_t>(count) * dtype_bytes(dt));
+  for (int64_t i = 0; i < count; ++i) {
+    if (dt == DType::kF32) {
+      std::memcpy(out.data() + 4 * i, &x[i], 4);
+    } else {
+      const uint16_t b = dt == DType::kBF16 ? float_to_bf16_bits(x[i], Saturation::kNonSaturating)
+                                            : float_to_fp16_bits(x[i], Saturation::kNonSaturating);
+      std::memcpy(out.data() + 2 * i, &b, 2);
+    }
+  }
+  return out;
+}
+
+AppendCase make_case(KvFormat f, KvLayout l, DType dt, int head_dim, int block_size, const std::string& name) {
+  AppendCase c;
+  c.seed = seed_for(name.c_str());
+  std::printf("[seed] %s = %llu\n", name.c_str(), static_cast<unsigned long long>(c.seed));
+  std::mt19937_64 rng(c.seed);
+  c.g.layout = l;
+  c.g.format = f;
+  c.g.num_kv_heads = 3;
+  c.g.head_dim = head_dim;
+  c.g.block_size = block_size;
+  c.g.num_blocks = 7;
+  c.in_dtype = dt;
+  const int64_t num_slots = c.g.num_blocks * block_size;
+  // Tokens: a random subset of slots in random order, plus padding (-1).
+  std::vector<int64_t> all(static_cast<size_t>(num_slots));
+  for (int64_t i = 0; i < num_slots; ++i) all[i] = i;
+  std::shuffle(all.begin(), all.end(), rng);
+  const int64_t used = std::max<int64_t>(1, num_slots * 2 / 3);
+  c.slots.assign(all.begin(), all.begin() + used);
+  for (int p = 0; p < 5; ++p) c.slots.insert(c.slots.begin() + (rng() % c.slots.size()), -1);
+  c.num_tokens = static_cast<int>(c.slots.size());
+  c.k_in = make_input(c.num_tokens, c.g.num_kv_heads, head_dim, dt, rng);
+  c.v_in = make_input(c.num_tokens, c.g.num_kv_heads, head_dim, dt, rng);
+  c.k_pool = random_bytes(static_cast<size_t>(c.g.bytes()), rng);
+  c.v_pool = random_bytes(static_cast<size_t>(c.g.bytes()), rng);
+  c.k_scales = random_bytes(static_cast<size_t>(c.g.scale_bytes()), rng);
+  c.v_scales = random_bytes(static_cast<size_t>(c.g.scale_bytes()), rng);
+  if (kv_format_has_pool_scale(f)) {
+    c.k_scale = f == KvFormat::kNVFP4 ? 0.0021f : 0.0173f;
+    c.v_scale = f == KvFormat::kNVFP4 ? 0.0009f : 0.0111f;
+  }
+  return c;
+}
+
+AppendArgs args_over(const AppendCase& c, const void* k, const void* v, const int64_t* slots, void* kp, void* vp,
+                     void* ks, void* vs) {
+  AppendArgs a;
+  a.in_dtype = c.in_dtype;
+  a.k = k;
+  a.v = v;
+  a.slot_mapping = slots;
+  a.num_tokens = c.num_tokens;
+  a.kv.geom = c.g;
+  a.kv.k = kp;
+  a.kv.v = vp;
+  a.kv.k_scales = c.k_scales.empty() ? nullptr : ks;
+  a.kv.v_scales = c.v_scales.empty() ? nullptr : vs;
+  a.kv.k_scale = c.k_scale;
+  a.kv.v_scale = c.v_scale;
+  return a;
+}
+
+int64_t differing_bytes(const std::vector<uint8_t>& a, const std::vector<uint8_t>& b, int64_t* first) {
+  int64_t n = 0;
+  *first = -1;
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i)
+    if (a[i] != b[i] && n++ == 0) *first = static_cast<int64_t>(i);
+  return n + static_cast<int64_t>(std::max(a.size(), b.size()) - std::min(a.size(), b.size()));
+}
+
+// Appends c on host (reference) and device, twice (second call: other tokens' data into
+// the same slots' neighbours is not possible without duplicates, so the second call writes
+// the same slots with fresh data), and compares every byte of pools and scales.
+void check_append(AppendCase& c) {
+  const Tolerance tol = tolerance(Op::kAppend, c.g.format, c.in_dtype);
+  ASSERT_EQ(tol.atol, 0.0);  // exact by contract
+  std::vector<uint8_t> hk = c.k_pool, hv = c.v_pool, hks = c.k_scales, hvs = c.v_scales;
+  thrust::device_vector<uint8_t> dk = to_device(c.k_pool), dv = to_device(c.v_pool), dks = to_device(c.k_scales),
+                                 dvs = to_device(c.v_scales);
+  std::mt19937_64 rng(c.seed ^ 0x5EEDu);
+  for (int round = 0; round < 2; ++round) {
+    if (round == 1) {
+      c.k_in = make_input(c.num_tokens, c.g.num_kv_heads, c.g.head_dim, c.in_dtype, rng);
+      c.v_in = make_input(c.num_tokens, c.g.num_kv_heads, c.g.head_dim, c.in_dtype, rng);
+      std::reverse(c.k_in.begin(), c.k_in.end());  // different rows per slot than round 0
+    }
+    ref::append_kv(args_over(c, c.k_in.data(), c.v_in.data(), c.slots.data(), hk.data(), hv.data(), hks.data(), hvs.data()));
+    thrust::device_vector<uint8_t> kin = to_device(c.k_in), vin = to_device(c.v_in);
+    thrust::device_vector<int64_t> sl = to_device(c.slots);
+    gpu::append_kv(args_over(c, raw(kin), raw(vin), raw(sl), raw(dk), raw(dv), raw(dks), raw(dvs)), nullptr);
+    KVLAB_CUDA_CHECK(cudaDeviceSynchronize());
+    const std::string ctx = to_string(c.g.layout) + "/" + to_string(c.g.format) + "/" + to_string(c.in_dtype) +
+                            " d" + std::to_string(c.g.head_dim) + " b" + std::to_string(c.g.block_size) + " round " +
+                            std::to_string(round) + " seed " + std::to_string(c.seed);
+    int64_t first = 0;
+    EXPECT_EQ(differing_bytes(to_host(dk), hk, &first), 0) << "K pool, first at byte " << first << " | " << ctx;
+    EXPECT_EQ(differing_bytes(to_host(dv), hv, &first), 0) << "V pool, first at byte " << first << " | " << ctx;
+    EXPECT_EQ(differing_bytes(to_host(dks), hks, &first), 0) << "K scales, first at byte " << first << " | " << ctx;
+    EXPECT_EQ(differing_bytes(to_host(dvs), hvs, &first), 0) << "V scales, first at byte " << first << " | " << ctx;
+  }
+}
+
+class AppendExact : public ::testing::TestWithParam<std::tuple<KvFormat, KvLayout, DType>> {};
+
+TEST_P(AppendExact, ByteExactToReference) {
+  KVLAB_SKIP_WITHOUT_GPU();
+  const auto [f, l, dt] = GetParam();
+  // head_dim 128 with a block size that leaves FP4 split-x V bytes shared across tokens and
+  // pages (odd block size 5 makes a byte straddle two dims), plus head_dim 64 / block 16.
+  for (const auto& [d, bs] : std::vector<std::pair<int, int>>{{128, 5}, {64, 16}, {256, 1}}) {
+    AppendCase c = make_case(f, l, dt, d, bs,
+                             "append." + to_string(f) + "." + to_string(l) + "." + to_string(dt) + ".d" + std::to_string(d));
+    check_append(c);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(All, AppendExact,
+                         ::testing::Combine(::testing::ValuesIn(all_kv_formats()), ::testing::ValuesIn(all_kv_layouts()),
+                                            ::testing::Values(DType::kBF16, DType::kF16, DType::kF32)),
+                         [](const ::testing::TestParamInfo<std::tuple<KvFormat, KvLayout, DType>>& i) {
+                           return to_string(std::get<0>(i.param)) + "_" + to_string(std::get<1>(i.param)) + "_" +
+                                  to_string(std::get<2>(i.param));
+                         });
+
+template <class E>
+void expect_throw_containing(const std::function<void()>& f, const std::string& needle) {
+  try {
+    f();
+    ADD_FAILURE() << "expected an exception containing '" << needle << "'";
+  } catch (const E& e) {
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+  }
+}
+
+TEST(AppendBadInput, SlotsAndArgumentsAreValidated) {
+  KVLAB_SKIP_WITHOUT_GPU();
+  AppendCase c = make_case(KvFormat::kMXFP4, KvLayout::kSplitX, DType::kBF16, 64, 16, "append.bad_input");
+  thrust::device_vector<uint8_t> kin = to_device(c.k_in), vin = to_device(c.v_in), dk = to_device(c.k_pool),
+                                 dv = to_device(c.v_pool), dks = to_device(c.k_scales), dvs = to_device(c.v_scales);
+  auto run = [&](std::vector<int64_t> slots, gpu::SlotCheck check = gpu::SlotCheck::kValidate) {
+    thrust::device_vector<int64_t> sl = to_device(slots);
+    gpu::append_kv(args_over(c, raw(kin), raw(vin), raw(sl), raw(dk), raw(dv), raw(dks), raw(dvs)), nullptr, check);
+    KVLAB_CUDA_CHECK(cudaDeviceSynchronize());
+  };
+  const int64_t num_slots = c.g.num_blocks * c.g.block_size;
+  std::vector<int64_t> bad = c.slots;
+  bad[3] = num_slots;
+  expect_throw_containing<InvalidArgument>([&] { run(bad); }, "slot_mapping[3] = " + std::to_string(num_slots));
+  bad[3] = -2;
+  expect_throw_containing<InvalidArgument>([&] { run(bad); }, "slot_mapping[3] = -2");
+  std::vector<int64_t> dup = c.slots;
+  const auto first_real = std::find_if(dup.begin(), dup.end(), [](int64_t s) { return s >= 0; });
+  const auto second_real = std::find_if(first_real + 1, dup.end(), [](int64_t s) { return s >= 0; });
+  *second_real = *first_real;
+  expect_throw_containing<InvalidArgument>([&] { run(dup); }, "written twice");
+  // Many padding tokens are fine (-1 may repeat).
+  EXPECT_NO_THROW(run(std::vector<int64_t>(c.num_tokens, -1)));
+  // Trusted slots: an out-of-range slot is skipped, nothing outside the pools is written.
+  const auto before = to_host(dk);
+  bad = std::vector<int64_t>(c.num_tokens, -1);
+  bad[0] = num_slots + 100;
+  EXPECT_NO_THROW(run(bad, gpu::SlotCheck::kTrusted));
+  EXPECT_EQ(to_host(dk), before);
+  // Host-checkable arguments.
+  thrust::device_vector<int64_t> sl = to_device(c.slots);
+  AppendArgs a = args_over(c, raw(kin), raw(vin), raw(sl), raw(dk), raw(dv), raw(dks), raw(dvs));
+  { AppendArgs b = a; b.k = nullptr; expect_throw_containing<InvalidArgument>([&] { gpu::append_kv(b, nullptr); }, "non-null"); }
+  { AppendArgs b = a; b.kv.k_scales = nullptr; expect_throw_containing<InvalidArgument>([&] { gpu::append_kv(b, nullptr); }, "scales"); }
+  { AppendArgs b = a; b.in_dtype = static_cast<DType>(7); expect_throw_containing<InvalidArgument>([&] { gpu::append_kv(b, nullptr); }, "in_dtype"); }
+  { AppendArgs b = a; b.kv.geom.head_dim = 48; expect_throw_containing<InvalidArgument>([&] { gpu::append_kv(b, nullptr); }, "head_dim"); }
+  { AppendArgs b = a; b.num_tokens = 0; b.k = nullptr; EXPECT_NO_THROW(gpu::append_kv(b, nullptr)); }
+}
+
+}  // namespace
+}  // namespace kvlab::test
