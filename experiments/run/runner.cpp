@@ -161,6 +161,15 @@ void parse_shard(const std::string& text, int* k, int* n) {
 
 int run_sweep(const SweepSpec& spec, const SweepOptions& opt, std::ostream& os) {
   std::vector<Point> all = expand(spec);
+  // Bad input of any point (every shard checks every point: the same verdict everywhere)
+  // ends the run before the output is touched.
+  for (const auto& p : all) {
+    try {
+      find_bench(p.kind).check_point(p);
+    } catch (const InvalidArgument& e) {
+      throw InvalidArgument("[" + p.study + "] " + p.kind + " point " + std::to_string(p.index) + ": " + e.what());
+    }
+  }
   const std::string fp = fingerprint(all);
   std::vector<Point> points;
   for (const auto& p : all)
