@@ -398,8 +398,8 @@ class StepGemmBench : public Bench {
     return {
         {"time_us", "us", "median time of one GEMM (cold L2)"},
         {"rel_iqr", "", "IQR / median"},
-        {"n", "", "output features"},
-        {"k", "", "input features"},
+        {"gemm_n", "", "output features N"},
+        {"gemm_k", "", "input features K"},
         {"flops", "FLOP", "2 M N K"},
         {"bytes", "B", "weights + input + FP32 output, each once"},
         {"tflops", "TFLOP/s", "achieved"},
@@ -466,8 +466,8 @@ Record StepGemmBench::run(const Point& p, RunContext& ctx) {
   Record r;
   r.metric("time_us", tm.median_us);
   r.metric("rel_iqr", tm.rel_iqr);
-  r.metric("n", double(n));
-  r.metric("k", double(k));
+  r.metric("gemm_n", double(n));
+  r.metric("gemm_k", double(k));
   r.metric("flops", flops);
   r.metric("bytes", bytes);
   r.metric("tflops", s > 0 ? flops / s / 1e12 : 0.0);
