@@ -40,7 +40,7 @@
 namespace kvlab::exp {
 namespace {
 
-constexpr int64_t kMaxValidatedTokens = 16384;
+constexpr int64_t kMaxValidatedTokens = 4096;
 constexpr int32_t kExtraPages = 3;
 
 // Host inputs and pools of one append problem.
@@ -73,7 +73,7 @@ struct AppendProblem {
 // tile = nullptr: seeded N(0,1) inputs and host pools poisoned with 0xFF. Otherwise the
 // inputs repeat tile's tokens (token t = tile token t mod tile->tokens: real data, built in
 // a memcpy) and the pools are left empty: DeviceAppend poisons them on the device.
-AppendProblem make_problem(const Point& p, int64_t tokens, uint64_t seed, const AppendProblem* tile = nullptr) {
+[[maybe_unused]] AppendProblem make_problem(const Point& p, int64_t tokens, uint64_t seed, const AppendProblem* tile = nullptr) {
   AppendProblem pr;
   const int heads = static_cast<int>(p.integer("num_kv_heads")), d = static_cast<int>(p.integer("head_dim"));
   const int bs = static_cast<int>(p.integer("block_size"));
@@ -133,7 +133,7 @@ AppendProblem make_problem(const Point& p, int64_t tokens, uint64_t seed, const 
 }
 
 // Bytes an append must move: K and V read, slots read, K and V written with their scales.
-double append_bytes(const AppendProblem& pr) {
+[[maybe_unused]] double append_bytes(const AppendProblem& pr) {
   const PageGeometry& g = pr.geom;
   const double th = static_cast<double>(pr.tokens) * g.num_kv_heads;
   const double stored = static_cast<double>(g.head_dim) * g.elem_bits() / 8 +

@@ -66,7 +66,7 @@ std::vector<std::string> names_of_layouts() {
 
 // The sequence lengths of a point: `context` each, or seeded uniform in [min(1024, context),
 // context] (a skewed batch, DESIGN.md P4).
-std::vector<int32_t> lengths_of(const Point& p, uint64_t seed) {
+[[maybe_unused]] std::vector<int32_t> lengths_of(const Point& p, uint64_t seed) {
   const int64_t batch = p.integer("batch"), ctx = p.integer("context");
   std::vector<int32_t> lens(static_cast<size_t>(batch), static_cast<int32_t>(ctx));
   if (p.str("lengths") == "mixed") {
@@ -78,7 +78,7 @@ std::vector<int32_t> lengths_of(const Point& p, uint64_t seed) {
 }
 
 // Q + K and V of every attended token at storage precision + their scales + O.
-double min_bytes(const PageGeometry& g, const std::vector<int32_t>& lens, int qo_heads, int q_bytes) {
+[[maybe_unused]] double min_bytes(const PageGeometry& g, const std::vector<int32_t>& lens, int qo_heads, int q_bytes) {
   double tokens = 0;
   for (int32_t l : lens) tokens += l;
   const double per_token_head = static_cast<double>(g.head_dim) * g.elem_bits() / 8 +

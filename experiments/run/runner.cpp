@@ -188,7 +188,11 @@ int run_sweep(const SweepSpec& spec, const SweepOptions& opt, std::ostream& os) 
     for (const auto& p : points) {
       Bench& b = find_bench(p.kind);
       std::string note;
+#if defined(KVLAB_HAVE_CUDA)
       if (b.needs_gpu() && !ctx.device_present) note = " (skipped: no device)";
+#else
+      if (b.needs_gpu() && !ctx.device_present) note = " (skipped: built without CUDA)";
+#endif
       else if (auto why = b.unsupported_reason(p, ctx); !why.empty()) note = " (skipped: " + why + ")";
       const double est = note.empty() ? b.estimate_seconds(p, ctx) : 0.0;
       total += est;

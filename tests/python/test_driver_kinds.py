@@ -186,3 +186,24 @@ def test_simulated_vs_measured_and_bandwidth_with_peers(kinds_results, tmp_path)
     r.index.loc[r.index["kind"] == "decode_attention", "head_dim"] = 96
     with pytest.raises(figures.Skip, match="shares its shape"):
         figures.simulated_vs_measured(r)
+
+
+def test_gpu_kinds_without_a_device_are_recorded_as_skipped(run, tmp_path):
+    """On a machine without a GPU (this CI), the GPU studies of the main job are in the file as
+    skipped points saying why: no device (CUDA build) or built without CUDA."""
+    import h5py
+    info = run("info", "--no-self-check")
+    if "device: " in info.stdout and "GPU points are recorded as skipped" not in info.stdout:
+        pytest.skip("a GPU is present: the GPU tests (gpu_tests BenchKinds.*) cover the kinds")
+    out = tmp_path / "gpu.h5"
+    cfg = os.path.join(ROOT, "experiments", "configs", "default.ini")
+    r = run("sweep", cfg, "--only", "decode_graph,append", "--out", out, "--progress", "none")
+    assert r.returncode == 0, r.stdout + r.stderr
+    with h5py.File(out, "r") as f:
+        status = set(f["index/status"].asstr()[()])
+        reasons = set(f["index/reason"].asstr()[()])
+        kinds = set(f["index/kind"].asstr()[()])
+    assert status == {"skipped"} and kinds == {"decode_attention", "append"}
+    assert reasons <= {"no device", "built without CUDA"} and len(reasons) == 1, reasons
+    r = run("sweep", cfg, "--only", "decode_graph", "--dry-run")
+    assert "(skipped: no device)" in r.stdout or "built without CUDA" in r.stdout, r.stdout
