@@ -113,9 +113,37 @@ def format_error_bars(r: Results):
 
 
 # ---- GPU ------------------------------------------------------------------------------------
+PEER_PREFIX = "peer:"
+
+
+def _is_peer(version) -> bool:
+    return str(version).startswith(PEER_PREFIX)
+
+
+# Decode axes the bandwidth figure holds fixed (at their most common value in the file).
+DECODE_FIXED = ["layout", "head_dim", "block_size", "num_kv_heads", "gqa_group"]
+
+
+def _main_slice(df: pd.DataFrame) -> pd.DataFrame:
+    """Uniform-length, eager rows at the most common value of every DECODE_FIXED axis."""
+    if "lengths" in df.columns:
+        df = df[df["lengths"].fillna("uniform") == "uniform"]
+    if "graph" in df.columns:
+        df = df[df["graph"].fillna("off") == "off"]
+    for a in DECODE_FIXED:
+        if a in df.columns and df[a].notna().any():
+            df = df[df[a] == df[a].mode().iloc[0]]
+    return df
+
+
 def decode_bandwidth(r: Results):
-    """Decode attention: achieved bandwidth vs context per version, with the ceilings and peers."""
+    """Decode attention: achieved bandwidth vs context per version, with the measured read
+    ceiling, the datasheet peak and the peers (rows whose version is "peer:NAME", written by a
+    peers script in the same schema, and DESIGN.md's H100 figures). One panel per batch and
+    KV format; uniform lengths, eager launches, the most common layout / head_dim / block size /
+    heads (the other studies have figures of their own axes)."""
     df = _need(r.ok("decode_attention"), "decode_attention", ["context", "version", "bytes_per_s"])
+    df = _main_slice(df)
     keys = [k for k in ("batch", "kv_format") if k in df.columns]
     groups = list(df.groupby(keys)) if keys else [((), df)]
     groups = groups[:6]
@@ -125,7 +153,8 @@ def decode_bandwidth(r: Results):
     for ax, (key, d) in zip(axes, groups):
         for version, dv in d.groupby("version"):
             dv = dv.groupby("context", as_index=False)["bytes_per_s"].median().sort_values("context")
-            ax.plot(dv["context"], dv["bytes_per_s"] / 1e12, marker="o", label=str(version))
+            style = dict(ls="--", marker="x", lw=1.2) if _is_peer(version) else dict(marker="o")
+            ax.plot(dv["context"], dv["bytes_per_s"] / 1e12, label=str(version), **style)
         if r.read_ceiling > 0:
             ax.axhline(r.read_ceiling / 1e12, color="k", ls="--", lw=1, label="measured read ceiling")
         if peak > 0:
@@ -167,6 +196,58 @@ def append_bandwidth(r: Results):
     return fig
 
 
+# The shape axes shared by the roofline bench (op=decode_attention) and the GPU decode bench.
+DECODE_SHAPE = ["batch", "context", "num_kv_heads", "gqa_group", "head_dim", "block_size", "kv_format"]
+
+
+def simulated_vs_measured(r: Results):
+    """Roofline prediction (roofline bench, op decode_attention) against the measured decode time
+    of every version on the same shape: measured vs predicted, and their ratio vs context."""
+    meas = _need(r.ok("decode_attention"), "decode_attention", DECODE_SHAPE + ["version", "median_us"])
+    pred = _need(r.ok("roofline"), "roofline", DECODE_SHAPE + ["op", "predicted_s"])
+    pred = pred[pred["op"] == "decode_attention"]
+    meas = meas[~meas["version"].map(_is_peer)]
+    if "lengths" in meas.columns:  # the roofline rows model uniform lengths only
+        meas = meas[meas["lengths"].fillna("uniform") == "uniform"]
+    # One index holds every kind's columns: keep the measurement's own before the join.
+    meas = meas[DECODE_SHAPE + ["version", "median_us"] + [c for c in ("layout",) if c in meas.columns]]
+    if pred.empty:
+        raise Skip("no roofline points with op=decode_attention")
+    cols = DECODE_SHAPE + ["predicted_s"] + (["ceiling"] if "ceiling" in pred.columns else [])
+    j = meas.merge(pred[cols], on=DECODE_SHAPE, how="inner")
+    if j.empty:
+        raise Skip("no decode_attention measurement shares its shape with a roofline prediction")
+    if "ceiling" in j.columns and j["ceiling"].nunique() > 1:  # one prediction per shape: prefer this run's ceiling
+        order = {"run": 0, "measured": 1, "datasheet": 2}
+        j = j.assign(_o=j["ceiling"].map(order)).sort_values("_o").drop_duplicates(
+            subset=DECODE_SHAPE + ["version"] + [c for c in ("layout",) if c in j.columns]).drop(columns="_o")
+    j = j.assign(measured_s=j["median_us"] * 1e-6)
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(12, 4.6))
+    for version, d in j.groupby("version"):
+        a1.scatter(d["predicted_s"] * 1e6, d["measured_s"] * 1e6, s=16, label=str(version))
+        dd = d.assign(ratio=d["measured_s"] / d["predicted_s"]).groupby("context", as_index=False)["ratio"].median()
+        a2.plot(dd["context"], dd["ratio"], marker="o", label=str(version))
+    lo = float(min(j["predicted_s"].min(), j["measured_s"].min()) * 1e6)
+    hi = float(max(j["predicted_s"].max(), j["measured_s"].max()) * 1e6)
+    a1.plot([lo, hi], [lo, hi], color="k", lw=1, ls="--", label="measured = predicted")
+    a1.set_xscale("log")
+    a1.set_yscale("log")
+    a1.set_xlabel("roofline prediction (us)")
+    a1.set_ylabel("measured median (us)")
+    a1.set_title("Decode attention: measured vs roofline")
+    a2.axhline(1.0, color="k", lw=1, ls="--")
+    a2.set_xscale("log", base=2)
+    a2.set_xlabel("context (tokens)")
+    a2.set_ylabel("measured / predicted (median over shapes)")
+    a2.set_title("Model error vs context")
+    for a in (a1, a2):
+        a.grid(alpha=0.3)
+        a.legend(fontsize=7)
+    med = float(np.median(np.abs(j["measured_s"] / j["predicted_s"] - 1)))
+    fig.suptitle(f"Simulated vs measured ({len(j)} pairs, median |error| {100 * med:.1f} %)")
+    return fig
+
+
 def capacity_vs_block(r: Results):
     """Capacity planner: concurrent sequences vs block size per KV format and context."""
     df = _need(r.ok("capacity"), "capacity", ["block_size", "max_seqs", "kv_format", "context"])
@@ -188,6 +269,157 @@ def capacity_vs_block(r: Results):
     return fig
 
 
+def roofline_chart(r: Results):
+    """Roofline of the cost model: attainable FLOP/s vs arithmetic intensity per GPU, with the
+    predicted GEMM (batch sweep) and decode-attention points; left of the ridge memory-bound."""
+    df = _need(r.ok("roofline"), "roofline", ["intensity", "model_flops", "predicted_s", "ridge", "op"])
+    gpus = sorted(df["gpu"].unique()) if "gpu" in df.columns else ["?"]
+    fig, axes = _panels(len(gpus), 6.0, 4.4)
+    for ax, gpu in zip(axes, gpus):
+        d = df[df["gpu"] == gpu] if "gpu" in df.columns else df
+        for (op, extra), dv in d.groupby(["op", "weight_bits" if "weight_bits" in d.columns else "op"]):
+            label = f"{op}" + (f", {int(extra)}-bit weights" if op == "gemm" and extra != op else "")
+            ax.scatter(dv["intensity"], dv["model_flops"] / dv["predicted_s"], s=14, label=label)
+        for rate_col in ("ridge",):
+            for ridge, dv in d.groupby(rate_col):
+                bw = float(dv["ceiling_bytes_per_s"].iloc[0])
+                x = np.logspace(-1, 4, 60)
+                ax.plot(x, np.minimum(x * bw, ridge * bw), color="k", lw=0.8, alpha=0.5)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("arithmetic intensity (FLOP/byte)")
+        ax.set_ylabel("attainable FLOP/s (predicted)")
+        ax.set_title(str(gpu))
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=6)
+    fig.suptitle("Roofline (sim/cost): memory-bound left of the ridge")
+    return fig
+
+
+# ---- simulation and DSV4 -------------------------------------------------------------------
+# The simulate bench's axes other than block_size (experiments/kinds/simulate.cpp).
+SIMULATE_AXES = ["workload", "num_requests", "rate", "workload_seed", "model", "gpu", "kv_format", "kv_gib",
+                 "gpu_mem_util", "watermark", "preemption", "swap_gib", "prefix_caching", "reserve", "max_num_seqs",
+                 "max_num_batched_tokens", "chunked_prefill", "launch", "max_steps"]
+
+
+def waste_vs_block_size(r: Results):
+    """Serving simulation: last-block waste vs block size per workload (slack share of the used
+    KV slots and slack per running request, with PagedAttention's (block-1)/2), and what it does
+    to throughput and preemptions."""
+    df = _need(r.ok("simulate"), "simulate", ["block_size", "slack_fraction", "mean_slack_per_seq", "workload"])
+    # One line per configuration that varies the block size (every other axis fixed).
+    keys = [k for k in SIMULATE_AXES if k in df.columns and df[k].nunique() > 1] or ["workload"]
+    df = df.groupby(keys).filter(lambda d: d["block_size"].nunique() > 1)
+    if df.empty:
+        raise Skip("no simulate configuration spans two block sizes")
+    fig, axes = plt.subplots(1, 3, figsize=(16, 4.4))
+    for key, d in df.groupby(keys):
+        d = d.groupby("block_size", as_index=False)[
+            ["slack_fraction", "mean_slack_per_seq", "output_tokens_per_s", "num_preemptions"]].median()
+        d = d.sort_values("block_size")
+        label = ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}"
+                          for k, v in zip(keys, key if isinstance(key, tuple) else (key,)))
+        axes[0].plot(d["block_size"], 100 * d["slack_fraction"], marker="o", label=label)
+        axes[1].plot(d["block_size"], d["mean_slack_per_seq"], marker="o", label=label)
+        axes[2].plot(d["block_size"], d["output_tokens_per_s"], marker="o", label=label)
+    bs = np.array(sorted(df["block_size"].unique()), dtype=float)
+    axes[1].plot(bs, (bs - 1) / 2, color="k", ls="--", lw=1, label="(block - 1) / 2")
+    for ax, yl, t in ((axes[0], "slack, % of used slots", "Last-block waste"),
+                      (axes[1], "slack slots per running request", "Slack per request"),
+                      (axes[2], "output tokens/s (simulated)", "Throughput")):
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("block size (tokens)")
+        ax.set_ylabel(yl)
+        ax.set_title(t)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    axes[1].set_yscale("log")
+    m = df.iloc[0]
+    fig.suptitle(f"Waste vs block size ({m.get('model', '?')} on {m.get('gpu', '?')}, {m.get('kv_format', '?')} KV)")
+    return fig
+
+
+def capacity_vs_compression(r: Results):
+    """DSV4-style stack: concurrent requests vs CSA and HCA compression ratio per storage variant
+    and context, against the dense BF16 baseline (dashed)."""
+    df = _need(r.ok("dsv4_capacity"), "dsv4_capacity",
+               ["csa_ratio_used", "hca_ratio_used", "max_seqs", "dense_max_seqs", "variant", "context"])
+    panels = []
+    if "hca_ratio" in df.columns:
+        panels.append(("csa_ratio_used", "CSA ratio (HCA as the stack)", df[df["hca_ratio"] == 0]))
+    if "csa_ratio" in df.columns:
+        panels.append(("hca_ratio_used", "HCA ratio (CSA as the stack)", df[df["csa_ratio"] == 0]))
+    panels = [p for p in panels if p[2][p[0]].nunique() > 1]
+    if not panels:
+        raise Skip("dsv4_capacity points vary no compression ratio")
+    fig, axes = _panels(len(panels), 6.0, 4.4)
+    contexts = sorted(df["context"].unique())
+    variants = sorted(df["variant"].unique())
+    colors = {c: f"C{i}" for i, c in enumerate(contexts)}
+    styles = [dict(marker="o", ls="-", ms=7), dict(marker="x", ls=":", ms=8), dict(marker="^", ls="-.", ms=6)]
+    for ax, (x, title, d) in zip(axes, panels):
+        for (var, ctx), dv in d.groupby(["variant", "context"]):
+            dv = dv.groupby(x, as_index=False)[["max_seqs", "dense_max_seqs"]].median().sort_values(x)
+            st = styles[variants.index(var) % len(styles)]
+            ax.plot(dv[x], dv["max_seqs"], color=colors[ctx], label=f"{var}, ctx {int(ctx)}", **st)
+            if var == variants[0]:
+                ax.plot(dv[x], dv["dense_max_seqs"], ls="--", lw=1, color=colors[ctx], label=f"dense BF16, ctx {int(ctx)}")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel(title)
+        ax.set_ylabel("max concurrent requests")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=6)
+    m = df.iloc[0]
+    budget = f", {m['kv_gib']:g} GiB KV" if "kv_gib" in df.columns else ""
+    fig.suptitle(f"Capacity vs compression ratio ({m.get('stack_name', m.get('model', '?'))}{budget})")
+    return fig
+
+
+def compression_error_vs_ratio(r: Results):
+    """DSV4 compressors on synthetic KV: decode-attention error against the uncompressed cache vs
+    compression ratio (solid: stored entries; dashed: FP32 entries, compression alone), the
+    storage loss per variant, and the CSA indexer's top-k recall."""
+    df = _need(r.ok("compression_error"), "compression_error",
+               ["layer", "ratio", "attn_rel_l2", "attn_rel_l2_fp32", "attn_storage_rel_l2", "dist", "variant"])
+    layers = sorted(df["layer"].unique())
+    fig, axes = _panels(len(layers) + 1, 5.2, 4.0)
+    for ax, layer in zip(axes, layers):
+        d = df[df["layer"] == layer]
+        for dist, dv in d.groupby("dist"):
+            dv = dv.groupby("ratio", as_index=False)[["attn_rel_l2", "attn_rel_l2_fp32"]].median().sort_values("ratio")
+            line, = ax.plot(dv["ratio"], dv["attn_rel_l2"], marker="o", label=f"{dist}")
+            ax.plot(dv["ratio"], dv["attn_rel_l2_fp32"], ls="--", lw=1, color=line.get_color())
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("compression ratio (tokens per entry)")
+        ax.set_ylabel("attention rel. L2 vs uncompressed")
+        ax.set_title(f"{layer.upper()} compression")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    ax = axes[-1]
+    for (layer, var), dv in df.groupby(["layer", "variant"]):
+        dv = dv.groupby("ratio", as_index=False)["attn_storage_rel_l2"].median().sort_values("ratio")
+        ax.plot(dv["ratio"], dv["attn_storage_rel_l2"], marker="s", label=f"{layer} {var}: storage")
+    if "topk_recall" in df.columns and df["topk_recall"].notna().any():
+        ax2 = ax.twinx()
+        for var, dv in df[df["topk_recall"].notna()].groupby("variant"):
+            dv = dv.groupby("ratio", as_index=False)["topk_recall"].median().sort_values("ratio")
+            ax2.plot(dv["ratio"], dv["topk_recall"], ls=":", marker="^", label=f"indexer recall, {var}")
+        ax2.set_ylim(0, 1.05)
+        ax2.set_ylabel("indexer top-k recall")
+        ax2.legend(fontsize=6, loc="lower right")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("compression ratio")
+    ax.set_ylabel("stored vs FP32 entries: attention rel. L2")
+    ax.set_title("Storage variants")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=6, loc="upper left")
+    fig.suptitle("DSV4 compression error on synthetic KV")
+    return fig
+
+
 FIGURES = [
     ("quant_error_vs_format_block", quant_error_heatmap),
     ("quant_error_vs_bits", quant_error_vs_bits),
@@ -195,6 +427,11 @@ FIGURES = [
     ("decode_bandwidth_vs_context", decode_bandwidth),
     ("append_bandwidth", append_bandwidth),
     ("capacity_vs_block_size", capacity_vs_block),
+    ("simulated_vs_measured", simulated_vs_measured),
+    ("roofline", roofline_chart),
+    ("waste_vs_block_size", waste_vs_block_size),
+    ("capacity_vs_compression_ratio", capacity_vs_compression),
+    ("compression_error_vs_ratio", compression_error_vs_ratio),
 ]
 FIGURES += step_figures.figures_for(Skip)  # decode step (issue #8)
 

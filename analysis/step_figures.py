@@ -63,11 +63,12 @@ def crossover_table(r: Results) -> pd.DataFrame:
     if df.empty or "time_us" not in df.columns:
         raise Skip("no step_gemm points with status ok")
     rows = []
+    nk = ("gemm_n", "gemm_k") if "gemm_n" in df.columns else ("n", "k")  # files before the rename
     for (preset, linear), d in df.groupby(["preset", "linear"], sort=False):
         d = d.sort_values("batch")
         knee, t0, s = measured_crossover(d["batch"], d["time_us"])
         rows.append({
-            "preset": preset, "linear": linear, "n": int(d["n"].iloc[0]), "k": int(d["k"].iloc[0]),
+            "preset": preset, "linear": linear, "n": int(d[nk[0]].iloc[0]), "k": int(d[nk[1]].iloc[0]),
             "t_flat_us": t0, "us_per_row": s, "measured_knee": knee,
             "predicted_ridge": float(d["ridge_batch"].iloc[0]),
             "predicted_ridge_measured_rate": float(d["ridge_batch_measured_rate"].iloc[0]),

@@ -110,6 +110,11 @@ class Bench {
   virtual std::vector<AxisSpec> axes() const = 0;
   virtual std::vector<MetricSpec> metrics() const = 0;
   virtual bool needs_gpu() const { return false; }
+  // Bad input (a workload or model file that does not exist, a malformed name): throws
+  // InvalidArgument saying what was given and what is allowed. Called for every point
+  // before the output file is touched, so bad input ends the run with exit code 2 and
+  // nothing written. Cheap checks only (no computation).
+  virtual void check_point(const Point&) const {}
   // "" when the point can run, else the reason it cannot (recorded as skipped).
   virtual std::string unsupported_reason(const Point&, const RunContext&) const { return ""; }
   // Runs the point. Bad input throws (InvalidArgument / Unsupported: recorded as failed /

@@ -1,6 +1,7 @@
 // registry.cpp: the list of benches (see registry.h).
 #include "experiments/bench/registry.h"
 
+#include "experiments/kinds/decode_step.h"
 #include "experiments/kinds/kinds.h"
 #include "reference/core/error.h"
 
@@ -12,6 +13,13 @@ const std::vector<std::unique_ptr<Bench>>& benches() {
     v.push_back(make_quant_error_bench());
     v.push_back(make_format_error_bench());
     v.push_back(make_capacity_bench());
+    v.push_back(make_simulate_bench());
+    v.push_back(make_roofline_bench());
+    v.push_back(make_dsv4_capacity_bench());
+    v.push_back(make_compression_error_bench());
+    v.push_back(make_decode_attention_bench());
+    v.push_back(make_append_bench());
+    v.push_back(make_decode_step_bench()), v.push_back(make_step_gemm_bench());  // issue #8
     return v;
   }();
   return list;

@@ -5,7 +5,9 @@
 
 #include <boost/program_options.hpp>
 #include <cstdio>
+#include <fstream>
 #include <iostream>
+#include <sstream>
 #include <map>
 #include <string>
 #include <vector>
@@ -33,6 +35,7 @@ const char* kSubcommands[][2] = {
     {"info", "build, git, devices, benches and their axes, reference self-check"},
     {"validate", "run a sweep's points without timing (validation only)"},
     {"sweep", "run a sweep config into an HDF5 result file"},
+    {"simulate", "run one serving-simulation config into an HDF5 result file"},
     {"merge", "merge shard result files into one"},
     {"recover", "undo an interrupted commit of a result file"},
 };
@@ -237,6 +240,125 @@ int cmd_sweep(const std::vector<std::string>& args, const std::vector<std::strin
   return rc;
 }
 
+// A simulation config: "key = value" lines (Boost.Program_options config syntax, no
+// sections) naming the axes of the simulate bench, plus optional name / description / out /
+// seed. It becomes a one-study sweep (so the result file, provenance, crash safety and
+// --resume are the sweep's) that must hold exactly one point.
+SweepSpec simulation_spec(const std::string& text, const std::string& origin) {
+  std::istringstream in(text);
+  po::options_description none;
+  po::parsed_options parsed(&none);
+  try {
+    parsed = po::parse_config_file(in, none, /*allow_unregistered=*/true);
+  } catch (const po::error& e) {
+    throw InvalidArgument(origin + ": malformed config: " + std::string(e.what()));
+  }
+  std::string top, study;
+  for (const auto& o : parsed.options) {
+    const std::string& key = o.string_key;
+    const std::string value = o.value.empty() ? "" : trim(o.value.front());
+    if (key.find('.') != std::string::npos)
+      throw InvalidArgument(origin + ": a simulation config has no [sections] (found '" + key +
+                            "'); sweeps of several simulations go through `kvlab sweep` with kind = simulate");
+    if (key == "kind") throw InvalidArgument(origin + ": 'kind' is implied (simulate) and may not be given");
+    if (key == "name" || key == "description" || key == "out" || key == "seed") top += key + " = " + value + "\n";
+    else study += key + " = " + value + "\n";
+  }
+  SweepSpec spec = parse_sweep(top + "[simulate]\nkind = simulate\n" + study, origin);
+  spec.text = text;
+  return spec;
+}
+
+int cmd_simulate(const std::vector<std::string>& args, const std::vector<std::string>& full_argv, std::ostream& out) {
+  po::options_description d("kvlab simulate options");
+  d.add_options()("help,h", "show this help")("config", po::value<std::string>(),
+                                              "simulation config: key = value lines of simulate axes (see kvlab info --kinds)")(
+      "set,s", po::value<std::vector<std::string>>()->composing(), "set an axis: NAME=VALUE (repeatable; overrides the config)")(
+      "out,o", po::value<std::string>(), "result file (default: the config's `out`)")(
+      "resume", "continue an existing result file (a finished simulation is not run again)")(
+      "progress", po::value<std::string>()->default_value("none"), "auto | bar | plain | none")(
+      "no-fsync", "skip fsync in commits");
+  po::positional_options_description pos;
+  pos.add("config", 1);
+  const auto vm = parse(args, d, pos);
+  if (help_requested(vm, "simulate", "[CONFIG] [--set axis=value ...] --out OUT.h5", d, out)) {
+    out << "example: kvlab simulate experiments/configs/simulate_chat.ini --set block_size=32 --out results/sim.h5\n";
+    return 0;
+  }
+  SweepSpec spec;
+  if (vm.count("config")) {
+    const std::string path = resolve_config(vm["config"].as<std::string>());
+    std::ifstream in(path);
+    if (!in) throw InvalidArgument("cannot read simulation config '" + path + "' (missing or unreadable)");
+    std::stringstream ss;
+    ss << in.rdbuf();
+    spec = simulation_spec(ss.str(), path);
+    spec.path = path;
+  } else {
+    spec = simulation_spec("", "kvlab simulate");
+  }
+  if (spec.name.empty()) spec.name = "simulate";
+  SweepOptions opt;
+  opt.argv = full_argv;
+  opt.self_exe = self_exe();
+  if (vm.count("set"))
+    for (const auto& a : vm["set"].as<std::vector<std::string>>()) {
+      split_assignment(a, "--set");
+      spec.overrides.push_back(a);
+    }
+  std::vector<Point> points;
+  try {
+    points = expand(spec);
+  } catch (const InvalidArgument& e) {
+    std::string m = e.what();  // overrides are reported as --axis by expand(); here they are --set
+    if (const auto at = m.find("--axis"); at != std::string::npos) m.replace(at, 6, "--set");
+    throw InvalidArgument(m);
+  }
+  if (points.size() != 1) {
+    std::string multi;
+    for (size_t a = 0; !points.empty() && a < points.front().axes.size(); ++a)
+      for (const auto& q : points)
+        if (q.axes[a].second != points.front().axes[a].second) {
+          multi += " " + q.axes[a].first;
+          break;
+        }
+    throw InvalidArgument("kvlab simulate runs one simulation, but the config gives " + std::to_string(points.size()) +
+                          " points (lists or ranges in:" + (multi.empty() ? std::string(" ?") : multi) +
+                          "); use `kvlab sweep` with kind = simulate for sweeps");
+  }
+  opt.out = vm.count("out") ? vm["out"].as<std::string>() : spec.out;
+  if (opt.out.empty()) throw InvalidArgument("kvlab simulate: missing --out OUT.h5 (or `out` in the config)");
+  opt.resume = vm.count("resume") > 0;
+  opt.fsync = vm.count("no-fsync") == 0;
+  opt.progress = vm["progress"].as<std::string>();
+  out << "simulate: " << points.front().describe() << "\n";
+  const int rc = run_sweep(spec, opt, out);
+  // The headline numbers, read back from the file (what a reader of the file sees).
+  h5::File f = h5::File::open(opt.out);
+  const h5::Table index = h5::Table::open(f, "index");
+  const auto keys = index.read_strings("key");
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (keys[i] != points.front().key()) continue;
+    const std::string status = index.read_strings("status")[i];
+    if (status != "ok") {
+      out << "simulate: " << status << ": " << index.read_strings("reason")[i] << "\n";
+      break;
+    }
+    auto num = [&](const char* c) { return index.read_doubles(c)[i]; };
+    char line[512];
+    std::snprintf(line, sizeof line,
+                  "simulate: %.0f/%.0f requests finished (%.0f rejected) in %.1f s simulated, %.0f steps; %.0f output "
+                  "tok/s; TTFT mean %.3f s p99 %.3f s; TPOT p50 %.2f ms p99 %.2f ms; %.0f preemptions; KV %.0f blocks, "
+                  "utilization %.1f %%, slack %.2f %% of used\n",
+                  num("num_finished"), num("requests"), num("num_rejected"), num("sim_time_s"), num("num_steps"),
+                  num("output_tokens_per_s"), num("mean_ttft_s"), num("p99_ttft_s"), 1e3 * num("p50_tpot_s"),
+                  1e3 * num("p99_tpot_s"), num("num_preemptions"), num("num_blocks"), 100 * num("kv_utilization"),
+                  100 * num("slack_fraction"));
+    out << line;
+  }
+  return rc;
+}
+
 int cmd_merge(const std::vector<std::string>& args, std::ostream& out) {
   po::options_description d("kvlab merge options");
   d.add_options()("help,h", "show this help")("out,o", po::value<std::string>(), "merged result file")(
@@ -291,6 +413,7 @@ int cli_main(int argc, const char* const* argv, std::ostream& out, std::ostream&
     if (cmd == "info") return cmd_info(args, out);
     if (cmd == "sweep") return cmd_sweep(args, full, out, false);
     if (cmd == "validate") return cmd_sweep(args, full, out, true);
+    if (cmd == "simulate") return cmd_simulate(args, full, out);
     if (cmd == "merge") return cmd_merge(args, out);
     if (cmd == "recover") return cmd_recover(args, out);
     err << "kvlab: unknown subcommand '" << cmd << "'\n";

@@ -1,4 +1,5 @@
-// durable.cpp: crash-safe commits of an in-memory HDF5 file (see durable.h).
+// durable.cpp: crash-safe commits of an in-memory HDF5 file (see durable.h): atomic
+// replace for images up to Options::atomic_limit_bytes, a rollback journal beyond.
 //
 // Journal format (`<path>.rollback`, little-endian):
 //   "KVLABRB1"  u64 old_size  u64 page_size  u64 num_pages
@@ -110,6 +111,38 @@ bool parse_journal(const std::vector<unsigned char>& b, Journal* j) {
   return pos == b.size() - 4;
 }
 
+// An open-file-description lock (Linux) on fd: unlike classic fcntl locks it also excludes
+// a second writer inside the same process and is not dropped when some other descriptor of
+// the file (HDF5's, a reader's) is closed. flock() locks, which HDF5 takes, are independent
+// of it, so readers are never blocked. False when another description holds it.
+bool try_lock(int fd) {
+  struct flock fl {};
+  fl.l_type = F_WRLCK;
+  fl.l_whence = SEEK_SET;
+  fl.l_start = 0;
+  fl.l_len = 0;
+  fl.l_pid = 0;
+  return fcntl(fd, F_OFD_SETLK, &fl) == 0;
+}
+
+// Opens `path` read-write and locks it. The atomic replace renames a new inode over the
+// name, so a descriptor opened just before a rename may lock the old inode after its writer
+// moved on: the inode is compared with the name's afterwards, and the open retried.
+int open_locked(const std::string& path, const char* why) {
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    const int fd = ::open(path.c_str(), O_RDWR);
+    if (fd < 0) throw Error(std::string("cannot open ") + path + " " + why + ": " + errno_text());
+    if (!try_lock(fd)) {
+      ::close(fd);
+      throw Error(path + " is being written by another kvlab process");
+    }
+    struct stat a {}, b {};
+    if (fstat(fd, &a) == 0 && stat(path.c_str(), &b) == 0 && a.st_ino == b.st_ino && a.st_dev == b.st_dev) return fd;
+    ::close(fd);  // the name moved to a new inode meanwhile: lock that one
+  }
+  throw Error(path + " keeps being replaced by another kvlab process");
+}
+
 }  // namespace
 
 std::string to_string(Recovery r) {
@@ -117,13 +150,37 @@ std::string to_string(Recovery r) {
     case Recovery::kNone: return "none";
     case Recovery::kRolledBack: return "rolled back an interrupted commit";
     case Recovery::kDiscardedTorn: return "discarded a torn journal (the interrupted commit had not started)";
+    case Recovery::kRemovedStaleTemp:
+      return "removed the temporary file of a commit killed before it replaced the file (the file was never touched)";
   }
   return "?";
 }
 
 Recovery DurableFile::recover(const std::string& path) {
+  if (access(journal_path(path).c_str(), F_OK) != 0 && access(temp_path(path).c_str(), F_OK) != 0)
+    return Recovery::kNone;
+  // Something to undo: only while no writer is live (never roll back under one).
+  const int fd = open_locked(path, "to recover it");
+  try {
+    const Recovery r = recover_locked(path);
+    ::close(fd);
+    return r;
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
+}
+
+// The caller holds the write lock of `path`.
+Recovery DurableFile::recover_locked(const std::string& path) {
+  Recovery result = Recovery::kNone;
+  const std::string tp = temp_path(path);
+  if (access(tp.c_str(), F_OK) == 0) {
+    if (unlink(tp.c_str()) != 0) throw Error("cannot remove the stale temporary " + tp + ": " + errno_text());
+    result = Recovery::kRemovedStaleTemp;
+  }
   const std::string jp = journal_path(path);
-  if (access(jp.c_str(), F_OK) != 0) return Recovery::kNone;
+  if (access(jp.c_str(), F_OK) != 0) return result;
   Journal j;
   if (!parse_journal(read_all(jp), &j)) {
     if (unlink(jp.c_str()) != 0) throw Error("cannot remove the torn journal " + jp + ": " + errno_text());
@@ -146,28 +203,16 @@ Recovery DurableFile::recover(const std::string& path) {
   return Recovery::kRolledBack;
 }
 
-void DurableFile::lock_or_throw() {
-  // An open-file-description lock (Linux): unlike classic fcntl locks it also excludes a
-  // second writer inside the same process and is not dropped when some other descriptor
-  // of the file (HDF5's, a reader's) is closed. flock() locks, which HDF5 takes, are
-  // independent of it, so readers are never blocked.
-  struct flock fl {};
-  fl.l_type = F_WRLCK;
-  fl.l_whence = SEEK_SET;
-  fl.l_start = 0;
-  fl.l_len = 0;
-  fl.l_pid = 0;
-  if (fcntl(fd_, F_OFD_SETLK, &fl) != 0) throw Error(path_ + " is being written by another kvlab process");
-}
-
-std::unique_ptr<DurableFile> DurableFile::create(const std::string& path, Options opt) {
+std::unique_ptr<DurableFile> DurableFile::create(const std::string& path, Options opt,
+                                                 const std::function<void(File&)>& init) {
   if (access(path.c_str(), F_OK) == 0) throw Error("cannot create " + path + ": it already exists");
   std::unique_ptr<DurableFile> d(new DurableFile());
   d->path_ = path;
   d->opt_ = opt;
   d->file_ = File::create_in_memory(path);
+  if (init) init(d->file_);
   d->file_.flush();
-  // The first version appears atomically: written to a temporary name, then renamed.
+  // The first version appears atomically: written to a temporary name, then linked.
   const std::vector<unsigned char> img = d->file_.image();
   const std::string tmp = path + ".tmp" + std::to_string(getpid());
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
@@ -190,9 +235,7 @@ std::unique_ptr<DurableFile> DurableFile::create(const std::string& path, Option
   unlink(tmp.c_str());
   sync_dir_of(path, opt.fsync);
   d->committed_ = img;
-  d->fd_ = ::open(path.c_str(), O_RDWR);
-  if (d->fd_ < 0) throw Error("cannot reopen " + path + ": " + errno_text());
-  d->lock_or_throw();
+  d->fd_ = open_locked(path, "after creating it");
   return d;
 }
 
@@ -200,10 +243,8 @@ std::unique_ptr<DurableFile> DurableFile::open(const std::string& path, Options 
   std::unique_ptr<DurableFile> d(new DurableFile());
   d->path_ = path;
   d->opt_ = opt;
-  d->fd_ = ::open(path.c_str(), O_RDWR);
-  if (d->fd_ < 0) throw Error("cannot open " + path + " for writing: " + errno_text());
-  d->lock_or_throw();  // before recovery: never roll back under a live writer
-  const Recovery r = recover(path);
+  d->fd_ = open_locked(path, "for writing");  // before recovery: never roll back under a live writer
+  const Recovery r = recover_locked(path);
   if (recovery) *recovery = r;
   if (!File::is_hdf5(path)) throw Error(path + " is not an HDF5 file (or its header is corrupt)");
   d->committed_ = read_all(path);
@@ -218,7 +259,48 @@ DurableFile::~DurableFile() {
 
 size_t DurableFile::commit() {
   file_.flush();
-  const std::vector<unsigned char> img = file_.image();
+  std::vector<unsigned char> img = file_.image();
+  if (img == committed_) return 0;
+  const size_t n = img.size() <= opt_.atomic_limit_bytes ? commit_by_rename(img) : commit_by_journal(img);
+  committed_ = std::move(img);
+  return n;
+}
+
+size_t DurableFile::commit_by_rename(const std::vector<unsigned char>& img) {
+  // 1. The whole new image under the temporary name, locked before it gets the real name
+  //    (a writer that opens the name after the rename finds the new inode locked).
+  const std::string tp = temp_path(path_);
+  const int tfd = ::open(tp.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0644);
+  if (tfd < 0) throw Error("cannot write " + tp + ": " + errno_text());
+  try {
+    if (!try_lock(tfd)) throw Error(tp + " is locked by another process");
+    struct stat st {};
+    if (fstat(fd_, &st) == 0) fchmod(tfd, st.st_mode & 07777);  // keep the file's permissions
+    if (crash_after_writes_ >= 0) {
+      const size_t n = std::min(img.size(), static_cast<size_t>(crash_after_writes_) * 1024);
+      write_all(tfd, img.data(), n, 0, "write " + tp);
+      throw Error("test hook: commit abandoned after writing " + std::to_string(n) + " bytes of " + tp);
+    }
+    write_all(tfd, img.data(), img.size(), 0, "write " + tp);
+    sync_fd(tfd, opt_.fsync, tp);
+  } catch (...) {
+    ::close(tfd);  // a test-hook "crash" leaves the temporary behind, as a kill would
+    throw;
+  }
+  // 2. The switch: atomic for every reader and for process death.
+  if (rename(tp.c_str(), path_.c_str()) != 0) {
+    const std::string e = errno_text();
+    ::close(tfd);
+    unlink(tp.c_str());
+    throw Error("cannot replace " + path_ + " by " + tp + ": " + e);
+  }
+  sync_dir_of(path_, opt_.fsync);
+  ::close(fd_);  // releases the old inode's lock; the new one is held through tfd
+  fd_ = tfd;
+  return img.size();
+}
+
+size_t DurableFile::commit_by_journal(const std::vector<unsigned char>& img) {
   const std::vector<unsigned char>& old = committed_;
   const size_t old_n = old.size(), new_n = img.size();
 
@@ -282,7 +364,6 @@ size_t DurableFile::commit() {
 
   // 3. Done: the journal goes.
   if (unlink(jp.c_str()) != 0) throw Error("cannot remove the journal " + jp + ": " + errno_text());
-  committed_ = img;
   return written;
 }
 

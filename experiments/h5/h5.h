@@ -148,8 +148,10 @@ class Group : public Object {
   Dataset write(const std::string& name, const std::vector<int32_t>& v, std::vector<uint64_t> dims = {});
   Dataset write(const std::string& name, const std::vector<uint8_t>& v, std::vector<uint64_t> dims = {});
   Dataset write(const std::string& name, const std::vector<std::string>& v);
-  // An empty 1-D dataset that grows by Dataset::append (chunked, unlimited).
-  Dataset create_appendable(const std::string& name, Type type, uint64_t chunk = 1024);
+  // An empty 1-D dataset that grows by Dataset::append (chunked, unlimited). compress:
+  // numeric chunks go through HDF5's shuffle + deflate filters (standard: h5py, pandas and
+  // h5dump read them; strings are never compressed); a no-op when this HDF5 lacks deflate.
+  Dataset create_appendable(const std::string& name, Type type, uint64_t chunk = 1024, bool compress = false);
   Dataset open_dataset(const std::string& name) const;
 
   // Deep copy of child `name` (group or dataset) to dst/dst_name, across files.
@@ -202,7 +204,7 @@ class Table {
 
   Table() = default;
   static Table create(Group& parent, const std::string& name, const std::vector<Column>& columns,
-                      uint64_t chunk = 256);
+                      uint64_t chunk = 256, bool compress = false);
   static Table open(const Group& parent, const std::string& name);
 
   const std::vector<Column>& columns() const { return columns_; }
@@ -230,9 +232,11 @@ class Table {
   std::vector<Column> columns_;
   uint64_t rows_ = 0;
   uint64_t chunk_ = 256;
+  bool compress_ = false;
 };
 
-// Writes a whole table at once (fixed size afterwards is fine: it stays appendable).
+// Writes a whole table at once (fixed size afterwards is fine: it stays appendable). Its
+// numeric columns are compressed (shuffle + deflate): traces are written once, read often.
 Table write_table(Group& parent, const std::string& name,
                   const std::vector<std::pair<Table::Column, ColumnData>>& cols);
 

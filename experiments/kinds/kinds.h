@@ -10,5 +10,12 @@ namespace kvlab::exp {
 std::unique_ptr<Bench> make_format_error_bench();
 std::unique_ptr<Bench> make_quant_error_bench();
 std::unique_ptr<Bench> make_capacity_bench();
+std::unique_ptr<Bench> make_simulate_bench();
+std::unique_ptr<Bench> make_roofline_bench();
+std::unique_ptr<Bench> make_dsv4_capacity_bench();
+std::unique_ptr<Bench> make_compression_error_bench();
+// GPU benches (recorded as skipped without a device or without CUDA).
+std::unique_ptr<Bench> make_decode_attention_bench();
+std::unique_ptr<Bench> make_append_bench();
 
 }  // namespace kvlab::exp

@@ -72,30 +72,31 @@ void ResultFile::check_schema(const h5::File& f, const std::string& path) {
 std::unique_ptr<ResultFile> ResultFile::create(const std::string& path, const RunMeta& meta,
                                                h5::DurableFile::Options opt) {
   std::unique_ptr<ResultFile> r(new ResultFile());
+  // Everything a reader needs is in the first version of the file that reaches the disk.
+  auto init = [&](h5::File& f) {
+    f.set_attr("kvlab_schema", kSchemaName);
+    f.set_attr("schema_version", kSchemaVersion);
+    for (const auto& [k, v] : build_provenance()) f.set_attr(k, v);
+    f.set_attr("created_utc", utc_now());
+    f.set_attr("argv", join_argv(meta.argv));
+    f.set_attr("config_path", meta.config_path);
+    f.set_attr("config_text", meta.config_text);
+    f.set_attr("sweep_name", meta.sweep_name);
+    f.set_attr("sweep_fingerprint", meta.fingerprint);
+    f.set_attr("shard", meta.shard);
+    f.set_attr("points_planned", meta.points_planned);
+    f.set_attr("read_ceiling_bytes_per_s", 0.0);
+    f.set_attr("copy_ceiling_bytes_per_s", 0.0);
+    r->index_ = h5::Table::create(f, "index", kIndexBase);
+    r->index_.group().set_attr("doc", "one row per finished sweep point");
+    f.create_group("points");
+    r->runs_ = h5::Table::create(f, "runs", kRunsColumns, 16);
+  };
   try {
-    r->durable_ = h5::DurableFile::create(path, opt);
+    r->durable_ = h5::DurableFile::create(path, opt, init);
   } catch (const h5::Error& e) {
     throw ResultFileError(std::string("cannot write the result file: ") + e.what());
   }
-  h5::File& f = r->durable_->file();
-  f.set_attr("kvlab_schema", kSchemaName);
-  f.set_attr("schema_version", kSchemaVersion);
-  for (const auto& [k, v] : build_provenance()) f.set_attr(k, v);
-  f.set_attr("created_utc", utc_now());
-  f.set_attr("argv", join_argv(meta.argv));
-  f.set_attr("config_path", meta.config_path);
-  f.set_attr("config_text", meta.config_text);
-  f.set_attr("sweep_name", meta.sweep_name);
-  f.set_attr("sweep_fingerprint", meta.fingerprint);
-  f.set_attr("shard", meta.shard);
-  f.set_attr("points_planned", meta.points_planned);
-  f.set_attr("read_ceiling_bytes_per_s", 0.0);
-  f.set_attr("copy_ceiling_bytes_per_s", 0.0);
-  r->index_ = h5::Table::create(f, "index", kIndexBase);
-  r->index_.group().set_attr("doc", "one row per finished sweep point");
-  f.create_group("points");
-  r->runs_ = h5::Table::create(f, "runs", kRunsColumns, 16);
-  r->durable_->commit();
   return r;
 }
 

@@ -161,6 +161,15 @@ void parse_shard(const std::string& text, int* k, int* n) {
 
 int run_sweep(const SweepSpec& spec, const SweepOptions& opt, std::ostream& os) {
   std::vector<Point> all = expand(spec);
+  // Bad input of any point (every shard checks every point: the same verdict everywhere)
+  // ends the run before the output is touched.
+  for (const auto& p : all) {
+    try {
+      find_bench(p.kind).check_point(p);
+    } catch (const InvalidArgument& e) {
+      throw InvalidArgument("[" + p.study + "] " + p.kind + " point " + std::to_string(p.index) + ": " + e.what());
+    }
+  }
   const std::string fp = fingerprint(all);
   std::vector<Point> points;
   for (const auto& p : all)
@@ -179,7 +188,11 @@ int run_sweep(const SweepSpec& spec, const SweepOptions& opt, std::ostream& os) 
     for (const auto& p : points) {
       Bench& b = find_bench(p.kind);
       std::string note;
+#if defined(KVLAB_HAVE_CUDA)
       if (b.needs_gpu() && !ctx.device_present) note = " (skipped: no device)";
+#else
+      if (b.needs_gpu() && !ctx.device_present) note = " (skipped: built without CUDA)";
+#endif
       else if (auto why = b.unsupported_reason(p, ctx); !why.empty()) note = " (skipped: " + why + ")";
       const double est = note.empty() ? b.estimate_seconds(p, ctx) : 0.0;
       total += est;

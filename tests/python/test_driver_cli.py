@@ -33,7 +33,7 @@ def test_info_prints_self_check(run):
 
 
 def test_help_on_every_subcommand(run):
-    for cmd in ("info", "sweep", "validate", "merge", "recover"):
+    for cmd in ("info", "sweep", "validate", "simulate", "merge", "recover"):
         r = run(cmd, "--help")
         assert r.returncode == 0 and "usage: kvlab " + cmd in r.stdout, (cmd, r.stdout, r.stderr)
 
@@ -140,39 +140,57 @@ def test_resume_refuses_other_schema_and_corrupt_files(run, small_config, small_
 
 
 def test_sigkill_mid_sweep_then_resume(run, kvlab_bin, tmp_path):
-    """Kill a real sweep with SIGKILL while it writes; the file stays readable (with h5py,
-    without kvlab), and --resume runs exactly the missing points."""
+    """Kill a real sweep with SIGKILL, several times, at seeded random moments while it
+    commits point after point (tiny points: much of the time goes into commits, so kills
+    land inside them). While it runs, and after every kill, h5py reads the file directly,
+    with no `kvlab recover` and no journal: every read must succeed. --resume then runs
+    exactly the missing points."""
+    import random
+    seed = int(os.environ.get("KVLAB_TEST_SEED", "20240607"))
+    print(f"seed {seed}")
+    rng = random.Random(seed)
     ini = tmp_path / "long.ini"
     ini.write_text("[f]\nkind = format_error\nformat = e4m3,e5m2,e2m1\ndist = gaussian,laplace\n"
-                   "tokens = range:4000:28000:4000\n")
+                   "tokens = range:16:800:16\nhead_dim = 64\n")
     out = tmp_path / "long.h5"
-    total = 3 * 2 * 7
-    proc = subprocess.Popen([kvlab_bin, "sweep", ini, "--out", out, "--progress", "plain"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    seen = 0
-    deadline = time.time() + 120
-    while time.time() < deadline and proc.poll() is None:
-        time.sleep(0.05)
-        if os.path.exists(out):
-            try:
-                seen = rows(out)  # readable while the writer runs
-            except OSError:
-                continue
-            if seen >= 4:
-                break
-    assert proc.poll() is None, "the sweep finished before it could be killed: make it longer"
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    killed_at = rows(out)
-    assert 4 <= killed_at < total
-    assert len(set(keys(out))) == killed_at
+    total = 3 * 2 * 50
+    kills, reads, prev = 4, 0, 0
+    for k in range(kills):
+        proc = subprocess.Popen([kvlab_bin, "sweep", ini, "--out", out, "--progress", "none"]
+                                + (["--resume"] if k else []),
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        # Kill once a seeded number of new points is visible, after a seeded random pause
+        # (0-30 ms: a point plus its commit take a few ms to tens of ms), so kills land at
+        # random moments of the compute / commit cycle whatever the machine's speed.
+        target, pause = prev + rng.randint(2, 15), rng.uniform(0.0, 0.03)
+        deadline = time.time() + 60
+        while time.time() < deadline and proc.poll() is None:
+            if os.path.exists(out):
+                n = rows(out)  # must never fail, whatever the writer is doing
+                assert n >= prev
+                reads += 1
+                if n >= target:
+                    break
+        time.sleep(pause)
+        assert proc.poll() is None, "the sweep finished before it could be killed: make it longer"
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        assert not os.path.exists(str(out) + ".rollback")
+        killed_at = rows(out)  # readable as the kill left it
+        assert prev <= killed_at < total
+        assert len(set(keys(out))) == killed_at
+        prev = killed_at
+    assert reads > 20, reads
+    assert prev > 0
     r = run("sweep", ini, "--out", out, "--resume", "--progress", "plain")
     assert r.returncode == 0, r.stdout + r.stderr
-    assert f"{killed_at} of this sweep's {total} finished, {total - killed_at} to run" in r.stdout, r.stdout
+    assert f"{prev} of this sweep's {total} finished, {total - prev} to run" in r.stdout, r.stdout
+    assert not os.path.exists(str(out) + ".commit")
     assert rows(out) == total
     assert len(set(keys(out))) == total
     res = load(str(out))
-    assert len(res.runs) == 2 and res.runs["finished_utc"].iloc[0] == "" and res.runs["finished_utc"].iloc[1] != ""
+    assert len(res.runs) == kills + 1
+    assert (res.runs["finished_utc"].iloc[:kills] == "").all() and res.runs["finished_utc"].iloc[kills] != ""
     # Resuming a finished sweep runs nothing.
     r = run("sweep", ini, "--out", out, "--resume", "--progress", "none")
     assert r.returncode == 0 and "done: 0 points run" in r.stdout

@@ -1,0 +1,501 @@
+// decode_step.cpp: benches "decode_step" and "step_gemm" (see decode_step.h).
+//
+// decode_step, per point: a DecodeEngine for (preset, KV format/layout, block size) sized
+// for exactly (batch, context + steps); `context` tokens of synthetic K/V per sequence
+// (seeded rows through the RoPE+append kernel); the decode-attention version autotuned
+// for this shape (attn_version -1) or the given one. Validation before timing, same state:
+// the variant's logits after one step vs the eager unfused step's (tolerance
+// kDecodeStepLogits; a CUDA graph must also agree bitwise with its eager twin when the
+// batch fills the bucket), and for the tiny/small presets a short teacher-forced run from
+// an empty cache against the CPU reference. Timing: each sample rewinds every sequence to
+// `context` (outside the timed region) and runs `steps` back-to-back steps between CUDA
+// events (host launch gaps included: that is what CUDA graphs remove), median over
+// samples with the [timing] section's stopping rule. The weights (16 GB for llama3-8b)
+// dwarf L2, so no flush is needed.
+//
+// step_gemm, per point: y[M, N] = x[M, K] W^T of one linear layer through cuBLAS, timed by
+// the driver's harness (cold L2, a different layer's weight each launch). Prediction:
+// sim::gemm_cost with the run's measured read ceiling and (a) the datasheet BF16 rate,
+// (b) the matrix rate measured once per process on an 8192^3 BF16 GEMM.
+#include "experiments/kinds/decode_step.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <map>
+#include <numeric>
+#include <random>
+
+#include "reference/core/error.h"
+#include "reference/layout/layout_names.h"
+#include "reference/metrics/tolerance.h"
+#include "reference/step/decode_step.h"
+#include "reference/step/decoder_config.h"
+#include "sim/cost/gpu_spec.h"
+#include "sim/cost/roofline.h"
+#include "sim/model/model_stack.h"
+
+#if defined(KVLAB_HAVE_CUDA)
+#include <cuda_runtime_api.h>
+
+#include "gpu/bench/harness.h"
+#include "gpu/core/cuda_check.h"
+#include "gpu/step/decode_engine.h"
+#include "gpu/step/gemm.h"
+#include "gpu/step/step_kernels.h"
+#endif
+
+namespace kvlab::exp {
+namespace {
+
+std::vector<std::string> format_names() {
+  std::vector<std::string> v;
+  for (KvFormat f : all_kv_formats()) v.push_back(to_string(f));
+  return v;
+}
+std::vector<std::string> layout_names() {
+  std::vector<std::string> v;
+  for (KvLayout l : all_kv_layouts()) v.push_back(to_string(l));
+  return v;
+}
+
+DecoderConfig config_of(const Point& p) {
+  DecoderConfig c = decoder_preset(p.str("preset"));
+  const int64_t layers = p.integer("layers");
+  KVLAB_REQUIRE(layers >= 0 && layers <= 4096, "layers " << layers << " outside [0, 4096] (0 = the preset's)");
+  if (layers > 0) c.layers = static_cast<int32_t>(layers);
+  validate(c);
+  return c;
+}
+
+sim::ModelStack stack_of(const DecoderConfig& c) {
+  sim::ModelStack m;
+  m.name = c.name;
+  m.num_layers = c.layers;
+  m.hidden = c.hidden;
+  m.num_qo_heads = c.q_heads;
+  m.num_kv_heads = c.kv_heads;
+  m.head_dim = c.head_dim;
+  m.intermediate = c.ffn;
+  m.vocab = c.vocab;
+  m.weight_bits = 16;
+  m.kv_pools = 2;
+  return m;
+}
+
+// The GPU table row for the device (by its marketing name), with the run's measured read
+// ceiling. Unknown devices: the H100 row, labelled so.
+sim::GpuSpec gpu_spec_for(const RunContext& ctx, std::string* used) {
+  std::string key = "H100";
+  for (const char* k : {"H200", "H100", "A100", "B200"})
+    if (ctx.device_name.find(k) != std::string::npos) {
+      key = k;
+      break;
+    }
+  *used = key;
+  sim::GpuSpec g = sim::gpu_spec(key);
+  if (ctx.read_ceiling_bytes_per_s > 0) g.measured_read_bytes_per_s = ctx.read_ceiling_bytes_per_s;
+  return g;
+}
+
+// Smallest M at which the roofline of y[M, n] = x[M, k] W^T turns compute-bound.
+int64_t ridge_batch(const sim::GpuSpec& g, int64_t n, int64_t k) {
+  sim::CostModelConfig cfg;
+  for (int64_t m = 1; m <= (int64_t{1} << 20); m *= 2) {
+    if (sim::gemm_cost(g, "probe", m, n, k, 16, cfg).bound() != sim::Bound::kCompute) continue;
+    int64_t lo = m / 2, hi = m;  // bound(lo) memory, bound(hi) compute
+    while (hi - lo > 1) {
+      const int64_t mid = (lo + hi) / 2;
+      (sim::gemm_cost(g, "probe", mid, n, k, 16, cfg).bound() == sim::Bound::kCompute ? hi : lo) = mid;
+    }
+    return hi;
+  }
+  return -1;
+}
+
+#if defined(KVLAB_HAVE_CUDA)
+gpu::bench::TimingOptions harness_options(const TimingConfig& t) {
+  gpu::bench::TimingOptions o;
+  o.warmup = t.warmup;
+  o.min_reps = t.min_reps;
+  o.max_reps = t.max_reps;
+  o.target_rel_iqr = t.target_rel_iqr;
+  o.max_seconds = t.max_seconds;
+  o.cold_l2 = t.cold_l2;
+  o.graph = false;
+  return o;
+}
+
+// The dense BF16 matrix rate of this device, measured once per process: an 8192^3 GEMM
+// through the same cuBLAS path as the decoder (BF16 in, FP32 out), median of the harness.
+double measured_matmul_flops(const TimingConfig& t) {
+  static double rate = 0;
+  if (rate > 0) return rate;
+  const int n = 8192;
+  cudaStream_t st = nullptr;
+  KVLAB_CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+  void *a = nullptr, *b = nullptr, *c = nullptr;
+  KVLAB_CUDA_CHECK(cudaMalloc(&a, size_t{2} * n * n));
+  KVLAB_CUDA_CHECK(cudaMalloc(&b, size_t{2} * n * n));
+  KVLAB_CUDA_CHECK(cudaMalloc(&c, size_t{4} * n * n));
+  try {
+    gpu::step::fill_synthetic_bf16(static_cast<uint16_t*>(a), int64_t{n} * n, 1, 1, 1.0f, 0.0f, st);
+    gpu::step::fill_synthetic_bf16(static_cast<uint16_t*>(b), int64_t{n} * n, 1, 2, 0.01f, 0.0f, st);
+    gpu::step::CublasLinear lin(st);
+    gpu::bench::TimingOptions o = harness_options(t);
+    o.cold_l2 = false;
+    o.min_reps = 5;
+    o.max_reps = 20;
+    const gpu::bench::Timing tm = gpu::bench::time_kernel(
+        [&](cudaStream_t) {
+          lin.forward(static_cast<const uint16_t*>(a), n, static_cast<const uint16_t*>(b), n, n,
+                      static_cast<float*>(c), n, n);
+        },
+        o, st);
+    rate = 2.0 * n * double(n) * n / (tm.median_us * 1e-6);
+  } catch (...) {
+    cudaFree(a), cudaFree(b), cudaFree(c), cudaStreamDestroy(st);
+    throw;
+  }
+  cudaFree(a), cudaFree(b), cudaFree(c), cudaStreamDestroy(st);
+  return rate;
+}
+#endif
+
+// ---------------------------------------------------------------------------- decode_step
+class DecodeStepBench : public Bench {
+ public:
+  std::string name() const override { return "decode_step"; }
+  std::string summary() const override {
+    return "full decode step of a synthetic decoder on the GPU: time per variant (eager/fused/CUDA graph) "
+           "vs batch and context, validated vs the eager unfused step and the CPU reference";
+  }
+  std::vector<AxisSpec> axes() const override {
+    return {
+        {"preset", AxisType::kEnum, "llama3-8b", decoder_preset_names(), "decoder shape (weights synthetic)"},
+        {"layers", AxisType::kInt, "0", {}, "decoder layers (0: the preset's)"},
+        {"variant", AxisType::kEnum, "graph_fused", {"eager_unfused", "eager_fused", "graph_fused", "graph_unfused"},
+         "eager unfused, eager fused, or captured as a CUDA graph per batch bucket"},
+        {"batch", AxisType::kInt, "1", {}, "sequences decoding one token each"},
+        {"context", AxisType::kInt, "1024", {}, "tokens already in each sequence's cache"},
+        {"kv_format", AxisType::kEnum, "bf16", format_names(), "KV-cache storage format"},
+        {"kv_layout", AxisType::kEnum, "nhd", layout_names(), "KV-cache layout"},
+        {"block_size", AxisType::kInt, "16", {}, "tokens per cache page"},
+        {"top_k", AxisType::kInt, "0", {}, "sampling: 0 greedy, k >= 1 top-k at temperature 1"},
+        {"attn_version", AxisType::kInt, "-1", {}, "decode-attention registry id (-1: the fastest for this shape)"},
+        {"steps", AxisType::kInt, "4", {}, "back-to-back steps per timed sample"},
+    };
+  }
+  std::vector<MetricSpec> metrics() const override {
+    return {
+        {"step_us", "us", "median time of one decode step"},
+        {"step_us_q1", "us", "first quartile"},
+        {"step_us_q3", "us", "third quartile"},
+        {"rel_iqr", "", "IQR / median of the samples"},
+        {"samples", "", "timed samples"},
+        {"tokens_per_s", "1/s", "batch / step time"},
+        {"weight_bytes", "B", "weights read per step (all but the embedding table)"},
+        {"kv_bytes", "B", "KV cache bytes attended per step (storage format, scales included)"},
+        {"bytes_per_s", "B/s", "(weight + KV bytes) / step time"},
+        {"pct_read_ceiling", "%", "bytes_per_s / the run's measured read ceiling"},
+        {"flops", "FLOP", "GEMM + attention FLOPs of one step"},
+        {"predicted_us", "us", "sim cost model: roofline step time, eager or graph launch model"},
+        {"predicted_gemm_us", "us", "sim: GEMM part"},
+        {"predicted_attention_us", "us", "sim: decode attention part"},
+        {"attn_version_used", "", "decode-attention version used (autotuned when the axis is -1)"},
+        {"check_max_abs", "", "max |logit - eager unfused logit| at the same state"},
+        {"check_nmse", "", "NMSE of the same comparison"},
+        {"ref_max_abs", "", "max |logit - CPU reference| over a short teacher-forced run (tiny/small; NaN otherwise)"},
+        {"bitwise_eager_twin", "", "1 when a graph variant's logits equal its eager twin's bitwise (-1: not applicable)"},
+    };
+  }
+  bool needs_gpu() const override { return true; }
+  std::string unsupported_reason(const Point& p, const RunContext&) const override {
+    if (p.integer("batch") < 1 || p.integer("batch") > 65535) return "batch outside [1, 65535]";
+    if (p.integer("context") < 0) return "context must be >= 0";
+    if (p.integer("steps") < 1 || p.integer("steps") > 64) return "steps outside [1, 64]";
+    if (p.integer("block_size") < 1) return "block_size must be >= 1";
+    if (p.integer("top_k") < 0) return "top_k must be >= 0";
+    return "";
+  }
+  double estimate_seconds(const Point& p, const RunContext&) const override {
+    const DecoderConfig c = decoder_preset(p.str("preset"));
+    const double layers = p.integer("layers") > 0 ? double(p.integer("layers")) : c.layers;
+    const double bytes = 2.0 * step_weight_elements(c) * layers / c.layers +
+                         double(p.integer("batch")) * p.integer("context") * kv_bytes_per_token(c, KvFormat::kBF16);
+    return 1.0 + 60 * p.integer("steps") * bytes / 2.5e12;
+  }
+  Record run(const Point& p, RunContext& ctx) override;
+};
+
+#if defined(KVLAB_HAVE_CUDA)
+Record DecodeStepBench::run(const Point& p, RunContext& ctx) {
+  const DecoderConfig cfg = config_of(p);
+  const int batch = static_cast<int>(p.integer("batch"));
+  const int context = static_cast<int>(p.integer("context"));
+  const int steps = static_cast<int>(p.integer("steps"));
+  const gpu::StepVariant variant = gpu::parse_step_variant(p.str("variant"));
+  gpu::EngineOptions o;
+  o.kv_format = parse_kv_format(p.str("kv_format"));
+  o.kv_layout = parse_kv_layout(p.str("kv_layout"));
+  o.block_size = static_cast<int>(p.integer("block_size"));
+  o.max_batch = batch;
+  o.max_context = context + steps + 1;
+  o.attn_version = static_cast<int>(p.integer("attn_version"));
+  o.k_scale = o.v_scale = 0.02f;  // pool scales: unit-scale synthetic K/V over the FP8/FP4 range
+  gpu::Sampling smp;
+  smp.top_k = static_cast<int>(p.integer("top_k"));
+  smp.seed = ctx.seed;
+  const Tolerance tol = tolerance(Op::kDecodeStepLogits, o.kv_format, DType::kF32);
+  Record r;
+
+  // Validation against the CPU reference (small presets only: the reference is Eigen).
+  double ref_max_abs = NAN;
+  if (cfg.name != "llama3-8b") {
+    gpu::EngineOptions vo = o;
+    vo.max_context = 8;
+    gpu::DecodeEngine ve(cfg, vo);
+    ref::StepCacheOptions rc;
+    rc.format = vo.kv_format;
+    rc.layout = vo.kv_layout;
+    rc.block_size = vo.block_size;
+    rc.k_scale = vo.k_scale;
+    rc.v_scale = vo.v_scale;
+    ref::DecoderRef rf(cfg, rc, batch, vo.max_context);
+    ve.start(batch);
+    rf.start(batch, ve.block_table());
+    std::mt19937_64 rng(ctx.seed);
+    ref_max_abs = 0;
+    for (int s = 0; s < vo.max_context; ++s) {
+      std::vector<int32_t> tok(batch);
+      for (auto& t : tok) t = static_cast<int32_t>(rng() % cfg.vocab);
+      ve.step(tok, variant, gpu::Sampling{});
+      rf.step(tok);
+      ErrorStats es;
+      const std::vector<float> lg = ve.logits();
+      if (!check(lg.data(), rf.logits().data(), lg.size(), tol, &es))
+        return Record::failed("logits vs the CPU reference at step " + std::to_string(s) + ": " + to_string(es));
+      ref_max_abs = std::max(ref_max_abs, es.max_abs);
+    }
+  }
+
+  gpu::DecodeEngine e(cfg, o);
+  e.start(batch);
+  e.fill_synthetic_context(context, ctx.seed);
+  const int attn = o.attn_version >= 0 ? e.attn_version() : e.autotune_attention(3);
+
+  // Validation at the timed state: this variant vs the eager unfused step (and a graph
+  // vs its eager twin, bitwise, when the batch fills its bucket).
+  std::vector<int32_t> probe(batch);  // fixed input tokens: every compared step sees the same
+  for (int b = 0; b < batch; ++b) probe[b] = static_cast<int32_t>((int64_t{b} * 7919 + 11) % cfg.vocab);
+  auto one_step = [&](gpu::StepVariant v) {
+    e.rewind(context);
+    e.step(probe, v, smp);
+    return e.logits();
+  };
+  const gpu::StepVariant base_v =
+      variant == gpu::StepVariant::kEagerUnfused ? gpu::StepVariant::kEagerFused : gpu::StepVariant::kEagerUnfused;
+  const std::vector<float> mine = one_step(variant), base = one_step(base_v);
+  ErrorStats es;
+  if (!check(mine.data(), base.data(), mine.size(), tol, &es))
+    return Record::failed(p.str("variant") + " vs " + gpu::to_string(base_v) + ": " + to_string(es));
+  double bitwise = -1;
+  if (gpu::is_graph(variant) && e.bucket_for(batch) == batch) {
+    const std::vector<float> twin =
+        one_step(gpu::is_fused(variant) ? gpu::StepVariant::kEagerFused : gpu::StepVariant::kEagerUnfused);
+    bitwise = twin == mine ? 1 : 0;
+    if (!bitwise) return Record::failed("a CUDA-graph replay differs from its eager twin (bitwise)");
+  }
+
+  // Timing: median of samples, each `steps` back-to-back steps from the same state.
+  std::vector<float> samples;
+  if (ctx.timing) {
+    const TimingConfig& t = ctx.timing_cfg;
+    for (int i = 0; i < t.warmup; ++i) {
+      e.rewind(context);
+      e.time_steps(variant, smp, steps);
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < t.max_reps; ++i) {
+      e.rewind(context);
+      samples.push_back(static_cast<float>(1e3 * e.time_steps(variant, smp, steps)));
+      const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (i + 1 >= t.min_reps &&
+          (gpu::bench::summarize(samples, t.target_rel_iqr).converged || el > t.max_seconds))
+        break;
+    }
+  }
+  const gpu::bench::Timing tm = samples.empty() ? gpu::bench::Timing{} : gpu::bench::summarize(samples, ctx.timing_cfg.target_rel_iqr);
+
+  // Bytes and FLOPs of one step; the cost model's prediction.
+  const double weight_bytes = 2.0 * step_weight_elements(cfg);
+  const double kv_bytes = double(batch) * (context + 1) * kv_bytes_per_token(cfg, o.kv_format);
+  double flops = 0;
+  for (const auto& sh : linear_shapes(cfg)) flops += gemm_flops(batch, sh.n, sh.k) * sh.count;
+  flops += 4.0 * batch * (context + 1) * cfg.q_heads * cfg.head_dim * cfg.layers;
+  std::string gpu_used;
+  const sim::GpuSpec g = gpu_spec_for(ctx, &gpu_used);
+  sim::CostModelConfig mc;
+  mc.launch = gpu::is_graph(variant) ? sim::LaunchMode::kCudaGraph : sim::LaunchMode::kEager;
+  const sim::CostModel model(g, stack_of(cfg), o.kv_format, mc);
+  sim::StepShape shape;
+  shape.num_decode_seqs = batch;
+  shape.decode_context_tokens = int64_t{batch} * (context + 1);
+  shape.num_sampled = batch;
+  const sim::StepCost pc = model.step(shape);
+
+  r.metric("step_us", tm.median_us);
+  r.metric("step_us_q1", tm.q1_us);
+  r.metric("step_us_q3", tm.q3_us);
+  r.metric("rel_iqr", tm.rel_iqr);
+  r.metric("samples", tm.reps);
+  r.metric("tokens_per_s", tm.median_us > 0 ? batch / (tm.median_us * 1e-6) : 0.0);
+  r.metric("weight_bytes", weight_bytes);
+  r.metric("kv_bytes", kv_bytes);
+  const double bps = tm.median_us > 0 ? (weight_bytes + kv_bytes) / (tm.median_us * 1e-6) : 0.0;
+  r.metric("bytes_per_s", bps);
+  r.metric("pct_read_ceiling", ctx.read_ceiling_bytes_per_s > 0 ? 100.0 * bps / ctx.read_ceiling_bytes_per_s : 0.0);
+  r.metric("flops", flops);
+  r.metric("predicted_us", pc.total_s * 1e6);
+  r.metric("predicted_gemm_us", pc.gemm_s * 1e6);
+  r.metric("predicted_attention_us", pc.attention_s * 1e6);
+  r.metric("attn_version_used", attn);
+  r.metric("check_max_abs", es.max_abs);
+  r.metric("check_nmse", es.nmse);
+  r.metric("ref_max_abs", ref_max_abs);
+  r.metric("bitwise_eager_twin", bitwise);
+  r.label("gpu_spec", gpu_used);
+  r.label("buckets_graph", std::to_string(e.bucket_for(batch)));
+  Trace tr;
+  tr.name = "step_us_samples";
+  tr.doc = "every timed sample: microseconds per step [samples]";
+  std::vector<double> sd(samples.begin(), samples.end());
+  tr.array = h5::ColumnData::of(sd);
+  r.traces.push_back(std::move(tr));
+  return r;
+}
+#else
+Record DecodeStepBench::run(const Point&, RunContext&) { return Record::skipped("built without CUDA"); }
+#endif
+
+// ---------------------------------------------------------------------------- step_gemm
+class StepGemmBench : public Bench {
+ public:
+  std::string name() const override { return "step_gemm"; }
+  std::string summary() const override {
+    return "one linear layer of the synthetic decoder (cuBLAS, BF16 in, FP32 out) vs batch: the "
+           "memory-bound to compute-bound crossover against sim's roofline";
+  }
+  std::vector<AxisSpec> axes() const override {
+    return {
+        {"preset", AxisType::kEnum, "llama3-8b", decoder_preset_names(), "decoder shape"},
+        {"layers", AxisType::kInt, "0", {}, "weight copies rotated through (0: the preset's layers)"},
+        {"linear", AxisType::kEnum, "qkv", {"qkv", "o", "gate_up", "down", "lm_head"}, "which linear layer"},
+        {"batch", AxisType::kInt, "1", {}, "rows M of the GEMM (sequences in the step)"},
+    };
+  }
+  std::vector<MetricSpec> metrics() const override {
+    return {
+        {"time_us", "us", "median time of one GEMM (cold L2)"},
+        {"rel_iqr", "", "IQR / median"},
+        {"gemm_n", "", "output features N"},
+        {"gemm_k", "", "input features K"},
+        {"flops", "FLOP", "2 M N K"},
+        {"bytes", "B", "weights + input + FP32 output, each once"},
+        {"tflops", "TFLOP/s", "achieved"},
+        {"bytes_per_s", "B/s", "achieved"},
+        {"intensity", "FLOP/B", "flops / bytes"},
+        {"predicted_us", "us", "sim roofline: measured read ceiling, datasheet BF16 rate"},
+        {"predicted_us_measured_rate", "us", "sim roofline: measured read ceiling and matrix rate"},
+        {"predicted_compute_bound", "", "1 when sim's roofline (datasheet rate) is compute-bound"},
+        {"ridge_batch", "", "sim: smallest M that is compute-bound (datasheet rate)"},
+        {"ridge_batch_measured_rate", "", "sim: the same with the measured matrix rate"},
+        {"matmul_tflops_measured", "TFLOP/s", "8192^3 BF16 GEMM on this device"},
+        {"read_ceiling", "B/s", "the run's measured read ceiling"},
+    };
+  }
+  bool needs_gpu() const override { return true; }
+  std::string unsupported_reason(const Point& p, const RunContext&) const override {
+    if (p.integer("batch") < 1 || p.integer("batch") > 65535) return "batch outside [1, 65535]";
+    return "";
+  }
+  double estimate_seconds(const Point&, const RunContext& ctx) const override {
+    return 0.5 + 0.5 * ctx.timing_cfg.max_seconds;
+  }
+  Record run(const Point& p, RunContext& ctx) override;
+};
+
+#if defined(KVLAB_HAVE_CUDA)
+Linear parse_linear(const std::string& s) {
+  for (int i = 0; i < kNumLinears; ++i)
+    if (s == to_string(static_cast<Linear>(i))) return static_cast<Linear>(i);
+  throw InvalidArgument("unknown linear '" + s + "' (allowed: qkv, o, gate_up, down, lm_head)");
+}
+
+Record StepGemmBench::run(const Point& p, RunContext& ctx) {
+  const DecoderConfig cfg = config_of(p);
+  const Linear which = parse_linear(p.str("linear"));
+  const int m = static_cast<int>(p.integer("batch"));
+  int64_t n = 0, k = 0;
+  for (const auto& sh : linear_shapes(cfg))
+    if (sh.which == which) n = sh.n, k = sh.k;
+  gpu::EngineOptions o;
+  o.max_batch = m;
+  o.max_context = 1;
+  gpu::DecodeEngine e(cfg, o);
+  e.prepare_linear(which, m);
+  int layer = 0;
+  gpu::bench::TimingOptions to = harness_options(ctx.timing_cfg);
+  to.cold_l2 = true;
+  const gpu::bench::Timing tm = gpu::bench::time_kernel(
+      [&](cudaStream_t) {
+        e.enqueue_linear(which, m, layer);
+        layer = (layer + 1) % cfg.layers;
+      },
+      to, e.stream());
+  const double flops = gemm_flops(m, n, k), bytes = gemm_bytes(m, n, k, 4);
+  std::string gpu_used;
+  sim::GpuSpec g = gpu_spec_for(ctx, &gpu_used);
+  const sim::CostModelConfig mc;
+  const sim::OpCost pred = sim::gemm_cost(g, to_string(which), m, n, k, 16, mc);
+  const double rate = measured_matmul_flops(ctx.timing_cfg);
+  sim::GpuSpec gm = g;
+  gm.bf16_flops = rate;
+  const sim::OpCost pred_m = sim::gemm_cost(gm, to_string(which), m, n, k, 16, mc);
+  const double s = tm.median_us * 1e-6;
+  Record r;
+  r.metric("time_us", tm.median_us);
+  r.metric("rel_iqr", tm.rel_iqr);
+  r.metric("gemm_n", double(n));
+  r.metric("gemm_k", double(k));
+  r.metric("flops", flops);
+  r.metric("bytes", bytes);
+  r.metric("tflops", s > 0 ? flops / s / 1e12 : 0.0);
+  r.metric("bytes_per_s", s > 0 ? bytes / s : 0.0);
+  r.metric("intensity", flops / bytes);
+  r.metric("predicted_us", pred.seconds * 1e6);
+  r.metric("predicted_us_measured_rate", pred_m.seconds * 1e6);
+  r.metric("predicted_compute_bound", pred.bound() == sim::Bound::kCompute ? 1.0 : 0.0);
+  r.metric("ridge_batch", double(ridge_batch(g, n, k)));
+  r.metric("ridge_batch_measured_rate", double(ridge_batch(gm, n, k)));
+  r.metric("matmul_tflops_measured", rate / 1e12);
+  r.metric("read_ceiling", ctx.read_ceiling_bytes_per_s);
+  r.label("gpu_spec", gpu_used);
+  Trace tr;
+  tr.name = "time_us_samples";
+  tr.doc = "every timed sample: microseconds per GEMM [samples]";
+  std::vector<double> sd(tm.samples_us.begin(), tm.samples_us.end());
+  tr.array = h5::ColumnData::of(sd);
+  r.traces.push_back(std::move(tr));
+  return r;
+}
+#else
+Record StepGemmBench::run(const Point&, RunContext&) { return Record::skipped("built without CUDA"); }
+#endif
+
+}  // namespace
+
+std::unique_ptr<Bench> make_decode_step_bench() { return std::make_unique<DecodeStepBench>(); }
+std::unique_ptr<Bench> make_step_gemm_bench() { return std::make_unique<StepGemmBench>(); }
+
+}  // namespace kvlab::exp

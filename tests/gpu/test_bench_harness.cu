@@ -1,0 +1,134 @@
+// test_bench_harness.cu: the GPU timing harness (gpu/bench/harness.h) measures something
+// sane: its statistics are numpy's, the ceilings are positive and physically plausible,
+// the timing of a device copy of known size agrees with its bytes and scales with them, and
+// CUDA-graph replay and cold-L2 timing run. GPU tests skip without a device; the statistics
+// test runs everywhere.
+//
+// The plausibility bounds below are not accuracy tolerances (the tolerance table is for
+// numerics): they state what any working harness on any supported GPU must satisfy.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+#include <thrust/device_vector.h>
+#include <thrust/sequence.h>
+
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "gpu/bench/harness.h"
+#include "gpu/core/cuda_check.h"
+#include "gpu/core/device_info.h"
+
+namespace kvlab::test {
+namespace {
+
+// Any sm_75+ GPU moves between 100 GB/s and 20 TB/s (H100: about 3 TB/s).
+constexpr double kMinPlausibleBytesPerS = 1e11;
+constexpr double kMaxPlausibleBytesPerS = 2e13;
+// A measured bandwidth may exceed the datasheet figure only by measurement noise.
+constexpr double kDatasheetSlack = 1.10;
+// Copying twice the bytes takes between 1.5x and 2.5x the time (launch overhead and noise
+// at 256 MiB are far below a quarter of the time on any such GPU).
+constexpr double kMinScaling = 1.5, kMaxScaling = 2.5;
+// A copy timed on its own moves its bytes at no more than the copy ceiling of the same run
+// plus noise, and at no less than half of it (256 MiB and more: not launch-bound, and 5x
+// the largest L2 of these GPUs, so no cache absorbs its writes).
+constexpr double kCopyVsCeilingLow = 0.5, kCopyVsCeilingHigh = 1.15;
+
+#define KVLAB_SKIP_WITHOUT_GPU_BENCH()                                                 \
+  do {                                                                                 \
+    if (!::kvlab::gpu::device_available()) GTEST_SKIP() << "no CUDA device present";  \
+  } while (0)
+
+gpu::bench::TimingOptions quick() {
+  gpu::bench::TimingOptions o;
+  o.warmup = 2;
+  o.min_reps = 10;
+  o.max_reps = 60;
+  o.max_seconds = 1.0;
+  return o;
+}
+
+// A known-size device-to-device copy, timed; returns (read + write) bytes per second.
+double timed_copy(size_t bytes, const gpu::bench::TimingOptions& opt, gpu::bench::Timing* t = nullptr) {
+  thrust::device_vector<unsigned int> src(bytes / 4), dst(bytes / 4);
+  thrust::sequence(src.begin(), src.end(), 7u);  // never time on zeros
+  const unsigned int* s = thrust::raw_pointer_cast(src.data());
+  unsigned int* d = thrust::raw_pointer_cast(dst.data());
+  const gpu::bench::Timing tm = gpu::bench::time_kernel(
+      [&](cudaStream_t st) { KVLAB_CUDA_CHECK(cudaMemcpyAsync(d, s, bytes, cudaMemcpyDeviceToDevice, st)); }, opt);
+  if (t) *t = tm;
+  return 2.0 * static_cast<double>(bytes) / (tm.median_us * 1e-6);
+}
+
+}  // namespace
+
+TEST(BenchHarness, SummaryStatisticsAreNumpys) {
+  // numpy.percentile([9, 1, 3, 5, 4, 2, 8, 6], [25, 50, 75]) (linear interpolation): 2.75, 4.5, 6.5.
+  const gpu::bench::Timing t = gpu::bench::summarize({9, 1, 3, 5, 4, 2, 8, 6}, 0.5);
+  EXPECT_FLOAT_EQ(t.median_us, 4.5);
+  EXPECT_FLOAT_EQ(t.q1_us, 2.75);
+  EXPECT_FLOAT_EQ(t.q3_us, 6.5);
+  EXPECT_FLOAT_EQ(t.iqr_us, 3.75);
+  EXPECT_FLOAT_EQ(t.min_us, 1);
+  EXPECT_FLOAT_EQ(t.mean_us, 38.0 / 8);
+  EXPECT_EQ(t.reps, 8);
+  EXPECT_FALSE(t.converged);  // 3.75 / 4.5 > 0.5
+  EXPECT_TRUE(gpu::bench::summarize({10, 10, 10, 10}, 0.01).converged);
+  EXPECT_EQ(gpu::bench::summarize({}, 0.01).reps, 0);
+}
+
+TEST(BenchHarness, CeilingsArePositiveAndPlausible) {
+  KVLAB_SKIP_WITHOUT_GPU_BENCH();
+  const gpu::bench::Ceilings c = gpu::bench::measure_ceilings(quick(), size_t{256} << 20);
+  EXPECT_EQ(c.bytes, size_t{256} << 20);
+  for (double bw : {c.read_bytes_per_s, c.copy_bytes_per_s}) {
+    EXPECT_GT(bw, kMinPlausibleBytesPerS);
+    EXPECT_LT(bw, kMaxPlausibleBytesPerS);
+  }
+  EXPECT_GE(c.read.reps, quick().min_reps);
+  EXPECT_GT(c.read.median_us, 0);
+  EXPECT_LE(c.read.q1_us, c.read.median_us);
+  EXPECT_LE(c.read.median_us, c.read.q3_us);
+  const auto devs = gpu::list_devices();
+  ASSERT_FALSE(devs.empty());
+  const double sheet = devs[0].peak_bandwidth_bytes_per_s();
+  if (sheet > 0) EXPECT_LT(c.read_bytes_per_s, kDatasheetSlack * sheet) << devs[0].name;
+}
+
+TEST(BenchHarness, CopyTimingMatchesItsBytes) {
+  KVLAB_SKIP_WITHOUT_GPU_BENCH();
+  const gpu::bench::TimingOptions opt = quick();
+  const gpu::bench::Ceilings c = gpu::bench::measure_ceilings(opt, size_t{512} << 20);
+  gpu::bench::Timing t1, t2;
+  const double bw1 = timed_copy(size_t{256} << 20, opt, &t1);
+  const double bw2 = timed_copy(size_t{512} << 20, opt, &t2);
+  const double scaling = t2.median_us / t1.median_us;
+  EXPECT_GT(scaling, kMinScaling) << t1.median_us << " us vs " << t2.median_us << " us";
+  EXPECT_LT(scaling, kMaxScaling) << t1.median_us << " us vs " << t2.median_us << " us";
+  for (double bw : {bw1, bw2}) {
+    EXPECT_GT(bw, kCopyVsCeilingLow * c.copy_bytes_per_s) << "copy ceiling " << c.copy_bytes_per_s;
+    EXPECT_LT(bw, kCopyVsCeilingHigh * c.copy_bytes_per_s) << "copy ceiling " << c.copy_bytes_per_s;
+  }
+  EXPECT_TRUE(t1.cold_l2);
+  EXPECT_EQ(t1.samples_us.size(), static_cast<size_t>(t1.reps));
+}
+
+TEST(BenchHarness, GraphReplayTimesOneCall) {
+  KVLAB_SKIP_WITHOUT_GPU_BENCH();
+  gpu::bench::TimingOptions opt = quick();
+  opt.graph = true;
+  opt.graph_calls = 10;
+  gpu::bench::Timing eager, graph;
+  const double bw_graph = timed_copy(size_t{256} << 20, opt, &graph);
+  opt.graph = false;
+  opt.cold_l2 = false;  // graph samples run warm; compare like with like
+  const double bw_eager = timed_copy(size_t{256} << 20, opt, &eager);
+  EXPECT_TRUE(graph.graph);
+  EXPECT_FALSE(graph.cold_l2);
+  // Per-call time, not per replay: both time the same 256 MiB copy (within the scaling band).
+  EXPECT_GT(bw_graph, bw_eager / (kMaxScaling / kMinScaling));
+  EXPECT_LT(bw_graph, bw_eager * (kMaxScaling / kMinScaling));
+}
+
+}  // namespace kvlab::test
