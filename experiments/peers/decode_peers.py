@@ -2,10 +2,12 @@
 """Peers of kvlab's decode attention, timed on the same shapes in the same run.
 
     python3 experiments/peers/decode_peers.py --kvlab-csv decode.csv --out perf.h5 [--csv peers.csv]
+    python3 experiments/peers/decode_peers.py --kvlab-h5 results/perf.h5 --out results/peers.h5
 
-Reads the rows that `kvlab_decode_check --time --csv decode.csv` wrote (its shapes, its
-measured read / copy ceilings and device), times the peers on every uniform-length BF16
-point of the same shapes, and writes ONE result file in the kvlab HDF5 schema
+Reads the rows that `kvlab_decode_check --time --csv decode.csv` wrote (or the points of a
+`kvlab sweep experiments/configs/perf.ini` result file): their shapes, the measured read /
+copy ceilings and the device; times the peers on every uniform-length BF16 point of the
+same shapes, and writes a result file in the kvlab HDF5 schema
 (experiments/results/result_file.h: schema "kvlab.results" version 1, root provenance
 attributes, an /index table with one row per (point, version), a /runs table), with the
 axes and metric names of the `decode_attention` sweep kind, so analysis/ reads kvlab rows
@@ -252,6 +254,27 @@ def write_h5(path, rows, meta, argv, run_start):
                        "points_failed": [float(sum(r.get("status") == "failed" for r in rows))]})
 
 
+def read_kvlab_h5(path):
+    """Shapes and ceilings of a `kvlab sweep` result file (its decode_attention rows)."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+    from analysis.load import load
+    res = load(path)
+    meta = {"device": res.attrs.get("device_name", ""), "read_ceiling": res.read_ceiling,
+            "copy_ceiling": res.copy_ceiling, "datasheet": 0.0, "git": res.attrs.get("git_commit", "")}
+    idx = res.index[res.index["kind"] == "decode_attention"]
+    rows = []
+    for _, r in idx.iterrows():
+        if r.get("head_dim", HEAD_DIM) != HEAD_DIM or r.get("num_kv_heads", KV_HEADS) != KV_HEADS:
+            continue  # the peers here are built for 8 KV heads x d128
+        rows.append(dict(target=str(r.get("study", "")), layout=str(r["layout"]), kv_format=str(r["kv_format"]),
+                         lengths=str(r["lengths"]), graph=str(r["graph"]), version=str(r["version"]),
+                         head_dim=HEAD_DIM, block_size=int(r["block_size"]), num_kv_heads=KV_HEADS,
+                         gqa_group=int(r["gqa_group"]), batch=int(r["batch"]), context=int(r["context"]), seed=0))
+        if "pct_datasheet" in r and r["bytes_per_s"] == r["bytes_per_s"] and r["pct_datasheet"] > 0:
+            meta["datasheet"] = float(r["bytes_per_s"] / (r["pct_datasheet"] / 100.0))
+    return meta, rows
+
+
 def kvlab_rows(csv_rows, meta):
     out = []
     for r in csv_rows:
@@ -273,16 +296,22 @@ def kvlab_rows(csv_rows, meta):
 
 def main(argv):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--kvlab-csv", required=True, help="rows of kvlab_decode_check --time --csv")
+    src = ap.add_mutually_exclusive_group(required=True)
+    src.add_argument("--kvlab-csv", help="rows of kvlab_decode_check --time --csv (copied into --out with the peers)")
+    src.add_argument("--kvlab-h5", help="a `kvlab sweep` result file (e.g. of experiments/configs/perf.ini): its "
+                                        "decode_attention shapes and ceilings; --out then holds the peer rows only")
     ap.add_argument("--out", required=True, help="HDF5 result file to write (kvlab schema)")
     ap.add_argument("--csv", help="also write the peer rows as CSV")
     ap.add_argument("--max-gib", type=float, default=24.0)
     ap.add_argument("--no-peers", action="store_true", help="only convert the kvlab rows")
     args = ap.parse_args(argv[1:])
     start = _dt.datetime.utcnow().isoformat() + "Z"
-    meta, crow = read_kvlab_csv(args.kvlab_csv)
+    if args.kvlab_csv:
+        meta, crow = read_kvlab_csv(args.kvlab_csv)
+        rows = kvlab_rows(crow, meta)
+    else:
+        meta, rows = read_kvlab_h5(args.kvlab_h5)
     ceil = {"read": float(meta.get("read_ceiling", 0) or 0), "sheet": float(meta.get("datasheet", 0) or 0)}
-    rows = kvlab_rows(crow, meta)
     # The distinct shapes kvlab timed (one peer row per shape and backend).
     seen, points = set(), []
     for r in rows:
@@ -312,8 +341,9 @@ def main(argv):
             w = csv.DictWriter(f, fieldnames=sorted({k for r in peer for k in r}))
             w.writeheader()
             w.writerows(peer)
-    write_h5(args.out, rows + peer, meta, argv, start)
-    print(f"wrote {args.out}: {len(rows)} kvlab rows, {len(peer)} peer rows")
+    kept = rows if args.kvlab_csv else []  # a sweep's own rows stay in its file
+    write_h5(args.out, kept + peer, meta, argv, start)
+    print(f"wrote {args.out}: {len(kept)} kvlab rows, {len(peer)} peer rows")
     return 0
 
 

@@ -8,9 +8,9 @@
 #              (static Boost), and this folder's decode_peers.py
 #     MODE     validate | targets | grid | all (default all = validate + targets (VERSIONS)
 #              + grid (GRID_VERSIONS) + peers)
-# Output: OUT/{device.txt,tests.log,memcheck.log,racecheck.log}, OUT/decode.csv (kvlab rows),
-# OUT/decode.log, OUT/perf.h5 (kvlab + peer rows, the kvlab result schema), OUT/peers.log;
-# the closing summary table is printed last.
+# Output: OUT/{tests.log,sanitize.log}, OUT/decode.csv (kvlab rows),
+# OUT/decode.log, OUT/perf.h5 (kvlab + peer rows, the kvlab result schema), OUT/peers.log,
+# OUT/sweep.h5 + sweep.log (SWEEP_ONLY); the closing summary table is printed last.
 set -u
 # Stage time limits (seconds) come from T_TESTS, T_MEM, T_RACE, T_BENCH, T_PEERS.
 BIN=${1:?usage: h100_perf_run.sh BIN_DIR [MODE]}
@@ -18,18 +18,18 @@ MODE=${2:-all}
 OUT=${OUT:-./perf_out}
 mkdir -p "$OUT"
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader | tee "$OUT/device.txt"
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader
 rc=0
 if [[ $MODE == validate || $MODE == all ]]; then
-  timeout ${T_TESTS:-100} "$BIN/gpu_tests" --gtest_filter="${TESTS:-Decode*:Curated/*:Small/*:All/AppendExact*:AppendBadInput*}" > "$OUT/tests.log" 2>&1 || rc=1
+  timeout ${T_TESTS:-100} "$BIN/gpu_tests" --gtest_filter="${TESTS:-Decode*:Curated/*:Small/*:All/AppendExact*:AppendBadInput*:BenchKinds*:BenchHarness*}" > "$OUT/tests.log" 2>&1 || rc=1
   grep -E "^\[  PASSED|^\[  FAILED|tests ran" "$OUT/tests.log" | tail -25
   grep -B1 -A5 "Failure$" "$OUT/tests.log" | cut -c1-300 | head -${FAIL_LINES:-40}
   timeout ${T_MEM:-50} compute-sanitizer --tool memcheck --print-limit 5 "$BIN/gpu_tests" \
-    --gtest_filter='Small/DecodeSmall.*nhd*:Small/DecodeSmall.*split_x*:DecodeV4.GroupsAboveEight*:All/AppendExact.*_nhd_*' > "$OUT/memcheck.log" 2>&1 || rc=1
-  grep -E "ERROR SUMMARY|PASSED|FAILED" "$OUT/memcheck.log" | tail -4
+    --gtest_filter='Small/DecodeSmall.*nhd*:Small/DecodeSmall.*split_x*:DecodeV4.GroupsAboveEight*:All/AppendExact.*_nhd_*' > "$OUT/sanitize.log" 2>&1 || rc=1
+  grep -E "ERROR SUMMARY|PASSED|FAILED" "$OUT/sanitize.log" | tail -4
   timeout ${T_RACE:-40} compute-sanitizer --tool racecheck --print-limit 5 "$BIN/gpu_tests" \
-    --gtest_filter='Small/DecodeSmall.*/bf16_nhd:Small/DecodeSmall.*/fp8_e4m3_hnd:Small/DecodeSmall.*/nvfp4_hnd:Small/DecodeSmall.*/mxfp4_split_x:All/AppendExact.*nvfp4_nhd*' > "$OUT/racecheck.log" 2>&1 || rc=1
-  grep -E "RACECHECK SUMMARY|ERROR SUMMARY|PASSED|FAILED" "$OUT/racecheck.log" | tail -4
+    --gtest_filter='Small/DecodeSmall.*/bf16_nhd:Small/DecodeSmall.*/fp8_e4m3_hnd:Small/DecodeSmall.*/nvfp4_hnd:Small/DecodeSmall.*/mxfp4_split_x:All/AppendExact.*nvfp4_nhd*' >> "$OUT/sanitize.log" 2>&1 || rc=1
+  grep -E "RACECHECK SUMMARY" "$OUT/sanitize.log" | tail -2
 fi
 if [[ $MODE == targets || $MODE == grid || $MODE == all ]]; then
   suite=$MODE
@@ -47,5 +47,12 @@ if [[ $MODE == targets || $MODE == grid || $MODE == all ]]; then
   sed -n '/^summary/,/^device/p' "$OUT/decode.log"
   grep -E " ok|GB/s" "$OUT/peers.log" | grep peer | awk '{print "  peer:", $0}' | cut -c1-150
   tail -1 "$OUT/peers.log"
+fi
+# The same benchmark as a kvlab sweep (experiments/configs/perf.ini), for the studies in
+# SWEEP_ONLY (e.g. P8,P9); needs BIN/kvlab and the repository root as working directory.
+if [[ -n "${SWEEP_ONLY:-}" && -x "$BIN/kvlab" ]]; then
+  timeout ${T_SWEEP:-60} "$BIN/kvlab" sweep "${SWEEP_CONFIG:-experiments/configs/perf.ini}" --only "$SWEEP_ONLY" --out "$OUT/sweep.h5" \
+    > "$OUT/sweep.log" 2>&1 || rc=1
+  tail -3 "$OUT/sweep.log"
 fi
 exit $rc

@@ -3,7 +3,7 @@
 measured figure (the best kvlab version on each target shape), the best peer on the same
 shape, and whether the target holds.
 
-    python3 experiments/peers/target_table.py results/perf.h5 [--markdown]
+    python3 experiments/peers/target_table.py results/perf.h5 [more.h5 ...] [--markdown]
 
 Reads only the HDF5 result file (analysis.load): rows of kind decode_attention / append
 written by experiments/peers/decode_peers.py (or by `kvlab sweep experiments/configs/perf.ini`).
@@ -23,11 +23,16 @@ MUST = {"P1": 90, "P2": 80, "P3": 75, "P4": 70}
 
 def main(argv):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("h5")
+    ap.add_argument("h5", nargs="+", help="result files (kvlab rows and peer rows; the first one's ceilings)")
     ap.add_argument("--markdown", action="store_true")
     a = ap.parse_args(argv[1:])
-    r = load(a.h5)
-    df = r.index
+    import pandas as pd
+    files = [load(p) for p in a.h5]
+    r = files[0]
+    df = pd.concat([x.index for x in files], ignore_index=True)
+    if "target" not in df.columns:  # a `kvlab sweep` file: the study names the target
+        df["target"] = df["study"]
+    df["target"] = df["target"].fillna(df.get("study"))
     ok = df[df["status"] == "ok"].copy()
     kv = ok[~ok["version"].str.startswith("peer:")]
     peers = ok[ok["version"].str.startswith("peer:")]
@@ -112,9 +117,10 @@ def main(argv):
                 "-" if p is None else f"{p['median_us']:.1f} us ({p['version'][5:]})", "yes" if x["median_us"] <= 15 else "NO")
     # P9
     ap9 = ok[ok["target"] == "P9"]
-    for _, x in ap9.iterrows():
-        row("P9", f"append 64k tokens {x['kv_format']}", f"{x['pct_read_ceiling']:.1f} % of copy ({x['median_us']:.1f} us)", "-",
-            "yes" if x["pct_read_ceiling"] >= 80 else "NO")
+    for _, x in ap9.iterrows():  # decode_check rows carry the % of copy in pct_read_ceiling; sweep rows in pct_copy_ceiling
+        pct = x["pct_copy_ceiling"] if "pct_copy_ceiling" in x and x["pct_copy_ceiling"] == x["pct_copy_ceiling"] else x["pct_read_ceiling"]
+        row("P9", f"append 64k tokens {x['kv_format']}", f"{pct:.1f} % of copy ({x['median_us']:.1f} us)", "-",
+            "yes" if pct >= 80 else "NO")
 
     dev = r.attrs.get("device_name", "?")
     print(f"device: {dev}; read ceiling {r.read_ceiling / 1e12:.3f} TB/s, copy {r.copy_ceiling / 1e12:.3f} TB/s")
