@@ -239,140 +239,118 @@ __global__ void __launch_bounds__(kAppendThreads) append_vec_kernel(const Append
   const int rows = num_tokens * 2 * H;
   const uint32_t num_slots = static_cast<uint32_t>(g.num_blocks * g.block_size);
   const uint32_t two_h = static_cast<uint32_t>(2 * H), bsz = static_cast<uint32_t>(g.block_size);
-  // Whole warps iterate together (the amax shuffles need every lane of a group). Each
-  // thread first loads kRowsInFlight rows (slot and 16 input bytes each), then converts
-  // and stores them: four independent loads in flight per thread instead of one.
-  constexpr int kRowsInFlight = 4;
-  const int step = rows_per_block * kRowsInFlight;
-  for (int rb = blockIdx.x * step; rb < rows; rb += gridDim.x * step) {
-    float xs[kRowsInFlight][kVecElems];
-    int64_t ss[kRowsInFlight];
+  // Whole warps iterate together (the amax shuffles need every lane of a group).
+  for (int r0 = blockIdx.x * rows_per_block; r0 < rows; r0 += gridDim.x * rows_per_block) {
+    const int r = r0 + static_cast<int>(threadIdx.x) / tpr;
+    const bool live = r < rows;
+    const uint32_t ru = live ? static_cast<uint32_t>(r) : 0u;
+    const uint32_t token = ru / two_h;
+    const int rem = static_cast<int>(ru - token * two_h);
+    const bool is_k = rem < H;
+    const int head = is_k ? rem : rem - H;
+    const int64_t s = live ? p.slots[token] : -1;
+    const bool ok = live && s >= 0 && s < static_cast<int64_t>(num_slots);  // padding (-1) and others: skipped
+    float x[kVecElems];
+    const TIn* src = static_cast<const TIn*>(is_k ? p.k : p.v) + (static_cast<int64_t>(token) * H + head) * D + part * kVecElems;
+    if (ok) load8<TIn>(src, x);
+    else {
 #pragma unroll
-    for (int u = 0; u < kRowsInFlight; ++u) {
-      const int r = rb + u * rows_per_block + static_cast<int>(threadIdx.x) / tpr;
-      const bool live = r < rows;
-      const uint32_t ru = live ? static_cast<uint32_t>(r) : 0u;
-      const uint32_t token = ru / two_h;
-      const int rem = static_cast<int>(ru - token * two_h);
-      const bool is_k = rem < H;
-      const int head = is_k ? rem : rem - H;
-      ss[u] = live ? p.slots[token] : -1;
-      const TIn* src = static_cast<const TIn*>(is_k ? p.k : p.v) + (static_cast<int64_t>(token) * H + head) * D + part * kVecElems;
-      if (live) load8<TIn>(src, xs[u]);
-      else {
+      for (int i = 0; i < kVecElems; ++i) x[i] = 0.0f;
+    }
+    const uint32_t su = ok ? static_cast<uint32_t>(s) : 0u;
+    const int64_t block = su / bsz;
+    const int slot = static_cast<int>(su - static_cast<uint32_t>(block) * bsz);
+    const int d0 = part * kVecElems;
+    uint8_t* pool = static_cast<uint8_t*>(is_k ? p.kv.k : p.kv.v);
+    void* scales = is_k ? p.kv.k_scales : p.kv.v_scales;
+    const float pool_scale = is_k ? p.kv.k_scale : p.kv.v_scale;
+    const int64_t idx = ok ? (is_k ? g.k_index(block, head, slot, d0) : g.v_index(block, head, slot, d0)) : 0;
+    switch (g.format) {
+      case KvFormat::kBF16:
+      case KvFormat::kFP16: {
+        // Finite pairs: the hardware's RN conversion (overflow -> Inf, subnormals kept: the
+        // non-saturating rule of formats.h); NaN / Inf through formats.h itself.
+        const bool bf = g.format == KvFormat::kBF16;
+        uint32_t w[4];
 #pragma unroll
-        for (int i = 0; i < kVecElems; ++i) xs[u][i] = 0.0f;
+        for (int i = 0; i < 4; ++i) {
+          const float a = x[2 * i], b = x[2 * i + 1];
+          if (isfinite(a) && isfinite(b)) {
+            if (bf) {
+              const __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
+              w[i] = *reinterpret_cast<const uint32_t*>(&h);
+            } else {
+              const __half2 h = __floats2half2_rn(a, b);
+              w[i] = *reinterpret_cast<const uint32_t*>(&h);
+            }
+          } else {
+            const uint16_t lo = bf ? float_to_bf16_bits(a, Saturation::kNonSaturating) : float_to_fp16_bits(a, Saturation::kNonSaturating);
+            const uint16_t hi = bf ? float_to_bf16_bits(b, Saturation::kNonSaturating) : float_to_fp16_bits(b, Saturation::kNonSaturating);
+            w[i] = static_cast<uint32_t>(lo) | (static_cast<uint32_t>(hi) << 16);
+          }
+        }
+        if (ok) *reinterpret_cast<uint4*>(pool + idx * 2) = make_uint4(w[0], w[1], w[2], w[3]);
+        break;
+      }
+      case KvFormat::kFP8E4M3:
+      case KvFormat::kFP8E5M2:
+      case KvFormat::kFP8E4M3PerToken: {
+        ElemFormat ef = g.format == KvFormat::kFP8E5M2 ? ElemFormat::kFP8E5M2 : ElemFormat::kFP8E4M3;
+        float sc = pool_scale;
+        if (g.format == KvFormat::kFP8E4M3PerToken) {
+          float amax = 0.0f;
+#pragma unroll
+          for (int i = 0; i < kVecElems; ++i) amax = amax_accumulate(amax, x[i]);
+          amax = group_amax_n(amax, tpr);
+          sc = canonical_nan(fp8_scale_from_amax(amax, ElemFormat::kFP8E4M3, kDefaultAmaxFloor, AmaxFloorAt::kAmax));
+          if (ok && part == 0) static_cast<float*>(scales)[g.token_scale_index(block, head, slot)] = sc;
+        }
+        // quantize_element(x, sc, ef, kSatFinite, kEncoder) with the encoder in hardware.
+        const bool e5 = ef == ElemFormat::kFP8E5M2;
+        uint32_t w[2] = {0, 0};
+#pragma unroll
+        for (int i = 0; i < kVecElems; i += 2) {
+          const float y0 = scale_for_encode(x[i], sc, ef, ElementClamp::kEncoder);
+          const float y1 = scale_for_encode(x[i + 1], sc, ef, ElementClamp::kEncoder);
+          uint32_t pair;
+          if (isfinite(y0) && isfinite(y1)) {  // one cvt for both
+            pair = static_cast<uint32_t>(__nv_cvt_float2_to_fp8x2(make_float2(y0, y1), __NV_SATFINITE, e5 ? __NV_E5M2 : __NV_E4M3)) & 0xFFFFu;
+          } else {
+            pair = fp8_code_satfinite(y0, e5) | (fp8_code_satfinite(y1, e5) << 8);
+          }
+          w[i / 4] |= pair << (8 * (i % 4));
+        }
+        if (ok) *reinterpret_cast<uint2*>(pool + idx) = make_uint2(w[0], w[1]);
+        break;
+      }
+      case KvFormat::kNVFP4:
+      case KvFormat::kMXFP4: {
+        const bool nv = g.format == KvFormat::kNVFP4;
+        float amax = 0.0f;
+#pragma unroll
+        for (int i = 0; i < kVecElems; ++i) amax = amax_accumulate(amax, x[i]);
+        amax = group_amax_n(amax, nv ? 2 : 4);  // 16 / 32 elements: 2 / 4 threads
+        uint8_t scode;
+        float div;
+        if (nv) {
+          scode = nvfp4_block_scale_code(amax, pool_scale, kDefaultAmaxFloor, AmaxFloorAt::kAmax);
+          div = nvfp4_element_scale(scode, pool_scale);
+        } else {
+          const int e = pow2_exp_ocp_floor(amax, elem_emax(ElemFormat::kFP4E2M1), kDefaultAmaxFloor, AmaxFloorAt::kAmax);
+          scode = ue8m0_code_from_exp(e);
+          div = pow2_scale_value(e);
+        }
+        uint32_t w = 0;
+#pragma unroll
+        for (int i = 0; i < kVecElems; ++i)
+          w |= (quantize_element(x[i], div, ElemFormat::kFP4E2M1, Saturation::kSatFinite, ElementClamp::kEncoder) & 0xFu) << (4 * i);
+        if (ok) {
+          *reinterpret_cast<uint32_t*>(pool + (idx >> 1)) = w;  // idx even: 8 nibbles = 4 whole bytes
+          if (d0 % g.scale_group() == 0) static_cast<uint8_t*>(scales)[g.block_scale_index(block, head, slot, d0)] = scode;
+        }
+        break;
       }
     }
-#pragma unroll
-    for (int u = 0; u < kRowsInFlight; ++u) {
-      const int r = rb + u * rows_per_block + static_cast<int>(threadIdx.x) / tpr;
-      const bool live = r < rows;
-      const uint32_t ru = live ? static_cast<uint32_t>(r) : 0u;
-      const uint32_t token = ru / two_h;
-      const int rem = static_cast<int>(ru - token * two_h);
-      const bool is_k = rem < H;
-      const int head = is_k ? rem : rem - H;
-      const int64_t s = ss[u];
-      const bool ok = live && s >= 0 && s < static_cast<int64_t>(num_slots);  // padding (-1) and others: skipped
-      float x[kVecElems];
-  #pragma unroll
-      for (int i = 0; i < kVecElems; ++i) x[i] = ok ? xs[u][i] : 0.0f;
-      const uint32_t su = ok ? static_cast<uint32_t>(s) : 0u;
-      const int64_t block = su / bsz;
-      const int slot = static_cast<int>(su - static_cast<uint32_t>(block) * bsz);
-      const int d0 = part * kVecElems;
-      uint8_t* pool = static_cast<uint8_t*>(is_k ? p.kv.k : p.kv.v);
-      void* scales = is_k ? p.kv.k_scales : p.kv.v_scales;
-      const float pool_scale = is_k ? p.kv.k_scale : p.kv.v_scale;
-      const int64_t idx = ok ? (is_k ? g.k_index(block, head, slot, d0) : g.v_index(block, head, slot, d0)) : 0;
-      switch (g.format) {
-        case KvFormat::kBF16:
-        case KvFormat::kFP16: {
-          // Finite pairs: the hardware's RN conversion (overflow -> Inf, subnormals kept: the
-          // non-saturating rule of formats.h); NaN / Inf through formats.h itself.
-          const bool bf = g.format == KvFormat::kBF16;
-          uint32_t w[4];
-  #pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            const float a = x[2 * i], b = x[2 * i + 1];
-            if (isfinite(a) && isfinite(b)) {
-              if (bf) {
-                const __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
-                w[i] = *reinterpret_cast<const uint32_t*>(&h);
-              } else {
-                const __half2 h = __floats2half2_rn(a, b);
-                w[i] = *reinterpret_cast<const uint32_t*>(&h);
-              }
-            } else {
-              const uint16_t lo = bf ? float_to_bf16_bits(a, Saturation::kNonSaturating) : float_to_fp16_bits(a, Saturation::kNonSaturating);
-              const uint16_t hi = bf ? float_to_bf16_bits(b, Saturation::kNonSaturating) : float_to_fp16_bits(b, Saturation::kNonSaturating);
-              w[i] = static_cast<uint32_t>(lo) | (static_cast<uint32_t>(hi) << 16);
-            }
-          }
-          if (ok) *reinterpret_cast<uint4*>(pool + idx * 2) = make_uint4(w[0], w[1], w[2], w[3]);
-          break;
-        }
-        case KvFormat::kFP8E4M3:
-        case KvFormat::kFP8E5M2:
-        case KvFormat::kFP8E4M3PerToken: {
-          ElemFormat ef = g.format == KvFormat::kFP8E5M2 ? ElemFormat::kFP8E5M2 : ElemFormat::kFP8E4M3;
-          float sc = pool_scale;
-          if (g.format == KvFormat::kFP8E4M3PerToken) {
-            float amax = 0.0f;
-  #pragma unroll
-            for (int i = 0; i < kVecElems; ++i) amax = amax_accumulate(amax, x[i]);
-            amax = group_amax_n(amax, tpr);
-            sc = canonical_nan(fp8_scale_from_amax(amax, ElemFormat::kFP8E4M3, kDefaultAmaxFloor, AmaxFloorAt::kAmax));
-            if (ok && part == 0) static_cast<float*>(scales)[g.token_scale_index(block, head, slot)] = sc;
-          }
-          // quantize_element(x, sc, ef, kSatFinite, kEncoder) with the encoder in hardware.
-          const bool e5 = ef == ElemFormat::kFP8E5M2;
-          uint32_t w[2] = {0, 0};
-  #pragma unroll
-          for (int i = 0; i < kVecElems; i += 2) {
-            const float y0 = scale_for_encode(x[i], sc, ef, ElementClamp::kEncoder);
-            const float y1 = scale_for_encode(x[i + 1], sc, ef, ElementClamp::kEncoder);
-            uint32_t pair;
-            if (isfinite(y0) && isfinite(y1)) {  // one cvt for both
-              pair = static_cast<uint32_t>(__nv_cvt_float2_to_fp8x2(make_float2(y0, y1), __NV_SATFINITE, e5 ? __NV_E5M2 : __NV_E4M3)) & 0xFFFFu;
-            } else {
-              pair = fp8_code_satfinite(y0, e5) | (fp8_code_satfinite(y1, e5) << 8);
-            }
-            w[i / 4] |= pair << (8 * (i % 4));
-          }
-          if (ok) *reinterpret_cast<uint2*>(pool + idx) = make_uint2(w[0], w[1]);
-          break;
-        }
-        case KvFormat::kNVFP4:
-        case KvFormat::kMXFP4: {
-          const bool nv = g.format == KvFormat::kNVFP4;
-          float amax = 0.0f;
-  #pragma unroll
-          for (int i = 0; i < kVecElems; ++i) amax = amax_accumulate(amax, x[i]);
-          amax = group_amax_n(amax, nv ? 2 : 4);  // 16 / 32 elements: 2 / 4 threads
-          uint8_t scode;
-          float div;
-          if (nv) {
-            scode = nvfp4_block_scale_code(amax, pool_scale, kDefaultAmaxFloor, AmaxFloorAt::kAmax);
-            div = nvfp4_element_scale(scode, pool_scale);
-          } else {
-            const int e = pow2_exp_ocp_floor(amax, elem_emax(ElemFormat::kFP4E2M1), kDefaultAmaxFloor, AmaxFloorAt::kAmax);
-            scode = ue8m0_code_from_exp(e);
-            div = pow2_scale_value(e);
-          }
-          uint32_t w = 0;
-  #pragma unroll
-          for (int i = 0; i < kVecElems; ++i)
-            w |= (quantize_element(x[i], div, ElemFormat::kFP4E2M1, Saturation::kSatFinite, ElementClamp::kEncoder) & 0xFu) << (4 * i);
-          if (ok) {
-            *reinterpret_cast<uint32_t*>(pool + (idx >> 1)) = w;  // idx even: 8 nibbles = 4 whole bytes
-            if (d0 % g.scale_group() == 0) static_cast<uint8_t*>(scales)[g.block_scale_index(block, head, slot, d0)] = scode;
-          }
-          break;
-        }
-      }
-    }  // rows of this round
   }
 }
 
@@ -459,7 +437,7 @@ void append_kv(const AppendArgs& a, cudaStream_t stream, SlotCheck check) {
     int dev = 0;
     KVLAB_CUDA_CHECK(cudaGetDevice(&dev));
     KVLAB_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    const int64_t blocks = std::min<int64_t>((rows + 4 * rows_per_block - 1) / (4 * rows_per_block), int64_t{16} * std::max(sms, 1));
+    const int64_t blocks = std::min<int64_t>((rows + rows_per_block - 1) / rows_per_block, int64_t{16} * std::max(sms, 1));
     append_vec_kernel<TIn><<<static_cast<unsigned>(blocks), kAppendThreads, 0, stream>>>(p, a.num_tokens);
     return cudaGetLastError();
   });
