@@ -35,12 +35,17 @@
 //    barrier in the main loop. The block table is read once per token, one tile ahead
 //    (prefetched into registers), and page offsets are staged in shared memory for the
 //    chunk copies. Tiles hold 16-64 tokens (~8 KB of K+V per stage).
-//  * Split-KV plan (v4_tuning.h): no split while the (sequence, KV head, query tile) items
-//    fill a wave of resident blocks; below that, splits for ~2 waves; and no block reads
-//    more than 4 MiB (skewed batches: a long sequence becomes several blocks). Blocks are
-//    ordered split-major, so the late blocks are the long sequences' equal-sized chunks.
-//    Splits past a sequence's end exit at once (per-sequence split counts on the device).
-//    The merge kernel is launched with programmatic dependent launch.
+//  * Split-KV plan (v4_tuning.h), from the SM count, the resident blocks per SM and the
+//    batch: no split while the (sequence, KV head, query tile) items fill a wave of
+//    resident blocks; below that, splits for one wave (every block starts at once); no
+//    block reads more than 4 MiB (skewed batches: a long sequence becomes several blocks);
+//    and more splits while the last wave would be < 90 % full (equal-work blocks finish
+//    together). Blocks are ordered split-major, so the late blocks are the long sequences'
+//    equal-sized chunks; splits past a sequence's end exit at once (per-sequence split
+//    counts on the device). The merge kernel (one block per output row) is launched with
+//    programmatic dependent launch, so its launch overlaps the split kernel's tail.
+// The design point (stages, tile size, register cap) is a template parameter of the kernel
+// in v4_mma_kernel.cuh; v4's is V4Config below, v5_mma_decode_2stage.cu has another.
 // Numerics as v3: natural-log logits, exp(s - m) formed before the base-2 scaling, the
 // 4 warps and the splits merged by log-sum-exp; a bad table entry or length gives NaN rows.
 #include "gpu/attention/v4_mma_kernel.cuh"
