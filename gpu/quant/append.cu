@@ -70,11 +70,6 @@ __device__ __forceinline__ float group_amax(float a) {
   return a;
 }
 
-// NaN scales in the reference's bits: the host's division propagates the canonical NaN
-// operand (0x7FC00000), the GPU's returns 0x7FFFFFFF; stored FP32 scales use the former
-// (scale_detail::nan_f32(), also what amax_accumulate returns).
-__device__ __forceinline__ float canonical_nan(float s) { return s != s ? scale_detail::nan_f32() : s; }
-
 // Sets the nibble of pool element `idx` to `code` without touching the other nibble.
 __device__ __forceinline__ void store_nibble_atomic(uint8_t* pool, int64_t idx, uint32_t code) {
   const uintptr_t byte = reinterpret_cast<uintptr_t>(pool + (idx >> 1));
@@ -117,8 +112,8 @@ __device__ void write_row(const AppendParams& p, bool is_k, const TIn* x, int64_
       float amax = 0.0f;
       for (int d = lane; d < D; d += 32) amax = amax_accumulate(amax, load_in(x, d));
       amax = group_amax<32>(amax);
-      // A NaN amax gives a NaN scale; stored in the reference's bits (see canonical_nan).
-      const float s = canonical_nan(fp8_scale_from_amax(amax, ElemFormat::kFP8E4M3, kDefaultAmaxFloor, AmaxFloorAt::kAmax));
+      // A NaN amax gives the canonical NaN scale (fp32_scale_exact), as the reference stores.
+      const float s = kv_fp8_token_scale(amax);
       for (int d = lane; d < D; d += 32)
         pool[index(d)] = static_cast<uint8_t>(
             quantize_element(load_in(x, d), s, ElemFormat::kFP8E4M3, Saturation::kSatFinite, ElementClamp::kEncoder));
@@ -136,16 +131,9 @@ __device__ void write_row(const AppendParams& p, bool is_k, const TIn* x, int64_
         const float xv = valid ? load_in(x, d) : 0.0f;
         float amax = amax_accumulate(0.0f, xv);
         amax = nv ? group_amax<16>(amax) : group_amax<32>(amax);
-        uint8_t scode;
-        float div;
-        if (nv) {
-          scode = nvfp4_block_scale_code(amax, pool_scale, kDefaultAmaxFloor, AmaxFloorAt::kAmax);
-          div = nvfp4_element_scale(scode, pool_scale);
-        } else {
-          const int e = pow2_exp_ocp_floor(amax, elem_emax(ElemFormat::kFP4E2M1), kDefaultAmaxFloor, AmaxFloorAt::kAmax);
-          scode = ue8m0_code_from_exp(e);
-          div = pow2_scale_value(e);
-        }
+        const KvBlockScale bs = kv_fp4_block_scale(nv, amax, pool_scale);
+        const uint8_t scode = bs.code;
+        const float div = bs.div;
         const uint32_t code =
             quantize_element(xv, div, ElemFormat::kFP4E2M1, Saturation::kSatFinite, ElementClamp::kEncoder) & 0xFu;
         const uint32_t odd_code = __shfl_xor_sync(0xFFFFFFFFu, code, 1);
@@ -302,7 +290,7 @@ __global__ void __launch_bounds__(kAppendThreads) append_vec_kernel(const Append
 #pragma unroll
           for (int i = 0; i < kVecElems; ++i) amax = amax_accumulate(amax, x[i]);
           amax = group_amax_n(amax, tpr);
-          sc = canonical_nan(fp8_scale_from_amax(amax, ElemFormat::kFP8E4M3, kDefaultAmaxFloor, AmaxFloorAt::kAmax));
+          sc = kv_fp8_token_scale(amax);
           if (ok && part == 0) static_cast<float*>(scales)[g.token_scale_index(block, head, slot)] = sc;
         }
         // quantize_element(x, sc, ef, kSatFinite, kEncoder) with the encoder in hardware.
@@ -330,16 +318,9 @@ __global__ void __launch_bounds__(kAppendThreads) append_vec_kernel(const Append
 #pragma unroll
         for (int i = 0; i < kVecElems; ++i) amax = amax_accumulate(amax, x[i]);
         amax = group_amax_n(amax, nv ? 2 : 4);  // 16 / 32 elements: 2 / 4 threads
-        uint8_t scode;
-        float div;
-        if (nv) {
-          scode = nvfp4_block_scale_code(amax, pool_scale, kDefaultAmaxFloor, AmaxFloorAt::kAmax);
-          div = nvfp4_element_scale(scode, pool_scale);
-        } else {
-          const int e = pow2_exp_ocp_floor(amax, elem_emax(ElemFormat::kFP4E2M1), kDefaultAmaxFloor, AmaxFloorAt::kAmax);
-          scode = ue8m0_code_from_exp(e);
-          div = pow2_scale_value(e);
-        }
+        const KvBlockScale bs = kv_fp4_block_scale(nv, amax, pool_scale);
+        const uint8_t scode = bs.code;
+        const float div = bs.div;
         uint32_t w = 0;
 #pragma unroll
         for (int i = 0; i < kVecElems; ++i)

@@ -31,12 +31,6 @@ constexpr int kQWarps = kQThreads / 32;
 // gpu/attention/kv_vec.cuh: ptxas may widen remainder loads past the last element).
 constexpr int kSlackFloats = 4;
 
-// NaN scales in the reference's bits. An FP32 scale computed from a NaN amax is NaN; the
-// host's division propagates the canonical NaN operand (0x7FC00000) while the GPU's
-// division returns 0x7FFFFFFF, so stored FP32 scales are canonicalized to
-// scale_detail::nan_f32() (what amax_accumulate and pow2_scale_value produce).
-__device__ __forceinline__ float canonical_nan(float s) { return s != s ? scale_detail::nan_f32() : s; }
-
 // The spec, flattened for the device.
 struct QuantParams {
   ElemFormat elem;
@@ -146,9 +140,9 @@ __global__ void __launch_bounds__(kQThreads) quant_amax_kernel(const QuantParams
 // The scale of a per-tensor scheme from an amax (ref: fp32_scale / the two-level rule).
 __device__ float tensor_scale_from_amax(const QuantParams& p, float amax) {
   const float m = elem_max_finite(p.elem);
-  if (p.two_level) return canonical_nan(fp32_scale_exact(amax, m * kE4M3Max, p.amax_floor, p.floor_at));
+  if (p.two_level) return fp32_scale_exact(amax, m * kE4M3Max, p.amax_floor, p.floor_at);
   if (p.scale_rule == static_cast<int>(ref::ScaleRule::kExactFP32))
-    return canonical_nan(fp32_scale_exact(amax, m, p.amax_floor, p.floor_at));
+    return fp32_scale_exact(amax, m, p.amax_floor, p.floor_at);
   const int e = p.scale_rule == static_cast<int>(ref::ScaleRule::kCeilPow2)
                     ? pow2_exp_ceil(amax, m, p.amax_floor, p.floor_at)
                     : pow2_exp_ocp_floor(amax, elem_emax(p.elem), p.amax_floor, p.floor_at);
@@ -195,7 +189,7 @@ __global__ void __launch_bounds__(kQThreads) quant_rows_kernel(const QuantParams
       switch (static_cast<ref::ScaleFormat>(p.scale_format)) {
         case ref::ScaleFormat::kFP32: {
           if (p.scale_rule == static_cast<int>(ref::ScaleRule::kExactFP32)) {
-            s = canonical_nan(fp32_scale_exact(a, m, p.amax_floor, p.floor_at));
+            s = fp32_scale_exact(a, m, p.amax_floor, p.floor_at);
           } else {
             const int e = p.scale_rule == static_cast<int>(ref::ScaleRule::kCeilPow2)
                               ? pow2_exp_ceil(a, m, p.amax_floor, p.floor_at)

@@ -81,7 +81,7 @@ __device__ inline void kv_store_head(const KvCacheView& kv, bool is_v, int64_t b
       float amax = 0.0f;
       for (int d = lane; d < D; d += 32) amax = amax_accumulate(amax, x[d]);
       amax = detail::warp_amax(amax);
-      const float s = fp8_scale_from_amax(amax, ElemFormat::kFP8E4M3, kDefaultAmaxFloor, AmaxFloorAt::kAmax);
+      const float s = kv_fp8_token_scale(amax);
       for (int d = lane; d < D; d += 32)
         static_cast<uint8_t*>(pool)[index(d)] = static_cast<uint8_t>(
             quantize_element(x[d], s, ElemFormat::kFP8E4M3, Saturation::kSatFinite, ElementClamp::kEncoder));
@@ -96,16 +96,9 @@ __device__ inline void kv_store_head(const KvCacheView& kv, bool is_v, int64_t b
       for (int d0 = lane * G; d0 < D; d0 += 32 * G) {  // one scale group per lane
         float amax = 0.0f;
         for (int d = d0; d < d0 + G; ++d) amax = amax_accumulate(amax, x[d]);
-        uint8_t scode;
-        float div;
-        if (g.format == KvFormat::kNVFP4) {
-          scode = nvfp4_block_scale_code(amax, pool_scale, kDefaultAmaxFloor, AmaxFloorAt::kAmax);
-          div = nvfp4_element_scale(scode, pool_scale);
-        } else {
-          const int e = pow2_exp_ocp_floor(amax, elem_emax(ElemFormat::kFP4E2M1), kDefaultAmaxFloor, AmaxFloorAt::kAmax);
-          scode = ue8m0_code_from_exp(e);
-          div = pow2_scale_value(e);
-        }
+        const KvBlockScale bs = kv_fp4_block_scale(g.format == KvFormat::kNVFP4, amax, pool_scale);
+        const uint8_t scode = bs.code;
+        const float div = bs.div;
         for (int d = d0; d < d0 + G; d += 2) {
           const uint8_t c0 = static_cast<uint8_t>(
               quantize_element(x[d], div, ElemFormat::kFP4E2M1, Saturation::kSatFinite, ElementClamp::kEncoder));

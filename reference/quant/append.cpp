@@ -67,7 +67,7 @@ void write_row(const KvCacheView& kv, bool is_k, int64_t block, int head, int sl
     case KvFormat::kFP8E4M3PerToken: {
       float amax = 0.0f;
       for (int d = 0; d < D; ++d) amax = amax_accumulate(amax, x[d]);
-      const float s = fp8_scale_from_amax(amax, ElemFormat::kFP8E4M3, kDefaultAmaxFloor, AmaxFloorAt::kAmax);
+      const float s = kv_fp8_token_scale(amax);
       for (int d = 0; d < D; ++d)
         store_code(pool, g.format, index(d),
                    quantize_element(x[d], s, ElemFormat::kFP8E4M3, Saturation::kSatFinite, ElementClamp::kEncoder));
@@ -80,16 +80,9 @@ void write_row(const KvCacheView& kv, bool is_k, int64_t block, int head, int sl
       for (int d0 = 0; d0 < D; d0 += G) {
         float amax = 0.0f;
         for (int d = d0; d < d0 + G; ++d) amax = amax_accumulate(amax, x[d]);
-        uint8_t scode;
-        float div;
-        if (g.format == KvFormat::kNVFP4) {
-          scode = nvfp4_block_scale_code(amax, pool_scale, kDefaultAmaxFloor, AmaxFloorAt::kAmax);
-          div = nvfp4_element_scale(scode, pool_scale);
-        } else {
-          const int e = pow2_exp_ocp_floor(amax, elem_emax(ElemFormat::kFP4E2M1), kDefaultAmaxFloor, AmaxFloorAt::kAmax);
-          scode = ue8m0_code_from_exp(e);
-          div = pow2_scale_value(e);
-        }
+        const KvBlockScale bs = kv_fp4_block_scale(g.format == KvFormat::kNVFP4, amax, pool_scale);
+        const uint8_t scode = bs.code;
+        const float div = bs.div;
         for (int d = d0; d < d0 + G; ++d)
           store_code(pool, g.format, index(d),
                      quantize_element(x[d], div, ElemFormat::kFP4E2M1, Saturation::kSatFinite, ElementClamp::kEncoder));

@@ -140,9 +140,13 @@ KVLAB_HD float amax_accumulate(float acc, float x) {
 // ------------------------------------------------------------------ FP32 scales
 // Exact FP32 rule: s = RN(max(amax, floor) / max_finite)          (floor_at == kAmax)
 //                  s = max(RN(amax / max_finite), floor)          (floor_at == kScale)
+// A NaN amax gives the canonical NaN (0x7FC00000) on host and device alike (the device
+// division would otherwise return 0x7FFFFFFF), so stored scales are byte-identical.
 KVLAB_HD float fp32_scale_exact(float amax, float max_finite, float floor, AmaxFloorAt floor_at) {
-  if (floor_at == AmaxFloorAt::kAmax) return scale_detail::div_rn(scale_detail::floor_max(amax, floor), max_finite);
-  return scale_detail::floor_max(scale_detail::div_rn(amax, max_finite), floor);
+  const float s = floor_at == AmaxFloorAt::kAmax
+                      ? scale_detail::div_rn(scale_detail::floor_max(amax, floor), max_finite)
+                      : scale_detail::floor_max(scale_detail::div_rn(amax, max_finite), floor);
+  return scale_detail::is_nan(s) ? scale_detail::nan_f32() : s;
 }
 
 // The FP8 per-token / per-tensor scale of seed 004 and vLLM: exact FP32 amax / 448 (E4M3)
@@ -270,6 +274,31 @@ KVLAB_HD uint16_t quantize_element(float x, float s, ElemFormat f, Saturation sa
 // Its real value: decode(code) * s.
 KVLAB_HD float dequantize_element(uint16_t code, float s, ElemFormat f) {
   return scale_detail::mul_rn(decode_elem(code, f), s);
+}
+
+// ------------------------------------------------------------------ KV-cache formats
+// The scale rules of the paged KV formats (kvlab::ref::append_kv, reference/quant/append.h)
+// in one place: the reference append, the GPU append kernels and the decode step's fused
+// RoPE + append all call these, so they are byte-exact to each other by construction.
+
+// kFP8E4M3PerToken: the FP32 inverse scale of one (token, head) row from its amax.
+KVLAB_HD float kv_fp8_token_scale(float amax) {
+  return fp8_scale_from_amax(amax, ElemFormat::kFP8E4M3, kDefaultAmaxFloor, AmaxFloorAt::kAmax);
+}
+
+// kNVFP4 (E4M3 code, the pool scale as tensor scale) / kMXFP4 (UE8M0 code, OCP floor rule):
+// one scale group's stored code and the divisor its elements are encoded with.
+struct KvBlockScale {
+  uint8_t code;
+  float div;
+};
+KVLAB_HD KvBlockScale kv_fp4_block_scale(bool nvfp4, float amax, float pool_scale) {
+  if (nvfp4) {
+    const uint8_t c = nvfp4_block_scale_code(amax, pool_scale, kDefaultAmaxFloor, AmaxFloorAt::kAmax);
+    return {c, nvfp4_element_scale(c, pool_scale)};
+  }
+  const int e = pow2_exp_ocp_floor(amax, elem_emax(ElemFormat::kFP4E2M1), kDefaultAmaxFloor, AmaxFloorAt::kAmax);
+  return {ue8m0_code_from_exp(e), pow2_scale_value(e)};
 }
 
 }  // namespace kvlab
