@@ -1,6 +1,7 @@
 // registry.cpp: the list of benches (see registry.h).
 #include "experiments/bench/registry.h"
 
+#include "experiments/calibrate/calibrate.h"
 #include "experiments/kinds/decode_step.h"
 #include "experiments/kinds/kinds.h"
 #include "reference/core/error.h"
@@ -20,6 +21,7 @@ const std::vector<std::unique_ptr<Bench>>& benches() {
     v.push_back(make_decode_attention_bench());
     v.push_back(make_append_bench());
     v.push_back(make_decode_step_bench()), v.push_back(make_step_gemm_bench());  // issue #8
+    v.push_back(make_calibrate_bench());  // issue #6 fidelity (experiments/calibrate)
     return v;
   }();
   return list;

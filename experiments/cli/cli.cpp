@@ -14,6 +14,7 @@
 
 #include "experiments/bench/registry.h"
 #include "experiments/build_info.h"
+#include "experiments/calibrate/calibrate.h"
 #include "experiments/h5/durable.h"
 #include "experiments/h5/h5.h"
 #include "experiments/results/merge.h"
@@ -36,6 +37,7 @@ const char* kSubcommands[][2] = {
     {"validate", "run a sweep's points without timing (validation only)"},
     {"sweep", "run a sweep config into an HDF5 result file"},
     {"simulate", "run one serving-simulation config into an HDF5 result file"},
+    {"calibrate", "fit the decode-attention cost model to measured timings: fidelity table"},
     {"merge", "merge shard result files into one"},
     {"recover", "undo an interrupted commit of a result file"},
 };
@@ -414,6 +416,7 @@ int cli_main(int argc, const char* const* argv, std::ostream& out, std::ostream&
     if (cmd == "sweep") return cmd_sweep(args, full, out, false);
     if (cmd == "validate") return cmd_sweep(args, full, out, true);
     if (cmd == "simulate") return cmd_simulate(args, full, out);
+    if (cmd == "calibrate") return cmd_calibrate(args, full, out);
     if (cmd == "merge") return cmd_merge(args, out);
     if (cmd == "recover") return cmd_recover(args, out);
     err << "kvlab: unknown subcommand '" << cmd << "'\n";

@@ -4,6 +4,7 @@
 //   kvlab validate  run a sweep's points without timing: validation only, pass/fail table
 //   kvlab sweep     run a sweep config into an HDF5 result file (resume, shards, workers)
 //   kvlab simulate  run one serving-simulation config into an HDF5 file
+//   kvlab calibrate fit the decode-attention cost model to measured timings (experiments/calibrate)
 //   kvlab merge     merge shard result files into one
 //   kvlab recover   undo an interrupted commit of a result file
 // Exit codes: 0 success; 1 some points failed (or the self-check failed); 2 bad input

@@ -4,8 +4,9 @@
 // A point: a workload (data/workloads/*.cfg spec or data/traces/*.csv trace, optionally with
 // another request count / arrival rate / seed) served by a model preset on a GPU of the table
 // with a KV storage format, block size, KV budget, watermark, preemption mode, prefix caching
-// and reservation policy; step durations come from the roofline cost model (sim/cost) on the
-// virtual clock. The record holds the summary (throughput, TTFT/TPOT percentiles,
+// and reservation policy; step durations come from the roofline cost model (sim/cost; its
+// decode-attention terms from a `kvlab calibrate` file when the calibration axis names one)
+// on the virtual clock. The record holds the summary (throughput, TTFT/TPOT percentiles,
 // preemptions, prefix hits, ledger means: token / slack / reserved / cached / free slots and
 // the waste fractions) and three traces:
 //   steps     per recorded step: batch shape, queue sizes, preemptions, cost breakdown, and
@@ -21,6 +22,7 @@
 #include <string>
 #include <unistd.h>
 
+#include "experiments/calibrate/calibrate.h"
 #include "experiments/kinds/kind_util.h"
 #include "experiments/kinds/kinds.h"
 #include "reference/core/error.h"
@@ -142,6 +144,8 @@ class SimulateBench : public Bench {
         {"max_num_batched_tokens", AxisType::kInt, "8192", {}, "token budget per step"},
         {"chunked_prefill", AxisType::kEnum, "on", {"on", "off"}, "split prompts across steps"},
         {"launch", AxisType::kEnum, "graph", {"graph", "eager"}, "launch model of the step cost (CUDA graph or eager)"},
+        {"calibration", AxisType::kString, "none", {},
+         "decode-attention calibration: a `kvlab calibrate --out` file for this gpu (none = uncalibrated roofline)"},
         {"max_steps", AxisType::kInt, "0", {}, "stop after this many steps (0 = run to completion)"},
         {"trace_rows", AxisType::kInt, "1000", {}, "at most this many rows in the steps trace (0 = every step)"},
     };
@@ -191,6 +195,8 @@ class SimulateBench : public Bench {
     for (const char* a : {"kv_gib", "swap_gib"})
       if (!(p.number(a) >= 0)) throw InvalidArgument(std::string(a) + " must be >= 0, got " + p.str(a));
     if (p.integer("trace_rows") < 0) throw InvalidArgument("trace_rows must be >= 0, got " + p.str("trace_rows"));
+    if (p.str("calibration") != "none")
+      apply_decode_calibration(read_decode_calibration(p.str("calibration")), sim::gpu_spec(p.str("gpu")), {});
   }
   double estimate_seconds(const Point& p, const RunContext&) const override {
     // About 1.5 us per request-step on this 2-core machine; a request lives for roughly
@@ -242,6 +248,7 @@ class SimulateBench : public Bench {
     cfg.validate();
     sim::CostModelConfig cc;
     cc.launch = p.str("launch") == "graph" ? sim::LaunchMode::kCudaGraph : sim::LaunchMode::kEager;
+    if (p.str("calibration") != "none") cc = apply_decode_calibration(read_decode_calibration(p.str("calibration")), gpu, cc);
     auto timer = std::make_shared<sim::RooflineStepTime>(sim::CostModel(gpu, model, format, cc));
     const sim::SimResult res = sim::Engine(cfg, timer).run(reqs);
     const sim::SimSummary& s = res.summary;

@@ -19,6 +19,20 @@ void CostModelConfig::validate() const {
                 "cost model: efficiency factors must be > 0 (got memory " << mem_efficiency << ", compute "
                                                                           << compute_efficiency << ", attention "
                                                                           << attn_mem_efficiency << ")");
+  KVLAB_REQUIRE(!attn_graph_fixed_s || (std::isfinite(*attn_graph_fixed_s) && *attn_graph_fixed_s >= 0),
+                "cost model: attn_graph_fixed_s " << attn_graph_fixed_s.value_or(0) << " must be finite and >= 0");
+  for (const auto& [f, x] : attn_format_efficiency)
+    KVLAB_REQUIRE(std::isfinite(x) && x > 0, "cost model: attention efficiency factor of " << to_string(f) << " is "
+                                                                                           << x << ", must be > 0");
+}
+
+double CostModelConfig::attn_fixed(LaunchMode mode) const {
+  return mode == LaunchMode::kCudaGraph && attn_graph_fixed_s ? *attn_graph_fixed_s : attn_fixed_s;
+}
+
+double CostModelConfig::attn_efficiency(KvFormat format) const {
+  const auto it = attn_format_efficiency.find(format);
+  return attn_mem_efficiency * (it == attn_format_efficiency.end() ? 1.0 : it->second);
 }
 
 void DecodeAttentionShape::validate() const {
@@ -102,9 +116,9 @@ OpCost decode_attention_cost(const GpuSpec& gpu, const DecodeAttentionShape& s, 
   const double meta = 4.0 * static_cast<double>(s.total_blocks()) + 4.0 * static_cast<double>(s.batch);
   const double lse = s.write_lse ? 4.0 * static_cast<double>(s.batch) * s.num_qo_heads : 0.0;
   const double flops = 4.0 * s.num_qo_heads * static_cast<double>(s.head_dim) * tokens;
-  const double bw = gpu.read_ceiling(cfg.prefer_measured_ceiling) * cfg.attn_mem_efficiency;
+  const double bw = gpu.read_ceiling(cfg.prefer_measured_ceiling) * cfg.attn_efficiency(s.format);
   return make_op("decode_attention", flops, qo + kv + meta + lse, bw, gpu.bf16_flops * cfg.compute_efficiency,
-                 cfg.attn_fixed_s);
+                 cfg.attn_fixed(cfg.launch));
 }
 
 double predict_decode_attention_seconds(const GpuSpec& gpu, const DecodeAttentionShape& shape,
@@ -212,8 +226,8 @@ StepCost CostModel::step(const StepShape& s) const {
   visit_step(model_, cfg_, gpu_, kv_bytes_per_token_layer_, compressed_read_fraction_, swa_tokens_per_seq_, s,
              [&](const char*, double flops, double bytes, double rate, double count, int cat) {
                const bool attn = cat == 1;
-               const double bw = bw_mem * (attn ? cfg_.attn_mem_efficiency : cfg_.mem_efficiency);
-               const double t = (attn ? cfg_.attn_fixed_s * count : 0.0) +
+               const double bw = bw_mem * (attn ? cfg_.attn_efficiency(kv_format_) : cfg_.mem_efficiency);
+               const double t = (attn ? cfg_.attn_fixed(cfg_.launch) * count : 0.0) +
                                 std::max(bytes / bw, rate > 0 ? flops / (rate * cfg_.compute_efficiency) : 0.0);
                (cat == 0 ? c.gemm_s : cat == 1 ? c.attention_s : c.other_s) += t;
                const int n = static_cast<int>(count);
@@ -238,8 +252,8 @@ std::vector<OpCost> CostModel::step_ops(const StepShape& s) const {
              [&](const char* name, double flops, double bytes, double rate, double count, int cat) {
                const bool attn = cat == 1;
                ops.push_back(make_op(name, flops, bytes,
-                                     bw_mem * (attn ? cfg_.attn_mem_efficiency : cfg_.mem_efficiency),
-                                     rate * cfg_.compute_efficiency, attn ? cfg_.attn_fixed_s * count : 0.0));
+                                     bw_mem * (attn ? cfg_.attn_efficiency(kv_format_) : cfg_.mem_efficiency),
+                                     rate * cfg_.compute_efficiency, attn ? cfg_.attn_fixed(cfg_.launch) * count : 0.0));
              });
   return ops;
 }

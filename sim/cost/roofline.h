@@ -19,6 +19,8 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -60,6 +62,20 @@ struct CostModelConfig {
   // Decode attention gets its own calibration (the fidelity target is about it).
   double attn_fixed_s = 0.0;
   double attn_mem_efficiency = 1.0;
+  // Compatible extensions fitted by fit_decode_attention_model (calibration.h); their
+  // defaults leave the model above unchanged.
+  //  - The per-call overhead of decode attention when it is replayed inside a CUDA graph
+  //    (launch == kCudaGraph): on the H100 about 2.5 us less than a stream launch, whose
+  //    CPU-side launch cost bounds back-to-back calls. Unset: attn_fixed_s in both modes.
+  std::optional<double> attn_graph_fixed_s;
+  //  - A factor per KV storage format on attn_mem_efficiency: a format whose decode is
+  //    limited by dequantization rather than by HBM (NVFP4 on the H100 reaches ~46 % of
+  //    the read ceiling where BF16 reaches ~95 %) gets its own achieved fraction.
+  //    Formats not listed: factor 1.
+  std::map<KvFormat, double> attn_format_efficiency;
+  // The decode-attention overhead and bandwidth fraction these fields give.
+  double attn_fixed(LaunchMode mode) const;
+  double attn_efficiency(KvFormat format) const;  // attn_mem_efficiency * the format's factor
   DType act_dtype = DType::kBF16;  // activations, Q and O
   void validate() const;
 };
