@@ -114,15 +114,19 @@ CalibrateResult run_calibration(const CalibrateRequest& req) {
   // Train / test split.
   res.heldout.assign(recs.size(), false);
   if (req.holdout != "none") {
-    const Expr e = Expr::parse(req.holdout);
     int64_t n = 0;
-    for (size_t i = 0; i < recs.size(); ++i) {
-      res.heldout[i] = e.eval([&](const std::string& name) -> ExprValue {
-        const DecodeAxisValue v = decode_axis(recs[i], name);
-        if (v.numeric) return v.number;
-        return v.text;
-      });
-      n += res.heldout[i] ? 1 : 0;
+    try {
+      const Expr e = Expr::parse(req.holdout);
+      for (size_t i = 0; i < recs.size(); ++i) {
+        res.heldout[i] = e.eval([&](const std::string& name) -> ExprValue {
+          const DecodeAxisValue v = decode_axis(recs[i], name);
+          if (v.numeric) return v.number;
+          return v.text;
+        });
+        n += res.heldout[i] ? 1 : 0;
+      }
+    } catch (const InvalidArgument& e) {
+      throw InvalidArgument("--holdout '" + req.holdout + "': " + e.what());
     }
     if (n == 0)
       throw InvalidArgument("--holdout '" + req.holdout + "' selects none of the " + std::to_string(recs.size()) +

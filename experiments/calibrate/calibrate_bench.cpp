@@ -31,7 +31,13 @@ CalibrateRequest request_of(const Point& p) {
   r.gpu = p.str("gpu");
   r.version = p.str("version");
   r.holdout = p.str("holdout");
-  if (r.holdout != "none") Expr::parse(r.holdout);  // syntax errors first, with the position
+  if (r.holdout != "none") {  // syntax errors first, with the position
+    try {
+      Expr::parse(r.holdout);
+    } catch (const InvalidArgument& e) {
+      throw InvalidArgument("holdout '" + r.holdout + "': " + e.what());
+    }
+  }
   return r;
 }
 

@@ -161,7 +161,10 @@ FileRows read_file(const std::string& path) {
   }
   check_index_schema(f, path);
   FileRows out;
-  out.device = f.has_attr("device_name") && f.attr_type("device_name") == h5::Type::kString
+  // device_name holds the reason when no device was present (provenance.h).
+  const bool present = !f.has_attr("device_present") || f.attr_type("device_present") == h5::Type::kString ||
+                       f.attr_double("device_present") != 0;
+  out.device = present && f.has_attr("device_name") && f.attr_type("device_name") == h5::Type::kString
                    ? f.attr_string("device_name")
                    : "";
   out.read_ceiling = f.has_attr("read_ceiling_bytes_per_s") ? f.attr_double("read_ceiling_bytes_per_s") : 0.0;
@@ -346,10 +349,12 @@ DecodeSelection load_decode_records(const std::vector<std::string>& files, const
                             "; or give 'best')");
     }
   }
-  for (auto& r : sel.records) {
-    r.m.label = describe(r);
-    if (std::find(sel.versions.begin(), sel.versions.end(), r.version) == sel.versions.end())
-      sel.versions.push_back(r.version);
+  for (auto& r : sel.records) r.m.label = describe(r);
+  if (version == "best") {
+    for (const auto& v : known)
+      if (!is_peer(v)) sel.versions.push_back(v);
+  } else {
+    sel.versions = {version};
   }
   return sel;
 }

@@ -41,7 +41,7 @@ struct DecodeRecord {
 
 struct DecodeSelection {
   std::vector<DecodeRecord> records;
-  std::vector<std::string> versions;    // the versions the records use
+  std::vector<std::string> versions;    // the versions the selection chose from
   std::string device_name;              // the files' device (all must agree)
   double read_ceiling_bytes_per_s = 0;  // the files' measured read ceiling (median; 0 = none)
   int64_t points_read = 0;              // ok, timed decode_attention rows seen
