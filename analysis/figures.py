@@ -200,9 +200,92 @@ def append_bandwidth(r: Results):
 DECODE_SHAPE = ["batch", "context", "num_kv_heads", "gqa_group", "head_dim", "block_size", "kv_format"]
 
 
+# The fidelity trace of a calibrate point (experiments/calibrate/calibrate_bench.cpp).
+FIDELITY_COLUMNS = ["kv_format", "graph", "heldout", "bytes", "measured_s", "predicted_uncalibrated_s",
+                    "predicted_pooled_s", "predicted_s", "predicted_loo_s"]
+FORMAT_MARKERS = {"bf16": "o", "fp16": "o", "fp8_e4m3": "s", "fp8_e4m3_pt": "s", "fp8_e5m2": "D", "nvfp4": "^",
+                  "mxfp4": "v"}
+
+
+def _fidelity(r: Results, cal: pd.DataFrame):
+    """The calibrate points' fidelity tables (`kvlab calibrate`): per calibration, predicted vs
+    measured (calibrated and uncalibrated), the signed error vs bytes moved (in-sample and
+    leave-one-out, held-out records ringed), and the distribution of |error| per model."""
+    cal = cal.head(4)
+    fig, axes = plt.subplots(len(cal), 3, figsize=(16.5, 4.8 * len(cal)), squeeze=False)
+    for (a1, a2, a3), (_, row) in zip(axes, cal.iterrows()):
+        t = r.trace(row, "fidelity")
+        missing = [c for c in FIDELITY_COLUMNS if c not in t.columns]
+        if missing:
+            raise Skip(f"calibrate point {row['group']} lacks fidelity columns {', '.join(missing)}")
+        meas = t["measured_s"] * 1e6
+        for fmt, d in t.groupby("kv_format"):
+            mk = FORMAT_MARKERS.get(fmt, "o")
+            m = d["measured_s"] * 1e6
+            a1.scatter(d["predicted_s"] * 1e6, m, s=18, marker=mk, label=f"{fmt} calibrated")
+            a1.scatter(d["predicted_uncalibrated_s"] * 1e6, m, s=18, marker=mk, facecolors="none",
+                       edgecolors="grey", linewidths=0.7, label="uncalibrated (bytes / R)" if fmt == t["kv_format"].iloc[0]
+                       else None)
+            err = (d["predicted_s"] - d["measured_s"]) / d["measured_s"]
+            loo = (d["predicted_loo_s"] - d["measured_s"]) / d["measured_s"]
+            p = a2.scatter(d["bytes"], 100 * err, s=18, marker=mk, label=f"{fmt} in-sample")
+            a2.scatter(d["bytes"], 100 * loo, s=30, marker=mk, facecolors="none", edgecolors=p.get_facecolor(),
+                       linewidths=0.8, label=f"{fmt} leave-one-out")
+            held = d[d["heldout"] == 1]
+            if not held.empty:
+                a2.scatter(held["bytes"], 100 * (held["predicted_s"] - held["measured_s"]) / held["measured_s"],
+                           s=70, marker="o", facecolors="none", edgecolors="k", linewidths=1.0,
+                           label="held out" if fmt == held["kv_format"].iloc[0] else None)
+        lo = float(min(meas.min(), (t["predicted_uncalibrated_s"] * 1e6).min()))
+        hi = float(max(meas.max(), (t["predicted_s"] * 1e6).max()))
+        x = np.array([lo, hi])
+        a1.plot(x, x, color="k", lw=1, ls="--", label="predicted = measured")
+        a1.fill_between(x, x / 1.1, x / 0.9, color="k", alpha=0.07, label="|error| <= 10 %")
+        a1.set_xscale("log")
+        a1.set_yscale("log")
+        a1.set_xlabel("predicted (us)")
+        a1.set_ylabel("measured median (us)")
+        a1.set_title(f"{row.get('gpu_name', '?')}: predicted vs measured")
+        a2.axhspan(-10, 10, color="k", alpha=0.07)
+        a2.axhline(0, color="k", lw=1)
+        a2.set_xscale("log")
+        a2.set_xlabel("bytes moved per call")
+        a2.set_ylabel("(predicted - measured) / measured (%)")
+        a2.set_title("Calibrated model error vs size")
+        fitted = t[t["heldout"] == 0]
+        curves = [("bytes / R (uncalibrated)", fitted, "predicted_uncalibrated_s"),
+                  ("pooled: fixed + bytes / (R eff)", fitted, "predicted_pooled_s"),
+                  ("calibrated, in-sample", fitted, "predicted_s"),
+                  ("calibrated, leave-one-out", fitted, "predicted_loo_s")]
+        if (t["heldout"] == 1).any():
+            curves.append(("calibrated, held out", t[t["heldout"] == 1], "predicted_s"))
+        for name, d, col in curves:
+            e = np.sort(np.abs(d[col] - d["measured_s"]) / d["measured_s"]) * 100
+            a3.step(e, np.arange(1, len(e) + 1) / len(e), where="post",
+                    label=f"{name} (median {np.median(e):.1f} %)")
+        a3.axvline(10, color="k", lw=1, ls="--", label="10 % (issue #6 target: median)")
+        a3.set_xscale("log")
+        a3.set_xlabel("|error| (%)")
+        a3.set_ylabel("fraction of records")
+        a3.set_title("Error distribution")
+        for a in (a1, a2, a3):
+            a.grid(alpha=0.3)
+            a.legend(fontsize=6)
+    first = cal.iloc[0]
+    fig.suptitle(f"Simulated vs measured decode attention ({int(first['records'])} records, "
+                 f"{first.get('selection', '')}): median |error| {100 * first['err_loo_median']:.1f} % calibrated "
+                 f"(leave-one-out), {100 * first['err_uncalibrated_median']:.1f} % uncalibrated")
+    return fig
+
+
 def simulated_vs_measured(r: Results):
-    """Roofline prediction (roofline bench, op decode_attention) against the measured decode time
-    of every version on the same shape: measured vs predicted, and their ratio vs context."""
+    """Predicted vs measured decode-attention time. From the calibrate points of `kvlab calibrate`
+    when the file has them (calibrated, uncalibrated, leave-one-out, held out); otherwise the
+    roofline prediction (roofline bench, op decode_attention) against the measured decode time of
+    every version on the same shape: measured vs predicted, and their ratio vs context."""
+    cal = r.ok("calibrate")
+    if not cal.empty:
+        return _fidelity(r, cal)
     meas = _need(r.ok("decode_attention"), "decode_attention", DECODE_SHAPE + ["version", "median_us"])
     pred = _need(r.ok("roofline"), "roofline", DECODE_SHAPE + ["op", "predicted_s"])
     pred = pred[pred["op"] == "decode_attention"]
