@@ -219,6 +219,7 @@ def _fidelity(r: Results, cal: pd.DataFrame):
         if missing:
             raise Skip(f"calibrate point {row['group']} lacks fidelity columns {', '.join(missing)}")
         meas = t["measured_s"] * 1e6
+        held_labelled = False
         for fmt, d in t.groupby("kv_format"):
             mk = FORMAT_MARKERS.get(fmt, "o")
             m = d["measured_s"] * 1e6
@@ -235,7 +236,8 @@ def _fidelity(r: Results, cal: pd.DataFrame):
             if not held.empty:
                 a2.scatter(held["bytes"], 100 * (held["predicted_s"] - held["measured_s"]) / held["measured_s"],
                            s=70, marker="o", facecolors="none", edgecolors="k", linewidths=1.0,
-                           label="held out" if fmt == held["kv_format"].iloc[0] else None)
+                           label=None if held_labelled else "held out (not fitted)")
+                held_labelled = True
         lo = float(min(meas.min(), (t["predicted_uncalibrated_s"] * 1e6).min()))
         hi = float(max(meas.max(), (t["predicted_s"] * 1e6).max()))
         x = np.array([lo, hi])
@@ -245,13 +247,19 @@ def _fidelity(r: Results, cal: pd.DataFrame):
         a1.set_yscale("log")
         a1.set_xlabel("predicted (us)")
         a1.set_ylabel("measured median (us)")
-        a1.set_title(f"{row.get('gpu_name', '?')}: predicted vs measured")
+        hold = row.get("holdout", "none")
+        # (Titles, not a suptitle: make_figures' tight_layout would lay a suptitle over them.)
+        a1.set_title(f"{row.get('gpu_name', '?')}, version {row.get('version', '?')}"
+                     + (f", held out: {hold}" if isinstance(hold, str) and hold != "none" else "")
+                     + f"\n{int(row['records'])} records: median |error| {100 * row['err_loo_median']:.1f} % "
+                     f"calibrated (leave-one-out), {100 * row['err_uncalibrated_median']:.1f} % uncalibrated",
+                     fontsize=9)
         a2.axhspan(-10, 10, color="k", alpha=0.07)
         a2.axhline(0, color="k", lw=1)
         a2.set_xscale("log")
         a2.set_xlabel("bytes moved per call")
         a2.set_ylabel("(predicted - measured) / measured (%)")
-        a2.set_title("Calibrated model error vs size")
+        a2.set_title("Decode attention: calibrated model error vs size")
         fitted = t[t["heldout"] == 0]
         curves = [("bytes / R (uncalibrated)", fitted, "predicted_uncalibrated_s"),
                   ("pooled: fixed + bytes / (R eff)", fitted, "predicted_pooled_s"),
@@ -271,10 +279,6 @@ def _fidelity(r: Results, cal: pd.DataFrame):
         for a in (a1, a2, a3):
             a.grid(alpha=0.3)
             a.legend(fontsize=6)
-    first = cal.iloc[0]
-    fig.suptitle(f"Simulated vs measured decode attention ({int(first['records'])} records, "
-                 f"{first.get('selection', '')}): median |error| {100 * first['err_loo_median']:.1f} % calibrated "
-                 f"(leave-one-out), {100 * first['err_uncalibrated_median']:.1f} % uncalibrated")
     return fig
 
 

@@ -1,5 +1,6 @@
-// calibrate.cpp: fitting and predicting (run_calibration), the calibrate bench, and reading
-// a calibration back for simulations (see calibrate.h).
+// calibrate.cpp: reading, fitting and predicting (run_calibration; see calibrate.h). The
+// bench is calibrate_bench.cpp, the subcommand calibrate_cli.cpp, the read-back for
+// simulations calibration_file.cpp.
 #include "experiments/calibrate/calibrate.h"
 
 #include <unistd.h>
@@ -7,17 +8,10 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
-#include <cstdio>
-#include <sstream>
+#include <cstdint>
 
-#include "experiments/h5/durable.h"
-#include "experiments/h5/h5.h"
-#include "experiments/kinds/kind_util.h"
-#include "experiments/results/result_file.h"
 #include "experiments/sweep/expr.h"
-#include "experiments/sweep/values.h"
 #include "reference/core/error.h"
-#include "reference/layout/layout_names.h"
 #include "sim/core/text.h"
 
 namespace kvlab::exp {

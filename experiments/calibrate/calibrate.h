@@ -24,7 +24,9 @@
 // errors) and `formats` (efficiency per KV format). analysis/figures.py draws predicted vs
 // measured from it; `kvlab simulate --set calibration=CAL.h5` (the simulate kind's
 // `calibration` axis) times its steps with the fitted model. A sweep may also list
-// `kind = calibrate` studies (axes: results, gpu, version, holdout).
+// `kind = calibrate` studies (axes: results, gpu, version, holdout), within the config
+// syntax: no value there may hold '=', ',', ';' or ':' (peer versions and holdouts with
+// ==, >=, <=, != need `kvlab calibrate`, which builds its point directly).
 // Bad input (missing file, another schema, no decode_attention points, unknown GPU or
 // version, a malformed holdout, records that cannot determine the model): exit code 2.
 #pragma once

@@ -7,6 +7,7 @@
 //   fidelity  one row per record: source file and row, shape axes, bytes, measured and
 //             predicted seconds (uncalibrated, pooled, calibrated, leave-one-out), errors
 //   formats   one row per KV format of the fit: records, achieved fraction of R, bytes/s
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -61,7 +62,7 @@ class CalibrateBench : public Bench {
         {"gpu", AxisType::kString, "auto", {}, "GPU of data/gpus/gpus.csv (auto: the files' device)"},
         {"version", AxisType::kString, "best", {}, "decode version to fit (best: the fastest kvlab version per shape)"},
         {"holdout", AxisType::kString, "none", {},
-         "test set: an expression over the record axes (e.g. kv_format == 'nvfp4'); none = leave-one-out only"},
+         "test set: an expression over the record axes (e.g. context > 16384); none = leave-one-out only"},
     };
   }
   std::vector<MetricSpec> metrics() const override {

@@ -7,7 +7,6 @@
 #include <cmath>
 #include <map>
 #include <sstream>
-#include <tuple>
 
 #include "experiments/h5/durable.h"
 #include "experiments/h5/h5.h"
