@@ -1,26 +1,40 @@
-"""The standard kvlab figures, from a result file only.
+"""The standard kvlab figures, from result files only.
 
-    python3 -m analysis.figures RESULTS.h5 --out DIR [--format png,pdf]
+    python3 -m analysis.figures RESULTS.h5 [MORE.h5 ...] --out DIR [--format png,pdf]
 
-Each figure is made only when its data is in the file; the list of what was made and what
-was skipped (and why) is printed. Figures are written as PNG and PDF.
+Each figure is made only when its data is in the file(s); the list of what was made and what
+was skipped (and why) is printed. Figures are written as PNG (300 dpi) and PDF (TrueType
+text), drawn at the width they are printed at (analysis/style.py: single column 3.4 in,
+double column 7 in). Several files of one device are read as one (e.g. a GPU sweep and the
+peers measured beside it: `data/perf/h100_perf_sweep.h5 data/perf/h100_perf_peers.h5`).
+
+Conventions of every figure: units on every axis; log axes where values span decades; one
+color per kernel version / KV format / step variant in every figure (style.py); legends below
+the panels, naming only what varies within the figure, the constants in the title; the title
+says what was measured or computed, on which device (the file's provenance) and, where the
+input is synthetic, that it is.
 """
 from __future__ import annotations
 
 import argparse
+import itertools
 import math
 import os
 import sys
 
 import matplotlib
+import matplotlib.ticker
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
+from matplotlib.colors import LogNorm  # noqa: E402
+from matplotlib.lines import Line2D  # noqa: E402
 
-from analysis import peers, step_figures  # noqa: E402
-from analysis.load import ResultFileError, Results, load  # noqa: E402
+from analysis import step_figures, style  # noqa: E402
+from analysis.load import ResultFileError, Results, load_many  # noqa: E402
+from analysis.style import paper  # noqa: E402
 
 
 class Skip(Exception):
@@ -36,79 +50,168 @@ def _need(df: pd.DataFrame, kind: str, cols: list[str]) -> pd.DataFrame:
     return df
 
 
-def _panels(n: int, w: float = 5.0, h: float = 3.6):
-    cols = min(n, 3)
-    rows = math.ceil(n / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(w * cols, h * rows), squeeze=False)
-    for ax in axes.flat[n:]:
-        ax.set_visible(False)
-    return fig, list(axes.flat[:n])
+def _synthetic(df: pd.DataFrame, col: str = "dist") -> str:
+    """'synthetic data (a, b)' from the generator presets the rows name."""
+    names = sorted({str(v) for v in df[col].dropna()}) if col in df.columns else []
+    return f"synthetic data ({', '.join(names)})" if names else "synthetic data"
 
 
-def _group_label(v) -> str:
-    if v is None or (isinstance(v, float) and math.isnan(v)):
-        return "?"
-    return str(int(v))
+def _join(*parts) -> str:
+    return "; ".join(p for p in parts if p)
+
+
+# The order formats are listed in (widest first); others follow alphabetically.
+FORMAT_ORDER = ["fp32", "fp16", "bf16", "fp8_e5m2", "e5m2", "fp8_e4m3", "e4m3", "fp8_e4m3_pt", "mxfp8", "nvfp4",
+                "mxfp4", "e2m1"]
+
+
+def _format_sorted(names) -> list:
+    rank = {f: i for i, f in enumerate(FORMAT_ORDER)}
+    return sorted({str(n) for n in names}, key=lambda f: (rank.get(f, len(rank)), f))
 
 
 # ---- quantization -------------------------------------------------------------------------
+def _quant_problem(df: pd.DataFrame) -> str:
+    """The tensor the schemes quantized ('4096 tokens x 128 dims'), exceptions per scheme."""
+    if not {"tokens", "head_dim"} <= set(df.columns):
+        return ""
+    shape = df.assign(_s=[f"{style.value(t)} tokens x {style.value(h)} dims" for t, h in
+                          zip(df["tokens"], df["head_dim"])])
+    common = shape["_s"].mode().iloc[0]
+    other = shape[shape["_s"] != common].groupby("_s")["scheme"].agg(lambda s: ", ".join(sorted(set(s))))
+    return common + "".join(f" ({schemes}: {s})" for s, schemes in other.items())
+
+
+@paper
 def quant_error_heatmap(r: Results):
-    """Error vs format x block size: rel. L2 (mean per token) of every scheme and scale group."""
+    """Error vs format x block size: rel. L2 (mean per token) of every scheme and scale group,
+    one panel per synthetic distribution, one color scale for all panels."""
     df = _need(r.ok("quant_error"), "quant_error", ["scheme", "rel_l2_mean", "scale_group"])
     dists = sorted(df["dist"].unique())
-    fig, axes = _panels(len(dists), 6.0, 4.2)
-    for ax, dist in zip(axes, dists):
-        d = df[df["dist"] == dist]
-        if "granularity" in d.columns:
-            lab = [str(int(g)) if gr == "group" else gr for g, gr in zip(d["scale_group"], d["granularity"])]
-        else:
-            lab = d["scale_group"].map(_group_label)
-        d = d.assign(group=lab)
-        pv = d.pivot_table(index="scheme", columns="group", values="rel_l2_mean", aggfunc="mean")
-        rank = {"token": 1, "tensor": 2, "none": 3}
-        order = sorted(pv.columns, key=lambda g: (rank.get(g, 0), int(g) if g.isdigit() else 0))
-        pv = pv[order]
-        im = ax.imshow(np.log10(pv.values.astype(float)), aspect="auto", cmap="viridis_r")
-        ax.set_xticks(range(len(pv.columns)), pv.columns)
-        ax.set_yticks(range(len(pv.index)), pv.index, fontsize=8)
-        for (i, j), v in np.ndenumerate(pv.values):
-            if not np.isnan(v):
-                ax.text(j, i, f"{v:.3g}", ha="center", va="center", fontsize=7, color="w")
-        ax.set_xlabel("elements per scale")
-        ax.set_title(f"per-token rel. L2 (mean), {dist}")
-        fig.colorbar(im, ax=ax, label="log10 rel. L2")
-    fig.suptitle("Quantization error vs format x scale-group size")
+    if "granularity" in df.columns:
+        lab = [style.value(g) if gr == "group" else gr for g, gr in zip(df["scale_group"], df["granularity"])]
+    else:
+        lab = [style.value(g) if g == g else "?" for g in df["scale_group"]]
+    df = df.assign(group=lab)
+    pv_all = df.pivot_table(index="scheme", columns="group", values="rel_l2_mean", aggfunc="median")
+    rank = {"token": 1, "tensor": 2, "none": 3}
+    order = sorted(pv_all.columns, key=lambda g: (rank.get(g, 0), float(g) if g.replace(".", "").isdigit() else 0))
+    schemes = list(pv_all.index)
+    vals = df["rel_l2_mean"][df["rel_l2_mean"] > 0]
+    norm = LogNorm(vmin=float(vals.min()), vmax=float(vals.max()))
+    cols = 2 if len(dists) > 1 else 1
+    fig, axes = style.grid(len(dists), cols=cols, width=style.DOUBLE_COLUMN_IN if cols > 1 else style.SINGLE_COLUMN_IN,
+                           panel_h=0.19 * len(schemes) + 0.7)
+    cmap = plt.get_cmap("viridis_r")
+    im = None
+    for i, (ax, dist) in enumerate(zip(axes, dists)):
+        pv = df[df["dist"] == dist].pivot_table(index="scheme", columns="group", values="rel_l2_mean",
+                                                aggfunc="median").reindex(index=schemes, columns=order)
+        v = pv.values.astype(float)
+        im = ax.imshow(np.where(v > 0, v, np.nan), aspect="auto", cmap=cmap, norm=norm)
+        ax.set_xticks(range(len(order)), order)
+        ax.set_yticks(range(len(schemes)), schemes if i % cols == 0 else [""] * len(schemes))
+        ax.grid(False)
+        for (y, x), val in np.ndenumerate(v):
+            if np.isfinite(val) and val > 0:
+                dark = norm(val) > 0.55  # viridis_r: dark at the large errors
+                ax.text(x, y, f"{val:.2g}", ha="center", va="center", fontsize=5.5, color="w" if dark else "k")
+        ax.set_xlabel("elements per scale (or scale granularity)")
+        ax.set_title(dist)
+    cb = fig.colorbar(im, ax=axes, label="per-token rel. L2 error (mean)", shrink=0.8)
+    style.plain_log(cb.ax.yaxis)
+    style.title(fig, "KV quantization error by scheme and scale-group size",
+                _join("CPU reference", _synthetic(df), _quant_problem(df)))
     return fig
 
 
+@paper
 def quant_error_vs_bits(r: Results):
-    """Storage cost vs error: bits per value against p99 per-token rel. L2."""
-    df = _need(r.ok("quant_error"), "quant_error", ["bits_per_value", "rel_l2_p99"])
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    for dist, d in df.groupby("dist"):
-        ax.scatter(d["bits_per_value"], d["rel_l2_p99"], label=dist, s=18)
-    best = df.sort_values("bits_per_value").groupby("scheme").first()
-    for scheme, row in best.iterrows():
-        ax.annotate(scheme, (row["bits_per_value"], row["rel_l2_p99"]), fontsize=7, xytext=(3, 3),
-                    textcoords="offset points")
-    ax.set_yscale("log")
-    ax.set_xlabel("storage bits per value (scales included)")
-    ax.set_ylabel("p99 per-token rel. L2")
-    ax.set_title("Quantization: bits vs error")
-    ax.legend(fontsize=8)
-    ax.grid(alpha=0.3)
+    """Storage cost vs error: bits per value (scales included) against the p99 per-token rel. L2
+    of every scheme (block-scaled schemes joined across their group sizes), one row per synthetic
+    distribution. The bits axis is broken into its clusters (4, 8, 16 bits): within a cluster the
+    spread is the cost of the scales, which one linear axis would squeeze to a point."""
+    df = _need(r.ok("quant_error"), "quant_error", ["bits_per_value", "rel_l2_p99", "scheme"])
+    df = df[df["bits_per_value"] > 0]
+    df = df.assign(_cls=np.floor(np.log2(df["bits_per_value"]) + 1e-9).astype(int))
+    classes = sorted(df["_cls"].unique())
+    spans = [max(0.5, float(df[df["_cls"] == c]["bits_per_value"].max() - df[df["_cls"] == c]["bits_per_value"].min()))
+             for c in classes]
+    dists = sorted(df["dist"].unique()) if "dist" in df.columns else [None]
+    fig, grid = plt.subplots(len(dists), len(classes), figsize=(style.DOUBLE_COLUMN_IN, 1.15 * len(dists) + 1.3),
+                             squeeze=False, sharey=True, layout="constrained", gridspec_kw={"width_ratios": spans})
+    schemes = _format_sorted(df["scheme"].unique())
+    ylo, yhi = float(df["rel_l2_p99"][df["rel_l2_p99"] > 0].min()), float(df["rel_l2_p99"].max())
+    for ri, dist in enumerate(dists):
+        d = df if dist is None else df[df["dist"] == dist]
+        for ci, cls in enumerate(classes):
+            ax = grid[ri][ci]
+            dc = d[d["_cls"] == cls]
+            for scheme in schemes:
+                ds = dc[dc["scheme"] == scheme].groupby("bits_per_value", as_index=False)["rel_l2_p99"].median()
+                if ds.empty:
+                    continue
+                ax.plot(ds["bits_per_value"], ds["rel_l2_p99"], marker=style.format_marker(scheme), lw=0.8, ms=3.5,
+                        color=style.format_color(scheme), label=scheme)
+            allc = df[df["_cls"] == cls]["bits_per_value"]
+            lo, hi = float(allc.min()), float(allc.max())
+            pad = max(0.08, 0.08 * (hi - lo))
+            ax.set_xlim(lo - pad, hi + pad)
+            if hi - lo < 0.3:
+                ax.xaxis.set_major_locator(matplotlib.ticker.FixedLocator(sorted(allc.unique())))
+            ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda x, _p: f"{x:g}"))
+            ax.set_yscale("log")
+            ax.set_ylim(ylo / 1.6, yhi * 1.6)
+            style.plain_log(ax.yaxis)
+            ax.tick_params(labelbottom=ri == len(dists) - 1)
+            if ri == 0:
+                ax.set_title(f"{2 ** cls}-bit class")
+            if ci == 0:
+                ax.set_ylabel(f"{dist}\np99 rel. L2" if dist is not None else "p99 per-token rel. L2 error")
+            else:
+                ax.spines["left"].set_linestyle((0, (2, 2)))  # the broken axis
+    grid[-1][int(np.argmax(spans))].set_xlabel("storage bits per value, scales included (axis broken between "
+                                               "the classes)")
+    style.legend_below(fig, ncol=5)
+    style.title(fig, "KV quantization: storage cost vs p99 per-token error",
+                _join("CPU reference", _synthetic(df), _quant_problem(df)))
     return fig
 
 
+@paper
 def format_error_bars(r: Results):
-    """Element formats alone (one tensor-wide scale): rel. L2 per distribution."""
+    """Element formats alone: rel. L2 per synthetic distribution, with one tensor-wide amax scale
+    and (where the file has them) unscaled."""
     df = _need(r.ok("format_error"), "format_error", ["format", "rel_l2_mean"])
-    pv = df.pivot_table(index="format", columns="dist", values="rel_l2_mean", aggfunc="mean")
-    fig, ax = plt.subplots(figsize=(7, 4))
-    pv.plot.bar(ax=ax, logy=True, rot=0)
-    ax.set_ylabel("mean per-token rel. L2")
-    ax.set_title("Element format round trip (tensor-wide scale)")
-    ax.grid(alpha=0.3, axis="y")
+    scalings = sorted(df["scaling"].dropna().unique()) if "scaling" in df.columns else [None]
+    names = {"amax": "one tensor-wide scale (amax)", "none": "no scale"}
+    counts = [(df if sc is None else df[df["scaling"] == sc])["format"].nunique() + 1 for sc in scalings]
+    fig, axes = style.grid(len(scalings), cols=len(scalings),
+                           width=style.DOUBLE_COLUMN_IN if len(scalings) > 1 else style.SINGLE_COLUMN_IN,
+                           panel_h=2.2, sharey=True, width_ratios=counts)
+    dists = sorted(df["dist"].unique())
+    formats = _format_sorted(df["format"].unique())
+    for i, (ax, sc) in enumerate(zip(axes, scalings)):
+        d = df if sc is None else df[df["scaling"] == sc]
+        pv = d.pivot_table(index="format", columns="dist", values="rel_l2_mean", aggfunc="median")
+        pv = pv.reindex(index=[f for f in formats if f in pv.index], columns=dists)
+        w = 0.8 / len(dists)
+        x = np.arange(len(pv.index))
+        for j, dist in enumerate(dists):
+            ax.bar(x + (j - (len(dists) - 1) / 2) * w, pv[dist].values, width=w, color=style.dist_color(dist),
+                   label=dist)
+        ax.set_xticks(x, pv.index)
+        ax.set_yscale("log")
+        style.plain_log(ax.yaxis)
+        ax.grid(axis="x", visible=False)
+        ax.set_xlabel("element format")
+        if i == 0:
+            ax.set_ylabel("mean per-token rel. L2 error")
+        ax.set_title(names.get(sc, str(sc)) if sc is not None else "")
+    style.legend_below(fig, axes)
+    sat = style.constants(df, ["saturation", "tokens"], {"saturation": lambda v: f"saturation {v}",
+                                                          "tokens": lambda v: f"{style.value(v)} tokens"})
+    style.title(fig, "Element-format round-trip error", _join("CPU reference", _synthetic(df), sat))
     return fig
 
 
@@ -125,74 +228,150 @@ DECODE_FIXED = ["layout", "head_dim", "block_size", "num_kv_heads", "gqa_group"]
 
 
 def _main_slice(df: pd.DataFrame) -> pd.DataFrame:
-    """Uniform-length, eager rows at the most common value of every DECODE_FIXED axis."""
+    """Uniform-length, eager rows at the most common value of every DECODE_FIXED axis. Peer rows
+    (another implementation on contiguous KV) are held to the kernels' values of every fixed
+    axis but the layout."""
     if "lengths" in df.columns:
-        df = df[df["lengths"].fillna("uniform") == "uniform"]
+        df = df[df["lengths"].fillna("uniform").replace("", "uniform") == "uniform"]
     if "graph" in df.columns:
-        df = df[df["graph"].fillna("off") == "off"]
+        df = df[df["graph"].fillna("off").replace("", "off") == "off"]
+    peer = df["version"].map(_is_peer) if "version" in df.columns else pd.Series(False, index=df.index)
+    base = df[~peer] if (~peer).any() else df
+    keep = pd.Series(True, index=df.index)
     for a in DECODE_FIXED:
-        if a in df.columns and df[a].notna().any():
-            df = df[df[a] == df[a].mode().iloc[0]]
-    return df
+        if a in base.columns and base[a].notna().any():
+            same = df[a] == base[a].mode().iloc[0]
+            keep &= (same | peer) if (a == "layout" and (~peer).any()) else same
+    return df[keep]
 
 
+def _tb(x) -> float:
+    return float(x) / 1e12
+
+
+@paper
 def decode_bandwidth(r: Results):
-    """Decode attention: achieved bandwidth vs context per version, with the measured read
-    ceiling, the datasheet peak and the peers (rows whose version is "peer:NAME", written by a
-    peers script in the same schema, and DESIGN.md's H100 figures). One panel per batch and
-    KV format; uniform lengths, eager launches, the most common layout / head_dim / block size /
-    heads (the other studies have figures of their own axes)."""
+    """Decode attention: achieved bandwidth vs context per kernel version, one panel per KV format
+    (rows) and batch (columns), with the measured read ceiling, the datasheet peak and the peers
+    (rows whose version is "peer:NAME", e.g. PyTorch SDPA measured beside the kernels; pass their
+    file with the sweep's). Uniform lengths, eager launches, the most common layout / head_dim /
+    block size / heads (the other studies have figures of their own axes)."""
     df = _need(r.ok("decode_attention"), "decode_attention", ["context", "version", "bytes_per_s"])
     df = _main_slice(df)
-    keys = [k for k in ("batch", "kv_format") if k in df.columns]
-    groups = list(df.groupby(keys)) if keys else [((), df)]
-    groups = groups[:6]
-    fig, axes = _panels(len(groups))
-    peak = float(r.attrs.get("device_peak_bytes_per_s", 0) or 0)
-    device = str(r.attrs.get("device_name", ""))
-    for ax, (key, d) in zip(axes, groups):
-        for version, dv in d.groupby("version"):
-            dv = dv.groupby("context", as_index=False)["bytes_per_s"].median().sort_values("context")
-            style = dict(ls="--", marker="x", lw=1.2) if _is_peer(version) else dict(marker="o")
-            ax.plot(dv["context"], dv["bytes_per_s"] / 1e12, label=str(version), **style)
+    if df.empty:
+        raise Skip("no uniform-length eager decode_attention points")
+    formats = _format_sorted(df["kv_format"].unique()) if "kv_format" in df.columns else [None]
+    batches = sorted(df["batch"].unique()) if "batch" in df.columns else [None]
+    cells = {}
+    for fi, fmt in enumerate(formats):
+        for bi, b in enumerate(batches):
+            sel = pd.Series(True, index=df.index)
+            if fmt is not None:
+                sel &= df["kv_format"] == fmt
+            if b is not None:
+                sel &= df["batch"] == b
+            d = df[sel]
+            if not d.empty:
+                cells[(fi, bi)] = d
+    nr, nc = len(formats), len(batches)
+    panel_w = min(2.3, style.DOUBLE_COLUMN_IN / nc)
+    fig, grid = plt.subplots(nr, nc, figsize=(max(style.SINGLE_COLUMN_IN, panel_w * nc), 1.55 * nr + 1.0),
+                             squeeze=False, layout="constrained")
+    peak = float(r.attrs.get("device_peak_bytes_per_s", 0) or r.attrs.get("datasheet_bytes_per_s", 0) or 0)
+    ymax = max([_tb(df["bytes_per_s"].max())] + [_tb(v) for v in (peak, r.read_ceiling) if v > 0]) * 1.06
+    contexts = sorted(df["context"].unique())
+    for (fi, bi), ax in np.ndenumerate(grid):
+        if (fi, bi) not in cells:
+            fig.delaxes(ax)
+            continue
+        d = cells[(fi, bi)]
+        versions = sorted(d["version"].unique(), key=lambda v: (_is_peer(v), str(v)))
+        for version in versions:
+            dv = d[d["version"] == version].groupby("context", as_index=False)["bytes_per_s"].median()
+            if _is_peer(version):
+                st = dict(ls="--", marker="x", lw=1.0, ms=3.5)
+            else:
+                st = dict(ls="-", marker="o")
+            ax.plot(dv["context"], dv["bytes_per_s"] / 1e12, color=style.version_color(version), label=str(version),
+                    **st)
         if r.read_ceiling > 0:
-            ax.axhline(r.read_ceiling / 1e12, color="k", ls="--", lw=1, label="measured read ceiling")
+            ax.axhline(_tb(r.read_ceiling), color="k", ls="--", lw=0.8,
+                       label=f"measured read ceiling ({_tb(r.read_ceiling):.2f} TB/s)")
         if peak > 0:
-            ax.axhline(peak / 1e12, color="gray", ls=":", lw=1, label="datasheet peak")
-        if peers.applicable(device):
-            batch = key[0] if keys and keys[0] == "batch" else None
-            for label, pb, pc, bps in peers.H100_PEERS:
-                if batch is None or int(batch) == pb:
-                    ax.scatter([pc], [bps / 1e12], marker="x", s=50, label=label)
-            for label, bps in peers.H100_PEER_LINES:
-                if batch is not None and int(batch) >= 32:
-                    ax.axhline(bps / 1e12, color="tab:red", ls="-.", lw=1, label=label)
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("context (tokens)")
-        ax.set_ylabel("TB/s")
-        title = ", ".join(f"{k}={v}" for k, v in zip(keys, key if isinstance(key, tuple) else (key,)))
-        ax.set_title(title or "decode")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=6)
-    fig.suptitle(f"Decode attention bandwidth ({device})")
+            ax.axhline(_tb(peak), color="0.5", ls=":", lw=0.8, label=f"datasheet peak ({_tb(peak):.2f} TB/s)")
+        style.log2_axis(ax.xaxis, contexts, tokens=True, max_labels=3 if nc > 3 else 5)
+        ax.set_xlim(min(contexts) / 1.4, max(contexts) * 1.4)
+        ax.set_ylim(0, ymax)
+        left = not any((fi, c) in cells for c in range(bi))
+        below = any((f, bi) in cells for f in range(fi + 1, nr))
+        ax.tick_params(labelleft=left, labelbottom=not below)
+        if left:
+            ax.set_ylabel(f"{formats[fi]}\nbandwidth (TB/s)" if formats[fi] is not None else "bandwidth (TB/s)")
+        if fi == nr - 1:
+            ax.set_xlabel("context (tokens)")
+        if fi == 0 or not any((f, bi) in cells for f in range(fi)):  # column titles on top
+            ax.set_title(f"batch {style.value(batches[bi])}" if batches[bi] is not None else "")
+    style.legend_below(fig)
+    kern = df[~df["version"].map(_is_peer)]
+    shape = style.constants(kern if not kern.empty else df, ["layout", "block_size", "num_kv_heads", "gqa_group",
+                                                             "head_dim"], {
+        "layout": lambda v: f"{v} layout", "block_size": lambda v: f"block {style.value(v)}",
+        "num_kv_heads": lambda v: f"{style.value(v)} KV heads", "gqa_group": lambda v: f"GQA {style.value(v)}",
+        "head_dim": lambda v: f"head_dim {style.value(v)}"})
+    peers = df[df["version"].map(_is_peer)]
+    peer_note = ""
+    if not peers.empty:
+        pl = style.constants(peers, ["layout"], {"layout": lambda v: f"{v} KV"})
+        peer_note = f"dashed: peers{' (' + pl + ')' if pl else ''}"
+    style.title(fig, f"Decode attention bandwidth vs context, {style.measured_on(r)}",
+                _join(shape, "uniform lengths, eager launch, median of timed runs", peer_note))
     return fig
 
 
+@paper
 def append_bandwidth(r: Results):
-    """Append / quantize-on-write: bandwidth vs tokens per format, against the copy ceiling."""
+    """Append / quantize-on-write: bandwidth per KV format (bars when one token count was timed,
+    lines vs tokens otherwise), against the measured copy ceiling."""
     df = _need(r.ok("append"), "append", ["tokens", "bytes_per_s"])
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    for fmt, d in df.groupby("kv_format" if "kv_format" in df.columns else "kind"):
-        d = d.groupby("tokens", as_index=False)["bytes_per_s"].median().sort_values("tokens")
-        ax.plot(d["tokens"], d["bytes_per_s"] / 1e12, marker="o", label=str(fmt))
+    key = "kv_format" if "kv_format" in df.columns else "kind"
+    formats = _format_sorted(df[key].unique())
+    tokens = sorted(df["tokens"].unique())
+    fig, ax = style.figure(style.SINGLE_COLUMN_IN, 2.6)
+    if len(tokens) == 1:
+        med = df.groupby(key)["bytes_per_s"].median().reindex(formats) / 1e12
+        bars = ax.bar(range(len(formats)), med.values, color=[style.format_color(f) for f in formats], width=0.6)
+        ax.set_xticks(range(len(formats)), formats)
+        ax.grid(axis="x", visible=False)
+        ax.set_xlabel("KV storage format")
+        if "pct_copy_ceiling" in df.columns and df["pct_copy_ceiling"].notna().any():
+            pct = df.groupby(key)["pct_copy_ceiling"].median().reindex(formats)
+            for b, v, p in zip(bars, med.values, pct.values):
+                if p == p:
+                    ax.annotate(f"{p:.0f} %", (b.get_x() + b.get_width() / 2, v), xytext=(0, 2),
+                                textcoords="offset points", ha="center", va="bottom", fontsize=6)
+        what = f"{style.value(tokens[0])} tokens/call"
+    else:
+        for fmt in formats:
+            d = df[df[key] == fmt].groupby("tokens", as_index=False)["bytes_per_s"].median()
+            ax.plot(d["tokens"], d["bytes_per_s"] / 1e12, marker=style.format_marker(fmt),
+                    color=style.format_color(fmt), label=str(fmt))
+        style.log2_axis(ax.xaxis, tokens, tokens=True)
+        ax.set_xlabel("tokens appended per call")
+        what = ""
     if r.copy_ceiling > 0:
-        ax.axhline(r.copy_ceiling / 1e12, color="k", ls="--", lw=1, label="measured copy ceiling")
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("tokens appended")
-    ax.set_ylabel("TB/s (read + write)")
-    ax.set_title("Append / quantize-on-write bandwidth")
-    ax.legend(fontsize=7)
-    ax.grid(alpha=0.3)
+        ax.axhline(_tb(r.copy_ceiling), color="k", ls="--", lw=0.8,
+                   label=f"measured copy ceiling, {_tb(r.copy_ceiling):.2f} TB/s"
+                         + (" (100 %)" if len(tokens) == 1 else ""))
+        ax.set_ylim(0, _tb(max(r.copy_ceiling, df["bytes_per_s"].max())) * 1.12)
+    else:
+        ax.set_ylim(0, _tb(df["bytes_per_s"].max()) * 1.12)
+    ax.set_ylabel("bandwidth, read + write (TB/s)")
+    style.legend_below(fig)
+    shape = style.constants(df, ["in_dtype", "layout", "block_size", "num_kv_heads", "head_dim"], {
+        "in_dtype": lambda v: f"{v} in", "layout": lambda v: str(v),
+        "block_size": lambda v: f"block {style.value(v)}", "num_kv_heads": lambda v: f"{style.value(v)} KV heads",
+        "head_dim": lambda v: f"d {style.value(v)}"})
+    style.title(fig, f"Append / quantize-on-write bandwidth, {style.measured_on(r)}", _join(what, shape))
     return fig
 
 
@@ -203,85 +382,106 @@ DECODE_SHAPE = ["batch", "context", "num_kv_heads", "gqa_group", "head_dim", "bl
 # The fidelity trace of a calibrate point (experiments/calibrate/calibrate_bench.cpp).
 FIDELITY_COLUMNS = ["kv_format", "graph", "heldout", "bytes", "measured_s", "predicted_uncalibrated_s",
                     "predicted_pooled_s", "predicted_s", "predicted_loo_s"]
-FORMAT_MARKERS = {"bf16": "o", "fp16": "o", "fp8_e4m3": "s", "fp8_e4m3_pt": "s", "fp8_e5m2": "D", "nvfp4": "^",
-                  "mxfp4": "v"}
+FORMAT_MARKERS = style.FORMAT_MARKERS
+
+# The error-distribution curves of the fidelity figure: neutral colors (the formats own the hues).
+_CDF_STYLES = {"uncalibrated": dict(color="0.55", ls=":", lw=1.3), "pooled": dict(color="0.35", ls="-.", lw=1.1),
+               "in-sample": dict(color="k", ls="--", lw=0.9), "loo": dict(color="k", ls="-", lw=1.4),
+               "held out": dict(color="#7b4173", ls="-", lw=1.4)}
 
 
 def _fidelity(r: Results, cal: pd.DataFrame):
     """The calibrate points' fidelity tables (`kvlab calibrate`): per calibration, predicted vs
     measured (calibrated and uncalibrated), the signed error vs bytes moved (in-sample and
     leave-one-out, held-out records ringed), and the distribution of |error| per model."""
-    cal = cal.head(4)
-    fig, axes = plt.subplots(len(cal), 3, figsize=(16.5, 4.8 * len(cal)), squeeze=False)
+    fig, axes = plt.subplots(len(cal), 3, figsize=(style.DOUBLE_COLUMN_IN, 2.45 * len(cal) + 1.0), squeeze=False,
+                             layout="constrained")
+    formats_seen = []
     for (a1, a2, a3), (_, row) in zip(axes, cal.iterrows()):
         t = r.trace(row, "fidelity")
         missing = [c for c in FIDELITY_COLUMNS if c not in t.columns]
         if missing:
             raise Skip(f"calibrate point {row['group']} lacks fidelity columns {', '.join(missing)}")
         meas = t["measured_s"] * 1e6
-        held_labelled = False
-        for fmt, d in t.groupby("kv_format"):
-            mk = FORMAT_MARKERS.get(fmt, "o")
+        for fmt in _format_sorted(t["kv_format"].unique()):
+            d = t[t["kv_format"] == fmt]
+            if fmt not in formats_seen:
+                formats_seen.append(fmt)
+            mk, col = style.format_marker(fmt), style.format_color(fmt)
             m = d["measured_s"] * 1e6
-            a1.scatter(d["predicted_s"] * 1e6, m, s=18, marker=mk, label=f"{fmt} calibrated")
-            a1.scatter(d["predicted_uncalibrated_s"] * 1e6, m, s=18, marker=mk, facecolors="none",
-                       edgecolors="grey", linewidths=0.7, label="uncalibrated (bytes / R)" if fmt == t["kv_format"].iloc[0]
-                       else None)
+            a1.scatter(d["predicted_uncalibrated_s"] * 1e6, m, s=9, marker=mk, facecolors="none", edgecolors="0.6",
+                       linewidths=0.6)
+            a1.scatter(d["predicted_s"] * 1e6, m, s=9, marker=mk, color=col, linewidths=0)
             err = (d["predicted_s"] - d["measured_s"]) / d["measured_s"]
             loo = (d["predicted_loo_s"] - d["measured_s"]) / d["measured_s"]
-            p = a2.scatter(d["bytes"], 100 * err, s=18, marker=mk, label=f"{fmt} in-sample")
-            a2.scatter(d["bytes"], 100 * loo, s=30, marker=mk, facecolors="none", edgecolors=p.get_facecolor(),
-                       linewidths=0.8, label=f"{fmt} leave-one-out")
+            a2.scatter(d["bytes"], 100 * err, s=9, marker=mk, color=col, linewidths=0)
+            a2.scatter(d["bytes"], 100 * loo, s=16, marker=mk, facecolors="none", edgecolors=col, linewidths=0.6)
             held = d[d["heldout"] == 1]
             if not held.empty:
                 a2.scatter(held["bytes"], 100 * (held["predicted_s"] - held["measured_s"]) / held["measured_s"],
-                           s=70, marker="o", facecolors="none", edgecolors="k", linewidths=1.0,
-                           label=None if held_labelled else "held out (not fitted)")
-                held_labelled = True
-        lo = float(min(meas.min(), (t["predicted_uncalibrated_s"] * 1e6).min()))
+                           s=40, marker="o", facecolors="none", edgecolors="k", linewidths=0.8)
+        lo = float(min(meas.min(), (t["predicted_uncalibrated_s"] * 1e6).min(), (t["predicted_s"] * 1e6).min()))
         hi = float(max(meas.max(), (t["predicted_s"] * 1e6).max()))
-        x = np.array([lo, hi])
-        a1.plot(x, x, color="k", lw=1, ls="--", label="predicted = measured")
-        a1.fill_between(x, x / 1.1, x / 0.9, color="k", alpha=0.07, label="|error| <= 10 %")
+        x = np.array([lo / 1.3, hi * 1.3])
+        a1.plot(x, x, color="k", lw=0.8, ls="--")
+        a1.fill_between(x, x / 1.1, x / 0.9, color="k", alpha=0.08, linewidth=0)
         a1.set_xscale("log")
         a1.set_yscale("log")
-        a1.set_xlabel("predicted (us)")
-        a1.set_ylabel("measured median (us)")
+        a1.set_xlim(x[0], x[1])
+        a1.set_ylim(x[0], x[1])
+        style.plain_log(a1.xaxis)
+        style.plain_log(a1.yaxis)
+        a1.set_xlabel("predicted time (µs)")
+        a1.set_ylabel("measured time, median (µs)")
         hold = row.get("holdout", "none")
-        # (Titles, not a suptitle: make_figures' tight_layout would lay a suptitle over them.)
-        a1.set_title(f"{row.get('gpu_name', '?')}, version {row.get('version', '?')}"
-                     + (f", held out: {hold}" if isinstance(hold, str) and hold != "none" else "")
-                     + f"\n{int(row['records'])} records: median |error| {100 * row['err_loo_median']:.1f} % "
-                     f"calibrated (leave-one-out), {100 * row['err_uncalibrated_median']:.1f} % uncalibrated",
-                     fontsize=9)
-        a2.axhspan(-10, 10, color="k", alpha=0.07)
-        a2.axhline(0, color="k", lw=1)
+        a1.set_title(f"version {row.get('version', '?')}"
+                     + (f", held out: {hold}" if isinstance(hold, str) and hold not in ("none", "") else "")
+                     + f", {int(row['records'])} records")
+        a2.axhspan(-10, 10, color="k", alpha=0.08, linewidth=0)
+        a2.axhline(0, color="k", lw=0.8)
         a2.set_xscale("log")
+        style.plain_log(a2.xaxis)
         a2.set_xlabel("bytes moved per call")
-        a2.set_ylabel("(predicted - measured) / measured (%)")
-        a2.set_title("Decode attention: calibrated model error vs size")
+        a2.set_ylabel("signed error of the calibrated\nprediction (%)")
+        a2.set_title("error vs size")
         fitted = t[t["heldout"] == 0]
-        curves = [("bytes / R (uncalibrated)", fitted, "predicted_uncalibrated_s"),
-                  ("pooled: fixed + bytes / (R eff)", fitted, "predicted_pooled_s"),
-                  ("calibrated, in-sample", fitted, "predicted_s"),
-                  ("calibrated, leave-one-out", fitted, "predicted_loo_s")]
+        curves = [("uncalibrated", "bytes / R (uncalibrated)", fitted, "predicted_uncalibrated_s"),
+                  ("pooled", "pooled: fixed + bytes / (R eff)", fitted, "predicted_pooled_s"),
+                  ("in-sample", "calibrated, in-sample", fitted, "predicted_s"),
+                  ("loo", "calibrated, leave-one-out", fitted, "predicted_loo_s")]
         if (t["heldout"] == 1).any():
-            curves.append(("calibrated, held out", t[t["heldout"] == 1], "predicted_s"))
-        for name, d, col in curves:
+            curves.append(("held out", "calibrated, held out", t[t["heldout"] == 1], "predicted_s"))
+        for key, name, d, col in curves:
             e = np.sort(np.abs(d[col] - d["measured_s"]) / d["measured_s"]) * 100
-            a3.step(e, np.arange(1, len(e) + 1) / len(e), where="post",
-                    label=f"{name} (median {np.median(e):.1f} %)")
-        a3.axvline(10, color="k", lw=1, ls="--", label="10 % (issue #6 target: median)")
+            a3.step(e, np.arange(1, len(e) + 1) / len(e), where="post", label=f"{name}", **_CDF_STYLES[key])
+            a3.annotate(f"{np.median(e):.1f} %", (np.median(e), 0.5), xytext=(2, 0), textcoords="offset points",
+                        fontsize=5.5, color=_CDF_STYLES[key]["color"], va="center")
+        a3.axvline(10, color="#d62728", lw=0.8, ls="--", label="10 % (issue #6 target for the median)")
+        a3.axhline(0.5, color="0.7", lw=0.5)
         a3.set_xscale("log")
+        style.plain_log(a3.xaxis)
+        a3.set_ylim(0, 1.02)
         a3.set_xlabel("|error| (%)")
         a3.set_ylabel("fraction of records")
-        a3.set_title("Error distribution")
-        for a in (a1, a2, a3):
-            a.grid(alpha=0.3)
-            a.legend(fontsize=6)
+        a3.set_title("error distribution (medians marked)")
+    proxies = [(Line2D([], [], ls="", marker=style.format_marker(f), color=style.format_color(f), ms=4), f)
+               for f in formats_seen]
+    proxies += [(Line2D([], [], ls="", marker="o", mfc="none", mec="0.6", ms=4), "uncalibrated (bytes / R)"),
+                (Line2D([], [], ls="", marker="o", mfc="none", mec="k", ms=4), "hollow in (b): leave-one-out"),
+                (Line2D([], [], ls="", marker="o", mfc="none", mec="k", ms=7), "ringed: held out (not fitted)"),
+                (plt.Rectangle((0, 0), 1, 1, color="k", alpha=0.08), "|error| <= 10 %")]
+    style.legend_below(fig, [a for row in axes for a in row[2:]], extra=proxies, ncol=4)
+    row = cal.iloc[0]
+    dev = row.get("device", "") or style.device(r)
+    summary = (f"median |error| {100 * row['err_loo_median']:.1f} % calibrated (leave-one-out), "
+               f"{100 * row['err_uncalibrated_median']:.1f} % uncalibrated" if len(cal) == 1 else "")
+    style.title(fig, f"Decode-attention cost model vs measurement ({row.get('gpu_name', '?')} model; "
+                     f"measured on {dev or 'a device not recorded'})",
+                _join(str(row.get("selection", "")), summary))
     return fig
 
 
+@paper
 def simulated_vs_measured(r: Results):
     """Predicted vs measured decode-attention time. From the calibrate points of `kvlab calibrate`
     when the file has them (calibrated, uncalibrated, leave-one-out, held out); otherwise the
@@ -309,77 +509,133 @@ def simulated_vs_measured(r: Results):
         j = j.assign(_o=j["ceiling"].map(order)).sort_values("_o").drop_duplicates(
             subset=DECODE_SHAPE + ["version"] + [c for c in ("layout",) if c in j.columns]).drop(columns="_o")
     j = j.assign(measured_s=j["median_us"] * 1e-6)
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(12, 4.6))
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(style.DOUBLE_COLUMN_IN, 3.0), layout="constrained")
     for version, d in j.groupby("version"):
-        a1.scatter(d["predicted_s"] * 1e6, d["measured_s"] * 1e6, s=16, label=str(version))
+        c = style.version_color(version)
+        a1.scatter(d["predicted_s"] * 1e6, d["measured_s"] * 1e6, s=10, color=c, label=str(version))
         dd = d.assign(ratio=d["measured_s"] / d["predicted_s"]).groupby("context", as_index=False)["ratio"].median()
-        a2.plot(dd["context"], dd["ratio"], marker="o", label=str(version))
-    lo = float(min(j["predicted_s"].min(), j["measured_s"].min()) * 1e6)
-    hi = float(max(j["predicted_s"].max(), j["measured_s"].max()) * 1e6)
-    a1.plot([lo, hi], [lo, hi], color="k", lw=1, ls="--", label="measured = predicted")
+        a2.plot(dd["context"], dd["ratio"], marker="o", color=c, label=str(version))
+    lo = float(min(j["predicted_s"].min(), j["measured_s"].min()) * 1e6) / 1.3
+    hi = float(max(j["predicted_s"].max(), j["measured_s"].max()) * 1e6) * 1.3
+    a1.plot([lo, hi], [lo, hi], color="k", lw=0.8, ls="--", label="measured = predicted")
     a1.set_xscale("log")
     a1.set_yscale("log")
-    a1.set_xlabel("roofline prediction (us)")
-    a1.set_ylabel("measured median (us)")
-    a1.set_title("Decode attention: measured vs roofline")
-    a2.axhline(1.0, color="k", lw=1, ls="--")
-    a2.set_xscale("log", base=2)
+    a1.set_xlim(lo, hi)
+    a1.set_ylim(lo, hi)
+    style.plain_log(a1.xaxis)
+    style.plain_log(a1.yaxis)
+    a1.set_xlabel("roofline prediction (µs)")
+    a1.set_ylabel("measured time, median (µs)")
+    a1.set_title("measured vs predicted")
+    a2.axhline(1.0, color="k", lw=0.8, ls="--")
+    style.log2_axis(a2.xaxis, j["context"].unique(), tokens=True)
     a2.set_xlabel("context (tokens)")
-    a2.set_ylabel("measured / predicted (median over shapes)")
-    a2.set_title("Model error vs context")
-    for a in (a1, a2):
-        a.grid(alpha=0.3)
-        a.legend(fontsize=7)
+    a2.set_ylabel("measured / predicted time\n(median over shapes)")
+    a2.set_title("model error vs context")
+    style.legend_below(fig)
     med = float(np.median(np.abs(j["measured_s"] / j["predicted_s"] - 1)))
-    fig.suptitle(f"Simulated vs measured ({len(j)} pairs, median |error| {100 * med:.1f} %)")
+    style.title(fig, f"Decode attention: roofline model vs measurement, {style.measured_on(r)}",
+                f"{len(j)} shape x version pairs, median |error| {100 * med:.1f} %")
     return fig
 
 
+@paper
 def capacity_vs_block(r: Results):
-    """Capacity planner: concurrent sequences vs block size per KV format and context."""
+    """Capacity planner: concurrent sequences vs block size per KV format (color) and context
+    (line style), one panel per model."""
     df = _need(r.ok("capacity"), "capacity", ["block_size", "max_seqs", "kv_format", "context"])
     models = sorted(df["model"].unique())
-    fig, axes = _panels(len(models))
-    for ax, model in zip(axes, models):
+    fig, axes = style.grid(len(models), cols=min(len(models), 2),
+                           width=style.DOUBLE_COLUMN_IN if len(models) > 1 else style.SINGLE_COLUMN_IN, panel_h=2.3)
+    formats = _format_sorted(df["kv_format"].unique())
+    contexts = sorted(df["context"].unique())
+    dashes = ["-", "--", ":", "-."]
+    ctx_style = {c: dashes[i % len(dashes)] for i, c in enumerate(contexts)}
+    ctx_marker = {c: m for c, m in zip(contexts, itertools.cycle("os^Dv"))}
+    for i, (ax, model) in enumerate(zip(axes, models)):
         d = df[df["model"] == model]
-        for (fmt, ctx), dv in d.groupby(["kv_format", "context"]):
-            dv = dv.sort_values("block_size")
-            ax.plot(dv["block_size"], dv["max_seqs"], marker="o", label=f"{fmt}, ctx {int(ctx)}")
-        ax.set_xscale("log", base=2)
+        for fmt in formats:
+            for ctx in contexts:
+                dv = d[(d["kv_format"] == fmt) & (d["context"] == ctx)].groupby("block_size", as_index=False)[
+                    "max_seqs"].median()
+                if dv.empty:
+                    continue
+                ax.plot(dv["block_size"], dv["max_seqs"], color=style.format_color(fmt), ls=ctx_style[ctx],
+                        marker=ctx_marker[ctx], ms=2.5)
+        style.log2_axis(ax.xaxis, df["block_size"].unique())
         ax.set_yscale("log")
+        style.plain_log(ax.yaxis)
         ax.set_xlabel("block size (tokens)")
-        ax.set_ylabel("max concurrent sequences")
-        ax.set_title(f"{model} on {d['gpu'].iloc[0]}")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=6)
-    fig.suptitle("Capacity vs block size and KV format")
+        if i % 2 == 0:
+            ax.set_ylabel("max concurrent sequences")
+        ax.set_title(str(model))
+    proxies = [(Line2D([], [], color=style.format_color(f)), f) for f in formats]
+    proxies += [(Line2D([], [], color="k", ls=ctx_style[c], marker=ctx_marker[c], ms=2.5),
+                 f"context {style.value(c)} tokens") for c in contexts]
+    style.legend_below(fig, [], extra=proxies)
+    const = style.constants(df, ["gpu", "gpu_mem_util", "activation_reserve_mib"], {
+        "gpu": lambda v: f"{v} (modelled)", "gpu_mem_util": lambda v: f"gpu_mem_util {style.value(v)}",
+        "activation_reserve_mib": lambda v: f"activation reserve {style.value(v)} MiB"})
+    style.title(fig, "Capacity vs block size and KV format (capacity planner, computed)", const)
     return fig
 
 
+# GEMM points are drawn hollow and neutral so that the decode-attention points keep their
+# KV format's color.
+GEMM_MARKERS = {16: "o", 8: "D", 4: "v"}
+
+
+@paper
 def roofline_chart(r: Results):
     """Roofline of the cost model: attainable FLOP/s vs arithmetic intensity per GPU, with the
     predicted GEMM (batch sweep) and decode-attention points; left of the ridge memory-bound."""
     df = _need(r.ok("roofline"), "roofline", ["intensity", "model_flops", "predicted_s", "ridge", "op"])
     gpus = sorted(df["gpu"].unique()) if "gpu" in df.columns else ["?"]
-    fig, axes = _panels(len(gpus), 6.0, 4.4)
-    for ax, gpu in zip(axes, gpus):
+    fig, axes = style.grid(len(gpus), cols=min(len(gpus), 2),
+                           width=style.DOUBLE_COLUMN_IN if len(gpus) > 1 else style.SINGLE_COLUMN_IN, panel_h=2.4,
+                           sharey=True)
+    xs = df["intensity"][df["intensity"] > 0]
+    x = np.logspace(math.log10(xs.min()) - 0.5, math.log10(xs.max()) + 0.5, 80)
+    rate = df["model_flops"] / df["predicted_s"] / 1e12
+    bits_col = "weight_bits" if "weight_bits" in df.columns else None
+    for i, (ax, gpu) in enumerate(zip(axes, gpus)):
         d = df[df["gpu"] == gpu] if "gpu" in df.columns else df
-        for (op, extra), dv in d.groupby(["op", "weight_bits" if "weight_bits" in d.columns else "op"]):
-            label = f"{op}" + (f", {int(extra)}-bit weights" if op == "gemm" and extra != op else "")
-            ax.scatter(dv["intensity"], dv["model_flops"] / dv["predicted_s"], s=14, label=label)
-        for rate_col in ("ridge",):
-            for ridge, dv in d.groupby(rate_col):
-                bw = float(dv["ceiling_bytes_per_s"].iloc[0])
-                x = np.logspace(-1, 4, 60)
-                ax.plot(x, np.minimum(x * bw, ridge * bw), color="k", lw=0.8, alpha=0.5)
+        for op, dv in d.groupby("op"):
+            if op == "gemm":
+                for bits, db in (dv.groupby(bits_col) if bits_col else [(16, dv)]):
+                    ax.scatter(db["intensity"], rate[db.index], s=12, marker=GEMM_MARKERS.get(int(bits), "s"),
+                               facecolors="none", edgecolors="k", linewidths=0.6,
+                               label=f"GEMM, {int(bits)}-bit weights", zorder=3)
+            elif op == "decode_attention" and "kv_format" in dv.columns:
+                for fmt, dfm in dv.groupby("kv_format"):
+                    ax.scatter(dfm["intensity"], rate[dfm.index], s=12, marker=style.format_marker(fmt),
+                               color=style.format_color(fmt), label=f"decode attention, {fmt} KV", zorder=4)
+            else:
+                ax.scatter(dv["intensity"], rate[dv.index], s=12, color=style._hashed("op:" + str(op)),
+                           label=str(op), zorder=4)
+        roofs = []
+        for ridge, dv in d.groupby("ridge"):
+            bw = float(dv["ceiling_bytes_per_s"].iloc[0])
+            ax.plot(x, np.minimum(x * bw, ridge * bw) / 1e12, color="0.4", lw=0.7, zorder=2)
+            g = dv[dv["op"] == "gemm"]
+            bits = sorted({int(b) for b in g[bits_col].dropna()}) if bits_col and not g.empty else []
+            roofs.append(f"{ridge * bw / 1e12:.0f}" + (f" ({'/'.join(map(str, bits))}-bit)" if bits else ""))
         ax.set_xscale("log")
         ax.set_yscale("log")
+        style.plain_log(ax.xaxis)
+        style.plain_log(ax.yaxis)
+        ax.set_xlim(x[0], x[-1])
         ax.set_xlabel("arithmetic intensity (FLOP/byte)")
-        ax.set_ylabel("attainable FLOP/s (predicted)")
-        ax.set_title(str(gpu))
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=6)
-    fig.suptitle("Roofline (sim/cost): memory-bound left of the ridge")
+        if i % 2 == 0:
+            ax.set_ylabel("attainable TFLOP/s (predicted)")
+        bw = float(d["ceiling_bytes_per_s"].iloc[0]) if "ceiling_bytes_per_s" in d.columns else 0
+        ax.set_title(f"{gpu}: " + (f"{bw / 1e12:.2f} TB/s, " if bw > 0 else "") + f"roofs {', '.join(roofs)} TFLOP/s")
+    ymax = max(float((df["ridge"] * df["ceiling_bytes_per_s"]).max()) / 1e12, float(rate.max()))
+    axes[0].set_ylim(top=ymax * 2.5)
+    style.legend_below(fig)
+    ceil = style.constants(df, ["ceiling"], {"ceiling": lambda v: f"{v} bandwidth ceiling"})
+    style.title(fig, "Roofline of the cost model (sim/cost, predicted): memory-bound left of the ridge",
+                _join("GPU parameters from data/gpus", ceil))
     return fig
 
 
@@ -387,123 +643,250 @@ def roofline_chart(r: Results):
 # The simulate bench's axes other than block_size (experiments/kinds/simulate.cpp).
 SIMULATE_AXES = ["workload", "num_requests", "rate", "workload_seed", "model", "gpu", "kv_format", "kv_gib",
                  "gpu_mem_util", "watermark", "preemption", "swap_gib", "prefix_caching", "reserve", "max_num_seqs",
-                 "max_num_batched_tokens", "chunked_prefill", "launch", "max_steps"]
+                 "max_num_batched_tokens", "chunked_prefill", "launch", "calibration", "max_steps"]
+
+_SIM_FMT = {
+    "workload": lambda v, row: str(v),
+    "kv_gib": lambda v, row: (f"{style.value(v)} GiB KV" if v and v > 0 else
+                              f"KV = {style.value(row.get('gpu_mem_util', '?'))} of GPU memory"),
+    "watermark": lambda v, row: f"watermark {style.value(100 * v)} %",
+    "preemption": lambda v, row: f"preempt by {v}",
+    "prefix_caching": lambda v, row: f"prefix caching {v}",
+    "gpu_mem_util": lambda v, row: f"gpu_mem_util {style.value(v)}",
+    "kv_format": lambda v, row: f"{v} KV",
+    "model": lambda v, row: str(v),
+    "gpu": lambda v, row: f"{v} (modelled)",
+    "launch": lambda v, row: f"{v} launch",
+    "calibration": lambda v, row: f"calibration {v}",
+    "num_requests": lambda v, row: f"{style.value(v)} requests" if v else "",
+    "rate": lambda v, row: f"{style.value(v)} req/s" if v else "",
+    "workload_seed": lambda v, row: f"seed {style.value(v)}" if v else "",
+    "max_steps": lambda v, row: f"{style.value(v)} steps max" if v else "",
+}
 
 
+def _sim_value(k, v, row) -> str:
+    f = _SIM_FMT.get(k)
+    return f(v, row) if f else f"{k} {style.value(v)}"
+
+
+def _distinguishing(configs: pd.DataFrame, keys: list) -> list:
+    """The fewest keys (earliest in `keys` first) whose values tell every row of configs apart."""
+    for n in range(1, len(keys) + 1):
+        for sub in itertools.combinations(keys, n):
+            if not configs.duplicated(subset=list(sub)).any():
+                return list(sub)
+    return list(keys)
+
+
+@paper
 def waste_vs_block_size(r: Results):
-    """Serving simulation: last-block waste vs block size per workload (slack share of the used
-    KV slots and slack per running request, with PagedAttention's (block-1)/2), and what it does
-    to throughput and preemptions."""
+    """Serving simulation: last-block waste vs block size per configuration (slack share of the
+    used KV slots and slack per running request, with PagedAttention's (block-1)/2), and what it
+    does to throughput and preemptions. Lines are labelled by the fewest settings that tell them
+    apart; the other settings are in the title."""
     df = _need(r.ok("simulate"), "simulate", ["block_size", "slack_fraction", "mean_slack_per_seq", "workload"])
     # One line per configuration that varies the block size (every other axis fixed).
     keys = [k for k in SIMULATE_AXES if k in df.columns and df[k].nunique() > 1] or ["workload"]
     df = df.groupby(keys).filter(lambda d: d["block_size"].nunique() > 1)
     if df.empty:
         raise Skip("no simulate configuration spans two block sizes")
-    fig, axes = plt.subplots(1, 3, figsize=(16, 4.4))
-    for key, d in df.groupby(keys):
-        d = d.groupby("block_size", as_index=False)[
-            ["slack_fraction", "mean_slack_per_seq", "output_tokens_per_s", "num_preemptions"]].median()
-        d = d.sort_values("block_size")
-        label = ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}"
-                          for k, v in zip(keys, key if isinstance(key, tuple) else (key,)))
-        axes[0].plot(d["block_size"], 100 * d["slack_fraction"], marker="o", label=label)
-        axes[1].plot(d["block_size"], d["mean_slack_per_seq"], marker="o", label=label)
-        axes[2].plot(d["block_size"], d["output_tokens_per_s"], marker="o", label=label)
+    present = [k for k in SIMULATE_AXES if k in df.columns]
+    lines = df[present].drop_duplicates(subset=[k for k in keys if k in df.columns]).reset_index(drop=True)
+    vary = [k for k in keys if lines[k].nunique() > 1] or ["workload"]
+    label_keys = _distinguishing(lines[vary], vary)
+    metrics = [("slack_fraction", 100.0, "slack (% of used KV slots)", "last-block waste"),
+               ("mean_slack_per_seq", 1.0, "slack slots per running request", "slack per request"),
+               ("output_tokens_per_s", 1.0, "output tokens/s (simulated)", "throughput"),
+               ("num_preemptions", 1.0, "preemptions per run", "preemptions")]
+    metrics = [m for m in metrics if m[0] in df.columns]
+    fig, axes = style.grid(len(metrics), cols=2, width=style.DOUBLE_COLUMN_IN, panel_h=1.9)
+    palette = style.series_colors(range(len(lines)))
+    label_of = {}
+    for li, line in lines.iterrows():
+        sel = np.logical_and.reduce([df[k] == line[k] for k in keys])
+        d = df[sel].groupby("block_size", as_index=False)[[m[0] for m in metrics]].median().sort_values("block_size")
+        label = ", ".join(s for s in (_sim_value(k, line[k], line) for k in label_keys) if s)
+        label_of[li] = label
+        for ax, (col, scale, _, _) in zip(axes, metrics):
+            ax.plot(d["block_size"], scale * d[col], marker="o", color=palette[li], label=label)
     bs = np.array(sorted(df["block_size"].unique()), dtype=float)
-    axes[1].plot(bs, (bs - 1) / 2, color="k", ls="--", lw=1, label="(block - 1) / 2")
-    for ax, yl, t in ((axes[0], "slack, % of used slots", "Last-block waste"),
-                      (axes[1], "slack slots per running request", "Slack per request"),
-                      (axes[2], "output tokens/s (simulated)", "Throughput")):
-        ax.set_xscale("log", base=2)
+    axes[1].plot(bs, (bs - 1) / 2, color="k", ls="--", lw=0.8, label="(block - 1) / 2, PagedAttention's estimate")
+    for ax, (col, _, yl, t) in zip(axes, metrics):
+        style.log2_axis(ax.xaxis, bs)
         ax.set_xlabel("block size (tokens)")
         ax.set_ylabel(yl)
         ax.set_title(t)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
-    axes[1].set_yscale("log")
-    m = df.iloc[0]
-    fig.suptitle(f"Waste vs block size ({m.get('model', '?')} on {m.get('gpu', '?')}, {m.get('kv_format', '?')} KV)")
+    axes[1].set_yscale("symlog", linthresh=1.0)
+    axes[1].set_ylim(bottom=0)
+    style.plain_log(axes[1].yaxis)
+    if len(metrics) > 3:
+        axes[3].set_yscale("symlog", linthresh=1.0)
+        axes[3].set_ylim(bottom=0)
+        style.plain_log(axes[3].yaxis)
+    style.legend_below(fig, ncol=min(len(lines) + 1, 3))
+    # Settings that differ between lines but are not in the labels, then the constant ones.
+    notes = []
+    for k in [k for k in vary if k not in label_keys]:
+        by = {}
+        for li, line in lines.iterrows():
+            by.setdefault(_sim_value(k, line[k], line), []).append(label_of[li])
+        notes.append("; ".join(f"{v}: {', '.join(ls)}" for v, ls in by.items()))
+    const_keys = [k for k in ("model", "gpu", "kv_format", "kv_gib", "watermark", "preemption", "prefix_caching",
+                              "launch") if k in lines.columns and lines[k].nunique() == 1]
+    const = ", ".join(s for s in (_sim_value(k, lines[k].iloc[0], lines.iloc[0]) for k in const_keys) if s)
+    style.title(fig, "Last-block waste vs block size (serving simulation, roofline clock; synthetic workloads)",
+                _join(const, *notes))
     return fig
 
 
+VARIANT_STYLES = {"public_v4": dict(marker="o", ls="-", ms=4, mfc=None),
+                  "seed004": dict(marker="x", ls=":", ms=5, mfc=None)}
+
+
+def _variant_style(v, i) -> dict:
+    st = VARIANT_STYLES.get(str(v))
+    if st is None:
+        st = [dict(marker="^", ls="-.", ms=4), dict(marker="s", ls="--", ms=4)][i % 2]
+    return {k: val for k, val in st.items() if val is not None}
+
+
+@paper
 def capacity_vs_compression(r: Results):
     """DSV4-style stack: concurrent requests vs CSA and HCA compression ratio per storage variant
-    and context, against the dense BF16 baseline (dashed)."""
+    (marker) and context (color), against the dense BF16 baseline (dashed)."""
     df = _need(r.ok("dsv4_capacity"), "dsv4_capacity",
                ["csa_ratio_used", "hca_ratio_used", "max_seqs", "dense_max_seqs", "variant", "context"])
     panels = []
     if "hca_ratio" in df.columns:
-        panels.append(("csa_ratio_used", "CSA ratio (HCA as the stack)", df[df["hca_ratio"] == 0]))
+        d = df[df["hca_ratio"] == 0]
+        fixed = style.constants(d, ["hca_ratio_used"], {"hca_ratio_used": lambda v: f"HCA at the stack's {style.value(v)}"})
+        panels.append(("csa_ratio_used", "CSA compression ratio (tokens per entry)", fixed, d))
     if "csa_ratio" in df.columns:
-        panels.append(("hca_ratio_used", "HCA ratio (CSA as the stack)", df[df["csa_ratio"] == 0]))
-    panels = [p for p in panels if p[2][p[0]].nunique() > 1]
+        d = df[df["csa_ratio"] == 0]
+        fixed = style.constants(d, ["csa_ratio_used"], {"csa_ratio_used": lambda v: f"CSA at the stack's {style.value(v)}"})
+        panels.append(("hca_ratio_used", "HCA compression ratio (tokens per entry)", fixed, d))
+    panels = [p for p in panels if p[3][p[0]].nunique() > 1]
     if not panels:
         raise Skip("dsv4_capacity points vary no compression ratio")
-    fig, axes = _panels(len(panels), 6.0, 4.4)
+    fig, axes = style.grid(len(panels), cols=len(panels),
+                           width=style.DOUBLE_COLUMN_IN if len(panels) > 1 else style.SINGLE_COLUMN_IN, panel_h=2.4,
+                           sharey=True)
     contexts = sorted(df["context"].unique())
     variants = sorted(df["variant"].unique())
-    colors = {c: f"C{i}" for i, c in enumerate(contexts)}
-    styles = [dict(marker="o", ls="-", ms=7), dict(marker="x", ls=":", ms=8), dict(marker="^", ls="-.", ms=6)]
-    for ax, (x, title, d) in zip(axes, panels):
-        for (var, ctx), dv in d.groupby(["variant", "context"]):
-            dv = dv.groupby(x, as_index=False)[["max_seqs", "dense_max_seqs"]].median().sort_values(x)
-            st = styles[variants.index(var) % len(styles)]
-            ax.plot(dv[x], dv["max_seqs"], color=colors[ctx], label=f"{var}, ctx {int(ctx)}", **st)
-            if var == variants[0]:
-                ax.plot(dv[x], dv["dense_max_seqs"], ls="--", lw=1, color=colors[ctx], label=f"dense BF16, ctx {int(ctx)}")
-        ax.set_xscale("log", base=2)
+    colors = style.series_colors(contexts)
+    for i, (ax, (x, xl, fixed, d)) in enumerate(zip(axes, panels)):
+        for vi, var in enumerate(variants):
+            for ctx in contexts:
+                dv = d[(d["variant"] == var) & (d["context"] == ctx)].groupby(x, as_index=False)[
+                    ["max_seqs", "dense_max_seqs"]].median().sort_values(x)
+                if dv.empty:
+                    continue
+                ax.plot(dv[x], dv["max_seqs"], color=colors[ctx], **_variant_style(var, vi))
+                if vi == 0:
+                    ax.plot(dv[x], dv["dense_max_seqs"], ls="--", lw=0.8, color=colors[ctx])
+        style.log2_axis(ax.xaxis, d[x].unique())
         ax.set_yscale("log")
-        ax.set_xlabel(title)
-        ax.set_ylabel("max concurrent requests")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=6)
+        style.plain_log(ax.yaxis)
+        ax.set_xlabel(xl)
+        if i == 0:
+            ax.set_ylabel("max concurrent requests")
+        ax.set_title(fixed)
+    proxies = [(Line2D([], [], color=colors[c], lw=2), f"context {style.value(c)} tokens") for c in contexts]
+    proxies += [(Line2D([], [], color="k", **_variant_style(v, i)), f"{v} storage") for i, v in enumerate(variants)]
+    proxies.append((Line2D([], [], color="k", ls="--", lw=0.8), "dense BF16 baseline"))
+    style.legend_below(fig, [], extra=proxies)
     m = df.iloc[0]
-    budget = f", {m['kv_gib']:g} GiB KV" if "kv_gib" in df.columns else ""
-    fig.suptitle(f"Capacity vs compression ratio ({m.get('stack_name', m.get('model', '?'))}{budget})")
+    const = style.constants(df, ["kv_gib", "gpu"], {"kv_gib": lambda v: f"{style.value(v)} GiB KV budget",
+                                                    "gpu": lambda v: f"{v} (modelled)" if v else ""})
+    style.title(fig, f"DSV4-style capacity vs compression ratio ({m.get('stack_name', m.get('model', '?'))}, computed)",
+                const)
     return fig
 
 
+@paper
 def compression_error_vs_ratio(r: Results):
     """DSV4 compressors on synthetic KV: decode-attention error against the uncompressed cache vs
-    compression ratio (solid: stored entries; dashed: FP32 entries, compression alone), the
-    storage loss per variant, and the CSA indexer's top-k recall."""
+    compression ratio per layer type (lines: FP32 entries, compression alone; markers: the stored
+    entries of each storage variant), the storage loss alone per variant, and the CSA indexer's
+    top-k recall."""
     df = _need(r.ok("compression_error"), "compression_error",
                ["layer", "ratio", "attn_rel_l2", "attn_rel_l2_fp32", "attn_storage_rel_l2", "dist", "variant"])
     layers = sorted(df["layer"].unique())
-    fig, axes = _panels(len(layers) + 1, 5.2, 4.0)
-    for ax, layer in zip(axes, layers):
+    has_recall = "topk_recall" in df.columns and df["topk_recall"].notna().any()
+    n = len(layers) + 1 + int(has_recall)
+    fig, axes = style.grid(n, cols=2, width=style.DOUBLE_COLUMN_IN, panel_h=2.0)
+    dists = sorted(df["dist"].unique())
+    variants = sorted(df["variant"].unique())
+    for i, (ax, layer) in enumerate(zip(axes, layers)):
         d = df[df["layer"] == layer]
-        for dist, dv in d.groupby("dist"):
-            dv = dv.groupby("ratio", as_index=False)[["attn_rel_l2", "attn_rel_l2_fp32"]].median().sort_values("ratio")
-            line, = ax.plot(dv["ratio"], dv["attn_rel_l2"], marker="o", label=f"{dist}")
-            ax.plot(dv["ratio"], dv["attn_rel_l2_fp32"], ls="--", lw=1, color=line.get_color())
-        ax.set_xscale("log", base=2)
+        for dist in dists:
+            dd = d[d["dist"] == dist]
+            c = style.dist_color(dist)
+            f32 = dd.groupby("ratio", as_index=False)["attn_rel_l2_fp32"].median().sort_values("ratio")
+            ax.plot(f32["ratio"], f32["attn_rel_l2_fp32"], color=c, lw=1.0)
+            for vi, var in enumerate(variants):
+                dv = dd[dd["variant"] == var].groupby("ratio", as_index=False)["attn_rel_l2"].median()
+                st = _variant_style(var, vi)
+                ax.plot(dv["ratio"], dv["attn_rel_l2"], ls="", marker=st["marker"], ms=st.get("ms", 4),
+                        color=c, mfc="none" if st["marker"] in "o^sD" else c)
+        style.log2_axis(ax.xaxis, d["ratio"].unique())
         ax.set_yscale("log")
+        style.plain_log(ax.yaxis)
         ax.set_xlabel("compression ratio (tokens per entry)")
-        ax.set_ylabel("attention rel. L2 vs uncompressed")
-        ax.set_title(f"{layer.upper()} compression")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
-    ax = axes[-1]
-    for (layer, var), dv in df.groupby(["layer", "variant"]):
-        dv = dv.groupby("ratio", as_index=False)["attn_storage_rel_l2"].median().sort_values("ratio")
-        ax.plot(dv["ratio"], dv["attn_storage_rel_l2"], marker="s", label=f"{layer} {var}: storage")
-    if "topk_recall" in df.columns and df["topk_recall"].notna().any():
-        ax2 = ax.twinx()
-        for var, dv in df[df["topk_recall"].notna()].groupby("variant"):
-            dv = dv.groupby("ratio", as_index=False)["topk_recall"].median().sort_values("ratio")
-            ax2.plot(dv["ratio"], dv["topk_recall"], ls=":", marker="^", label=f"indexer recall, {var}")
-        ax2.set_ylim(0, 1.05)
-        ax2.set_ylabel("indexer top-k recall")
-        ax2.legend(fontsize=6, loc="lower right")
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("compression ratio")
-    ax.set_ylabel("stored vs FP32 entries: attention rel. L2")
-    ax.set_title("Storage variants")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=6, loc="upper left")
-    fig.suptitle("DSV4 compression error on synthetic KV")
+        ax.set_ylabel("attention rel. L2 error\nvs uncompressed cache")
+        ax.set_title(f"{layer.upper()}: compression + storage")
+    ax = axes[len(layers)]
+    layer_ls = {layer: ls for layer, ls in zip(layers, ["-", "--", ":", "-."])}
+    for dist in dists:
+        for vi, var in enumerate(variants):
+            st = _variant_style(var, vi)
+            for layer in layers:
+                dv = df[(df["dist"] == dist) & (df["variant"] == var) & (df["layer"] == layer)].groupby(
+                    "ratio", as_index=False)["attn_storage_rel_l2"].median()
+                ax.plot(dv["ratio"], dv["attn_storage_rel_l2"], color=style.dist_color(dist), ls=st["ls"],
+                        marker=st["marker"], ms=st.get("ms", 4), mfc="none" if st["marker"] in "o^sD" else None)
+    style.log2_axis(ax.xaxis, df["ratio"].unique())
+    ax.set_yscale("log")
+    style.plain_log(ax.yaxis)
+    ax.set_xlabel("compression ratio (tokens per entry)")
+    ax.set_ylabel("attention rel. L2 error,\nstored vs FP32 entries")
+    ax.set_title("storage loss alone (" + ", ".join(f"{lay.upper()} {r_}" for lay, r_ in
+                                                     ((lay, f"{style.value(df[df['layer'] == lay]['ratio'].min())}-"
+                                                            f"{style.value(df[df['layer'] == lay]['ratio'].max())}")
+                                                      for lay in layers)) + ")")
+    if has_recall:
+        ax = axes[len(layers) + 1]
+        rec = df[df["topk_recall"].notna()]
+        for dist in dists:
+            for vi, var in enumerate(variants):
+                st = _variant_style(var, vi)
+                dv = rec[(rec["dist"] == dist) & (rec["variant"] == var)].groupby("ratio", as_index=False)[
+                    "topk_recall"].median()
+                if dv.empty:
+                    continue
+                ax.plot(dv["ratio"], dv["topk_recall"], color=style.dist_color(dist), ls=st["ls"],
+                        marker=st["marker"], ms=st.get("ms", 4), mfc="none" if st["marker"] in "o^sD" else None)
+        style.log2_axis(ax.xaxis, rec["ratio"].unique())
+        lo = float(rec["topk_recall"].min())
+        ax.set_ylim(max(0.0, lo - 0.1 * (1.0 - lo) - 0.02), 1.005)
+        ax.set_xlabel("CSA compression ratio (tokens per entry)")
+        ax.set_ylabel("indexer top-k recall")
+        k = style.constants(rec, ["topk"], {"topk": lambda v: f"top-{style.value(v)}"})
+        ax.set_title(f"CSA indexer recall ({k} of the FP32 entries)" if k else "CSA indexer recall")
+    proxies = [(Line2D([], [], color=style.dist_color(d_), lw=2), d_) for d_ in dists]
+    proxies.append((Line2D([], [], color="k", lw=1.0), "FP32 entries (compression alone)"))
+    for vi, var in enumerate(variants):
+        st = _variant_style(var, vi)
+        proxies.append((Line2D([], [], color="k", ls=st["ls"], marker=st["marker"], ms=st.get("ms", 4),
+                               mfc="none" if st["marker"] in "o^sD" else None), f"{var} storage"))
+    style.legend_below(fig, [], extra=proxies)
+    shape = style.constants(df, ["queries", "heads"], {"queries": lambda v: f"{style.value(v)} queries",
+                                                        "heads": lambda v: f"{style.value(v)} heads"})
+    toks = ", ".join(f"{lay.upper()} {style.value(df[df['layer'] == lay]['tokens'].iloc[0])} tokens"
+                     for lay in layers) if "tokens" in df.columns else ""
+    style.title(fig, "DSV4-style compression: decode-attention error vs compression ratio",
+                _join("CPU reference", _synthetic(df), toks, shape))
     return fig
 
 
@@ -523,6 +906,20 @@ FIGURES = [
 FIGURES += step_figures.figures_for(Skip)  # decode step (issue #8)
 
 
+def save(fig, out: str, name: str, formats=("png", "pdf")) -> list:
+    """Write fig as OUT/NAME.EXT for each format (PNG at style.PNG_DPI) and close it."""
+    paths = []
+    with style.rc():
+        if fig.get_layout_engine() is None:
+            fig.tight_layout()
+        for ext in formats:
+            p = os.path.join(out, f"{name}.{ext}")
+            fig.savefig(p, dpi=style.PNG_DPI, bbox_inches="tight", pad_inches=0.03)
+            paths.append(p)
+    plt.close(fig)
+    return paths
+
+
 def make_figures(r: Results, out: str, formats=("png", "pdf")):
     """Returns (made: list of (name, [paths], caption), skipped: list of (name, reason))."""
     os.makedirs(out, exist_ok=True)
@@ -533,21 +930,14 @@ def make_figures(r: Results, out: str, formats=("png", "pdf")):
         except Skip as e:
             skipped.append((name, str(e)))
             continue
-        fig.tight_layout()
-        paths = []
-        for ext in formats:
-            p = os.path.join(out, f"{name}.{ext}")
-            fig.savefig(p, dpi=130)
-            paths.append(p)
-        plt.close(fig)
-        made.append((name, paths, (fn.__doc__ or "").strip()))
+        made.append((name, save(fig, out, name, formats), (fn.__doc__ or "").strip()))
     return made, skipped
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python3 -m analysis.figures", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("results", help="kvlab result file (HDF5)")
+    ap.add_argument("results", nargs="+", help="kvlab result file(s) (HDF5) of one device")
     ap.add_argument("--out", required=True, help="output directory")
     ap.add_argument("--format", default="png,pdf", help="comma-separated: png, pdf, svg")
     a = ap.parse_args(argv)
@@ -557,7 +947,7 @@ def main(argv=None) -> int:
         print(f"analysis.figures: error: unknown format {bad[0]!r} (allowed: png, pdf, svg)", file=sys.stderr)
         return 2
     try:
-        r = load(a.results)
+        r = load_many(a.results)
     except ResultFileError as e:
         print(f"analysis.figures: error: {e}", file=sys.stderr)
         return 2
@@ -566,7 +956,7 @@ def main(argv=None) -> int:
     except OSError as e:
         print(f"analysis.figures: error: cannot write to {a.out}: {e}", file=sys.stderr)
         return 2
-    print(f"{a.results}: {len(r.index)} points ({', '.join(r.kinds()) or 'none'})")
+    print(f"{' + '.join(a.results)}: {len(r.index)} points ({', '.join(r.kinds()) or 'none'})")
     for name, paths, _ in made:
         print(f"made    {name}: {', '.join(paths)}")
     for name, why in skipped:

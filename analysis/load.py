@@ -14,6 +14,8 @@ import pandas as pd
 
 SCHEMA_NAME = "kvlab.results"
 SCHEMA_VERSION = 1
+# The column a merged index (load_many) adds: the file each row came from.
+FILE_COLUMN = "_file"
 
 
 class ResultFileError(Exception):
@@ -62,8 +64,10 @@ class Results:
         return sorted(set(self.index["kind"])) if not self.index.empty else []
 
     def trace(self, row: pd.Series, name: str):
-        """A point's trace: a DataFrame for tables, a numpy array otherwise."""
-        with h5py.File(self.path, "r") as f:
+        """A point's trace: a DataFrame for tables, a numpy array otherwise. A row of a merged
+        index (load_many) names its own file in FILE_COLUMN."""
+        path = row.get(FILE_COLUMN, None) if hasattr(row, "get") else None
+        with h5py.File(path if isinstance(path, str) and path else self.path, "r") as f:
             obj = f[row["group"]][name]
             if isinstance(obj, h5py.Group):
                 return read_table(obj)
@@ -98,3 +102,43 @@ def load(path: str) -> Results:
         index = read_table(f["index"])
         runs = read_table(f["runs"]) if "runs" in f else pd.DataFrame()
     return Results(path=path, attrs=attrs, index=index, runs=runs)
+
+
+def _device_of(attrs: dict) -> str:
+    if str(attrs.get("device_present", "1")).strip() in ("0", "False", "false"):
+        return ""
+    return str(attrs.get("device_name", "") or "").strip()
+
+
+def load_many(paths: list[str]) -> Results:
+    """Several result files of one device as one Results: the rows of all of them (each with
+    its file in FILE_COLUMN, so traces still resolve), the provenance of the first, completed
+    by the others where the first lacks a value (e.g. the ceilings of a peers file). Files
+    measured on different devices are refused: their numbers do not belong on one axis."""
+    if not paths:
+        raise ResultFileError("no result file given")
+    results = [load(p) for p in paths]
+    if len(results) == 1:
+        return results[0]
+    devices = {r.path: _device_of(r.attrs) for r in results}
+    named = {d for d in devices.values() if d}
+    if len(named) > 1:
+        raise ResultFileError("the result files were measured on different devices (" +
+                              "; ".join(f"{p}: {d}" for p, d in devices.items() if d) +
+                              "): draw them separately")
+    attrs = dict(results[0].attrs)
+    for r in results[1:]:
+        for k, v in r.attrs.items():
+            if k not in attrs or attrs[k] in ("", 0, 0.0, "0", "0.0", None):
+                attrs[k] = v
+    if named and not _device_of(attrs):
+        # A GPU file merged into a CPU-only first file: the measured rows' device is the GPU's.
+        src = next(r for r in results if _device_of(r.attrs))
+        for k in ("device_name", "device_present", "device_peak_bytes_per_s", "read_ceiling_bytes_per_s",
+                  "copy_ceiling_bytes_per_s"):
+            if k in src.attrs:
+                attrs[k] = src.attrs[k]
+    index = pd.concat([r.index.assign(**{FILE_COLUMN: r.path}) for r in results], ignore_index=True)
+    runs = pd.concat([r.runs for r in results if not r.runs.empty], ignore_index=True) \
+        if any(not r.runs.empty for r in results) else pd.DataFrame()
+    return Results(path=results[0].path, attrs=attrs, index=index, runs=runs)

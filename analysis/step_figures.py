@@ -29,12 +29,14 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from analysis import style  # noqa: E402
 from analysis.load import ResultFileError, Results, load  # noqa: E402
+from analysis.style import paper  # noqa: E402
 
 FLAT_MAX_BATCH = 8
 SLOPE_MIN_BATCH = 512
 VARIANTS = ["eager_unfused", "eager_fused", "graph_fused", "graph_unfused"]
-COLORS = {"eager_unfused": "tab:blue", "eager_fused": "tab:orange", "graph_fused": "tab:green", "graph_unfused": "tab:red"}
+COLORS = style.VARIANT_COLORS
 
 
 class Skip(Exception):
@@ -92,68 +94,71 @@ def step_table(r: Results) -> pd.DataFrame:
     return t.reset_index()
 
 
+@paper
 def step_time_vs_batch(r: Results):
-    """Decode step time vs batch per variant (eager unfused / eager fused / CUDA graph), per context."""
+    """Decode step time vs batch per variant (eager unfused / eager fused / CUDA graph), per model
+    preset, KV format and context, with sim's roofline for the graph-fused step."""
     df = r.ok("decode_step")
     if df.empty or "step_us" not in df.columns:
         raise Skip("no decode_step points with status ok")
     groups = list(df.groupby(["preset", "kv_format", "context"]))
-    n = len(groups)
-    cols = min(n, 3)
-    fig, axes = plt.subplots(math.ceil(n / cols), cols, figsize=(5.2 * cols, 3.9 * math.ceil(n / cols)), squeeze=False)
-    for ax in axes.flat[n:]:
-        ax.set_visible(False)
-    for ax, ((preset, fmt, ctx), d) in zip(axes.flat, groups):
-        for v in VARIANTS:
-            dv = d[d["variant"] == v].sort_values("batch")
+    fig, axes = style.grid(len(groups), cols=min(len(groups), 3), width=style.DOUBLE_COLUMN_IN, panel_h=1.85)
+    for i, (ax, ((preset, fmt, ctx), d)) in enumerate(zip(axes, groups)):
+        for v in VARIANTS + sorted(set(d["variant"]) - set(VARIANTS)):
+            dv = d[d["variant"] == v].groupby("batch", as_index=False)["step_us"].median()
             if dv.empty:
                 continue
-            ax.plot(dv["batch"], dv["step_us"] / 1000.0, marker="o", color=COLORS[v], label=v)
-        g = d[d["variant"] == "graph_fused"].sort_values("batch")
-        if not g.empty and "predicted_us" in g:
-            ax.plot(g["batch"], g["predicted_us"] / 1000.0, color="k", ls="--", lw=1, label="roofline (sim, graph)")
-        ax.set_xscale("log", base=2)
+            ax.plot(dv["batch"], dv["step_us"] / 1000.0, marker="o", color=style.variant_color(v), label=v)
+        g = d[d["variant"] == "graph_fused"].groupby("batch", as_index=False)["predicted_us"].median() \
+            if "predicted_us" in d.columns else pd.DataFrame()
+        if not g.empty:
+            ax.plot(g["batch"], g["predicted_us"] / 1000.0, color="k", ls="--", lw=0.8,
+                    label="roofline prediction (sim, graph-fused)")
+        style.log2_axis(ax.xaxis, d["batch"].unique())
         ax.set_yscale("log")
+        style.plain_log(ax.yaxis)
         ax.set_xlabel("batch (sequences)")
-        ax.set_ylabel("step time (ms)")
-        ax.set_title(f"{preset}, {fmt} KV, context {int(ctx)}")
-        ax.grid(alpha=0.3, which="both")
-        ax.legend(fontsize=7)
-    device = str(r.attrs.get("device_name", ""))
-    fig.suptitle(f"Full decode step vs batch ({device})")
+        if i % 3 == 0:
+            ax.set_ylabel("step time (ms)")
+        ax.set_title(f"{preset}, {fmt} KV, context {style.tokens_label(ctx)}")
+    style.legend_below(fig, ncol=3)
+    style.title(fig, f"Full decode step time vs batch, {style.measured_on(r)}",
+                "synthetic decoder (generated weights and KV); median step time of timed runs")
     return fig
 
 
+@paper
 def gemm_crossover(r: Results):
     """Linear-layer GEMM time vs batch: flat (memory-bound) then growing (compute-bound), measured knee vs sim's ridge."""
     df = r.ok("step_gemm")
     if df.empty or "time_us" not in df.columns:
         raise Skip("no step_gemm points with status ok")
     table = crossover_table(r)
-    linears = list(table["linear"])
-    n = len(linears)
-    cols = min(n, 3)
-    fig, axes = plt.subplots(math.ceil(n / cols), cols, figsize=(5.2 * cols, 3.9 * math.ceil(n / cols)), squeeze=False)
-    for ax in axes.flat[n:]:
-        ax.set_visible(False)
-    for ax, (_, row) in zip(axes.flat, table.iterrows()):
-        d = df[df["linear"] == row["linear"]].sort_values("batch")
-        ax.plot(d["batch"], d["time_us"], marker="o", label="measured (cuBLAS)")
-        ax.plot(d["batch"], d["predicted_us"], ls="--", color="k", lw=1, label="roofline (sim, datasheet rate)")
-        ax.plot(d["batch"], d["predicted_us_measured_rate"], ls=":", color="gray", lw=1,
-                label="roofline (sim, measured rate)")
-        if np.isfinite(row["measured_knee"]):
-            ax.axvline(row["measured_knee"], color="tab:red", lw=1, label=f"measured knee {row['measured_knee']:.0f}")
-        ax.axvline(row["predicted_ridge"], color="k", lw=0.8, ls="-.", label=f"predicted ridge {row['predicted_ridge']:.0f}")
-        ax.set_xscale("log", base=2)
+    many_presets = table["preset"].nunique() > 1
+    fig, axes = style.grid(len(table), cols=min(len(table), 3), width=style.DOUBLE_COLUMN_IN, panel_h=1.85)
+    for i, (ax, (_, row)) in enumerate(zip(axes, table.iterrows())):
+        d = df[(df["linear"] == row["linear"]) & (df["preset"] == row["preset"])].sort_values("batch")
+        ax.plot(d["batch"], d["time_us"], marker="o", ms=2.5, color="#1f77b4", label="measured (cuBLAS)")
+        ax.plot(d["batch"], d["predicted_us"], ls="--", color="k", lw=0.8, label="roofline (sim, datasheet rate)")
+        ax.plot(d["batch"], d["predicted_us_measured_rate"], ls=":", color="0.45", lw=1.0,
+                label="roofline (sim, measured matrix rate)")
+        knee = row["measured_knee"]
+        if np.isfinite(knee):
+            ax.axvline(knee, color="#d62728", lw=0.8, label="measured knee")
+        ax.axvline(row["predicted_ridge"], color="k", lw=0.6, ls="-.", label="predicted ridge (sim)")
+        style.log2_axis(ax.xaxis, None, max_labels=6)
         ax.set_yscale("log")
+        style.plain_log(ax.yaxis)
         ax.set_xlabel("batch (GEMM rows M)")
-        ax.set_ylabel("time per GEMM (us)")
-        ax.set_title(f"{row['linear']}: N={row['n']}, K={row['k']}")
-        ax.grid(alpha=0.3, which="both")
-        ax.legend(fontsize=6)
-    device = str(r.attrs.get("device_name", ""))
-    fig.suptitle(f"Linear layers: memory-bound to compute-bound ({device})")
+        if i % 3 == 0:
+            ax.set_ylabel("time per GEMM (µs)")
+        knee_txt = f"knee {knee:.0f}" if np.isfinite(knee) else "no knee"
+        ax.set_title(f"{row['preset'] + ' ' if many_presets else ''}{row['linear']} (N {row['n']}, K {row['k']})\n"
+                     f"{knee_txt} measured, ridge {row['predicted_ridge']:.0f} predicted", fontsize=7)
+    style.legend_below(fig, ncol=3)
+    presets = ", ".join(sorted(table["preset"].unique()))
+    style.title(fig, f"Linear layers: memory-bound to compute-bound, {style.measured_on(r)}",
+                f"{presets} shapes; cuBLAS, BF16 in, FP32 out; synthetic weights; median time of timed runs")
     return fig
 
 
@@ -209,9 +214,10 @@ def main(argv=None) -> int:
             except Skip as e:
                 print(f"skipped {name}: {e}")
                 continue
-            fig.tight_layout()
-            for ext in ("png", "pdf"):
-                fig.savefig(os.path.join(a.out, f"{name}.{ext}"), dpi=130)
+            with style.rc():
+                for ext in ("png", "pdf"):
+                    fig.savefig(os.path.join(a.out, f"{name}.{ext}"), dpi=style.PNG_DPI, bbox_inches="tight",
+                                pad_inches=0.03)
             plt.close(fig)
             print(f"wrote {name}")
     return 0
