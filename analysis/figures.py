@@ -451,11 +451,16 @@ def _fidelity(r: Results, cal: pd.DataFrame):
                   ("loo", "calibrated, leave-one-out", fitted, "predicted_loo_s")]
         if (t["heldout"] == 1).any():
             curves.append(("held out", "calibrated, held out", t[t["heldout"] == 1], "predicted_s"))
-        for key, name, d, col in curves:
+        # The medians: a dot where each curve crosses 0.5 and their values listed in the free
+        # upper-left corner (text at the crossings collides when two medians are close).
+        for li, (key, name, d, col) in enumerate(curves):
             e = np.sort(np.abs(d[col] - d["measured_s"]) / d["measured_s"]) * 100
             a3.step(e, np.arange(1, len(e) + 1) / len(e), where="post", label=f"{name}", **_CDF_STYLES[key])
-            a3.annotate(f"{np.median(e):.1f} %", (np.median(e), 0.5), xytext=(2, 0), textcoords="offset points",
-                        fontsize=5.5, color=_CDF_STYLES[key]["color"], va="center")
+            a3.plot([np.median(e)], [0.5], ls="", marker="o", ms=2.5, color=_CDF_STYLES[key]["color"])
+            short = {"uncalibrated": "uncal.", "loo": "leave-1-out"}.get(key, key)
+            a3.text(0.03, 0.97 - 0.075 * (li + 1), f"{short} {np.median(e):.1f} %", transform=a3.transAxes,
+                    ha="left", va="top", fontsize=5.5, color=_CDF_STYLES[key]["color"])
+        a3.text(0.03, 0.97, "median |error|:", transform=a3.transAxes, ha="left", va="top", fontsize=5.5)
         a3.axvline(10, color="#d62728", lw=0.8, ls="--", label="10 % (issue #6 target for the median)")
         a3.axhline(0.5, color="0.7", lw=0.5)
         a3.set_xscale("log")
@@ -463,7 +468,7 @@ def _fidelity(r: Results, cal: pd.DataFrame):
         a3.set_ylim(0, 1.02)
         a3.set_xlabel("|error| (%)")
         a3.set_ylabel("fraction of records")
-        a3.set_title("error distribution (medians marked)")
+        a3.set_title("error distribution (medians: dots)")
     proxies = [(Line2D([], [], ls="", marker=style.format_marker(f), color=style.format_color(f), ms=4), f)
                for f in formats_seen]
     proxies += [(Line2D([], [], ls="", marker="o", mfc="none", mec="0.6", ms=4), "uncalibrated (bytes / R)"),
@@ -569,10 +574,12 @@ def capacity_vs_block(r: Results):
         if i % 2 == 0:
             ax.set_ylabel("max concurrent sequences")
         ax.set_title(str(model))
-    proxies = [(Line2D([], [], color=style.format_color(f)), f) for f in formats]
+    proxies = [(Line2D([], [], color=style.format_color(f)), f"{f} KV") for f in formats]
     proxies += [(Line2D([], [], color="k", ls=ctx_style[c], marker=ctx_marker[c], ms=2.5),
                  f"context {style.value(c)} tokens") for c in contexts]
-    style.legend_below(fig, [], extra=proxies)
+    # One row of formats, one of contexts (while they fit in a row).
+    style.legend_below(fig, [], extra=proxies, ncol=max(len(formats), len(contexts)) if
+                       max(len(formats), len(contexts)) <= 5 else None)
     const = style.constants(df, ["gpu", "gpu_mem_util", "activation_reserve_mib"], {
         "gpu": lambda v: f"{v} (modelled)", "gpu_mem_util": lambda v: f"gpu_mem_util {style.value(v)}",
         "activation_reserve_mib": lambda v: f"activation reserve {style.value(v)} MiB"})
@@ -696,8 +703,8 @@ def waste_vs_block_size(r: Results):
     vary = [k for k in keys if lines[k].nunique() > 1] or ["workload"]
     label_keys = _distinguishing(lines[vary], vary)
     metrics = [("slack_fraction", 100.0, "slack (% of used KV slots)", "last-block waste"),
-               ("mean_slack_per_seq", 1.0, "slack slots per running request", "slack per request"),
-               ("output_tokens_per_s", 1.0, "output tokens/s (simulated)", "throughput"),
+               ("mean_slack_per_seq", 1.0, "slack slots per request", "slack per request"),
+               ("output_tokens_per_s", 1.0, "output tokens/s", "throughput"),
                ("num_preemptions", 1.0, "preemptions per run", "preemptions")]
     metrics = [m for m in metrics if m[0] in df.columns]
     fig, axes = style.grid(len(metrics), cols=2, width=style.DOUBLE_COLUMN_IN, panel_h=1.9)
@@ -706,7 +713,8 @@ def waste_vs_block_size(r: Results):
     for li, line in lines.iterrows():
         sel = np.logical_and.reduce([df[k] == line[k] for k in keys])
         d = df[sel].groupby("block_size", as_index=False)[[m[0] for m in metrics]].median().sort_values("block_size")
-        label = ", ".join(s for s in (_sim_value(k, line[k], line) for k in label_keys) if s)
+        # " / " between settings: the title's notes list labels with ", " between them.
+        label = " / ".join(s for s in (_sim_value(k, line[k], line) for k in label_keys) if s)
         label_of[li] = label
         for ax, (col, scale, _, _) in zip(axes, metrics):
             ax.plot(d["block_size"], scale * d[col], marker="o", color=palette[li], label=label)
@@ -717,13 +725,14 @@ def waste_vs_block_size(r: Results):
         ax.set_xlabel("block size (tokens)")
         ax.set_ylabel(yl)
         ax.set_title(t)
-    axes[1].set_yscale("symlog", linthresh=1.0)
-    axes[1].set_ylim(bottom=0)
-    style.plain_log(axes[1].yaxis)
-    if len(metrics) > 3:
-        axes[3].set_yscale("symlog", linthresh=1.0)
-        axes[3].set_ylim(bottom=0)
-        style.plain_log(axes[3].yaxis)
+    # Slack and preemptions start at 0 (block 1, no pressure) and span decades: symlog, with
+    # head room above the largest value (symlog's autoscale puts it on the frame).
+    for i in (1, 3):
+        if i < len(metrics):
+            top = max(float(np.nanmax([l_.get_ydata().max() for l_ in axes[i].get_lines()] + [1.0])), 1.0)
+            axes[i].set_yscale("symlog", linthresh=1.0)
+            axes[i].set_ylim(0, top * 2.0)
+            style.plain_log(axes[i].yaxis)
     style.legend_below(fig, ncol=min(len(lines) + 1, 3))
     # Settings that differ between lines but are not in the labels, then the constant ones.
     notes = []
@@ -760,11 +769,11 @@ def capacity_vs_compression(r: Results):
     panels = []
     if "hca_ratio" in df.columns:
         d = df[df["hca_ratio"] == 0]
-        fixed = style.constants(d, ["hca_ratio_used"], {"hca_ratio_used": lambda v: f"HCA at the stack's {style.value(v)}"})
+        fixed = style.constants(d, ["hca_ratio_used"], {"hca_ratio_used": lambda v: f"HCA ratio fixed at the stack's {style.value(v)}"})
         panels.append(("csa_ratio_used", "CSA compression ratio (tokens per entry)", fixed, d))
     if "csa_ratio" in df.columns:
         d = df[df["csa_ratio"] == 0]
-        fixed = style.constants(d, ["csa_ratio_used"], {"csa_ratio_used": lambda v: f"CSA at the stack's {style.value(v)}"})
+        fixed = style.constants(d, ["csa_ratio_used"], {"csa_ratio_used": lambda v: f"CSA ratio fixed at the stack's {style.value(v)}"})
         panels.append(("hca_ratio_used", "HCA compression ratio (tokens per entry)", fixed, d))
     panels = [p for p in panels if p[3][p[0]].nunique() > 1]
     if not panels:
@@ -792,7 +801,7 @@ def capacity_vs_compression(r: Results):
         if i == 0:
             ax.set_ylabel("max concurrent requests")
         ax.set_title(fixed)
-    proxies = [(Line2D([], [], color=colors[c], lw=2), f"context {style.value(c)} tokens") for c in contexts]
+    proxies = [(Line2D([], [], color=colors[c], lw=2), f"context {style.tokens_label(c)} tokens") for c in contexts]
     proxies += [(Line2D([], [], color="k", **_variant_style(v, i)), f"{v} storage") for i, v in enumerate(variants)]
     proxies.append((Line2D([], [], color="k", ls="--", lw=0.8), "dense BF16 baseline"))
     style.legend_below(fig, [], extra=proxies)

@@ -233,7 +233,7 @@ def constants(df, keys, fmt=None) -> str:
         if k in df.columns and df[k].nunique(dropna=True) == 1:
             v = df[k].dropna().iloc[0]
             out.append((fmt or {}).get(k, lambda x, k=k: f"{k} {value(x)}")(v))
-    return ", ".join(out)
+    return ", ".join(s for s in out if s)
 
 
 def value(v) -> str:
@@ -283,10 +283,11 @@ def log2_axis(axis, values=None, tokens: bool = False, max_labels: int = 8):
 
 def _spread(vals, n: int) -> list:
     """At most n of the sorted positive vals, evenly spread on a log scale, both ends kept."""
-    if len(vals) <= n:
+    if len(vals) <= 2:
         return list(vals)
     lo, hi = math.log2(vals[0]), math.log2(vals[-1])
-    gap = (hi - lo) / max(1, n - 1) * 0.99
+    # Labels closer than 1/9 of the span collide at panel width (256 and 512 on 1..512), however few.
+    gap = max((hi - lo) / max(1, n - 1) * 0.99 if len(vals) > n else 0.0, (hi - lo) / 9.0 * 1.01)
     out = [vals[0]]
     for v in vals[1:-1]:
         if math.log2(v) - math.log2(out[-1]) >= gap and hi - math.log2(v) >= gap:
@@ -315,7 +316,9 @@ def _sparse_minor(axis) -> bool:
 
 
 def _plain(x, _pos=None) -> str:
-    if x <= 0:
+    if x == 0:
+        return "0"  # the floor of a symlog axis
+    if x < 0:
         return ""
     if 1e-3 <= x < 1e5:
         return f"{x:g}"
