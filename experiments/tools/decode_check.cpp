@@ -13,7 +13,7 @@
 //                                   with the floor bytes over time as % of the read ceiling
 //                                   measured in the same run and of the datasheet figure;
 //                                   CUDA-graph replay for the launch-bound P8 points; --append
-//                                   times the quantize-on-write kernel (P9); --csv keeps every
+//                                   times the quantize-on-write kernel (P9; --append-formats picks formats, e.g. one per ncu run); --csv keeps every
 //                                   row. Every timing row carries the error of the same
 //                                   configuration (format, heads, block size) validated on a
 //                                   smaller batch first, and the full-size launch must be
@@ -505,10 +505,10 @@ void write_csv(const std::string& path, const std::vector<BenchRow>& rows, const
 
 // P9: the append / quantize-on-write kernel, bf16 input, 64k tokens x 8 heads x d128 into
 // a shuffled set of slots; bytes = input read + storage and scales written.
-void time_append(const Bench& b, uint64_t seed, std::vector<std::string>* lines, std::vector<BenchRow>* rows) {
+void time_append(const Bench& b, uint64_t seed, const std::vector<KvFormat>& formats, std::vector<std::string>* lines,
+                 std::vector<BenchRow>* rows) {
   const int tokens = 65536, bs = 16;
-  for (KvFormat f : {KvFormat::kBF16, KvFormat::kFP8E4M3, KvFormat::kFP8E5M2, KvFormat::kFP8E4M3PerToken, KvFormat::kNVFP4,
-                     KvFormat::kMXFP4}) {
+  for (KvFormat f : formats) {
     PageGeometry g;
     g.layout = KvLayout::kNHD, g.format = f, g.num_kv_heads = kKvHeads, g.head_dim = kHeadDim, g.block_size = bs;
     g.num_blocks = tokens / bs;
@@ -552,7 +552,7 @@ void time_append(const Bench& b, uint64_t seed, std::vector<std::string>* lines,
 }
 
 int bench_main(uint64_t seed, const std::string& suite_name, const std::string& vlist, const std::string& csv, double max_gib,
-               bool append) {
+               bool append, const std::vector<KvFormat>& append_formats) {
   Bench b(seed, max_gib);
   const std::vector<VersionSel> versions = parse_versions(vlist);
   std::vector<BenchRow> all;
@@ -567,7 +567,7 @@ int bench_main(uint64_t seed, const std::string& suite_name, const std::string& 
   }
   std::vector<std::string> append_lines;
   if (append) {
-    time_append(b, seed, &append_lines, &all);
+    time_append(b, seed, append_formats, &append_lines, &all);
     if (!csv.empty()) write_csv(csv, all, b);
   }
   // Closing summary: the best version per point of the target suite.
@@ -594,7 +594,7 @@ int bench_main(uint64_t seed, const std::string& suite_name, const std::string& 
 int main(int argc, char** argv) {
   po::options_description desc("kvlab_decode_check: validation table and timing of the GPU decode versions");
   uint64_t seed = 20251122;
-  std::string suite_name = "targets", versions = "3,4", csv;
+  std::string suite_name = "targets", versions = "3,4", csv, append_formats = "bf16,fp8_e4m3,fp8_e5m2,fp8_e4m3_pt,nvfp4,mxfp4";
   double max_gib = 24;
   desc.add_options()("help", "this text")("validate", "print the version x format error table")(
       "time", "time versions (--versions) on a suite of points (--suite), validated first; prints a table")(
@@ -603,7 +603,9 @@ int main(int argc, char** argv) {
       "comma list of version ids; v4+ plan variants as ID:waves=N, ID:chunk=MiB, ID:nopdl (default 3,4)")(
       "csv", po::value<std::string>(&csv), "write every row to this CSV file (rewritten after each point)")(
       "max-gib", po::value<double>(&max_gib), "skip points whose K+V pools exceed this many GiB (default 24)")(
-      "append", "also time the append / quantize-on-write kernel (P9)")("seed", po::value<uint64_t>(&seed), "case seed");
+      "append", "also time the append / quantize-on-write kernel (P9)")(
+      "append-formats", po::value<std::string>(&append_formats),
+      "comma list of KV formats for --append (default bf16,fp8_e4m3,fp8_e5m2,fp8_e4m3_pt,nvfp4,mxfp4)")("seed", po::value<uint64_t>(&seed), "case seed");
   po::variables_map vm;
   try {
     po::store(po::parse_command_line(argc, argv, desc), vm);
@@ -624,7 +626,10 @@ int main(int argc, char** argv) {
   int failures = 0;
   try {
     if (vm.count("validate")) failures += validate_table(seed);
-    if (vm.count("time")) failures += bench_main(seed, suite_name, versions, csv, max_gib, vm.count("append") > 0);
+    std::vector<KvFormat> fmts;  // parse_kv_format throws InvalidArgument naming the allowed formats
+    std::string tok;
+    for (std::istringstream is(append_formats); std::getline(is, tok, ',');) fmts.push_back(parse_kv_format(tok));
+    if (vm.count("time")) failures += bench_main(seed, suite_name, versions, csv, max_gib, vm.count("append") > 0, fmts);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "kvlab_decode_check: %s\n", e.what());
     return 1;

@@ -181,9 +181,9 @@ __global__ void __launch_bounds__(kAppendThreads) append_kv_kernel(const AppendP
 // class gets its own registers and no other class's code.
 // The element codes are the reference's (quantize_element with kSatFinite / kEncoder)
 // without its per-element IEEE division (append_encode.h says why each is exact):
-//   FP8 (pool or per-token scale): x * RN(1/s) bracketed by +-2^-21 and both ends converted
-//     by the hardware in one cvt; equal codes are the answer, a thread whose bracket straddles
-//     a rounding boundary (or holds NaN / Inf / huge values) redoes its 16 elements exactly;
+//   FP8 (pool or per-token scale): RN(x / s) from x * RN(1/s) and two FMA correction steps
+//     (Markstein), two codes per hardware cvt; a thread holding NaN / Inf / huge quotients
+//     (or a scale outside [2^-70, 2^125]) redoes its 16 elements with the definition;
 //   FP4 (NVFP4 16-element groups: one thread; MXFP4 32: two): the E2M1 code is the number of
 //     the group's 7 thresholds RD(div * m_k) below |x| (7 compares, no division).
 // Scales come from the same scale_rules.h functions as the reference (kv_fp8_token_scale,
@@ -212,6 +212,53 @@ __device__ __forceinline__ void load16(const TIn* x, float (&f)[kVecElems]) {
       else f[2 * i] = fp16_bits_to_float(lo), f[2 * i + 1] = fp16_bits_to_float(hi);
     }
   }
+}
+
+// bf16 input kept packed (FP4 class): the 8 words of 2 bf16 each, and their floats on demand.
+__device__ __forceinline__ void load_raw16(const __nv_bfloat16* x, uint32_t (&w)[8]) {
+  const uint4 r0 = *reinterpret_cast<const uint4*>(x), r1 = *reinterpret_cast<const uint4*>(x + 8);
+  w[0] = r0.x, w[1] = r0.y, w[2] = r0.z, w[3] = r0.w, w[4] = r1.x, w[5] = r1.y, w[6] = r1.z, w[7] = r1.w;
+}
+__device__ __forceinline__ void raw16_to_float(const uint32_t (&w)[8], float (&f)[kVecElems]) {
+#pragma unroll
+  for (int i = 0; i < 8; ++i) f[2 * i] = __uint_as_float(w[i] << 16), f[2 * i + 1] = __uint_as_float(w[i] & 0xFFFF0000u);
+}
+
+// ae::amax16 of the 16 packed bf16 values, bit for bit: |x| bits of each half, integer max
+// (a bf16's float bits are its 16 bits << 16), the canonical NaN above +Inf.
+__device__ __forceinline__ float amax_bf16x16(const uint32_t (&w)[8]) {
+  uint32_t lo = 0, hi = 0;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) lo = max(lo, (w[i] << 16) & 0x7FFF0000u), hi = max(hi, w[i] & 0x7FFF0000u);
+  const uint32_t m = max(lo, hi);
+  return m > 0x7F800000u ? scale_detail::nan_f32() : __uint_as_float(m);
+}
+
+// The 16 E2M1 codes (8 bytes, element i in nibble i) of packed bf16 inputs, two elements per
+// instruction: for a bf16 |x|, |x| > T_k iff |x| > RD_bf16(T_k) (no bf16 lies in between), so
+// the thresholds are rounded down to bf16 once and compared two at a time (HSET2.BF16 gives
+// 1.0 / 0.0), the 7 results summed onto 128.0 (exact in bf16: 128 + c for c <= 7 with a
+// unit ulp), and the count read off the bits (128 + c has bits 0x4300 + c). Requires every
+// T_k normal (div >= 2^-99): bf16 comparisons may flush subnormal |x| to zero, which is
+// then below every threshold, as the exact |x| is. Sign bit 15 of each half -> code bit 3.
+__device__ __forceinline__ uint2 e2m1_codes_bf16x2(const uint32_t (&w)[8], const append_encode::E2m1Thresholds& th) {
+  __nv_bfloat162 t2[7];
+#pragma unroll
+  for (int k = 0; k < 7; ++k) t2[k] = __bfloat162bfloat162(__float2bfloat16_rd(th.t[k]));
+  const __nv_bfloat162 base = __bfloat162bfloat162(__float2bfloat16_rn(128.0f));
+  uint32_t out[2] = {0, 0};
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const uint32_t a = w[i] & 0x7FFF7FFFu;
+    const __nv_bfloat162 a2 = *reinterpret_cast<const __nv_bfloat162*>(&a);
+    __nv_bfloat162 acc = base;
+#pragma unroll
+    for (int k = 0; k < 7; ++k) acc = __hadd2(acc, __hgt2(a2, t2[k]));
+    uint32_t c = *reinterpret_cast<const uint32_t*>(&acc) - 0x43004300u;  // counts 0..7 per half
+    c |= (w[i] >> 12) & 0x00080008u;
+    out[i / 4] |= ((c & 0xFu) | ((c >> 12) & 0xF0u)) << (8 * (i % 4));
+  }
+  return make_uint2(out[0], out[1]);
 }
 
 // The FP8 code of y under Saturation::kSatFinite: the hardware's RNE satfinite conversion
@@ -257,10 +304,20 @@ __global__ void __launch_bounds__(kAppendThreads) append_vec_kernel(const Append
     const int head = is_k ? rem : rem - H;
     const int64_t s = live ? p.slots[token] : -1;
     const bool ok = live && s >= 0 && s < static_cast<int64_t>(num_slots);  // padding (-1) and others: skipped
+    // FP4 from bf16 keeps the input packed (raw); every other class converts to float.
+    constexpr bool kRaw = C == VecClass::kFp4 && std::is_same_v<TIn, __nv_bfloat16>;
     float x[kVecElems];
+    uint32_t raw[8];
     const TIn* src = static_cast<const TIn*>(is_k ? p.k : p.v) + (static_cast<int64_t>(token) * H + head) * D + part * kVecElems;
-    if (ok) load16<TIn>(src, x);
-    else {
+    if constexpr (kRaw) {
+      if (ok) load_raw16(reinterpret_cast<const __nv_bfloat16*>(src), raw);
+      else {
+#pragma unroll
+        for (int i = 0; i < 8; ++i) raw[i] = 0u;
+      }
+    } else if (ok) {
+      load16<TIn>(src, x);
+    } else {
 #pragma unroll
       for (int i = 0; i < kVecElems; ++i) x[i] = 0.0f;
     }
@@ -303,21 +360,20 @@ __global__ void __launch_bounds__(kAppendThreads) append_vec_kernel(const Append
       float sc = pool_scale;
       ae::Fp8Recip rc = is_k ? rk : rv;
       if (per_token) {
-        float amax = 0.0f;
-#pragma unroll
-        for (int i = 0; i < kVecElems; ++i) amax = amax_accumulate(amax, x[i]);
+        float amax = ae::amax16(x);
         amax = group_amax_n(amax, tpr);
         sc = kv_fp8_token_scale(amax);
         rc = ae::fp8_recip(sc);
         if (ok && part == 0) static_cast<float*>(scales)[g.token_scale_index(block, head, slot)] = sc;
       }
+      // RN(x / sc) by a reciprocal and two FMA corrections, one cvt per pair (append_encode.h).
       uint32_t w[4] = {0, 0, 0, 0};
-      uint32_t miss = 0;
       bool fast = rc.ok;
 #pragma unroll
-      for (int i = 0; i < kVecElems; ++i) w[i / 4] |= ae::fp8_code_recip(x[i], rc.y, e5, miss, fast) << (8 * (i % 4));
-      if (!fast || (miss & 0xFFu) != 0) {
-        // Exact path: quantize_element(x, sc, ef, kSatFinite, kEncoder), encoder in hardware.
+      for (int i = 0; i < kVecElems; i += 2) w[i / 4] |= ae::fp8x2_code_recip(x[i], x[i + 1], sc, rc.y, e5, fast) << (8 * (i % 4));
+      if (!fast) {
+        // Exact path (NaN / Inf, |x / s| >= 2^100, or a scale outside [2^-70, 2^125]):
+        // quantize_element(x, sc, ef, kSatFinite, kEncoder), the encoder in hardware.
         const ElemFormat ef = e5 ? ElemFormat::kFP8E5M2 : ElemFormat::kFP8E4M3;
 #pragma unroll
         for (int q = 0; q < 4; ++q) {
@@ -330,14 +386,24 @@ __global__ void __launch_bounds__(kAppendThreads) append_vec_kernel(const Append
       }
       if (ok) *reinterpret_cast<uint4*>(pool + idx) = make_uint4(w[0], w[1], w[2], w[3]);
     } else {
-      float amax = 0.0f;
-#pragma unroll
-      for (int i = 0; i < kVecElems; ++i) amax = amax_accumulate(amax, x[i]);
+      float amax;
+      if constexpr (kRaw) amax = amax_bf16x16(raw);
+      else amax = ae::amax16(x);
       if (!nv) amax = group_amax_n(amax, 2);  // MXFP4: 32 elements = 2 threads
       const KvBlockScale bs = kv_fp4_block_scale(nv, amax, pool_scale);
       const ae::E2m1Thresholds th = ae::e2m1_thresholds(bs.div);
       uint32_t w[2] = {0, 0};
-      if (th.ok) {
+      bool done = false;
+      if constexpr (kRaw) {
+        if (th.nan_codes == 0 && bs.div >= 0x1p-99f && bs.div <= 0x1p125f) {
+          const uint2 c = e2m1_codes_bf16x2(raw, th);
+          w[0] = c.x, w[1] = c.y, done = true;
+        } else {
+          raw16_to_float(raw, x);  // NaN / tiny / bad divisors: the float paths below
+        }
+      }
+      if (done) {
+      } else if (th.ok) {
 #pragma unroll
         for (int i = 0; i < kVecElems; ++i) w[i / 8] |= ae::e2m1_code(x[i], th) << (4 * (i % 8));
       } else {  // a negative or infinite divisor (pool scale): the definition itself

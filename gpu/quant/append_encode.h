@@ -4,15 +4,23 @@
 // quantize_element(x, s, f, Saturation::kSatFinite, ElementClamp::kEncoder) = encode(RN(x / s)),
 // without the per-element IEEE division the definition prescribes (TUNING.md, P9):
 //
-// FP8 (E4M3 / E5M2, satfinite), any FP32 scale s with s and 1/s normal:
-//   y = RN(1/s) once per scale; per element q0 = RN(x*y), lo = RN(q0*(1-2^-21)),
-//   hi = RN(q0*(1+2^-21)), codes of lo and hi in one hardware conversion. With s, 1/s and
-//   q0 normal, |RN(x/s) - q0| <= (2^-23 + 2^-24 + 2^-47)|q0| < 2^-21|q0| - ulp(q0)/2, so
-//   RN(x/s) lies in [lo, hi] (or [hi, lo]); the encoder is monotone, so equal codes of lo and
-//   hi ARE the code of RN(x/s). For |q0| < 2^-100 every one of x/s, lo, hi is below half the
-//   smallest FP8 subnormal with the sign of x/s: the codes are that signed zero. Unequal codes
-//   (x/s within 2^-21 of a rounding boundary: ~2^-16 of random inputs), |q0| >= 2^100, NaN
-//   or Inf: the caller takes the exact path (the definition itself).
+// FP8 (E4M3 / E5M2, satfinite), any FP32 scale s with 2^-70 <= |s| <= 2^125:
+//   y = RN(1/s) once per scale; per element q0 = RN(x*y) (within ~2 ulps of x/s), then two
+//   correction steps r = RN(x - q*s), q = RN(q + r*y) (one FMA each). The first leaves q
+//   within ulp/2 + 2^-22 ulp of x/s (its error before rounding is r*(y - 1/s) with
+//   |r| <= 2 ulp(q)|s| and |y - 1/s| <= 2^-24|1/s|, plus r's own rounding, 2^-24 r*y), i.e.
+//   faithful; from a faithful q, r is exact, and with y = RN(1/s) the second
+//   step gives RN(x/s) exactly (Markstein's theorem: Muller et al., Handbook of
+//   Floating-Point Arithmetic, division with an FMA). Its hypotheses: no underflow in r
+//   (r is a multiple of ulp(q) ulp(s) >= 2^-53 2^-93 when |q| >= 2^-30 and |s| >= 2^-70)
+//   and none in r*y, no overflow (|q0| < 2^100). The code of RN(x/s) is then the hardware's
+//   satfinite conversion (one cvt per pair). Below |q0| < 2^-30 the quotient and every q
+//   are far under half the smallest FP8 subnormal (2^-17): the code is the signed zero of
+//   x/s, whose sign q0 carries (RN keeps the sign of x*y), so q takes q0's sign bit (this
+//   also keeps -0 for x = -0, which the FMA sum +0 + -0 would lose). |q0| >= 2^100, NaN or
+//   Inf: the caller takes the exact path (the definition itself). No boundary case is left
+//   to a fallback: an earlier bracket [q0(1-2^-21), q0(1+2^-21)] declined ~1 % of bf16
+//   inputs at the bench scale 0.05 (x/s near 25 * 2^k), i.e. nearly every warp (TUNING.md).
 //
 // FP4 E2M1 (always saturating), any divisor div >= 0 (NVFP4: e4m3 x tensor scale; MXFP4: 2^e):
 //   code(RN(z)) for z = |x| / div steps up exactly where RN(z) passes an E2M1 rounding
@@ -41,18 +49,17 @@
 namespace kvlab::gpu::append_encode {
 
 // ------------------------------------------------------------------ FP8 via a reciprocal
-constexpr float kFp8Lo = 1.0f - 0x1p-21f;  // exact
-constexpr float kFp8Hi = 1.0f + 0x1p-21f;  // exact
 constexpr float kFp8QMax = 0x1p100f;
+constexpr float kFp8SMin = 0x1p-70f, kFp8SMax = 0x1p125f;
 
-// RN(1/s), valid (ok) when s and 1/s are normal; otherwise the exact path is taken.
+// RN(1/s), valid (ok) when 2^-70 <= |s| <= 2^125; otherwise the exact path is taken.
 struct Fp8Recip {
   float y;
   bool ok;
 };
 KVLAB_HD Fp8Recip fp8_recip(float s) {
   const float a = scale_detail::abs_bits(s);
-  const bool ok = a >= 0x1p-125f && a <= 0x1p125f;  // false for NaN
+  const bool ok = a >= kFp8SMin && a <= kFp8SMax;  // false for NaN
 #if defined(__CUDA_ARCH__)
   return {ok ? __frcp_rn(s) : 0.0f, ok};
 #else
@@ -60,8 +67,28 @@ KVLAB_HD Fp8Recip fp8_recip(float s) {
 #endif
 }
 
-// The satfinite codes of a (low byte) and b (high byte); any input (the caller discards
-// the result of a non-finite one).
+KVLAB_HD float fma_rn(float a, float b, float c) {
+#if defined(__CUDA_ARCH__)
+  return __fmaf_rn(a, b, c);
+#else
+  return std::fma(a, b, c);
+#endif
+}
+
+// RN(x / s) for y = fp8_recip(s).y (see the header; below 2^-30 only its sign and its being
+// tiny are exact, which is all the FP8 code needs). Clears `ok` when the caller must take
+// the exact path instead (|x / s| >= ~2^100, NaN, Inf).
+KVLAB_HD float fp8_quotient(float x, float s, float y, bool& ok) {
+  const float q0 = scale_detail::mul_rn(x, y);
+  ok = ok && scale_detail::abs_bits(q0) < kFp8QMax;  // false for NaN
+  float q = fma_rn(fma_rn(-q0, s, x), y, q0);
+  q = fma_rn(fma_rn(-q, s, x), y, q);
+  return fmt_detail::bits_f32((fmt_detail::f32_bits(q) & 0x7FFFFFFFu) | (fmt_detail::f32_bits(q0) & 0x80000000u));
+}
+
+// The satfinite codes of a (low byte) and b (high byte) for finite a, b (NaN / Inf take
+// the caller's exact path). On the device one hardware cvt (RNE, satfinite: formats.h's
+// kSatFinite encoder for finite values).
 KVLAB_HD uint32_t fp8x2_satfinite(float a, float b, bool e5m2) {
 #if defined(__CUDA_ARCH__)
   return static_cast<uint32_t>(__nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE, e5m2 ? __NV_E5M2 : __NV_E4M3)) &
@@ -73,15 +100,24 @@ KVLAB_HD uint32_t fp8x2_satfinite(float a, float b, bool e5m2) {
 #endif
 }
 
-// The code of x / s (y = RN(1/s) from fp8_recip). Accumulates into `miss` a nonzero low
-// byte and clears `ok` when this element must take the exact path instead.
-KVLAB_HD uint32_t fp8_code_recip(float x, float y, bool e5m2, uint32_t& miss, bool& ok) {
-  const float q0 = scale_detail::mul_rn(x, y);
-  const float lo = scale_detail::mul_rn(q0, kFp8Lo), hi = scale_detail::mul_rn(q0, kFp8Hi);
-  ok = ok && scale_detail::abs_bits(q0) < kFp8QMax;  // false for NaN
-  const uint32_t c = fp8x2_satfinite(lo, hi, e5m2);
-  miss |= c ^ (c >> 8);  // low byte nonzero: the two codes differ
-  return c & 0xFFu;
+// The codes of x0 / s (low byte) and x1 / s (high byte); clears `ok` when the pair must
+// take the exact path (then the returned bits are meaningless).
+KVLAB_HD uint32_t fp8x2_code_recip(float x0, float x1, float s, float y, bool e5m2, bool& ok) {
+  const float q0 = fp8_quotient(x0, s, y, ok), q1 = fp8_quotient(x1, s, y, ok);
+  return fp8x2_satfinite(q0, q1, e5m2);
+}
+
+// ------------------------------------------------------------------ amax of 16 elements
+// amax_accumulate folded from 0 over x[0..15], bit for bit: |x| as integers (the order of
+// non-negative floats, NaN above +Inf), then the canonical NaN if any element was NaN.
+// One LOP + one integer max per element instead of two NaN tests, a compare and a select.
+KVLAB_HD float amax16(const float (&x)[16]) {
+  uint32_t m = 0;
+  for (int i = 0; i < 16; ++i) {  // unrolled by nvcc (constant trip count)
+    const uint32_t a = fmt_detail::f32_bits(x[i]) & 0x7FFFFFFFu;
+    m = a > m ? a : m;
+  }
+  return m > 0x7F800000u ? scale_detail::nan_f32() : fmt_detail::bits_f32(m);
 }
 
 // ------------------------------------------------------------------ FP4 E2M1 thresholds
@@ -109,11 +145,31 @@ struct E2m1Thresholds {
   bool ok;             // false: div < 0 or infinite: the caller takes the exact path
 };
 
+// m_k = e2m1_mid_hi(k) + e2m1_mid_lo(k): a value of <= 3 bits and a power of two.
+KVLAB_HD constexpr float e2m1_mid_hi(int k) {
+  return k == 0 ? 0.25f : k == 1 ? 0.75f : k == 2 ? 1.25f : k == 3 ? 1.75f : k == 4 ? 2.5f : k == 5 ? 3.5f : 5.0f;
+}
+KVLAB_HD constexpr float e2m1_mid_lo(int k) {
+  return k == 0 ? 0x1p-26f : k == 1 ? -0x1p-25f : k == 2 ? 0x1p-24f : k == 3 ? -0x1p-24f : k == 4 ? 0x1p-23f : k == 5 ? -0x1p-23f
+                                                                                                                     : 0x1p-22f;
+}
+
 KVLAB_HD E2m1Thresholds e2m1_thresholds(float div) {
   E2m1Thresholds th{};
   th.nan_codes = scale_detail::is_nan(div) ? 0x7u : 0u;
   th.ok = th.nan_codes != 0 || (div >= 0.0f && div <= 0x1.fffffep127f);
   const bool zero = !(div > 0.0f);  // 0 (x * 0 = signed zero) or NaN (codes replaced)
+#if defined(__CUDA_ARCH__)
+  // On the device without FP64: div * m_k = div * hi_k + div * lo_k, the second product
+  // exact (a power of two, div >= 2^-99 keeps it normal), and one FMA rounding down gives
+  // RD of the exact sum, the same real number as the FP64 product (F2F.F64 conversions run
+  // at 1/8 of the FP32 rate on sm_90).
+  if (div >= 0x1p-99f && div <= 0x1p125f) {
+#pragma unroll
+    for (int k = 0; k < 7; ++k) th.t[k] = __fmaf_rd(div, e2m1_mid_hi(k), div * e2m1_mid_lo(k));
+    return th;
+  }
+#endif
   for (int k = 0; k < 7; ++k) th.t[k] = zero ? INFINITY : mul_rd_mid(div, e2m1_mid(k));
   return th;
 }

@@ -193,8 +193,9 @@ INSTANTIATE_TEST_SUITE_P(All, AppendExact,
 // midpoint) for the pool-scale and per-token FP8 formats, and of div x (every E2M1 value and
 // rounding boundary) for NVFP4 / MXFP4, with each row's or group's amax pinned by its first
 // element so that the scale the kernel derives is the one the values were placed against.
-// These are exactly the inputs where the cheap FP8 bracket declines (the exact path runs)
-// and where an off-by-one E2M1 threshold would show. Byte-exact against the reference.
+// These are exactly the inputs where an inexact FP8 quotient or an off-by-one E2M1
+// threshold would show; also rounded to bf16 (FP4 from bf16 compares in bf16). Byte-exact
+// against the reference.
 std::vector<uint8_t> boundary_input(const AppendCase& c, float pool_scale, uint64_t salt) {
   const int H = c.g.num_kv_heads, D = c.g.head_dim;
   const KvFormat f = c.g.format;
@@ -260,12 +261,57 @@ TEST_P(AppendBoundary, RoundingBoundariesAreByteExact) {
     c.v_in = boundary_input(c, c.v_scale, 2);
     check_append(c);
   }
+  // The same points rounded to bf16 (the packed-bf16 FP4 encoder compares against the
+  // thresholds rounded down to bf16): the bf16 neighbours of every boundary.
+  for (const auto& [d, bs] : std::vector<std::pair<int, int>>{{128, 16}, {64, 5}}) {
+    AppendCase c = make_case(f, KvLayout::kNHD, DType::kBF16, d, bs, "append.boundary_bf16." + to_string(f) + ".d" + std::to_string(d));
+    auto to_bf16 = [](const std::vector<uint8_t>& f32) {
+      std::vector<uint8_t> out(f32.size() / 2);
+      for (size_t i = 0; i < f32.size() / 4; ++i) {
+        float v;
+        std::memcpy(&v, f32.data() + 4 * i, 4);
+        const uint16_t b = float_to_bf16_bits(v, Saturation::kNonSaturating);
+        std::memcpy(out.data() + 2 * i, &b, 2);
+      }
+      return out;
+    };
+    c.k_in = to_bf16(boundary_input(c, c.k_scale, 1));
+    c.v_in = to_bf16(boundary_input(c, c.v_scale, 2));
+    check_append(c);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(All, AppendBoundary,
                          ::testing::Values(KvFormat::kFP8E4M3, KvFormat::kFP8E5M2, KvFormat::kFP8E4M3PerToken, KvFormat::kNVFP4,
                                            KvFormat::kMXFP4, KvFormat::kBF16),
                          [](const ::testing::TestParamInfo<KvFormat>& i) { return to_string(i.param); });
+
+// Pool scales that pick the vector path's branches: 0.05 (the P9 bench's scale: bf16
+// inputs give quotients next to 25 * 2^k, FP8 rounding boundaries), the FP8 encoder's
+// accepted range ends 2^-70 and 2^125 (every quotient there is tiny or saturates), 2^-75
+// (outside: every thread takes the exact path), and NVFP4 tensor scales whose divisors fall
+// below 2^-99 (the FP64 threshold path). bf16 input, NHD; byte-exact against the reference.
+class AppendPoolScale : public ::testing::TestWithParam<std::tuple<KvFormat, float>> {};
+
+TEST_P(AppendPoolScale, EveryEncoderBranchIsByteExact) {
+  KVLAB_SKIP_WITHOUT_GPU();
+  const auto [f, s] = GetParam();
+  char name[96];
+  std::snprintf(name, sizeof name, "append.pool_scale.%s.%a", to_string(f).c_str(), s);
+  AppendCase c = make_case(f, KvLayout::kNHD, DType::kBF16, 128, 16, name);
+  c.k_scale = s;
+  c.v_scale = s * 0.75f;
+  check_append(c);
+}
+
+INSTANTIATE_TEST_SUITE_P(All, AppendPoolScale,
+                         ::testing::Values(std::make_tuple(KvFormat::kFP8E4M3, 0.05f), std::make_tuple(KvFormat::kFP8E5M2, 0.05f),
+                                           std::make_tuple(KvFormat::kFP8E4M3, 0x1p-70f), std::make_tuple(KvFormat::kFP8E4M3, 0x1p125f),
+                                           std::make_tuple(KvFormat::kFP8E5M2, 0x1p-75f), std::make_tuple(KvFormat::kNVFP4, 0.05f),
+                                           std::make_tuple(KvFormat::kNVFP4, 1e-33f)),
+                         [](const ::testing::TestParamInfo<std::tuple<KvFormat, float>>& i) {
+                           return to_string(std::get<0>(i.param)) + "_" + std::to_string(i.index);
+                         });
 
 template <class E>
 void expect_throw_containing(const std::function<void()>& f, const std::string& needle) {
