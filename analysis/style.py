@@ -299,8 +299,7 @@ def _spread(vals, n: int) -> list:
 def plain_log(axis):
     """A base-10 log axis labelled 0.1, 1, 10, 100 instead of 10^-1..10^2."""
     axis.set_major_formatter(mticker.FuncFormatter(_plain))
-    axis.set_minor_formatter(mticker.FuncFormatter(lambda x, _p: _plain(x) if _sparse_minor(axis) and
-                                                   _is_2_or_5(x) else ""))
+    axis.set_minor_formatter(mticker.FuncFormatter(lambda x, _p: _plain(x) if _minor_labelled(axis, x) else ""))
 
 
 def _is_2_or_5(x) -> bool:
@@ -308,6 +307,18 @@ def _is_2_or_5(x) -> bool:
         return False
     m = x / 10 ** math.floor(math.log10(x) + 1e-9)
     return abs(m - 2) < 1e-6 or abs(m - 5) < 1e-6
+
+
+def _minor_labelled(axis, x) -> bool:
+    """Below ~1.5 decades the 2s and 5s are labelled too; below one decade also the 3s and 7s
+    (else a panel can show a single labelled tick)."""
+    lo, hi = axis.get_view_interval()
+    if not (lo > 0 and x > 0):
+        return False
+    if hi / lo < 10:
+        m = x / 10 ** math.floor(math.log10(x) + 1e-9)
+        return any(abs(m - k) < 1e-6 for k in (2, 3, 5, 7))
+    return _sparse_minor(axis) and _is_2_or_5(x)
 
 
 def _sparse_minor(axis) -> bool:
