@@ -275,6 +275,14 @@ std::vector<BenchPoint> suite(const std::string& name) {
     }
     layout = KvLayout::kNHD;
   }
+  if (name == "small") {  // the latency-bound target shapes (TUNING.md step 6), plus P1 64 x 8k as a check
+    for (KvFormat f : {bf, f8}) {
+      add("P2", 1, 32768, f), add("P3", 8, 2048, f), add("P3", 8, 8192, f), add("P3", 16, 2048, f);
+      add("P1", 64, 8192, f);
+    }
+    add("P8", 1, 512, bf, 4, 16, false, true);
+  }
+  if (name == "none") return v;  // --append alone
   if (name == "profile") {  // one FP8 and one BF16 P1 point, for ncu
     add("P1", 64, 8192, f8), add("P1", 64, 8192, bf);
   }
@@ -283,7 +291,7 @@ std::vector<BenchPoint> suite(const std::string& name) {
       for (int b : {1, 4, 16, 64, 256})
         for (int ctx : {512, 2048, 8192, 32768, 131072}) add("grid", b, ctx, f);
   }
-  KVLAB_REQUIRE(!v.empty(), "unknown suite '" << name << "' (targets, grid, all, profile)");
+  KVLAB_REQUIRE(!v.empty(), "unknown suite '" << name << "' (targets, grid, all, small, none, profile)");
   return v;
 }
 
@@ -499,7 +507,8 @@ void write_csv(const std::string& path, const std::vector<BenchRow>& rows, const
 // a shuffled set of slots; bytes = input read + storage and scales written.
 void time_append(const Bench& b, uint64_t seed, std::vector<std::string>* lines, std::vector<BenchRow>* rows) {
   const int tokens = 65536, bs = 16;
-  for (KvFormat f : {KvFormat::kBF16, KvFormat::kFP8E4M3, KvFormat::kFP8E4M3PerToken, KvFormat::kNVFP4}) {
+  for (KvFormat f : {KvFormat::kBF16, KvFormat::kFP8E4M3, KvFormat::kFP8E5M2, KvFormat::kFP8E4M3PerToken, KvFormat::kNVFP4,
+                     KvFormat::kMXFP4}) {
     PageGeometry g;
     g.layout = KvLayout::kNHD, g.format = f, g.num_kv_heads = kKvHeads, g.head_dim = kHeadDim, g.block_size = bs;
     g.num_blocks = tokens / bs;
@@ -589,7 +598,7 @@ int main(int argc, char** argv) {
   double max_gib = 24;
   desc.add_options()("help", "this text")("validate", "print the version x format error table")(
       "time", "time versions (--versions) on a suite of points (--suite), validated first; prints a table")(
-      "suite", po::value<std::string>(&suite_name), "targets (DESIGN.md P1-P8 shapes), grid (batch x context x format), all, profile (P1 fp8 + bf16)")(
+      "suite", po::value<std::string>(&suite_name), "targets (DESIGN.md P1-P8 shapes), grid (batch x context x format), all, small (latency-bound targets + P1 64x8k), none (with --append: P9 only), profile (P1 fp8 + bf16)")(
       "versions", po::value<std::string>(&versions),
       "comma list of version ids; v4+ plan variants as ID:waves=N, ID:chunk=MiB, ID:nopdl (default 3,4)")(
       "csv", po::value<std::string>(&csv), "write every row to this CSV file (rewritten after each point)")(

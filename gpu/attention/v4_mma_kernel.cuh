@@ -175,12 +175,58 @@ __device__ __forceinline__ void decode4(uint32_t w, float (&f)[4]) {
   }
 }
 
+// Tokens per lane of a warp tile's block-table prefetch (lane i: tokens i, i + 32, ...).
+template <class Cfg, int D, KvElem E>
+KVLAB_HD constexpr int v4_tpl() {
+  return (v4_smem<Cfg>(D, E).warp_tile + kWarpSize - 1) / kWarpSize;
+}
+
+// What a block loads before it knows its sequence length (TUNING.md, step 6): the raw Q
+// slice of this thread and the block-table entries of its warp's first tile. A split's
+// token range starts at split * chunk_tokens whatever the length, so these loads go out
+// together with the length's instead of one round trip after it; entries past the length
+// are never used (load_tile checks tok < end), and the table row is read only inside
+// [0, max_blocks_per_seq).
+template <class Cfg, int D, KvElem E>
+struct V4Startup {
+  uint2 q[D / 64];               // this thread's D/16 Q elements as 16-bit pairs (load_act_n order)
+  int pages[v4_tpl<Cfg, D, E>()];  // table entries of tokens start + warp * warp_tile + lane (+32)
+};
+
+template <class Cfg, int D, KvElem E>
+__device__ __forceinline__ void v4_startup_loads(const V4Params& p, int seq, int kv_head, int qtile, int start,
+                                                 V4Startup<Cfg, D, E>& su) {
+  constexpr int kWT = v4_smem<Cfg>(D, E).warp_tile;
+  constexpr int kQE = D / 16;
+  const int tid = threadIdx.x, warp = tid / kWarpSize, lane = tid % kWarpSize;
+  const int hl = tid >> 4, part = tid & 15;
+  const int gl = qtile * kHeadsPerBlock + hl;
+#pragma unroll
+  for (int i = 0; i < D / 64; ++i) su.q[i] = make_uint2(0u, 0u);
+  if (gl < p.group_size) {
+    const int64_t base = (static_cast<int64_t>(seq) * p.num_qo_heads + kv_head * p.group_size + gl) * D + part * kQE;
+    const uint16_t* src = static_cast<const uint16_t*>(p.q) + base;
+#pragma unroll
+    for (int i = 0; i < D / 64; ++i) su.q[i] = *reinterpret_cast<const uint2*>(src + 4 * i);
+  }
+  const int32_t* table = p.block_table + static_cast<int64_t>(seq) * p.max_blocks_per_seq;
+  const int64_t limit = min(static_cast<int64_t>(start) + p.chunk_tokens,
+                            min(static_cast<int64_t>(p.seq_len_bound),
+                                static_cast<int64_t>(p.max_blocks_per_seq) * p.geom.block_size));
+#pragma unroll
+  for (int u = 0; u < v4_tpl<Cfg, D, E>(); ++u) {
+    const int i = lane + kWarpSize * u;
+    const int64_t tok = static_cast<int64_t>(start) + static_cast<int64_t>(warp) * kWT + i;
+    su.pages[u] = (i < kWT && tok < limit) ? __ldg(table + tok / p.geom.block_size) : -1;
+  }
+}
+
 // The block body of one (sequence, KV head, query tile, split), for one operand flavour:
 // kQkF16 / kPvF16 select f16 or bf16 mma operands for Q.K^T and P.V.
 // blockDim 128 (4 warps); shared memory laid out by v4_smem().
 template <class Cfg, int D, KvElem E, bool kQkF16, bool kPvF16>
 __device__ __forceinline__ void v4_block(const V4Params& p, uint8_t* smem, int seq, int kv_head, int qtile, int split,
-                                         int start, int end) {
+                                         int start, int end, const V4Startup<Cfg, D, E>& su) {
   constexpr int kBits = kv_elem_bits(E);
   constexpr bool k16 = kBits == 16;
   constexpr int kRowBytes = D * kBits / 8;
@@ -344,7 +390,9 @@ __device__ __forceinline__ void v4_block(const V4Params& p, uint8_t* smem, int s
   };
 
   // ---- pipeline prologue first: its loads fly while Q is prepared.
-  if (my_tiles > 0) fetch_pages(tile_of(0));
+  // The first tile's entries came with the start-up loads (tile_of(0) == warp).
+#pragma unroll
+  for (int u = 0; u < kTPL; ++u) pf[u] = su.pages[u];
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
     if (s < my_tiles) {
@@ -366,8 +414,13 @@ __device__ __forceinline__ void v4_block(const V4Params& p, uint8_t* smem, int s
 #pragma unroll
     for (int e = 0; e < kQE; ++e) qv[e] = 0.0f;
     if (hv) {
-      const int64_t base = (static_cast<int64_t>(seq) * p.num_qo_heads + kv_head * p.group_size + gl) * D + part * kQE;
-      load_act_n<kQE>(p.q, base, p.q_bf16, qv);
+#pragma unroll
+      for (int i = 0; i < kQE / 4; ++i) {
+        const uint2 r = su.q[i];
+        const float2 a = p.q_bf16 ? bf16x2_bits_to_float2(r.x) : fp16x2_bits_to_float2(r.x);
+        const float2 b = p.q_bf16 ? bf16x2_bits_to_float2(r.y) : fp16x2_bits_to_float2(r.y);
+        qv[4 * i] = a.x, qv[4 * i + 1] = a.y, qv[4 * i + 2] = b.x, qv[4 * i + 3] = b.y;
+      }
     }
     float pre = 1.0f, cs = p.qk_scale;
     if constexpr (kQkF16) {
@@ -713,9 +766,11 @@ __global__ void __launch_bounds__(kThreads, Cfg::min_blocks(D, E)) v4_decode_ker
   const int split = static_cast<int>(b / p.num_seqs);
   const bool single = p.num_splits == 1;
 
+  const int start = split * p.chunk_tokens;
+  V4Startup<Cfg, D, E> su;
+  v4_startup_loads<Cfg, D, E>(p, seq, kv_head, qtile, start, su);  // in flight with the length
   const int len = p.seq_lens[seq];
   const bool bad_len = len < 0 || len > p.seq_len_bound;
-  const int start = split * p.chunk_tokens;
   const int end = bad_len ? 0 : min(len, start + p.chunk_tokens);
   if (bad_len || start >= end) {
     // Single split: NaN rows for a bad length, zero rows / -inf for an empty sequence.
@@ -734,114 +789,133 @@ __global__ void __launch_bounds__(kThreads, Cfg::min_blocks(D, E)) v4_decode_ker
     return;
   }
   if constexpr (E == KvElem::kBF16) {
-    v4_block<Cfg, D, E, false, false>(p, smem, seq, kv_head, qtile, split, start, end);
+    v4_block<Cfg, D, E, false, false>(p, smem, seq, kv_head, qtile, split, start, end, su);
   } else if constexpr (E == KvElem::kFP16 || E == KvElem::kE5M2 || Cfg::kPoolOnly) {
-    v4_block<Cfg, D, E, true, true>(p, smem, seq, kv_head, qtile, split, start, end);
+    v4_block<Cfg, D, E, true, true>(p, smem, seq, kv_head, qtile, split, start, end, su);
   } else if constexpr (E == KvElem::kE4M3) {
-    if (p.mode == ScaleMode::kPerToken) v4_block<Cfg, D, E, true, false>(p, smem, seq, kv_head, qtile, split, start, end);
-    else v4_block<Cfg, D, E, true, true>(p, smem, seq, kv_head, qtile, split, start, end);
+    if (p.mode == ScaleMode::kPerToken) v4_block<Cfg, D, E, true, false>(p, smem, seq, kv_head, qtile, split, start, end, su);
+    else v4_block<Cfg, D, E, true, true>(p, smem, seq, kv_head, qtile, split, start, end, su);
   } else {
-    if (p.mode == ScaleMode::kMx) v4_block<Cfg, D, E, false, false>(p, smem, seq, kv_head, qtile, split, start, end);
-    else v4_block<Cfg, D, E, true, true>(p, smem, seq, kv_head, qtile, split, start, end);
+    if (p.mode == ScaleMode::kMx) v4_block<Cfg, D, E, false, false>(p, smem, seq, kv_head, qtile, split, start, end, su);
+    else v4_block<Cfg, D, E, true, true>(p, smem, seq, kv_head, qtile, split, start, end, su);
   }
 }
 
 // grid = rows (one block per (sequence, query head) row), 128 threads.
 // o = sum_i exp(lse_i - M) o_i / sum_i exp(lse_i - M); lse = M + log(sum_i exp(lse_i - M)).
-// The 4 warps take every 4th split and keep 4 partial loads in flight each (a loop with
-// one load per iteration would pay the L2 latency once per split: ~10 us at 64 splits);
-// lane l holds dims 4l..4l+3 (+128 for head_dim 256); shared memory combines the warps.
+// Warp w takes splits w, w + 4, ... in batches of kMergeBatch, each batch's partial rows
+// AND their lse values loaded at once (and the first batch together with the sequence
+// length: split slots past the length are read but never used), with a running
+// per-warp max (online-softmax rescaling); shared memory combines the 4 warps' (max, sum,
+// o). One L2 round trip per batch instead of the lse pass, the max, then the partials.
+// Lane l holds dims 4l..4l+3 (+128 for head_dim 256).
+constexpr int kMergeBatch = 8;
 __global__ void __launch_bounds__(kMergeWarps* kWarpSize) v4_merge_kernel(const V4Params p) {
   __shared__ float4 red[kMergeWarps][2][kWarpSize];  // [warp][dims half][lane]
+  __shared__ float red_m[kMergeWarps], red_s[kMergeWarps];
+  __shared__ int red_bad[kMergeWarps];
   mma::pdl_wait();  // the split kernel has completed and its partials are visible
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
   const int64_t row = blockIdx.x;
   const int seq = static_cast<int>(row / p.num_qo_heads);
   const int D = p.geom.head_dim;
-  const int len = p.seq_lens[seq];
+  const int halves = (D + 4 * kWarpSize - 1) / (4 * kWarpSize);
+  const bool lane_live = lane * 4 < D;
+  const float* lse_in = p.partial_lse + row * p.num_splits;
+  const float* po = p.partial_o + row * p.num_splits * static_cast<int64_t>(D);
   auto store4 = [&](int d, float a, float b, float c, float e) {
     const uint32_t w0 = static_cast<uint32_t>(round_act(a, p.q_bf16)) | (static_cast<uint32_t>(round_act(b, p.q_bf16)) << 16);
     const uint32_t w1 = static_cast<uint32_t>(round_act(c, p.q_bf16)) | (static_cast<uint32_t>(round_act(e, p.q_bf16)) << 16);
     *reinterpret_cast<uint2*>(static_cast<uint16_t*>(p.o) + row * D + d) = make_uint2(w0, w1);
   };
-  if (len < 0 || len > p.seq_len_bound) {
-    if (warp == 0) {
-      for (int d = lane * 4; d < D; d += 4 * kWarpSize) store4(d, NAN, NAN, NAN, NAN);
-      if (lane == 0 && p.lse) p.lse[row] = NAN;
-    }
-    return;
-  }
-  const int n = (len + p.chunk_tokens - 1) / p.chunk_tokens;
-  if (n == 0) {
-    if (warp == 0) {
-      for (int d = lane * 4; d < D; d += 4 * kWarpSize) store4(d, 0.0f, 0.0f, 0.0f, 0.0f);
-      if (lane == 0 && p.lse) p.lse[row] = -INFINITY;
-    }
-    return;
-  }
-  const float* lse_in = p.partial_lse + row * p.num_splits;
-  float mx = -INFINITY;
-  bool bad = false;
-  for (int i = lane; i < n; i += kWarpSize) {
-    const float x = lse_in[i];
-    mx = fmaxf(mx, x);
-    bad |= isnan(x);
-  }
-  mx = group_max<kWarpSize>(mx);
-  bad = __any_sync(0xFFFFFFFFu, bad);
-  float sum = 0.0f;
-  for (int i = lane; i < n; i += kWarpSize) sum += exp_diff(lse_in[i], mx);
-  sum = group_sum<kWarpSize>(sum);
-  // This warp's splits: i = warp, warp + 4, ...; dims 4*lane (+128).
-  const float* po = p.partial_o + row * p.num_splits * static_cast<int64_t>(D);
+  float mw = -INFINITY, sw = 0.0f;  // this warp's running max and sum of exp(lse - mw)
   float4 acc[2] = {make_float4(0.0f, 0.0f, 0.0f, 0.0f), make_float4(0.0f, 0.0f, 0.0f, 0.0f)};
-  const int halves = (D + 4 * kWarpSize - 1) / (4 * kWarpSize);
-  const bool lane_live = lane * 4 < D;
-  int i = warp;
-  for (; i + 3 * kMergeWarps < n; i += 4 * kMergeWarps) {
+  bool bad = false;
+  int n = -1;  // splits holding tokens; known after the first batch's loads
+  for (int i0 = warp; i0 < p.num_splits; i0 += kMergeWarps * kMergeBatch) {
+    float4 x[kMergeBatch][2];
+    float l[kMergeBatch];
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      if (h >= halves || !lane_live) continue;
-      const int d = lane * 4 + h * 4 * kWarpSize;
-      float4 x[4];
-      float w[4];
+    for (int u = 0; u < kMergeBatch; ++u) {
+      const int i = i0 + u * kMergeWarps;
+      const bool in = i < p.num_splits;
+      l[u] = in ? lse_in[i] : -INFINITY;
 #pragma unroll
-      for (int u = 0; u < 4; ++u) x[u] = *reinterpret_cast<const float4*>(po + static_cast<int64_t>(i + u * kMergeWarps) * D + d);
+      for (int h = 0; h < 2; ++h)
+        x[u][h] = (in && h < halves && lane_live)
+                      ? *reinterpret_cast<const float4*>(po + static_cast<int64_t>(i) * D + lane * 4 + h * 4 * kWarpSize)
+                      : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+    if (n < 0) {
+      const int len = p.seq_lens[seq];
+      n = (len < 0 || len > p.seq_len_bound) ? -2 : (len + p.chunk_tokens - 1) / p.chunk_tokens;
+      if (n < 0) break;
+    }
+    float bm = mw;
 #pragma unroll
-      for (int u = 0; u < 4; ++u) w[u] = exp_diff(lse_in[i + u * kMergeWarps], mx);
-#pragma unroll
-      for (int u = 0; u < 4; ++u) {
-        acc[h].x += w[u] * x[u].x, acc[h].y += w[u] * x[u].y, acc[h].z += w[u] * x[u].z, acc[h].w += w[u] * x[u].w;
+    for (int u = 0; u < kMergeBatch; ++u) {
+      const int i = i0 + u * kMergeWarps;
+      if (i < n) {
+        bm = fmaxf(bm, l[u]);
+        bad |= isnan(l[u]);
       }
     }
-  }
-  for (; i < n; i += kMergeWarps) {
-    const float w = exp_diff(lse_in[i], mx);
+    if (bm == -INFINITY) continue;  // nothing valid yet (n reached, or every lse -inf)
+    const float r = exp_diff(mw, bm);  // rescale what this warp holds (0 when mw = -inf)
+    sw *= r;
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      if (h >= halves || !lane_live) continue;
-      const float4 x = *reinterpret_cast<const float4*>(po + static_cast<int64_t>(i) * D + lane * 4 + h * 4 * kWarpSize);
-      acc[h].x += w * x.x, acc[h].y += w * x.y, acc[h].z += w * x.z, acc[h].w += w * x.w;
+    for (int h = 0; h < 2; ++h) acc[h].x *= r, acc[h].y *= r, acc[h].z *= r, acc[h].w *= r;
+#pragma unroll
+    for (int u = 0; u < kMergeBatch; ++u) {
+      const int i = i0 + u * kMergeWarps;
+      const float w = i < n ? exp_diff(l[u], bm) : 0.0f;
+      if (i < n) {
+        sw += w;
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+          acc[h].x += w * x[u][h].x, acc[h].y += w * x[u][h].y, acc[h].z += w * x[u][h].z, acc[h].w += w * x[u][h].w;
+      }
     }
+    mw = bm;
+  }
+  if (n < 0) {  // the first batch never ran (num_splits < warp) or a bad length
+    const int len = p.seq_lens[seq];
+    n = (len < 0 || len > p.seq_len_bound) ? -2 : (len + p.chunk_tokens - 1) / p.chunk_tokens;
+  }
+  if (n == -2 || n == 0) {
+    if (warp == 0) {
+      const float v = n == -2 ? NAN : 0.0f;
+      for (int d = lane * 4; d < D; d += 4 * kWarpSize) store4(d, v, v, v, v);
+      if (lane == 0 && p.lse) p.lse[row] = n == -2 ? NAN : -INFINITY;
+    }
+    return;
   }
   red[warp][0][lane] = acc[0];
   red[warp][1][lane] = acc[1];
+  if (lane == 0) red_m[warp] = mw, red_s[warp] = sw, red_bad[warp] = bad;
   __syncthreads();
   if (warp != 0) return;
+  float mx = -INFINITY, sum = 0.0f;
+  bool any_bad = false;
+#pragma unroll
+  for (int w = 0; w < kMergeWarps; ++w) mx = fmaxf(mx, red_m[w]), any_bad |= red_bad[w] != 0;
+  float sc[kMergeWarps];
+#pragma unroll
+  for (int w = 0; w < kMergeWarps; ++w) sc[w] = exp_diff(red_m[w], mx), sum += sc[w] * red_s[w];
   const float inv = 1.0f / sum;
   for (int h = 0; h < halves; ++h) {
     if (!lane_live) break;
-    float4 t = red[0][h][lane];
+    float4 t = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll
-    for (int w = 1; w < kMergeWarps; ++w) {
+    for (int w = 0; w < kMergeWarps; ++w) {
       const float4 y = red[w][h][lane];
-      t.x += y.x, t.y += y.y, t.z += y.z, t.w += y.w;
+      t.x += sc[w] * y.x, t.y += sc[w] * y.y, t.z += sc[w] * y.z, t.w += sc[w] * y.w;
     }
     const int d = lane * 4 + h * 4 * kWarpSize;
-    if (bad) store4(d, NAN, NAN, NAN, NAN);
+    if (any_bad) store4(d, NAN, NAN, NAN, NAN);
     else store4(d, t.x * inv, t.y * inv, t.z * inv, t.w * inv);
   }
-  if (lane == 0 && p.lse) p.lse[row] = bad ? NAN : mx + logf(sum);
+  if (lane == 0 && p.lse) p.lse[row] = any_bad ? NAN : mx + logf(sum);
 }
 
 // ------------------------------------------------------------------ host side

@@ -18,7 +18,8 @@
 // ([.., head_dim, block_size]) a byte holds two *slots*, i.e. two tokens written by
 // different blocks, so each lane clears and sets its own nibble with atomicAnd/atomicOr
 // on the enclosing 32-bit word (the other nibble is never touched).
-// Input dtype (bf16 / f16 / f32) is the only template parameter: 3 instances.
+// Row path: the input dtype (bf16 / f16 / f32) is the only template parameter (3 instances);
+// vector path: input dtype x {16-bit, FP8, FP4} (9 instances).
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
 #include <thrust/copy.h>
@@ -37,6 +38,7 @@
 #include "gpu/core/cuda_check.h"
 #include "gpu/dispatch.cuh"
 #include "gpu/quant/append.h"
+#include "gpu/quant/append_encode.h"
 #include "reference/layout/layout_names.h"
 #include "reference/quant/append.h"
 #include "reference/quant/scale_rules.h"
@@ -173,26 +175,38 @@ __global__ void __launch_bounds__(kAppendThreads) append_kv_kernel(const AppendP
 
 // ------------------------------------------------------------------ vector path (P9)
 // Rows stored contiguously (NHD, HND: element d of a row at row base + d) take this path:
-// a row of head_dim elements is handled by head_dim / 8 threads, 8 consecutive elements
-// each: one 16-byte load of bf16/f16 input (two of f32), one 16/8/4-byte store of the
-// 16-bit / FP8 / FP4 codes, so every warp moves whole 16-byte chunks instead of the row
-// path's 2-byte lane accesses (TUNING.md, P9). The codes and scales come from the same
-// KVLAB_HD functions as write_row, in the same per-element form, so the bytes are the
-// same; the amax reductions run over the row's (per-token FP8), the group's (NVFP4: 2
-// threads, MXFP4: 4 threads) threads with the order-independent amax_accumulate.
+// a row of head_dim elements is handled by head_dim / 16 threads, 16 consecutive elements
+// each: two 16-byte loads of bf16/f16 input (four of f32) in flight, one 32/16/8-byte store
+// of the 16-bit / FP8 / FP4 codes. One kernel per (input dtype, format class), so each
+// class gets its own registers and no other class's code.
+// The element codes are the reference's (quantize_element with kSatFinite / kEncoder)
+// without its per-element IEEE division (append_encode.h says why each is exact):
+//   FP8 (pool or per-token scale): x * RN(1/s) bracketed by +-2^-21 and both ends converted
+//     by the hardware in one cvt; equal codes are the answer, a thread whose bracket straddles
+//     a rounding boundary (or holds NaN / Inf / huge values) redoes its 16 elements exactly;
+//   FP4 (NVFP4 16-element groups: one thread; MXFP4 32: two): the E2M1 code is the number of
+//     the group's 7 thresholds RD(div * m_k) below |x| (7 compares, no division).
+// Scales come from the same scale_rules.h functions as the reference (kv_fp8_token_scale,
+// kv_fp4_block_scale); the amax over a row's (per-token FP8: D/16 threads) or group's threads
+// uses the order-independent amax_accumulate.
 // Row r of the grid-stride loop: token r / (2H), K (r % 2H < H) or V, head r % H.
-constexpr int kVecElems = 8;
+constexpr int kVecElems = 16;
+
+enum class VecClass { k16Bit, kFp8, kFp4 };
 
 template <typename TIn>
-__device__ __forceinline__ void load8(const TIn* x, float (&f)[kVecElems]) {
+__device__ __forceinline__ void load16(const TIn* x, float (&f)[kVecElems]) {
   if constexpr (sizeof(TIn) == 4) {
-    const float4 a = *reinterpret_cast<const float4*>(x), b = *reinterpret_cast<const float4*>(x + 4);
-    f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w, f[4] = b.x, f[5] = b.y, f[6] = b.z, f[7] = b.w;
-  } else {
-    const uint4 r = *reinterpret_cast<const uint4*>(x);
-    const uint32_t w[4] = {r.x, r.y, r.z, r.w};
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
+    for (int i = 0; i < kVecElems; i += 4) {
+      const float4 a = *reinterpret_cast<const float4*>(x + i);
+      f[i] = a.x, f[i + 1] = a.y, f[i + 2] = a.z, f[i + 3] = a.w;
+    }
+  } else {
+    const uint4 r0 = *reinterpret_cast<const uint4*>(x), r1 = *reinterpret_cast<const uint4*>(x + 8);
+    const uint32_t w[8] = {r0.x, r0.y, r0.z, r0.w, r1.x, r1.y, r1.z, r1.w};
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
       const uint16_t lo = static_cast<uint16_t>(w[i] & 0xFFFFu), hi = static_cast<uint16_t>(w[i] >> 16);
       if constexpr (std::is_same_v<TIn, __nv_bfloat16>) f[2 * i] = bf16_bits_to_float(lo), f[2 * i + 1] = bf16_bits_to_float(hi);
       else f[2 * i] = fp16_bits_to_float(lo), f[2 * i + 1] = fp16_bits_to_float(hi);
@@ -201,8 +215,7 @@ __device__ __forceinline__ void load8(const TIn* x, float (&f)[kVecElems]) {
 }
 
 // The FP8 code of y under Saturation::kSatFinite: the hardware's RNE satfinite conversion
-// for finite y (the same rounding as formats.h's encoder, one instruction for two values),
-// formats.h itself for NaN / Inf, so the bytes are the reference's in every case.
+// for finite y (the same rounding as formats.h's encoder), formats.h itself for NaN / Inf.
 __device__ __forceinline__ uint32_t fp8_code_satfinite(float y, bool e5m2) {
   if (!isfinite(y)) return e5m2 ? float_to_e5m2(y, Saturation::kSatFinite) : float_to_e4m3(y, Saturation::kSatFinite);
   const __nv_fp8x2_storage_t c = __nv_cvt_float2_to_fp8x2(make_float2(y, 0.0f), __NV_SATFINITE, e5m2 ? __NV_E5M2 : __NV_E4M3);
@@ -217,16 +230,22 @@ __device__ __forceinline__ float group_amax_n(float a, int width) {
 
 // rows = num_tokens * 2 * num_kv_heads < 2^31 and num_blocks * block_size < 2^31 (checked
 // by the launcher): 32-bit index division (a 64-bit one costs ~100 instructions a row).
-template <typename TIn>
+template <typename TIn, VecClass C>
 __global__ void __launch_bounds__(kAppendThreads) append_vec_kernel(const AppendParams p, int num_tokens) {
+  namespace ae = append_encode;
   const PageGeometry& g = p.kv.geom;
   const int D = g.head_dim, H = g.num_kv_heads;
-  const int tpr = D / kVecElems;  // threads per row: 8, 16, 32
+  const int tpr = D / kVecElems;  // threads per row: 1..32, a power of two
   const int rows_per_block = kAppendThreads / tpr;
   const int part = threadIdx.x % tpr;
   const int rows = num_tokens * 2 * H;
   const uint32_t num_slots = static_cast<uint32_t>(g.num_blocks * g.block_size);
   const uint32_t two_h = static_cast<uint32_t>(2 * H), bsz = static_cast<uint32_t>(g.block_size);
+  const bool e5 = g.format == KvFormat::kFP8E5M2;
+  const bool per_token = g.format == KvFormat::kFP8E4M3PerToken;
+  const bool nv = g.format == KvFormat::kNVFP4;
+  // Pool-scale FP8: the reciprocals of the K and V scales, once.
+  const ae::Fp8Recip rk = ae::fp8_recip(p.kv.k_scale), rv = ae::fp8_recip(p.kv.v_scale);
   // Whole warps iterate together (the amax shuffles need every lane of a group).
   for (int r0 = blockIdx.x * rows_per_block; r0 < rows; r0 += gridDim.x * rows_per_block) {
     const int r = r0 + static_cast<int>(threadIdx.x) / tpr;
@@ -240,7 +259,7 @@ __global__ void __launch_bounds__(kAppendThreads) append_vec_kernel(const Append
     const bool ok = live && s >= 0 && s < static_cast<int64_t>(num_slots);  // padding (-1) and others: skipped
     float x[kVecElems];
     const TIn* src = static_cast<const TIn*>(is_k ? p.k : p.v) + (static_cast<int64_t>(token) * H + head) * D + part * kVecElems;
-    if (ok) load8<TIn>(src, x);
+    if (ok) load16<TIn>(src, x);
     else {
 #pragma unroll
       for (int i = 0; i < kVecElems; ++i) x[i] = 0.0f;
@@ -253,86 +272,103 @@ __global__ void __launch_bounds__(kAppendThreads) append_vec_kernel(const Append
     void* scales = is_k ? p.kv.k_scales : p.kv.v_scales;
     const float pool_scale = is_k ? p.kv.k_scale : p.kv.v_scale;
     const int64_t idx = ok ? (is_k ? g.k_index(block, head, slot, d0) : g.v_index(block, head, slot, d0)) : 0;
-    switch (g.format) {
-      case KvFormat::kBF16:
-      case KvFormat::kFP16: {
-        // Finite pairs: the hardware's RN conversion (overflow -> Inf, subnormals kept: the
-        // non-saturating rule of formats.h); NaN / Inf through formats.h itself.
-        const bool bf = g.format == KvFormat::kBF16;
-        uint32_t w[4];
+    if constexpr (C == VecClass::k16Bit) {
+      // Finite pairs: the hardware's RN conversion (overflow -> Inf, subnormals kept: the
+      // non-saturating rule of formats.h); NaN / Inf through formats.h itself.
+      const bool bf = g.format == KvFormat::kBF16;
+      uint32_t w[8];
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const float a = x[2 * i], b = x[2 * i + 1];
-          if (isfinite(a) && isfinite(b)) {
-            if (bf) {
-              const __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
-              w[i] = *reinterpret_cast<const uint32_t*>(&h);
-            } else {
-              const __half2 h = __floats2half2_rn(a, b);
-              w[i] = *reinterpret_cast<const uint32_t*>(&h);
-            }
+      for (int i = 0; i < 8; ++i) {
+        const float a = x[2 * i], b = x[2 * i + 1];
+        if (isfinite(a) && isfinite(b)) {
+          if (bf) {
+            const __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
+            w[i] = *reinterpret_cast<const uint32_t*>(&h);
           } else {
-            const uint16_t lo = bf ? float_to_bf16_bits(a, Saturation::kNonSaturating) : float_to_fp16_bits(a, Saturation::kNonSaturating);
-            const uint16_t hi = bf ? float_to_bf16_bits(b, Saturation::kNonSaturating) : float_to_fp16_bits(b, Saturation::kNonSaturating);
-            w[i] = static_cast<uint32_t>(lo) | (static_cast<uint32_t>(hi) << 16);
+            const __half2 h = __floats2half2_rn(a, b);
+            w[i] = *reinterpret_cast<const uint32_t*>(&h);
           }
+        } else {
+          const uint16_t lo = bf ? float_to_bf16_bits(a, Saturation::kNonSaturating) : float_to_fp16_bits(a, Saturation::kNonSaturating);
+          const uint16_t hi = bf ? float_to_bf16_bits(b, Saturation::kNonSaturating) : float_to_fp16_bits(b, Saturation::kNonSaturating);
+          w[i] = static_cast<uint32_t>(lo) | (static_cast<uint32_t>(hi) << 16);
         }
-        if (ok) *reinterpret_cast<uint4*>(pool + idx * 2) = make_uint4(w[0], w[1], w[2], w[3]);
-        break;
       }
-      case KvFormat::kFP8E4M3:
-      case KvFormat::kFP8E5M2:
-      case KvFormat::kFP8E4M3PerToken: {
-        ElemFormat ef = g.format == KvFormat::kFP8E5M2 ? ElemFormat::kFP8E5M2 : ElemFormat::kFP8E4M3;
-        float sc = pool_scale;
-        if (g.format == KvFormat::kFP8E4M3PerToken) {
-          float amax = 0.0f;
-#pragma unroll
-          for (int i = 0; i < kVecElems; ++i) amax = amax_accumulate(amax, x[i]);
-          amax = group_amax_n(amax, tpr);
-          sc = kv_fp8_token_scale(amax);
-          if (ok && part == 0) static_cast<float*>(scales)[g.token_scale_index(block, head, slot)] = sc;
-        }
-        // quantize_element(x, sc, ef, kSatFinite, kEncoder) with the encoder in hardware.
-        const bool e5 = ef == ElemFormat::kFP8E5M2;
-        uint32_t w[2] = {0, 0};
-#pragma unroll
-        for (int i = 0; i < kVecElems; i += 2) {
-          const float y0 = scale_for_encode(x[i], sc, ef, ElementClamp::kEncoder);
-          const float y1 = scale_for_encode(x[i + 1], sc, ef, ElementClamp::kEncoder);
-          uint32_t pair;
-          if (isfinite(y0) && isfinite(y1)) {  // one cvt for both
-            pair = static_cast<uint32_t>(__nv_cvt_float2_to_fp8x2(make_float2(y0, y1), __NV_SATFINITE, e5 ? __NV_E5M2 : __NV_E4M3)) & 0xFFFFu;
-          } else {
-            pair = fp8_code_satfinite(y0, e5) | (fp8_code_satfinite(y1, e5) << 8);
-          }
-          w[i / 4] |= pair << (8 * (i % 4));
-        }
-        if (ok) *reinterpret_cast<uint2*>(pool + idx) = make_uint2(w[0], w[1]);
-        break;
+      if (ok) {
+        uint4* dst = reinterpret_cast<uint4*>(pool + idx * 2);
+        dst[0] = make_uint4(w[0], w[1], w[2], w[3]);
+        dst[1] = make_uint4(w[4], w[5], w[6], w[7]);
       }
-      case KvFormat::kNVFP4:
-      case KvFormat::kMXFP4: {
-        const bool nv = g.format == KvFormat::kNVFP4;
+    } else if constexpr (C == VecClass::kFp8) {
+      float sc = pool_scale;
+      ae::Fp8Recip rc = is_k ? rk : rv;
+      if (per_token) {
         float amax = 0.0f;
 #pragma unroll
         for (int i = 0; i < kVecElems; ++i) amax = amax_accumulate(amax, x[i]);
-        amax = group_amax_n(amax, nv ? 2 : 4);  // 16 / 32 elements: 2 / 4 threads
-        const KvBlockScale bs = kv_fp4_block_scale(nv, amax, pool_scale);
-        const uint8_t scode = bs.code;
-        const float div = bs.div;
-        uint32_t w = 0;
+        amax = group_amax_n(amax, tpr);
+        sc = kv_fp8_token_scale(amax);
+        rc = ae::fp8_recip(sc);
+        if (ok && part == 0) static_cast<float*>(scales)[g.token_scale_index(block, head, slot)] = sc;
+      }
+      uint32_t w[4] = {0, 0, 0, 0};
+      uint32_t miss = 0;
+      bool fast = rc.ok;
+#pragma unroll
+      for (int i = 0; i < kVecElems; ++i) w[i / 4] |= ae::fp8_code_recip(x[i], rc.y, e5, miss, fast) << (8 * (i % 4));
+      if (!fast || (miss & 0xFFu) != 0) {
+        // Exact path: quantize_element(x, sc, ef, kSatFinite, kEncoder), encoder in hardware.
+        const ElemFormat ef = e5 ? ElemFormat::kFP8E5M2 : ElemFormat::kFP8E4M3;
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+          uint32_t v = 0;
+#pragma unroll
+          for (int j = 0; j < 4; ++j)
+            v |= fp8_code_satfinite(scale_for_encode(x[4 * q + j], sc, ef, ElementClamp::kEncoder), e5) << (8 * j);
+          w[q] = v;
+        }
+      }
+      if (ok) *reinterpret_cast<uint4*>(pool + idx) = make_uint4(w[0], w[1], w[2], w[3]);
+    } else {
+      float amax = 0.0f;
+#pragma unroll
+      for (int i = 0; i < kVecElems; ++i) amax = amax_accumulate(amax, x[i]);
+      if (!nv) amax = group_amax_n(amax, 2);  // MXFP4: 32 elements = 2 threads
+      const KvBlockScale bs = kv_fp4_block_scale(nv, amax, pool_scale);
+      const ae::E2m1Thresholds th = ae::e2m1_thresholds(bs.div);
+      uint32_t w[2] = {0, 0};
+      if (th.ok) {
+#pragma unroll
+        for (int i = 0; i < kVecElems; ++i) w[i / 8] |= ae::e2m1_code(x[i], th) << (4 * (i % 8));
+      } else {  // a negative or infinite divisor (pool scale): the definition itself
 #pragma unroll
         for (int i = 0; i < kVecElems; ++i)
-          w |= (quantize_element(x[i], div, ElemFormat::kFP4E2M1, Saturation::kSatFinite, ElementClamp::kEncoder) & 0xFu) << (4 * i);
-        if (ok) {
-          *reinterpret_cast<uint32_t*>(pool + (idx >> 1)) = w;  // idx even: 8 nibbles = 4 whole bytes
-          if (d0 % g.scale_group() == 0) static_cast<uint8_t*>(scales)[g.block_scale_index(block, head, slot, d0)] = scode;
-        }
-        break;
+          w[i / 8] |= (quantize_element(x[i], bs.div, ElemFormat::kFP4E2M1, Saturation::kSatFinite, ElementClamp::kEncoder) & 0xFu)
+                      << (4 * (i % 8));
+      }
+      if (ok) {
+        *reinterpret_cast<uint2*>(pool + (idx >> 1)) = make_uint2(w[0], w[1]);  // idx % 16 == 0: 8 whole bytes
+        if (d0 % g.scale_group() == 0) static_cast<uint8_t*>(scales)[g.block_scale_index(block, head, slot, d0)] = bs.code;
       }
     }
   }
+}
+
+template <typename TIn, VecClass C>
+cudaError_t launch_append_vec(const AppendParams& p, int num_tokens, cudaStream_t stream) {
+  auto kernel = append_vec_kernel<TIn, C>;
+  const int64_t rows = static_cast<int64_t>(num_tokens) * 2 * p.kv.geom.num_kv_heads;
+  const int rows_per_block = kAppendThreads / (p.kv.geom.head_dim / kVecElems);
+  // A grid of exactly the resident blocks (occupancy API) strides over the rows: every
+  // block does the same work and none waits for a second wave.
+  int dev = 0, sms = 0, per_sm = 0;
+  KVLAB_CUDA_CHECK(cudaGetDevice(&dev));
+  KVLAB_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  KVLAB_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kAppendThreads, 0));
+  const int64_t blocks =
+      std::min<int64_t>((rows + rows_per_block - 1) / rows_per_block, int64_t{std::max(per_sm, 1)} * std::max(sms, 1));
+  kernel<<<static_cast<unsigned>(blocks), kAppendThreads, 0, stream>>>(p, num_tokens);
+  return cudaGetLastError();
 }
 
 // Whether the vector path applies: contiguous rows, 16-byte aligned inputs and pools.
@@ -340,7 +376,7 @@ bool vec_path_ok(const AppendArgs& a) {
   const PageGeometry& g = a.kv.geom;
   auto al = [](const void* q, uintptr_t n) { return reinterpret_cast<uintptr_t>(q) % n == 0; };
   const int tpr = g.head_dim / kVecElems;  // threads per row: a power of two dividing the warp
-  return g.layout != KvLayout::kSplitX && g.head_dim % kVecElems == 0 && tpr <= 32 && (tpr & (tpr - 1)) == 0 &&
+  return g.layout != KvLayout::kSplitX && g.head_dim % kVecElems == 0 && tpr >= 1 && tpr <= 32 && (tpr & (tpr - 1)) == 0 &&
          static_cast<int64_t>(a.num_tokens) * 2 * g.num_kv_heads < INT32_MAX && g.num_blocks * g.block_size < INT32_MAX &&
          al(a.k, 16) && al(a.v, 16) && al(a.kv.k, 16) && al(a.kv.v, 16);
 }
@@ -410,17 +446,12 @@ void append_kv(const AppendArgs& a, cudaStream_t stream, SlotCheck check) {
   if (check == SlotCheck::kValidate) validate_append_slots(a, stream);
   AppendParams p{a.k, a.v, a.slot_mapping, a.kv};
   const bool vec = vec_path_ok(a);
+  const int bits = kv_format_bits(a.kv.geom.format);
   const cudaError_t e = KVLAB_DISPATCH_ACT_DTYPE(a.in_dtype, TIn, [&] {
     if (!vec) return launch_append<TIn>(p, a.num_tokens, stream);
-    const int64_t rows = static_cast<int64_t>(a.num_tokens) * 2 * a.kv.geom.num_kv_heads;
-    const int rows_per_block = kAppendThreads / (a.kv.geom.head_dim / kVecElems);
-    int sms = 0;  // a grid of 16 blocks per SM strides over the rows
-    int dev = 0;
-    KVLAB_CUDA_CHECK(cudaGetDevice(&dev));
-    KVLAB_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    const int64_t blocks = std::min<int64_t>((rows + rows_per_block - 1) / rows_per_block, int64_t{16} * std::max(sms, 1));
-    append_vec_kernel<TIn><<<static_cast<unsigned>(blocks), kAppendThreads, 0, stream>>>(p, a.num_tokens);
-    return cudaGetLastError();
+    if (bits == 16) return launch_append_vec<TIn, VecClass::k16Bit>(p, a.num_tokens, stream);
+    if (bits == 8) return launch_append_vec<TIn, VecClass::kFp8>(p, a.num_tokens, stream);
+    return launch_append_vec<TIn, VecClass::kFp4>(p, a.num_tokens, stream);
   });
   KVLAB_CUDA_CHECK(e);
   KVLAB_CHECK_LAUNCH();

@@ -3,12 +3,14 @@
 // of one page land in neighbouring slots, so FP4 tokens share bytes of the split-x V pool),
 // special values (NaN, Inf, zeros, values beyond the format's range, values below the amax
 // floor), pools pre-filled with a seeded byte pattern (untouched bytes must stay), two
-// successive appends into the same pages, and bad input.
+// successive appends into the same pages, bad input, and FP32 inputs placed on the rounding
+// boundaries of the vector path's division-free encoders (AppendBoundary).
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <functional>
 #include <limits>
 #include <random>
@@ -20,6 +22,7 @@
 #include "reference/layout/layout_names.h"
 #include "reference/metrics/tolerance.h"
 #include "reference/quant/append.h"
+#include "reference/quant/scale_rules.h"
 #include "tests/common/test_env.h"
 #include "tests/gpu/gpu_test_util.cuh"
 
@@ -184,6 +187,85 @@ INSTANTIATE_TEST_SUITE_P(All, AppendExact,
                            return to_string(std::get<0>(i.param)) + "_" + to_string(std::get<1>(i.param)) + "_" +
                                   to_string(std::get<2>(i.param));
                          });
+
+// Inputs on the rounding boundaries of the vector path's division-free encoders
+// (gpu/quant/append_encode.h): FP32 values within +-8 ulps of s x (every FP8 code value and
+// midpoint) for the pool-scale and per-token FP8 formats, and of div x (every E2M1 value and
+// rounding boundary) for NVFP4 / MXFP4, with each row's or group's amax pinned by its first
+// element so that the scale the kernel derives is the one the values were placed against.
+// These are exactly the inputs where the cheap FP8 bracket declines (the exact path runs)
+// and where an off-by-one E2M1 threshold would show. Byte-exact against the reference.
+std::vector<uint8_t> boundary_input(const AppendCase& c, float pool_scale, uint64_t salt) {
+  const int H = c.g.num_kv_heads, D = c.g.head_dim;
+  const KvFormat f = c.g.format;
+  std::mt19937_64 rng(c.seed ^ salt);
+  std::vector<float> x(static_cast<size_t>(c.num_tokens) * H * D);
+  auto near = [&](double centre) {
+    float v = static_cast<float>(centre);
+    const int k = static_cast<int>(rng() % 17) - 8;
+    for (int i = 0; i < (k < 0 ? -k : k); ++i) v = std::nextafter(v, k < 0 ? -INFINITY : INFINITY);
+    return (rng() & 1) ? -v : v;
+  };
+  const bool e5 = f == KvFormat::kFP8E5M2;
+  auto fp8_point = [&](double cap) {  // a code value or a midpoint, <= cap
+    for (;;) {
+      const uint32_t code = static_cast<uint32_t>(rng() % (e5 ? 0x7B : 0x7E));
+      const double v0 = e5 ? e5m2_to_float(static_cast<uint8_t>(code)) : e4m3_to_float(static_cast<uint8_t>(code));
+      const double v1 = e5 ? e5m2_to_float(static_cast<uint8_t>(code + 1)) : e4m3_to_float(static_cast<uint8_t>(code + 1));
+      const double m = (rng() & 1) ? v0 : 0.5 * (v0 + v1);
+      if (m <= cap) return m;
+    }
+  };
+  const double e2m1_pts[] = {0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 3.5, 4.0, 5.0, 6.0, 7.0};
+  for (size_t r = 0; r < x.size() / D; ++r) {
+    float* row = x.data() + r * D;
+    if (f == KvFormat::kFP8E4M3 || f == KvFormat::kFP8E5M2) {
+      for (int d = 0; d < D; ++d) row[d] = near(pool_scale * fp8_point(1e30));
+    } else if (f == KvFormat::kFP8E4M3PerToken) {
+      const float amax = 200.0f + static_cast<float>(r % 97);  // pins the row's scale
+      const float s = kv_fp8_token_scale(amax);
+      row[0] = amax;
+      for (int d = 1; d < D; ++d) row[d] = near(s * fp8_point(400.0));
+    } else if (f == KvFormat::kNVFP4 || f == KvFormat::kMXFP4) {
+      const bool nv = f == KvFormat::kNVFP4;
+      const int G = c.g.scale_group();
+      for (int g0 = 0; g0 < D; g0 += G) {
+        // amax A pins the group's divisor; every other element stays below A.
+        const float A = nv ? 3.0f + static_cast<float>(rng() % 1000) * 0.01f : 1.9f * std::ldexp(1.0f, static_cast<int>(rng() % 9) - 4);
+        const float div = kv_fp4_block_scale(nv, A, pool_scale).div;
+        row[g0] = A;
+        for (int d = g0 + 1; d < g0 + G; ++d) {
+          double m = e2m1_pts[rng() % 15];
+          while (m * div >= 0.98 * A) m = e2m1_pts[rng() % 15];
+          row[d] = near(div * m);
+        }
+      }
+    } else {
+      for (int d = 0; d < D; ++d) row[d] = near(std::ldexp(1.0 + static_cast<double>(rng() % 1024) / 1024.0, static_cast<int>(rng() % 20) - 10));
+    }
+  }
+  std::vector<uint8_t> out(x.size() * 4);
+  std::memcpy(out.data(), x.data(), out.size());
+  return out;
+}
+
+class AppendBoundary : public ::testing::TestWithParam<KvFormat> {};
+
+TEST_P(AppendBoundary, RoundingBoundariesAreByteExact) {
+  KVLAB_SKIP_WITHOUT_GPU();
+  const KvFormat f = GetParam();
+  for (const auto& [d, bs] : std::vector<std::pair<int, int>>{{128, 16}, {64, 5}, {256, 3}}) {
+    AppendCase c = make_case(f, KvLayout::kNHD, DType::kF32, d, bs, "append.boundary." + to_string(f) + ".d" + std::to_string(d));
+    c.k_in = boundary_input(c, c.k_scale, 1);
+    c.v_in = boundary_input(c, c.v_scale, 2);
+    check_append(c);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(All, AppendBoundary,
+                         ::testing::Values(KvFormat::kFP8E4M3, KvFormat::kFP8E5M2, KvFormat::kFP8E4M3PerToken, KvFormat::kNVFP4,
+                                           KvFormat::kMXFP4, KvFormat::kBF16),
+                         [](const ::testing::TestParamInfo<KvFormat>& i) { return to_string(i.param); });
 
 template <class E>
 void expect_throw_containing(const std::function<void()>& f, const std::string& needle) {
