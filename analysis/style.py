@@ -56,8 +56,9 @@ _PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#
             "#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173", "#3182bd", "#e6550d", "#31a354"]
 
 VERSION_COLORS = {
+    "v0_cached_attention": "#393b79",
     "v1_paged_attention": "#8c564b",
-    "v2_online_softmax": "#e377c2",
+    "v2_paged_attention_partitioned": "#e377c2",
     "v3_flash_decoding": "#1f77b4",
     "v4_mma_decode": "#ff7f0e",
     "v5_mma_decode_2stage": "#2ca02c",
@@ -105,7 +106,15 @@ def _hashed(name: str) -> str:
 
 
 def version_color(v) -> str:
-    return VERSION_COLORS.get(str(v)) or _hashed("version:" + str(v))
+    """The fixed color of a registered version or peer; a name outside the table gets a hashed
+    color from the palette colors that no table entry uses, so it never looks like another."""
+    fixed = VERSION_COLORS.get(str(v))
+    if fixed:
+        return fixed
+    used = set(VERSION_COLORS.values())
+    free = [c for c in _PALETTE if c not in used]
+    h = int(hashlib.sha1(("version:" + str(v)).encode("utf-8")).hexdigest(), 16)
+    return free[h % len(free)]
 
 
 def format_color(f) -> str:
