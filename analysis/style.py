@@ -173,14 +173,20 @@ def grid(n: int, cols: int | None = None, width: float = DOUBLE_COLUMN_IN, panel
     return fig, list(axes.flat[:n])
 
 
-def legend_below(fig, axes=None, ncol: int | None = None, extra=None):
-    """One legend for the whole figure, outside and below the panels, without duplicates."""
+def _figure_handles(fig, axes=None):
+    """The labelled artists of the panels, first occurrence of each label, in drawing order."""
     handles, labels = {}, []
     for ax in (axes if axes is not None else fig.axes):
         for h, lab in zip(*ax.get_legend_handles_labels()):
             if lab and not lab.startswith("_") and lab not in handles:
                 handles[lab] = h
                 labels.append(lab)
+    return handles, labels
+
+
+def legend_below(fig, axes=None, ncol: int | None = None, extra=None):
+    """One legend for the whole figure, outside and below the panels, without duplicates."""
+    handles, labels = _figure_handles(fig, axes)
     for h, lab in (extra or []):
         if lab not in handles:
             handles[lab] = h
@@ -201,12 +207,7 @@ def legend_below(fig, axes=None, ncol: int | None = None, extra=None):
 
 def legend_right(fig, axes=None):
     """One legend outside, right of the panels (for tall single-column figures)."""
-    handles, labels = {}, []
-    for ax in (axes if axes is not None else fig.axes):
-        for h, lab in zip(*ax.get_legend_handles_labels()):
-            if lab and not lab.startswith("_") and lab not in handles:
-                handles[lab] = h
-                labels.append(lab)
+    handles, labels = _figure_handles(fig, axes)
     if not labels:
         return None
     return fig.legend([handles[lab] for lab in labels], labels, loc="outside right center")
