@@ -640,7 +640,7 @@ def roofline_chart(r: Results):
     ymax = max(float((df["ridge"] * df["ceiling_bytes_per_s"]).max()) / 1e12, float(rate.max()))
     axes[0].set_ylim(top=ymax * 2.5)
     style.legend_below(fig)
-    ceil = style.constants(df, ["ceiling"], {"ceiling": lambda v: f"{v} bandwidth ceiling"})
+    ceil = style.constants(df, ["ceiling"], {"ceiling": lambda v: f"memory roof at the {v} bandwidth ceiling"})
     style.title(fig, "Roofline of the cost model (sim/cost, predicted): memory-bound left of the ridge",
                 _join("GPU parameters from data/gpus", ceil))
     return fig
@@ -884,12 +884,13 @@ def compression_error_vs_ratio(r: Results):
         k = style.constants(rec, ["topk"], {"topk": lambda v: f"top-{style.value(v)}"})
         ax.set_title(f"CSA indexer recall ({k} of the FP32 entries)" if k else "CSA indexer recall")
     proxies = [(Line2D([], [], color=style.dist_color(d_), lw=2), d_) for d_ in dists]
-    proxies.append((Line2D([], [], color="k", lw=1.0), "FP32 entries (compression alone)"))
+    proxies.append((Line2D([], [], color="k", lw=1.0), "FP32 entries, compression alone (top: lines)"))
     for vi, var in enumerate(variants):
         st = _variant_style(var, vi)
         proxies.append((Line2D([], [], color="k", ls=st["ls"], marker=st["marker"], ms=st.get("ms", 4),
-                               mfc="none" if st["marker"] in "o^sD" else None), f"{var} storage"))
-    style.legend_below(fig, [], extra=proxies)
+                               mfc="none" if st["marker"] in "o^sD" else None), f"{var} storage (top: markers)"))
+    # Rows: the distributions, then the entry kinds (while they fit in a row).
+    style.legend_below(fig, [], extra=proxies, ncol=min(4, max(len(dists), 1 + len(variants))))
     shape = style.constants(df, ["queries", "heads"], {"queries": lambda v: f"{style.value(v)} queries",
                                                         "heads": lambda v: f"{style.value(v)} heads"})
     toks = ", ".join(f"{lay.upper()} {style.value(df[df['layer'] == lay]['tokens'].iloc[0])} tokens"

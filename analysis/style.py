@@ -56,8 +56,9 @@ _PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#
             "#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173", "#3182bd", "#e6550d", "#31a354"]
 
 VERSION_COLORS = {
+    "v0_cached_attention": "#393b79",
     "v1_paged_attention": "#8c564b",
-    "v2_online_softmax": "#e377c2",
+    "v2_paged_attention_partitioned": "#e377c2",
     "v3_flash_decoding": "#1f77b4",
     "v4_mma_decode": "#ff7f0e",
     "v5_mma_decode_2stage": "#2ca02c",
@@ -105,7 +106,15 @@ def _hashed(name: str) -> str:
 
 
 def version_color(v) -> str:
-    return VERSION_COLORS.get(str(v)) or _hashed("version:" + str(v))
+    """The fixed color of a registered version or peer; a name outside the table gets a hashed
+    color from the palette colors that no table entry uses, so it never looks like another."""
+    fixed = VERSION_COLORS.get(str(v))
+    if fixed:
+        return fixed
+    used = set(VERSION_COLORS.values())
+    free = [c for c in _PALETTE if c not in used]
+    h = int(hashlib.sha1(("version:" + str(v)).encode("utf-8")).hexdigest(), 16)
+    return free[h % len(free)]
 
 
 def format_color(f) -> str:
@@ -164,14 +173,20 @@ def grid(n: int, cols: int | None = None, width: float = DOUBLE_COLUMN_IN, panel
     return fig, list(axes.flat[:n])
 
 
-def legend_below(fig, axes=None, ncol: int | None = None, extra=None):
-    """One legend for the whole figure, outside and below the panels, without duplicates."""
+def _figure_handles(fig, axes=None):
+    """The labelled artists of the panels, first occurrence of each label, in drawing order."""
     handles, labels = {}, []
     for ax in (axes if axes is not None else fig.axes):
         for h, lab in zip(*ax.get_legend_handles_labels()):
             if lab and not lab.startswith("_") and lab not in handles:
                 handles[lab] = h
                 labels.append(lab)
+    return handles, labels
+
+
+def legend_below(fig, axes=None, ncol: int | None = None, extra=None):
+    """One legend for the whole figure, outside and below the panels, without duplicates."""
+    handles, labels = _figure_handles(fig, axes)
     for h, lab in (extra or []):
         if lab not in handles:
             handles[lab] = h
@@ -192,12 +207,7 @@ def legend_below(fig, axes=None, ncol: int | None = None, extra=None):
 
 def legend_right(fig, axes=None):
     """One legend outside, right of the panels (for tall single-column figures)."""
-    handles, labels = {}, []
-    for ax in (axes if axes is not None else fig.axes):
-        for h, lab in zip(*ax.get_legend_handles_labels()):
-            if lab and not lab.startswith("_") and lab not in handles:
-                handles[lab] = h
-                labels.append(lab)
+    handles, labels = _figure_handles(fig, axes)
     if not labels:
         return None
     return fig.legend([handles[lab] for lab in labels], labels, loc="outside right center")
@@ -299,8 +309,7 @@ def _spread(vals, n: int) -> list:
 def plain_log(axis):
     """A base-10 log axis labelled 0.1, 1, 10, 100 instead of 10^-1..10^2."""
     axis.set_major_formatter(mticker.FuncFormatter(_plain))
-    axis.set_minor_formatter(mticker.FuncFormatter(lambda x, _p: _plain(x) if _sparse_minor(axis) and
-                                                   _is_2_or_5(x) else ""))
+    axis.set_minor_formatter(mticker.FuncFormatter(lambda x, _p: _plain(x) if _minor_labelled(axis, x) else ""))
 
 
 def _is_2_or_5(x) -> bool:
@@ -308,6 +317,18 @@ def _is_2_or_5(x) -> bool:
         return False
     m = x / 10 ** math.floor(math.log10(x) + 1e-9)
     return abs(m - 2) < 1e-6 or abs(m - 5) < 1e-6
+
+
+def _minor_labelled(axis, x) -> bool:
+    """Below ~1.5 decades the 2s and 5s are labelled too; below one decade also the 3s and 7s
+    (else a panel can show a single labelled tick)."""
+    lo, hi = axis.get_view_interval()
+    if not (lo > 0 and x > 0):
+        return False
+    if hi / lo < 10:
+        m = x / 10 ** math.floor(math.log10(x) + 1e-9)
+        return any(abs(m - k) < 1e-6 for k in (2, 3, 5, 7))
+    return _sparse_minor(axis) and _is_2_or_5(x)
 
 
 def _sparse_minor(axis) -> bool:

@@ -177,6 +177,25 @@ def test_one_color_per_version_and_format_across_figures(inputs):
             assert matplotlib.colors.to_hex(h.get_color()) == style.format_color(fmt)
 
 
+def test_every_registered_version_has_its_own_fixed_color():
+    """Every decode version in the registry (the `v.info = {id, "name"` lines of gpu/attention)
+    has an entry of its own in the color table, no two versions or peers share a color, and a
+    name outside the table never takes a table color."""
+    import glob
+    import re
+    names = set()
+    for path in glob.glob(f"{ROOT}/gpu/attention/*.cu"):
+        with open(path) as f:
+            names.update(re.findall(r'v\.info = \{\d+, "([a-z0-9_]+)"', f.read()))
+    assert len(names) >= 6, names
+    missing = sorted(n for n in names if n not in style.VERSION_COLORS)
+    assert not missing, f"versions without a fixed color in analysis/style.py: {missing}"
+    fixed = [matplotlib.colors.to_hex(c) for k, c in style.VERSION_COLORS.items() if k != "peer:sdpa_efficient+repeat"]
+    assert len(set(fixed)) == len(fixed), "two table entries share a color"
+    for n in ("v6_future_kernel", "v7_other", "my_version"):
+        assert style.version_color(n) not in set(fixed), n
+
+
 def test_constant_settings_go_to_the_title_not_the_legend(inputs):
     """The waste figure labels its lines by the settings that vary only; the fixed ones
     (model, KV format, preemption, ...) are in the title."""
