@@ -278,7 +278,9 @@ __device__ __forceinline__ float group_amax_n(float a, int width) {
 // rows = num_tokens * 2 * num_kv_heads < 2^31 and num_blocks * block_size < 2^31 (checked
 // by the launcher): 32-bit index division (a 64-bit one costs ~100 instructions a row).
 template <typename TIn, VecClass C>
-__global__ void __launch_bounds__(kAppendThreads) append_vec_kernel(const AppendParams p, int num_tokens) {
+__global__ void __launch_bounds__(kAppendThreads) append_vec_kernel(const AppendParams p, int num_tokens,
+                                                                     const append_encode::U32Div div_2h,
+                                                                     const append_encode::U32Div div_bs) {
   namespace ae = append_encode;
   const PageGeometry& g = p.kv.geom;
   const int D = g.head_dim, H = g.num_kv_heads;
@@ -298,7 +300,7 @@ __global__ void __launch_bounds__(kAppendThreads) append_vec_kernel(const Append
     const int r = r0 + static_cast<int>(threadIdx.x) / tpr;
     const bool live = r < rows;
     const uint32_t ru = live ? static_cast<uint32_t>(r) : 0u;
-    const uint32_t token = ru / two_h;
+    const uint32_t token = ae::u32div(ru, div_2h);
     const int rem = static_cast<int>(ru - token * two_h);
     const bool is_k = rem < H;
     const int head = is_k ? rem : rem - H;
@@ -322,7 +324,7 @@ __global__ void __launch_bounds__(kAppendThreads) append_vec_kernel(const Append
       for (int i = 0; i < kVecElems; ++i) x[i] = 0.0f;
     }
     const uint32_t su = ok ? static_cast<uint32_t>(s) : 0u;
-    const int64_t block = su / bsz;
+    const int64_t block = ae::u32div(su, div_bs);
     const int slot = static_cast<int>(su - static_cast<uint32_t>(block) * bsz);
     const int d0 = part * kVecElems;
     uint8_t* pool = static_cast<uint8_t*>(is_k ? p.kv.k : p.kv.v);
@@ -362,7 +364,9 @@ __global__ void __launch_bounds__(kAppendThreads) append_vec_kernel(const Append
       if (per_token) {
         float amax = ae::amax16(x);
         amax = group_amax_n(amax, tpr);
-        sc = kv_fp8_token_scale(amax);
+        bool fast_scale = true;
+        sc = ae::fp8_token_scale_fast(amax, fast_scale);
+        if (!fast_scale) sc = kv_fp8_token_scale(amax);  // NaN / Inf rows
         rc = ae::fp8_recip(sc);
         if (ok && part == 0) static_cast<float*>(scales)[g.token_scale_index(block, head, slot)] = sc;
       }
@@ -390,7 +394,10 @@ __global__ void __launch_bounds__(kAppendThreads) append_vec_kernel(const Append
       if constexpr (kRaw) amax = amax_bf16x16(raw);
       else amax = ae::amax16(x);
       if (!nv) amax = group_amax_n(amax, 2);  // MXFP4: 32 elements = 2 threads
-      const KvBlockScale bs = kv_fp4_block_scale(nv, amax, pool_scale);
+      KvBlockScale bs;
+      bool fast_scale = nv;
+      if (nv) bs = ae::nvfp4_block_scale_fast(amax, pool_scale, is_k ? rk : rv, fast_scale);
+      if (!fast_scale) bs = kv_fp4_block_scale(nv, amax, pool_scale);  // MXFP4, NaN / Inf groups
       const ae::E2m1Thresholds th = ae::e2m1_thresholds(bs.div);
       uint32_t w[2] = {0, 0};
       bool done = false;
@@ -433,7 +440,9 @@ cudaError_t launch_append_vec(const AppendParams& p, int num_tokens, cudaStream_
   KVLAB_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kAppendThreads, 0));
   const int64_t blocks =
       std::min<int64_t>((rows + rows_per_block - 1) / rows_per_block, int64_t{std::max(per_sm, 1)} * std::max(sms, 1));
-  kernel<<<static_cast<unsigned>(blocks), kAppendThreads, 0, stream>>>(p, num_tokens);
+  const auto div_2h = append_encode::u32div_make(static_cast<uint32_t>(2 * p.kv.geom.num_kv_heads));
+  const auto div_bs = append_encode::u32div_make(static_cast<uint32_t>(p.kv.geom.block_size));
+  kernel<<<static_cast<unsigned>(blocks), kAppendThreads, 0, stream>>>(p, num_tokens, div_2h, div_bs);
   return cudaGetLastError();
 }
 

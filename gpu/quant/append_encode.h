@@ -86,6 +86,16 @@ KVLAB_HD float fp8_quotient(float x, float s, float y, bool& ok) {
   return fmt_detail::bits_f32((fmt_detail::f32_bits(q) & 0x7FFFFFFFu) | (fmt_detail::f32_bits(q0) & 0x80000000u));
 }
 
+// The E4M3 value of a code other than 0x7F / 0xFF (NaN), exact; on the device by the
+// hardware's e4m3 -> f16 conversion.
+KVLAB_HD float e4m3_finite_to_float(uint8_t c) {
+#if defined(__CUDA_ARCH__)
+  return __half2float(__half(__nv_cvt_fp8_to_halfraw(static_cast<__nv_fp8_storage_t>(c), __NV_E4M3)));
+#else
+  return e4m3_to_float(c);
+#endif
+}
+
 // The satfinite codes of a (low byte) and b (high byte) for finite a, b (NaN / Inf take
 // the caller's exact path). On the device one hardware cvt (RNE, satfinite: formats.h's
 // kSatFinite encoder for finite values).
@@ -105,6 +115,53 @@ KVLAB_HD uint32_t fp8x2_satfinite(float a, float b, bool e5m2) {
 KVLAB_HD uint32_t fp8x2_code_recip(float x0, float x1, float s, float y, bool e5m2, bool& ok) {
   const float q0 = fp8_quotient(x0, s, y, ok), q1 = fp8_quotient(x1, s, y, ok);
   return fp8x2_satfinite(q0, q1, e5m2);
+}
+
+// ------------------------------------------------------------------ scales without division
+// The KV formats' scale rules (scale_rules.h) divide by constants (448, 6) and by the pool
+// scale t; fp8_quotient is RN of those quotients whenever they are >= 2^-30, which the
+// amax floor (1e-4) guarantees for a / 448 and a / 6. Each function clears `ok` where the
+// caller must use the scale_rules.h function itself (NaN / Inf amax, huge quotients).
+constexpr float kRecip448 = 1.0f / 448.0f;  // RN(1/448), folded at compile time
+constexpr float kRecip6 = 1.0f / 6.0f;      // RN(1/6)
+
+// kv_fp8_token_scale(amax): RN(max(amax, 1e-4) / 448).
+KVLAB_HD float fp8_token_scale_fast(float amax, bool& ok) {
+  return fp8_quotient(scale_detail::floor_max(amax, kDefaultAmaxFloor), 448.0f, kRecip448, ok);
+}
+
+// kv_fp4_block_scale(true, amax, t) (NVFP4): code = e4m3_satfinite(RN(RN(max(amax, 1e-4) / 6)
+// / t)), div = RN(e4m3(code) * t); rt = fp8_recip(t). The quotient by t may be below 2^-30
+// (only its tininess is then exact): its code is 0 either way.
+KVLAB_HD KvBlockScale nvfp4_block_scale_fast(float amax, float t, const Fp8Recip& rt, bool& ok) {
+  ok = ok && rt.ok;
+  const float per_block = fp8_quotient(scale_detail::floor_max(amax, kDefaultAmaxFloor), 6.0f, kRecip6, ok);
+  const float q = fp8_quotient(per_block, t, rt.y, ok);
+  const uint8_t code = static_cast<uint8_t>(fp8x2_satfinite(q, 0.0f, false) & 0xFFu);
+  return {code, scale_detail::mul_rn(e4m3_finite_to_float(code), t)};
+}
+
+// ------------------------------------------------------------------ 32-bit division
+// n / d for a divisor fixed per launch (Granlund-Montgomery, round-up multiplier): with
+// l = ceil(log2 d), m = floor(2^32 (2^l - d) / d) + 1, t = mulhi(m, n):
+// n / d = (t + ((n - t) >> min(l, 1))) >> max(l - 1, 0) for every 32-bit n and d >= 1.
+// Five integer instructions instead of the ~20 of a general 32-bit division.
+struct U32Div {
+  uint32_t m, s1, s2;
+};
+inline U32Div u32div_make(uint32_t d) {  // host; d >= 1
+  uint32_t l = 0;
+  while (l < 32 && (uint64_t{1} << l) < d) ++l;
+  const uint64_t m = ((uint64_t{1} << 32) * ((uint64_t{1} << l) - d)) / d + 1;
+  return {static_cast<uint32_t>(m), l < 1 ? l : 1u, l > 1 ? l - 1 : 0u};
+}
+KVLAB_HD uint32_t u32div(uint32_t n, const U32Div& v) {
+#if defined(__CUDA_ARCH__)
+  const uint32_t t = __umulhi(v.m, n);
+#else
+  const uint32_t t = static_cast<uint32_t>((static_cast<uint64_t>(v.m) * n) >> 32);
+#endif
+  return (t + ((n - t) >> v.s1)) >> v.s2;
 }
 
 // ------------------------------------------------------------------ amax of 16 elements

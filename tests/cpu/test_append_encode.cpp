@@ -199,6 +199,73 @@ TEST(AppendEncode, Amax16MatchesAmaxAccumulate) {
   }
 }
 
+// The division-free scale rules against scale_rules.h, bit for bit: every bf16 amax (and
+// seeded random FP32 ones) for the per-token FP8 scale, and x the pool scales (incl. the
+// bench's 0.05 and the GPU tests' ones) for NVFP4's block code and divisor. Declines only
+// where allowed: NaN / Inf / huge (>= 2^99 after the division) amax, pool scales outside
+// [2^-70, 2^125].
+TEST(AppendEncode, ScaleRulesWithoutDivisionMatchReference) {
+  const uint64_t seed = seed_for("append_encode.scales_fast");
+  std::printf("[seed] append_encode.scales_fast = %llu\n", static_cast<unsigned long long>(seed));
+  std::mt19937_64 rng(seed);
+  std::vector<float> amaxes = all_bf16_values();
+  for (int i = 0; i < 200000; ++i) amaxes.push_back(bits_f(static_cast<uint32_t>(rng())));
+  int64_t declined = 0;
+  for (float a : amaxes) {
+    bool ok = true;
+    const float s = ae::fp8_token_scale_fast(a, ok);
+    if (!ok) {
+      ++declined;
+      EXPECT_TRUE(!std::isfinite(a) || std::fabs(a) / 448.0 >= 0x1p99) << a;  // NaN / Inf or huge amax
+      continue;
+    }
+    ASSERT_EQ(fmt_detail::f32_bits(s), fmt_detail::f32_bits(kv_fp8_token_scale(a))) << "amax " << a;
+  }
+  std::printf("fp8 token scale: %lld declined (NaN / Inf / huge amax)\n", static_cast<long long>(declined));
+  std::vector<float> ts = scales(seed);
+  for (float t : {0.05f, 0.0021f, 0.0009f, 1e-33f, 0x1p-70f, 0x1p125f, 1.0f}) ts.push_back(t);
+  int64_t checked = 0;
+  for (float t : ts) {
+    const ae::Fp8Recip rt = ae::fp8_recip(t);
+    for (size_t i = 0; i < amaxes.size(); i += (t == 0.05f ? 1 : 7)) {
+      const float a = amaxes[i];
+      bool ok = true;
+      const KvBlockScale got = ae::nvfp4_block_scale_fast(a, t, rt, ok);
+      if (!ok) {
+        EXPECT_TRUE(!std::isfinite(a) || !rt.ok || std::fabs(a / 6.0) >= 0x1p99 || std::fabs(a / 6.0 / t) >= 0x1p99) << a << " " << t;
+        continue;
+      }
+      ++checked;
+      const KvBlockScale want = kv_fp4_block_scale(true, a, t);
+      ASSERT_EQ(got.code, want.code) << "amax " << a << " t " << t;
+      ASSERT_EQ(fmt_detail::f32_bits(got.div), fmt_detail::f32_bits(want.div)) << "amax " << a << " t " << t;
+    }
+  }
+  EXPECT_GT(checked, 1000000);
+}
+
+// u32div against the hardware division: small and large divisors, n at 0, the top, and
+// multiples of d +- 1, plus seeded random pairs.
+TEST(AppendEncode, U32DivMatchesDivision) {
+  const uint64_t seed = seed_for("append_encode.u32div");
+  std::printf("[seed] append_encode.u32div = %llu\n", static_cast<unsigned long long>(seed));
+  std::mt19937_64 rng(seed);
+  std::vector<uint32_t> ds = {1, 2, 3, 5, 6, 7, 8, 15, 16, 17, 24, 32, 64, 127, 128, 255, 641, 65535, 65536, 65537,
+                              0x7FFFFFFFu, 0x80000000u, 0x80000001u, 0xFFFFFFFEu, 0xFFFFFFFFu};
+  for (int i = 0; i < 200; ++i) ds.push_back(static_cast<uint32_t>(rng() >> (32 + rng() % 32)) | 1u);
+  for (uint32_t d : ds) {
+    const ae::U32Div v = ae::u32div_make(d);
+    std::vector<uint32_t> ns = {0u, 1u, d - 1, d, d + 1, 0xFFFFFFFFu, 0xFFFFFFFEu, 0x80000000u};
+    for (uint32_t k = 1; k < 64; ++k) {
+      const uint64_t m = static_cast<uint64_t>(d) * (rng() % (0xFFFFFFFFull / d + 1));
+      for (int64_t e = -1; e <= 1; ++e)
+        if (m + e <= 0xFFFFFFFFull) ns.push_back(static_cast<uint32_t>(m + e));
+    }
+    for (int i = 0; i < 2000; ++i) ns.push_back(static_cast<uint32_t>(rng()));
+    for (uint32_t n : ns) ASSERT_EQ(ae::u32div(n, v), n / d) << n << " / " << d;
+  }
+}
+
 // ------------------------------------------------------------------ E2M1 thresholds
 void check_e2m1(float x, float div, const ae::E2m1Thresholds& th) {
   const uint32_t got = ae::e2m1_code(x, th);
