@@ -306,18 +306,21 @@ __global__ void __launch_bounds__(kAppendThreads) append_vec_kernel(const Append
     const int head = is_k ? rem : rem - H;
     const int64_t s = live ? p.slots[token] : -1;
     const bool ok = live && s >= 0 && s < static_cast<int64_t>(num_slots);  // padding (-1) and others: skipped
+    // The input row is loaded for every live row, padding included (its input exists; only
+    // the stores below wait for the slot): the load does not wait for the slot's load, so
+    // the two DRAM round trips overlap instead of following each other.
     // FP4 from bf16 keeps the input packed (raw); every other class converts to float.
     constexpr bool kRaw = C == VecClass::kFp4 && std::is_same_v<TIn, __nv_bfloat16>;
     float x[kVecElems];
     uint32_t raw[8];
     const TIn* src = static_cast<const TIn*>(is_k ? p.k : p.v) + (static_cast<int64_t>(token) * H + head) * D + part * kVecElems;
     if constexpr (kRaw) {
-      if (ok) load_raw16(reinterpret_cast<const __nv_bfloat16*>(src), raw);
+      if (live) load_raw16(reinterpret_cast<const __nv_bfloat16*>(src), raw);
       else {
 #pragma unroll
         for (int i = 0; i < 8; ++i) raw[i] = 0u;
       }
-    } else if (ok) {
+    } else if (live) {
       load16<TIn>(src, x);
     } else {
 #pragma unroll
@@ -421,7 +424,11 @@ __global__ void __launch_bounds__(kAppendThreads) append_vec_kernel(const Append
       }
       if (ok) {
         *reinterpret_cast<uint2*>(pool + (idx >> 1)) = make_uint2(w[0], w[1]);  // idx % 16 == 0: 8 whole bytes
-        if (d0 % g.scale_group() == 0) static_cast<uint8_t*>(scales)[g.block_scale_index(block, head, slot, d0)] = bs.code;
+        // g.block_scale_index(block, head, slot, d0) with the group size 16 / 32 as a shift
+        // (kv_layout.h divides by the runtime scale_group(): two integer divisions).
+        const int gs = nv ? 4 : 5;
+        if ((d0 & ((1 << gs) - 1)) == 0)
+          static_cast<uint8_t*>(scales)[g.token_scale_index(block, head, slot) * (D >> gs) + (d0 >> gs)] = bs.code;
       }
     }
   }
