@@ -2,7 +2,7 @@
 // kvlab::ref::append_kv for every KvFormat x KvLayout.
 //
 // Two paths. Contiguous-row layouts (NHD, HND) take the vector path (append_vec_kernel
-// below: 8 elements and 16-byte accesses per thread). Split-x and unaligned buffers take
+// below: 16 elements and 16-byte accesses per thread). Split-x and unaligned buffers take
 // the row path:
 // one thread block per token, one warp per (token, head, K or V) row; lanes walk
 // the row in rounds of 32 consecutive dims (coalesced reads, and coalesced writes for the
