@@ -185,7 +185,8 @@ __global__ void __launch_bounds__(kAppendThreads) append_kv_kernel(const AppendP
 //     (Markstein), two codes per hardware cvt; a thread holding NaN / Inf / huge quotients
 //     (or a scale outside [2^-70, 2^125]) redoes its 16 elements with the definition;
 //   FP4 (NVFP4 16-element groups: one thread; MXFP4 32: two): the E2M1 code is the number of
-//     the group's 7 thresholds RD(div * m_k) below |x| (7 compares, no division).
+//     the group's 7 thresholds RD(div * m_k) below |x| (no division); from bf16 input found
+//     two elements at a time by a 3-compare binary search (ae::e2m1_codes_bf16x8).
 // Scales come from the same scale_rules.h functions as the reference (kv_fp8_token_scale,
 // kv_fp4_block_scale); the amax over a row's (per-token FP8: D/16 threads) or group's threads
 // uses the order-independent amax_accumulate.
@@ -232,33 +233,6 @@ __device__ __forceinline__ float amax_bf16x16(const uint32_t (&w)[8]) {
   for (int i = 0; i < 8; ++i) lo = max(lo, (w[i] << 16) & 0x7FFF0000u), hi = max(hi, w[i] & 0x7FFF0000u);
   const uint32_t m = max(lo, hi);
   return m > 0x7F800000u ? scale_detail::nan_f32() : __uint_as_float(m);
-}
-
-// The 16 E2M1 codes (8 bytes, element i in nibble i) of packed bf16 inputs, two elements per
-// instruction: for a bf16 |x|, |x| > T_k iff |x| > RD_bf16(T_k) (no bf16 lies in between), so
-// the thresholds are rounded down to bf16 once and compared two at a time (HSET2.BF16 gives
-// 1.0 / 0.0), the 7 results summed onto 128.0 (exact in bf16: 128 + c for c <= 7 with a
-// unit ulp), and the count read off the bits (128 + c has bits 0x4300 + c). Requires every
-// T_k normal (div >= 2^-99): bf16 comparisons may flush subnormal |x| to zero, which is
-// then below every threshold, as the exact |x| is. Sign bit 15 of each half -> code bit 3.
-__device__ __forceinline__ uint2 e2m1_codes_bf16x2(const uint32_t (&w)[8], const append_encode::E2m1Thresholds& th) {
-  __nv_bfloat162 t2[7];
-#pragma unroll
-  for (int k = 0; k < 7; ++k) t2[k] = __bfloat162bfloat162(__float2bfloat16_rd(th.t[k]));
-  const __nv_bfloat162 base = __bfloat162bfloat162(__float2bfloat16_rn(128.0f));
-  uint32_t out[2] = {0, 0};
-#pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    const uint32_t a = w[i] & 0x7FFF7FFFu;
-    const __nv_bfloat162 a2 = *reinterpret_cast<const __nv_bfloat162*>(&a);
-    __nv_bfloat162 acc = base;
-#pragma unroll
-    for (int k = 0; k < 7; ++k) acc = __hadd2(acc, __hgt2(a2, t2[k]));
-    uint32_t c = *reinterpret_cast<const uint32_t*>(&acc) - 0x43004300u;  // counts 0..7 per half
-    c |= (w[i] >> 12) & 0x00080008u;
-    out[i / 4] |= ((c & 0xFu) | ((c >> 12) & 0xF0u)) << (8 * (i % 4));
-  }
-  return make_uint2(out[0], out[1]);
 }
 
 // The FP8 code of y under Saturation::kSatFinite: the hardware's RNE satfinite conversion
@@ -405,9 +379,11 @@ __global__ void __launch_bounds__(kAppendThreads) append_vec_kernel(const Append
       uint32_t w[2] = {0, 0};
       bool done = false;
       if constexpr (kRaw) {
-        if (th.nan_codes == 0 && bs.div >= 0x1p-99f && bs.div <= 0x1p125f) {
-          const uint2 c = e2m1_codes_bf16x2(raw, th);
-          w[0] = c.x, w[1] = c.y, done = true;
+        if (th.nan_codes == 0 && ae::e2m1_bf16_path_ok(bs.div)) {
+          // Two elements per compare, 3 compares per pair (binary search; append_encode.h).
+          const ae::E2m1Bf16Thresholds tb = ae::e2m1_bf16_thresholds(th);
+          const uint32_t lo[4] = {raw[0], raw[1], raw[2], raw[3]}, hi[4] = {raw[4], raw[5], raw[6], raw[7]};
+          w[0] = ae::e2m1_codes_bf16x8(lo, tb), w[1] = ae::e2m1_codes_bf16x8(hi, tb), done = true;
         } else {
           raw16_to_float(raw, x);  // NaN / tiny / bad divisors: the float paths below
         }
