@@ -4,11 +4,11 @@
 // Two paths. Contiguous-row layouts (NHD, HND) take the vector path (append_vec_kernel
 // below: 16 elements (32 for FP4 from bf16) and 16-byte accesses per thread). Split-x and
 // unaligned buffers take the row path: one thread block per token, one warp per (token,
-// head, K or V) row; lanes walk the row in rounds of 32 consecutive dims (coalesced reads, and coalesced writes for the
-// NHD/HND/split-x-K layouts). Every scale and element code comes from the same KVLAB_HD
-// functions the reference calls (scale_rules.h, formats.h), so the bytes match by
-// construction; the only cross-lane arithmetic is the amax, whose NaN-absorbing max
-// (amax_accumulate) gives the same bits in any reduction order:
+// head, K or V) row; lanes walk the row in rounds of 32 consecutive dims (coalesced reads,
+// and coalesced writes for the NHD/HND/split-x-K layouts). Every scale and element code
+// comes from the same KVLAB_HD functions the reference calls (scale_rules.h, formats.h), so
+// the bytes match by construction; the only cross-lane arithmetic is the amax, whose
+// NaN-absorbing max (amax_accumulate) gives the same bits in any reduction order:
 //   per-token FP8   amax over the whole row: warp shuffle reduction
 //   NVFP4 (16)      amax over half a round: shuffles among 16 lanes
 //   MXFP4 (32)      amax over one round: shuffles among the 32 lanes
