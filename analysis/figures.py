@@ -331,46 +331,59 @@ def decode_bandwidth(r: Results):
 @paper
 def append_bandwidth(r: Results):
     """Append / quantize-on-write: bandwidth per KV format (bars when one token count was timed,
-    lines vs tokens otherwise), against the measured copy ceiling."""
+    lines vs tokens otherwise), against the measured copy ceiling; one panel per configuration
+    that varies in the file (layout, input dtype, block size, heads, head_dim), never a median
+    across them (the split-x layout takes another kernel path than NHD/HND)."""
     df = _need(r.ok("append"), "append", ["tokens", "bytes_per_s"])
     key = "kv_format" if "kv_format" in df.columns else "kind"
     formats = _format_sorted(df[key].unique())
     tokens = sorted(df["tokens"].unique())
-    fig, ax = style.figure(style.SINGLE_COLUMN_IN, 2.6)
-    if len(tokens) == 1:
-        med = df.groupby(key)["bytes_per_s"].median().reindex(formats) / 1e12
-        bars = ax.bar(range(len(formats)), med.values, color=[style.format_color(f) for f in formats], width=0.6)
-        ax.set_xticks(range(len(formats)), formats)
-        ax.grid(axis="x", visible=False)
-        ax.set_xlabel("KV storage format")
-        if "pct_copy_ceiling" in df.columns and df["pct_copy_ceiling"].notna().any():
-            pct = df.groupby(key)["pct_copy_ceiling"].median().reindex(formats)
-            for b, v, p in zip(bars, med.values, pct.values):
-                if p == p:
-                    ax.annotate(f"{p:.0f} %", (b.get_x() + b.get_width() / 2, v), xytext=(0, 2),
-                                textcoords="offset points", ha="center", va="bottom", fontsize=6)
-        what = f"{style.value(tokens[0])} tokens/call"
+    shape_keys = ["layout", "in_dtype", "block_size", "num_kv_heads", "head_dim"]
+    fmt = {"in_dtype": lambda v: f"{v} in", "layout": lambda v: f"{v} layout",
+           "block_size": lambda v: f"block {style.value(v)}", "num_kv_heads": lambda v: f"{style.value(v)} KV heads",
+           "head_dim": lambda v: f"d {style.value(v)}"}
+    vary = style.varying(df, shape_keys)
+    panels = [((), df)] if not vary else list(df.groupby(vary, sort=True))
+    if len(panels) == 1:
+        fig, ax = style.figure(style.SINGLE_COLUMN_IN, 2.6)
+        axes = [ax]
     else:
-        for fmt in formats:
-            d = df[df[key] == fmt].groupby("tokens", as_index=False)["bytes_per_s"].median()
-            ax.plot(d["tokens"], d["bytes_per_s"] / 1e12, marker=style.format_marker(fmt),
-                    color=style.format_color(fmt), label=str(fmt))
-        style.log2_axis(ax.xaxis, tokens, tokens=True)
-        ax.set_xlabel("tokens appended per call")
-        what = ""
-    if r.copy_ceiling > 0:
-        ax.axhline(_tb(r.copy_ceiling), color="k", ls="--", lw=0.8,
-                   label=f"measured copy ceiling, {_tb(r.copy_ceiling):.2f} TB/s"
-                         + (" (100 %)" if len(tokens) == 1 else ""))
-        ax.set_ylim(0, _tb(max(r.copy_ceiling, df["bytes_per_s"].max())) * 1.12)
-    else:
-        ax.set_ylim(0, _tb(df["bytes_per_s"].max()) * 1.12)
-    ax.set_ylabel("bandwidth, read + write (TB/s)")
-    style.legend_below(fig)
-    shape = style.constants(df, ["in_dtype", "layout", "block_size", "num_kv_heads", "head_dim"], {
-        "in_dtype": lambda v: f"{v} in", "layout": lambda v: str(v),
-        "block_size": lambda v: f"block {style.value(v)}", "num_kv_heads": lambda v: f"{style.value(v)} KV heads",
-        "head_dim": lambda v: f"d {style.value(v)}"})
+        fig, axes = style.grid(len(panels), cols=min(len(panels), 3), panel_h=2.1, sharey=True)
+    top = _tb(max(r.copy_ceiling, df["bytes_per_s"].max())) * 1.15
+    for ax, (pkey, d) in zip(axes, panels):
+        if vary:
+            pkey = pkey if isinstance(pkey, tuple) else (pkey,)
+            ax.set_title(", ".join(fmt[k](v) for k, v in zip(vary, pkey)))
+        if len(tokens) == 1:
+            med = d.groupby(key)["bytes_per_s"].median().reindex(formats) / 1e12
+            bars = ax.bar(range(len(formats)), med.values, color=[style.format_color(f) for f in formats], width=0.6)
+            ax.set_xticks(range(len(formats)), formats, rotation=30, ha="right")
+            ax.grid(axis="x", visible=False)
+            ax.set_xlabel("KV storage format")
+            if "pct_copy_ceiling" in d.columns and d["pct_copy_ceiling"].notna().any():
+                pct = d.groupby(key)["pct_copy_ceiling"].median().reindex(formats)
+                for b, v, pc in zip(bars, med.values, pct.values):
+                    if pc == pc:
+                        ax.annotate(f"{pc:.0f} %", (b.get_x() + b.get_width() / 2, v), xytext=(0, 2),
+                                    textcoords="offset points", ha="center", va="bottom", fontsize=6)
+        else:
+            for f in formats:
+                dd = d[d[key] == f].groupby("tokens", as_index=False)["bytes_per_s"].median()
+                if dd.empty:
+                    continue
+                ax.plot(dd["tokens"], dd["bytes_per_s"] / 1e12, marker=style.format_marker(f),
+                        color=style.format_color(f), label=str(f))
+            style.log2_axis(ax.xaxis, tokens, tokens=True)
+            ax.set_xlabel("tokens appended per call")
+        if r.copy_ceiling > 0:
+            ax.axhline(_tb(r.copy_ceiling), color="k", ls="--", lw=0.8,
+                       label=f"measured copy ceiling, {_tb(r.copy_ceiling):.2f} TB/s"
+                             + (" (100 %)" if len(tokens) == 1 else ""))
+        ax.set_ylim(0, top)
+    axes[0].set_ylabel("bandwidth, read + write (TB/s)")
+    style.legend_below(fig, axes)
+    what = f"{style.value(tokens[0])} tokens/call" if len(tokens) == 1 else ""
+    shape = style.constants(df, shape_keys, fmt)
     style.title(fig, f"Append / quantize-on-write bandwidth, {style.measured_on(r)}", _join(what, shape))
     return fig
 

@@ -211,3 +211,23 @@ def test_log2_tick_labels_do_not_collide():
     assert shown[0] == 1 and shown[-1] == 512 and 256 not in shown
     assert style._spread([1, 8, 16, 32, 64, 128, 256], 8) == [1, 8, 16, 32, 64, 128, 256]
     assert np.all(np.diff(np.log2(style._spread(list(2.0 ** np.arange(20)), 8))) >= 19 / 9)
+
+
+def test_append_figure_keeps_layouts_apart():
+    """Append rows of two layouts (as default.ini's [append] study writes them on a GPU): one
+    panel per layout, each line the layout's own values, never a median across layouts."""
+    rows = []
+    for layout, bw in (("nhd", 2.6e12), ("split_x", 0.6e12)):
+        for fmt in ("bf16", "fp8_e4m3", "nvfp4"):
+            for t in (8192, 262144):
+                rows.append(dict(kind="append", status="ok", layout=layout, kv_format=fmt, tokens=t,
+                                 in_dtype="bf16", block_size=16, num_kv_heads=8, head_dim=128,
+                                 bytes_per_s=bw * (1.0 if t > 8192 else 0.8)))
+    attrs = {"device_name": H100, "device_present": 1, "copy_ceiling_bytes_per_s": 2.97e12}
+    fig = figures.append_bandwidth(Results(path="synthetic-append.h5", attrs=attrs, index=pd.DataFrame(rows)))
+    _check_style("append_bandwidth", fig)
+    panels = {ax.get_title(): ax for ax in fig.axes}
+    assert set(panels) == {"nhd layout", "split_x layout"}, list(panels)
+    for title, want in (("nhd layout", 2.6), ("split_x layout", 0.6)):
+        ys = {round(float(y), 6) for ln in panels[title].get_lines() if ln.get_label() == "bf16" for y in ln.get_ydata()}
+        assert ys == {round(want * 0.8, 6), round(want, 6)}, (title, ys)
