@@ -2,14 +2,13 @@
 // kvlab::ref::append_kv for every KvFormat x KvLayout.
 //
 // Two paths. Contiguous-row layouts (NHD, HND) take the vector path (append_vec_kernel
-// below: 16 elements and 16-byte accesses per thread). Split-x and unaligned buffers take
-// the row path:
-// one thread block per token, one warp per (token, head, K or V) row; lanes walk
-// the row in rounds of 32 consecutive dims (coalesced reads, and coalesced writes for the
-// NHD/HND/split-x-K layouts). Every scale and element code comes from the same KVLAB_HD
-// functions the reference calls (scale_rules.h, formats.h), so the bytes match by
-// construction; the only cross-lane arithmetic is the amax, whose NaN-absorbing max
-// (amax_accumulate) gives the same bits in any reduction order:
+// below: 16 elements (32 for FP4 from bf16) and 16-byte accesses per thread). Split-x and
+// unaligned buffers take the row path: one thread block per token, one warp per (token,
+// head, K or V) row; lanes walk the row in rounds of 32 consecutive dims (coalesced reads,
+// and coalesced writes for the NHD/HND/split-x-K layouts). Every scale and element code
+// comes from the same KVLAB_HD functions the reference calls (scale_rules.h, formats.h), so
+// the bytes match by construction; the only cross-lane arithmetic is the amax, whose
+// NaN-absorbing max (amax_accumulate) gives the same bits in any reduction order:
 //   per-token FP8   amax over the whole row: warp shuffle reduction
 //   NVFP4 (16)      amax over half a round: shuffles among 16 lanes
 //   MXFP4 (32)      amax over one round: shuffles among the 32 lanes
@@ -19,7 +18,8 @@
 // different blocks, so each lane clears and sets its own nibble with atomicAnd/atomicOr
 // on the enclosing 32-bit word (the other nibble is never touched).
 // Row path: the input dtype (bf16 / f16 / f32) is the only template parameter (3 instances);
-// vector path: input dtype x {16-bit, FP8, FP4} (9 instances).
+// vector path: input dtype x {16-bit, FP8, FP4} (9 instances) + FP4 from bf16 with 32
+// elements per thread (head_dim % 32 == 0; 1 instance).
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
 #include <thrust/copy.h>
@@ -177,22 +177,29 @@ __global__ void __launch_bounds__(kAppendThreads) append_kv_kernel(const AppendP
 // Rows stored contiguously (NHD, HND: element d of a row at row base + d) take this path:
 // a row of head_dim elements is handled by head_dim / 16 threads, 16 consecutive elements
 // each: two 16-byte loads of bf16/f16 input (four of f32) in flight, one 32/16/8-byte store
-// of the 16-bit / FP8 / FP4 codes. One kernel per (input dtype, format class), so each
-// class gets its own registers and no other class's code.
+// of the 16-bit / FP8 / FP4 codes. FP4 from bf16 with head_dim % 32 == 0 takes 32 elements
+// per thread instead (kFp4Bf16x32: four 16-byte loads, one 16-byte store). One kernel per
+// (input dtype, format class), so each class gets its own registers and no other class's code.
 // The element codes are the reference's (quantize_element with kSatFinite / kEncoder)
 // without its per-element IEEE division (append_encode.h says why each is exact):
 //   FP8 (pool or per-token scale): RN(x / s) from x * RN(1/s) and two FMA correction steps
 //     (Markstein), two codes per hardware cvt; a thread holding NaN / Inf / huge quotients
 //     (or a scale outside [2^-70, 2^125]) redoes its 16 elements with the definition;
 //   FP4 (NVFP4 16-element groups: one thread; MXFP4 32: two): the E2M1 code is the number of
-//     the group's 7 thresholds RD(div * m_k) below |x| (7 compares, no division).
+//     the group's 7 thresholds RD(div * m_k) below |x| (no division); from bf16 input found
+//     two elements at a time by a 3-compare binary search (ae::e2m1_codes_bf16x8).
 // Scales come from the same scale_rules.h functions as the reference (kv_fp8_token_scale,
 // kv_fp4_block_scale); the amax over a row's (per-token FP8: D/16 threads) or group's threads
 // uses the order-independent amax_accumulate.
 // Row r of the grid-stride loop: token r / (2H), K (r % 2H < H) or V, head r % H.
 constexpr int kVecElems = 16;
 
-enum class VecClass { k16Bit, kFp8, kFp4 };
+// kFp4Bf16x32: FP4 from bf16 input with 32 elements per thread (two NVFP4 groups or one
+// MXFP4 group: no shuffle; head_dim % 32 == 0): the per-row work (row -> token / slot, the
+// pool index, the loop) is shared by twice the elements (TUNING.md step 9).
+enum class VecClass { k16Bit, kFp8, kFp4, kFp4Bf16x32 };
+template <VecClass C>
+constexpr int vec_elems() { return C == VecClass::kFp4Bf16x32 ? 32 : kVecElems; }
 
 template <typename TIn>
 __device__ __forceinline__ void load16(const TIn* x, float (&f)[kVecElems]) {
@@ -224,6 +231,48 @@ __device__ __forceinline__ void raw16_to_float(const uint32_t (&w)[8], float (&f
   for (int i = 0; i < 8; ++i) f[2 * i] = __uint_as_float(w[i] << 16), f[2 * i + 1] = __uint_as_float(w[i] & 0xFFFF0000u);
 }
 
+// ae::amax16 (folded over N / 8 of them: the same integer max) of the 2N packed bf16 values
+// w[0..N), bit for bit.
+template <int N>
+__device__ __forceinline__ float amax_bf16_words(const uint32_t* w) {
+  uint32_t lo = 0, hi = 0;
+#pragma unroll
+  for (int i = 0; i < N; ++i) lo = max(lo, (w[i] << 16) & 0x7FFF0000u), hi = max(hi, w[i] & 0x7FFF0000u);
+  const uint32_t m = max(lo, hi);
+  return m > 0x7F800000u ? scale_detail::nan_f32() : __uint_as_float(m);
+}
+
+// kv_fp4_block_scale(nv, amax, t), by the division-free NVFP4 rule where it applies.
+__device__ __forceinline__ KvBlockScale fp4_block_scale(bool nv, float amax, float t, const append_encode::Fp8Recip& rt) {
+  KvBlockScale bs{};
+  bool fast = nv;
+  if (nv) bs = append_encode::nvfp4_block_scale_fast(amax, t, rt, fast);
+  if (!fast) bs = kv_fp4_block_scale(nv, amax, t);  // MXFP4, NaN / Inf groups
+  return bs;
+}
+
+// The E2M1 codes (element i in nibble i of word i / 8) of the 16 packed bf16 in w[0..8)
+// under divisor div with thresholds th = e2m1_thresholds(div): the packed binary search
+// where it applies, else the thresholds on floats, else (negative / infinite divisor) the
+// definition itself.
+__device__ __forceinline__ uint2 fp4_codes_bf16x16(const uint32_t* w, float div, const append_encode::E2m1Thresholds& th) {
+  namespace ae = append_encode;
+  if (th.nan_codes == 0 && ae::e2m1_bf16_path_ok(div)) {
+    const ae::E2m1Bf16Thresholds tb = ae::e2m1_bf16_thresholds(th);
+    const uint32_t lo[4] = {w[0], w[1], w[2], w[3]}, hi[4] = {w[4], w[5], w[6], w[7]};
+    return make_uint2(ae::e2m1_codes_bf16x8(lo, tb), ae::e2m1_codes_bf16x8(hi, tb));
+  }
+  uint32_t c[2] = {0, 0};
+#pragma unroll
+  for (int i = 0; i < kVecElems; ++i) {
+    const float x = __uint_as_float(i % 2 ? (w[i / 2] & 0xFFFF0000u) : (w[i / 2] << 16));
+    c[i / 8] |= (th.ok ? ae::e2m1_code(x, th)
+                       : quantize_element(x, div, ElemFormat::kFP4E2M1, Saturation::kSatFinite, ElementClamp::kEncoder) & 0xFu)
+                << (4 * (i % 8));
+  }
+  return make_uint2(c[0], c[1]);
+}
+
 // ae::amax16 of the 16 packed bf16 values, bit for bit: |x| bits of each half, integer max
 // (a bf16's float bits are its 16 bits << 16), the canonical NaN above +Inf.
 __device__ __forceinline__ float amax_bf16x16(const uint32_t (&w)[8]) {
@@ -232,33 +281,6 @@ __device__ __forceinline__ float amax_bf16x16(const uint32_t (&w)[8]) {
   for (int i = 0; i < 8; ++i) lo = max(lo, (w[i] << 16) & 0x7FFF0000u), hi = max(hi, w[i] & 0x7FFF0000u);
   const uint32_t m = max(lo, hi);
   return m > 0x7F800000u ? scale_detail::nan_f32() : __uint_as_float(m);
-}
-
-// The 16 E2M1 codes (8 bytes, element i in nibble i) of packed bf16 inputs, two elements per
-// instruction: for a bf16 |x|, |x| > T_k iff |x| > RD_bf16(T_k) (no bf16 lies in between), so
-// the thresholds are rounded down to bf16 once and compared two at a time (HSET2.BF16 gives
-// 1.0 / 0.0), the 7 results summed onto 128.0 (exact in bf16: 128 + c for c <= 7 with a
-// unit ulp), and the count read off the bits (128 + c has bits 0x4300 + c). Requires every
-// T_k normal (div >= 2^-99): bf16 comparisons may flush subnormal |x| to zero, which is
-// then below every threshold, as the exact |x| is. Sign bit 15 of each half -> code bit 3.
-__device__ __forceinline__ uint2 e2m1_codes_bf16x2(const uint32_t (&w)[8], const append_encode::E2m1Thresholds& th) {
-  __nv_bfloat162 t2[7];
-#pragma unroll
-  for (int k = 0; k < 7; ++k) t2[k] = __bfloat162bfloat162(__float2bfloat16_rd(th.t[k]));
-  const __nv_bfloat162 base = __bfloat162bfloat162(__float2bfloat16_rn(128.0f));
-  uint32_t out[2] = {0, 0};
-#pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    const uint32_t a = w[i] & 0x7FFF7FFFu;
-    const __nv_bfloat162 a2 = *reinterpret_cast<const __nv_bfloat162*>(&a);
-    __nv_bfloat162 acc = base;
-#pragma unroll
-    for (int k = 0; k < 7; ++k) acc = __hadd2(acc, __hgt2(a2, t2[k]));
-    uint32_t c = *reinterpret_cast<const uint32_t*>(&acc) - 0x43004300u;  // counts 0..7 per half
-    c |= (w[i] >> 12) & 0x00080008u;
-    out[i / 4] |= ((c & 0xFu) | ((c >> 12) & 0xF0u)) << (8 * (i % 4));
-  }
-  return make_uint2(out[0], out[1]);
 }
 
 // The FP8 code of y under Saturation::kSatFinite: the hardware's RNE satfinite conversion
@@ -284,7 +306,9 @@ __global__ void __launch_bounds__(kAppendThreads) append_vec_kernel(const Append
   namespace ae = append_encode;
   const PageGeometry& g = p.kv.geom;
   const int D = g.head_dim, H = g.num_kv_heads;
-  const int tpr = D / kVecElems;  // threads per row: 1..32, a power of two
+  constexpr int kE = vec_elems<C>();  // elements per thread
+  constexpr bool kWide = C == VecClass::kFp4Bf16x32;
+  const int tpr = D / kE;  // threads per row: 1..32, a power of two
   const int rows_per_block = kAppendThreads / tpr;
   const int part = threadIdx.x % tpr;
   const int rows = num_tokens * 2 * H;
@@ -312,9 +336,17 @@ __global__ void __launch_bounds__(kAppendThreads) append_vec_kernel(const Append
     // FP4 from bf16 keeps the input packed (raw); every other class converts to float.
     constexpr bool kRaw = C == VecClass::kFp4 && std::is_same_v<TIn, __nv_bfloat16>;
     float x[kVecElems];
-    uint32_t raw[8];
-    const TIn* src = static_cast<const TIn*>(is_k ? p.k : p.v) + (static_cast<int64_t>(token) * H + head) * D + part * kVecElems;
-    if constexpr (kRaw) {
+    uint32_t raw[kWide ? 16 : 8];
+    const TIn* src = static_cast<const TIn*>(is_k ? p.k : p.v) + (static_cast<int64_t>(token) * H + head) * D + part * kE;
+    if constexpr (kWide) {
+      if (live) {
+        load_raw16(reinterpret_cast<const __nv_bfloat16*>(src), *reinterpret_cast<uint32_t(*)[8]>(raw));
+        load_raw16(reinterpret_cast<const __nv_bfloat16*>(src) + 16, *reinterpret_cast<uint32_t(*)[8]>(raw + 8));
+      } else {
+#pragma unroll
+        for (int i = 0; i < 16; ++i) raw[i] = 0u;
+      }
+    } else if constexpr (kRaw) {
       if (live) load_raw16(reinterpret_cast<const __nv_bfloat16*>(src), raw);
       else {
 #pragma unroll
@@ -329,7 +361,7 @@ __global__ void __launch_bounds__(kAppendThreads) append_vec_kernel(const Append
     const uint32_t su = ok ? static_cast<uint32_t>(s) : 0u;
     const int64_t block = ae::u32div(su, div_bs);
     const int slot = static_cast<int>(su - static_cast<uint32_t>(block) * bsz);
-    const int d0 = part * kVecElems;
+    const int d0 = part * kE;
     uint8_t* pool = static_cast<uint8_t*>(is_k ? p.kv.k : p.kv.v);
     void* scales = is_k ? p.kv.k_scales : p.kv.v_scales;
     const float pool_scale = is_k ? p.kv.k_scale : p.kv.v_scale;
@@ -392,6 +424,39 @@ __global__ void __launch_bounds__(kAppendThreads) append_vec_kernel(const Append
         }
       }
       if (ok) *reinterpret_cast<uint4*>(pool + idx) = make_uint4(w[0], w[1], w[2], w[3]);
+    } else if constexpr (kWide) {
+      // 32 elements: NVFP4 two groups of 16 (one scale each), MXFP4 one group of 32.
+      const ae::Fp8Recip rt = is_k ? rk : rv;
+      uint32_t w[4];
+      uint32_t scodes;
+      if (nv) {
+#pragma unroll
+        for (int gi = 0; gi < 2; ++gi) {
+          const KvBlockScale bs = fp4_block_scale(true, amax_bf16_words<8>(raw + 8 * gi), pool_scale, rt);
+          const uint2 c = fp4_codes_bf16x16(raw + 8 * gi, bs.div, ae::e2m1_thresholds(bs.div));
+          w[2 * gi] = c.x, w[2 * gi + 1] = c.y;
+          if (gi == 0) scodes = bs.code;
+          else scodes |= static_cast<uint32_t>(bs.code) << 8;
+        }
+      } else {
+        const KvBlockScale bs = fp4_block_scale(false, amax_bf16_words<16>(raw), pool_scale, rt);
+        const ae::E2m1Thresholds th = ae::e2m1_thresholds(bs.div);
+        const uint2 c0 = fp4_codes_bf16x16(raw, bs.div, th), c1 = fp4_codes_bf16x16(raw + 8, bs.div, th);
+        w[0] = c0.x, w[1] = c0.y, w[2] = c1.x, w[3] = c1.y;
+        scodes = bs.code;
+      }
+      if (ok) {
+        *reinterpret_cast<uint4*>(pool + (idx >> 1)) = make_uint4(w[0], w[1], w[2], w[3]);  // idx % 32 == 0: 16 whole bytes
+        // g.block_scale_index(block, head, slot, d0 [+ 16]) with the group size as a shift.
+        uint8_t* sp = static_cast<uint8_t*>(scales);
+        if (nv) {
+          const int64_t si = g.token_scale_index(block, head, slot) * (D >> 4) + (d0 >> 4);
+          sp[si] = static_cast<uint8_t>(scodes & 0xFFu);
+          sp[si + 1] = static_cast<uint8_t>(scodes >> 8);
+        } else {
+          sp[g.token_scale_index(block, head, slot) * (D >> 5) + (d0 >> 5)] = static_cast<uint8_t>(scodes);
+        }
+      }
     } else {
       float amax;
       if constexpr (kRaw) amax = amax_bf16x16(raw);
@@ -405,9 +470,11 @@ __global__ void __launch_bounds__(kAppendThreads) append_vec_kernel(const Append
       uint32_t w[2] = {0, 0};
       bool done = false;
       if constexpr (kRaw) {
-        if (th.nan_codes == 0 && bs.div >= 0x1p-99f && bs.div <= 0x1p125f) {
-          const uint2 c = e2m1_codes_bf16x2(raw, th);
-          w[0] = c.x, w[1] = c.y, done = true;
+        if (th.nan_codes == 0 && ae::e2m1_bf16_path_ok(bs.div)) {
+          // Two elements per compare, 3 compares per pair (binary search; append_encode.h).
+          const ae::E2m1Bf16Thresholds tb = ae::e2m1_bf16_thresholds(th);
+          const uint32_t lo[4] = {raw[0], raw[1], raw[2], raw[3]}, hi[4] = {raw[4], raw[5], raw[6], raw[7]};
+          w[0] = ae::e2m1_codes_bf16x8(lo, tb), w[1] = ae::e2m1_codes_bf16x8(hi, tb), done = true;
         } else {
           raw16_to_float(raw, x);  // NaN / tiny / bad divisors: the float paths below
         }
@@ -438,7 +505,7 @@ template <typename TIn, VecClass C>
 cudaError_t launch_append_vec(const AppendParams& p, int num_tokens, cudaStream_t stream) {
   auto kernel = append_vec_kernel<TIn, C>;
   const int64_t rows = static_cast<int64_t>(num_tokens) * 2 * p.kv.geom.num_kv_heads;
-  const int rows_per_block = kAppendThreads / (p.kv.geom.head_dim / kVecElems);
+  const int rows_per_block = kAppendThreads / (p.kv.geom.head_dim / vec_elems<C>());
   // A grid of exactly the resident blocks (occupancy API) strides over the rows: every
   // block does the same work and none waits for a second wave.
   int dev = 0, sms = 0, per_sm = 0;
@@ -533,6 +600,8 @@ void append_kv(const AppendArgs& a, cudaStream_t stream, SlotCheck check) {
     if (!vec) return launch_append<TIn>(p, a.num_tokens, stream);
     if (bits == 16) return launch_append_vec<TIn, VecClass::k16Bit>(p, a.num_tokens, stream);
     if (bits == 8) return launch_append_vec<TIn, VecClass::kFp8>(p, a.num_tokens, stream);
+    if constexpr (std::is_same_v<TIn, __nv_bfloat16>)
+      if (a.kv.geom.head_dim % 32 == 0) return launch_append_vec<TIn, VecClass::kFp4Bf16x32>(p, a.num_tokens, stream);
     return launch_append_vec<TIn, VecClass::kFp4>(p, a.num_tokens, stream);
   });
   KVLAB_CUDA_CHECK(e);

@@ -43,6 +43,7 @@
 #include "reference/quant/scale_rules.h"
 
 #if defined(__CUDACC__)
+#include <cuda_bf16.h>
 #include <cuda_fp8.h>
 #endif
 
@@ -237,6 +238,85 @@ KVLAB_HD uint32_t e2m1_code(float x, const E2m1Thresholds& th) {
   uint32_t c = 0;
   for (int k = 0; k < 7; ++k) c += a > th.t[k] ? 1u : 0u;
   return th.nan_codes ? th.nan_codes : (c | ((fmt_detail::f32_bits(x) >> 28) & 0x8u));
+}
+
+// ------------------------------------------------------------------ E2M1 codes of packed bf16
+// The kernel's FP4 path from bf16 input keeps the input packed (two bf16 per 32-bit word)
+// and compares two elements per instruction. For a bf16 |x| and a positive threshold T_k,
+// |x| > T_k iff |x| > RD_bf16(T_k) (no bf16 lies strictly between RD_bf16(T_k) and T_k),
+// and RD_bf16 of a positive finite float is its upper 16 bits: one byte permute gives the
+// threshold in both halves. The code c = #{k : |x| > T_k} (e2m1_code) is found by a binary
+// search instead of 7 compares: the T_k increase with k, so c >= 4 iff |x| > T_3, then
+// c >= 4b2 + 2 iff |x| > T_{4b2+1}, then c >= 4b2 + 2b1 + 1 iff |x| > T_{4b2+2b1}: three
+// compares per pair (HSET2 masks: 0xFFFF per true half), the thresholds picked bitwise with
+// the masks (4 selects), the mask bits and the sign (bit 15 of each half) ORed into place.
+// Requires every T_k normal (div >= 2^-99: the device's bf16 compares may flush a subnormal
+// |x| to zero, which is below every normal threshold, as |x| itself is) and finite (div <=
+// 2^125), div not NaN: the caller checks and takes e2m1_code otherwise.
+
+// Both halves = the upper 16 bits of x (RD to bf16 for a positive finite float x).
+KVLAB_HD uint32_t bf16x2_rd_broadcast(float x) {
+  const uint32_t b = fmt_detail::f32_bits(x);
+#if defined(__CUDA_ARCH__)
+  return __byte_perm(b, 0u, 0x3232);
+#else
+  return (b & 0xFFFF0000u) | (b >> 16);
+#endif
+}
+
+// 0xFFFF in each half where a > b (bf16 halves; a, b non-NaN).
+KVLAB_HD uint32_t bf16x2_gt_mask(uint32_t a, uint32_t b) {
+#if defined(__CUDA_ARCH__)
+  return __hgt2_mask(*reinterpret_cast<const __nv_bfloat162*>(&a), *reinterpret_cast<const __nv_bfloat162*>(&b));
+#else
+  const bool lo = fmt_detail::bits_f32(a << 16) > fmt_detail::bits_f32(b << 16);
+  const bool hi = fmt_detail::bits_f32(a & 0xFFFF0000u) > fmt_detail::bits_f32(b & 0xFFFF0000u);
+  return (lo ? 0x0000FFFFu : 0u) | (hi ? 0xFFFF0000u : 0u);
+#endif
+}
+
+// The 7 thresholds of th (th.t[k], k = 0..6) as bf16 pairs.
+struct E2m1Bf16Thresholds {
+  uint32_t t[7];
+};
+KVLAB_HD E2m1Bf16Thresholds e2m1_bf16_thresholds(const E2m1Thresholds& th) {
+  E2m1Bf16Thresholds b{};
+  for (int k = 0; k < 7; ++k) b.t[k] = bf16x2_rd_broadcast(th.t[k]);
+  return b;
+}
+
+// Whether e2m1_codes_bf16x8 applies to the thresholds of divisor div (see above).
+KVLAB_HD bool e2m1_bf16_path_ok(float div) { return div >= 0x1p-99f && div <= 0x1p125f; }
+
+// m ? a : b, bitwise (one LOP3).
+KVLAB_HD uint32_t sel_bits(uint32_t m, uint32_t a, uint32_t b) { return (m & a) | (~m & b); }
+
+// The E2M1 codes of the 8 bf16 in w[0..3] (element 2j in the low half of w[j], 2j+1 in the
+// high half): element i in nibble i of the result, e2m1_code(x_i, th) for each.
+KVLAB_HD uint32_t e2m1_codes_bf16x8(const uint32_t (&w)[4], const E2m1Bf16Thresholds& b) {
+  // Pair j's two codes go to bits [4j, 4j+4) and [16+4j, 20+4j): nibbles e0 e2 e4 e6 e1 e3 e5 e7.
+  uint32_t out = 0;
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+  for (int j = 0; j < 4; ++j) {
+    const uint32_t a = w[j] & 0x7FFF7FFFu;
+    const uint32_t m2 = bf16x2_gt_mask(a, b.t[3]);
+    const uint32_t m1 = bf16x2_gt_mask(a, sel_bits(m2, b.t[5], b.t[1]));
+    const uint32_t m0 = bf16x2_gt_mask(a, sel_bits(m1, sel_bits(m2, b.t[6], b.t[2]), sel_bits(m2, b.t[4], b.t[0])));
+    const int s = 4 * j;
+    out |= (m2 & (0x00040004u << s)) | (m1 & (0x00020002u << s)) | (m0 & (0x00010001u << s)) |
+           ((w[j] >> (12 - s)) & (0x00080008u << s));
+  }
+  // Interleave the halves: swap bytes 1 and 2 (e0 e2 e1 e3 e4 e6 e5 e7), then nibbles 1 and 2
+  // of each 16 bits (e0 e1 e2 e3 e4 e5 e6 e7).
+#if defined(__CUDA_ARCH__)
+  out = __byte_perm(out, 0u, 0x3120);
+#else
+  out = (out & 0xFF0000FFu) | ((out >> 8) & 0x0000FF00u) | ((out << 8) & 0x00FF0000u);
+#endif
+  const uint32_t t = (out ^ (out >> 4)) & 0x00F000F0u;
+  return out ^ t ^ (t << 4);
 }
 
 }  // namespace kvlab::gpu::append_encode

@@ -7,12 +7,15 @@
 //   - seeded random FP32 values, and FP32 values within +-8 ulps of every rounding boundary
 //     (s x FP8 midpoints, div x the E2M1 midpoints), where rounding is decided: every
 //     accepted FP8 code and every E2M1 code must be the definition's;
-//   - FP8 quotients below 2^-30 (the signed-zero region), signed zeros, subnormal inputs.
+//   - FP8 quotients below 2^-30 (the signed-zero region), signed zeros, subnormal inputs;
+//   - the packed-bf16 E2M1 path (3-compare binary search, two elements per compare) on
+//     every bf16 value in every nibble position, and around every rounding boundary.
 // The FP8 encoder (reciprocal + two FMA corrections) may decline only NaN / Inf, quotients
 // >= 2^100 and scales outside [2^-70, 2^125] (the kernel then takes the exact path): the
 // tests require zero declines on every ordinary quotient, boundaries included.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -334,6 +337,111 @@ TEST(AppendEncode, E2m1NanDivisorGivesCode7AndBadDivisorsDecline) {
     check_e2m1(x, std::numeric_limits<float>::quiet_NaN(), th);
   EXPECT_FALSE(ae::e2m1_thresholds(-1.0f).ok);
   EXPECT_FALSE(ae::e2m1_thresholds(std::numeric_limits<float>::infinity()).ok);
+}
+
+// ------------------------------------------------------------------ E2M1 codes of packed bf16
+// e2m1_codes_bf16x8 (3-compare binary search on bf16 pairs, the kernel's path from bf16
+// input) against the definition, nibble by nibble, on every bf16 value under every divisor
+// the path accepts (e2m1_bf16_path_ok), each value in every position of the 8-element word
+// (the nibble interleave), with both signs.
+uint32_t bf16_bits(float x) { return fmt_detail::f32_bits(x) >> 16; }
+
+// Checks the 8 bf16 bit patterns h[0..7] under div; returns the number of elements checked.
+int64_t check_e2m1_bf16x8(const uint16_t (&h)[8], float div, const ae::E2m1Bf16Thresholds& tb) {
+  uint32_t w[4];
+  for (int j = 0; j < 4; ++j) w[j] = static_cast<uint32_t>(h[2 * j]) | (static_cast<uint32_t>(h[2 * j + 1]) << 16);
+  const uint32_t got = ae::e2m1_codes_bf16x8(w, tb);
+  for (int i = 0; i < 8; ++i) {
+    const float x = bits_f(static_cast<uint32_t>(h[i]) << 16);
+    const uint32_t want = quantize_element(x, div, ElemFormat::kFP4E2M1, Saturation::kSatFinite, ElementClamp::kEncoder) & 0xFu;
+    const uint32_t g = (got >> (4 * i)) & 0xFu;
+    if (g != want) {
+      ADD_FAILURE() << "e2m1 bf16x8 element " << i << " x=" << x << " (bf16 0x" << std::hex << h[i] << ") div=" << div << " (0x"
+                    << fmt_detail::f32_bits(div) << "): got 0x" << g << ", want 0x" << want << std::dec;
+      return 8;
+    }
+  }
+  return 8;
+}
+
+TEST(AppendEncode, E2m1Bf16PairsMatchDefinitionOnEveryBf16) {
+  const uint64_t seed = seed_for("append_encode.e2m1.bf16x8");
+  std::printf("[seed] append_encode.e2m1.bf16x8 = %llu\n", static_cast<unsigned long long>(seed));
+  std::mt19937_64 rng(seed);
+  int64_t checked = 0, divs = 0;
+  for (float div : divisors(seed)) {
+    if (!ae::e2m1_bf16_path_ok(div)) continue;  // the kernel takes e2m1_code there (tested above)
+    ++divs;
+    const ae::E2m1Bf16Thresholds tb = ae::e2m1_bf16_thresholds(ae::e2m1_thresholds(div));
+    // Every finite bf16 pattern; element i of each word takes pattern b + i * 8191 (mod 2^16)
+    // so that every pattern visits every position across the sweep, with random neighbours.
+    for (uint32_t b = 0; b < 65536; ++b) {
+      uint16_t h[8];
+      for (int i = 0; i < 8; ++i) {
+        uint16_t v = static_cast<uint16_t>(b + static_cast<uint32_t>(i) * 8191u);
+        if ((v & 0x7F80u) == 0x7F80u) v = static_cast<uint16_t>(rng() & 0x7F7Fu);  // NaN / Inf: a finite one
+        h[i] = v;
+      }
+      checked += check_e2m1_bf16x8(h, div, tb);
+    }
+  }
+  std::printf("e2m1 bf16x8: %lld divisors, %lld elements checked\n", static_cast<long long>(divs), static_cast<long long>(checked));
+  EXPECT_GT(divs, 100);
+}
+
+// bf16 values within +-8 bf16 ulps of every E2M1 rounding boundary (div x the midpoints and
+// the representable points), and divisors that put a boundary exactly on a bf16 value
+// (div = x / m for bf16 x: ties) and 1-2 ulps beside it.
+TEST(AppendEncode, E2m1Bf16PairsAtRoundingBoundaries) {
+  const uint64_t seed = seed_for("append_encode.e2m1.bf16x8.boundaries");
+  std::printf("[seed] append_encode.e2m1.bf16x8.boundaries = %llu\n", static_cast<unsigned long long>(seed));
+  std::mt19937_64 rng(seed);
+  const double pts[] = {0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 3.5, 4.0, 5.0, 6.0, 7.0};
+  std::vector<float> divs;
+  for (float d : divisors(seed)) divs.push_back(d);
+  for (int i = 0; i < 40; ++i) {
+    const float x = bits_f((static_cast<uint32_t>(rng() % 0x7E00u) + 0x0100u) << 16);  // a normal positive bf16
+    for (double m : pts) {
+      float d = static_cast<float>(static_cast<double>(x) / m);
+      divs.push_back(d);
+      for (int k = 0; k < 2; ++k) divs.push_back(d = std::nextafter(d, INFINITY));
+      d = static_cast<float>(static_cast<double>(x) / m);
+      for (int k = 0; k < 2; ++k) divs.push_back(d = std::nextafter(d, 0.0f));
+    }
+  }
+  int64_t checked = 0;
+  for (float div : divs) {
+    if (!ae::e2m1_bf16_path_ok(div)) continue;
+    const ae::E2m1Bf16Thresholds tb = ae::e2m1_bf16_thresholds(ae::e2m1_thresholds(div));
+    for (double m : pts) {
+      const float centre = static_cast<float>(m * div);
+      if (!std::isfinite(centre) || centre >= 0x1p127f) continue;
+      const int32_t c = static_cast<int32_t>(bf16_bits(centre));
+      uint16_t h[8];
+      int n = 0;
+      for (int32_t v = std::max(c - 8, 0); v <= std::min(c + 9, 0x7F7F); ++v) {
+        for (uint16_t sgn : {uint16_t{0}, uint16_t{0x8000}}) {
+          h[n++] = static_cast<uint16_t>(v | sgn);
+          if (n == 8) checked += check_e2m1_bf16x8(h, div, tb), n = 0;
+        }
+      }
+      if (n > 0) {
+        for (; n < 8; ++n) h[n] = h[0];
+        checked += check_e2m1_bf16x8(h, div, tb);
+      }
+    }
+  }
+  std::printf("e2m1 bf16x8 boundaries: %zu divisors, %lld elements checked\n", divs.size(), static_cast<long long>(checked));
+}
+
+TEST(AppendEncode, E2m1Bf16PathDeclinesUnusableDivisors) {
+  EXPECT_FALSE(ae::e2m1_bf16_path_ok(0.0f));
+  EXPECT_FALSE(ae::e2m1_bf16_path_ok(0x1p-100f));
+  EXPECT_FALSE(ae::e2m1_bf16_path_ok(0x1p126f));
+  EXPECT_FALSE(ae::e2m1_bf16_path_ok(std::numeric_limits<float>::quiet_NaN()));
+  EXPECT_FALSE(ae::e2m1_bf16_path_ok(std::numeric_limits<float>::infinity()));
+  EXPECT_TRUE(ae::e2m1_bf16_path_ok(0x1p-99f));
+  EXPECT_TRUE(ae::e2m1_bf16_path_ok(0x1p125f));
 }
 
 }  // namespace

@@ -188,6 +188,30 @@ INSTANTIATE_TEST_SUITE_P(All, AppendExact,
                                   to_string(std::get<2>(i.param));
                          });
 
+// FP4 from bf16 at the head dims that pick the vector path's variants: 32 elements per
+// thread (head_dim % 32 == 0: one thread per row at 32, 16 at 512) and 16 (head_dim 16,
+// NVFP4 only: MXFP4 needs 32). NHD and HND, block sizes 1 / 3 / 16; byte-exact.
+class AppendFp4HeadDim : public ::testing::TestWithParam<std::tuple<KvFormat, KvLayout, int>> {};
+
+TEST_P(AppendFp4HeadDim, ByteExactToReference) {
+  KVLAB_SKIP_WITHOUT_GPU();
+  const auto [f, l, d] = GetParam();
+  if (d % kv_format_scale_group(f) != 0) GTEST_SKIP() << to_string(f) << " needs head_dim % " << kv_format_scale_group(f) << " == 0";
+  for (int bs : {1, 3, 16}) {
+    AppendCase c = make_case(f, l, DType::kBF16, d, bs,
+                             "append.fp4_dim." + to_string(f) + "." + to_string(l) + ".d" + std::to_string(d) + ".b" + std::to_string(bs));
+    check_append(c);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(All, AppendFp4HeadDim,
+                         ::testing::Combine(::testing::Values(KvFormat::kNVFP4, KvFormat::kMXFP4),
+                                            ::testing::Values(KvLayout::kNHD, KvLayout::kHND), ::testing::Values(16, 32, 512)),
+                         [](const ::testing::TestParamInfo<std::tuple<KvFormat, KvLayout, int>>& i) {
+                           return to_string(std::get<0>(i.param)) + "_" + to_string(std::get<1>(i.param)) + "_d" +
+                                  std::to_string(std::get<2>(i.param));
+                         });
+
 // Inputs on the rounding boundaries of the vector path's division-free encoders
 // (gpu/quant/append_encode.h): FP32 values within +-8 ulps of s x (every FP8 code value and
 // midpoint) for the pool-scale and per-token FP8 formats, and of div x (every E2M1 value and
