@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <utility>
@@ -62,6 +63,16 @@ struct Trace {
   h5::ColumnData array;              // otherwise an array of this shape
   std::vector<uint64_t> shape;
 };
+
+// A 1-D trace of every timed sample (any container of numbers), stored as doubles.
+template <typename Samples>
+Trace samples_trace(std::string name, std::string doc, const Samples& samples) {
+  Trace tr;
+  tr.name = std::move(name);
+  tr.doc = std::move(doc);
+  tr.array = h5::ColumnData::of(std::vector<double>(std::begin(samples), std::end(samples)));
+  return tr;
+}
 
 struct Record {
   Status status = Status::kOk;

@@ -289,11 +289,7 @@ class AppendBench : public Bench {
     r.metric("bytes_per_s", bps);
     r.metric("pct_copy_ceiling", ctx.copy_ceiling_bytes_per_s > 0 ? 100 * bps / ctx.copy_ceiling_bytes_per_s : NAN);
     r.metric("pct_datasheet", ctx.peak_bytes_per_s > 0 ? 100 * bps / ctx.peak_bytes_per_s : NAN);
-    Trace tr;
-    tr.name = "samples_us";
-    tr.doc = "every timed sample (us per call)";
-    tr.array = h5::ColumnData::of(std::vector<double>(t.samples_us.begin(), t.samples_us.end()));
-    r.traces.push_back(std::move(tr));
+    r.traces.push_back(samples_trace("samples_us", "every timed sample (us per call)", t.samples_us));
     return r;
 #else
     (void)p;

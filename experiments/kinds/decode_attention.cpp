@@ -407,11 +407,7 @@ class DecodeAttentionBench : public Bench {
     r.metric("pct_read_ceiling", ctx.read_ceiling_bytes_per_s > 0 ? 100 * bps / ctx.read_ceiling_bytes_per_s : NAN);
     r.metric("pct_datasheet", ctx.peak_bytes_per_s > 0 ? 100 * bps / ctx.peak_bytes_per_s : NAN);
     r.label("timing", std::string(t.cold_l2 ? "cold L2" : "warm L2") + (t.graph ? ", CUDA graph" : ", eager"));
-    Trace tr;
-    tr.name = "samples_us";
-    tr.doc = "every timed sample (us per call)";
-    tr.array = h5::ColumnData::of(std::vector<double>(t.samples_us.begin(), t.samples_us.end()));
-    r.traces.push_back(std::move(tr));
+    r.traces.push_back(samples_trace("samples_us", "every timed sample (us per call)", t.samples_us));
     return r;
 #else
     (void)p;

@@ -481,12 +481,7 @@ Record StepGemmBench::run(const Point& p, RunContext& ctx) {
   r.metric("matmul_tflops_measured", rate / 1e12);
   r.metric("read_ceiling", ctx.read_ceiling_bytes_per_s);
   r.label("gpu_spec", gpu_used);
-  Trace tr;
-  tr.name = "time_us_samples";
-  tr.doc = "every timed sample: microseconds per GEMM [samples]";
-  std::vector<double> sd(tm.samples_us.begin(), tm.samples_us.end());
-  tr.array = h5::ColumnData::of(sd);
-  r.traces.push_back(std::move(tr));
+  r.traces.push_back(samples_trace("time_us_samples", "every timed sample: microseconds per GEMM [samples]", tm.samples_us));
   return r;
 }
 #else
