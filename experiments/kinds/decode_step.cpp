@@ -26,6 +26,7 @@
 #include <numeric>
 #include <random>
 
+#include "experiments/run/gpu_hooks.h"
 #include "reference/core/error.h"
 #include "reference/layout/layout_names.h"
 #include "reference/metrics/tolerance.h"
@@ -114,18 +115,6 @@ int64_t ridge_batch(const sim::GpuSpec& g, int64_t n, int64_t k) {
 }
 
 #if defined(KVLAB_HAVE_CUDA)
-gpu::bench::TimingOptions harness_options(const TimingConfig& t) {
-  gpu::bench::TimingOptions o;
-  o.warmup = t.warmup;
-  o.min_reps = t.min_reps;
-  o.max_reps = t.max_reps;
-  o.target_rel_iqr = t.target_rel_iqr;
-  o.max_seconds = t.max_seconds;
-  o.cold_l2 = t.cold_l2;
-  o.graph = false;
-  return o;
-}
-
 // The dense BF16 matrix rate of this device, measured once per process: an 8192^3 GEMM
 // through the same cuBLAS path as the decoder (BF16 in, FP32 out), median of the harness.
 double measured_matmul_flops(const TimingConfig& t) {
@@ -142,7 +131,7 @@ double measured_matmul_flops(const TimingConfig& t) {
     gpu::step::fill_synthetic_bf16(static_cast<uint16_t*>(a), int64_t{n} * n, 1, 1, 1.0f, 0.0f, st);
     gpu::step::fill_synthetic_bf16(static_cast<uint16_t*>(b), int64_t{n} * n, 1, 2, 0.01f, 0.0f, st);
     gpu::step::CublasLinear lin(st);
-    gpu::bench::TimingOptions o = harness_options(t);
+    gpu::bench::TimingOptions o = to_harness(t, false);
     o.cold_l2 = false;
     o.min_reps = 5;
     o.max_reps = 20;
@@ -445,7 +434,7 @@ Record StepGemmBench::run(const Point& p, RunContext& ctx) {
   gpu::DecodeEngine e(cfg, o);
   e.prepare_linear(which, m);
   int layer = 0;
-  gpu::bench::TimingOptions to = harness_options(ctx.timing_cfg);
+  gpu::bench::TimingOptions to = to_harness(ctx.timing_cfg, false);
   to.cold_l2 = true;
   const gpu::bench::Timing tm = gpu::bench::time_kernel(
       [&](cudaStream_t) {
