@@ -1,4 +1,4 @@
-// device_backend.h: the DSV4 cache on the GPU, driven by KVCacheManager (sim/dsv4).
+// dsv4_device_backend.h: the DSV4 cache on the GPU, driven by KVCacheManager (sim/dsv4).
 //
 // One cudaMalloc'ed arena laid out by sim::plan_dsv4_arena (the same offsets the host
 // backend and the budget use), filled with 0xFF (unwritten payload reads as NaN, block
@@ -15,7 +15,7 @@
 #include <memory>
 #include <vector>
 
-#include "gpu/dsv4/block_allocator.h"
+#include "gpu/runtime/device_block_allocator.h"
 #include "sim/dsv4/arena.h"
 #include "sim/dsv4/backend.h"
 

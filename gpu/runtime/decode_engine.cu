@@ -1,6 +1,6 @@
 // decode_engine.cu: DecodeEngine (see decode_engine.h): weights, cache, buffers, the step
 // in its four variants, CUDA-graph capture per batch bucket, timing helpers.
-#include "gpu/step/decode_engine.h"
+#include "gpu/runtime/decode_engine.h"
 
 #include <thrust/device_vector.h>
 

@@ -1,5 +1,5 @@
-// device_backend.cu: see device_backend.h.
-#include "gpu/dsv4/device_backend.h"
+// dsv4_device_backend.cu: see dsv4_device_backend.h.
+#include "gpu/runtime/dsv4_device_backend.h"
 
 #include <cuda_runtime.h>
 

@@ -1,4 +1,4 @@
-// block_allocator.h: the GPU-resident block free list of the DSV4 substrate (seed 004's
+// device_block_allocator.h: the GPU-resident block free list of the DSV4 substrate (seed 004's
 // allocator.py: "GPU stack with pinned host top pointer; acquire/release between graph
 // captures only; OOM raises on exhaustion").
 //

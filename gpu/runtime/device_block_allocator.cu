@@ -1,11 +1,11 @@
-// block_allocator.cu: kernels of the GPU block free list (see block_allocator.h).
+// device_block_allocator.cu: kernels of the GPU block free list (see device_block_allocator.h).
 //   init_kernel     stack[i] = N-1-i, in_use = 0
 //   pop_kernel      dst[i] = stack[top-1-i], in_use[id] = 1          (pop order)
 //   release_kernel  one block: atomically clears in_use for every id, and if any id was out
 //                   of range or not in use (double free, or repeated in the batch) restores
 //                   every flag it cleared and reports the first offending index; otherwise
 //                   pushes the ids in order at stack[top .. top+n).
-#include "gpu/dsv4/block_allocator.h"
+#include "gpu/runtime/device_block_allocator.h"
 
 #include <cuda_runtime.h>
 
