@@ -41,7 +41,7 @@
 
 #include "gpu/bench/harness.h"
 #include "gpu/core/cuda_check.h"
-#include "gpu/step/decode_engine.h"
+#include "gpu/runtime/decode_engine.h"
 #include "gpu/step/gemm.h"
 #include "gpu/step/step_kernels.h"
 #endif

@@ -5,7 +5,7 @@
 // the LIFO sim::BlockAllocator, token counts) and tells a backend what to mirror:
 //   Dsv4HostBackend (sim/dsv4/host_backend.h)  host buffers, reference kernels: simulation,
 //                                              tests, the CPU truth
-//   gpu::Dsv4DeviceBackend (gpu/dsv4/device_backend.h)  device pools, a GPU-resident free
+//   gpu::Dsv4DeviceBackend (gpu/runtime/dsv4_device_backend.h)  device pools, a GPU-resident free
 //                                              stack making the same block decisions, kernels
 // Views (reference/dsv4/views.h) point into the backend's buffers; they are built once in
 // create() and never change, so acquiring a handle allocates nothing.

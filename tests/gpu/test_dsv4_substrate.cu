@@ -16,8 +16,8 @@
 
 #include "gpu/core/cuda_check.h"
 #include "gpu/core/device_info.h"
-#include "gpu/dsv4/block_allocator.h"
-#include "gpu/dsv4/device_backend.h"
+#include "gpu/runtime/device_block_allocator.h"
+#include "gpu/runtime/dsv4_device_backend.h"
 #include "gpu/dsv4/dsv4_kernels.h"
 #include "reference/dsv4/variant_names.h"
 #include "reference/metrics/tolerance.h"

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "gpu/core/device_info.h"
-#include "gpu/step/decode_engine.h"
+#include "gpu/runtime/decode_engine.h"
 #include "reference/core/error.h"
 #include "reference/layout/layout_names.h"
 #include "reference/metrics/tolerance.h"
