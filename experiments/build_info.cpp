@@ -22,7 +22,8 @@ BuildInfo build_info() {
 #endif
 #if defined(KVLAB_HAVE_CUDA)
   b.cuda = true;
-  b.cuda_version = std::to_string(CUDART_VERSION / 1000) + "." + std::to_string((CUDART_VERSION % 1000) / 10);
+  b.cuda_version =
+      std::to_string(CUDART_VERSION / 1000) + "." + std::to_string((CUDART_VERSION % 1000) / 10);
 #ifdef KVLAB_CUDA_ARCHS
   b.cuda_archs = KVLAB_CUDA_ARCHS;
 #endif

@@ -11,7 +11,7 @@ struct BuildInfo {
   std::string build_type;
   std::string compiler;
   bool cuda = false;
-  std::string cuda_version;   // toolkit version the binary was built with ("" without CUDA)
+  std::string cuda_version;  // toolkit version the binary was built with ("" without CUDA)
   std::string cuda_archs;
 };
 

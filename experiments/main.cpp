@@ -3,4 +3,6 @@
 
 #include "experiments/cli/cli.h"
 
-int main(int argc, char** argv) { return kvlab::exp::cli_main(argc, argv, std::cout, std::cerr); }
+int main(int argc, char** argv) {
+  return kvlab::exp::cli_main(argc, argv, std::cout, std::cerr);
+}

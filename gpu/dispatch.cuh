@@ -45,11 +45,11 @@ namespace kvlab::gpu {
 enum class KvElem : int32_t { kBF16 = 0, kFP16 = 1, kE4M3 = 2, kE5M2 = 3, kE2M1 = 4 };
 
 __host__ __device__ constexpr KvElem kv_elem_of(KvFormat f) {
-  return f == KvFormat::kBF16                                          ? KvElem::kBF16
-         : f == KvFormat::kFP16                                        ? KvElem::kFP16
+  return f == KvFormat::kBF16                                           ? KvElem::kBF16
+         : f == KvFormat::kFP16                                         ? KvElem::kFP16
          : (f == KvFormat::kFP8E4M3 || f == KvFormat::kFP8E4M3PerToken) ? KvElem::kE4M3
-         : f == KvFormat::kFP8E5M2                                     ? KvElem::kE5M2
-                                                                       : KvElem::kE2M1;
+         : f == KvFormat::kFP8E5M2                                      ? KvElem::kE5M2
+                                                                        : KvElem::kE2M1;
 }
 __host__ __device__ constexpr int kv_elem_bits(KvElem e) {
   return (e == KvElem::kBF16 || e == KvElem::kFP16) ? 16 : (e == KvElem::kE2M1 ? 4 : 8);
@@ -65,16 +65,17 @@ __host__ __device__ constexpr int kv_elem_bits(KvElem e) {
 enum class ScaleMode : int32_t { kNone = 0, kPool = 1, kPerToken = 2, kNvfp4 = 3, kMx = 4 };
 
 __host__ __device__ constexpr ScaleMode scale_mode_of(KvFormat f) {
-  return (f == KvFormat::kBF16 || f == KvFormat::kFP16)            ? ScaleMode::kNone
-         : (f == KvFormat::kFP8E4M3 || f == KvFormat::kFP8E5M2)    ? ScaleMode::kPool
-         : f == KvFormat::kFP8E4M3PerToken                         ? ScaleMode::kPerToken
-         : f == KvFormat::kNVFP4                                   ? ScaleMode::kNvfp4
-                                                                   : ScaleMode::kMx;
+  return (f == KvFormat::kBF16 || f == KvFormat::kFP16)         ? ScaleMode::kNone
+         : (f == KvFormat::kFP8E4M3 || f == KvFormat::kFP8E5M2) ? ScaleMode::kPool
+         : f == KvFormat::kFP8E4M3PerToken                      ? ScaleMode::kPerToken
+         : f == KvFormat::kNVFP4                                ? ScaleMode::kNvfp4
+                                                                : ScaleMode::kMx;
 }
 
 // ------------------------------------------------------------------ host-side queries
 inline bool head_dim_compiled(int d) {
-#define KVLAB_HD_CASE_(v) if (d == v) return true;
+#define KVLAB_HD_CASE_(v) \
+  if (d == v) return true;
   KVLAB_FOR_EACH_HEAD_DIM(KVLAB_HD_CASE_)
 #undef KVLAB_HD_CASE_
   return false;
@@ -105,16 +106,16 @@ inline std::string head_dim_unsupported_reason(int d) {
   }
 
 // head_dim -> constexpr int NAME
-#define KVLAB_DISPATCH_HEAD_DIM(head_dim, NAME, ...)                                     \
-  [&]() {                                                                                \
-    const int kvlab_hd_ = (head_dim);                                                    \
-    switch (kvlab_hd_) {                                                                 \
-      KVLAB_DISPATCH_HD_CASE_(64, NAME, __VA_ARGS__)                                     \
-      KVLAB_DISPATCH_HD_CASE_(128, NAME, __VA_ARGS__)                                    \
-      KVLAB_DISPATCH_HD_CASE_(256, NAME, __VA_ARGS__)                                    \
-      default:                                                                           \
+#define KVLAB_DISPATCH_HEAD_DIM(head_dim, NAME, ...)                                      \
+  [&]() {                                                                                 \
+    const int kvlab_hd_ = (head_dim);                                                     \
+    switch (kvlab_hd_) {                                                                  \
+      KVLAB_DISPATCH_HD_CASE_(64, NAME, __VA_ARGS__)                                      \
+      KVLAB_DISPATCH_HD_CASE_(128, NAME, __VA_ARGS__)                                     \
+      KVLAB_DISPATCH_HD_CASE_(256, NAME, __VA_ARGS__)                                     \
+      default:                                                                            \
         throw ::kvlab::Unsupported(::kvlab::gpu::head_dim_unsupported_reason(kvlab_hd_)); \
-    }                                                                                    \
+    }                                                                                     \
   }()
 
 #define KVLAB_DISPATCH_ELEM_CASE_(fmt_value, elem_value, NAME, ...) \
@@ -125,21 +126,26 @@ inline std::string head_dim_unsupported_reason(int d) {
 
 // KvFormat -> constexpr KvElem NAME (every KvFormat has an element class; an out-of-range
 // enum value is an InvalidArgument).
-#define KVLAB_DISPATCH_KV_ELEM(format, NAME, ...)                                                  \
-  [&]() {                                                                                          \
-    const ::kvlab::KvFormat kvlab_f_ = (format);                                                   \
-    switch (kvlab_f_) {                                                                            \
-      KVLAB_DISPATCH_ELEM_CASE_(::kvlab::KvFormat::kBF16, ::kvlab::gpu::KvElem::kBF16, NAME, __VA_ARGS__) \
-      KVLAB_DISPATCH_ELEM_CASE_(::kvlab::KvFormat::kFP16, ::kvlab::gpu::KvElem::kFP16, NAME, __VA_ARGS__) \
-      case ::kvlab::KvFormat::kFP8E4M3:                                                            \
-      KVLAB_DISPATCH_ELEM_CASE_(::kvlab::KvFormat::kFP8E4M3PerToken, ::kvlab::gpu::KvElem::kE4M3, NAME, __VA_ARGS__) \
-      KVLAB_DISPATCH_ELEM_CASE_(::kvlab::KvFormat::kFP8E5M2, ::kvlab::gpu::KvElem::kE5M2, NAME, __VA_ARGS__) \
-      case ::kvlab::KvFormat::kNVFP4:                                                              \
-      KVLAB_DISPATCH_ELEM_CASE_(::kvlab::KvFormat::kMXFP4, ::kvlab::gpu::KvElem::kE2M1, NAME, __VA_ARGS__) \
-    }                                                                                              \
-    std::ostringstream kvlab_os_;                                                                  \
-    kvlab_os_ << "invalid KvFormat value " << static_cast<int>(kvlab_f_);                          \
-    throw ::kvlab::InvalidArgument(kvlab_os_.str());                                               \
+#define KVLAB_DISPATCH_KV_ELEM(format, NAME, ...)                                                 \
+  [&]() {                                                                                         \
+    const ::kvlab::KvFormat kvlab_f_ = (format);                                                  \
+    switch (kvlab_f_) {                                                                           \
+      KVLAB_DISPATCH_ELEM_CASE_(::kvlab::KvFormat::kBF16, ::kvlab::gpu::KvElem::kBF16, NAME,      \
+                                __VA_ARGS__)                                                      \
+      KVLAB_DISPATCH_ELEM_CASE_(::kvlab::KvFormat::kFP16, ::kvlab::gpu::KvElem::kFP16, NAME,      \
+                                __VA_ARGS__)                                                      \
+      case ::kvlab::KvFormat::kFP8E4M3:                                                           \
+        KVLAB_DISPATCH_ELEM_CASE_(::kvlab::KvFormat::kFP8E4M3PerToken,                            \
+                                  ::kvlab::gpu::KvElem::kE4M3, NAME, __VA_ARGS__)                 \
+        KVLAB_DISPATCH_ELEM_CASE_(::kvlab::KvFormat::kFP8E5M2, ::kvlab::gpu::KvElem::kE5M2, NAME, \
+                                  __VA_ARGS__)                                                    \
+      case ::kvlab::KvFormat::kNVFP4:                                                             \
+        KVLAB_DISPATCH_ELEM_CASE_(::kvlab::KvFormat::kMXFP4, ::kvlab::gpu::KvElem::kE2M1, NAME,   \
+                                  __VA_ARGS__)                                                    \
+    }                                                                                             \
+    std::ostringstream kvlab_os_;                                                                 \
+    kvlab_os_ << "invalid KvFormat value " << static_cast<int>(kvlab_f_);                         \
+    throw ::kvlab::InvalidArgument(kvlab_os_.str());                                              \
   }()
 
 #define KVLAB_DISPATCH_DTYPE_CASE_(dt, T, NAME, ...) \
@@ -149,18 +155,18 @@ inline std::string head_dim_unsupported_reason(int d) {
   }
 
 // Activation dtype (append / quantize inputs) -> `using NAME = __nv_bfloat16 | __half | float`.
-#define KVLAB_DISPATCH_ACT_DTYPE(dtype, NAME, ...)                                           \
-  [&]() {                                                                                    \
-    const ::kvlab::DType kvlab_dt_ = (dtype);                                                \
-    switch (kvlab_dt_) {                                                                     \
-      KVLAB_DISPATCH_DTYPE_CASE_(::kvlab::DType::kBF16, __nv_bfloat16, NAME, __VA_ARGS__)    \
-      KVLAB_DISPATCH_DTYPE_CASE_(::kvlab::DType::kF16, __half, NAME, __VA_ARGS__)           \
-      KVLAB_DISPATCH_DTYPE_CASE_(::kvlab::DType::kF32, float, NAME, __VA_ARGS__)            \
-    }                                                                                        \
-    std::ostringstream kvlab_os_;                                                            \
-    kvlab_os_ << "unsupported activation dtype value " << static_cast<int>(kvlab_dt_)        \
-              << " (allowed: bf16, f16, f32)";                                               \
-    throw ::kvlab::Unsupported(kvlab_os_.str());                                             \
+#define KVLAB_DISPATCH_ACT_DTYPE(dtype, NAME, ...)                                        \
+  [&]() {                                                                                 \
+    const ::kvlab::DType kvlab_dt_ = (dtype);                                             \
+    switch (kvlab_dt_) {                                                                  \
+      KVLAB_DISPATCH_DTYPE_CASE_(::kvlab::DType::kBF16, __nv_bfloat16, NAME, __VA_ARGS__) \
+      KVLAB_DISPATCH_DTYPE_CASE_(::kvlab::DType::kF16, __half, NAME, __VA_ARGS__)         \
+      KVLAB_DISPATCH_DTYPE_CASE_(::kvlab::DType::kF32, float, NAME, __VA_ARGS__)          \
+    }                                                                                     \
+    std::ostringstream kvlab_os_;                                                         \
+    kvlab_os_ << "unsupported activation dtype value " << static_cast<int>(kvlab_dt_)     \
+              << " (allowed: bf16, f16, f32)";                                            \
+    throw ::kvlab::Unsupported(kvlab_os_.str());                                          \
   }()
 
 }  // namespace kvlab::gpu

@@ -25,8 +25,8 @@ enum class AxisType { kInt, kFloat, kString, kEnum };
 struct AxisSpec {
   std::string name;
   AxisType type = AxisType::kInt;
-  std::string default_value;          // used when a study does not list the axis
-  std::vector<std::string> choices;   // kEnum: the allowed values ("all" expands to them)
+  std::string default_value;         // used when a study does not list the axis
+  std::vector<std::string> choices;  // kEnum: the allowed values ("all" expands to them)
   std::string doc;
   bool numeric() const { return type == AxisType::kInt || type == AxisType::kFloat; }
 };
@@ -60,7 +60,7 @@ struct Trace {
   std::string name;
   std::string doc;
   std::vector<std::pair<h5::Table::Column, h5::ColumnData>> columns;  // a table when non-empty
-  h5::ColumnData array;              // otherwise an array of this shape
+  h5::ColumnData array;  // otherwise an array of this shape
   std::vector<uint64_t> shape;
 };
 
@@ -76,16 +76,26 @@ Trace samples_trace(std::string name, std::string doc, const Samples& samples) {
 
 struct Record {
   Status status = Status::kOk;
-  std::string reason;  // why skipped / failed ("" when ok)
-  std::vector<std::pair<std::string, double>> metrics;       // summary numbers
-  std::vector<std::pair<std::string, std::string>> labels;   // summary strings
+  std::string reason;                                       // why skipped / failed ("" when ok)
+  std::vector<std::pair<std::string, double>> metrics;      // summary numbers
+  std::vector<std::pair<std::string, std::string>> labels;  // summary strings
   std::vector<Trace> traces;
   double seconds = 0;  // wall time of the whole point (set by the runner)
 
   void metric(const std::string& name, double v) { metrics.emplace_back(name, v); }
   void label(const std::string& name, const std::string& v) { labels.emplace_back(name, v); }
-  static Record skipped(std::string why) { Record r; r.status = Status::kSkipped; r.reason = std::move(why); return r; }
-  static Record failed(std::string why) { Record r; r.status = Status::kFailed; r.reason = std::move(why); return r; }
+  static Record skipped(std::string why) {
+    Record r;
+    r.status = Status::kSkipped;
+    r.reason = std::move(why);
+    return r;
+  }
+  static Record failed(std::string why) {
+    Record r;
+    r.status = Status::kFailed;
+    r.reason = std::move(why);
+    return r;
+  }
 };
 
 // Options of the GPU timing harness, set by the [timing] section of a config.
@@ -93,22 +103,22 @@ struct TimingConfig {
   int warmup = 3;
   int min_reps = 10;
   int max_reps = 200;
-  double target_rel_iqr = 0.02;   // stop once IQR/median is below this
-  double max_seconds = 2.0;       // per timed configuration
+  double target_rel_iqr = 0.02;  // stop once IQR/median is below this
+  double max_seconds = 2.0;      // per timed configuration
   bool cold_l2 = true;
-  bool graph = false;             // CUDA-graph replay for launch-bound points
-  int graph_calls = 20;           // calls captured per graph
+  bool graph = false;    // CUDA-graph replay for launch-bound points
+  int graph_calls = 20;  // calls captured per graph
 };
 
 // What a bench may use while running: seeds, timing options and the measured ceilings.
 struct RunContext {
   uint64_t seed = 1;
-  bool timing = true;             // false for `kvlab validate`: check only
+  bool timing = true;  // false for `kvlab validate`: check only
   TimingConfig timing_cfg;
   // Measured once per run by the GPU harness (0 when not measured).
   double read_ceiling_bytes_per_s = 0;
   double copy_ceiling_bytes_per_s = 0;
-  double peak_bytes_per_s = 0;    // datasheet-style figure of the device
+  double peak_bytes_per_s = 0;  // datasheet-style figure of the device
   std::string device_name;
   bool device_present = false;
 };

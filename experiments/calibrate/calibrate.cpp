@@ -35,7 +35,8 @@ std::string resolve_results(const std::string& path) {
   return path;  // read_file reports it as missing
 }
 
-CalibrateResult::Errors errors_of(const std::vector<double>& pred, const std::vector<DecodeRecord>& recs,
+CalibrateResult::Errors errors_of(const std::vector<double>& pred,
+                                  const std::vector<DecodeRecord>& recs,
                                   const std::vector<bool>& heldout, bool want_heldout) {
   std::vector<double> e;
   for (size_t i = 0; i < recs.size(); ++i)
@@ -67,7 +68,8 @@ bool device_is(const std::string& device_name, const sim::GpuSpec& g) {
 
 }  // namespace
 
-const sim::GpuSpec& gpu_for_device(const std::vector<sim::GpuSpec>& table, const std::string& device_name) {
+const sim::GpuSpec& gpu_for_device(const std::vector<sim::GpuSpec>& table,
+                                   const std::string& device_name) {
   for (const auto& g : table)
     if (device_is(device_name, g)) return g;
   std::string known;
@@ -87,22 +89,26 @@ CalibrateResult run_calibration(const CalibrateRequest& req) {
   // The GPU: the table's entry for the files' device (or the named one, which must match).
   const std::vector<sim::GpuSpec> table = sim::load_gpu_table();
   if (req.gpu == "auto") {
-    if (device.empty()) throw InvalidArgument("the files do not name their device: give --gpu NAME");
+    if (device.empty())
+      throw InvalidArgument("the files do not name their device: give --gpu NAME");
     res.gpu = gpu_for_device(table, device);
   } else {
     res.gpu = sim::find_gpu(table, req.gpu);
     if (!device.empty() && !device_is(device, res.gpu))
-      throw InvalidArgument("--gpu " + req.gpu + " (" + res.gpu.name + ") does not match the device the files were "
-                            "measured on ('" + device + "')");
+      throw InvalidArgument("--gpu " + req.gpu + " (" + res.gpu.name +
+                            ") does not match the device the files were "
+                            "measured on ('" +
+                            device + "')");
   }
   if (res.selection.read_ceiling_bytes_per_s > 0) {
     res.gpu.measured_read_bytes_per_s = res.selection.read_ceiling_bytes_per_s;
     res.ceiling_source = "the result files' measured read ceiling";
   } else {
-    res.ceiling_source = res.gpu.measured_read_bytes_per_s > 0 ? "the GPU table's measured read ceiling (the files "
-                                                                 "have none)"
-                                                               : "the GPU table's datasheet bandwidth (no measured "
-                                                                 "ceiling anywhere)";
+    res.ceiling_source = res.gpu.measured_read_bytes_per_s > 0
+                             ? "the GPU table's measured read ceiling (the files "
+                               "have none)"
+                             : "the GPU table's datasheet bandwidth (no measured "
+                               "ceiling anywhere)";
   }
 
   // Train / test split.
@@ -123,11 +129,11 @@ CalibrateResult run_calibration(const CalibrateRequest& req) {
       throw InvalidArgument("--holdout '" + req.holdout + "': " + e.what());
     }
     if (n == 0)
-      throw InvalidArgument("--holdout '" + req.holdout + "' selects none of the " + std::to_string(recs.size()) +
-                            " records: nothing to test");
+      throw InvalidArgument("--holdout '" + req.holdout + "' selects none of the " +
+                            std::to_string(recs.size()) + " records: nothing to test");
     if (n == static_cast<int64_t>(recs.size()))
-      throw InvalidArgument("--holdout '" + req.holdout + "' selects all " + std::to_string(recs.size()) +
-                            " records: nothing to fit");
+      throw InvalidArgument("--holdout '" + req.holdout + "' selects all " +
+                            std::to_string(recs.size()) + " records: nothing to fit");
   }
   std::vector<sim::DecodeAttentionMeasurement> train, all;
   std::vector<size_t> train_index(recs.size(), SIZE_MAX);
@@ -147,10 +153,10 @@ CalibrateResult run_calibration(const CalibrateRequest& req) {
   // Predictions through the cost model itself (what a simulation uses).
   const sim::CostModelConfig raw;
   const sim::FidelityTable un = sim::decode_attention_fidelity(res.gpu, raw, all);
-  const sim::FidelityTable po =
-      sim::decode_attention_fidelity(res.gpu, sim::with_decode_attention_calibration(raw, res.pooled, res.gpu), all);
-  const sim::FidelityTable ca =
-      sim::decode_attention_fidelity(res.gpu, sim::with_decode_attention_calibration(raw, res.model, res.gpu), all);
+  const sim::FidelityTable po = sim::decode_attention_fidelity(
+      res.gpu, sim::with_decode_attention_calibration(raw, res.pooled, res.gpu), all);
+  const sim::FidelityTable ca = sim::decode_attention_fidelity(
+      res.gpu, sim::with_decode_attention_calibration(raw, res.model, res.gpu), all);
   for (size_t i = 0; i < recs.size(); ++i) {
     res.bytes.push_back(un.rows[i].bytes);
     res.predicted_uncalibrated.push_back(un.rows[i].predicted_s);

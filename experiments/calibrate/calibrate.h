@@ -53,13 +53,14 @@ struct CalibrateRequest {
 
 struct CalibrateResult {
   DecodeSelection selection;
-  sim::GpuSpec gpu;            // the table's entry with the files' measured read ceiling
-  std::string ceiling_source;  // where R came from
-  std::vector<bool> heldout;   // per record: in the test set
+  sim::GpuSpec gpu;                     // the table's entry with the files' measured read ceiling
+  std::string ceiling_source;           // where R came from
+  std::vector<bool> heldout;            // per record: in the test set
   sim::DecodeAttentionModelFit pooled;  // fitted on the training records
   sim::DecodeAttentionModelFit model;
   // Per record (selection order), seconds; the LOO entries are NaN for held-out records.
-  std::vector<double> bytes, predicted_uncalibrated, predicted_pooled, predicted, predicted_loo, predicted_pooled_loo;
+  std::vector<double> bytes, predicted_uncalibrated, predicted_pooled, predicted, predicted_loo,
+      predicted_pooled_loo;
   struct Errors {  // |predicted - measured| / measured over a set of records
     double median = 0, max = 0;
     int64_t count = 0;
@@ -76,25 +77,27 @@ CalibrateResult run_calibration(const CalibrateRequest& request);
 // The GPU of the table a device name belongs to ("NVIDIA H100 80GB HBM3" -> H100-SXM5-80GB):
 // the entry whose short name (before the first '-') is a word of the device name.
 // InvalidArgument naming the device and the table's GPUs when none matches.
-const sim::GpuSpec& gpu_for_device(const std::vector<sim::GpuSpec>& table, const std::string& device_name);
+const sim::GpuSpec& gpu_for_device(const std::vector<sim::GpuSpec>& table,
+                                   const std::string& device_name);
 
 // A calibration read back from a `kvlab calibrate` output file: the one ok calibrate point.
 struct DecodeCalibrationFile {
   std::string path;
-  std::string gpu_name;  // the GPU table entry it was fitted for
-  std::string summary;   // "fixed 9.8 us (graph 7.4 us), efficiency bf16 0.95 ..."
+  std::string gpu_name;              // the GPU table entry it was fitted for
+  std::string summary;               // "fixed 9.8 us (graph 7.4 us), efficiency bf16 0.95 ..."
   sim::DecodeAttentionModelFit fit;  // the fitted terms (no per-record data)
 };
 // InvalidArgument / ResultFileError: not a result file, no ok calibrate point or several.
 DecodeCalibrationFile read_decode_calibration(const std::string& path);
 // cfg with the file's calibration, for a simulation on `gpu`: InvalidArgument when the
 // calibration was fitted for another GPU.
-sim::CostModelConfig apply_decode_calibration(const DecodeCalibrationFile& cal, const sim::GpuSpec& gpu,
-                                              sim::CostModelConfig cfg);
+sim::CostModelConfig apply_decode_calibration(const DecodeCalibrationFile& cal,
+                                              const sim::GpuSpec& gpu, sim::CostModelConfig cfg);
 
 std::unique_ptr<Bench> make_calibrate_bench();
 
 // The `kvlab calibrate` subcommand (cli.cpp dispatches to it): exit code as cli.h says.
-int cmd_calibrate(const std::vector<std::string>& args, const std::vector<std::string>& full_argv, std::ostream& out);
+int cmd_calibrate(const std::vector<std::string>& args, const std::vector<std::string>& full_argv,
+                  std::ostream& out);
 
 }  // namespace kvlab::exp

@@ -26,7 +26,9 @@ CalibrateRequest request_of(const Point& p) {
   CalibrateRequest r;
   for (const auto& f : split(p.str("results"), '+')) {
     const std::string t = trim(f);
-    if (t.empty()) throw InvalidArgument("results '" + p.str("results") + "': an empty file name (files are joined by '+')");
+    if (t.empty())
+      throw InvalidArgument("results '" + p.str("results") +
+                            "': an empty file name (files are joined by '+')");
     r.files.push_back(t);
   }
   r.gpu = p.str("gpu");
@@ -52,43 +54,63 @@ class CalibrateBench : public Bench {
  public:
   std::string name() const override { return "calibrate"; }
   std::string summary() const override {
-    return "fit the sim's decode-attention cost model to measured decode_attention timings: fidelity table "
+    return "fit the sim's decode-attention cost model to measured decode_attention timings: "
+           "fidelity table "
            "(predicted vs measured, in-sample, leave-one-out, held out)";
   }
   std::vector<AxisSpec> axes() const override {
     return {
-        {"results", AxisType::kString, "data/perf/h100_perf_sweep.h5", {},
+        {"results",
+         AxisType::kString,
+         "data/perf/h100_perf_sweep.h5",
+         {},
          "kvlab result files with timed decode_attention points, joined by '+'"},
-        {"gpu", AxisType::kString, "auto", {}, "GPU of data/gpus/gpus.csv (auto: the files' device)"},
-        {"version", AxisType::kString, "best", {}, "decode version to fit (best: the fastest kvlab version per shape)"},
-        {"holdout", AxisType::kString, "none", {},
-         "test set: an expression over the record axes (e.g. context > 16384); none = leave-one-out only"},
+        {"gpu",
+         AxisType::kString,
+         "auto",
+         {},
+         "GPU of data/gpus/gpus.csv (auto: the files' device)"},
+        {"version",
+         AxisType::kString,
+         "best",
+         {},
+         "decode version to fit (best: the fastest kvlab version per shape)"},
+        {"holdout",
+         AxisType::kString,
+         "none",
+         {},
+         "test set: an expression over the record axes (e.g. context > 16384); none = "
+         "leave-one-out only"},
     };
   }
   std::vector<MetricSpec> metrics() const override {
-    return {{"records", "", "decode-attention records (shapes) in the table"},
-            {"heldout_records", "", "records held out of the fit (--holdout)"},
-            {"graph_records", "", "records timed by CUDA-graph replay (fitted)"},
-            {"fit_read_ceiling_bytes_per_s", "B/s", "read ceiling R the roofline terms use"},
-            {"fixed_us", "us", "calibrated per-call overhead, eager-timed calls"},
-            {"graph_fixed_us", "us", "calibrated per-call overhead, CUDA-graph replay"},
-            {"graph_fixed_fitted", "", "1 when graph_fixed_us was fitted (graph-timed records present)"},
-            {"fallback_efficiency", "", "calibrated: achieved fraction of R for formats without records"},
-            {"pooled_fixed_us", "us", "pooled model (one overhead, one efficiency): overhead"},
-            {"pooled_efficiency", "", "pooled model: achieved fraction of R"},
-            {"err_uncalibrated_median", "", "fitted records: median |pred - meas| / meas, bytes / R"},
-            {"err_uncalibrated_max", "", "fitted records: max error, bytes / R"},
-            {"err_pooled_median", "", "fitted records: median error, pooled model, in-sample"},
-            {"err_pooled_max", "", "fitted records: max error, pooled model, in-sample"},
-            {"err_pooled_loo_median", "", "fitted records: median error, pooled model, leave-one-out"},
-            {"err_median", "", "fitted records: median error, calibrated model, in-sample"},
-            {"err_max", "", "fitted records: max error, calibrated model, in-sample"},
-            {"err_loo_median", "", "fitted records: median error, calibrated model, leave-one-out"},
-            {"err_loo_max", "", "fitted records: max error, calibrated model, leave-one-out"},
-            {"test_err_uncalibrated_median", "", "held-out records: median error, bytes / R (NaN: no holdout)"},
-            {"test_err_pooled_median", "", "held-out records: median error, pooled model"},
-            {"test_err_median", "", "held-out records: median error, calibrated model"},
-            {"test_err_max", "", "held-out records: max error, calibrated model"}};
+    return {
+        {"records", "", "decode-attention records (shapes) in the table"},
+        {"heldout_records", "", "records held out of the fit (--holdout)"},
+        {"graph_records", "", "records timed by CUDA-graph replay (fitted)"},
+        {"fit_read_ceiling_bytes_per_s", "B/s", "read ceiling R the roofline terms use"},
+        {"fixed_us", "us", "calibrated per-call overhead, eager-timed calls"},
+        {"graph_fixed_us", "us", "calibrated per-call overhead, CUDA-graph replay"},
+        {"graph_fixed_fitted", "",
+         "1 when graph_fixed_us was fitted (graph-timed records present)"},
+        {"fallback_efficiency", "",
+         "calibrated: achieved fraction of R for formats without records"},
+        {"pooled_fixed_us", "us", "pooled model (one overhead, one efficiency): overhead"},
+        {"pooled_efficiency", "", "pooled model: achieved fraction of R"},
+        {"err_uncalibrated_median", "", "fitted records: median |pred - meas| / meas, bytes / R"},
+        {"err_uncalibrated_max", "", "fitted records: max error, bytes / R"},
+        {"err_pooled_median", "", "fitted records: median error, pooled model, in-sample"},
+        {"err_pooled_max", "", "fitted records: max error, pooled model, in-sample"},
+        {"err_pooled_loo_median", "", "fitted records: median error, pooled model, leave-one-out"},
+        {"err_median", "", "fitted records: median error, calibrated model, in-sample"},
+        {"err_max", "", "fitted records: max error, calibrated model, in-sample"},
+        {"err_loo_median", "", "fitted records: median error, calibrated model, leave-one-out"},
+        {"err_loo_max", "", "fitted records: max error, calibrated model, leave-one-out"},
+        {"test_err_uncalibrated_median", "",
+         "held-out records: median error, bytes / R (NaN: no holdout)"},
+        {"test_err_pooled_median", "", "held-out records: median error, pooled model"},
+        {"test_err_median", "", "held-out records: median error, calibrated model"},
+        {"test_err_max", "", "held-out records: max error, calibrated model"}};
   }
   // The whole calibration is cheap (milliseconds): running it here turns every bad input
   // (files, GPU, version, holdout, an undetermined fit) into exit code 2 before any output.
@@ -126,17 +148,23 @@ class CalibrateBench : public Bench {
     r.metric("test_err_max", test ? c.test.max : NAN);
     r.label("gpu_name", c.gpu.name);
     r.label("device", c.selection.device_name);
-    r.label("sources", join([&] {
-              std::vector<std::string> s;
-              for (const auto& x : recs)
-                if (std::find(s.begin(), s.end(), x.source) == s.end()) s.push_back(x.source);
-              return s;
-            }(), " + "));
-    r.label("selection", p.str("version") == "best" ? "fastest of " + join(c.selection.versions, ", ") + " per shape"
-                                                    : "version " + p.str("version"));
+    r.label("sources", join(
+                           [&] {
+                             std::vector<std::string> s;
+                             for (const auto& x : recs)
+                               if (std::find(s.begin(), s.end(), x.source) == s.end())
+                                 s.push_back(x.source);
+                             return s;
+                           }(),
+                           " + "));
+    r.label("selection", p.str("version") == "best"
+                             ? "fastest of " + join(c.selection.versions, ", ") + " per shape"
+                             : "version " + p.str("version"));
     r.label("ceiling_source", c.ceiling_source);
-    r.label("model", "calibrated: fixed(eager | graph) + bytes / (R * efficiency(kv_format)); pooled: fixed + "
-                     "bytes / (R * efficiency); uncalibrated: bytes / R");
+    r.label(
+        "model",
+        "calibrated: fixed(eager | graph) + bytes / (R * efficiency(kv_format)); pooled: fixed + "
+        "bytes / (R * efficiency); uncalibrated: bytes / R");
 
     std::vector<std::string> label, source, study, version, layout, fmt, lengths, graph;
     std::vector<int64_t> row, repeats, batch, context, head_dim, kv_heads, group, block, heldout;
@@ -161,7 +189,8 @@ class CalibrateBench : public Bench {
       group.push_back(s.num_qo_heads / s.num_kv_heads);
       block.push_back(s.block_size);
       heldout.push_back(c.heldout[i] ? 1 : 0);
-      mean_ctx.push_back(s.batch > 0 ? static_cast<double>(s.total_tokens()) / static_cast<double>(s.batch) : 0.0);
+      mean_ctx.push_back(
+          s.batch > 0 ? static_cast<double>(s.total_tokens()) / static_cast<double>(s.batch) : 0.0);
       min_bytes.push_back(d.min_bytes);
       const double t = d.m.measured_s;
       meas.push_back(t);
@@ -172,8 +201,10 @@ class CalibrateBench : public Bench {
       achieved.push_back(c.bytes[i] / t);
       pct.push_back(100.0 * c.bytes[i] / t / m.read_ceiling_bytes_per_s);
     }
-    TableTrace fid("fidelity", "predicted vs measured decode-attention time, one row per record (shape and version); "
-                               "errors are (predicted - measured) / measured");
+    TableTrace fid(
+        "fidelity",
+        "predicted vs measured decode-attention time, one row per record (shape and version); "
+        "errors are (predicted - measured) / measured");
     fid.add_strings("label", label)
         .add_strings("source", source, "result file of the measurement")
         .add("row", row, "", "its /index row (the first of repeated measurements)")
@@ -198,7 +229,8 @@ class CalibrateBench : public Bench {
         .add("predicted_uncalibrated_s", c.predicted_uncalibrated, "s", "bytes / R")
         .add("predicted_pooled_s", c.predicted_pooled, "s", "pooled model")
         .add("predicted_s", c.predicted, "s", "calibrated model")
-        .add("predicted_loo_s", c.predicted_loo, "s", "calibrated model refitted without this record (NaN: held out)")
+        .add("predicted_loo_s", c.predicted_loo, "s",
+             "calibrated model refitted without this record (NaN: held out)")
         .add("err_uncalibrated", err_un)
         .add("err_pooled", err_po)
         .add("err", err)
@@ -228,6 +260,8 @@ class CalibrateBench : public Bench {
 
 }  // namespace
 
-std::unique_ptr<Bench> make_calibrate_bench() { return std::make_unique<CalibrateBench>(); }
+std::unique_ptr<Bench> make_calibrate_bench() {
+  return std::make_unique<CalibrateBench>();
+}
 
 }  // namespace kvlab::exp

@@ -18,11 +18,15 @@ namespace kvlab::exp {
 
 DecodeCalibrationFile read_decode_calibration(const std::string& path) {
   if (access(path.c_str(), R_OK) != 0)
-    throw InvalidArgument("calibration file " + path + " does not exist or is unreadable (make one with kvlab "
-                          "calibrate RESULTS.h5 --out " + path + ")");
+    throw InvalidArgument("calibration file " + path +
+                          " does not exist or is unreadable (make one with kvlab "
+                          "calibrate RESULTS.h5 --out " +
+                          path + ")");
   if (access(h5::DurableFile::journal_path(path).c_str(), F_OK) == 0)
-    throw ResultFileError(path + " has an interrupted commit: run `kvlab recover " + path + "` first");
-  if (!h5::File::is_hdf5(path)) throw ResultFileError("calibration file " + path + " is not an HDF5 file");
+    throw ResultFileError(path + " has an interrupted commit: run `kvlab recover " + path +
+                          "` first");
+  if (!h5::File::is_hdf5(path))
+    throw ResultFileError("calibration file " + path + " is not an HDF5 file");
   DecodeCalibrationFile out;
   out.path = path;
   try {
@@ -34,15 +38,20 @@ DecodeCalibrationFile read_decode_calibration(const std::string& path) {
     for (size_t i = 0; i < kind.size(); ++i)
       if (kind[i] == "calibrate" && status[i] == "ok") rows.push_back(i);
     if (rows.empty())
-      throw InvalidArgument(path + " holds no calibrate point with status ok (make one with kvlab calibrate)");
+      throw InvalidArgument(
+          path + " holds no calibrate point with status ok (make one with kvlab calibrate)");
     if (rows.size() > 1)
-      throw InvalidArgument(path + " holds " + std::to_string(rows.size()) +
-                            " calibrate points; a simulation needs a file with exactly one (kvlab calibrate --out)");
+      throw InvalidArgument(
+          path + " holds " + std::to_string(rows.size()) +
+          " calibrate points; a simulation needs a file with exactly one (kvlab calibrate --out)");
     const size_t i = rows.front();
     auto num = [&](const char* c) {
-      if (!t.has_column(c)) throw ResultFileError(path + ": /index lacks the calibrate column '" + std::string(c) + "'");
+      if (!t.has_column(c))
+        throw ResultFileError(path + ": /index lacks the calibrate column '" + std::string(c) +
+                              "'");
       const double v = t.read_doubles(c)[i];
-      if (!std::isfinite(v)) throw ResultFileError(path + ": calibrate metric " + c + " is not finite");
+      if (!std::isfinite(v))
+        throw ResultFileError(path + ": calibrate metric " + c + " is not finite");
       return v;
     };
     sim::DecodeAttentionModelFit& fit = out.fit;
@@ -78,7 +87,8 @@ DecodeCalibrationFile read_decode_calibration(const std::string& path) {
       std::snprintf(buf, sizeof buf, ", %s %.3f", names[k].c_str(), eff[k]);
       out.summary += buf;
     }
-    std::snprintf(buf, sizeof buf, " of %.3g B/s (others %.3f)", fit.read_ceiling_bytes_per_s, fit.mem_efficiency);
+    std::snprintf(buf, sizeof buf, " of %.3g B/s (others %.3f)", fit.read_ceiling_bytes_per_s,
+                  fit.mem_efficiency);
     out.summary += buf;
   } catch (const h5::Error& e) {
     throw ResultFileError(path + ": not a readable calibration (" + e.what() + ")");
@@ -86,11 +96,12 @@ DecodeCalibrationFile read_decode_calibration(const std::string& path) {
   return out;
 }
 
-sim::CostModelConfig apply_decode_calibration(const DecodeCalibrationFile& cal, const sim::GpuSpec& gpu,
-                                              sim::CostModelConfig cfg) {
+sim::CostModelConfig apply_decode_calibration(const DecodeCalibrationFile& cal,
+                                              const sim::GpuSpec& gpu, sim::CostModelConfig cfg) {
   if (cal.gpu_name != gpu.name)
-    throw InvalidArgument("calibration " + cal.path + " was fitted on " + cal.gpu_name + ", the simulation runs on " +
-                          gpu.name + ": calibrate with timings of that GPU");
+    throw InvalidArgument("calibration " + cal.path + " was fitted on " + cal.gpu_name +
+                          ", the simulation runs on " + gpu.name +
+                          ": calibrate with timings of that GPU");
   return sim::with_decode_attention_calibration(std::move(cfg), cal.fit, gpu);
 }
 

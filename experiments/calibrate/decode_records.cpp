@@ -20,18 +20,22 @@
 
 namespace kvlab::exp {
 
-uint64_t run_seed_of(const std::string& argv, const std::string& config_text, const std::string& file) {
+uint64_t run_seed_of(const std::string& argv, const std::string& config_text,
+                     const std::string& file) {
   // `kvlab sweep CONFIG --seed N` (join_argv: space-separated, quoted only when needed).
   std::istringstream in(argv);
   std::string tok, prev;
   while (in >> tok) {
     std::string value;
-    if (prev == "--seed") value = tok;
-    else if (tok.rfind("--seed=", 0) == 0) value = tok.substr(7);
+    if (prev == "--seed")
+      value = tok;
+    else if (tok.rfind("--seed=", 0) == 0)
+      value = tok.substr(7);
     if (!value.empty()) {
       long long s = 0;
       if (!parse_int(value, &s) || s < 0)
-        throw InvalidArgument(file + ": argv gives --seed '" + value + "', not a non-negative integer");
+        throw InvalidArgument(file + ": argv gives --seed '" + value +
+                              "', not a non-negative integer");
       return static_cast<uint64_t>(s);
     }
     prev = tok;
@@ -39,12 +43,13 @@ uint64_t run_seed_of(const std::string& argv, const std::string& config_text, co
   try {
     return parse_sweep(config_text, file + " (config_text)").seed;
   } catch (const InvalidArgument& e) {
-    throw InvalidArgument(file + ": cannot read the run seed from its config_text (" + e.what() + ")");
+    throw InvalidArgument(file + ": cannot read the run seed from its config_text (" + e.what() +
+                          ")");
   }
 }
 
-std::vector<int32_t> decode_point_lengths(int64_t batch, int64_t context, bool mixed, uint64_t run_seed,
-                                          int64_t point_seed) {
+std::vector<int32_t> decode_point_lengths(int64_t batch, int64_t context, bool mixed,
+                                          uint64_t run_seed, int64_t point_seed) {
   std::vector<int32_t> lens(static_cast<size_t>(batch), static_cast<int32_t>(context));
   if (!mixed) return lens;
   // experiments/kinds/decode_attention.cpp: run(): seed = ctx.seed * 1000003 + p.seed;
@@ -52,7 +57,8 @@ std::vector<int32_t> decode_point_lengths(int64_t batch, int64_t context, bool m
   const uint64_t seed = run_seed * 1000003ull + static_cast<uint64_t>(point_seed);
   ref::SynthRng rng(seed ^ 0x1e575eedull);
   const int64_t lo = std::min<int64_t>(1024, context);
-  for (auto& l : lens) l = static_cast<int32_t>(lo + static_cast<int64_t>(rng.uniform() * (context - lo + 1)));
+  for (auto& l : lens)
+    l = static_cast<int32_t>(lo + static_cast<int64_t>(rng.uniform() * (context - lo + 1)));
   return lens;
 }
 
@@ -73,14 +79,17 @@ DecodeAxisValue decode_axis(const DecodeRecord& r, const std::string& axis) {
   if (axis == "graph") return txt(r.graph ? "on" : "off");
   if (axis == "version") return txt(r.version);
   if (axis == "study") return txt(r.study);
-  throw InvalidArgument("unknown name '" + axis +
-                        "' (a decode record has batch, context, head_dim, num_kv_heads, gqa_group, block_size, seed, "
-                        "layout, kv_format, lengths, graph, version, study)");
+  throw InvalidArgument(
+      "unknown name '" + axis +
+      "' (a decode record has batch, context, head_dim, num_kv_heads, gqa_group, block_size, seed, "
+      "layout, kv_format, lengths, graph, version, study)");
 }
 
 namespace {
 
-bool is_peer(const std::string& version) { return version.rfind("peer:", 0) == 0; }
+bool is_peer(const std::string& version) {
+  return version.rfind("peer:", 0) == 0;
+}
 
 // The index columns of one file, read once.
 struct IndexColumns {
@@ -91,12 +100,14 @@ struct IndexColumns {
 
   void need_num(const std::string& c) {
     if (!t->has_column(c))
-      throw ResultFileError(file + ": /index has no column '" + c + "' (decode_attention points need it)");
+      throw ResultFileError(file + ": /index has no column '" + c +
+                            "' (decode_attention points need it)");
     num[c] = t->read_doubles(c);
   }
   void need_str(const std::string& c) {
     if (!t->has_column(c))
-      throw ResultFileError(file + ": /index has no column '" + c + "' (decode_attention points need it)");
+      throw ResultFileError(file + ": /index has no column '" + c +
+                            "' (decode_attention points need it)");
     str[c] = t->read_strings(c);
   }
   // An optional text axis: the decode kind's default where the column is absent.
@@ -122,7 +133,8 @@ double kind_min_bytes(const sim::DecodeAttentionShape& s) {
   unit.hbm_bytes_per_s = 1;
   unit.bf16_flops = 1;
   const double all = sim::decode_attention_cost(unit, s, sim::CostModelConfig{}).bytes;
-  const double meta = 4.0 * static_cast<double>(s.total_blocks()) + 4.0 * static_cast<double>(s.batch);
+  const double meta =
+      4.0 * static_cast<double>(s.total_blocks()) + 4.0 * static_cast<double>(s.batch);
   const double lse = s.write_lse ? 4.0 * static_cast<double>(s.batch) * s.num_qo_heads : 0.0;
   return all - meta - lse;
 }
@@ -132,11 +144,13 @@ double kind_min_bytes(const sim::DecodeAttentionShape& s) {
 void check_index_schema(const h5::File& f, const std::string& path) {
   if (!f.has_attr("kvlab_schema") || f.attr_type("kvlab_schema") != h5::Type::kString ||
       f.attr_string("kvlab_schema") != kSchemaName)
-    throw ResultFileError(path + " is an HDF5 file but not a kvlab result file (no kvlab_schema = \"" +
+    throw ResultFileError(path +
+                          " is an HDF5 file but not a kvlab result file (no kvlab_schema = \"" +
                           std::string(kSchemaName) + "\" attribute)");
   if (!f.has_attr("schema_version") || f.attr_type("schema_version") == h5::Type::kString ||
       f.attr_int("schema_version") != kSchemaVersion)
-    throw ResultFileError(path + " is not kvlab result schema version " + std::to_string(kSchemaVersion));
+    throw ResultFileError(path + " is not kvlab result schema version " +
+                          std::to_string(kSchemaVersion));
   if (!f.is_group("index")) throw ResultFileError(path + " has no /index table");
 }
 
@@ -147,10 +161,12 @@ struct FileRows {
 };
 
 FileRows read_file(const std::string& path) {
-  if (access(path.c_str(), R_OK) != 0) throw InvalidArgument("result file " + path + " does not exist or is unreadable");
+  if (access(path.c_str(), R_OK) != 0)
+    throw InvalidArgument("result file " + path + " does not exist or is unreadable");
   if (access(h5::DurableFile::journal_path(path).c_str(), F_OK) == 0)
-    throw ResultFileError(path + " has an interrupted commit (" + h5::DurableFile::journal_path(path) +
-                          "): run `kvlab recover " + path + "` first");
+    throw ResultFileError(path + " has an interrupted commit (" +
+                          h5::DurableFile::journal_path(path) + "): run `kvlab recover " + path +
+                          "` first");
   if (!h5::File::is_hdf5(path)) throw ResultFileError(path + " is not an HDF5 file");
   h5::File f;
   try {
@@ -161,12 +177,15 @@ FileRows read_file(const std::string& path) {
   check_index_schema(f, path);
   FileRows out;
   // device_name holds the reason when no device was present (provenance.h).
-  const bool present = !f.has_attr("device_present") || f.attr_type("device_present") == h5::Type::kString ||
+  const bool present = !f.has_attr("device_present") ||
+                       f.attr_type("device_present") == h5::Type::kString ||
                        f.attr_double("device_present") != 0;
-  out.device = present && f.has_attr("device_name") && f.attr_type("device_name") == h5::Type::kString
-                   ? f.attr_string("device_name")
-                   : "";
-  out.read_ceiling = f.has_attr("read_ceiling_bytes_per_s") ? f.attr_double("read_ceiling_bytes_per_s") : 0.0;
+  out.device =
+      present && f.has_attr("device_name") && f.attr_type("device_name") == h5::Type::kString
+          ? f.attr_string("device_name")
+          : "";
+  out.read_ceiling =
+      f.has_attr("read_ceiling_bytes_per_s") ? f.attr_double("read_ceiling_bytes_per_s") : 0.0;
   if (!(out.read_ceiling > 0)) out.read_ceiling = 0;
   const h5::Table t = h5::Table::open(f, "index");
   IndexColumns c;
@@ -178,8 +197,8 @@ FileRows read_file(const std::string& path) {
   for (size_t i = 0; i < t.rows(); ++i)
     if (c.str["kind"][i] == "decode_attention" && c.str["status"][i] == "ok") rows.push_back(i);
   if (rows.empty()) return out;
-  for (const char* n : {"batch", "context", "head_dim", "num_kv_heads", "gqa_group", "block_size", "median_us",
-                        "min_bytes"})
+  for (const char* n : {"batch", "context", "head_dim", "num_kv_heads", "gqa_group", "block_size",
+                        "median_us", "min_bytes"})
     c.need_num(n);
   c.need_str("kv_format");
   c.need_str("version");
@@ -193,7 +212,8 @@ FileRows read_file(const std::string& path) {
   uint64_t run_seed = 0;
   if (need_seed) {
     auto text_attr = [&](const char* a) {
-      return f.has_attr(a) && f.attr_type(a) == h5::Type::kString ? f.attr_string(a) : std::string();
+      return f.has_attr(a) && f.attr_type(a) == h5::Type::kString ? f.attr_string(a)
+                                                                  : std::string();
     };
     run_seed = run_seed_of(text_attr("argv"), text_attr("config_text"), path);
   }
@@ -218,7 +238,8 @@ FileRows read_file(const std::string& path) {
     s.batch = as_int(c.num["batch"][i], "batch", where);
     s.head_dim = static_cast<int32_t>(as_int(c.num["head_dim"][i], "head_dim", where));
     s.num_kv_heads = static_cast<int32_t>(as_int(c.num["num_kv_heads"][i], "num_kv_heads", where));
-    s.num_qo_heads = static_cast<int32_t>(s.num_kv_heads * as_int(c.num["gqa_group"][i], "gqa_group", where));
+    s.num_qo_heads =
+        static_cast<int32_t>(s.num_kv_heads * as_int(c.num["gqa_group"][i], "gqa_group", where));
     s.block_size = static_cast<int32_t>(as_int(c.num["block_size"][i], "block_size", where));
     s.q_dtype = DType::kBF16;
     s.write_lse = true;
@@ -242,12 +263,13 @@ FileRows read_file(const std::string& path) {
       throw InvalidArgument(where + ": the sim cannot model this shape: " + e.what());
     }
     if (!(std::fabs(bytes - r.min_bytes) <= 1e-12 * std::max(1.0, r.min_bytes)))
-      throw InvalidArgument(where + " (" + r.version + ", lengths " + r.lengths + "): the sim counts " +
-                            std::to_string(bytes) + " bytes, the file recorded min_bytes " +
-                            std::to_string(r.min_bytes) +
-                            (r.lengths == "mixed" ? " (the mixed lengths could not be reconstructed: run seed " +
-                                                        std::to_string(run_seed) + ")"
-                                                  : ""));
+      throw InvalidArgument(where + " (" + r.version + ", lengths " + r.lengths +
+                            "): the sim counts " + std::to_string(bytes) +
+                            " bytes, the file recorded min_bytes " + std::to_string(r.min_bytes) +
+                            (r.lengths == "mixed"
+                                 ? " (the mixed lengths could not be reconstructed: run seed " +
+                                       std::to_string(run_seed) + ")"
+                                 : ""));
     out.rows.push_back(std::move(r));
   }
   return out;
@@ -257,17 +279,18 @@ FileRows read_file(const std::string& path) {
 std::string shape_key(const DecodeRecord& r) {
   const auto& s = r.m.shape;
   std::ostringstream os;
-  os << r.layout << "|" << to_string(s.format) << "|" << s.head_dim << "|" << s.block_size << "|" << s.num_kv_heads
-     << "|" << s.num_qo_heads << "|" << s.batch << "|" << r.context << "|" << r.lengths << "|" << r.seed << "|"
-     << r.graph;
+  os << r.layout << "|" << to_string(s.format) << "|" << s.head_dim << "|" << s.block_size << "|"
+     << s.num_kv_heads << "|" << s.num_qo_heads << "|" << s.batch << "|" << r.context << "|"
+     << r.lengths << "|" << r.seed << "|" << r.graph;
   return os.str();
 }
 
 std::string describe(const DecodeRecord& r) {
   const auto& s = r.m.shape;
   std::ostringstream os;
-  os << r.version << " " << r.layout << " " << to_string(s.format) << " b" << s.batch << " c" << r.context
-     << (r.lengths == "mixed" ? " mixed" : "") << " bs" << s.block_size << " g" << s.num_qo_heads / s.num_kv_heads;
+  os << r.version << " " << r.layout << " " << to_string(s.format) << " b" << s.batch << " c"
+     << r.context << (r.lengths == "mixed" ? " mixed" : "") << " bs" << s.block_size << " g"
+     << s.num_qo_heads / s.num_kv_heads;
   if (s.head_dim != 128 || s.num_kv_heads != 8) os << " d" << s.head_dim << " kv" << s.num_kv_heads;
   if (r.graph) os << " graph";
   return os.str();
@@ -275,7 +298,8 @@ std::string describe(const DecodeRecord& r) {
 
 }  // namespace
 
-DecodeSelection load_decode_records(const std::vector<std::string>& files, const std::string& version) {
+DecodeSelection load_decode_records(const std::vector<std::string>& files,
+                                    const std::string& version) {
   if (files.empty()) throw InvalidArgument("no result files given");
   if (version.empty()) throw InvalidArgument("empty version (give 'best' or a version name)");
   DecodeSelection sel;
@@ -285,8 +309,9 @@ DecodeSelection load_decode_records(const std::vector<std::string>& files, const
     FileRows fr = read_file(path);
     if (fr.rows.empty()) continue;
     if (!sel.device_name.empty() && fr.device != sel.device_name)
-      throw InvalidArgument("the files were measured on different devices: '" + sel.device_name + "' and '" +
-                            fr.device + "' (" + path + "); calibrate one device at a time");
+      throw InvalidArgument("the files were measured on different devices: '" + sel.device_name +
+                            "' and '" + fr.device + "' (" + path +
+                            "); calibrate one device at a time");
     sel.device_name = fr.device;
     if (fr.read_ceiling > 0) ceilings.push_back(fr.read_ceiling);
     for (auto& r : fr.rows) all.push_back(std::move(r));
@@ -295,8 +320,9 @@ DecodeSelection load_decode_records(const std::vector<std::string>& files, const
   if (all.empty()) {
     std::string list;
     for (const auto& f : files) list += (list.empty() ? "" : ", ") + f;
-    throw InvalidArgument("no timed decode_attention points with status ok in " + list +
-                          " (kvlab calibrate needs the output of a kvlab sweep with kind = decode_attention)");
+    throw InvalidArgument(
+        "no timed decode_attention points with status ok in " + list +
+        " (kvlab calibrate needs the output of a kvlab sweep with kind = decode_attention)");
   }
   sel.read_ceiling_bytes_per_s = sim::median(ceilings);
   // One record per (shape, version): the median of its repeats.
@@ -335,8 +361,9 @@ DecodeSelection load_decode_records(const std::vector<std::string>& files, const
       }
     }
     if (best.empty())
-      throw InvalidArgument("--version best: every decode_attention point is a peer (peer:...); name a version to "
-                            "calibrate a peer");
+      throw InvalidArgument(
+          "--version best: every decode_attention point is a peer (peer:...); name a version to "
+          "calibrate a peer");
     for (const auto& k : shape_order) sel.records.push_back(merged[best[k]]);
   } else {
     for (auto& r : merged)
@@ -344,7 +371,8 @@ DecodeSelection load_decode_records(const std::vector<std::string>& files, const
     if (sel.records.empty()) {
       std::string list;
       for (const auto& v : known) list += " " + v;
-      throw InvalidArgument("version '" + version + "' has no timed decode_attention points (the files hold:" + list +
+      throw InvalidArgument("version '" + version +
+                            "' has no timed decode_attention points (the files hold:" + list +
                             "; or give 'best')");
     }
   }

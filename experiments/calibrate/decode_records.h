@@ -52,7 +52,8 @@ struct DecodeSelection {
 // non-HDF5 file or another schema, a file without decode_attention points, an unknown
 // version (the known ones are listed), different devices across files, a row whose shape
 // the sim rejects or whose bytes disagree with its min_bytes.
-DecodeSelection load_decode_records(const std::vector<std::string>& files, const std::string& version);
+DecodeSelection load_decode_records(const std::vector<std::string>& files,
+                                    const std::string& version);
 
 // The axis value of a record, for holdout expressions and labels: numbers for numeric
 // axes (batch, context, head_dim, num_kv_heads, gqa_group, block_size, seed), text for
@@ -65,10 +66,11 @@ struct DecodeAxisValue {
 DecodeAxisValue decode_axis(const DecodeRecord& r, const std::string& axis);
 
 // The run seed a result file's points were generated with (argv --seed, else the config's).
-uint64_t run_seed_of(const std::string& argv, const std::string& config_text, const std::string& file);
+uint64_t run_seed_of(const std::string& argv, const std::string& config_text,
+                     const std::string& file);
 
 // The lengths of a decode_attention point (the kind's lengths_of, see the file header).
-std::vector<int32_t> decode_point_lengths(int64_t batch, int64_t context, bool mixed, uint64_t run_seed,
-                                          int64_t point_seed);
+std::vector<int32_t> decode_point_lengths(int64_t batch, int64_t context, bool mixed,
+                                          uint64_t run_seed, int64_t point_seed);
 
 }  // namespace kvlab::exp

@@ -43,7 +43,8 @@ const char* kSubcommands[][2] = {
 };
 
 void usage(std::ostream& os) {
-  os << "usage: kvlab <subcommand> [options]   (kvlab <subcommand> --help for its options)\n\nsubcommands:\n";
+  os << "usage: kvlab <subcommand> [options]   (kvlab <subcommand> --help for its "
+        "options)\n\nsubcommands:\n";
   for (const auto& s : kSubcommands) {
     char line[160];
     std::snprintf(line, sizeof line, "  %-10s %s\n", s[0], s[1]);
@@ -67,8 +68,9 @@ po::variables_map parse(const std::vector<std::string>& args, const po::options_
   return vm;
 }
 
-bool help_requested(const po::variables_map& vm, const std::string& cmd, const std::string& synopsis,
-                    const po::options_description& desc, std::ostream& out) {
+bool help_requested(const po::variables_map& vm, const std::string& cmd,
+                    const std::string& synopsis, const po::options_description& desc,
+                    std::ostream& out) {
   if (!vm.count("help")) return false;
   out << "usage: kvlab " << cmd << " " << synopsis << "\n\n" << desc << "\n";
   return true;
@@ -85,14 +87,15 @@ std::string resolve_config(const std::string& path) {
 }
 
 void add_sweep_selection(po::options_description& d) {
-  d.add_options()
-      ("axis,a", po::value<std::vector<std::string>>()->composing(),
-       "override an axis: [STUDY.]NAME=VALUES (lists 1,16,64; ranges pow2:9:17, range:1:8:2, geom:4:128:2); repeatable")
-      ("only", po::value<std::string>(), "run only these studies (comma-separated section names)")
-      ("seed", po::value<long long>(), "override the config's seed");
+  d.add_options()("axis,a", po::value<std::vector<std::string>>()->composing(),
+                  "override an axis: [STUDY.]NAME=VALUES (lists 1,16,64; ranges pow2:9:17, "
+                  "range:1:8:2, geom:4:128:2); repeatable")(
+      "only", po::value<std::string>(), "run only these studies (comma-separated section names)")(
+      "seed", po::value<long long>(), "override the config's seed");
 }
 
-SweepSpec load_with_selection(const std::string& config, const po::variables_map& vm, std::vector<std::string>* passthrough) {
+SweepSpec load_with_selection(const std::string& config, const po::variables_map& vm,
+                              std::vector<std::string>* passthrough) {
   SweepSpec spec = load_sweep(config);
   if (vm.count("only")) {
     select_studies(&spec, vm["only"].as<std::string>());
@@ -125,22 +128,27 @@ int cmd_info(const std::vector<std::string>& args, std::ostream& out) {
   if (help_requested(vm, "info", "[--kinds] [--no-self-check]", d, out)) return 0;
   const BuildInfo b = build_info();
   out << "kvlab " << b.version << " (" << b.build_type << ", " << b.compiler
-      << (b.cuda ? ", CUDA " + b.cuda_version + " sm_" + b.cuda_archs : ", built without CUDA") << ")\n";
-  out << "git " << git_commit() << (git_dirty() ? " (dirty)" : "") << "; host " << hostname() << "\n";
+      << (b.cuda ? ", CUDA " + b.cuda_version + " sm_" + b.cuda_archs : ", built without CUDA")
+      << ")\n";
+  out << "git " << git_commit() << (git_dirty() ? " (dirty)" : "") << "; host " << hostname()
+      << "\n";
   out << "HDF5 result schema " << kSchemaName << " v" << kSchemaVersion << "\n";
   const DeviceSummary dev = device_summary();
   if (dev.present) {
     char line[256];
-    std::snprintf(line, sizeof line, "device: %s (%d visible), %d SMs, %.0f MHz SM, L2 %d MiB, %.1f GiB, peak %.0f GB/s\n",
-                  dev.name.c_str(), dev.count, dev.sm_count, dev.sm_clock_khz / 1e3, dev.l2_bytes >> 20,
-                  dev.global_mem_bytes / double(1ull << 30), dev.peak_bytes_per_s / 1e9);
+    std::snprintf(
+        line, sizeof line,
+        "device: %s (%d visible), %d SMs, %.0f MHz SM, L2 %d MiB, %.1f GiB, peak %.0f GB/s\n",
+        dev.name.c_str(), dev.count, dev.sm_count, dev.sm_clock_khz / 1e3, dev.l2_bytes >> 20,
+        dev.global_mem_bytes / double(1ull << 30), dev.peak_bytes_per_s / 1e9);
     out << line;
   } else {
     out << "device: " << dev.error << ": GPU points are recorded as skipped\n";
   }
   out << "benches:\n";
   for (const auto& bench : benches()) {
-    out << "  " << bench->name() << (bench->needs_gpu() ? " [gpu]" : " [cpu]") << ": " << bench->summary() << "\n";
+    out << "  " << bench->name() << (bench->needs_gpu() ? " [gpu]" : " [cpu]") << ": "
+        << bench->summary() << "\n";
     if (!vm.count("kinds")) continue;
     for (const auto& a : bench->axes()) {
       out << "      axis " << a.name << " (default " << a.default_value;
@@ -150,7 +158,9 @@ int cmd_info(const std::vector<std::string>& args, std::ostream& out) {
       }
       out << "): " << a.doc << "\n";
     }
-    for (const auto& m : bench->metrics()) out << "      metric " << m.name << (m.unit.empty() ? "" : " [" + m.unit + "]") << ": " << m.doc << "\n";
+    for (const auto& m : bench->metrics())
+      out << "      metric " << m.name << (m.unit.empty() ? "" : " [" + m.unit + "]") << ": "
+          << m.doc << "\n";
   }
   if (vm.count("no-self-check")) return 0;
   out << "reference self-check:\n";
@@ -159,17 +169,20 @@ int cmd_info(const std::vector<std::string>& args, std::ostream& out) {
   return ok ? 0 : 1;
 }
 
-int cmd_sweep(const std::vector<std::string>& args, const std::vector<std::string>& full_argv, std::ostream& out,
-              bool validate_only) {
+int cmd_sweep(const std::vector<std::string>& args, const std::vector<std::string>& full_argv,
+              std::ostream& out, bool validate_only) {
   const std::string cmd = validate_only ? "validate" : "sweep";
   po::options_description d("kvlab " + cmd + " options");
-  d.add_options()("help,h", "show this help")("config", po::value<std::string>(), "sweep config (INI)")(
-      "out,o", po::value<std::string>(), validate_only ? "also keep the records in this HDF5 file"
-                                                       : "result file (default: the config's `out`)");
+  d.add_options()("help,h", "show this help")("config", po::value<std::string>(),
+                                              "sweep config (INI)")(
+      "out,o", po::value<std::string>(),
+      validate_only ? "also keep the records in this HDF5 file"
+                    : "result file (default: the config's `out`)");
   add_sweep_selection(d);
   d.add_options()("dry-run,n", "list the points and a time estimate; run nothing")(
       "progress", po::value<std::string>()->default_value("auto"), "auto | bar | plain | none")(
-      "log-prefix", po::value<std::string>()->default_value(""), "prefix of every output line (workers)");
+      "log-prefix", po::value<std::string>()->default_value(""),
+      "prefix of every output line (workers)");
   if (!validate_only) {
     d.add_options()("resume", "continue an existing result file, skipping its finished points")(
         "shard", po::value<std::string>(), "run only shard K/N (points whose index % N == K)")(
@@ -180,14 +193,20 @@ int cmd_sweep(const std::vector<std::string>& args, const std::vector<std::strin
   po::positional_options_description pos;
   pos.add("config", 1);
   const auto vm = parse(args, d, pos);
-  if (help_requested(vm, cmd, validate_only ? "[CONFIG] [options]   (default CONFIG: experiments/configs/validate.ini)"
-                                            : "CONFIG [options]",
+  if (help_requested(vm, cmd,
+                     validate_only
+                         ? "[CONFIG] [options]   (default CONFIG: experiments/configs/validate.ini)"
+                         : "CONFIG [options]",
                      d, out))
     return 0;
   std::string config;
-  if (vm.count("config")) config = vm["config"].as<std::string>();
-  else if (validate_only) config = "experiments/configs/validate.ini";
-  else throw InvalidArgument("kvlab sweep: missing CONFIG (an INI file, e.g. experiments/configs/default.ini)");
+  if (vm.count("config"))
+    config = vm["config"].as<std::string>();
+  else if (validate_only)
+    config = "experiments/configs/validate.ini";
+  else
+    throw InvalidArgument(
+        "kvlab sweep: missing CONFIG (an INI file, e.g. experiments/configs/default.ini)");
   config = resolve_config(config);
 
   SweepOptions opt;
@@ -211,31 +230,37 @@ int cmd_sweep(const std::vector<std::string>& args, const std::vector<std::strin
     opt.resume = vm.count("resume") > 0;
     opt.fsync = vm.count("no-fsync") == 0;
     if (vm.count("shard")) parse_shard(vm["shard"].as<std::string>(), &opt.shard_k, &opt.shard_n);
-    if (vm.count("workers") && vm.count("gpus")) throw InvalidArgument("give --workers or --gpus, not both");
+    if (vm.count("workers") && vm.count("gpus"))
+      throw InvalidArgument("give --workers or --gpus, not both");
     if (vm.count("workers")) {
       const int n = vm["workers"].as<int>();
-      if (n < 1 || n > 256) throw InvalidArgument("--workers: expected 1..256, got " + std::to_string(n));
+      if (n < 1 || n > 256)
+        throw InvalidArgument("--workers: expected 1..256, got " + std::to_string(n));
       opt.workers = n;
     }
     if (vm.count("gpus")) {
       const std::string g = vm["gpus"].as<std::string>();
       const DeviceSummary dev = device_summary();
       if (g == "all") {
-        if (dev.count == 0) throw InvalidArgument("--gpus all: no GPU is visible (" + dev.error + ")");
+        if (dev.count == 0)
+          throw InvalidArgument("--gpus all: no GPU is visible (" + dev.error + ")");
         for (int i = 0; i < dev.count; ++i) opt.gpus.push_back(std::to_string(i));
       } else {
         for (const auto& item : split(g, ',')) {
           long long id = 0;
-          if (!parse_int(item, &id) || id < 0) throw InvalidArgument("--gpus: '" + item + "' is not a device index");
+          if (!parse_int(item, &id) || id < 0)
+            throw InvalidArgument("--gpus: '" + item + "' is not a device index");
           if (id >= dev.count)
             throw InvalidArgument("--gpus: device " + std::to_string(id) + " does not exist (" +
-                                  std::to_string(dev.count) + " visible" + (dev.present ? "" : ": " + dev.error) + ")");
+                                  std::to_string(dev.count) + " visible" +
+                                  (dev.present ? "" : ": " + dev.error) + ")");
           opt.gpus.push_back(std::to_string(id));
         }
       }
       opt.workers = static_cast<int>(opt.gpus.size());
     }
-    if (opt.workers > 1 && vm.count("shard")) throw InvalidArgument("--shard and --workers/--gpus do not combine");
+    if (opt.workers > 1 && vm.count("shard"))
+      throw InvalidArgument("--shard and --workers/--gpus do not combine");
   }
   const int rc = run_sweep(spec, opt, out);
   if (!temp_out.empty()) unlink(temp_out.c_str());
@@ -260,22 +285,29 @@ SweepSpec simulation_spec(const std::string& text, const std::string& origin) {
     const std::string& key = o.string_key;
     const std::string value = o.value.empty() ? "" : trim(o.value.front());
     if (key.find('.') != std::string::npos)
-      throw InvalidArgument(origin + ": a simulation config has no [sections] (found '" + key +
-                            "'); sweeps of several simulations go through `kvlab sweep` with kind = simulate");
-    if (key == "kind") throw InvalidArgument(origin + ": 'kind' is implied (simulate) and may not be given");
-    if (key == "name" || key == "description" || key == "out" || key == "seed") top += key + " = " + value + "\n";
-    else study += key + " = " + value + "\n";
+      throw InvalidArgument(
+          origin + ": a simulation config has no [sections] (found '" + key +
+          "'); sweeps of several simulations go through `kvlab sweep` with kind = simulate");
+    if (key == "kind")
+      throw InvalidArgument(origin + ": 'kind' is implied (simulate) and may not be given");
+    if (key == "name" || key == "description" || key == "out" || key == "seed")
+      top += key + " = " + value + "\n";
+    else
+      study += key + " = " + value + "\n";
   }
   SweepSpec spec = parse_sweep(top + "[simulate]\nkind = simulate\n" + study, origin);
   spec.text = text;
   return spec;
 }
 
-int cmd_simulate(const std::vector<std::string>& args, const std::vector<std::string>& full_argv, std::ostream& out) {
+int cmd_simulate(const std::vector<std::string>& args, const std::vector<std::string>& full_argv,
+                 std::ostream& out) {
   po::options_description d("kvlab simulate options");
-  d.add_options()("help,h", "show this help")("config", po::value<std::string>(),
-                                              "simulation config: key = value lines of simulate axes (see kvlab info --kinds)")(
-      "set,s", po::value<std::vector<std::string>>()->composing(), "set an axis: NAME=VALUE (repeatable; overrides the config)")(
+  d.add_options()("help,h", "show this help")(
+      "config", po::value<std::string>(),
+      "simulation config: key = value lines of simulate axes (see kvlab info --kinds)")(
+      "set,s", po::value<std::vector<std::string>>()->composing(),
+      "set an axis: NAME=VALUE (repeatable; overrides the config)")(
       "out,o", po::value<std::string>(), "result file (default: the config's `out`)")(
       "resume", "continue an existing result file (a finished simulation is not run again)")(
       "progress", po::value<std::string>()->default_value("none"), "auto | bar | plain | none")(
@@ -284,14 +316,16 @@ int cmd_simulate(const std::vector<std::string>& args, const std::vector<std::st
   pos.add("config", 1);
   const auto vm = parse(args, d, pos);
   if (help_requested(vm, "simulate", "[CONFIG] [--set axis=value ...] --out OUT.h5", d, out)) {
-    out << "example: kvlab simulate experiments/configs/simulate_chat.ini --set block_size=32 --out results/sim.h5\n";
+    out << "example: kvlab simulate experiments/configs/simulate_chat.ini --set block_size=32 "
+           "--out results/sim.h5\n";
     return 0;
   }
   SweepSpec spec;
   if (vm.count("config")) {
     const std::string path = resolve_config(vm["config"].as<std::string>());
     std::ifstream in(path);
-    if (!in) throw InvalidArgument("cannot read simulation config '" + path + "' (missing or unreadable)");
+    if (!in)
+      throw InvalidArgument("cannot read simulation config '" + path + "' (missing or unreadable)");
     std::stringstream ss;
     ss << in.rdbuf();
     spec = simulation_spec(ss.str(), path);
@@ -324,12 +358,14 @@ int cmd_simulate(const std::vector<std::string>& args, const std::vector<std::st
           multi += " " + q.axes[a].first;
           break;
         }
-    throw InvalidArgument("kvlab simulate runs one simulation, but the config gives " + std::to_string(points.size()) +
-                          " points (lists or ranges in:" + (multi.empty() ? std::string(" ?") : multi) +
+    throw InvalidArgument("kvlab simulate runs one simulation, but the config gives " +
+                          std::to_string(points.size()) + " points (lists or ranges in:" +
+                          (multi.empty() ? std::string(" ?") : multi) +
                           "); use `kvlab sweep` with kind = simulate for sweeps");
   }
   opt.out = vm.count("out") ? vm["out"].as<std::string>() : spec.out;
-  if (opt.out.empty()) throw InvalidArgument("kvlab simulate: missing --out OUT.h5 (or `out` in the config)");
+  if (opt.out.empty())
+    throw InvalidArgument("kvlab simulate: missing --out OUT.h5 (or `out` in the config)");
   opt.resume = vm.count("resume") > 0;
   opt.fsync = vm.count("no-fsync") == 0;
   opt.progress = vm["progress"].as<std::string>();
@@ -349,12 +385,15 @@ int cmd_simulate(const std::vector<std::string>& args, const std::vector<std::st
     auto num = [&](const char* c) { return index.read_doubles(c)[i]; };
     char line[512];
     std::snprintf(line, sizeof line,
-                  "simulate: %.0f/%.0f requests finished (%.0f rejected) in %.1f s simulated, %.0f steps; %.0f output "
-                  "tok/s; TTFT mean %.3f s p99 %.3f s; TPOT p50 %.2f ms p99 %.2f ms; %.0f preemptions; KV %.0f blocks, "
+                  "simulate: %.0f/%.0f requests finished (%.0f rejected) in %.1f s simulated, %.0f "
+                  "steps; %.0f output "
+                  "tok/s; TTFT mean %.3f s p99 %.3f s; TPOT p50 %.2f ms p99 %.2f ms; %.0f "
+                  "preemptions; KV %.0f blocks, "
                   "utilization %.1f %%, slack %.2f %% of used\n",
-                  num("num_finished"), num("requests"), num("num_rejected"), num("sim_time_s"), num("num_steps"),
-                  num("output_tokens_per_s"), num("mean_ttft_s"), num("p99_ttft_s"), 1e3 * num("p50_tpot_s"),
-                  1e3 * num("p99_tpot_s"), num("num_preemptions"), num("num_blocks"), 100 * num("kv_utilization"),
+                  num("num_finished"), num("requests"), num("num_rejected"), num("sim_time_s"),
+                  num("num_steps"), num("output_tokens_per_s"), num("mean_ttft_s"),
+                  num("p99_ttft_s"), 1e3 * num("p50_tpot_s"), 1e3 * num("p99_tpot_s"),
+                  num("num_preemptions"), num("num_blocks"), 100 * num("kv_utilization"),
                   100 * num("slack_fraction"));
     out << line;
   }
@@ -363,9 +402,10 @@ int cmd_simulate(const std::vector<std::string>& args, const std::vector<std::st
 
 int cmd_merge(const std::vector<std::string>& args, std::ostream& out) {
   po::options_description d("kvlab merge options");
-  d.add_options()("help,h", "show this help")("out,o", po::value<std::string>(), "merged result file")(
-      "inputs", po::value<std::vector<std::string>>(), "shard result files")("force,f", "replace an existing output")(
-      "allow-mixed", "merge files from different sweeps");
+  d.add_options()("help,h", "show this help")("out,o", po::value<std::string>(),
+                                              "merged result file")(
+      "inputs", po::value<std::vector<std::string>>(), "shard result files")(
+      "force,f", "replace an existing output")("allow-mixed", "merge files from different sweeps");
   po::positional_options_description pos;
   pos.add("inputs", -1);
   const auto vm = parse(args, d, pos);
@@ -377,22 +417,26 @@ int cmd_merge(const std::vector<std::string>& args, std::ostream& out) {
   mo.allow_mixed = vm.count("allow-mixed") > 0;
   const auto inputs = vm["inputs"].as<std::vector<std::string>>();
   const int64_t rows = merge_results(inputs, vm["out"].as<std::string>(), mo);
-  out << "merged " << inputs.size() << " files (" << rows << " points) -> " << vm["out"].as<std::string>() << "\n";
+  out << "merged " << inputs.size() << " files (" << rows << " points) -> "
+      << vm["out"].as<std::string>() << "\n";
   return 0;
 }
 
 int cmd_recover(const std::vector<std::string>& args, std::ostream& out) {
   po::options_description d("kvlab recover options");
-  d.add_options()("help,h", "show this help")("files", po::value<std::vector<std::string>>(), "result files");
+  d.add_options()("help,h", "show this help")("files", po::value<std::vector<std::string>>(),
+                                              "result files");
   po::positional_options_description pos;
   pos.add("files", -1);
   const auto vm = parse(args, d, pos);
   if (help_requested(vm, "recover", "FILE.h5 [...]", d, out)) return 0;
   if (!vm.count("files")) throw InvalidArgument("kvlab recover: no files given");
   for (const auto& f : vm["files"].as<std::vector<std::string>>()) {
-    if (access(f.c_str(), F_OK) != 0) throw InvalidArgument("kvlab recover: " + f + " does not exist");
+    if (access(f.c_str(), F_OK) != 0)
+      throw InvalidArgument("kvlab recover: " + f + " does not exist");
     const h5::Recovery r = h5::DurableFile::recover(f);
-    out << f << ": " << (r == h5::Recovery::kNone ? "clean (no interrupted commit)" : h5::to_string(r)) << "\n";
+    out << f << ": "
+        << (r == h5::Recovery::kNone ? "clean (no interrupted commit)" : h5::to_string(r)) << "\n";
   }
   return 0;
 }

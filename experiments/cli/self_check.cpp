@@ -81,11 +81,14 @@ std::string decode_vs_prefill() {
     a.causal = true;
     ref::prefill_attention(a);
     ErrorStats so, sl;
-    const bool ok_o = check(dec.o.data() + static_cast<size_t>(s) * hq * d, o.data(), o.size(), tol_o, &so, DType::kBF16);
-    const bool ok_l = check(dec.lse.data() + static_cast<size_t>(s) * hq, lse.data(), lse.size(), tol_lse, &sl);
+    const bool ok_o = check(dec.o.data() + static_cast<size_t>(s) * hq * d, o.data(), o.size(),
+                            tol_o, &so, DType::kBF16);
+    const bool ok_l =
+        check(dec.lse.data() + static_cast<size_t>(s) * hq, lse.data(), lse.size(), tol_lse, &sl);
     if (!ok_o || !ok_l)
       return "sequence " + std::to_string(s) + " (length " + std::to_string(len) + "): " +
-             (ok_o ? "lse: " + explain_failure(sl, tol_lse) : "o: " + explain_failure(so, tol_o)) + " [" + c.describe() + "]";
+             (ok_o ? "lse: " + explain_failure(sl, tol_lse) : "o: " + explain_failure(so, tol_o)) +
+             " [" + c.describe() + "]";
   }
   return "";
 }
@@ -104,11 +107,13 @@ std::string schemes_round_trip() {
   for (const auto& [name, format] : presets) {
     const ref::QuantScheme sc = ref::make_scheme(name);
     const int32_t cols = 128;
-    const std::vector<float> x = ref::synth_kv(ref::synth_preset("gaussian", 64, 2, cols, 20240601));
+    const std::vector<float> x =
+        ref::synth_kv(ref::synth_preset("gaussian", 64, 2, cols, 20240601));
     const std::vector<float> y = sc.roundtrip(x.data(), 128, cols);
     const Tolerance tol = tolerance(Op::kQuantRoundTrip, format, DType::kF32);
     ErrorStats st;
-    if (!check(y.data(), x.data(), y.size(), tol, &st)) bad += (bad.empty() ? "" : "; ") + name + ": " + explain_failure(st, tol);
+    if (!check(y.data(), x.data(), y.size(), tol, &st))
+      bad += (bad.empty() ? "" : "; ") + name + ": " + explain_failure(st, tol);
   }
   return bad;
 }
@@ -118,7 +123,8 @@ std::string schemes_round_trip() {
 bool self_check(std::ostream& out) {
   bool all = true;
   auto report = [&](const std::string& name, bool ok, const std::string& detail) {
-    out << "  [" << (ok ? "PASS" : "FAIL") << "] " << name << (detail.empty() ? "" : ": " + detail) << "\n";
+    out << "  [" << (ok ? "PASS" : "FAIL") << "] " << name << (detail.empty() ? "" : ": " + detail)
+        << "\n";
     all &= ok;
   };
   const Saturation nonsat = Saturation::kNonSaturating;
@@ -141,11 +147,13 @@ bool self_check(std::ostream& out) {
   };
   for (const auto& f : formats) {
     const int64_t bad = code_round_trip_failures(f.bits, f.dec, f.enc);
-    report(std::string(f.name) + " decode/encode round trip over all " + std::to_string(1 << f.bits) + " codes", bad == 0,
-           bad ? std::to_string(bad) + " codes differ" : "");
+    report(std::string(f.name) + " decode/encode round trip over all " +
+               std::to_string(1 << f.bits) + " codes",
+           bad == 0, bad ? std::to_string(bad) + " codes differ" : "");
   }
   // Rounding: midpoints go to the even code (DESIGN.md: 0.75 -> 1, 2.5 -> 2, 5 -> 4 in E2M1).
-  const bool ties = e2m1_to_float(float_to_e2m1(0.75f)) == 1.0f && e2m1_to_float(float_to_e2m1(2.5f)) == 2.0f &&
+  const bool ties = e2m1_to_float(float_to_e2m1(0.75f)) == 1.0f &&
+                    e2m1_to_float(float_to_e2m1(2.5f)) == 2.0f &&
                     e2m1_to_float(float_to_e2m1(5.0f)) == 4.0f;
   report("fp4 e2m1 ties to even (0.75->1, 2.5->2, 5->4)", ties, "");
   int64_t ue8m0_bad = 0;
@@ -153,35 +161,43 @@ bool self_check(std::ostream& out) {
     const float v = ue8m0_to_float(static_cast<uint8_t>(c));
     if (v != std::ldexp(1.0f, c - 127) || ue8m0_from_exponent(c - 127) != c) ++ue8m0_bad;
   }
-  report("ue8m0 scale codes 0..254 are 2^(c-127) and back", ue8m0_bad == 0 && std::isnan(ue8m0_to_float(kUE8M0NaN)),
+  report("ue8m0 scale codes 0..254 are 2^(c-127) and back",
+         ue8m0_bad == 0 && std::isnan(ue8m0_to_float(kUE8M0NaN)),
          ue8m0_bad ? std::to_string(ue8m0_bad) + " codes differ" : "");
   const bool sat = e4m3_to_float(float_to_e4m3(1e6f, Saturation::kSatFinite)) == kE4M3Max &&
                    std::isnan(e4m3_to_float(float_to_e4m3(1e6f, Saturation::kNonSaturating)));
   report("fp8 e4m3 saturation modes (satfinite -> 448, non-saturating -> NaN)", sat, "");
   try {
     const std::string why = schemes_round_trip();
-    report("block-scaled schemes round-trip Gaussian KV within the tolerance table", why.empty(), why);
+    report("block-scaled schemes round-trip Gaussian KV within the tolerance table", why.empty(),
+           why);
   } catch (const std::exception& e) {
-    report("block-scaled schemes round-trip Gaussian KV within the tolerance table", false, e.what());
+    report("block-scaled schemes round-trip Gaussian KV within the tolerance table", false,
+           e.what());
   }
   try {
     const std::string why = decode_vs_prefill();
-    report("paged decode attention = causal prefill (lengths 0..61, GQA 4, bf16)", why.empty(), why);
+    report("paged decode attention = causal prefill (lengths 0..61, GQA 4, bf16)", why.empty(),
+           why);
   } catch (const std::exception& e) {
     report("paged decode attention = causal prefill (lengths 0..61, GQA 4, bf16)", false, e.what());
   }
   {
     std::string detail;
     const int r = gpu_self_check(&detail);
-    if (r < 0) out << "  [SKIP] GPU decode vs reference: " << detail << "\n";
-    else report("GPU decode vs reference: " + detail, r == 1, r == 1 ? "" : detail);
+    if (r < 0)
+      out << "  [SKIP] GPU decode vs reference: " << detail << "\n";
+    else
+      report("GPU decode vs reference: " + detail, r == 1, r == 1 ? "" : detail);
   }
   // The HDF5 layer writes and reads back in memory.
   try {
     h5::File f = h5::File::create_in_memory("self-check.h5");
-    h5::Table t = h5::Table::create(f, "t", {{"x", h5::Type::kFloat64, "", ""}, {"s", h5::Type::kString, "", ""}});
+    h5::Table t = h5::Table::create(
+        f, "t", {{"x", h5::Type::kFloat64, "", ""}, {"s", h5::Type::kString, "", ""}});
     t.append_row({{"x", 1.25}, {"s", std::string("ok")}});
-    const bool ok = h5::Table::open(f, "t").read_doubles("x").at(0) == 1.25 && h5::Table::open(f, "t").read_strings("s").at(0) == "ok";
+    const bool ok = h5::Table::open(f, "t").read_doubles("x").at(0) == 1.25 &&
+                    h5::Table::open(f, "t").read_strings("s").at(0) == "ok";
     report("HDF5 table write/read round trip", ok, "");
   } catch (const std::exception& e) {
     report("HDF5 table write/read round trip", false, e.what());

@@ -25,12 +25,15 @@ namespace {
 constexpr char kMagic[8] = {'K', 'V', 'L', 'A', 'B', 'R', 'B', '1'};
 constexpr size_t kPage = 4096;
 
-std::string errno_text() { return std::strerror(errno); }
+std::string errno_text() {
+  return std::strerror(errno);
+}
 
 std::vector<unsigned char> read_all(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw Error("cannot read " + path + ": " + errno_text());
-  return std::vector<unsigned char>(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  return std::vector<unsigned char>(std::istreambuf_iterator<char>(in),
+                                    std::istreambuf_iterator<char>());
 }
 
 void write_all(int fd, const unsigned char* p, size_t n, off_t off, const std::string& what) {
@@ -53,7 +56,8 @@ void sync_fd(int fd, bool enabled, const std::string& what) {
 void sync_dir_of(const std::string& path, bool enabled) {
   if (!enabled) return;
   const auto slash = path.find_last_of('/');
-  const std::string dir = slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
+  const std::string dir =
+      slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
   const int d = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
   if (d >= 0) {
     fsync(d);
@@ -94,7 +98,8 @@ struct Journal {
 
 // Parses a journal; false when it is torn (short, bad magic or bad seal).
 bool parse_journal(const std::vector<unsigned char>& b, Journal* j) {
-  if (b.size() < sizeof(kMagic) + 24 + 4 || std::memcmp(b.data(), kMagic, sizeof(kMagic)) != 0) return false;
+  if (b.size() < sizeof(kMagic) + 24 + 4 || std::memcmp(b.data(), kMagic, sizeof(kMagic)) != 0)
+    return false;
   uint32_t seal = 0;
   std::memcpy(&seal, b.data() + b.size() - 4, 4);
   if (crc(b.data(), b.size() - 4) != seal) return false;
@@ -105,7 +110,8 @@ bool parse_journal(const std::vector<unsigned char>& b, Journal* j) {
     uint64_t idx = 0;
     uint32_t len = 0;
     if (!get(b, pos, &idx) || !get(b, pos, &len) || pos + len > b.size() - 4) return false;
-    j->pages.emplace_back(idx * page_size, std::vector<unsigned char>(b.begin() + pos, b.begin() + pos + len));
+    j->pages.emplace_back(idx * page_size,
+                          std::vector<unsigned char>(b.begin() + pos, b.begin() + pos + len));
     pos += len;
   }
   return pos == b.size() - 4;
@@ -136,8 +142,11 @@ int open_locked(const std::string& path, const char* why) {
       ::close(fd);
       throw Error(path + " is being written by another kvlab process");
     }
-    struct stat a {}, b {};
-    if (fstat(fd, &a) == 0 && stat(path.c_str(), &b) == 0 && a.st_ino == b.st_ino && a.st_dev == b.st_dev) return fd;
+    struct stat a {
+    }, b{};
+    if (fstat(fd, &a) == 0 && stat(path.c_str(), &b) == 0 && a.st_ino == b.st_ino &&
+        a.st_dev == b.st_dev)
+      return fd;
     ::close(fd);  // the name moved to a new inode meanwhile: lock that one
   }
   throw Error(path + " keeps being replaced by another kvlab process");
@@ -147,11 +156,15 @@ int open_locked(const std::string& path, const char* why) {
 
 std::string to_string(Recovery r) {
   switch (r) {
-    case Recovery::kNone: return "none";
-    case Recovery::kRolledBack: return "rolled back an interrupted commit";
-    case Recovery::kDiscardedTorn: return "discarded a torn journal (the interrupted commit had not started)";
+    case Recovery::kNone:
+      return "none";
+    case Recovery::kRolledBack:
+      return "rolled back an interrupted commit";
+    case Recovery::kDiscardedTorn:
+      return "discarded a torn journal (the interrupted commit had not started)";
     case Recovery::kRemovedStaleTemp:
-      return "removed the temporary file of a commit killed before it replaced the file (the file was never touched)";
+      return "removed the temporary file of a commit killed before it replaced the file (the file "
+             "was never touched)";
   }
   return "?";
 }
@@ -176,22 +189,26 @@ Recovery DurableFile::recover_locked(const std::string& path) {
   Recovery result = Recovery::kNone;
   const std::string tp = temp_path(path);
   if (access(tp.c_str(), F_OK) == 0) {
-    if (unlink(tp.c_str()) != 0) throw Error("cannot remove the stale temporary " + tp + ": " + errno_text());
+    if (unlink(tp.c_str()) != 0)
+      throw Error("cannot remove the stale temporary " + tp + ": " + errno_text());
     result = Recovery::kRemovedStaleTemp;
   }
   const std::string jp = journal_path(path);
   if (access(jp.c_str(), F_OK) != 0) return result;
   Journal j;
   if (!parse_journal(read_all(jp), &j)) {
-    if (unlink(jp.c_str()) != 0) throw Error("cannot remove the torn journal " + jp + ": " + errno_text());
+    if (unlink(jp.c_str()) != 0)
+      throw Error("cannot remove the torn journal " + jp + ": " + errno_text());
     return Recovery::kDiscardedTorn;
   }
   const int fd = ::open(path.c_str(), O_RDWR);
-  if (fd < 0) throw Error("cannot open " + path + " to roll back its interrupted commit: " + errno_text());
+  if (fd < 0)
+    throw Error("cannot open " + path + " to roll back its interrupted commit: " + errno_text());
   try {
     for (const auto& [off, bytes] : j.pages)
       write_all(fd, bytes.data(), bytes.size(), static_cast<off_t>(off), "roll back " + path);
-    if (ftruncate(fd, static_cast<off_t>(j.old_size)) != 0) throw Error("truncate " + path + ": " + errno_text());
+    if (ftruncate(fd, static_cast<off_t>(j.old_size)) != 0)
+      throw Error("truncate " + path + ": " + errno_text());
     sync_fd(fd, true, path);
   } catch (...) {
     ::close(fd);
@@ -239,11 +256,13 @@ std::unique_ptr<DurableFile> DurableFile::create(const std::string& path, Option
   return d;
 }
 
-std::unique_ptr<DurableFile> DurableFile::open(const std::string& path, Options opt, Recovery* recovery) {
+std::unique_ptr<DurableFile> DurableFile::open(const std::string& path, Options opt,
+                                               Recovery* recovery) {
   std::unique_ptr<DurableFile> d(new DurableFile());
   d->path_ = path;
   d->opt_ = opt;
-  d->fd_ = open_locked(path, "for writing");  // before recovery: never roll back under a live writer
+  d->fd_ =
+      open_locked(path, "for writing");  // before recovery: never roll back under a live writer
   const Recovery r = recover_locked(path);
   if (recovery) *recovery = r;
   if (!File::is_hdf5(path)) throw Error(path + " is not an HDF5 file (or its header is corrupt)");
@@ -261,7 +280,8 @@ size_t DurableFile::commit() {
   file_.flush();
   std::vector<unsigned char> img = file_.image();
   if (img == committed_) return 0;
-  const size_t n = img.size() <= opt_.atomic_limit_bytes ? commit_by_rename(img) : commit_by_journal(img);
+  const size_t n =
+      img.size() <= opt_.atomic_limit_bytes ? commit_by_rename(img) : commit_by_journal(img);
   committed_ = std::move(img);
   return n;
 }
@@ -279,7 +299,8 @@ size_t DurableFile::commit_by_rename(const std::vector<unsigned char>& img) {
     if (crash_after_writes_ >= 0) {
       const size_t n = std::min(img.size(), static_cast<size_t>(crash_after_writes_) * 1024);
       write_all(tfd, img.data(), n, 0, "write " + tp);
-      throw Error("test hook: commit abandoned after writing " + std::to_string(n) + " bytes of " + tp);
+      throw Error("test hook: commit abandoned after writing " + std::to_string(n) + " bytes of " +
+                  tp);
     }
     write_all(tfd, img.data(), img.size(), 0, "write " + tp);
     sync_fd(tfd, opt_.fsync, tp);
@@ -309,7 +330,8 @@ size_t DurableFile::commit_by_journal(const std::vector<unsigned char>& img) {
   for (size_t off = 0; off < old_n; off += kPage) {
     const size_t end_old = std::min(off + kPage, old_n);
     const size_t end_new = std::min(off + kPage, new_n);
-    if (end_new != end_old || std::memcmp(old.data() + off, img.data() + off, end_old - off) != 0) dirty.push_back(off);
+    if (end_new != end_old || std::memcmp(old.data() + off, img.data() + off, end_old - off) != 0)
+      dirty.push_back(off);
   }
   if (dirty.empty() && new_n == old_n) return 0;
 
@@ -344,7 +366,8 @@ size_t DurableFile::commit_by_journal(const std::vector<unsigned char>& img) {
   long writes = 0;
   auto maybe_crash = [&]() {
     if (crash_after_writes_ >= 0 && writes++ >= crash_after_writes_)
-      throw Error("test hook: commit abandoned after " + std::to_string(crash_after_writes_) + " page writes");
+      throw Error("test hook: commit abandoned after " + std::to_string(crash_after_writes_) +
+                  " page writes");
   };
   if (new_n > old_n) {
     maybe_crash();

@@ -62,10 +62,15 @@ class DurableFile {
   // in-memory file first, so the first version readers can see is already complete.
   static std::unique_ptr<DurableFile> create(const std::string& path, Options opt,
                                              const std::function<void(File&)>& init = nullptr);
-  static std::unique_ptr<DurableFile> create(const std::string& path) { return create(path, Options()); }
+  static std::unique_ptr<DurableFile> create(const std::string& path) {
+    return create(path, Options());
+  }
   // Opens an existing file for writing; recovers an interrupted commit first.
-  static std::unique_ptr<DurableFile> open(const std::string& path, Options opt, Recovery* recovery = nullptr);
-  static std::unique_ptr<DurableFile> open(const std::string& path) { return open(path, Options()); }
+  static std::unique_ptr<DurableFile> open(const std::string& path, Options opt,
+                                           Recovery* recovery = nullptr);
+  static std::unique_ptr<DurableFile> open(const std::string& path) {
+    return open(path, Options());
+  }
 
   // Undoes an interrupted commit of `path` (no-op without a journal or a stale temporary).
   // Safe to call on any file; needs write access only when there is something to undo, and

@@ -12,7 +12,9 @@ namespace kvlab::exp::h5 {
 namespace {
 
 // HDF5 prints its error stack to stderr by default; we throw instead.
-void quiet() { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); }
+void quiet() {
+  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+}
 
 herr_t walk_cb(unsigned, const H5E_error2_t* e, void* data) {
   auto* out = static_cast<std::string*>(data);
@@ -48,12 +50,18 @@ Id str_type() {
 // File type (what is stored) and memory type of each Type.
 hid_t file_type(Type t) {
   switch (t) {
-    case Type::kFloat64: return H5T_IEEE_F64LE;
-    case Type::kFloat32: return H5T_IEEE_F32LE;
-    case Type::kInt64: return H5T_STD_I64LE;
-    case Type::kInt32: return H5T_STD_I32LE;
-    case Type::kUInt8: return H5T_STD_U8LE;
-    case Type::kString: break;
+    case Type::kFloat64:
+      return H5T_IEEE_F64LE;
+    case Type::kFloat32:
+      return H5T_IEEE_F32LE;
+    case Type::kInt64:
+      return H5T_STD_I64LE;
+    case Type::kInt32:
+      return H5T_STD_I32LE;
+    case Type::kUInt8:
+      return H5T_STD_U8LE;
+    case Type::kString:
+      break;
   }
   return -1;
 }
@@ -70,12 +78,17 @@ Type classify(hid_t type, const std::string& what) {
   throw Error(what + ": unsupported HDF5 type class " + std::to_string(static_cast<int>(c)));
 }
 
-bool is_float(Type t) { return t == Type::kFloat64 || t == Type::kFloat32; }
-bool is_int(Type t) { return t == Type::kInt64 || t == Type::kInt32 || t == Type::kUInt8; }
+bool is_float(Type t) {
+  return t == Type::kFloat64 || t == Type::kFloat32;
+}
+bool is_int(Type t) {
+  return t == Type::kInt64 || t == Type::kInt32 || t == Type::kUInt8;
+}
 
 // Reads every element of a dataset or attribute (reader = H5Dread or H5Aread adapter).
 template <class Reader>
-std::vector<std::string> read_vlen_strings(Reader&& rd, hid_t space, size_t n, const std::string& what) {
+std::vector<std::string> read_vlen_strings(Reader&& rd, hid_t space, size_t n,
+                                           const std::string& what) {
   std::vector<char*> ptrs(n, nullptr);
   Id mt = str_type();
   if (n > 0) check(rd(mt.get(), ptrs.data()), what);
@@ -97,7 +110,8 @@ std::vector<std::string> read_fixed_strings(hid_t type, size_t n, const std::vec
 
 void write_attr_raw(hid_t obj, const std::string& name, hid_t ftype, hid_t mtype, hid_t space,
                     const void* buf, const std::string& where) {
-  if (H5Aexists(obj, name.c_str()) > 0) check(H5Adelete(obj, name.c_str()), "delete attribute " + name + " of " + where);
+  if (H5Aexists(obj, name.c_str()) > 0)
+    check(H5Adelete(obj, name.c_str()), "delete attribute " + name + " of " + where);
   // An empty list is stored with an empty (null) dataspace: nothing to write.
   Id null_space;
   if (H5Sget_simple_extent_npoints(space) == 0) {
@@ -107,34 +121,48 @@ void write_attr_raw(hid_t obj, const std::string& name, hid_t ftype, hid_t mtype
   Id a(check(H5Acreate2(obj, name.c_str(), ftype, space, H5P_DEFAULT, H5P_DEFAULT),
              "create attribute " + name + " of " + where),
        H5Aclose);
-  if (!null_space.valid()) check(H5Awrite(a.get(), mtype, buf), "write attribute " + name + " of " + where);
+  if (!null_space.valid())
+    check(H5Awrite(a.get(), mtype, buf), "write attribute " + name + " of " + where);
 }
 
 ColumnData filled(Type t, size_t n) {
   ColumnData c;
   c.type = t;
-  if (is_float(t)) c.f64.assign(n, std::numeric_limits<double>::quiet_NaN());
-  else if (is_int(t)) c.i64.assign(n, 0);
-  else c.str.assign(n, "");
+  if (is_float(t))
+    c.f64.assign(n, std::numeric_limits<double>::quiet_NaN());
+  else if (is_int(t))
+    c.i64.assign(n, 0);
+  else
+    c.str.assign(n, "");
   return c;
 }
 
 // Converts a column to the dataset's type class (numeric widening only).
 ColumnData coerce(const ColumnData& c, Type to, const std::string& what) {
   if (c.type == to) return c;
-  if (is_float(to) && is_float(c.type)) { ColumnData r = c; r.type = to; return r; }
-  if (is_int(to) && is_int(c.type)) { ColumnData r = c; r.type = to; return r; }
+  if (is_float(to) && is_float(c.type)) {
+    ColumnData r = c;
+    r.type = to;
+    return r;
+  }
+  if (is_int(to) && is_int(c.type)) {
+    ColumnData r = c;
+    r.type = to;
+    return r;
+  }
   if (is_float(to) && is_int(c.type)) {
     ColumnData r;
     r.type = to;
     r.f64.assign(c.i64.begin(), c.i64.end());
     return r;
   }
-  throw Error(what + ": cannot store " + to_string(c.type) + " values in a " + to_string(to) + " column");
+  throw Error(what + ": cannot store " + to_string(c.type) + " values in a " + to_string(to) +
+              " column");
 }
 
 // Writes `c` into `dset` at [offset, offset + n) of a 1-D dataset through hyperslabs.
-void write_slab(hid_t dset, uint64_t offset, const ColumnData& c, Type type, const std::string& what) {
+void write_slab(hid_t dset, uint64_t offset, const ColumnData& c, Type type,
+                const std::string& what) {
   const hsize_t n = c.size();
   if (n == 0) return;
   Id fspace(check(H5Dget_space(dset), what), H5Sclose);
@@ -147,9 +175,11 @@ void write_slab(hid_t dset, uint64_t offset, const ColumnData& c, Type type, con
     Id mt = str_type();
     check(H5Dwrite(dset, mt.get(), mspace.get(), fspace.get(), H5P_DEFAULT, ptrs.data()), what);
   } else if (is_float(type)) {
-    check(H5Dwrite(dset, H5T_NATIVE_DOUBLE, mspace.get(), fspace.get(), H5P_DEFAULT, c.f64.data()), what);
+    check(H5Dwrite(dset, H5T_NATIVE_DOUBLE, mspace.get(), fspace.get(), H5P_DEFAULT, c.f64.data()),
+          what);
   } else {
-    check(H5Dwrite(dset, H5T_NATIVE_INT64, mspace.get(), fspace.get(), H5P_DEFAULT, c.i64.data()), what);
+    check(H5Dwrite(dset, H5T_NATIVE_INT64, mspace.get(), fspace.get(), H5P_DEFAULT, c.i64.data()),
+          what);
   }
 }
 
@@ -157,12 +187,18 @@ void write_slab(hid_t dset, uint64_t offset, const ColumnData& c, Type type, con
 
 std::string to_string(Type t) {
   switch (t) {
-    case Type::kFloat64: return "float64";
-    case Type::kFloat32: return "float32";
-    case Type::kInt64: return "int64";
-    case Type::kInt32: return "int32";
-    case Type::kUInt8: return "uint8";
-    case Type::kString: return "string";
+    case Type::kFloat64:
+      return "float64";
+    case Type::kFloat32:
+      return "float32";
+    case Type::kInt64:
+      return "int64";
+    case Type::kInt32:
+      return "int32";
+    case Type::kUInt8:
+      return "uint8";
+    case Type::kString:
+      return "string";
   }
   return "?";
 }
@@ -255,7 +291,9 @@ struct AttrHandle {
 AttrHandle open_attr(hid_t obj, const std::string& name, const std::string& path) {
   AttrHandle h;
   if (H5Aexists(obj, name.c_str()) <= 0) throw Error("attribute '" + name + "' missing on " + path);
-  h.attr = Id(check(H5Aopen(obj, name.c_str(), H5P_DEFAULT), "open attribute " + name + " of " + path), H5Aclose);
+  h.attr =
+      Id(check(H5Aopen(obj, name.c_str(), H5P_DEFAULT), "open attribute " + name + " of " + path),
+         H5Aclose);
   h.type = Id(check(H5Aget_type(h.attr.get()), "H5Aget_type"), H5Tclose);
   h.space = Id(check(H5Aget_space(h.attr.get()), "H5Aget_space"), H5Sclose);
   const hssize_t n = H5Sget_simple_extent_npoints(h.space.get());
@@ -267,7 +305,8 @@ AttrHandle open_attr(hid_t obj, const std::string& name, const std::string& path
 std::vector<std::string> Object::attr_names() const {
   std::vector<std::string> out;
   hsize_t idx = 0;
-  check(H5Aiterate2(id(), H5_INDEX_NAME, H5_ITER_INC, &idx, attr_name_cb, &out), "list attributes of " + path_);
+  check(H5Aiterate2(id(), H5_INDEX_NAME, H5_ITER_INC, &idx, attr_name_cb, &out),
+        "list attributes of " + path_);
   return out;
 }
 
@@ -279,19 +318,24 @@ Type Object::attr_type(const std::string& name) const {
 std::vector<double> Object::attr_doubles(const std::string& name) const {
   AttrHandle h = open_attr(id(), name, path_);
   const Type t = classify(h.type.get(), "attribute " + name);
-  if (t == Type::kString) throw Error("attribute '" + name + "' of " + path_ + " is a string, not a number");
+  if (t == Type::kString)
+    throw Error("attribute '" + name + "' of " + path_ + " is a string, not a number");
   std::vector<double> v(h.n);
-  if (h.n) check(H5Aread(h.attr.get(), H5T_NATIVE_DOUBLE, v.data()), "read attribute " + name + " of " + path_);
+  if (h.n)
+    check(H5Aread(h.attr.get(), H5T_NATIVE_DOUBLE, v.data()),
+          "read attribute " + name + " of " + path_);
   return v;
 }
 
 std::vector<std::string> Object::attr_strings(const std::string& name) const {
   AttrHandle h = open_attr(id(), name, path_);
   const std::string what = "read attribute " + name + " of " + path_;
-  if (classify(h.type.get(), what) != Type::kString) throw Error("attribute '" + name + "' of " + path_ + " is not a string");
+  if (classify(h.type.get(), what) != Type::kString)
+    throw Error("attribute '" + name + "' of " + path_ + " is not a string");
   if (H5Tis_variable_str(h.type.get()) > 0) {
     hid_t a = h.attr.get();
-    return read_vlen_strings([a](hid_t mt, void* buf) { return H5Aread(a, mt, buf); }, h.space.get(), h.n, what);
+    return read_vlen_strings([a](hid_t mt, void* buf) { return H5Aread(a, mt, buf); },
+                             h.space.get(), h.n, what);
   }
   std::vector<char> raw(h.n * H5Tget_size(h.type.get()) + 1, 0);
   if (h.n) check(H5Aread(h.attr.get(), h.type.get(), raw.data()), what);
@@ -315,7 +359,8 @@ double Object::attr_double(const std::string& name) const {
 
 std::string Object::attr_string(const std::string& name) const {
   auto v = attr_strings(name);
-  if (v.size() != 1) throw Error("attribute '" + name + "' of " + path_ + " is not a scalar string");
+  if (v.size() != 1)
+    throw Error("attribute '" + name + "' of " + path_ + " is not a scalar string");
   return v[0];
 }
 
@@ -349,14 +394,18 @@ Type Dataset::type() const {
 std::vector<double> Dataset::read_doubles() const {
   if (type() == Type::kString) throw Error(path_ + " holds strings, not numbers");
   std::vector<double> v(size());
-  if (!v.empty()) check(H5Dread(id(), H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()), "read " + path_);
+  if (!v.empty())
+    check(H5Dread(id(), H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()),
+          "read " + path_);
   return v;
 }
 
 std::vector<int64_t> Dataset::read_ints() const {
   if (!is_int(type())) throw Error(path_ + " holds " + to_string(type()) + ", not integers");
   std::vector<int64_t> v(size());
-  if (!v.empty()) check(H5Dread(id(), H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()), "read " + path_);
+  if (!v.empty())
+    check(H5Dread(id(), H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()),
+          "read " + path_);
   return v;
 }
 
@@ -367,8 +416,9 @@ std::vector<std::string> Dataset::read_strings() const {
   const size_t n = size();
   if (H5Tis_variable_str(t.get()) > 0) {
     hid_t d = id();
-    return read_vlen_strings([d](hid_t mt, void* buf) { return H5Dread(d, mt, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf); },
-                             s.get(), n, "read " + path_);
+    return read_vlen_strings(
+        [d](hid_t mt, void* buf) { return H5Dread(d, mt, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf); },
+        s.get(), n, "read " + path_);
   }
   std::vector<char> raw(n * H5Tget_size(t.get()) + 1, 0);
   if (n) check(H5Dread(id(), t.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, raw.data()), "read " + path_);
@@ -379,9 +429,12 @@ ColumnData Dataset::read() const {
   const Type t = type();
   ColumnData c;
   c.type = t;
-  if (t == Type::kString) c.str = read_strings();
-  else if (is_float(t)) c.f64 = read_doubles();
-  else c.i64 = read_ints();
+  if (t == Type::kString)
+    c.str = read_strings();
+  else if (is_float(t))
+    c.f64 = read_doubles();
+  else
+    c.i64 = read_ints();
   return c;
 }
 
@@ -402,9 +455,12 @@ void Dataset::write_at(uint64_t i, const Value& v) {
   if (sh.size() != 1 || i >= sh[0])
     throw Error("write element " + std::to_string(i) + " of " + path_ + ": out of range");
   ColumnData c;
-  if (auto* x = std::get_if<int64_t>(&v)) c = ColumnData::of(std::vector<int64_t>{*x});
-  else if (auto* d = std::get_if<double>(&v)) c = ColumnData::of(std::vector<double>{*d});
-  else c = ColumnData::of(std::vector<std::string>{std::get<std::string>(v)});
+  if (auto* x = std::get_if<int64_t>(&v))
+    c = ColumnData::of(std::vector<int64_t>{*x});
+  else if (auto* d = std::get_if<double>(&v))
+    c = ColumnData::of(std::vector<double>{*d});
+  else
+    c = ColumnData::of(std::vector<std::string>{std::get<std::string>(v)});
   const Type t = type();
   write_slab(id(), i, coerce(c, t, "write " + path_), t, "write " + path_);
 }
@@ -412,7 +468,9 @@ void Dataset::write_at(uint64_t i, const Value& v) {
 // ---- Group -------------------------------------------------------------------------------
 Group Group::create_group(const std::string& name) {
   const std::string p = join_path(path_, name);
-  Id g(check(H5Gcreate2(id(), name.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), "create group " + p), H5Gclose);
+  Id g(check(H5Gcreate2(id(), name.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+             "create group " + p),
+       H5Gclose);
   return Group(std::move(g), p);
 }
 
@@ -447,14 +505,16 @@ bool Group::exists(const std::string& rel_path) const {
 bool Group::is_group(const std::string& name) const {
   if (!exists(name)) return false;
   H5O_info_t info;
-  check(H5Oget_info_by_name(id(), name.c_str(), &info, H5P_DEFAULT), "info " + join_path(path_, name));
+  check(H5Oget_info_by_name(id(), name.c_str(), &info, H5P_DEFAULT),
+        "info " + join_path(path_, name));
   return info.type == H5O_TYPE_GROUP;
 }
 
 bool Group::is_dataset(const std::string& name) const {
   if (!exists(name)) return false;
   H5O_info_t info;
-  check(H5Oget_info_by_name(id(), name.c_str(), &info, H5P_DEFAULT), "info " + join_path(path_, name));
+  check(H5Oget_info_by_name(id(), name.c_str(), &info, H5P_DEFAULT),
+        "info " + join_path(path_, name));
   return info.type == H5O_TYPE_DATASET;
 }
 
@@ -486,7 +546,9 @@ Dataset Group::write(const std::string& name, const ColumnData& data, std::vecto
     throw Error("write " + p + ": " + std::to_string(n) + " values do not fill the given shape (" +
                 std::to_string(prod) + " elements)");
   std::vector<hsize_t> hd(dims.begin(), dims.end());
-  Id space(check(H5Screate_simple(static_cast<int>(hd.size()), hd.data(), nullptr), "dataspace " + p), H5Sclose);
+  Id space(
+      check(H5Screate_simple(static_cast<int>(hd.size()), hd.data(), nullptr), "dataspace " + p),
+      H5Sclose);
   Id strt;
   hid_t ft;
   if (data.type == Type::kString) {
@@ -497,47 +559,57 @@ Dataset Group::write(const std::string& name, const ColumnData& data, std::vecto
   }
   // Large 1-D numeric arrays (traces) are chunked and compressed like write_table's columns.
   Id dcpl(check(H5Pcreate(H5P_DATASET_CREATE), "H5Pcreate"), H5Pclose);
-  if (hd.size() == 1 && n >= 1024 && data.type != Type::kString && H5Zfilter_avail(H5Z_FILTER_DEFLATE) > 0) {
+  if (hd.size() == 1 && n >= 1024 && data.type != Type::kString &&
+      H5Zfilter_avail(H5Z_FILTER_DEFLATE) > 0) {
     const hsize_t ch = std::min<hsize_t>(hd[0], 65536);
     check(H5Pset_chunk(dcpl.get(), 1, &ch), "chunk " + p);
     check(H5Pset_shuffle(dcpl.get()), "shuffle filter " + p);
     check(H5Pset_deflate(dcpl.get(), 4), "deflate filter " + p);
   }
-  Id d(check(H5Dcreate2(id(), name.c_str(), ft, space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT), "create " + p),
+  Id d(check(H5Dcreate2(id(), name.c_str(), ft, space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT),
+             "create " + p),
        H5Dclose);
   if (n > 0) {
     if (data.type == Type::kString) {
       std::vector<const char*> ptrs(n);
       for (size_t i = 0; i < n; ++i) ptrs[i] = data.str[i].c_str();
-      check(H5Dwrite(d.get(), strt.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, ptrs.data()), "write " + p);
+      check(H5Dwrite(d.get(), strt.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, ptrs.data()),
+            "write " + p);
     } else if (is_float(data.type)) {
-      check(H5Dwrite(d.get(), H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, data.f64.data()), "write " + p);
+      check(H5Dwrite(d.get(), H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, data.f64.data()),
+            "write " + p);
     } else {
-      check(H5Dwrite(d.get(), H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, data.i64.data()), "write " + p);
+      check(H5Dwrite(d.get(), H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, data.i64.data()),
+            "write " + p);
     }
   }
   return Dataset(std::move(d), p);
 }
 
-Dataset Group::write(const std::string& name, const std::vector<double>& v, std::vector<uint64_t> dims) {
+Dataset Group::write(const std::string& name, const std::vector<double>& v,
+                     std::vector<uint64_t> dims) {
   return write(name, ColumnData::of(v), std::move(dims));
 }
-Dataset Group::write(const std::string& name, const std::vector<float>& v, std::vector<uint64_t> dims) {
+Dataset Group::write(const std::string& name, const std::vector<float>& v,
+                     std::vector<uint64_t> dims) {
   ColumnData c;
   c.type = Type::kFloat32;
   c.f64.assign(v.begin(), v.end());
   return write(name, c, std::move(dims));
 }
-Dataset Group::write(const std::string& name, const std::vector<int64_t>& v, std::vector<uint64_t> dims) {
+Dataset Group::write(const std::string& name, const std::vector<int64_t>& v,
+                     std::vector<uint64_t> dims) {
   return write(name, ColumnData::of(v), std::move(dims));
 }
-Dataset Group::write(const std::string& name, const std::vector<int32_t>& v, std::vector<uint64_t> dims) {
+Dataset Group::write(const std::string& name, const std::vector<int32_t>& v,
+                     std::vector<uint64_t> dims) {
   ColumnData c;
   c.type = Type::kInt32;
   c.i64.assign(v.begin(), v.end());
   return write(name, c, std::move(dims));
 }
-Dataset Group::write(const std::string& name, const std::vector<uint8_t>& v, std::vector<uint64_t> dims) {
+Dataset Group::write(const std::string& name, const std::vector<uint8_t>& v,
+                     std::vector<uint64_t> dims) {
   ColumnData c;
   c.type = Type::kUInt8;
   c.i64.assign(v.begin(), v.end());
@@ -547,7 +619,8 @@ Dataset Group::write(const std::string& name, const std::vector<std::string>& v)
   return write(name, ColumnData::of(v));
 }
 
-Dataset Group::create_appendable(const std::string& name, Type type, uint64_t chunk, bool compress) {
+Dataset Group::create_appendable(const std::string& name, Type type, uint64_t chunk,
+                                 bool compress) {
   const std::string p = join_path(path_, name);
   if (chunk == 0) throw Error("create " + p + ": chunk size must be positive");
   hsize_t zero = 0, maxd = H5S_UNLIMITED, ch = chunk;
@@ -568,7 +641,8 @@ Dataset Group::create_appendable(const std::string& name, Type type, uint64_t ch
   } else {
     ft = file_type(type);
   }
-  Id d(check(H5Dcreate2(id(), name.c_str(), ft, space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT), "create " + p),
+  Id d(check(H5Dcreate2(id(), name.c_str(), ft, space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT),
+             "create " + p),
        H5Dclose);
   return Dataset(std::move(d), p);
 }
@@ -586,7 +660,9 @@ void Group::copy(const std::string& name, Group& dst, const std::string& dst_nam
 }
 
 // ---- File --------------------------------------------------------------------------------
-File::~File() { close(); }
+File::~File() {
+  close();
+}
 
 void File::close() {
   if (id_.valid()) {
@@ -597,7 +673,8 @@ void File::close() {
 
 File File::create(const std::string& path, bool overwrite) {
   quiet();
-  Id f(check(H5Fcreate(path.c_str(), overwrite ? H5F_ACC_TRUNC : H5F_ACC_EXCL, H5P_DEFAULT, H5P_DEFAULT),
+  Id f(check(H5Fcreate(path.c_str(), overwrite ? H5F_ACC_TRUNC : H5F_ACC_EXCL, H5P_DEFAULT,
+                       H5P_DEFAULT),
              "create HDF5 file " + path),
        H5Fclose);
   return File(std::move(f), path);
@@ -623,7 +700,8 @@ Id core_fapl() {
 File File::create_in_memory(const std::string& name) {
   quiet();
   Id fapl = core_fapl();
-  Id f(check(H5Fcreate(name.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()), "create in-memory HDF5 file " + name),
+  Id f(check(H5Fcreate(name.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()),
+             "create in-memory HDF5 file " + name),
        H5Fclose);
   return File(std::move(f), name);
 }
@@ -636,7 +714,8 @@ File File::open_image(const std::vector<unsigned char>& bytes, const std::string
   check(H5Pset_file_image(fapl.get(), const_cast<unsigned char*>(bytes.data()), bytes.size()),
         "load the image of " + name);
   const std::string mem_name = name + "#in-memory-image";
-  Id f(check(H5Fopen(mem_name.c_str(), H5F_ACC_RDWR, fapl.get()), "open HDF5 file " + name + " (not HDF5, or corrupt)"),
+  Id f(check(H5Fopen(mem_name.c_str(), H5F_ACC_RDWR, fapl.get()),
+             "open HDF5 file " + name + " (not HDF5, or corrupt)"),
        H5Fclose);
   return File(std::move(f), name);
 }
@@ -648,7 +727,9 @@ bool File::is_hdf5(const std::string& path) {
   return r > 0;
 }
 
-void File::flush() { check(H5Fflush(id(), H5F_SCOPE_GLOBAL), "flush " + filename_); }
+void File::flush() {
+  check(H5Fflush(id(), H5F_SCOPE_GLOBAL), "flush " + filename_);
+}
 
 std::vector<unsigned char> File::image() const {
   const ssize_t n = check(H5Fget_file_image(id(), nullptr, 0), "size of the image of " + filename_);
@@ -658,8 +739,8 @@ std::vector<unsigned char> File::image() const {
 }
 
 // ---- Table -------------------------------------------------------------------------------
-Table Table::create(Group& parent, const std::string& name, const std::vector<Column>& columns, uint64_t chunk,
-                    bool compress) {
+Table Table::create(Group& parent, const std::string& name, const std::vector<Column>& columns,
+                    uint64_t chunk, bool compress) {
   Table t;
   t.group_ = parent.create_group(name);
   t.chunk_ = chunk;
@@ -673,7 +754,8 @@ Table Table::create(Group& parent, const std::string& name, const std::vector<Co
 Table Table::open(const Group& parent, const std::string& name) {
   Table t;
   t.group_ = parent.open_group(name);
-  if (!t.group_.has_attr("columns")) throw Error(t.group_.path() + " is not a table (no 'columns' attribute)");
+  if (!t.group_.has_attr("columns"))
+    throw Error(t.group_.path() + " is not a table (no 'columns' attribute)");
   const auto names = t.group_.attr_strings("columns");
   bool first = true;
   for (const auto& n : names) {
@@ -685,10 +767,11 @@ Table Table::open(const Group& parent, const std::string& name) {
     if (d.has_attr("doc")) c.doc = d.attr_string("doc");
     const auto sh = d.shape();
     if (sh.size() != 1) throw Error(d.path() + ": table columns must be 1-D");
-    if (first) t.rows_ = sh[0];
+    if (first)
+      t.rows_ = sh[0];
     else if (sh[0] != t.rows_)
-      throw Error(t.group_.path() + ": column '" + n + "' has " + std::to_string(sh[0]) + " rows, expected " +
-                  std::to_string(t.rows_) + " (torn table)");
+      throw Error(t.group_.path() + ": column '" + n + "' has " + std::to_string(sh[0]) +
+                  " rows, expected " + std::to_string(t.rows_) + " (torn table)");
     first = false;
     t.columns_.push_back(c);
   }
@@ -696,7 +779,8 @@ Table Table::open(const Group& parent, const std::string& name) {
 }
 
 bool Table::has_column(const std::string& name) const {
-  return std::any_of(columns_.begin(), columns_.end(), [&](const Column& c) { return c.name == name; });
+  return std::any_of(columns_.begin(), columns_.end(),
+                     [&](const Column& c) { return c.name == name; });
 }
 
 const Table::Column& Table::column(const std::string& name) const {
@@ -731,9 +815,12 @@ void Table::append(const std::vector<std::pair<std::string, ColumnData>>& cols) 
   if (n == 0) return;
   for (const auto& c : columns_) {
     Dataset d = group_.open_dataset(c.name);
-    auto it = std::find_if(cols.begin(), cols.end(), [&](const auto& p) { return p.first == c.name; });
-    if (it != cols.end()) d.append(it->second);
-    else d.append(filled(c.type, n));
+    auto it =
+        std::find_if(cols.begin(), cols.end(), [&](const auto& p) { return p.first == c.name; });
+    if (it != cols.end())
+      d.append(it->second);
+    else
+      d.append(filled(c.type, n));
   }
   rows_ += n;
 }
@@ -743,9 +830,12 @@ void Table::append_row(const std::vector<std::pair<std::string, Value>>& row) {
   for (const auto& [name, v] : row) {
     const Column& c = column(name);
     ColumnData d;
-    if (auto* i = std::get_if<int64_t>(&v)) d = ColumnData::of(std::vector<int64_t>{*i});
-    else if (auto* x = std::get_if<double>(&v)) d = ColumnData::of(std::vector<double>{*x});
-    else d = ColumnData::of(std::vector<std::string>{std::get<std::string>(v)});
+    if (auto* i = std::get_if<int64_t>(&v))
+      d = ColumnData::of(std::vector<int64_t>{*i});
+    else if (auto* x = std::get_if<double>(&v))
+      d = ColumnData::of(std::vector<double>{*x});
+    else
+      d = ColumnData::of(std::vector<std::string>{std::get<std::string>(v)});
     cols.emplace_back(name, coerce(d, c.type, group_.path() + "/" + name));
   }
   if (cols.empty()) {
@@ -765,9 +855,18 @@ ColumnData Table::read(const std::string& c) const {
   column(c);
   return group_.open_dataset(c).read();
 }
-std::vector<double> Table::read_doubles(const std::string& c) const { column(c); return group_.open_dataset(c).read_doubles(); }
-std::vector<int64_t> Table::read_ints(const std::string& c) const { column(c); return group_.open_dataset(c).read_ints(); }
-std::vector<std::string> Table::read_strings(const std::string& c) const { column(c); return group_.open_dataset(c).read_strings(); }
+std::vector<double> Table::read_doubles(const std::string& c) const {
+  column(c);
+  return group_.open_dataset(c).read_doubles();
+}
+std::vector<int64_t> Table::read_ints(const std::string& c) const {
+  column(c);
+  return group_.open_dataset(c).read_ints();
+}
+std::vector<std::string> Table::read_strings(const std::string& c) const {
+  column(c);
+  return group_.open_dataset(c).read_strings();
+}
 
 Table write_table(Group& parent, const std::string& name,
                   const std::vector<std::pair<Table::Column, ColumnData>>& cols) {

@@ -64,13 +64,28 @@ std::string to_string(const Value& v);
 // A column of values: exactly one of the vectors is used, chosen by `type`.
 struct ColumnData {
   Type type = Type::kFloat64;
-  std::vector<double> f64;        // kFloat64 and kFloat32
-  std::vector<int64_t> i64;       // kInt64, kInt32 and kUInt8
-  std::vector<std::string> str;   // kString
+  std::vector<double> f64;       // kFloat64 and kFloat32
+  std::vector<int64_t> i64;      // kInt64, kInt32 and kUInt8
+  std::vector<std::string> str;  // kString
   size_t size() const;
-  static ColumnData of(std::vector<double> v) { ColumnData c; c.type = Type::kFloat64; c.f64 = std::move(v); return c; }
-  static ColumnData of(std::vector<int64_t> v) { ColumnData c; c.type = Type::kInt64; c.i64 = std::move(v); return c; }
-  static ColumnData of(std::vector<std::string> v) { ColumnData c; c.type = Type::kString; c.str = std::move(v); return c; }
+  static ColumnData of(std::vector<double> v) {
+    ColumnData c;
+    c.type = Type::kFloat64;
+    c.f64 = std::move(v);
+    return c;
+  }
+  static ColumnData of(std::vector<int64_t> v) {
+    ColumnData c;
+    c.type = Type::kInt64;
+    c.i64 = std::move(v);
+    return c;
+  }
+  static ColumnData of(std::vector<std::string> v) {
+    ColumnData c;
+    c.type = Type::kString;
+    c.str = std::move(v);
+    return c;
+  }
 };
 
 // Anything that carries attributes (groups, files, datasets).
@@ -81,7 +96,9 @@ class Object {
 
   void set_attr(const std::string& name, int64_t v);
   void set_attr(const std::string& name, int v) { set_attr(name, static_cast<int64_t>(v)); }
-  void set_attr(const std::string& name, bool v) { set_attr(name, static_cast<int64_t>(v ? 1 : 0)); }
+  void set_attr(const std::string& name, bool v) {
+    set_attr(name, static_cast<int64_t>(v ? 1 : 0));
+  }
   void set_attr(const std::string& name, double v);
   void set_attr(const std::string& name, const std::string& v);
   void set_attr(const std::string& name, const char* v) { set_attr(name, std::string(v)); }
@@ -92,12 +109,12 @@ class Object {
   bool has_attr(const std::string& name) const;
   std::vector<std::string> attr_names() const;
   Type attr_type(const std::string& name) const;
-  int64_t attr_int(const std::string& name) const;        // integer attributes
-  double attr_double(const std::string& name) const;      // any numeric attribute
-  std::string attr_string(const std::string& name) const; // string attributes
+  int64_t attr_int(const std::string& name) const;                       // integer attributes
+  double attr_double(const std::string& name) const;                     // any numeric attribute
+  std::string attr_string(const std::string& name) const;                // string attributes
   std::vector<std::string> attr_strings(const std::string& name) const;  // 1-D string attribute
   std::vector<double> attr_doubles(const std::string& name) const;       // 1-D numeric attribute
-  Value attr(const std::string& name) const;              // any scalar attribute
+  Value attr(const std::string& name) const;                             // any scalar attribute
 
  protected:
   Object() = default;
@@ -112,10 +129,10 @@ class Dataset : public Object {
   std::vector<uint64_t> shape() const;
   uint64_t size() const;  // product of the shape
   Type type() const;
-  std::vector<double> read_doubles() const;      // any numeric type, converted
-  std::vector<int64_t> read_ints() const;        // integer types
-  std::vector<std::string> read_strings() const; // string type
-  ColumnData read() const;                       // in its own type class
+  std::vector<double> read_doubles() const;       // any numeric type, converted
+  std::vector<int64_t> read_ints() const;         // integer types
+  std::vector<std::string> read_strings() const;  // string type
+  ColumnData read() const;                        // in its own type class
 
   // 1-D chunked datasets only: grow by data.size() and write it at the end.
   void append(const ColumnData& data);
@@ -137,21 +154,27 @@ class Group : public Object {
   bool exists(const std::string& rel_path) const;  // every component checked
   bool is_group(const std::string& name) const;
   bool is_dataset(const std::string& name) const;
-  std::vector<std::string> children() const;       // link names, in name order
-  void remove(const std::string& name);            // unlink (space is not reclaimed)
+  std::vector<std::string> children() const;  // link names, in name order
+  void remove(const std::string& name);       // unlink (space is not reclaimed)
 
   // Fixed-size datasets (dims default to {size}; their product must equal the size).
   Dataset write(const std::string& name, const ColumnData& data, std::vector<uint64_t> dims = {});
-  Dataset write(const std::string& name, const std::vector<double>& v, std::vector<uint64_t> dims = {});
-  Dataset write(const std::string& name, const std::vector<float>& v, std::vector<uint64_t> dims = {});
-  Dataset write(const std::string& name, const std::vector<int64_t>& v, std::vector<uint64_t> dims = {});
-  Dataset write(const std::string& name, const std::vector<int32_t>& v, std::vector<uint64_t> dims = {});
-  Dataset write(const std::string& name, const std::vector<uint8_t>& v, std::vector<uint64_t> dims = {});
+  Dataset write(const std::string& name, const std::vector<double>& v,
+                std::vector<uint64_t> dims = {});
+  Dataset write(const std::string& name, const std::vector<float>& v,
+                std::vector<uint64_t> dims = {});
+  Dataset write(const std::string& name, const std::vector<int64_t>& v,
+                std::vector<uint64_t> dims = {});
+  Dataset write(const std::string& name, const std::vector<int32_t>& v,
+                std::vector<uint64_t> dims = {});
+  Dataset write(const std::string& name, const std::vector<uint8_t>& v,
+                std::vector<uint64_t> dims = {});
   Dataset write(const std::string& name, const std::vector<std::string>& v);
   // An empty 1-D dataset that grows by Dataset::append (chunked, unlimited). compress:
   // numeric chunks go through HDF5's shuffle + deflate filters (standard: h5py, pandas and
   // h5dump read them; strings are never compressed); a no-op when this HDF5 lacks deflate.
-  Dataset create_appendable(const std::string& name, Type type, uint64_t chunk = 1024, bool compress = false);
+  Dataset create_appendable(const std::string& name, Type type, uint64_t chunk = 1024,
+                            bool compress = false);
   Dataset open_dataset(const std::string& name) const;
 
   // Deep copy of child `name` (group or dataset) to dst/dst_name, across files.

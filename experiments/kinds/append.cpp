@@ -48,8 +48,8 @@ struct AppendProblem {
   PageGeometry geom;
   DType in_dtype = DType::kBF16;
   int64_t tokens = 0;
-  std::vector<uint8_t> k, v;          // [tokens, heads, d] in in_dtype
-  std::vector<int64_t> slots;         // [tokens]
+  std::vector<uint8_t> k, v;                                // [tokens, heads, d] in in_dtype
+  std::vector<int64_t> slots;                               // [tokens]
   std::vector<uint8_t> k_pool, v_pool, k_scales, v_scales;  // poisoned (0xFF)
   float k_scale = 1.0f, v_scale = 1.0f;
   AppendArgs args() {
@@ -73,9 +73,11 @@ struct AppendProblem {
 // tile = nullptr: seeded N(0,1) inputs and host pools poisoned with 0xFF. Otherwise the
 // inputs repeat tile's tokens (token t = tile token t mod tile->tokens: real data, built in
 // a memcpy) and the pools are left empty: DeviceAppend poisons them on the device.
-[[maybe_unused]] AppendProblem make_problem(const Point& p, int64_t tokens, uint64_t seed, const AppendProblem* tile = nullptr) {
+[[maybe_unused]] AppendProblem make_problem(const Point& p, int64_t tokens, uint64_t seed,
+                                            const AppendProblem* tile = nullptr) {
   AppendProblem pr;
-  const int heads = static_cast<int>(p.integer("num_kv_heads")), d = static_cast<int>(p.integer("head_dim"));
+  const int heads = static_cast<int>(p.integer("num_kv_heads")),
+            d = static_cast<int>(p.integer("head_dim"));
   const int bs = static_cast<int>(p.integer("block_size"));
   pr.in_dtype = parse_dtype(p.str("in_dtype"));
   pr.tokens = tokens;
@@ -95,18 +97,22 @@ struct AppendProblem {
   pr.v.resize(n * eb);
   ref::SynthRng rng(seed);
   if (tile) {
-    const size_t row = static_cast<size_t>(heads) * d * eb, have = static_cast<size_t>(tile->tokens);
+    const size_t row = static_cast<size_t>(heads) * d * eb,
+                 have = static_cast<size_t>(tile->tokens);
     for (int64_t t = 0; t < tokens; ++t) {
-      std::memcpy(pr.k.data() + t * row, tile->k.data() + (static_cast<size_t>(t) % have) * row, row);
-      std::memcpy(pr.v.data() + t * row, tile->v.data() + (static_cast<size_t>(t) % have) * row, row);
+      std::memcpy(pr.k.data() + t * row, tile->k.data() + (static_cast<size_t>(t) % have) * row,
+                  row);
+      std::memcpy(pr.v.data() + t * row, tile->v.data() + (static_cast<size_t>(t) % have) * row,
+                  row);
     }
   }
   auto put = [&](std::vector<uint8_t>& buf, size_t i, float x) {
     if (pr.in_dtype == DType::kF32) {
       std::memcpy(buf.data() + 4 * i, &x, 4);
     } else {
-      const uint16_t b = pr.in_dtype == DType::kBF16 ? float_to_bf16_bits(x, Saturation::kNonSaturating)
-                                                      : float_to_fp16_bits(x, Saturation::kNonSaturating);
+      const uint16_t b = pr.in_dtype == DType::kBF16
+                             ? float_to_bf16_bits(x, Saturation::kNonSaturating)
+                             : float_to_fp16_bits(x, Saturation::kNonSaturating);
       std::memcpy(buf.data() + 2 * i, &b, 2);
     }
   };
@@ -115,9 +121,11 @@ struct AppendProblem {
   // Pages in a seeded order (Fisher-Yates with the synth generator: the same on every platform).
   std::vector<int64_t> pages(static_cast<size_t>(pr.geom.num_blocks));
   std::iota(pages.begin(), pages.end(), 0);
-  for (size_t i = pages.size(); i > 1; --i) std::swap(pages[i - 1], pages[static_cast<size_t>(rng.next_u64() % i)]);
+  for (size_t i = pages.size(); i > 1; --i)
+    std::swap(pages[i - 1], pages[static_cast<size_t>(rng.next_u64() % i)]);
   pr.slots.resize(static_cast<size_t>(tokens));
-  for (int64_t t = 0; t < tokens; ++t) pr.slots[static_cast<size_t>(t)] = pages[static_cast<size_t>(t / bs)] * bs + t % bs;
+  for (int64_t t = 0; t < tokens; ++t)
+    pr.slots[static_cast<size_t>(t)] = pages[static_cast<size_t>(t / bs)] * bs + t % bs;
   if (!tile) {
     pr.k_pool.assign(static_cast<size_t>(pr.geom.bytes()), 0xFF);
     pr.v_pool.assign(static_cast<size_t>(pr.geom.bytes()), 0xFF);
@@ -126,7 +134,9 @@ struct AppendProblem {
   }
   if (kv_format_has_pool_scale(pr.geom.format)) {
     // Pool scales as the data's amax puts them (N(0,1): |x| < 6 for every element here).
-    const double top = pr.geom.format == KvFormat::kFP8E4M3 ? kE4M3Max : pr.geom.format == KvFormat::kFP8E5M2 ? 57344.0 : 6.0 * kE4M3Max;
+    const double top = pr.geom.format == KvFormat::kFP8E4M3   ? kE4M3Max
+                       : pr.geom.format == KvFormat::kFP8E5M2 ? 57344.0
+                                                              : 6.0 * kE4M3Max;
     pr.k_scale = pr.v_scale = static_cast<float>(6.0 / top);
   }
   return pr;
@@ -189,7 +199,8 @@ class AppendBench : public Bench {
  public:
   std::string name() const override { return "append"; }
   std::string summary() const override {
-    return "GPU append / quantize-on-write (reshape_and_cache): byte-exact vs the reference, GB/s vs the copy ceiling";
+    return "GPU append / quantize-on-write (reshape_and_cache): byte-exact vs the reference, GB/s "
+           "vs the copy ceiling";
   }
   bool needs_gpu() const override { return true; }
   std::vector<AxisSpec> axes() const override {
@@ -205,33 +216,41 @@ class AppendBench : public Bench {
         {"tokens", AxisType::kInt, "65536", {}, "tokens appended per call"},
         {"in_dtype", AxisType::kEnum, "bf16", {"bf16", "f16", "f32"}, "dtype of the K/V inputs"},
         {"seed", AxisType::kInt, "0", {}, "input seed (mixed with the run seed)"},
-        {"graph", AxisType::kEnum, "off", {"off", "on"}, "time by CUDA-graph replay (also when [timing] graph = true)"},
+        {"graph",
+         AxisType::kEnum,
+         "off",
+         {"off", "on"},
+         "time by CUDA-graph replay (also when [timing] graph = true)"},
     };
   }
   std::vector<MetricSpec> metrics() const override {
-    return {{"median_us", "us", "median time per call"},
-            {"q1_us", "us", "first quartile"},
-            {"q3_us", "us", "third quartile"},
-            {"rel_iqr", "", "(q3 - q1) / median"},
-            {"reps", "", "timed samples"},
-            {"converged", "", "1 when rel_iqr reached the [timing] target"},
-            {"append_bytes", "B", "K/V read + slots read + K/V written with scales"},
-            {"bytes_per_s", "B/s", "append_bytes / median"},
-            {"pct_copy_ceiling", "%", "bytes_per_s / the copy ceiling (read + write) measured in this run"},
-            {"pct_datasheet", "%", "bytes_per_s / the device's datasheet peak"},
-            {"differing_bytes", "", "pool and scale bytes that differ from the reference (exact: 0)"},
-            {"validated_tokens", "", "tokens of the byte-exactness check"}};
+    return {
+        {"median_us", "us", "median time per call"},
+        {"q1_us", "us", "first quartile"},
+        {"q3_us", "us", "third quartile"},
+        {"rel_iqr", "", "(q3 - q1) / median"},
+        {"reps", "", "timed samples"},
+        {"converged", "", "1 when rel_iqr reached the [timing] target"},
+        {"append_bytes", "B", "K/V read + slots read + K/V written with scales"},
+        {"bytes_per_s", "B/s", "append_bytes / median"},
+        {"pct_copy_ceiling", "%",
+         "bytes_per_s / the copy ceiling (read + write) measured in this run"},
+        {"pct_datasheet", "%", "bytes_per_s / the device's datasheet peak"},
+        {"differing_bytes", "", "pool and scale bytes that differ from the reference (exact: 0)"},
+        {"validated_tokens", "", "tokens of the byte-exactness check"}};
   }
   void check_point(const Point& p) const override {
     for (const char* a : {"head_dim", "num_kv_heads", "block_size"})
-      if (p.integer(a) < 1) throw InvalidArgument(std::string(a) + " must be >= 1, got " + p.str(a));
+      if (p.integer(a) < 1)
+        throw InvalidArgument(std::string(a) + " must be >= 1, got " + p.str(a));
     if (p.integer("tokens") < 0 || p.integer("tokens") > INT32_MAX)
       throw InvalidArgument("tokens must be in [0, 2^31), got " + p.str("tokens"));
   }
   double estimate_seconds(const Point& p, const RunContext& ctx) const override {
-    const double n = static_cast<double>(std::min(p.integer("tokens"), kMaxValidatedTokens)) * p.integer("num_kv_heads") *
-                     p.integer("head_dim");
-    return 0.05 + 6e-8 * n + 4e-9 * p.integer("tokens") * p.integer("num_kv_heads") * p.integer("head_dim") +
+    const double n = static_cast<double>(std::min(p.integer("tokens"), kMaxValidatedTokens)) *
+                     p.integer("num_kv_heads") * p.integer("head_dim");
+    return 0.05 + 6e-8 * n +
+           4e-9 * p.integer("tokens") * p.integer("num_kv_heads") * p.integer("head_dim") +
            std::min(ctx.timing_cfg.max_seconds, 0.3);
   }
   Record run(const Point& p, RunContext& ctx) override {
@@ -252,16 +271,20 @@ class AppendBench : public Bench {
     Record r;
     r.metric("differing_bytes", static_cast<double>(diff));
     r.metric("validated_tokens", static_cast<double>(nv));
-    r.label("validation", nv == tokens ? "every pool and scale byte of this point against ref::append_kv"
-                                       : "every pool and scale byte of a " + std::to_string(nv) +
-                                             "-token case of the same shape class (format, layout, heads, head_dim, "
-                                             "block size, dtype) against ref::append_kv; the timed point is larger");
+    r.label("validation",
+            nv == tokens
+                ? "every pool and scale byte of this point against ref::append_kv"
+                : "every pool and scale byte of a " + std::to_string(nv) +
+                      "-token case of the same shape class (format, layout, heads, head_dim, "
+                      "block size, dtype) against ref::append_kv; the timed point is larger");
     const Tolerance tol = tolerance(Op::kAppend, small.geom.format, small.in_dtype);
     if (tol.atol != 0 || tol.rtol != 0 || tol.nmse_max != 0)
-      throw Error("the tolerance table's append entry is no longer exact: this bench compares bytes");
+      throw Error(
+          "the tolerance table's append entry is no longer exact: this bench compares bytes");
     if (diff > 0) {
       r.status = Status::kFailed;
-      r.reason = std::to_string(diff) + " pool/scale bytes differ from ref::append_kv (the append is exact: 0 allowed)";
+      r.reason = std::to_string(diff) +
+                 " pool/scale bytes differ from ref::append_kv (the append is exact: 0 allowed)";
       return r;
     }
     if (!ctx.timing) return r;
@@ -271,8 +294,9 @@ class AppendBench : public Bench {
     size_t free_b = 0, total_b = 0;
     KVLAB_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
     if (need > 0.8 * static_cast<double>(free_b))
-      throw Unsupported("inputs and pools need " + std::to_string(need / (1 << 30)) + " GiB of device memory, " +
-                        std::to_string(free_b / double(1 << 30)) + " GiB are free");
+      throw Unsupported("inputs and pools need " + std::to_string(need / (1 << 30)) +
+                        " GiB of device memory, " + std::to_string(free_b / double(1 << 30)) +
+                        " GiB are free");
     DeviceAppend dbig(big);
     const double bytes = append_bytes(big);
     const gpu::bench::Timing t = gpu::bench::time_kernel(
@@ -287,9 +311,11 @@ class AppendBench : public Bench {
     r.metric("converged", t.converged ? 1.0 : 0.0);
     r.metric("append_bytes", bytes);
     r.metric("bytes_per_s", bps);
-    r.metric("pct_copy_ceiling", ctx.copy_ceiling_bytes_per_s > 0 ? 100 * bps / ctx.copy_ceiling_bytes_per_s : NAN);
+    r.metric("pct_copy_ceiling",
+             ctx.copy_ceiling_bytes_per_s > 0 ? 100 * bps / ctx.copy_ceiling_bytes_per_s : NAN);
     r.metric("pct_datasheet", ctx.peak_bytes_per_s > 0 ? 100 * bps / ctx.peak_bytes_per_s : NAN);
-    r.traces.push_back(samples_trace("samples_us", "every timed sample (us per call)", t.samples_us));
+    r.traces.push_back(
+        samples_trace("samples_us", "every timed sample (us per call)", t.samples_us));
     return r;
 #else
     (void)p;
@@ -301,6 +327,8 @@ class AppendBench : public Bench {
 
 }  // namespace
 
-std::unique_ptr<Bench> make_append_bench() { return std::make_unique<AppendBench>(); }
+std::unique_ptr<Bench> make_append_bench() {
+  return std::make_unique<AppendBench>();
+}
 
 }  // namespace kvlab::exp

@@ -26,11 +26,13 @@ class CapacityBench : public Bench {
  public:
   std::string name() const override { return "capacity"; }
   std::string summary() const override {
-    return "capacity planner (sim/plan): blocks, tokens and sequences that fit per model x GPU x block x format";
+    return "capacity planner (sim/plan): blocks, tokens and sequences that fit per model x GPU x "
+           "block x format";
   }
   std::vector<AxisSpec> axes() const override {
     return {
-        {"model", AxisType::kEnum, "llama3.1-8b", sim::model_preset_names(), "model preset (sim/model)"},
+        {"model", AxisType::kEnum, "llama3.1-8b", sim::model_preset_names(),
+         "model preset (sim/model)"},
         {"gpu", AxisType::kString, "H100", {}, "GPU of data/gpus/gpus.csv"},
         {"kv_format", AxisType::kEnum, "bf16", format_names(), "KV storage format"},
         {"block_size", AxisType::kInt, "16", {}, "tokens per KV block"},
@@ -40,12 +42,13 @@ class CapacityBench : public Bench {
     };
   }
   std::vector<MetricSpec> metrics() const override {
-    return {{"kv_budget_bytes", "B", "KV budget after weights and activations"},
-            {"num_blocks", "", "KV blocks that fit"},
-            {"max_tokens", "", "token slots (num_blocks * block_size)"},
-            {"max_seqs", "", "concurrent sequences at the context length"},
-            {"bytes_per_token", "B", "KV bytes per token at the context (slack and state included)"},
-            {"slack_fraction", "", "unused slots of a sequence's last block / its slots"}};
+    return {
+        {"kv_budget_bytes", "B", "KV budget after weights and activations"},
+        {"num_blocks", "", "KV blocks that fit"},
+        {"max_tokens", "", "token slots (num_blocks * block_size)"},
+        {"max_seqs", "", "concurrent sequences at the context length"},
+        {"bytes_per_token", "B", "KV bytes per token at the context (slack and state included)"},
+        {"slack_fraction", "", "unused slots of a sequence's last block / its slots"}};
   }
   double estimate_seconds(const Point&, const RunContext&) const override { return 1e-3; }
   Record run(const Point& p, RunContext&) override {
@@ -54,8 +57,8 @@ class CapacityBench : public Bench {
     sim::CapacityQuery q;
     q.model = model;
     try {
-      q.kv_budget_bytes =
-          sim::kv_budget_on_gpu(gpu, model, p.number("gpu_mem_util"), p.integer("activation_reserve_mib") << 20);
+      q.kv_budget_bytes = sim::kv_budget_on_gpu(gpu, model, p.number("gpu_mem_util"),
+                                                p.integer("activation_reserve_mib") << 20);
     } catch (const InvalidArgument& e) {
       throw Unsupported(e.what());  // the model does not fit: a skipped point, not a failure
     }
@@ -76,6 +79,8 @@ class CapacityBench : public Bench {
 
 }  // namespace
 
-std::unique_ptr<Bench> make_capacity_bench() { return std::make_unique<CapacityBench>(); }
+std::unique_ptr<Bench> make_capacity_bench() {
+  return std::make_unique<CapacityBench>();
+}
 
 }  // namespace kvlab::exp

@@ -43,7 +43,8 @@ namespace kvlab::exp {
 namespace {
 
 // Entries [n, D] through one storage format and back.
-std::vector<float> store_and_load(Dsv4EntryFormat f, int nope, int rope, const std::vector<float>& x, int64_t n) {
+std::vector<float> store_and_load(Dsv4EntryFormat f, int nope, int rope,
+                                  const std::vector<float>& x, int64_t n) {
   Dsv4EntryPages p;
   p.format = f;
   p.nope_dim = nope;
@@ -82,8 +83,8 @@ double rel_l2(const std::vector<double>& out, const std::vector<double>& ref) {
 }
 
 // float64 attention of q [nq, heads, D] over keys = values = kv [nk, D] (one KV head).
-std::vector<double> attend(const std::vector<float>& q, int nq, int heads, const std::vector<float>& kv, int64_t nk,
-                           int d) {
+std::vector<double> attend(const std::vector<float>& q, int nq, int heads,
+                           const std::vector<float>& kv, int64_t nk, int d) {
   PrefillArgs a;
   a.q = q.data();
   a.k = kv.data();
@@ -111,25 +112,43 @@ class CompressionErrorBench : public Bench {
  public:
   std::string name() const override { return "compression_error"; }
   std::string summary() const override {
-    return "DSV4 CSA/HCA compression + storage variants on synthetic KV: decode attention error vs the "
+    return "DSV4 CSA/HCA compression + storage variants on synthetic KV: decode attention error vs "
+           "the "
            "uncompressed cache, entry/key round trips, indexer top-k recall, bytes per token";
   }
   std::vector<AxisSpec> axes() const override {
     std::vector<AxisSpec> a = {
-        {"layer", AxisType::kEnum, "csa", {"csa", "hca"}, "compressor: CSA (overlapping windows, indexer) or HCA"},
+        {"layer",
+         AxisType::kEnum,
+         "csa",
+         {"csa", "hca"},
+         "compressor: CSA (overlapping windows, indexer) or HCA"},
         {"ratio", AxisType::kInt, "4", {}, "tokens per compressed entry"},
     };
     for (auto& v : dsv4_variant_axes()) a.push_back(v);
     const std::vector<AxisSpec> rest = {
-        {"dist", AxisType::kEnum, "ar1", ref::synth_preset_names(), "synthetic latent preset of reference/synth"},
+        {"dist", AxisType::kEnum, "ar1", ref::synth_preset_names(),
+         "synthetic latent preset of reference/synth"},
         {"tokens", AxisType::kInt, "4096", {}, "context: tokens before the decode query"},
         {"window", AxisType::kInt, "128", {}, "raw SWA window the query also sees"},
         {"nope_dim", AxisType::kInt, "448", {}, "FP8-stored dims of an entry (multiple of 64)"},
         {"rope_dim", AxisType::kInt, "64", {}, "BF16-stored dims of an entry"},
-        {"indexer_dim", AxisType::kInt, "128", {}, "CSA indexer key dims (multiple of 128 for the Hadamard format)"},
-        {"gate_std", AxisType::kFloat, "1", {}, "std of the synthetic gate scores (0: mean pooling)"},
+        {"indexer_dim",
+         AxisType::kInt,
+         "128",
+         {},
+         "CSA indexer key dims (multiple of 128 for the Hadamard format)"},
+        {"gate_std",
+         AxisType::kFloat,
+         "1",
+         {},
+         "std of the synthetic gate scores (0: mean pooling)"},
         {"heads", AxisType::kInt, "8", {}, "query heads"},
-        {"queries", AxisType::kInt, "4", {}, "decode queries (independent draws at the last position)"},
+        {"queries",
+         AxisType::kInt,
+         "4",
+         {},
+         "decode queries (independent draws at the last position)"},
         {"topk", AxisType::kInt, "64", {}, "indexer top-k for the recall metric (CSA)"},
         {"seed", AxisType::kInt, "0", {}, "input seed (mixed with the run seed)"},
     };
@@ -137,47 +156,59 @@ class CompressionErrorBench : public Bench {
     return a;
   }
   std::vector<MetricSpec> metrics() const override {
-    return {{"entries", "", "compressed entries the query sees"},
-            {"attn_rel_l2", "", "stored compressed cache vs the uncompressed raw cache: ||o - o*|| / ||o*||"},
-            {"attn_rel_l2_fp32", "", "the same with FP32 entries and window (compression loss only)"},
-            {"attn_storage_rel_l2", "", "stored vs FP32 compressed cache (storage loss only)"},
-            {"entry_rel_l2_mean", "", "per-entry relative L2 of the stored entries (mean)"},
-            {"entry_rel_l2_p99", "", "per-entry relative L2 of the stored entries (99th percentile)"},
-            {"window_rel_l2_mean", "", "per-token relative L2 of the stored raw window rows (mean)"},
-            {"key_rel_l2_mean", "", "CSA: per-key relative L2 of the stored indexer keys (mean; NaN for HCA)"},
-            {"topk_recall", "", "CSA: |top-k by stored keys and by FP32 keys| / k over the queries (NaN for HCA)"},
-            {"layer_bytes_per_token", "B", "the layer's cache bytes per token at this context (dsv4 schema)"},
-            {"raw_bf16_bytes_per_token", "B", "an uncompressed BF16 latent per token"}};
+    return {
+        {"entries", "", "compressed entries the query sees"},
+        {"attn_rel_l2", "",
+         "stored compressed cache vs the uncompressed raw cache: ||o - o*|| / ||o*||"},
+        {"attn_rel_l2_fp32", "", "the same with FP32 entries and window (compression loss only)"},
+        {"attn_storage_rel_l2", "", "stored vs FP32 compressed cache (storage loss only)"},
+        {"entry_rel_l2_mean", "", "per-entry relative L2 of the stored entries (mean)"},
+        {"entry_rel_l2_p99", "", "per-entry relative L2 of the stored entries (99th percentile)"},
+        {"window_rel_l2_mean", "", "per-token relative L2 of the stored raw window rows (mean)"},
+        {"key_rel_l2_mean", "",
+         "CSA: per-key relative L2 of the stored indexer keys (mean; NaN for HCA)"},
+        {"topk_recall", "",
+         "CSA: |top-k by stored keys and by FP32 keys| / k over the queries (NaN for HCA)"},
+        {"layer_bytes_per_token", "B",
+         "the layer's cache bytes per token at this context (dsv4 schema)"},
+        {"raw_bf16_bytes_per_token", "B", "an uncompressed BF16 latent per token"}};
   }
   void check_point(const Point& p) const override {
     if (p.integer("ratio") < 2) throw InvalidArgument("ratio must be >= 2, got " + p.str("ratio"));
-    if (p.integer("tokens") < 1) throw InvalidArgument("tokens must be >= 1, got " + p.str("tokens"));
+    if (p.integer("tokens") < 1)
+      throw InvalidArgument("tokens must be >= 1, got " + p.str("tokens"));
     for (const char* a : {"window", "heads", "queries"})
-      if (p.integer(a) < 1) throw InvalidArgument(std::string(a) + " must be >= 1, got " + p.str(a));
+      if (p.integer(a) < 1)
+        throw InvalidArgument(std::string(a) + " must be >= 1, got " + p.str(a));
     if (p.integer("topk") < 0) throw InvalidArgument("topk must be >= 0, got " + p.str("topk"));
-    if (!(p.number("gate_std") >= 0)) throw InvalidArgument("gate_std must be >= 0, got " + p.str("gate_std"));
+    if (!(p.number("gate_std") >= 0))
+      throw InvalidArgument("gate_std must be >= 0, got " + p.str("gate_std"));
     schema(p);  // dims, variant and ratio as the dsv4 schema checks them
   }
   double estimate_seconds(const Point& p, const RunContext&) const override {
     const double d = static_cast<double>(p.integer("nope_dim") + p.integer("rope_dim"));
-    const double work = static_cast<double>(p.integer("queries") * p.integer("heads")) * p.integer("tokens") * d;
+    const double work =
+        static_cast<double>(p.integer("queries") * p.integer("heads")) * p.integer("tokens") * d;
     return 2e-3 + 2.5e-9 * work + 4e-8 * p.integer("tokens") * d;
   }
   Record run(const Point& p, RunContext& ctx) override {
     const bool csa = p.str("layer") == "csa";
     const int32_t ratio = static_cast<int32_t>(p.integer("ratio"));
-    const int nope = static_cast<int>(p.integer("nope_dim")), rope = static_cast<int>(p.integer("rope_dim"));
+    const int nope = static_cast<int>(p.integer("nope_dim")),
+              rope = static_cast<int>(p.integer("rope_dim"));
     const int d = nope + rope;
     const int64_t tokens = p.integer("tokens");
     const int window = static_cast<int>(p.integer("window"));
-    const int heads = static_cast<int>(p.integer("heads")), nq = static_cast<int>(p.integer("queries"));
+    const int heads = static_cast<int>(p.integer("heads")),
+              nq = static_cast<int>(p.integer("queries"));
     const Dsv4Variant var = dsv4_variant_of(p);
     const sim::Dsv4CacheSchema sc = schema(p);
     const uint64_t seed = ctx.seed * 1000003ull + static_cast<uint64_t>(p.integer("seed"));
     const int width = csa ? 2 * d : d;
 
     // Latents, lanes and gates.
-    const std::vector<float> x = ref::synth_kv(ref::synth_preset(p.str("dist"), tokens, 1, d, seed));
+    const std::vector<float> x =
+        ref::synth_kv(ref::synth_preset(p.str("dist"), tokens, 1, d, seed));
     std::vector<float> kv(static_cast<size_t>(tokens) * width);
     for (int64_t t = 0; t < tokens; ++t)
       for (int lane = 0; lane < width / d; ++lane)
@@ -187,8 +218,8 @@ class CompressionErrorBench : public Bench {
     // Compression of the whole history (the query at t = tokens - 1 sees every entry).
     const int64_t n_entries = tokens / ratio;
     std::vector<float> entries(static_cast<size_t>(std::max<int64_t>(n_entries, 1)) * d);
-    ref::dsv4_compress_oneshot(kv.data(), gate.data(), nullptr, static_cast<int32_t>(tokens), ratio, d, csa,
-                               entries.data());
+    ref::dsv4_compress_oneshot(kv.data(), gate.data(), nullptr, static_cast<int32_t>(tokens), ratio,
+                               d, csa, entries.data());
     entries.resize(static_cast<size_t>(n_entries) * d);
     const std::vector<float> stored = store_and_load(var.entry, nope, rope, entries, n_entries);
     // The raw window (t - window, t].
@@ -197,15 +228,18 @@ class CompressionErrorBench : public Bench {
     const std::vector<float> win_stored = store_and_load(var.entry, nope, rope, win, nw);
 
     // Decode attention: truth, FP32 compressed, stored compressed.
-    const std::vector<float> q = gaussian(static_cast<size_t>(nq) * heads * d, 1.0, seed ^ 0x51e7ull);
+    const std::vector<float> q =
+        gaussian(static_cast<size_t>(nq) * heads * d, 1.0, seed ^ 0x51e7ull);
     auto concat = [](const std::vector<float>& a, const std::vector<float>& b) {
       std::vector<float> c(a);
       c.insert(c.end(), b.begin(), b.end());
       return c;
     };
     const std::vector<double> o_true = attend(q, nq, heads, x, tokens, d);
-    const std::vector<double> o_fp32 = attend(q, nq, heads, concat(entries, win), n_entries + nw, d);
-    const std::vector<double> o_stored = attend(q, nq, heads, concat(stored, win_stored), n_entries + nw, d);
+    const std::vector<double> o_fp32 =
+        attend(q, nq, heads, concat(entries, win), n_entries + nw, d);
+    const std::vector<double> o_stored =
+        attend(q, nq, heads, concat(stored, win_stored), n_entries + nw, d);
 
     Record r;
     r.metric("entries", static_cast<double>(n_entries));
@@ -213,17 +247,20 @@ class CompressionErrorBench : public Bench {
     r.metric("attn_rel_l2_fp32", rel_l2(o_fp32, o_true));
     r.metric("attn_storage_rel_l2", rel_l2(o_stored, o_fp32));
     if (n_entries > 0) {
-      const ref::RoundTripStats es = ref::roundtrip_stats(entries.data(), stored.data(), n_entries, d);
+      const ref::RoundTripStats es =
+          ref::roundtrip_stats(entries.data(), stored.data(), n_entries, d);
       r.metric("entry_rel_l2_mean", es.rel_l2_mean);
       r.metric("entry_rel_l2_p99", es.rel_l2_p99);
     } else {
       r.metric("entry_rel_l2_mean", std::nan(""));
       r.metric("entry_rel_l2_p99", std::nan(""));
     }
-    r.metric("window_rel_l2_mean", ref::roundtrip_stats(win.data(), win_stored.data(), nw, d).rel_l2_mean);
+    r.metric("window_rel_l2_mean",
+             ref::roundtrip_stats(win.data(), win_stored.data(), nw, d).rel_l2_mean);
 
     double key_err = std::nan(""), recall = std::nan("");
-    if (csa && n_entries > 0) indexer_errors(p, var, ratio, tokens, n_entries, seed, &key_err, &recall);
+    if (csa && n_entries > 0)
+      indexer_errors(p, var, ratio, tokens, n_entries, seed, &key_err, &recall);
     r.metric("key_rel_l2_mean", key_err);
     r.metric("topk_recall", recall);
     r.metric("layer_bytes_per_token", sim::bytes_per_token(sc, tokens).per_token);
@@ -261,29 +298,33 @@ class CompressionErrorBench : public Bench {
 
   // Indexer keys: a second synthetic stream through the CSA compressor, stored in the FP4 key
   // format; round-trip error (in the stored basis) and the top-k recall of q . k.
-  static void indexer_errors(const Point& p, const Dsv4Variant& var, int32_t ratio, int64_t tokens, int64_t n,
-                             uint64_t seed, double* key_err, double* recall) {
+  static void indexer_errors(const Point& p, const Dsv4Variant& var, int32_t ratio, int64_t tokens,
+                             int64_t n, uint64_t seed, double* key_err, double* recall) {
     const int dim = static_cast<int>(p.integer("indexer_dim"));
-    const std::vector<float> xi = ref::synth_kv(ref::synth_preset(p.str("dist"), tokens, 1, dim, seed ^ 0x1dec5ull));
+    const std::vector<float> xi =
+        ref::synth_kv(ref::synth_preset(p.str("dist"), tokens, 1, dim, seed ^ 0x1dec5ull));
     std::vector<float> kv(static_cast<size_t>(tokens) * 2 * dim);
     for (int64_t t = 0; t < tokens; ++t)
       for (int lane = 0; lane < 2; ++lane)
-        std::copy(xi.begin() + t * dim, xi.begin() + (t + 1) * dim, kv.begin() + t * 2 * dim + lane * dim);
+        std::copy(xi.begin() + t * dim, xi.begin() + (t + 1) * dim,
+                  kv.begin() + t * 2 * dim + lane * dim);
     const std::vector<float> gate = gaussian(kv.size(), p.number("gate_std"), seed ^ 0x6a7e2ull);
     std::vector<float> keys(static_cast<size_t>(n) * dim);
-    ref::dsv4_compress_oneshot(kv.data(), gate.data(), nullptr, static_cast<int32_t>(tokens), ratio, dim, true,
-                               keys.data());
+    ref::dsv4_compress_oneshot(kv.data(), gate.data(), nullptr, static_cast<int32_t>(tokens), ratio,
+                               dim, true, keys.data());
     Dsv4IndexerView v;
     v.format = var.indexer;
     v.dim = dim;
     v.rows = 1;
     v.num_blocks = n;
     v.ratio = ratio;
-    std::vector<uint8_t> codes(static_cast<size_t>(n) * dim / 2), scales(static_cast<size_t>(n) * dim / v.group());
+    std::vector<uint8_t> codes(static_cast<size_t>(n) * dim / 2),
+        scales(static_cast<size_t>(n) * dim / v.group());
     v.codes = codes.data();
     v.scales = scales.data();
     const bool rotate = var.indexer == Dsv4IndexerFormat::kMxfp4Hadamard;
-    std::vector<float> basis(keys), back(keys.size());  // FP32 keys in the stored basis, and the stored keys
+    std::vector<float> basis(keys),
+        back(keys.size());  // FP32 keys in the stored basis, and the stored keys
     for (int64_t e = 0; e < n; ++e) {
       float* k = basis.data() + e * dim;
       std::vector<float> tmp(k, k + dim);
@@ -333,6 +374,8 @@ class CompressionErrorBench : public Bench {
 
 }  // namespace
 
-std::unique_ptr<Bench> make_compression_error_bench() { return std::make_unique<CompressionErrorBench>(); }
+std::unique_ptr<Bench> make_compression_error_bench() {
+  return std::make_unique<CompressionErrorBench>();
+}
 
 }  // namespace kvlab::exp

@@ -50,8 +50,8 @@
 namespace kvlab::exp {
 namespace {
 
-constexpr int kBasePages = 64;      // distinct pages of real data, repeated over the pool
-constexpr int kMaxValidated = 4;    // sequences compared with the host reference
+constexpr int kBasePages = 64;    // distinct pages of real data, repeated over the pool
+constexpr int kMaxValidated = 4;  // sequences compared with the host reference
 
 std::vector<std::string> names_of_formats() {
   std::vector<std::string> v;
@@ -72,19 +72,23 @@ std::vector<std::string> names_of_layouts() {
   if (p.str("lengths") == "mixed") {
     ref::SynthRng rng(seed ^ 0x1e575eedull);
     const int64_t lo = std::min<int64_t>(1024, ctx);
-    for (auto& l : lens) l = static_cast<int32_t>(lo + static_cast<int64_t>(rng.uniform() * (ctx - lo + 1)));
+    for (auto& l : lens)
+      l = static_cast<int32_t>(lo + static_cast<int64_t>(rng.uniform() * (ctx - lo + 1)));
   }
   return lens;
 }
 
 // Q + K and V of every attended token at storage precision + their scales + O.
-[[maybe_unused]] double min_bytes(const PageGeometry& g, const std::vector<int32_t>& lens, int qo_heads, int q_bytes) {
+[[maybe_unused]] double min_bytes(const PageGeometry& g, const std::vector<int32_t>& lens,
+                                  int qo_heads, int q_bytes) {
   double tokens = 0;
   for (int32_t l : lens) tokens += l;
-  const double per_token_head = static_cast<double>(g.head_dim) * g.elem_bits() / 8 +
-                                (kv_format_has_token_scales(g.format) ? 4.0 : 0.0) +
-                                (g.scale_group() ? static_cast<double>(g.head_dim / g.scale_group()) : 0.0);
-  return 2.0 * tokens * g.num_kv_heads * per_token_head + 2.0 * lens.size() * qo_heads * g.head_dim * q_bytes;
+  const double per_token_head =
+      static_cast<double>(g.head_dim) * g.elem_bits() / 8 +
+      (kv_format_has_token_scales(g.format) ? 4.0 : 0.0) +
+      (g.scale_group() ? static_cast<double>(g.head_dim / g.scale_group()) : 0.0);
+  return 2.0 * tokens * g.num_kv_heads * per_token_head +
+         2.0 * lens.size() * qo_heads * g.head_dim * q_bytes;
 }
 
 #if defined(KVLAB_HAVE_CUDA)
@@ -97,24 +101,26 @@ int version_id(const std::string& name) {
 // Everything of a point except its version and graph mode, on the device and the host.
 struct DecodeCase {
   std::string key;
-  ref::PagedCase base;               // kBasePages (or fewer) pages of real data
+  ref::PagedCase base;  // kBasePages (or fewer) pages of real data
   int64_t pages = 0;
   std::vector<int32_t> lens;
-  std::vector<int32_t> table;        // the device table, downloaded
-  std::vector<uint16_t> q;           // [batch, qo_heads, d] bf16 bits
+  std::vector<int32_t> table;  // the device table, downloaded
+  std::vector<uint16_t> q;     // [batch, qo_heads, d] bf16 bits
   gpu::DeviceBuffer k, v, ks, vs, dtable, dlens, dq, o, lse;
-  DecodeArgs args;                   // device pointers
-  std::vector<int32_t> checked;      // the validated sequences
-  std::vector<float> ref_o, ref_lse; // their reference outputs [checked, qo_heads(, d)]
+  DecodeArgs args;                    // device pointers
+  std::vector<int32_t> checked;       // the validated sequences
+  std::vector<float> ref_o, ref_lse;  // their reference outputs [checked, qo_heads(, d)]
   double bytes = 0;
-  std::string validation;            // how the check was done, for the record
+  std::string validation;  // how the check was done, for the record
 };
 
 std::unique_ptr<DecodeCase> build_case(const Point& p, const std::string& key, uint64_t seed) {
   auto c = std::make_unique<DecodeCase>();
   c->key = key;
-  const int kvh = static_cast<int>(p.integer("num_kv_heads")), hq = kvh * static_cast<int>(p.integer("gqa_group"));
-  const int d = static_cast<int>(p.integer("head_dim")), bs = static_cast<int>(p.integer("block_size"));
+  const int kvh = static_cast<int>(p.integer("num_kv_heads")),
+            hq = kvh * static_cast<int>(p.integer("gqa_group"));
+  const int d = static_cast<int>(p.integer("head_dim")),
+            bs = static_cast<int>(p.integer("block_size"));
   const int batch = static_cast<int>(p.integer("batch"));
   c->lens = lengths_of(p, seed);
   const int32_t max_len = c->lens.empty() ? 0 : *std::max_element(c->lens.begin(), c->lens.end());
@@ -149,19 +155,22 @@ std::unique_ptr<DecodeCase> build_case(const Point& p, const std::string& key, u
   size_t free_b = 0, total_b = 0;
   KVLAB_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
   if (need > 0.8 * static_cast<double>(free_b))
-    throw Unsupported("the pools need " + std::to_string(need / (1 << 30)) + " GiB of device memory, " +
-                      std::to_string(free_b / double(1 << 30)) + " GiB are free");
+    throw Unsupported("the pools need " + std::to_string(need / (1 << 30)) +
+                      " GiB of device memory, " + std::to_string(free_b / double(1 << 30)) +
+                      " GiB are free");
 
   // Pools: the base pages, then doubling device copies (page p = base page p mod base_pages).
   auto fill = [&](gpu::DeviceBuffer& dst, const std::vector<uint8_t>& src, size_t unit) {
     dst.allocate(std::max<size_t>(unit * static_cast<size_t>(g.num_blocks), 1));
     if (unit == 0) return;
-    const size_t n0 = std::min<size_t>(static_cast<size_t>(base_pages), static_cast<size_t>(g.num_blocks));
+    const size_t n0 =
+        std::min<size_t>(static_cast<size_t>(base_pages), static_cast<size_t>(g.num_blocks));
     dst.upload(src.data(), n0 * unit);
     size_t have = n0;
     while (have < static_cast<size_t>(g.num_blocks)) {
       const size_t n = std::min(have, static_cast<size_t>(g.num_blocks) - have);
-      KVLAB_CUDA_CHECK(cudaMemcpy(dst.as<uint8_t>() + have * unit, dst.data(), n * unit, cudaMemcpyDeviceToDevice));
+      KVLAB_CUDA_CHECK(cudaMemcpy(dst.as<uint8_t>() + have * unit, dst.data(), n * unit,
+                                  cudaMemcpyDeviceToDevice));
       have += n;
     }
   };
@@ -177,15 +186,16 @@ std::unique_ptr<DecodeCase> build_case(const Point& p, const std::string& key, u
   gpu::DeviceBuffer perm(static_cast<size_t>(g.num_blocks) * 4);
   gpu::shuffled_page_list(g.num_blocks, seed ^ 0x7ab1eull, perm.as<int32_t>(), nullptr);
   if (batch > 0)
-    gpu::build_block_tables(c->dlens.as<int32_t>(), batch, bs, mbps, g.num_blocks, perm.as<int32_t>(), -1,
-                            c->dtable.as<int32_t>(), nullptr);
+    gpu::build_block_tables(c->dlens.as<int32_t>(), batch, bs, mbps, g.num_blocks,
+                            perm.as<int32_t>(), -1, c->dtable.as<int32_t>(), nullptr);
   c->table.resize(static_cast<size_t>(batch) * mbps);
   if (batch > 0) c->dtable.download(c->table.data(), c->table.size() * 4);
 
   // Q: seeded N(0, 1) rounded to BF16.
   ref::SynthRng rng(seed ^ 0x9a11ull);
   c->q.resize(static_cast<size_t>(batch) * hq * d);
-  for (auto& x : c->q) x = float_to_bf16_bits(static_cast<float>(rng.gaussian()), Saturation::kNonSaturating);
+  for (auto& x : c->q)
+    x = float_to_bf16_bits(static_cast<float>(rng.gaussian()), Saturation::kNonSaturating);
   c->dq.allocate(c->q.size() * 2 + 2);
   if (!c->q.empty()) c->dq.upload(c->q);
   c->o.allocate(c->q.size() * 2, 256);
@@ -222,19 +232,22 @@ std::unique_ptr<DecodeCase> build_case(const Point& p, const std::string& key, u
     ref::SynthRng pick(seed ^ 0x5eb5ull);
     while (static_cast<int>(c->checked.size()) < kMaxValidated) {
       const int s2 = 1 + static_cast<int>(pick.uniform() * (batch - 2));
-      if (std::find(c->checked.begin(), c->checked.end(), s2) == c->checked.end()) c->checked.push_back(s2);
+      if (std::find(c->checked.begin(), c->checked.end(), s2) == c->checked.end())
+        c->checked.push_back(s2);
     }
     std::sort(c->checked.begin(), c->checked.end());
   }
   const int nv = static_cast<int>(c->checked.size());
-  std::vector<int32_t> htable(static_cast<size_t>(nv) * mbps, ref::kTableSentinel), hlens(static_cast<size_t>(nv));
+  std::vector<int32_t> htable(static_cast<size_t>(nv) * mbps, ref::kTableSentinel),
+      hlens(static_cast<size_t>(nv));
   std::vector<uint16_t> hq_bits(static_cast<size_t>(nv) * hq * d);
   for (int i = 0; i < nv; ++i) {
     const int s2 = c->checked[static_cast<size_t>(i)];
     hlens[static_cast<size_t>(i)] = c->lens[static_cast<size_t>(s2)];
     const int used = (c->lens[static_cast<size_t>(s2)] + bs - 1) / bs;
     for (int e = 0; e < used; ++e)
-      htable[static_cast<size_t>(i) * mbps + e] = c->table[static_cast<size_t>(s2) * mbps + e] % base_pages;
+      htable[static_cast<size_t>(i) * mbps + e] =
+          c->table[static_cast<size_t>(s2) * mbps + e] % base_pages;
     std::copy_n(c->q.begin() + static_cast<size_t>(s2) * hq * d, static_cast<size_t>(hq) * d,
                 hq_bits.begin() + static_cast<size_t>(i) * hq * d);
   }
@@ -252,7 +265,8 @@ std::unique_ptr<DecodeCase> build_case(const Point& p, const std::string& key, u
   std::ostringstream os;
   os << "sequences";
   for (int s2 : c->checked) os << " " << s2;
-  os << " of " << batch << " (all " << hq << " heads) against the host reference over the same bytes";
+  os << " of " << batch << " (all " << hq
+     << " heads) against the host reference over the same bytes";
   c->validation = os.str();
   return c;
 }
@@ -262,12 +276,14 @@ class DecodeAttentionBench : public Bench {
  public:
   std::string name() const override { return "decode_attention"; }
   std::string summary() const override {
-    return "GPU decode attention: every registered version, validated against the reference, timed (GB/s, % of "
+    return "GPU decode attention: every registered version, validated against the reference, timed "
+           "(GB/s, % of "
            "the read ceiling)";
   }
   bool needs_gpu() const override { return true; }
   std::vector<AxisSpec> axes() const override {
-    AxisSpec version{"version", AxisType::kString, "all", {}, "decode version (gpu/attention registry)"};
+    AxisSpec version{
+        "version", AxisType::kString, "all", {}, "decode version (gpu/attention registry)"};
 #if defined(KVLAB_HAVE_CUDA)
     version.type = AxisType::kEnum;
     for (const auto& v : gpu::decode_versions()) version.choices.push_back(v.name);
@@ -284,11 +300,22 @@ class DecodeAttentionBench : public Bench {
         {"num_kv_heads", AxisType::kInt, "8", {}, "KV heads"},
         {"gqa_group", AxisType::kInt, "4", {}, "query heads per KV head"},
         {"batch", AxisType::kInt, "1", {}, "sequences"},
-        {"context", AxisType::kInt, "4096", {}, "tokens per sequence (the longest with lengths = mixed)"},
-        {"lengths", AxisType::kEnum, "uniform", {"uniform", "mixed"},
-         "uniform: every sequence `context` tokens; mixed: seeded uniform in [min(1024, context), context]"},
+        {"context",
+         AxisType::kInt,
+         "4096",
+         {},
+         "tokens per sequence (the longest with lengths = mixed)"},
+        {"lengths",
+         AxisType::kEnum,
+         "uniform",
+         {"uniform", "mixed"},
+         "uniform: every sequence `context` tokens; mixed: seeded uniform in [min(1024, context), "
+         "context]"},
         {"seed", AxisType::kInt, "0", {}, "case seed (mixed with the run seed)"},
-        {"graph", AxisType::kEnum, "off", {"off", "on"},
+        {"graph",
+         AxisType::kEnum,
+         "off",
+         {"off", "on"},
          "time by CUDA-graph replay (launch-bound points; also when [timing] graph = true)"},
         version,
     };
@@ -317,14 +344,18 @@ class DecodeAttentionBench : public Bench {
   }
   void check_point(const Point& p) const override {
     for (const char* a : {"head_dim", "block_size", "num_kv_heads", "gqa_group"})
-      if (p.integer(a) < 1) throw InvalidArgument(std::string(a) + " must be >= 1, got " + p.str(a));
+      if (p.integer(a) < 1)
+        throw InvalidArgument(std::string(a) + " must be >= 1, got " + p.str(a));
     if (p.integer("batch") < 0 || p.integer("context") < 0)
-      throw InvalidArgument("batch and context must be >= 0, got " + p.str("batch") + " and " + p.str("context"));
-    if (p.integer("context") > INT32_MAX) throw InvalidArgument("context " + p.str("context") + " exceeds int32");
+      throw InvalidArgument("batch and context must be >= 0, got " + p.str("batch") + " and " +
+                            p.str("context"));
+    if (p.integer("context") > INT32_MAX)
+      throw InvalidArgument("context " + p.str("context") + " exceeds int32");
   }
   double estimate_seconds(const Point& p, const RunContext& ctx) const override {
     const double tokens = static_cast<double>(p.integer("batch")) * p.integer("context");
-    return 0.05 + 2e-8 * tokens * p.integer("num_kv_heads") + std::min(ctx.timing_cfg.max_seconds, 0.3);
+    return 0.05 + 2e-8 * tokens * p.integer("num_kv_heads") +
+           std::min(ctx.timing_cfg.max_seconds, 0.3);
   }
   Record run(const Point& p, RunContext& ctx) override {
 #if defined(KVLAB_HAVE_CUDA)
@@ -357,8 +388,10 @@ class DecodeAttentionBench : public Bench {
     for (float x : o) nonfinite += !std::isfinite(x);
     std::vector<float> got_o, got_lse;
     for (int s : c.checked) {
-      got_o.insert(got_o.end(), o.begin() + static_cast<size_t>(s) * hq * d, o.begin() + static_cast<size_t>(s + 1) * hq * d);
-      got_lse.insert(got_lse.end(), lse.begin() + static_cast<size_t>(s) * hq, lse.begin() + static_cast<size_t>(s + 1) * hq);
+      got_o.insert(got_o.end(), o.begin() + static_cast<size_t>(s) * hq * d,
+                   o.begin() + static_cast<size_t>(s + 1) * hq * d);
+      got_lse.insert(got_lse.end(), lse.begin() + static_cast<size_t>(s) * hq,
+                     lse.begin() + static_cast<size_t>(s + 1) * hq);
     }
     const KvFormat f = c.args.kv.geom.format;
     const Tolerance tol = tolerance(Op::kDecodeAttention, f, DType::kBF16);
@@ -380,10 +413,15 @@ class DecodeAttentionBench : public Bench {
     r.metric("min_bytes", c.bytes);
     r.label("validation", c.validation);
     std::string fail;
-    if (!ok_o) fail = "O: " + explain_failure(st, tol);
-    else if (!ok_l) fail = "LSE: " + explain_failure(sl, tol_lse);
-    else if (nonfinite > 0) fail = std::to_string(nonfinite) + " non-finite outputs (finite data: a sequence was not written)";
-    else if (!guards) fail = "a guard region around O or LSE was overwritten";
+    if (!ok_o)
+      fail = "O: " + explain_failure(st, tol);
+    else if (!ok_l)
+      fail = "LSE: " + explain_failure(sl, tol_lse);
+    else if (nonfinite > 0)
+      fail = std::to_string(nonfinite) +
+             " non-finite outputs (finite data: a sequence was not written)";
+    else if (!guards)
+      fail = "a guard region around O or LSE was overwritten";
     if (!fail.empty()) {
       r.status = Status::kFailed;
       r.reason = "validation failed (" + c.validation + "): " + fail;
@@ -404,10 +442,13 @@ class DecodeAttentionBench : public Bench {
     r.metric("reps", t.reps);
     r.metric("converged", t.converged ? 1.0 : 0.0);
     r.metric("bytes_per_s", bps);
-    r.metric("pct_read_ceiling", ctx.read_ceiling_bytes_per_s > 0 ? 100 * bps / ctx.read_ceiling_bytes_per_s : NAN);
+    r.metric("pct_read_ceiling",
+             ctx.read_ceiling_bytes_per_s > 0 ? 100 * bps / ctx.read_ceiling_bytes_per_s : NAN);
     r.metric("pct_datasheet", ctx.peak_bytes_per_s > 0 ? 100 * bps / ctx.peak_bytes_per_s : NAN);
-    r.label("timing", std::string(t.cold_l2 ? "cold L2" : "warm L2") + (t.graph ? ", CUDA graph" : ", eager"));
-    r.traces.push_back(samples_trace("samples_us", "every timed sample (us per call)", t.samples_us));
+    r.label("timing", std::string(t.cold_l2 ? "cold L2" : "warm L2") +
+                          (t.graph ? ", CUDA graph" : ", eager"));
+    r.traces.push_back(
+        samples_trace("samples_us", "every timed sample (us per call)", t.samples_us));
     return r;
 #else
     (void)p;
@@ -424,6 +465,8 @@ class DecodeAttentionBench : public Bench {
 
 }  // namespace
 
-std::unique_ptr<Bench> make_decode_attention_bench() { return std::make_unique<DecodeAttentionBench>(); }
+std::unique_ptr<Bench> make_decode_attention_bench() {
+  return std::make_unique<DecodeAttentionBench>();
+}
 
 }  // namespace kvlab::exp

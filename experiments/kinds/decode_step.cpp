@@ -63,7 +63,8 @@ std::vector<std::string> layout_names() {
 DecoderConfig config_of(const Point& p) {
   DecoderConfig c = decoder_preset(p.str("preset"));
   const int64_t layers = p.integer("layers");
-  KVLAB_REQUIRE(layers >= 0 && layers <= 4096, "layers " << layers << " outside [0, 4096] (0 = the preset's)");
+  KVLAB_REQUIRE(layers >= 0 && layers <= 4096,
+                "layers " << layers << " outside [0, 4096] (0 = the preset's)");
   if (layers > 0) c.layers = static_cast<int32_t>(layers);
   validate(c);
   return c;
@@ -107,7 +108,8 @@ int64_t ridge_batch(const sim::GpuSpec& g, int64_t n, int64_t k) {
     int64_t lo = m / 2, hi = m;  // bound(lo) memory, bound(hi) compute
     while (hi - lo > 1) {
       const int64_t mid = (lo + hi) / 2;
-      (sim::gemm_cost(g, "probe", mid, n, k, 16, cfg).bound() == sim::Bound::kCompute ? hi : lo) = mid;
+      (sim::gemm_cost(g, "probe", mid, n, k, 16, cfg).bound() == sim::Bound::kCompute ? hi : lo) =
+          mid;
     }
     return hi;
   }
@@ -129,7 +131,8 @@ double measured_matmul_flops(const TimingConfig& t) {
   KVLAB_CUDA_CHECK(cudaMalloc(&c, size_t{4} * n * n));
   try {
     gpu::step::fill_synthetic_bf16(static_cast<uint16_t*>(a), int64_t{n} * n, 1, 1, 1.0f, 0.0f, st);
-    gpu::step::fill_synthetic_bf16(static_cast<uint16_t*>(b), int64_t{n} * n, 1, 2, 0.01f, 0.0f, st);
+    gpu::step::fill_synthetic_bf16(static_cast<uint16_t*>(b), int64_t{n} * n, 1, 2, 0.01f, 0.0f,
+                                   st);
     gpu::step::CublasLinear lin(st);
     gpu::bench::TimingOptions o = to_harness(t, false);
     o.cold_l2 = false;
@@ -156,14 +159,19 @@ class DecodeStepBench : public Bench {
  public:
   std::string name() const override { return "decode_step"; }
   std::string summary() const override {
-    return "full decode step of a synthetic decoder on the GPU: time per variant (eager/fused/CUDA graph) "
+    return "full decode step of a synthetic decoder on the GPU: time per variant (eager/fused/CUDA "
+           "graph) "
            "vs batch and context, validated vs the eager unfused step and the CPU reference";
   }
   std::vector<AxisSpec> axes() const override {
     return {
-        {"preset", AxisType::kEnum, "llama3-8b", decoder_preset_names(), "decoder shape (weights synthetic)"},
+        {"preset", AxisType::kEnum, "llama3-8b", decoder_preset_names(),
+         "decoder shape (weights synthetic)"},
         {"layers", AxisType::kInt, "0", {}, "decoder layers (0: the preset's)"},
-        {"variant", AxisType::kEnum, "graph_fused", {"eager_unfused", "eager_fused", "graph_fused", "graph_unfused"},
+        {"variant",
+         AxisType::kEnum,
+         "graph_fused",
+         {"eager_unfused", "eager_fused", "graph_fused", "graph_unfused"},
          "eager unfused, eager fused, or captured as a CUDA graph per batch bucket"},
         {"batch", AxisType::kInt, "1", {}, "sequences decoding one token each"},
         {"context", AxisType::kInt, "1024", {}, "tokens already in each sequence's cache"},
@@ -171,7 +179,11 @@ class DecodeStepBench : public Bench {
         {"kv_layout", AxisType::kEnum, "nhd", layout_names(), "KV-cache layout"},
         {"block_size", AxisType::kInt, "16", {}, "tokens per cache page"},
         {"top_k", AxisType::kInt, "0", {}, "sampling: 0 greedy, k >= 1 top-k at temperature 1"},
-        {"attn_version", AxisType::kInt, "-1", {}, "decode-attention registry id (-1: the fastest for this shape)"},
+        {"attn_version",
+         AxisType::kInt,
+         "-1",
+         {},
+         "decode-attention registry id (-1: the fastest for this shape)"},
         {"steps", AxisType::kInt, "4", {}, "back-to-back steps per timed sample"},
     };
   }
@@ -194,8 +206,10 @@ class DecodeStepBench : public Bench {
         {"attn_version_used", "", "decode-attention version used (autotuned when the axis is -1)"},
         {"check_max_abs", "", "max |logit - eager unfused logit| at the same state"},
         {"check_nmse", "", "NMSE of the same comparison"},
-        {"ref_max_abs", "", "max |logit - CPU reference| over a short teacher-forced run (tiny/small; NaN otherwise)"},
-        {"bitwise_eager_twin", "", "1 when a graph variant's logits equal its eager twin's bitwise (-1: not applicable)"},
+        {"ref_max_abs", "",
+         "max |logit - CPU reference| over a short teacher-forced run (tiny/small; NaN otherwise)"},
+        {"bitwise_eager_twin", "",
+         "1 when a graph variant's logits equal its eager twin's bitwise (-1: not applicable)"},
     };
   }
   bool needs_gpu() const override { return true; }
@@ -210,8 +224,9 @@ class DecodeStepBench : public Bench {
   double estimate_seconds(const Point& p, const RunContext&) const override {
     const DecoderConfig c = decoder_preset(p.str("preset"));
     const double layers = p.integer("layers") > 0 ? double(p.integer("layers")) : c.layers;
-    const double bytes = 2.0 * step_weight_elements(c) * layers / c.layers +
-                         double(p.integer("batch")) * p.integer("context") * kv_bytes_per_token(c, KvFormat::kBF16);
+    const double bytes =
+        2.0 * step_weight_elements(c) * layers / c.layers +
+        double(p.integer("batch")) * p.integer("context") * kv_bytes_per_token(c, KvFormat::kBF16);
     return 1.0 + 60 * p.integer("steps") * bytes / 2.5e12;
   }
   Record run(const Point& p, RunContext& ctx) override;
@@ -263,7 +278,8 @@ Record DecodeStepBench::run(const Point& p, RunContext& ctx) {
       ErrorStats es;
       const std::vector<float> lg = ve.logits();
       if (!check(lg.data(), rf.logits().data(), lg.size(), tol, &es))
-        return Record::failed("logits vs the CPU reference at step " + std::to_string(s) + ": " + to_string(es));
+        return Record::failed("logits vs the CPU reference at step " + std::to_string(s) + ": " +
+                              to_string(es));
       ref_max_abs = std::max(ref_max_abs, es.max_abs);
     }
   }
@@ -276,24 +292,28 @@ Record DecodeStepBench::run(const Point& p, RunContext& ctx) {
   // Validation at the timed state: this variant vs the eager unfused step (and a graph
   // vs its eager twin, bitwise, when the batch fills its bucket).
   std::vector<int32_t> probe(batch);  // fixed input tokens: every compared step sees the same
-  for (int b = 0; b < batch; ++b) probe[b] = static_cast<int32_t>((int64_t{b} * 7919 + 11) % cfg.vocab);
+  for (int b = 0; b < batch; ++b)
+    probe[b] = static_cast<int32_t>((int64_t{b} * 7919 + 11) % cfg.vocab);
   auto one_step = [&](gpu::StepVariant v) {
     e.rewind(context);
     e.step(probe, v, smp);
     return e.logits();
   };
-  const gpu::StepVariant base_v =
-      variant == gpu::StepVariant::kEagerUnfused ? gpu::StepVariant::kEagerFused : gpu::StepVariant::kEagerUnfused;
+  const gpu::StepVariant base_v = variant == gpu::StepVariant::kEagerUnfused
+                                      ? gpu::StepVariant::kEagerFused
+                                      : gpu::StepVariant::kEagerUnfused;
   const std::vector<float> mine = one_step(variant), base = one_step(base_v);
   ErrorStats es;
   if (!check(mine.data(), base.data(), mine.size(), tol, &es))
-    return Record::failed(p.str("variant") + " vs " + gpu::to_string(base_v) + ": " + to_string(es));
+    return Record::failed(p.str("variant") + " vs " + gpu::to_string(base_v) + ": " +
+                          to_string(es));
   double bitwise = -1;
   if (gpu::is_graph(variant) && e.bucket_for(batch) == batch) {
-    const std::vector<float> twin =
-        one_step(gpu::is_fused(variant) ? gpu::StepVariant::kEagerFused : gpu::StepVariant::kEagerUnfused);
+    const std::vector<float> twin = one_step(
+        gpu::is_fused(variant) ? gpu::StepVariant::kEagerFused : gpu::StepVariant::kEagerUnfused);
     bitwise = twin == mine ? 1 : 0;
-    if (!bitwise) return Record::failed("a CUDA-graph replay differs from its eager twin (bitwise)");
+    if (!bitwise)
+      return Record::failed("a CUDA-graph replay differs from its eager twin (bitwise)");
   }
 
   // Timing: median of samples, each `steps` back-to-back steps from the same state.
@@ -308,13 +328,16 @@ Record DecodeStepBench::run(const Point& p, RunContext& ctx) {
     for (int i = 0; i < t.max_reps; ++i) {
       e.rewind(context);
       samples.push_back(static_cast<float>(1e3 * e.time_steps(variant, smp, steps)));
-      const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      const double el =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       if (i + 1 >= t.min_reps &&
           (gpu::bench::summarize(samples, t.target_rel_iqr).converged || el > t.max_seconds))
         break;
     }
   }
-  const gpu::bench::Timing tm = samples.empty() ? gpu::bench::Timing{} : gpu::bench::summarize(samples, ctx.timing_cfg.target_rel_iqr);
+  const gpu::bench::Timing tm = samples.empty()
+                                    ? gpu::bench::Timing{}
+                                    : gpu::bench::summarize(samples, ctx.timing_cfg.target_rel_iqr);
 
   // Bytes and FLOPs of one step; the cost model's prediction.
   const double weight_bytes = 2.0 * step_weight_elements(cfg);
@@ -343,7 +366,8 @@ Record DecodeStepBench::run(const Point& p, RunContext& ctx) {
   r.metric("kv_bytes", kv_bytes);
   const double bps = tm.median_us > 0 ? (weight_bytes + kv_bytes) / (tm.median_us * 1e-6) : 0.0;
   r.metric("bytes_per_s", bps);
-  r.metric("pct_read_ceiling", ctx.read_ceiling_bytes_per_s > 0 ? 100.0 * bps / ctx.read_ceiling_bytes_per_s : 0.0);
+  r.metric("pct_read_ceiling",
+           ctx.read_ceiling_bytes_per_s > 0 ? 100.0 * bps / ctx.read_ceiling_bytes_per_s : 0.0);
   r.metric("flops", flops);
   r.metric("predicted_us", pc.total_s * 1e6);
   r.metric("predicted_gemm_us", pc.gemm_s * 1e6);
@@ -364,7 +388,9 @@ Record DecodeStepBench::run(const Point& p, RunContext& ctx) {
   return r;
 }
 #else
-Record DecodeStepBench::run(const Point&, RunContext&) { return Record::skipped("built without CUDA"); }
+Record DecodeStepBench::run(const Point&, RunContext&) {
+  return Record::skipped("built without CUDA");
+}
 #endif
 
 // ---------------------------------------------------------------------------- step_gemm
@@ -378,8 +404,16 @@ class StepGemmBench : public Bench {
   std::vector<AxisSpec> axes() const override {
     return {
         {"preset", AxisType::kEnum, "llama3-8b", decoder_preset_names(), "decoder shape"},
-        {"layers", AxisType::kInt, "0", {}, "weight copies rotated through (0: the preset's layers)"},
-        {"linear", AxisType::kEnum, "qkv", {"qkv", "o", "gate_up", "down", "lm_head"}, "which linear layer"},
+        {"layers",
+         AxisType::kInt,
+         "0",
+         {},
+         "weight copies rotated through (0: the preset's layers)"},
+        {"linear",
+         AxisType::kEnum,
+         "qkv",
+         {"qkv", "o", "gate_up", "down", "lm_head"},
+         "which linear layer"},
         {"batch", AxisType::kInt, "1", {}, "rows M of the GEMM (sequences in the step)"},
     };
   }
@@ -470,16 +504,23 @@ Record StepGemmBench::run(const Point& p, RunContext& ctx) {
   r.metric("matmul_tflops_measured", rate / 1e12);
   r.metric("read_ceiling", ctx.read_ceiling_bytes_per_s);
   r.label("gpu_spec", gpu_used);
-  r.traces.push_back(samples_trace("time_us_samples", "every timed sample: microseconds per GEMM [samples]", tm.samples_us));
+  r.traces.push_back(samples_trace(
+      "time_us_samples", "every timed sample: microseconds per GEMM [samples]", tm.samples_us));
   return r;
 }
 #else
-Record StepGemmBench::run(const Point&, RunContext&) { return Record::skipped("built without CUDA"); }
+Record StepGemmBench::run(const Point&, RunContext&) {
+  return Record::skipped("built without CUDA");
+}
 #endif
 
 }  // namespace
 
-std::unique_ptr<Bench> make_decode_step_bench() { return std::make_unique<DecodeStepBench>(); }
-std::unique_ptr<Bench> make_step_gemm_bench() { return std::make_unique<StepGemmBench>(); }
+std::unique_ptr<Bench> make_decode_step_bench() {
+  return std::make_unique<DecodeStepBench>();
+}
+std::unique_ptr<Bench> make_step_gemm_bench() {
+  return std::make_unique<StepGemmBench>();
+}
 
 }  // namespace kvlab::exp

@@ -26,13 +26,16 @@ namespace kvlab::exp {
 // A stack by name (data/models/<name>.ini) or path; InvalidArgument naming what was tried.
 sim::Dsv4ModelStack load_dsv4_stack(const std::string& name) {
   if (access(name.c_str(), R_OK) == 0) return sim::load_dsv4_model_stack(name);
-  const std::string rel = "models/" + name + (name.size() > 4 && name.substr(name.size() - 4) == ".ini" ? "" : ".ini");
+  const std::string rel =
+      "models/" + name + (name.size() > 4 && name.substr(name.size() - 4) == ".ini" ? "" : ".ini");
   std::string path;
   try {
     path = sim::find_data_file(rel);
   } catch (const InvalidArgument& e) {
-    throw InvalidArgument("model stack '" + name + "' is neither a file nor a stack in data/models (shipped: "
-                          "v4_flash_like, test_mixed, test_tiny): " + e.what());
+    throw InvalidArgument("model stack '" + name +
+                          "' is neither a file nor a stack in data/models (shipped: "
+                          "v4_flash_like, test_mixed, test_tiny): " +
+                          e.what());
   }
   return sim::load_dsv4_model_stack(path);
 }
@@ -64,7 +67,8 @@ class Dsv4CapacityBench : public Bench {
  public:
   std::string name() const override { return "dsv4_capacity"; }
   std::string summary() const override {
-    return "DSV4-style capacity (sim/plan on the dsv4 schema) vs compression ratios and storage variant, "
+    return "DSV4-style capacity (sim/plan on the dsv4 schema) vs compression ratios and storage "
+           "variant, "
            "against the dense BF16 baseline";
   }
   std::vector<AxisSpec> axes() const override {
@@ -75,9 +79,14 @@ class Dsv4CapacityBench : public Bench {
         {"window", AxisType::kInt, "0", {}, "SWA window in tokens (0 = the stack's)"},
     };
     for (auto& v : dsv4_variant_axes()) a.push_back(v);
-    a.push_back({"block_tokens", AxisType::kInt, "0", {},
-                 "original tokens per block (0 = the smallest multiple of 128 and of both ratios)"});
-    a.push_back({"kv_gib", AxisType::kFloat, "64", {}, "KV budget in GiB (pools + state + block tables)"});
+    a.push_back(
+        {"block_tokens",
+         AxisType::kInt,
+         "0",
+         {},
+         "original tokens per block (0 = the smallest multiple of 128 and of both ratios)"});
+    a.push_back(
+        {"kv_gib", AxisType::kFloat, "64", {}, "KV budget in GiB (pools + state + block tables)"});
     a.push_back({"context", AxisType::kInt, "32768", {}, "tokens per request"});
     return a;
   }
@@ -91,15 +100,18 @@ class Dsv4CapacityBench : public Bench {
             {"bytes_per_token", "B", "(blocks_per_seq * block bytes + state slot) / context"},
             {"block_bytes", "B", "bytes of one block id across every layer's pools"},
             {"state_bytes_per_seq", "B", "per-request state: SWA rings and compressor streams"},
-            {"dense_bytes_per_token", "B", "dense BF16 baseline: every layer, every token's latent in BF16"},
+            {"dense_bytes_per_token", "B",
+             "dense BF16 baseline: every layer, every token's latent in BF16"},
             {"dense_max_seqs", "", "the baseline's concurrent requests in the same budget"},
             {"capacity_gain", "", "max_seqs / dense_max_seqs"},
             {"compression", "", "dense_bytes_per_token / bytes_per_token"}};
   }
   void check_point(const Point& p) const override {
     setup(p);  // stack file, ratios, window, block size, variant: every bad value is an error here
-    if (!(p.number("kv_gib") > 0)) throw InvalidArgument("kv_gib must be > 0, got " + p.str("kv_gib"));
-    if (p.integer("context") < 1) throw InvalidArgument("context must be >= 1, got " + p.str("context"));
+    if (!(p.number("kv_gib") > 0))
+      throw InvalidArgument("kv_gib must be > 0, got " + p.str("kv_gib"));
+    if (p.integer("context") < 1)
+      throw InvalidArgument("context must be >= 1, got " + p.str("context"));
   }
   double estimate_seconds(const Point&, const RunContext&) const override { return 3e-3; }
   Record run(const Point& p, RunContext&) override {
@@ -139,7 +151,8 @@ class Dsv4CapacityBench : public Bench {
     r.metric("state_bytes_per_seq", static_cast<double>(s.schema.state_bytes_per_slot()));
     r.metric("dense_bytes_per_token", dense_bpt);
     r.metric("dense_max_seqs", static_cast<double>(dense_seqs));
-    r.metric("capacity_gain", dense_seqs > 0 ? static_cast<double>(c.max_seqs) / dense_seqs : std::nan(""));
+    r.metric("capacity_gain",
+             dense_seqs > 0 ? static_cast<double>(c.max_seqs) / dense_seqs : std::nan(""));
     r.metric("compression", c.bytes_per_token > 0 ? dense_bpt / c.bytes_per_token : std::nan(""));
     r.label("variant_name", to_string(s.config.variant));
     r.label("stack_name", s.stack.name);
@@ -149,6 +162,8 @@ class Dsv4CapacityBench : public Bench {
 
 }  // namespace
 
-std::unique_ptr<Bench> make_dsv4_capacity_bench() { return std::make_unique<Dsv4CapacityBench>(); }
+std::unique_ptr<Bench> make_dsv4_capacity_bench() {
+  return std::make_unique<Dsv4CapacityBench>();
+}
 
 }  // namespace kvlab::exp

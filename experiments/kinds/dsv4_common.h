@@ -17,11 +17,21 @@ namespace kvlab::exp {
 // the bundle's choice). Values are plain words: sweep values may not contain '=' or ','.
 inline std::vector<AxisSpec> dsv4_variant_axes() {
   return {
-      {"variant", AxisType::kEnum, "seed004", {"seed004", "public_v4"},
-       "storage bundle: seed004 (FP8 + FP32 scale per entry, NVFP4 keys) or public_v4 (fp8_ds_mla, MXFP4 + Hadamard)"},
-      {"entry", AxisType::kEnum, "variant", {"variant", "fp8_per_token", "fp8_ds_mla"},
+      {"variant",
+       AxisType::kEnum,
+       "seed004",
+       {"seed004", "public_v4"},
+       "storage bundle: seed004 (FP8 + FP32 scale per entry, NVFP4 keys) or public_v4 (fp8_ds_mla, "
+       "MXFP4 + Hadamard)"},
+      {"entry",
+       AxisType::kEnum,
+       "variant",
+       {"variant", "fp8_per_token", "fp8_ds_mla"},
        "entry format override (variant = the bundle's)"},
-      {"indexer", AxisType::kEnum, "variant", {"variant", "nvfp4", "mxfp4_hadamard"},
+      {"indexer",
+       AxisType::kEnum,
+       "variant",
+       {"variant", "nvfp4", "mxfp4_hadamard"},
        "indexer-key format override (variant = the bundle's)"},
   };
 }
@@ -39,8 +49,9 @@ inline int32_t dsv4_default_block_tokens(int32_t csa_ratio, int32_t hca_ratio) {
   KVLAB_REQUIRE(csa_ratio >= 1 && hca_ratio >= 1,
                 "compression ratios must be >= 1, got csa " << csa_ratio << ", hca " << hca_ratio);
   const int64_t l = std::lcm(std::lcm(int64_t{128}, int64_t{csa_ratio}), int64_t{hca_ratio});
-  KVLAB_REQUIRE(l <= (int64_t{1} << 24), "no block size fits ratios " << csa_ratio << " and " << hca_ratio
-                                                                       << " (their lcm with 128 is " << l << ")");
+  KVLAB_REQUIRE(l <= (int64_t{1} << 24), "no block size fits ratios "
+                                             << csa_ratio << " and " << hca_ratio
+                                             << " (their lcm with 128 is " << l << ")");
   return static_cast<int32_t>(l);
 }
 

@@ -30,13 +30,18 @@ struct Codec {
 };
 
 Codec codec(const std::string& f) {
-  if (f == "e4m3") return {kE4M3Max, 8, [](float x, Saturation s) { return e4m3_to_float(float_to_e4m3(x, s)); }};
-  if (f == "e5m2") return {kE5M2Max, 8, [](float x, Saturation s) { return e5m2_to_float(float_to_e5m2(x, s)); }};
-  if (f == "e2m1") return {kE2M1Max, 4, [](float x, Saturation) { return e2m1_to_float(float_to_e2m1(x)); }};
+  if (f == "e4m3")
+    return {kE4M3Max, 8, [](float x, Saturation s) { return e4m3_to_float(float_to_e4m3(x, s)); }};
+  if (f == "e5m2")
+    return {kE5M2Max, 8, [](float x, Saturation s) { return e5m2_to_float(float_to_e5m2(x, s)); }};
+  if (f == "e2m1")
+    return {kE2M1Max, 4, [](float x, Saturation) { return e2m1_to_float(float_to_e2m1(x)); }};
   if (f == "bf16")
     return {fmt_detail::bits_f32(0x7F7F0000u), 16,
             [](float x, Saturation s) { return bf16_bits_to_float(float_to_bf16_bits(x, s)); }};
-  if (f == "fp16") return {kFP16Max, 16, [](float x, Saturation s) { return fp16_bits_to_float(float_to_fp16_bits(x, s)); }};
+  if (f == "fp16")
+    return {kFP16Max, 16,
+            [](float x, Saturation s) { return fp16_bits_to_float(float_to_fp16_bits(x, s)); }};
   throw InvalidArgument("format_error: unknown format '" + f + "'");
 }
 
@@ -50,15 +55,20 @@ Eigen::MatrixXf make_input(const std::string& dist, int64_t tokens, int64_t dim,
   for (int64_t i = 0; i < tokens; ++i) {
     for (int64_t j = 0; j < dim; ++j) {
       float v;
-      if (dist == "gaussian" || dist == "outlier_channels") v = normal(rng);
-      else if (dist == "laplace") v = coin(rng) ? expo(rng) : -expo(rng);
-      else if (dist == "student_t3") v = t3(rng);
-      else throw InvalidArgument("format_error: unknown dist '" + dist + "'");
+      if (dist == "gaussian" || dist == "outlier_channels")
+        v = normal(rng);
+      else if (dist == "laplace")
+        v = coin(rng) ? expo(rng) : -expo(rng);
+      else if (dist == "student_t3")
+        v = t3(rng);
+      else
+        throw InvalidArgument("format_error: unknown dist '" + dist + "'");
       x(i, j) = v;
     }
   }
   if (dist == "outlier_channels")
-    for (int64_t j : {int64_t{3}, dim / 3, dim / 2 + 1, dim - 2}) x.col(std::min(j, dim - 1)) *= 50.0f;
+    for (int64_t j : {int64_t{3}, dim / 3, dim / 2 + 1, dim - 2})
+      x.col(std::min(j, dim - 1)) *= 50.0f;
   return x;
 }
 
@@ -70,10 +80,26 @@ class FormatErrorBench : public Bench {
   }
   std::vector<AxisSpec> axes() const override {
     return {
-        {"format", AxisType::kEnum, "e4m3", {"e4m3", "e5m2", "e2m1", "bf16", "fp16"}, "element format"},
-        {"scaling", AxisType::kEnum, "amax", {"amax", "none"}, "amax: x / (amax / max_finite); none: x as is"},
-        {"saturation", AxisType::kEnum, "satfinite", {"satfinite", "nonsat"}, "overflow: clamp to max finite, or NaN/Inf"},
-        {"dist", AxisType::kEnum, "gaussian", {"gaussian", "laplace", "student_t3", "outlier_channels"}, "input distribution"},
+        {"format",
+         AxisType::kEnum,
+         "e4m3",
+         {"e4m3", "e5m2", "e2m1", "bf16", "fp16"},
+         "element format"},
+        {"scaling",
+         AxisType::kEnum,
+         "amax",
+         {"amax", "none"},
+         "amax: x / (amax / max_finite); none: x as is"},
+        {"saturation",
+         AxisType::kEnum,
+         "satfinite",
+         {"satfinite", "nonsat"},
+         "overflow: clamp to max finite, or NaN/Inf"},
+        {"dist",
+         AxisType::kEnum,
+         "gaussian",
+         {"gaussian", "laplace", "student_t3", "outlier_channels"},
+         "input distribution"},
         {"tokens", AxisType::kInt, "256", {}, "tokens in the tensor"},
         {"head_dim", AxisType::kInt, "128", {}, "values per token"},
         {"seed", AxisType::kInt, "0", {}, "input seed (mixed with the run seed)"},
@@ -98,9 +124,11 @@ class FormatErrorBench : public Bench {
   }
   Record run(const Point& p, RunContext& ctx) override {
     const int64_t tokens = p.integer("tokens"), dim = p.integer("head_dim");
-    KVLAB_REQUIRE(tokens >= 1 && dim >= 1, "format_error: tokens " << tokens << " and head_dim " << dim << " must be >= 1");
+    KVLAB_REQUIRE(tokens >= 1 && dim >= 1,
+                  "format_error: tokens " << tokens << " and head_dim " << dim << " must be >= 1");
     const Codec c = codec(p.str("format"));
-    const Saturation sat = p.str("saturation") == "satfinite" ? Saturation::kSatFinite : Saturation::kNonSaturating;
+    const Saturation sat =
+        p.str("saturation") == "satfinite" ? Saturation::kSatFinite : Saturation::kNonSaturating;
     const uint64_t seed = ctx.seed * 1000003ull + static_cast<uint64_t>(p.integer("seed"));
     const Eigen::MatrixXf x = make_input(p.str("dist"), tokens, dim, seed);
     const float amax = x.cwiseAbs().maxCoeff();
@@ -132,8 +160,10 @@ class FormatErrorBench : public Bench {
     double mean = 0;
     for (double r : rel) mean += r;
     mean /= static_cast<double>(tokens);
-    const size_t p99 = std::min(sorted.size() - 1, static_cast<size_t>(std::ceil(0.99 * sorted.size())) - 1);
-    const double bits = static_cast<double>(c.bits) + (p.str("scaling") == "amax" ? 32.0 / (tokens * dim) : 0.0);
+    const size_t p99 =
+        std::min(sorted.size() - 1, static_cast<size_t>(std::ceil(0.99 * sorted.size())) - 1);
+    const double bits =
+        static_cast<double>(c.bits) + (p.str("scaling") == "amax" ? 32.0 / (tokens * dim) : 0.0);
     Record r;
     r.metric("rel_l2_mean", mean);
     r.metric("rel_l2_p99", sorted[p99]);
@@ -153,6 +183,8 @@ class FormatErrorBench : public Bench {
 
 }  // namespace
 
-std::unique_ptr<Bench> make_format_error_bench() { return std::make_unique<FormatErrorBench>(); }
+std::unique_ptr<Bench> make_format_error_bench() {
+  return std::make_unique<FormatErrorBench>();
+}
 
 }  // namespace kvlab::exp

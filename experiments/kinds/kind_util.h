@@ -36,8 +36,10 @@ class TableTrace {
     t_.columns.emplace_back(h5::Table::Column{name, c.type, unit, doc}, std::move(c));
     return *this;
   }
-  TableTrace& add_strings(const std::string& name, std::vector<std::string> v, const std::string& doc = "") {
-    t_.columns.emplace_back(h5::Table::Column{name, h5::Type::kString, "", doc}, h5::ColumnData::of(std::move(v)));
+  TableTrace& add_strings(const std::string& name, std::vector<std::string> v,
+                          const std::string& doc = "") {
+    t_.columns.emplace_back(h5::Table::Column{name, h5::Type::kString, "", doc},
+                            h5::ColumnData::of(std::move(v)));
     return *this;
   }
   Trace take() { return std::move(t_); }

@@ -17,7 +17,8 @@
 namespace kvlab::exp {
 namespace {
 
-const std::vector<std::string> kRules = {"preset", "exact", "ceil_pow2", "ocp_floor", "e4m3_rounded"};
+const std::vector<std::string> kRules = {"preset", "exact", "ceil_pow2", "ocp_floor",
+                                         "e4m3_rounded"};
 
 // The scheme text parse_scheme_spec understands: "mxfp4 group=16 rule=ceil_pow2".
 std::string scheme_text(const Point& p) {
@@ -31,31 +32,45 @@ class QuantErrorBench : public Bench {
  public:
   std::string name() const override { return "quant_error"; }
   std::string summary() const override {
-    return "block-scaled quantization schemes on synthetic KV: per-token relative L2 (mean, p99), NMSE, bytes";
+    return "block-scaled quantization schemes on synthetic KV: per-token relative L2 (mean, p99), "
+           "NMSE, bytes";
   }
   std::vector<AxisSpec> axes() const override {
     return {
-        {"scheme", AxisType::kEnum, "fp8_e4m3_per_token", ref::scheme_names(), "preset of reference/quant/schemes.h"},
-        {"group_size", AxisType::kInt, "0", {}, "elements per scale (per-group schemes); 0 = the preset's"},
-        {"scale_rule", AxisType::kEnum, "preset", kRules, "scale rule override; preset = the preset's"},
-        {"dist", AxisType::kEnum, "gaussian", ref::synth_preset_names(), "synthetic KV preset of reference/synth"},
+        {"scheme", AxisType::kEnum, "fp8_e4m3_per_token", ref::scheme_names(),
+         "preset of reference/quant/schemes.h"},
+        {"group_size",
+         AxisType::kInt,
+         "0",
+         {},
+         "elements per scale (per-group schemes); 0 = the preset's"},
+        {"scale_rule", AxisType::kEnum, "preset", kRules,
+         "scale rule override; preset = the preset's"},
+        {"dist", AxisType::kEnum, "gaussian", ref::synth_preset_names(),
+         "synthetic KV preset of reference/synth"},
         {"tokens", AxisType::kInt, "1024", {}, "tokens"},
-        {"heads", AxisType::kInt, "1", {}, "KV heads (each (token, head) row is scaled on its own)"},
+        {"heads",
+         AxisType::kInt,
+         "1",
+         {},
+         "KV heads (each (token, head) row is scaled on its own)"},
         {"head_dim", AxisType::kInt, "128", {}, "values per (token, head)"},
         {"seed", AxisType::kInt, "0", {}, "input seed (mixed with the run seed)"},
     };
   }
   std::vector<MetricSpec> metrics() const override {
-    return {{"rel_l2_mean", "", "mean over tokens of ||x' - x|| / ||x||"},
-            {"rel_l2_p50", "", "median over tokens of the relative L2 error"},
-            {"rel_l2_p99", "", "99th percentile (nearest rank) over tokens of the relative L2 error"},
-            {"rel_l2_max", "", "max over tokens of the relative L2 error"},
-            {"nmse", "", "||x' - x||^2 / ||x||^2 over the tensor"},
-            {"max_abs_err", "", "max |x' - x|"},
-            {"nonfinite", "", "decoded values that are NaN/Inf where the input is finite"},
-            {"bytes_per_token", "B", "storage bytes per (token, head) row, scales included"},
-            {"bits_per_value", "bit", "storage bits per value, scales included"},
-            {"scale_group", "", "values sharing one scale (0: no scale; tokens*heads*head_dim: per tensor)"}};
+    return {
+        {"rel_l2_mean", "", "mean over tokens of ||x' - x|| / ||x||"},
+        {"rel_l2_p50", "", "median over tokens of the relative L2 error"},
+        {"rel_l2_p99", "", "99th percentile (nearest rank) over tokens of the relative L2 error"},
+        {"rel_l2_max", "", "max over tokens of the relative L2 error"},
+        {"nmse", "", "||x' - x||^2 / ||x||^2 over the tensor"},
+        {"max_abs_err", "", "max |x' - x|"},
+        {"nonfinite", "", "decoded values that are NaN/Inf where the input is finite"},
+        {"bytes_per_token", "B", "storage bytes per (token, head) row, scales included"},
+        {"bits_per_value", "bit", "storage bits per value, scales included"},
+        {"scale_group", "",
+         "values sharing one scale (0: no scale; tokens*heads*head_dim: per tensor)"}};
   }
   std::string unsupported_reason(const Point& p, const RunContext&) const override {
     try {
@@ -68,15 +83,18 @@ class QuantErrorBench : public Bench {
     return "";
   }
   double estimate_seconds(const Point& p, const RunContext&) const override {
-    const double n = static_cast<double>(p.integer("tokens") * p.integer("heads") * p.integer("head_dim"));
+    const double n =
+        static_cast<double>(p.integer("tokens") * p.integer("heads") * p.integer("head_dim"));
     return 1.5e-7 * n * (p.str("scheme").find("hadamard") != std::string::npos ? 2.0 : 1.0) + 2e-4;
   }
   Record run(const Point& p, RunContext& ctx) override {
     const ref::QuantScheme scheme = ref::make_scheme(scheme_text(p));
     const int64_t tokens = p.integer("tokens");
-    const int32_t heads = static_cast<int32_t>(p.integer("heads")), dim = static_cast<int32_t>(p.integer("head_dim"));
+    const int32_t heads = static_cast<int32_t>(p.integer("heads")),
+                  dim = static_cast<int32_t>(p.integer("head_dim"));
     const uint64_t seed = ctx.seed * 1000003ull + static_cast<uint64_t>(p.integer("seed"));
-    const std::vector<float> x = ref::synth_kv(ref::synth_preset(p.str("dist"), tokens, heads, dim, seed));
+    const std::vector<float> x =
+        ref::synth_kv(ref::synth_preset(p.str("dist"), tokens, heads, dim, seed));
     const int64_t rows = tokens * heads;
     const std::vector<float> y = scheme.roundtrip(x.data(), rows, dim);
     const ref::RoundTripStats st = ref::roundtrip_stats(x.data(), y.data(), rows, dim);
@@ -93,10 +111,18 @@ class QuantErrorBench : public Bench {
     r.metric("bits_per_value", 8.0 * bpt / dim);
     double group = 0;
     switch (scheme.spec().granularity) {
-      case ref::Granularity::kNone: group = 0; break;
-      case ref::Granularity::kPerTensor: group = static_cast<double>(rows * scheme.quantized_cols(dim)); break;
-      case ref::Granularity::kPerToken: group = static_cast<double>(scheme.quantized_cols(dim)); break;
-      case ref::Granularity::kPerGroup: group = scheme.spec().group_size; break;
+      case ref::Granularity::kNone:
+        group = 0;
+        break;
+      case ref::Granularity::kPerTensor:
+        group = static_cast<double>(rows * scheme.quantized_cols(dim));
+        break;
+      case ref::Granularity::kPerToken:
+        group = static_cast<double>(scheme.quantized_cols(dim));
+        break;
+      case ref::Granularity::kPerGroup:
+        group = scheme.spec().group_size;
+        break;
     }
     r.metric("scale_group", group);
     r.label("granularity", ref::to_string(scheme.spec().granularity));
@@ -112,6 +138,8 @@ class QuantErrorBench : public Bench {
 
 }  // namespace
 
-std::unique_ptr<Bench> make_quant_error_bench() { return std::make_unique<QuantErrorBench>(); }
+std::unique_ptr<Bench> make_quant_error_bench() {
+  return std::make_unique<QuantErrorBench>();
+}
 
 }  // namespace kvlab::exp

@@ -24,15 +24,16 @@
 namespace kvlab::exp {
 namespace {
 
-const std::vector<std::string> kDecodeOnly = {"context", "num_kv_heads", "gqa_group", "head_dim", "block_size",
-                                              "kv_format"};
+const std::vector<std::string> kDecodeOnly = {"context",  "num_kv_heads", "gqa_group",
+                                              "head_dim", "block_size",   "kv_format"};
 const std::vector<std::string> kGemmOnly = {"n", "k", "weight_bits"};
 
 class RooflineBench : public Bench {
  public:
   std::string name() const override { return "roofline"; }
   std::string summary() const override {
-    return "roofline predictions (sim/cost) of decode attention and GEMMs per GPU: bytes, FLOPs, intensity, bound";
+    return "roofline predictions (sim/cost) of decode attention and GEMMs per GPU: bytes, FLOPs, "
+           "intensity, bound";
   }
   std::vector<AxisSpec> axes() const override {
     std::vector<std::string> formats;
@@ -40,8 +41,12 @@ class RooflineBench : public Bench {
     return {
         {"gpu", AxisType::kString, "H100", {}, "GPU of data/gpus/gpus.csv"},
         {"op", AxisType::kEnum, "decode_attention", {"decode_attention", "gemm"}, "operation"},
-        {"ceiling", AxisType::kEnum, "measured", {"measured", "datasheet", "run"},
-         "memory ceiling: the table's measured read figure (datasheet if none), the datasheet, or this run's "
+        {"ceiling",
+         AxisType::kEnum,
+         "measured",
+         {"measured", "datasheet", "run"},
+         "memory ceiling: the table's measured read figure (datasheet if none), the datasheet, or "
+         "this run's "
          "measured read ceiling (skipped when the run measured none)"},
         {"batch", AxisType::kInt, "1", {}, "decode: sequences; gemm: rows m (tokens)"},
         {"context", AxisType::kInt, "4096", {}, "decode: tokens per sequence"},
@@ -70,7 +75,9 @@ class RooflineBench : public Bench {
   void check_point(const Point& p) const override {
     sim::gpu_spec(p.str("gpu"));
     auto at_least = [&](const char* a, int64_t lo) {
-      if (p.integer(a) < lo) throw InvalidArgument(std::string(a) + " must be >= " + std::to_string(lo) + ", got " + p.str(a));
+      if (p.integer(a) < lo)
+        throw InvalidArgument(std::string(a) + " must be >= " + std::to_string(lo) + ", got " +
+                              p.str(a));
     };
     at_least("batch", 0);
     at_least("context", 0);
@@ -90,9 +97,11 @@ class RooflineBench : public Bench {
     for (const auto& a : defaults)
       for (const auto& o : other)
         if (a.name == o && p.str(o) != a.default_value)
-          return o + " does not apply to op=" + p.str("op") + " (leave it at its default " + a.default_value + ")";
+          return o + " does not apply to op=" + p.str("op") + " (leave it at its default " +
+                 a.default_value + ")";
     if (p.str("ceiling") == "run" && ctx.read_ceiling_bytes_per_s <= 0)
-      return "ceiling=run: this run measured no read ceiling (needs a device and a GPU study in the sweep)";
+      return "ceiling=run: this run measured no read ceiling (needs a device and a GPU study in "
+             "the sweep)";
     return "";
   }
   double estimate_seconds(const Point&, const RunContext&) const override { return 2e-4; }
@@ -116,7 +125,8 @@ class RooflineBench : public Bench {
       try {
         s.validate();
       } catch (const InvalidArgument& e) {
-        throw Unsupported(e.what());  // a geometry the format cannot lay out (head_dim vs its groups)
+        throw Unsupported(
+            e.what());  // a geometry the format cannot lay out (head_dim vs its groups)
       }
       c = sim::decode_attention_cost(gpu, s, cfg);
     } else {
@@ -144,6 +154,8 @@ class RooflineBench : public Bench {
 
 }  // namespace
 
-std::unique_ptr<Bench> make_roofline_bench() { return std::make_unique<RooflineBench>(); }
+std::unique_ptr<Bench> make_roofline_bench() {
+  return std::make_unique<RooflineBench>();
+}
 
 }  // namespace kvlab::exp

@@ -46,7 +46,8 @@ std::vector<std::string> kv_format_names() {
 }
 
 bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 // "chat_poisson" -> data/workloads/chat_poisson.cfg; "synthetic_chat.csv" -> data/traces/...;
@@ -58,9 +59,10 @@ std::string resolve_workload(const std::string& w) {
     try {
       return sim::find_data_file("workloads/" + w + ".cfg");
     } catch (const InvalidArgument&) {
-      throw InvalidArgument("workload '" + w +
-                            "' is neither a file nor a spec in data/workloads (shipped: bursty_zipf, chat_poisson, "
-                            "offline_batch, shared_prefix; or give a path to a .cfg spec or a .csv trace)");
+      throw InvalidArgument(
+          "workload '" + w +
+          "' is neither a file nor a spec in data/workloads (shipped: bursty_zipf, chat_poisson, "
+          "offline_batch, shared_prefix; or give a path to a .cfg spec or a .csv trace)");
     }
   }
   const std::string sub = ends_with(w, ".csv") ? "traces/" : "workloads/";
@@ -79,35 +81,45 @@ std::vector<sim::Request> simulate_requests(const Point& p, std::string* descrip
   const int64_t n = p.integer("num_requests");
   const double rate = p.number("rate");
   const int64_t seed = p.integer("workload_seed");
-  if (n < 0) throw InvalidArgument("num_requests must be >= 0 (0 = the workload's), got " + std::to_string(n));
-  if (!(rate >= 0)) throw InvalidArgument("rate must be >= 0 (0 = the workload's), got " + p.str("rate"));
-  if (seed < 0) throw InvalidArgument("workload_seed must be >= 0 (0 = the workload's), got " + std::to_string(seed));
+  if (n < 0)
+    throw InvalidArgument("num_requests must be >= 0 (0 = the workload's), got " +
+                          std::to_string(n));
+  if (!(rate >= 0))
+    throw InvalidArgument("rate must be >= 0 (0 = the workload's), got " + p.str("rate"));
+  if (seed < 0)
+    throw InvalidArgument("workload_seed must be >= 0 (0 = the workload's), got " +
+                          std::to_string(seed));
   std::vector<sim::Request> reqs;
   if (ends_with(path, ".csv")) {
     if (rate > 0 || seed > 0)
-      throw InvalidArgument("workload " + path + " is a trace: rate and workload_seed apply to generated workloads only");
+      throw InvalidArgument(
+          "workload " + path +
+          " is a trace: rate and workload_seed apply to generated workloads only");
     reqs = sim::load_trace_csv(path);
     if (n > 0) {
       if (n > static_cast<int64_t>(reqs.size()))
-        throw InvalidArgument("num_requests " + std::to_string(n) + ": the trace " + path + " holds only " +
-                              std::to_string(reqs.size()) + " requests");
+        throw InvalidArgument("num_requests " + std::to_string(n) + ": the trace " + path +
+                              " holds only " + std::to_string(reqs.size()) + " requests");
       reqs.resize(static_cast<size_t>(n));
     }
-    if (description) *description = "trace " + path + " (" + std::to_string(reqs.size()) + " requests)";
+    if (description)
+      *description = "trace " + path + " (" + std::to_string(reqs.size()) + " requests)";
   } else {
     sim::WorkloadSpec w = sim::load_workload_spec(path);
     if (n > 0) w.num_requests = n;
     if (rate > 0) {
       if (w.arrival.kind == sim::ArrivalKind::kAllAtOnce)
-        throw InvalidArgument("workload " + path + " arrives all at once: it has no rate to override");
+        throw InvalidArgument("workload " + path +
+                              " arrives all at once: it has no rate to override");
       w.arrival.rate = rate;
     }
     if (seed > 0) w.seed = static_cast<uint64_t>(seed);
     w.validate();
     reqs = sim::generate_workload(w);
     if (description)
-      *description = path + ": " + std::to_string(w.num_requests) + " requests, " + w.arrival.str() + ", prompt " +
-                     w.prompt.str() + ", output " + w.output.str() + ", seed " + std::to_string(w.seed);
+      *description = path + ": " + std::to_string(w.num_requests) + " requests, " +
+                     w.arrival.str() + ", prompt " + w.prompt.str() + ", output " + w.output.str() +
+                     ", seed " + std::to_string(w.seed);
   }
   return reqs;
 }
@@ -118,90 +130,146 @@ class SimulateBench : public Bench {
  public:
   std::string name() const override { return "simulate"; }
   std::string summary() const override {
-    return "serving simulation (sim/engine on the roofline clock): throughput, TTFT/TPOT, preemptions, memory ledger";
+    return "serving simulation (sim/engine on the roofline clock): throughput, TTFT/TPOT, "
+           "preemptions, memory ledger";
   }
   std::vector<AxisSpec> axes() const override {
     return {
-        {"workload", AxisType::kString, "chat_poisson", {},
+        {"workload",
+         AxisType::kString,
+         "chat_poisson",
+         {},
          "data/workloads spec name, or a path to a .cfg spec or a .csv trace"},
-        {"num_requests", AxisType::kInt, "0", {}, "requests (0 = the workload's; a trace is cut to its first N)"},
+        {"num_requests",
+         AxisType::kInt,
+         "0",
+         {},
+         "requests (0 = the workload's; a trace is cut to its first N)"},
         {"rate", AxisType::kFloat, "0", {}, "arrival rate, requests/s (0 = the workload's)"},
         {"workload_seed", AxisType::kInt, "0", {}, "workload seed (0 = the workload's)"},
-        {"model", AxisType::kEnum, "llama3.1-8b", sim::model_preset_names(), "model preset (sim/model)"},
+        {"model", AxisType::kEnum, "llama3.1-8b", sim::model_preset_names(),
+         "model preset (sim/model)"},
         {"gpu", AxisType::kString, "H100", {}, "GPU of data/gpus/gpus.csv (memory and roofline)"},
         {"kv_format", AxisType::kEnum, "bf16", kv_format_names(), "KV storage format"},
         {"block_size", AxisType::kInt, "16", {}, "tokens per KV block"},
-        {"kv_gib", AxisType::kFloat, "0", {},
-         "KV budget in GiB (0 = the GPU's memory x gpu_mem_util minus weights and 2 GiB of activations)"},
-        {"gpu_mem_util", AxisType::kFloat, "0.9", {}, "fraction of GPU memory the engine may use (kv_gib = 0)"},
-        {"watermark", AxisType::kFloat, "0.01", {}, "fraction of blocks an admission must leave free"},
-        {"preemption", AxisType::kEnum, "recompute", {"recompute", "swap"}, "what a preempted request loses"},
+        {"kv_gib",
+         AxisType::kFloat,
+         "0",
+         {},
+         "KV budget in GiB (0 = the GPU's memory x gpu_mem_util minus weights and 2 GiB of "
+         "activations)"},
+        {"gpu_mem_util",
+         AxisType::kFloat,
+         "0.9",
+         {},
+         "fraction of GPU memory the engine may use (kv_gib = 0)"},
+        {"watermark",
+         AxisType::kFloat,
+         "0.01",
+         {},
+         "fraction of blocks an admission must leave free"},
+        {"preemption",
+         AxisType::kEnum,
+         "recompute",
+         {"recompute", "swap"},
+         "what a preempted request loses"},
         {"swap_gib", AxisType::kFloat, "16", {}, "host swap space in GiB (preemption = swap)"},
-        {"prefix_caching", AxisType::kEnum, "off", {"off", "on"}, "share full prompt blocks by content hash"},
-        {"reserve", AxisType::kEnum, "on_demand", {"on_demand", "full_sequence"},
+        {"prefix_caching",
+         AxisType::kEnum,
+         "off",
+         {"off", "on"},
+         "share full prompt blocks by content hash"},
+        {"reserve",
+         AxisType::kEnum,
+         "on_demand",
+         {"on_demand", "full_sequence"},
          "blocks as tokens arrive (vLLM), or all at admission (no preemption)"},
         {"max_num_seqs", AxisType::kInt, "256", {}, "running requests at most"},
         {"max_num_batched_tokens", AxisType::kInt, "8192", {}, "token budget per step"},
         {"chunked_prefill", AxisType::kEnum, "on", {"on", "off"}, "split prompts across steps"},
-        {"launch", AxisType::kEnum, "graph", {"graph", "eager"}, "launch model of the step cost (CUDA graph or eager)"},
-        {"calibration", AxisType::kString, "none", {},
-         "decode-attention calibration: a `kvlab calibrate --out` file for this gpu (none = uncalibrated roofline)"},
-        {"max_steps", AxisType::kInt, "0", {}, "stop after this many steps (0 = run to completion)"},
-        {"trace_rows", AxisType::kInt, "1000", {}, "at most this many rows in the steps trace (0 = every step)"},
+        {"launch",
+         AxisType::kEnum,
+         "graph",
+         {"graph", "eager"},
+         "launch model of the step cost (CUDA graph or eager)"},
+        {"calibration",
+         AxisType::kString,
+         "none",
+         {},
+         "decode-attention calibration: a `kvlab calibrate --out` file for this gpu (none = "
+         "uncalibrated roofline)"},
+        {"max_steps",
+         AxisType::kInt,
+         "0",
+         {},
+         "stop after this many steps (0 = run to completion)"},
+        {"trace_rows",
+         AxisType::kInt,
+         "1000",
+         {},
+         "at most this many rows in the steps trace (0 = every step)"},
     };
   }
   std::vector<MetricSpec> metrics() const override {
-    return {{"requests", "", "requests in the workload"},
-            {"num_finished", "", "requests finished"},
-            {"num_rejected", "", "requests that could never run with this configuration"},
-            {"num_unfinished", "", "requests not finished when max_steps stopped the run"},
-            {"num_steps", "", "engine steps"},
-            {"sim_time_s", "s", "virtual time at the end"},
-            {"output_tokens_per_s", "tok/s", "finished output tokens / sim_time_s"},
-            {"mean_ttft_s", "s", "mean time to first token"},
-            {"p50_ttft_s", "s", "median time to first token"},
-            {"p99_ttft_s", "s", "99th percentile time to first token"},
-            {"mean_tpot_s", "s", "mean time per output token after the first"},
-            {"p50_tpot_s", "s", "median time per output token"},
-            {"p99_tpot_s", "s", "99th percentile time per output token"},
-            {"mean_e2e_s", "s", "mean end-to-end latency"},
-            {"p99_e2e_s", "s", "99th percentile end-to-end latency"},
-            {"num_preemptions", "", "recompute preemptions"},
-            {"num_swaps", "", "swap-outs"},
-            {"computed_tokens", "", "tokens computed (recomputation included)"},
-            {"prefix_hit_rate", "", "prompt tokens served by the prefix cache / prompt tokens looked up"},
-            {"num_evictions", "", "prefix-cache blocks evicted"},
-            {"mean_running", "", "running requests, mean per step"},
-            {"peak_running", "", "running requests, peak"},
-            {"kv_budget_bytes", "B", "KV budget"},
-            {"block_bytes", "B", "bytes per block (every layer, K and V, scales)"},
-            {"num_blocks", "", "KV blocks"},
-            {"capacity_slots", "", "token slots (num_blocks * block_size)"},
-            {"mean_token_slots", "", "slots holding KV, mean per step"},
-            {"mean_slack_slots", "", "empty slots of partly filled blocks, mean per step"},
-            {"mean_reserved_slots", "", "slots of allocated blocks with no token yet, mean per step"},
-            {"mean_cached_slots", "", "slots of evictable prefix-cache blocks, mean per step"},
-            {"mean_free_slots", "", "slots of free blocks, mean per step"},
-            {"peak_used_slots", "", "token + slack + reserved slots, peak"},
-            {"mean_slack_per_seq", "", "slack slots per running request (PagedAttention: about (block_size-1)/2)"},
-            {"slack_fraction", "", "mean slack / mean used slots (used = token + slack + reserved): last-block waste"},
-            {"waste_fraction", "", "mean (slack + reserved) / mean used slots"},
-            {"kv_utilization", "", "mean token slots / capacity slots"},
-            {"trace_stride", "", "the steps trace holds every k-th step"}};
+    return {
+        {"requests", "", "requests in the workload"},
+        {"num_finished", "", "requests finished"},
+        {"num_rejected", "", "requests that could never run with this configuration"},
+        {"num_unfinished", "", "requests not finished when max_steps stopped the run"},
+        {"num_steps", "", "engine steps"},
+        {"sim_time_s", "s", "virtual time at the end"},
+        {"output_tokens_per_s", "tok/s", "finished output tokens / sim_time_s"},
+        {"mean_ttft_s", "s", "mean time to first token"},
+        {"p50_ttft_s", "s", "median time to first token"},
+        {"p99_ttft_s", "s", "99th percentile time to first token"},
+        {"mean_tpot_s", "s", "mean time per output token after the first"},
+        {"p50_tpot_s", "s", "median time per output token"},
+        {"p99_tpot_s", "s", "99th percentile time per output token"},
+        {"mean_e2e_s", "s", "mean end-to-end latency"},
+        {"p99_e2e_s", "s", "99th percentile end-to-end latency"},
+        {"num_preemptions", "", "recompute preemptions"},
+        {"num_swaps", "", "swap-outs"},
+        {"computed_tokens", "", "tokens computed (recomputation included)"},
+        {"prefix_hit_rate", "",
+         "prompt tokens served by the prefix cache / prompt tokens looked up"},
+        {"num_evictions", "", "prefix-cache blocks evicted"},
+        {"mean_running", "", "running requests, mean per step"},
+        {"peak_running", "", "running requests, peak"},
+        {"kv_budget_bytes", "B", "KV budget"},
+        {"block_bytes", "B", "bytes per block (every layer, K and V, scales)"},
+        {"num_blocks", "", "KV blocks"},
+        {"capacity_slots", "", "token slots (num_blocks * block_size)"},
+        {"mean_token_slots", "", "slots holding KV, mean per step"},
+        {"mean_slack_slots", "", "empty slots of partly filled blocks, mean per step"},
+        {"mean_reserved_slots", "", "slots of allocated blocks with no token yet, mean per step"},
+        {"mean_cached_slots", "", "slots of evictable prefix-cache blocks, mean per step"},
+        {"mean_free_slots", "", "slots of free blocks, mean per step"},
+        {"peak_used_slots", "", "token + slack + reserved slots, peak"},
+        {"mean_slack_per_seq", "",
+         "slack slots per running request (PagedAttention: about (block_size-1)/2)"},
+        {"slack_fraction", "",
+         "mean slack / mean used slots (used = token + slack + reserved): last-block waste"},
+        {"waste_fraction", "", "mean (slack + reserved) / mean used slots"},
+        {"kv_utilization", "", "mean token slots / capacity slots"},
+        {"trace_stride", "", "the steps trace holds every k-th step"}};
   }
   void check_point(const Point& p) const override {
     simulate_requests(p, nullptr);
     sim::gpu_spec(p.str("gpu"));
     for (const char* a : {"kv_gib", "swap_gib"})
-      if (!(p.number(a) >= 0)) throw InvalidArgument(std::string(a) + " must be >= 0, got " + p.str(a));
-    if (p.integer("trace_rows") < 0) throw InvalidArgument("trace_rows must be >= 0, got " + p.str("trace_rows"));
+      if (!(p.number(a) >= 0))
+        throw InvalidArgument(std::string(a) + " must be >= 0, got " + p.str(a));
+    if (p.integer("trace_rows") < 0)
+      throw InvalidArgument("trace_rows must be >= 0, got " + p.str("trace_rows"));
     if (p.str("calibration") != "none")
-      apply_decode_calibration(read_decode_calibration(p.str("calibration")), sim::gpu_spec(p.str("gpu")), {});
+      apply_decode_calibration(read_decode_calibration(p.str("calibration")),
+                               sim::gpu_spec(p.str("gpu")), {});
   }
   double estimate_seconds(const Point& p, const RunContext&) const override {
     // About 1.5 us per request-step on this 2-core machine; a request lives for roughly
     // its output length in steps, and batches of up to max_num_seqs share a step.
-    const double n = p.integer("num_requests") > 0 ? static_cast<double>(p.integer("num_requests")) : 2000.0;
+    const double n =
+        p.integer("num_requests") > 0 ? static_cast<double>(p.integer("num_requests")) : 2000.0;
     return 0.05 + 1.5e-4 * n;
   }
   Record run(const Point& p, RunContext&) override {
@@ -211,7 +279,8 @@ class SimulateBench : public Bench {
     const sim::GpuSpec gpu = sim::gpu_spec(p.str("gpu"));
     const KvFormat format = parse_kv_format(p.str("kv_format"));
     const int32_t block_size = static_cast<int32_t>(p.integer("block_size"));
-    if (block_size < 1) throw InvalidArgument("block_size must be >= 1, got " + p.str("block_size"));
+    if (block_size < 1)
+      throw InvalidArgument("block_size must be >= 1, got " + p.str("block_size"));
     sim::KvFootprint fp;
     try {
       fp = sim::kv_footprint(model, block_size, format);
@@ -239,7 +308,8 @@ class SimulateBench : public Bench {
     cfg.watermark = p.number("watermark");
     cfg.preemption = sim::parse_preemption_mode(p.str("preemption"));
     cfg.swap_blocks = cfg.preemption == sim::PreemptionMode::kSwap
-                          ? static_cast<int64_t>(std::floor(p.number("swap_gib") * (1ull << 30))) / fp.block.total()
+                          ? static_cast<int64_t>(std::floor(p.number("swap_gib") * (1ull << 30))) /
+                                fp.block.total()
                           : 0;
     cfg.reserve = sim::parse_reserve_policy(p.str("reserve"));
     cfg.prefix_caching = p.str("prefix_caching") == "on";
@@ -248,7 +318,8 @@ class SimulateBench : public Bench {
     cfg.validate();
     sim::CostModelConfig cc;
     cc.launch = p.str("launch") == "graph" ? sim::LaunchMode::kCudaGraph : sim::LaunchMode::kEager;
-    if (p.str("calibration") != "none") cc = apply_decode_calibration(read_decode_calibration(p.str("calibration")), gpu, cc);
+    if (p.str("calibration") != "none")
+      cc = apply_decode_calibration(read_decode_calibration(p.str("calibration")), gpu, cc);
     auto timer = std::make_shared<sim::RooflineStepTime>(sim::CostModel(gpu, model, format, cc));
     const sim::SimResult res = sim::Engine(cfg, timer).run(reqs);
     const sim::SimSummary& s = res.summary;
@@ -274,7 +345,8 @@ class SimulateBench : public Bench {
     r.metric("num_swaps", static_cast<double>(s.num_swaps));
     r.metric("computed_tokens", static_cast<double>(s.computed_tokens));
     r.metric("prefix_hit_rate", s.prefix_query_tokens > 0
-                                    ? static_cast<double>(s.prefix_hit_tokens) / static_cast<double>(s.prefix_query_tokens)
+                                    ? static_cast<double>(s.prefix_hit_tokens) /
+                                          static_cast<double>(s.prefix_query_tokens)
                                     : 0.0);
     r.metric("num_evictions", static_cast<double>(s.num_evictions));
     r.metric("mean_running", s.mean_running);
@@ -292,8 +364,11 @@ class SimulateBench : public Bench {
     r.metric("mean_slack_per_seq", l.mean_slack_per_seq);
     const double used = l.mean_token_slots + l.mean_slack_slots + l.mean_reserved_slots;
     r.metric("slack_fraction", used > 0 ? l.mean_slack_slots / used : 0.0);
-    r.metric("waste_fraction", used > 0 ? (l.mean_slack_slots + l.mean_reserved_slots) / used : 0.0);
-    r.metric("kv_utilization", l.capacity_slots > 0 ? l.mean_token_slots / static_cast<double>(l.capacity_slots) : 0.0);
+    r.metric("waste_fraction",
+             used > 0 ? (l.mean_slack_slots + l.mean_reserved_slots) / used : 0.0);
+    r.metric("kv_utilization", l.capacity_slots > 0
+                                   ? l.mean_token_slots / static_cast<double>(l.capacity_slots)
+                                   : 0.0);
     r.label("workload_description", workload_desc);
 
     // Steps trace, thinned to at most trace_rows rows by a fixed stride.
@@ -304,19 +379,24 @@ class SimulateBench : public Bench {
     r.metric("trace_stride", static_cast<double>(stride));
     auto thin = [&](const auto& v) {
       std::decay_t<decltype(v)> out;
-      for (int64_t i = 0; i < static_cast<int64_t>(v.size()); i += stride) out.push_back(v[static_cast<size_t>(i)]);
+      for (int64_t i = 0; i < static_cast<int64_t>(v.size()); i += stride)
+        out.push_back(v[static_cast<size_t>(i)]);
       return out;
     };
-    TableTrace steps("steps", "per recorded step (every trace_stride-th): batch, queues, cost breakdown, memory ledger "
-                              "at the end of the step (token + slack + reserved + cached + free = capacity slots)");
+    TableTrace steps(
+        "steps",
+        "per recorded step (every trace_stride-th): batch, queues, cost breakdown, memory ledger "
+        "at the end of the step (token + slack + reserved + cached + free = capacity slots)");
     steps.add("step", thin(st.step), "", "step index")
         .add("time_s", thin(st.time_s), "s", "virtual time at the end of the step")
         .add("duration_s", thin(st.duration_s), "s", "step duration")
         .add("num_seqs", thin(st.num_seqs), "", "sequences scheduled")
         .add("num_decode_seqs", thin(st.num_decode_seqs), "", "sequences computing one token")
-        .add("num_prefill_seqs", thin(st.num_prefill_seqs), "", "sequences computing a prompt chunk")
+        .add("num_prefill_seqs", thin(st.num_prefill_seqs), "",
+             "sequences computing a prompt chunk")
         .add("num_tokens", thin(st.num_tokens), "", "tokens computed")
-        .add("decode_context_tokens", thin(st.decode_context_tokens), "", "keys attended by decode sequences")
+        .add("decode_context_tokens", thin(st.decode_context_tokens), "",
+             "keys attended by decode sequences")
         .add("num_running", thin(st.num_running), "", "running requests after the step")
         .add("num_waiting", thin(st.num_waiting), "", "waiting requests")
         .add("num_swapped", thin(st.num_swapped), "", "swapped-out requests")
@@ -329,14 +409,17 @@ class SimulateBench : public Bench {
         .add("swap_s", thin(st.swap_s), "s", "")
         .add("token_slots", thin(lg.token_slots), "", "slots holding KV")
         .add("slack_slots", thin(lg.slack_slots), "", "empty slots of used blocks with >= 1 token")
-        .add("reserved_slots", thin(lg.reserved_slots), "", "slots of used blocks with no token yet")
+        .add("reserved_slots", thin(lg.reserved_slots), "",
+             "slots of used blocks with no token yet")
         .add("cached_slots", thin(lg.cached_slots), "", "slots of evictable prefix-cache blocks")
         .add("free_slots", thin(lg.free_slots), "", "slots of free blocks")
-        .add("logical_tokens", thin(lg.logical_tokens), "", "cached tokens of running requests (shared counted per sharer)");
+        .add("logical_tokens", thin(lg.logical_tokens), "",
+             "cached tokens of running requests (shared counted per sharer)");
     r.traces.push_back(steps.take());
 
     const sim::RequestResults& q = res.requests;
-    TableTrace req("requests", "per request, in workload order (status 0 finished, 1 rejected, 2 unfinished)");
+    TableTrace req("requests",
+                   "per request, in workload order (status 0 finished, 1 rejected, 2 unfinished)");
     req.add("id", q.id)
         .add("arrival_s", q.arrival_s, "s")
         .add("prompt_tokens", q.prompt_tokens)
@@ -356,6 +439,8 @@ class SimulateBench : public Bench {
 
 }  // namespace
 
-std::unique_ptr<Bench> make_simulate_bench() { return std::make_unique<SimulateBench>(); }
+std::unique_ptr<Bench> make_simulate_bench() {
+  return std::make_unique<SimulateBench>();
+}
 
 }  // namespace kvlab::exp

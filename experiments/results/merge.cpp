@@ -43,7 +43,8 @@ double attr_num_or(const h5::File& f, const std::string& name) {
 
 }  // namespace
 
-int64_t merge_results(const std::vector<std::string>& inputs, const std::string& out, const MergeOptions& opt) {
+int64_t merge_results(const std::vector<std::string>& inputs, const std::string& out,
+                      const MergeOptions& opt) {
   if (inputs.empty()) throw ResultFileError("merge: no input files");
   if (access(out.c_str(), F_OK) == 0 && !opt.overwrite)
     throw ResultFileError("merge: output " + out + " exists (use --force to replace it)");
@@ -54,9 +55,11 @@ int64_t merge_results(const std::vector<std::string>& inputs, const std::string&
   for (const auto& path : inputs) {
     if (access(path.c_str(), R_OK) != 0) throw ResultFileError("merge: cannot read input " + path);
     if (access(h5::DurableFile::journal_path(path).c_str(), F_OK) == 0)
-      throw ResultFileError("merge: " + path + " has an interrupted commit (" + h5::DurableFile::journal_path(path) +
-                            "); run `kvlab recover " + path + "` or resume its sweep first");
-    if (!h5::File::is_hdf5(path)) throw ResultFileError("merge: " + path + " is not an HDF5 file (corrupt or truncated)");
+      throw ResultFileError("merge: " + path + " has an interrupted commit (" +
+                            h5::DurableFile::journal_path(path) + "); run `kvlab recover " + path +
+                            "` or resume its sweep first");
+    if (!h5::File::is_hdf5(path))
+      throw ResultFileError("merge: " + path + " is not an HDF5 file (corrupt or truncated)");
     auto in = std::make_unique<Input>();
     in->path = path;
     try {
@@ -79,8 +82,9 @@ int64_t merge_results(const std::vector<std::string>& inputs, const std::string&
   for (const auto& in : ins) {
     const std::string fp = attr_or(in->file, "sweep_fingerprint");
     if (fp != fp0 && !opt.allow_mixed)
-      throw ResultFileError("merge: " + in->path + " comes from another sweep (fingerprint " + fp + " vs " + fp0 + " of " +
-                            ins[0]->path + "); use --allow-mixed to merge anyway");
+      throw ResultFileError("merge: " + in->path + " comes from another sweep (fingerprint " + fp +
+                            " vs " + fp0 + " of " + ins[0]->path +
+                            "); use --allow-mixed to merge anyway");
   }
 
   // Rows in sweep order; duplicate keys are an error.
@@ -95,19 +99,24 @@ int64_t merge_results(const std::vector<std::string>& inputs, const std::string&
     for (size_t r = 0; r < ins[i]->key.size(); ++r) {
       auto [it, fresh] = seen.emplace(ins[i]->key[r], ins[i]->path);
       if (!fresh)
-        throw ResultFileError("merge: point " + ins[i]->key[r] + " is in both " + it->second + " and " + ins[i]->path);
+        throw ResultFileError("merge: point " + ins[i]->key[r] + " is in both " + it->second +
+                              " and " + ins[i]->path);
       rows.push_back({ins[i]->point[r], i, r});
     }
-  std::stable_sort(rows.begin(), rows.end(), [](const Row& a, const Row& b) { return a.point < b.point; });
+  std::stable_sort(rows.begin(), rows.end(),
+                   [](const Row& a, const Row& b) { return a.point < b.point; });
 
   // Union of the index columns (first appearance order; a type conflict is an error).
   std::vector<h5::Table::Column> cols;
   for (const auto& in : ins)
     for (const auto& c : in->index.columns()) {
-      auto it = std::find_if(cols.begin(), cols.end(), [&](const h5::Table::Column& x) { return x.name == c.name; });
-      if (it == cols.end()) cols.push_back(c);
+      auto it = std::find_if(cols.begin(), cols.end(),
+                             [&](const h5::Table::Column& x) { return x.name == c.name; });
+      if (it == cols.end())
+        cols.push_back(c);
       else if ((it->type == h5::Type::kString) != (c.type == h5::Type::kString))
-        throw ResultFileError("merge: column '" + c.name + "' is text in one input and numeric in another");
+        throw ResultFileError("merge: column '" + c.name +
+                              "' is text in one input and numeric in another");
     }
 
   const std::string tmp = out + ".merge-tmp" + std::to_string(getpid());
@@ -144,9 +153,9 @@ int64_t merge_results(const std::vector<std::string>& inputs, const std::string&
     std::vector<std::pair<std::string, h5::ColumnData>> out_cols;
     for (const auto& c : cols) {
       h5::ColumnData d;
-      d.type = c.type == h5::Type::kString ? h5::Type::kString
+      d.type = c.type == h5::Type::kString                                      ? h5::Type::kString
                : (c.type == h5::Type::kFloat64 || c.type == h5::Type::kFloat32) ? h5::Type::kFloat64
-                                                                                 : h5::Type::kInt64;
+                                                                                : h5::Type::kInt64;
       for (size_t n = 0; n < rows.size(); ++n) {
         const Row& r = rows[n];
         const h5::ColumnData& s = src[c.name][r.input];
@@ -156,8 +165,9 @@ int64_t merge_results(const std::vector<std::string>& inputs, const std::string&
         } else if (d.type == h5::Type::kString) {
           d.str.push_back(have ? s.str[r.row] : "");
         } else if (d.type == h5::Type::kFloat64) {
-          d.f64.push_back(have ? (s.type == h5::Type::kFloat64 || s.type == h5::Type::kFloat32 ? s.f64[r.row]
-                                                                                                  : static_cast<double>(s.i64[r.row]))
+          d.f64.push_back(have ? (s.type == h5::Type::kFloat64 || s.type == h5::Type::kFloat32
+                                      ? s.f64[r.row]
+                                      : static_cast<double>(s.i64[r.row]))
                                : std::numeric_limits<double>::quiet_NaN());
         } else {
           d.i64.push_back(have ? s.i64[r.row] : 0);
@@ -180,7 +190,8 @@ int64_t merge_results(const std::vector<std::string>& inputs, const std::string&
     for (const auto& in : ins) {
       in_runs.push_back(h5::Table::open(in->file, "runs"));
       for (const auto& c : in_runs.back().columns())
-        if (std::none_of(run_cols.begin(), run_cols.end(), [&](const auto& x) { return x.name == c.name; }))
+        if (std::none_of(run_cols.begin(), run_cols.end(),
+                         [&](const auto& x) { return x.name == c.name; }))
           run_cols.push_back(c);
     }
     h5::Table runs = h5::Table::create(f, "runs", run_cols, 16);
@@ -192,25 +203,27 @@ int64_t merge_results(const std::vector<std::string>& inputs, const std::string&
       if (n > 0) runs.append(rc);
     }
 
-    h5::Table inputs_t = h5::Table::create(f, "inputs",
-                                           {{"path", h5::Type::kString, "", ""},
-                                            {"shard", h5::Type::kString, "", ""},
-                                            {"rows", h5::Type::kInt64, "", ""},
-                                            {"host", h5::Type::kString, "", ""},
-                                            {"git_commit", h5::Type::kString, "", ""},
-                                            {"device_name", h5::Type::kString, "", ""},
-                                            {"read_ceiling_bytes_per_s", h5::Type::kFloat64, "B/s", ""},
-                                            {"copy_ceiling_bytes_per_s", h5::Type::kFloat64, "B/s", ""}},
-                                           16);
+    h5::Table inputs_t =
+        h5::Table::create(f, "inputs",
+                          {{"path", h5::Type::kString, "", ""},
+                           {"shard", h5::Type::kString, "", ""},
+                           {"rows", h5::Type::kInt64, "", ""},
+                           {"host", h5::Type::kString, "", ""},
+                           {"git_commit", h5::Type::kString, "", ""},
+                           {"device_name", h5::Type::kString, "", ""},
+                           {"read_ceiling_bytes_per_s", h5::Type::kFloat64, "B/s", ""},
+                           {"copy_ceiling_bytes_per_s", h5::Type::kFloat64, "B/s", ""}},
+                          16);
     for (const auto& in : ins)
-      inputs_t.append_row({{"path", in->path},
-                           {"shard", attr_or(in->file, "shard")},
-                           {"rows", static_cast<int64_t>(in->key.size())},
-                           {"host", attr_or(in->file, "host")},
-                           {"git_commit", attr_or(in->file, "git_commit")},
-                           {"device_name", attr_or(in->file, "device_name")},
-                           {"read_ceiling_bytes_per_s", attr_num_or(in->file, "read_ceiling_bytes_per_s")},
-                           {"copy_ceiling_bytes_per_s", attr_num_or(in->file, "copy_ceiling_bytes_per_s")}});
+      inputs_t.append_row(
+          {{"path", in->path},
+           {"shard", attr_or(in->file, "shard")},
+           {"rows", static_cast<int64_t>(in->key.size())},
+           {"host", attr_or(in->file, "host")},
+           {"git_commit", attr_or(in->file, "git_commit")},
+           {"device_name", attr_or(in->file, "device_name")},
+           {"read_ceiling_bytes_per_s", attr_num_or(in->file, "read_ceiling_bytes_per_s")},
+           {"copy_ceiling_bytes_per_s", attr_num_or(in->file, "copy_ceiling_bytes_per_s")}});
     f.close();
   } catch (const h5::Error& e) {
     unlink(tmp.c_str());

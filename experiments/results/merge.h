@@ -15,11 +15,12 @@
 namespace kvlab::exp {
 
 struct MergeOptions {
-  bool overwrite = false;     // replace an existing output
-  bool allow_mixed = false;   // inputs from different sweeps
+  bool overwrite = false;    // replace an existing output
+  bool allow_mixed = false;  // inputs from different sweeps
 };
 
 // Returns the number of rows written. Errors: ResultFileError (exit code 2).
-int64_t merge_results(const std::vector<std::string>& inputs, const std::string& out, const MergeOptions& opt);
+int64_t merge_results(const std::vector<std::string>& inputs, const std::string& out,
+                      const MergeOptions& opt);
 
 }  // namespace kvlab::exp

@@ -14,8 +14,12 @@
 
 namespace kvlab::exp {
 
-std::string git_commit() { return KVLAB_GIT_COMMIT; }
-bool git_dirty() { return KVLAB_GIT_DIRTY != 0; }
+std::string git_commit() {
+  return KVLAB_GIT_COMMIT;
+}
+bool git_dirty() {
+  return KVLAB_GIT_DIRTY != 0;
+}
 
 std::string hostname() {
   char buf[256] = {0};

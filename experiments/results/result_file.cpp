@@ -40,11 +40,15 @@ const std::vector<h5::Table::Column> kRunsColumns = {
     {"git_commit", h5::Type::kString, "", ""},
     {"git_dirty", h5::Type::kInt64, "", ""},
     {"device_name", h5::Type::kString, "", ""},
-    {"read_ceiling_bytes_per_s", h5::Type::kFloat64, "B/s", "measured sequential read ceiling (NaN: not measured)"},
-    {"copy_ceiling_bytes_per_s", h5::Type::kFloat64, "B/s", "measured device copy ceiling, read + write (NaN: not measured)"},
+    {"read_ceiling_bytes_per_s", h5::Type::kFloat64, "B/s",
+     "measured sequential read ceiling (NaN: not measured)"},
+    {"copy_ceiling_bytes_per_s", h5::Type::kFloat64, "B/s",
+     "measured device copy ceiling, read + write (NaN: not measured)"},
 };
 
-h5::Type axis_column_type(const AxisSpec& a) { return a.numeric() ? h5::Type::kFloat64 : h5::Type::kString; }
+h5::Type axis_column_type(const AxisSpec& a) {
+  return a.numeric() ? h5::Type::kFloat64 : h5::Type::kString;
+}
 
 const AxisSpec* find_axis(const std::vector<AxisSpec>& axes, const std::string& name) {
   for (const auto& a : axes)
@@ -57,13 +61,15 @@ const AxisSpec* find_axis(const std::vector<AxisSpec>& axes, const std::string& 
 void ResultFile::check_schema(const h5::File& f, const std::string& path) {
   if (!f.has_attr("kvlab_schema") || f.attr_type("kvlab_schema") != h5::Type::kString ||
       f.attr_string("kvlab_schema") != kSchemaName)
-    throw ResultFileError(path + " is an HDF5 file but not a kvlab result file (no kvlab_schema = \"" +
+    throw ResultFileError(path +
+                          " is an HDF5 file but not a kvlab result file (no kvlab_schema = \"" +
                           std::string(kSchemaName) + "\" attribute)");
   if (!f.has_attr("schema_version") || f.attr_type("schema_version") == h5::Type::kString)
     throw ResultFileError(path + " has no integer schema_version attribute");
   const int64_t v = f.attr_int("schema_version");
   if (v != kSchemaVersion)
-    throw ResultFileError(path + " has schema_version " + std::to_string(v) + "; this kvlab reads and writes version " +
+    throw ResultFileError(path + " has schema_version " + std::to_string(v) +
+                          "; this kvlab reads and writes version " +
                           std::to_string(kSchemaVersion));
   if (!f.is_group("index") || !f.is_group("points"))
     throw ResultFileError(path + " lacks /index or /points: not a complete kvlab result file");
@@ -102,7 +108,8 @@ std::unique_ptr<ResultFile> ResultFile::create(const std::string& path, const Ru
 
 std::unique_ptr<ResultFile> ResultFile::open(const std::string& path, h5::DurableFile::Options opt,
                                              h5::Recovery* recovery) {
-  if (access(path.c_str(), F_OK) != 0) throw ResultFileError("cannot resume " + path + ": it does not exist");
+  if (access(path.c_str(), F_OK) != 0)
+    throw ResultFileError("cannot resume " + path + ": it does not exist");
   // Roll back an interrupted commit before judging the file.
   try {
     const h5::Recovery rec = h5::DurableFile::recover(path);
@@ -111,14 +118,16 @@ std::unique_ptr<ResultFile> ResultFile::open(const std::string& path, h5::Durabl
     throw ResultFileError(std::string("cannot recover ") + path + ": " + e.what());
   }
   if (!h5::File::is_hdf5(path))
-    throw ResultFileError(path + " is not an HDF5 file (corrupt or truncated header); it was left untouched");
+    throw ResultFileError(
+        path + " is not an HDF5 file (corrupt or truncated header); it was left untouched");
   {
     // Read-only first: a file of another schema is never opened for writing.
     h5::File ro;
     try {
       ro = h5::File::open(path);
     } catch (const h5::Error& e) {
-      throw ResultFileError(path + " cannot be opened (corrupt or truncated?): " + e.what() + "; it was left untouched");
+      throw ResultFileError(path + " cannot be opened (corrupt or truncated?): " + e.what() +
+                            "; it was left untouched");
     }
     check_schema(ro, path);
   }
@@ -132,12 +141,14 @@ std::unique_ptr<ResultFile> ResultFile::open(const std::string& path, h5::Durabl
     for (const auto& g : groups)
       if (!r->durable_->file().is_group(g)) throw h5::Error("index row names missing group " + g);
   } catch (const h5::Error& e) {
-    throw ResultFileError(path + " is damaged (" + std::string(e.what()) + "); it was left untouched");
+    throw ResultFileError(path + " is damaged (" + std::string(e.what()) +
+                          "); it was left untouched");
   }
   return r;
 }
 
-void ResultFile::ensure_column(const std::string& name, h5::Type type, const std::string& unit, const std::string& doc) {
+void ResultFile::ensure_column(const std::string& name, h5::Type type, const std::string& unit,
+                               const std::string& doc) {
   if (index_.has_column(name)) return;
   index_.add_column({name, type, unit, doc});
 }
@@ -150,14 +161,16 @@ void ResultFile::declare(const std::vector<const Bench*>& benches) {
         const h5::Type have = index_.column(a.name).type;
         if (have != t && have != h5::Type::kString)
           throw ResultFileError(path() + ": axis '" + a.name + "' of kind " + b->name() + " is " +
-                                (a.numeric() ? "numeric" : "text") + " but the index column holds " + h5::to_string(have));
+                                (a.numeric() ? "numeric" : "text") +
+                                " but the index column holds " + h5::to_string(have));
         continue;
       }
       ensure_column(a.name, t, "", "axis: " + a.doc);
     }
     for (const auto& m : b->metrics()) {
       if (index_.has_column(m.name) && index_.column(m.name).type != h5::Type::kFloat64)
-        throw ResultFileError(path() + ": metric '" + m.name + "' of kind " + b->name() + " collides with a text column");
+        throw ResultFileError(path() + ": metric '" + m.name + "' of kind " + b->name() +
+                              " collides with a text column");
       ensure_column(m.name, h5::Type::kFloat64, m.unit, m.doc);
     }
   }
@@ -203,7 +216,8 @@ void ResultFile::end_run(int64_t points_run, int64_t points_failed) {
   durable_->commit();
 }
 
-void write_point_group(h5::Group& g, const Point& p, const Record& r, const std::vector<const Bench*>& benches) {
+void write_point_group(h5::Group& g, const Point& p, const Record& r,
+                       const std::vector<const Bench*>& benches) {
   std::vector<AxisSpec> axes;
   for (const Bench* b : benches)
     if (b->name() == p.kind) axes = b->axes();
@@ -218,9 +232,12 @@ void write_point_group(h5::Group& g, const Point& p, const Record& r, const std:
     const AxisSpec* a = find_axis(axes, name);
     long long i = 0;
     double d = 0;
-    if (a && a->type == AxisType::kInt && parse_int(v, &i)) g.set_attr(name, static_cast<int64_t>(i));
-    else if (a && a->type == AxisType::kFloat && parse_float(v, &d)) g.set_attr(name, d);
-    else g.set_attr(name, v);
+    if (a && a->type == AxisType::kInt && parse_int(v, &i))
+      g.set_attr(name, static_cast<int64_t>(i));
+    else if (a && a->type == AxisType::kFloat && parse_float(v, &d))
+      g.set_attr(name, d);
+    else
+      g.set_attr(name, v);
   }
   for (const auto& [name, v] : r.metrics) g.set_attr(name, v);
   for (const auto& [name, v] : r.labels) g.set_attr(name, v);
@@ -245,18 +262,25 @@ void ResultFile::write_point(const Point& p, const Record& r) {
   write_point_group(g, p, r, benches);
 
   std::vector<std::pair<std::string, h5::Value>> cells = {
-      {"point", p.index},          {"key", p.key()},
-      {"study", p.study},          {"kind", p.kind},
-      {"status", to_string(r.status)}, {"reason", r.reason},
-      {"seconds", r.seconds},      {"group", group},
+      {"point", p.index},
+      {"key", p.key()},
+      {"study", p.study},
+      {"kind", p.kind},
+      {"status", to_string(r.status)},
+      {"reason", r.reason},
+      {"seconds", r.seconds},
+      {"group", group},
   };
   const auto axes = b.axes();
   for (const auto& [name, v] : p.axes) {
     const AxisSpec* a = find_axis(axes, name);
-    if (!index_.has_column(name)) ensure_column(name, a ? axis_column_type(*a) : h5::Type::kString, "", "");
+    if (!index_.has_column(name))
+      ensure_column(name, a ? axis_column_type(*a) : h5::Type::kString, "", "");
     double d = 0;
-    if (index_.column(name).type == h5::Type::kFloat64 && parse_float(v, &d)) cells.emplace_back(name, d);
-    else cells.emplace_back(name, v);
+    if (index_.column(name).type == h5::Type::kFloat64 && parse_float(v, &d))
+      cells.emplace_back(name, d);
+    else
+      cells.emplace_back(name, v);
   }
   for (const auto& [name, v] : r.metrics) {
     if (!index_.has_column(name)) ensure_column(name, h5::Type::kFloat64, "", "");

@@ -52,7 +52,8 @@ struct RunMeta {
 class ResultFile {
  public:
   // A new file: an error if `path` exists or cannot be created.
-  static std::unique_ptr<ResultFile> create(const std::string& path, const RunMeta& meta, h5::DurableFile::Options opt);
+  static std::unique_ptr<ResultFile> create(const std::string& path, const RunMeta& meta,
+                                            h5::DurableFile::Options opt);
   // An existing file, for --resume: recovers an interrupted commit, checks the schema.
   static std::unique_ptr<ResultFile> open(const std::string& path, h5::DurableFile::Options opt,
                                           h5::Recovery* recovery = nullptr);
@@ -78,7 +79,8 @@ class ResultFile {
 
  private:
   ResultFile() = default;
-  void ensure_column(const std::string& name, h5::Type type, const std::string& unit, const std::string& doc);
+  void ensure_column(const std::string& name, h5::Type type, const std::string& unit,
+                     const std::string& doc);
 
   std::unique_ptr<h5::DurableFile> durable_;
   h5::Table index_;
@@ -87,6 +89,7 @@ class ResultFile {
 };
 
 // Writes one point's facts and traces into `g` (also used by merge).
-void write_point_group(h5::Group& g, const Point& p, const Record& r, const std::vector<const Bench*>& benches);
+void write_point_group(h5::Group& g, const Point& p, const Record& r,
+                       const std::vector<const Bench*>& benches);
 
 }  // namespace kvlab::exp

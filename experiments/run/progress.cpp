@@ -15,9 +15,12 @@ std::string format_duration(double s) {
   if (!std::isfinite(s) || s < 0) return "?";
   char buf[32];
   const long long t = static_cast<long long>(std::llround(s));
-  if (t >= 3600) std::snprintf(buf, sizeof buf, "%lldh%02lldm", t / 3600, (t / 60) % 60);
-  else if (t >= 60) std::snprintf(buf, sizeof buf, "%lldm%02llds", t / 60, t % 60);
-  else std::snprintf(buf, sizeof buf, "%.1fs", s);
+  if (t >= 3600)
+    std::snprintf(buf, sizeof buf, "%lldh%02lldm", t / 3600, (t / 60) % 60);
+  else if (t >= 60)
+    std::snprintf(buf, sizeof buf, "%lldm%02llds", t / 60, t % 60);
+  else
+    std::snprintf(buf, sizeof buf, "%.1fs", s);
   return buf;
 }
 
@@ -29,8 +32,13 @@ Progress::Mode Progress::parse_mode(const std::string& s) {
   throw InvalidArgument("--progress: unknown mode '" + s + "' (allowed: auto, bar, plain, none)");
 }
 
-Progress::Progress(int64_t total, double estimated_seconds, Mode mode, std::ostream& os, std::string prefix)
-    : total_(total), remaining_estimate_(estimated_seconds), mode_(mode), os_(os), prefix_(std::move(prefix)) {
+Progress::Progress(int64_t total, double estimated_seconds, Mode mode, std::ostream& os,
+                   std::string prefix)
+    : total_(total),
+      remaining_estimate_(estimated_seconds),
+      mode_(mode),
+      os_(os),
+      prefix_(std::move(prefix)) {
   t0_ = std::chrono::steady_clock::now();
   last_draw_ = t0_ - std::chrono::seconds(10);
 }
@@ -51,8 +59,8 @@ void Progress::start_point(const std::string& what, double) {
   if (mode_ == Mode::kBar) draw(false);
 }
 
-void Progress::finish_point(const std::string& status, const std::string& what, const std::string& reason,
-                            double estimate_seconds) {
+void Progress::finish_point(const std::string& status, const std::string& what,
+                            const std::string& reason, double estimate_seconds) {
   ++done_;
   if (status == "failed") ++failed_;
   if (status == "skipped") ++skipped_;
@@ -73,8 +81,9 @@ void Progress::draw(bool force) {
   const double pct = total_ > 0 ? 100.0 * done_ / total_ : 100.0;
   char head[160];
   std::snprintf(head, sizeof head, "%lld/%lld (%.0f%%) elapsed %s ETA %s failed %lld skipped %lld",
-                static_cast<long long>(done_), static_cast<long long>(total_), pct, format_duration(elapsed()).c_str(),
-                format_duration(eta()).c_str(), static_cast<long long>(failed_), static_cast<long long>(skipped_));
+                static_cast<long long>(done_), static_cast<long long>(total_), pct,
+                format_duration(elapsed()).c_str(), format_duration(eta()).c_str(),
+                static_cast<long long>(failed_), static_cast<long long>(skipped_));
   if (mode_ == Mode::kBar) {
     if (!force && since < 0.1) return;
     constexpr int kWidth = 24;
@@ -82,7 +91,8 @@ void Progress::draw(bool force) {
     std::string bar(fill, '#');
     bar.resize(kWidth, '.');
     std::string cur = current_.size() > 60 ? current_.substr(0, 57) + "..." : current_;
-    os_ << "\r\033[K" << prefix_ << "[" << bar << "] " << head << (done_ < total_ ? " | " + cur : "");
+    os_ << "\r\033[K" << prefix_ << "[" << bar << "] " << head
+        << (done_ < total_ ? " | " + cur : "");
     os_.flush();
     drew_ = true;
   } else {

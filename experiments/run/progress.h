@@ -18,7 +18,8 @@ class Progress {
   // "auto" picks kBar when stdout is a terminal, else kPlain.
   static Mode parse_mode(const std::string& s);
 
-  Progress(int64_t total, double estimated_seconds, Mode mode, std::ostream& os, std::string prefix = "");
+  Progress(int64_t total, double estimated_seconds, Mode mode, std::ostream& os,
+           std::string prefix = "");
   void start_point(const std::string& what, double estimate_seconds);
   // status: "ok" | "skipped" | "failed"
   void finish_point(const std::string& status, const std::string& what, const std::string& reason,

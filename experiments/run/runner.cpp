@@ -33,10 +33,13 @@ namespace kvlab::exp {
 namespace {
 
 std::atomic<int> g_stop_signal{0};
-void on_signal(int sig) { g_stop_signal = sig; }
+void on_signal(int sig) {
+  g_stop_signal = sig;
+}
 
 struct SignalGuard {
-  struct sigaction old_int {}, old_term {};
+  struct sigaction old_int {
+  }, old_term{};
   SignalGuard() {
     g_stop_signal = 0;
     struct sigaction sa {};
@@ -51,7 +54,9 @@ struct SignalGuard {
   }
 };
 
-bool file_exists(const std::string& p) { return access(p.c_str(), F_OK) == 0; }
+bool file_exists(const std::string& p) {
+  return access(p.c_str(), F_OK) == 0;
+}
 
 std::string dir_of(const std::string& p) {
   const auto s = p.find_last_of('/');
@@ -65,7 +70,8 @@ void make_parent_dirs(const std::string& path) {
   if (dir == "." || dir == "/" || file_exists(dir)) return;
   make_parent_dirs(dir);
   if (mkdir(dir.c_str(), 0755) != 0 && !file_exists(dir))
-    throw ResultFileError("cannot create the output directory " + dir + ": " + std::strerror(errno));
+    throw ResultFileError("cannot create the output directory " + dir + ": " +
+                          std::strerror(errno));
 }
 
 Record run_one(Bench& b, const Point& p, RunContext& ctx) {
@@ -87,25 +93,38 @@ Record run_one(Bench& b, const Point& p, RunContext& ctx) {
   }
 }
 
-int run_workers(const SweepSpec& spec, const SweepOptions& opt, const std::string& out, std::ostream& os) {
+int run_workers(const SweepSpec& spec, const SweepOptions& opt, const std::string& out,
+                std::ostream& os) {
   const int n = opt.workers;
   if (spec.path.empty()) throw InvalidArgument("--workers needs a config file");
   if (file_exists(out)) {
-    if (!opt.resume) throw ResultFileError(out + " exists: use --resume to continue it, or another --out");
+    if (!opt.resume)
+      throw ResultFileError(out + " exists: use --resume to continue it, or another --out");
     h5::File f = h5::File::open(out);
-    if (!f.has_attr("shard") || f.attr_type("shard") != h5::Type::kString || f.attr_string("shard") != "merged")
-      throw ResultFileError(out + " was written by a single process: resume it without --workers/--gpus");
+    if (!f.has_attr("shard") || f.attr_type("shard") != h5::Type::kString ||
+        f.attr_string("shard") != "merged")
+      throw ResultFileError(out +
+                            " was written by a single process: resume it without --workers/--gpus");
   }
   const std::string shard_dir = out + ".shards";
   make_parent_dirs(shard_dir + "/x");
   std::vector<std::string> files;
   std::vector<pid_t> pids;
   for (int k = 0; k < n; ++k) {
-    const std::string f = shard_dir + "/shard-" + std::to_string(k) + "-of-" + std::to_string(n) + ".h5";
+    const std::string f =
+        shard_dir + "/shard-" + std::to_string(k) + "-of-" + std::to_string(n) + ".h5";
     files.push_back(f);
-    std::vector<std::string> args = {opt.self_exe, "sweep", spec.path, "--out", f,
-                                     "--shard", std::to_string(k) + "/" + std::to_string(n), "--progress", "plain",
-                                     "--log-prefix", "[worker " + std::to_string(k) + "] "};
+    std::vector<std::string> args = {opt.self_exe,
+                                     "sweep",
+                                     spec.path,
+                                     "--out",
+                                     f,
+                                     "--shard",
+                                     std::to_string(k) + "/" + std::to_string(n),
+                                     "--progress",
+                                     "plain",
+                                     "--log-prefix",
+                                     "[worker " + std::to_string(k) + "] "};
     if (file_exists(f)) args.push_back("--resume");
     if (!opt.fsync) args.push_back("--no-fsync");
     for (const auto& a : opt.passthrough) args.push_back(a);
@@ -114,7 +133,8 @@ int run_workers(const SweepSpec& spec, const SweepOptions& opt, const std::strin
     argv.push_back(nullptr);
     std::vector<std::string> env_s;
     for (char** e = environ; *e; ++e)
-      if (std::string(*e).rfind("CUDA_VISIBLE_DEVICES=", 0) != 0 || opt.gpus.empty()) env_s.push_back(*e);
+      if (std::string(*e).rfind("CUDA_VISIBLE_DEVICES=", 0) != 0 || opt.gpus.empty())
+        env_s.push_back(*e);
     if (!opt.gpus.empty()) env_s.push_back("CUDA_VISIBLE_DEVICES=" + opt.gpus[k]);
     std::vector<char*> envp;
     for (auto& e : env_s) envp.push_back(const_cast<char*>(e.c_str()));
@@ -122,8 +142,8 @@ int run_workers(const SweepSpec& spec, const SweepOptions& opt, const std::strin
     pid_t pid = 0;
     if (posix_spawn(&pid, opt.self_exe.c_str(), nullptr, nullptr, argv.data(), envp.data()) != 0)
       throw Error("cannot start worker " + std::to_string(k) + " (" + opt.self_exe + ")");
-    os << "[workers] worker " << k << " pid " << pid << (opt.gpus.empty() ? "" : " on GPU " + opt.gpus[k]) << " -> "
-       << f << "\n";
+    os << "[workers] worker " << k << " pid " << pid
+       << (opt.gpus.empty() ? "" : " on GPU " + opt.gpus[k]) << " -> " << f << "\n";
     pids.push_back(pid);
   }
   os.flush();
@@ -143,7 +163,8 @@ int run_workers(const SweepSpec& spec, const SweepOptions& opt, const std::strin
   MergeOptions mo;
   mo.overwrite = true;
   const int64_t rows = merge_results(present, out, mo);
-  os << "[workers] merged " << present.size() << " shard files (" << rows << " points) -> " << out << "\n";
+  os << "[workers] merged " << present.size() << " shard files (" << rows << " points) -> " << out
+     << "\n";
   return worst;
 }
 
@@ -152,8 +173,8 @@ int run_workers(const SweepSpec& spec, const SweepOptions& opt, const std::strin
 void parse_shard(const std::string& text, int* k, int* n) {
   const auto slash = text.find('/');
   long long a = 0, b = 0;
-  if (slash == std::string::npos || !parse_int(text.substr(0, slash), &a) || !parse_int(text.substr(slash + 1), &b) ||
-      b < 1 || a < 0 || a >= b || b > 100000)
+  if (slash == std::string::npos || !parse_int(text.substr(0, slash), &a) ||
+      !parse_int(text.substr(slash + 1), &b) || b < 1 || a < 0 || a >= b || b > 100000)
     throw InvalidArgument("--shard: expected K/N with 0 <= K < N, got '" + text + "'");
   *k = static_cast<int>(a);
   *n = static_cast<int>(b);
@@ -167,7 +188,8 @@ int run_sweep(const SweepSpec& spec, const SweepOptions& opt, std::ostream& os) 
     try {
       find_bench(p.kind).check_point(p);
     } catch (const InvalidArgument& e) {
-      throw InvalidArgument("[" + p.study + "] " + p.kind + " point " + std::to_string(p.index) + ": " + e.what());
+      throw InvalidArgument("[" + p.study + "] " + p.kind + " point " + std::to_string(p.index) +
+                            ": " + e.what());
     }
   }
   const std::string fp = fingerprint(all);
@@ -193,17 +215,21 @@ int run_sweep(const SweepSpec& spec, const SweepOptions& opt, std::ostream& os) 
 #else
       if (b.needs_gpu() && !ctx.device_present) note = " (skipped: built without CUDA)";
 #endif
-      else if (auto why = b.unsupported_reason(p, ctx); !why.empty()) note = " (skipped: " + why + ")";
+      else if (auto why = b.unsupported_reason(p, ctx); !why.empty())
+        note = " (skipped: " + why + ")";
       const double est = note.empty() ? b.estimate_seconds(p, ctx) : 0.0;
       total += est;
       per_study[p.study].first += 1;
       per_study[p.study].second += est;
-      os << "[" << p.index << "] " << p.study << " " << p.kind << " " << p.describe() << note << "\n";
+      os << "[" << p.index << "] " << p.study << " " << p.kind << " " << p.describe() << note
+         << "\n";
     }
     os << "-- " << points.size() << " points";
-    if (opt.shard_n > 1) os << " in shard " << opt.shard_k << "/" << opt.shard_n << " (of " << all.size() << ")";
+    if (opt.shard_n > 1)
+      os << " in shard " << opt.shard_k << "/" << opt.shard_n << " (of " << all.size() << ")";
     os << ", estimated " << format_duration(total) << " on this machine"
-       << (ctx.device_present ? " (device: " + ctx.device_name + ")" : " (no GPU: GPU points skip)") << "\n";
+       << (ctx.device_present ? " (device: " + ctx.device_name + ")" : " (no GPU: GPU points skip)")
+       << "\n";
     for (const auto& [study, v] : per_study)
       os << "   " << study << ": " << v.first << " points, ~" << format_duration(v.second) << "\n";
     if (!out.empty()) os << "-- output: " << out << (file_exists(out) ? " (exists)" : "") << "\n";
@@ -227,10 +253,12 @@ int run_sweep(const SweepSpec& spec, const SweepOptions& opt, std::ostream& os) 
   std::unique_ptr<ResultFile> rf;
   bool resumed = false;
   if (file_exists(out)) {
-    if (!opt.resume) throw ResultFileError(out + " exists: use --resume to continue it, or another --out");
+    if (!opt.resume)
+      throw ResultFileError(out + " exists: use --resume to continue it, or another --out");
     h5::Recovery rec = h5::Recovery::kNone;
     rf = ResultFile::open(out, dopt, &rec);
-    if (rec != h5::Recovery::kNone) os << opt.log_prefix << "[resume] " << out << ": " << h5::to_string(rec) << "\n";
+    if (rec != h5::Recovery::kNone)
+      os << opt.log_prefix << "[resume] " << out << ": " << h5::to_string(rec) << "\n";
     resumed = true;
   } else {
     make_parent_dirs(out);
@@ -249,8 +277,8 @@ int run_sweep(const SweepSpec& spec, const SweepOptions& opt, std::ostream& os) 
     if (!done.count(p.key())) todo.push_back(&p);
   if (resumed)
     os << opt.log_prefix << "[resume] " << out << ": " << rf->rows() << " points already recorded, "
-       << (points.size() - todo.size()) << " of this sweep's " << points.size() << " finished, " << todo.size()
-       << " to run\n";
+       << (points.size() - todo.size()) << " of this sweep's " << points.size() << " finished, "
+       << todo.size() << " to run\n";
 
   rf->begin_run(meta, resumed);
   bool need_gpu = false;
@@ -259,9 +287,11 @@ int run_sweep(const SweepSpec& spec, const SweepOptions& opt, std::ostream& os) 
     std::string note;
     if (measure_ceilings(&ctx, &note)) {
       rf->set_ceilings(ctx.read_ceiling_bytes_per_s, ctx.copy_ceiling_bytes_per_s);
-      os << opt.log_prefix << "[ceilings] " << ctx.device_name << ": read " << std::fixed << std::setprecision(1)
-         << ctx.read_ceiling_bytes_per_s / 1e9 << " GB/s, copy " << ctx.copy_ceiling_bytes_per_s / 1e9
-         << " GB/s (datasheet " << ctx.peak_bytes_per_s / 1e9 << " GB/s)\n" << std::defaultfloat;
+      os << opt.log_prefix << "[ceilings] " << ctx.device_name << ": read " << std::fixed
+         << std::setprecision(1) << ctx.read_ceiling_bytes_per_s / 1e9 << " GB/s, copy "
+         << ctx.copy_ceiling_bytes_per_s / 1e9 << " GB/s (datasheet " << ctx.peak_bytes_per_s / 1e9
+         << " GB/s)\n"
+         << std::defaultfloat;
     } else {
       os << opt.log_prefix << "[ceilings] not measured: " << note << "\n";
     }
@@ -274,7 +304,8 @@ int run_sweep(const SweepSpec& spec, const SweepOptions& opt, std::ostream& os) 
     est[i] = (b.needs_gpu() && !ctx.device_present) ? 1e-3 : b.estimate_seconds(*todo[i], ctx);
     est_total += est[i];
   }
-  Progress progress(static_cast<int64_t>(todo.size()), est_total, Progress::parse_mode(opt.progress), os, opt.log_prefix);
+  Progress progress(static_cast<int64_t>(todo.size()), est_total,
+                    Progress::parse_mode(opt.progress), os, opt.log_prefix);
   SignalGuard guard;
   int64_t n_ok = 0, n_skip = 0, n_fail = 0, n_run = 0;
   for (size_t i = 0; i < todo.size(); ++i) {
@@ -294,9 +325,9 @@ int run_sweep(const SweepSpec& spec, const SweepOptions& opt, std::ostream& os) 
   progress.done();
   rf->end_run(n_run, n_fail);
   const int sig = g_stop_signal;
-  os << opt.log_prefix << "done: " << n_run << " points run (ok " << n_ok << ", skipped " << n_skip << ", failed "
-     << n_fail << ") in " << format_duration(progress.elapsed()) << "; " << out << " holds " << rf->rows()
-     << " points\n";
+  os << opt.log_prefix << "done: " << n_run << " points run (ok " << n_ok << ", skipped " << n_skip
+     << ", failed " << n_fail << ") in " << format_duration(progress.elapsed()) << "; " << out
+     << " holds " << rf->rows() << " points\n";
   if (sig) {
     os << opt.log_prefix << "interrupted by signal " << sig << ": " << (todo.size() - n_run)
        << " points not run; continue with --resume\n";

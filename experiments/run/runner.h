@@ -16,19 +16,19 @@
 namespace kvlab::exp {
 
 struct SweepOptions {
-  std::string out;                 // result file ("" = the config's `out`)
-  bool resume = false;             // continue an existing file, skipping finished points
-  bool dry_run = false;            // list the points and an estimate, run nothing
-  int shard_k = 0, shard_n = 1;    // run the points whose index % n == k
-  std::string progress = "auto";   // auto | bar | plain | none
+  std::string out;                // result file ("" = the config's `out`)
+  bool resume = false;            // continue an existing file, skipping finished points
+  bool dry_run = false;           // list the points and an estimate, run nothing
+  int shard_k = 0, shard_n = 1;   // run the points whose index % n == k
+  std::string progress = "auto";  // auto | bar | plain | none
   bool fsync = true;
-  bool timing = true;              // false: validate only (kvlab validate)
-  int workers = 1;                 // > 1: one child process per shard, merged at the end
-  std::vector<std::string> gpus;   // a device per worker (CUDA_VISIBLE_DEVICES)
-  std::vector<std::string> argv;   // this invocation (provenance)
-  std::string self_exe;            // for spawning workers
+  bool timing = true;                    // false: validate only (kvlab validate)
+  int workers = 1;                       // > 1: one child process per shard, merged at the end
+  std::vector<std::string> gpus;         // a device per worker (CUDA_VISIBLE_DEVICES)
+  std::vector<std::string> argv;         // this invocation (provenance)
+  std::string self_exe;                  // for spawning workers
   std::vector<std::string> passthrough;  // options the workers repeat (--axis, --only, --seed, ...)
-  std::string log_prefix;          // prepended to every output line (workers: "[worker k] ")
+  std::string log_prefix;                // prepended to every output line (workers: "[worker k] ")
 };
 
 // Parses "k/N" (0 <= k < N); throws InvalidArgument naming the text.

@@ -9,7 +9,26 @@
 namespace kvlab::exp {
 
 struct Expr::Node {
-  enum Op { kNum, kStr, kIdent, kNeg, kNot, kAnd, kOr, kAdd, kSub, kMul, kDiv, kMod, kLt, kLe, kGt, kGe, kEq, kNe };
+  enum Op {
+    kNum,
+    kStr,
+    kIdent,
+    kNeg,
+    kNot,
+    kAnd,
+    kOr,
+    kAdd,
+    kSub,
+    kMul,
+    kDiv,
+    kMod,
+    kLt,
+    kLe,
+    kGt,
+    kGe,
+    kEq,
+    kNe
+  };
   Op op = kNum;
   double num = 0;
   std::string str;
@@ -34,7 +53,8 @@ class Parser {
 
  private:
   [[noreturn]] void fail(const std::string& msg) const {
-    throw InvalidArgument("constraint '" + t_ + "': " + msg + " at column " + std::to_string(i_ + 1));
+    throw InvalidArgument("constraint '" + t_ + "': " + msg + " at column " +
+                          std::to_string(i_ + 1));
   }
   void skip() {
     while (i_ < t_.size() && std::isspace(static_cast<unsigned char>(t_[i_]))) ++i_;
@@ -44,7 +64,8 @@ class Parser {
     const size_t n = std::char_traits<char>::length(w);
     if (t_.compare(i_, n, w) != 0) return false;
     const bool alpha = std::isalpha(static_cast<unsigned char>(w[0]));
-    if (alpha && i_ + n < t_.size() && (std::isalnum(static_cast<unsigned char>(t_[i_ + n])) || t_[i_ + n] == '_'))
+    if (alpha && i_ + n < t_.size() &&
+        (std::isalnum(static_cast<unsigned char>(t_[i_ + n])) || t_[i_ + n] == '_'))
       return false;
     i_ += n;
     return true;
@@ -77,8 +98,9 @@ class Parser {
   }
   NodeP parse_cmp() {
     NodeP l = parse_sum();
-    static const std::pair<const char*, N::Op> ops[] = {{"<=", N::kLe}, {">=", N::kGe}, {"==", N::kEq},
-                                                       {"!=", N::kNe}, {"<", N::kLt},  {">", N::kGt}};
+    static const std::pair<const char*, N::Op> ops[] = {{"<=", N::kLe}, {">=", N::kGe},
+                                                        {"==", N::kEq}, {"!=", N::kNe},
+                                                        {"<", N::kLt},  {">", N::kGt}};
     for (const auto& [s, op] : ops)
       if (word(s)) return mk(op, l, parse_sum());
     return l;
@@ -86,18 +108,25 @@ class Parser {
   NodeP parse_sum() {
     NodeP l = parse_prod();
     for (;;) {
-      if (word("+")) l = mk(N::kAdd, l, parse_prod());
-      else if (word("-")) l = mk(N::kSub, l, parse_prod());
-      else return l;
+      if (word("+"))
+        l = mk(N::kAdd, l, parse_prod());
+      else if (word("-"))
+        l = mk(N::kSub, l, parse_prod());
+      else
+        return l;
     }
   }
   NodeP parse_prod() {
     NodeP l = parse_unary();
     for (;;) {
-      if (word("*")) l = mk(N::kMul, l, parse_unary());
-      else if (word("/")) l = mk(N::kDiv, l, parse_unary());
-      else if (word("%")) l = mk(N::kMod, l, parse_unary());
-      else return l;
+      if (word("*"))
+        l = mk(N::kMul, l, parse_unary());
+      else if (word("/"))
+        l = mk(N::kDiv, l, parse_unary());
+      else if (word("%"))
+        l = mk(N::kMod, l, parse_unary());
+      else
+        return l;
     }
   }
   NodeP parse_unary() {
@@ -133,7 +162,8 @@ class Parser {
     }
     if (std::isalpha(static_cast<unsigned char>(c)) || c == '_') {
       const size_t b = i_;
-      while (i_ < t_.size() && (std::isalnum(static_cast<unsigned char>(t_[i_])) || t_[i_] == '_')) ++i_;
+      while (i_ < t_.size() && (std::isalnum(static_cast<unsigned char>(t_[i_])) || t_[i_] == '_'))
+        ++i_;
       n->op = N::kIdent;
       n->str = t_.substr(b, i_ - b);
       return n;
@@ -156,7 +186,9 @@ struct Evaluator {
   const std::string& text;
   const std::function<ExprValue(const std::string&)>& lookup;
 
-  [[noreturn]] void fail(const std::string& msg) const { throw InvalidArgument("constraint '" + text + "': " + msg); }
+  [[noreturn]] void fail(const std::string& msg) const {
+    throw InvalidArgument("constraint '" + text + "': " + msg);
+  }
   double num(const ExprValue& v, const char* op) const {
     if (auto* d = std::get_if<double>(&v)) return *d;
     fail(std::string("operator ") + op + " needs numbers, got '" + std::get<std::string>(v) + "'");
@@ -167,16 +199,26 @@ struct Evaluator {
   }
   ExprValue eval(const NodeP& n) const {
     switch (n->op) {
-      case N::kNum: return n->num;
-      case N::kStr: return n->str;
-      case N::kIdent: return lookup(n->str);
-      case N::kNeg: return -num(eval(n->a), "-");
-      case N::kNot: return truthy(eval(n->a)) ? 0.0 : 1.0;
-      case N::kAnd: return truthy(eval(n->a)) && truthy(eval(n->b)) ? 1.0 : 0.0;
-      case N::kOr: return truthy(eval(n->a)) || truthy(eval(n->b)) ? 1.0 : 0.0;
-      case N::kAdd: return num(eval(n->a), "+") + num(eval(n->b), "+");
-      case N::kSub: return num(eval(n->a), "-") - num(eval(n->b), "-");
-      case N::kMul: return num(eval(n->a), "*") * num(eval(n->b), "*");
+      case N::kNum:
+        return n->num;
+      case N::kStr:
+        return n->str;
+      case N::kIdent:
+        return lookup(n->str);
+      case N::kNeg:
+        return -num(eval(n->a), "-");
+      case N::kNot:
+        return truthy(eval(n->a)) ? 0.0 : 1.0;
+      case N::kAnd:
+        return truthy(eval(n->a)) && truthy(eval(n->b)) ? 1.0 : 0.0;
+      case N::kOr:
+        return truthy(eval(n->a)) || truthy(eval(n->b)) ? 1.0 : 0.0;
+      case N::kAdd:
+        return num(eval(n->a), "+") + num(eval(n->b), "+");
+      case N::kSub:
+        return num(eval(n->a), "-") - num(eval(n->b), "-");
+      case N::kMul:
+        return num(eval(n->a), "*") * num(eval(n->b), "*");
       case N::kDiv: {
         const double d = num(eval(n->b), "/");
         if (d == 0) fail("division by zero");
@@ -187,7 +229,8 @@ struct Evaluator {
         if (d == 0) fail("modulo by zero");
         return std::fmod(num(eval(n->a), "%"), d);
       }
-      default: break;
+      default:
+        break;
     }
     const ExprValue a = eval(n->a), b = eval(n->b);
     int c = 0;
@@ -203,13 +246,20 @@ struct Evaluator {
       c = std::get<std::string>(a).compare(std::get<std::string>(b));
     }
     switch (n->op) {
-      case N::kLt: return c < 0 ? 1.0 : 0.0;
-      case N::kLe: return c <= 0 ? 1.0 : 0.0;
-      case N::kGt: return c > 0 ? 1.0 : 0.0;
-      case N::kGe: return c >= 0 ? 1.0 : 0.0;
-      case N::kEq: return c == 0 ? 1.0 : 0.0;
-      case N::kNe: return c != 0 ? 1.0 : 0.0;
-      default: break;
+      case N::kLt:
+        return c < 0 ? 1.0 : 0.0;
+      case N::kLe:
+        return c <= 0 ? 1.0 : 0.0;
+      case N::kGt:
+        return c > 0 ? 1.0 : 0.0;
+      case N::kGe:
+        return c >= 0 ? 1.0 : 0.0;
+      case N::kEq:
+        return c == 0 ? 1.0 : 0.0;
+      case N::kNe:
+        return c != 0 ? 1.0 : 0.0;
+      default:
+        break;
     }
     fail("internal: unknown operator");
   }

@@ -29,37 +29,50 @@ bool parse_bool(const std::string& v, const std::string& what) {
 int to_int(const std::string& v, const std::string& what, long long lo, long long hi) {
   long long x = 0;
   if (!parse_int(v, &x) || x < lo || x > hi)
-    throw InvalidArgument(what + ": expected an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) +
-                          "], got '" + v + "'");
+    throw InvalidArgument(what + ": expected an integer in [" + std::to_string(lo) + ", " +
+                          std::to_string(hi) + "], got '" + v + "'");
   return static_cast<int>(x);
 }
 
 double to_double(const std::string& v, const std::string& what, double lo) {
   double x = 0;
   if (!parse_float(v, &x) || x < lo)
-    throw InvalidArgument(what + ": expected a number >= " + canonical_number(lo) + ", got '" + v + "'");
+    throw InvalidArgument(what + ": expected a number >= " + canonical_number(lo) + ", got '" + v +
+                          "'");
   return x;
 }
 
-void set_timing(TimingConfig* t, const std::string& key, const std::string& v, const std::string& origin) {
+void set_timing(TimingConfig* t, const std::string& key, const std::string& v,
+                const std::string& origin) {
   const std::string what = origin + ": [timing] " + key;
-  if (key == "warmup") t->warmup = to_int(v, what, 0, 1000);
-  else if (key == "min_reps") t->min_reps = to_int(v, what, 3, 100000);
-  else if (key == "max_reps") t->max_reps = to_int(v, what, 3, 1000000);
-  else if (key == "target_rel_iqr") t->target_rel_iqr = to_double(v, what, 0);
-  else if (key == "max_seconds") t->max_seconds = to_double(v, what, 0);
-  else if (key == "cold_l2") t->cold_l2 = parse_bool(v, what);
-  else if (key == "graph") t->graph = parse_bool(v, what);
-  else if (key == "graph_calls") t->graph_calls = to_int(v, what, 1, 10000);
+  if (key == "warmup")
+    t->warmup = to_int(v, what, 0, 1000);
+  else if (key == "min_reps")
+    t->min_reps = to_int(v, what, 3, 100000);
+  else if (key == "max_reps")
+    t->max_reps = to_int(v, what, 3, 1000000);
+  else if (key == "target_rel_iqr")
+    t->target_rel_iqr = to_double(v, what, 0);
+  else if (key == "max_seconds")
+    t->max_seconds = to_double(v, what, 0);
+  else if (key == "cold_l2")
+    t->cold_l2 = parse_bool(v, what);
+  else if (key == "graph")
+    t->graph = parse_bool(v, what);
+  else if (key == "graph_calls")
+    t->graph_calls = to_int(v, what, 1, 10000);
   else
-    throw InvalidArgument(origin + ": unknown key '" + key +
-                          "' in [timing] (allowed: warmup, min_reps, max_reps, target_rel_iqr, max_seconds, "
-                          "cold_l2, graph, graph_calls)");
+    throw InvalidArgument(
+        origin + ": unknown key '" + key +
+        "' in [timing] (allowed: warmup, min_reps, max_reps, target_rel_iqr, max_seconds, "
+        "cold_l2, graph, graph_calls)");
 }
 
 bool valid_study_name(const std::string& s) {
   if (s.empty()) return false;
-  return std::all_of(s.begin(), s.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-'; });
+  return std::all_of(s.begin(), s.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-';
+  });
 }
 
 std::string join(const std::vector<std::string>& v, const std::string& sep = ", ") {
@@ -69,7 +82,8 @@ std::string join(const std::vector<std::string>& v, const std::string& sep = ", 
 }
 
 // Validates and canonicalizes the values of one axis.
-std::vector<std::string> axis_values(const AxisSpec& a, const std::string& text, const std::string& what) {
+std::vector<std::string> axis_values(const AxisSpec& a, const std::string& text,
+                                     const std::string& what) {
   std::vector<std::string> raw;
   if (a.type == AxisType::kEnum && trim(text) == "all") return a.choices;
   raw = parse_value_list(text, what);
@@ -85,7 +99,8 @@ std::vector<std::string> axis_values(const AxisSpec& a, const std::string& text,
       out.push_back(canonical_number(x));
     } else if (a.type == AxisType::kEnum) {
       if (std::find(a.choices.begin(), a.choices.end(), v) == a.choices.end())
-        throw InvalidArgument(what + ": unknown value '" + v + "' (allowed: " + join(a.choices) + ", or all)");
+        throw InvalidArgument(what + ": unknown value '" + v + "' (allowed: " + join(a.choices) +
+                              ", or all)");
       out.push_back(v);
     } else {
       if (v.find_first_of("=,;") != std::string::npos)
@@ -120,17 +135,24 @@ SweepSpec parse_sweep(const std::string& text, const std::string& origin) {
     const std::string value = o.value.empty() ? "" : trim(o.value.front());
     const auto dot = key.rfind('.');
     if (dot == std::string::npos) {
-      if (!seen_top.insert(key).second) throw InvalidArgument(origin + ": top-level key '" + key + "' given twice");
-      if (key == "name") spec.name = value;
-      else if (key == "description") spec.description = value;
-      else if (key == "out") spec.out = value;
+      if (!seen_top.insert(key).second)
+        throw InvalidArgument(origin + ": top-level key '" + key + "' given twice");
+      if (key == "name")
+        spec.name = value;
+      else if (key == "description")
+        spec.description = value;
+      else if (key == "out")
+        spec.out = value;
       else if (key == "seed") {
         long long s = 0;
-        if (!parse_int(value, &s) || s < 0) throw InvalidArgument(origin + ": seed must be a non-negative integer, got '" + value + "'");
+        if (!parse_int(value, &s) || s < 0)
+          throw InvalidArgument(origin + ": seed must be a non-negative integer, got '" + value +
+                                "'");
         spec.seed = static_cast<uint64_t>(s);
       } else {
-        throw InvalidArgument(origin + ": unknown top-level key '" + key +
-                              "' (allowed: name, description, out, seed; studies go in [sections])");
+        throw InvalidArgument(
+            origin + ": unknown top-level key '" + key +
+            "' (allowed: name, description, out, seed; studies go in [sections])");
       }
       continue;
     }
@@ -140,7 +162,8 @@ SweepSpec parse_sweep(const std::string& text, const std::string& origin) {
       continue;
     }
     if (!valid_study_name(section))
-      throw InvalidArgument(origin + ": invalid section name '[" + section + "]' (letters, digits, '_' and '-' only)");
+      throw InvalidArgument(origin + ": invalid section name '[" + section +
+                            "]' (letters, digits, '_' and '-' only)");
     auto it = study_index.find(section);
     if (it == study_index.end()) {
       it = study_index.emplace(section, spec.studies.size()).first;
@@ -160,7 +183,8 @@ SweepSpec parse_sweep(const std::string& text, const std::string& origin) {
         if (trim(n).empty()) throw InvalidArgument(what + ": empty axis name in '" + value + "'");
         names.push_back(trim(n));
       }
-      if (names.size() < 2) throw InvalidArgument(what + ": a zip needs at least two axes, got '" + value + "'");
+      if (names.size() < 2)
+        throw InvalidArgument(what + ": a zip needs at least two axes, got '" + value + "'");
       st.zips.push_back(names);
     } else if (k == "where") {
       st.constraints.push_back(Expr::parse(value));
@@ -176,7 +200,8 @@ SweepSpec parse_sweep(const std::string& text, const std::string& origin) {
                           ") is below min_reps (" + std::to_string(spec.timing.min_reps) + ")");
   for (const auto& st : spec.studies)
     if (st.kind.empty())
-      throw InvalidArgument(origin + ": [" + st.name + "] has no 'kind' (known kinds: " + join(bench_names()) + ")");
+      throw InvalidArgument(origin + ": [" + st.name +
+                            "] has no 'kind' (known kinds: " + join(bench_names()) + ")");
   if (spec.studies.empty()) throw InvalidArgument(origin + ": no study sections: nothing to run");
   return spec;
 }
@@ -201,7 +226,8 @@ void select_studies(SweepSpec* spec, const std::string& names) {
   std::vector<StudySpec> kept;
   for (const auto& raw : split(names, ',')) {
     const std::string n = trim(raw);
-    auto it = std::find_if(spec->studies.begin(), spec->studies.end(), [&](const StudySpec& s) { return s.name == n; });
+    auto it = std::find_if(spec->studies.begin(), spec->studies.end(),
+                           [&](const StudySpec& s) { return s.name == n; });
     if (it == spec->studies.end()) {
       std::vector<std::string> all;
       for (const auto& s : spec->studies) all.push_back(s.name);
@@ -235,15 +261,21 @@ std::vector<Point> expand(const SweepSpec& spec) {
       }
       if (!declared) continue;
       used = true;
-      auto it = std::find_if(st.axes.begin(), st.axes.end(), [&](const auto& p) { return p.first == name; });
-      if (it != st.axes.end()) it->second = values;
-      else st.axes.emplace_back(name, values);
+      auto it = std::find_if(st.axes.begin(), st.axes.end(),
+                             [&](const auto& p) { return p.first == name; });
+      if (it != st.axes.end())
+        it->second = values;
+      else
+        st.axes.emplace_back(name, values);
     }
     if (!used) {
-      if (!only_study.empty() && std::none_of(studies.begin(), studies.end(), [&](const StudySpec& s) { return s.name == only_study; }))
+      if (!only_study.empty() &&
+          std::none_of(studies.begin(), studies.end(),
+                       [&](const StudySpec& s) { return s.name == only_study; }))
         throw InvalidArgument("--axis " + ov + ": unknown study '" + only_study + "'");
       std::vector<std::string> k(known.begin(), known.end());
-      throw InvalidArgument("--axis " + ov + ": unknown axis '" + name + "' (axes of the selected studies: " + join(k) + ")");
+      throw InvalidArgument("--axis " + ov + ": unknown axis '" + name +
+                            "' (axes of the selected studies: " + join(k) + ")");
     }
   }
 
@@ -255,37 +287,45 @@ std::vector<Point> expand(const SweepSpec& spec) {
     const std::string where = origin + ": [" + st.name + "]";
     std::map<std::string, std::vector<std::string>> values;
     for (const auto& [name, text] : st.axes) {
-      auto a = std::find_if(specs.begin(), specs.end(), [&](const AxisSpec& s) { return s.name == name; });
+      auto a = std::find_if(specs.begin(), specs.end(),
+                            [&](const AxisSpec& s) { return s.name == name; });
       if (a == specs.end()) {
         std::vector<std::string> names;
         for (const auto& s : specs) names.push_back(s.name);
-        throw InvalidArgument(where + ": unknown axis '" + name + "' for kind " + st.kind + " (axes: " + join(names) + ")");
+        throw InvalidArgument(where + ": unknown axis '" + name + "' for kind " + st.kind +
+                              " (axes: " + join(names) + ")");
       }
       values[name] = axis_values(*a, text, where + " " + name);
     }
     for (const auto& a : specs)
-      if (!values.count(a.name)) values[a.name] = axis_values(a, a.default_value, where + " default of " + a.name);
+      if (!values.count(a.name))
+        values[a.name] = axis_values(a, a.default_value, where + " default of " + a.name);
 
     // Dimensions: one per axis, zipped axes share one (placed at their first axis).
     std::map<std::string, int> zip_of;
     for (size_t z = 0; z < st.zips.size(); ++z) {
       size_t len = 0;
       for (const auto& n : st.zips[z]) {
-        if (std::none_of(specs.begin(), specs.end(), [&](const AxisSpec& s) { return s.name == n; }))
+        if (std::none_of(specs.begin(), specs.end(),
+                         [&](const AxisSpec& s) { return s.name == n; }))
           throw InvalidArgument(where + ": zip names unknown axis '" + n + "'");
         if (zip_of.count(n)) throw InvalidArgument(where + ": axis '" + n + "' is in two zips");
         zip_of[n] = static_cast<int>(z);
         const size_t l = values[n].size();
-        if (len == 0) len = l;
+        if (len == 0)
+          len = l;
         else if (l != len)
-          throw InvalidArgument(where + ": zipped axes " + join(st.zips[z]) + " have different lengths (" +
-                                std::to_string(len) + " vs " + std::to_string(l) + " for " + n + ")");
+          throw InvalidArgument(where + ": zipped axes " + join(st.zips[z]) +
+                                " have different lengths (" + std::to_string(len) + " vs " +
+                                std::to_string(l) + " for " + n + ")");
       }
     }
     for (const auto& c : st.constraints)
       for (const auto& id : c.identifiers())
-        if (std::none_of(specs.begin(), specs.end(), [&](const AxisSpec& s) { return s.name == id; }))
-          throw InvalidArgument(where + ": constraint '" + c.text() + "' names unknown axis '" + id + "'");
+        if (std::none_of(specs.begin(), specs.end(),
+                         [&](const AxisSpec& s) { return s.name == id; }))
+          throw InvalidArgument(where + ": constraint '" + c.text() + "' names unknown axis '" +
+                                id + "'");
 
     struct Dim {
       std::vector<std::string> axes;
@@ -304,7 +344,9 @@ std::vector<Point> expand(const SweepSpec& spec) {
     std::vector<size_t> idx(dims.size(), 0);
     size_t total = 1;
     for (const auto& d : dims) total *= d.len;
-    if (total > 10000000) throw InvalidArgument(where + ": " + std::to_string(total) + " points is beyond the limit of 10^7");
+    if (total > 10000000)
+      throw InvalidArgument(where + ": " + std::to_string(total) +
+                            " points is beyond the limit of 10^7");
     for (size_t n = 0; n < total; ++n) {
       Point p;
       p.study = st.name;
@@ -316,7 +358,8 @@ std::vector<Point> expand(const SweepSpec& spec) {
       bool ok = true;
       for (const auto& c : st.constraints) {
         ok = c.eval([&](const std::string& id) -> ExprValue {
-          auto a = std::find_if(specs.begin(), specs.end(), [&](const AxisSpec& s) { return s.name == id; });
+          auto a = std::find_if(specs.begin(), specs.end(),
+                                [&](const AxisSpec& s) { return s.name == id; });
           if (a->numeric()) {
             double x = 0;
             parse_float(chosen[id], &x);
@@ -339,7 +382,8 @@ std::vector<Point> expand(const SweepSpec& spec) {
   }
   std::set<std::string> keys;
   for (const auto& p : points)
-    if (!keys.insert(p.key()).second) throw InvalidArgument(origin + ": point " + p.key() + " appears twice");
+    if (!keys.insert(p.key()).second)
+      throw InvalidArgument(origin + ": point " + p.key() + " appears twice");
   return points;
 }
 

@@ -35,11 +35,11 @@ struct StudySpec {
 };
 
 struct SweepSpec {
-  std::string path;          // "" for a spec built on the command line
-  std::string text;          // the config file's text (stored as provenance)
+  std::string path;  // "" for a spec built on the command line
+  std::string text;  // the config file's text (stored as provenance)
   std::string name;
   std::string description;
-  std::string out;           // default output file
+  std::string out;  // default output file
   uint64_t seed = 1;
   TimingConfig timing;
   std::vector<StudySpec> studies;

@@ -87,20 +87,24 @@ void expand_range(const std::string& item, const std::string& what, std::vector<
       throw InvalidArgument(what + ": malformed range '" + item + "': need 0 <= LO <= HI <= 62");
     for (long long e = lo; e <= hi; ++e) out->push_back(std::to_string(1LL << e));
   } else if (kind == "range") {
-    if (parts.size() != 3 && parts.size() != 4) throw InvalidArgument(what + ": malformed range '" + item + "'" + forms);
+    if (parts.size() != 3 && parts.size() != 4)
+      throw InvalidArgument(what + ": malformed range '" + item + "'" + forms);
     const long long lo = range_int(parts[1], item, what), hi = range_int(parts[2], item, what);
     const long long step = parts.size() == 4 ? range_int(parts[3], item, what) : 1;
-    if (step <= 0) throw InvalidArgument(what + ": malformed range '" + item + "': STEP must be positive");
+    if (step <= 0)
+      throw InvalidArgument(what + ": malformed range '" + item + "': STEP must be positive");
     if (lo > hi) throw InvalidArgument(what + ": empty range '" + item + "' (LO > HI)");
     if (static_cast<unsigned long long>(hi - lo) / step >= kMaxItems)
-      throw InvalidArgument(what + ": range '" + item + "' has more than " + std::to_string(kMaxItems) + " values");
+      throw InvalidArgument(what + ": range '" + item + "' has more than " +
+                            std::to_string(kMaxItems) + " values");
     for (long long v = lo; v <= hi; v += step) out->push_back(std::to_string(v));
   } else if (kind == "geom") {
     if (parts.size() != 4) throw InvalidArgument(what + ": malformed range '" + item + "'" + forms);
     const long long lo = range_int(parts[1], item, what), hi = range_int(parts[2], item, what);
     const long long f = range_int(parts[3], item, what);
     if (lo <= 0 || f < 2 || lo > hi)
-      throw InvalidArgument(what + ": malformed range '" + item + "': need 0 < LO <= HI and FACTOR >= 2");
+      throw InvalidArgument(what + ": malformed range '" + item +
+                            "': need 0 < LO <= HI and FACTOR >= 2");
     for (long long v = lo; v <= hi; v *= f) {
       out->push_back(std::to_string(v));
       if (v > hi / f) break;
@@ -127,7 +131,8 @@ std::vector<std::string> parse_value_list(const std::string& text, const std::st
   return out;
 }
 
-std::pair<std::string, std::string> split_assignment(const std::string& text, const std::string& what) {
+std::pair<std::string, std::string> split_assignment(const std::string& text,
+                                                     const std::string& what) {
   const auto eq = text.find('=');
   if (eq == std::string::npos || trim(text.substr(0, eq)).empty())
     throw InvalidArgument(what + ": expected NAME=VALUES, got '" + text + "'");

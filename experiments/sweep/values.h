@@ -17,7 +17,8 @@ namespace kvlab::exp {
 std::vector<std::string> parse_value_list(const std::string& text, const std::string& what);
 
 // "name=values" -> (name, values text); throws naming the argument when '=' is missing.
-std::pair<std::string, std::string> split_assignment(const std::string& text, const std::string& what);
+std::pair<std::string, std::string> split_assignment(const std::string& text,
+                                                     const std::string& what);
 
 std::string trim(const std::string& s);
 std::vector<std::string> split(const std::string& s, char sep);

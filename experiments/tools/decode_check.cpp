@@ -13,11 +13,11 @@
 //                                   with the floor bytes over time as % of the read ceiling
 //                                   measured in the same run and of the datasheet figure;
 //                                   CUDA-graph replay for the launch-bound P8 points; --append
-//                                   times the quantize-on-write kernel (P9; --append-formats picks formats, e.g. one per ncu run); --csv keeps every
-//                                   row. Every timing row carries the error of the same
-//                                   configuration (format, heads, block size) validated on a
-//                                   smaller batch first, and the full-size launch must be
-//                                   finite everywhere.
+//                                   times the quantize-on-write kernel (P9; --append-formats picks
+//                                   formats, e.g. one per ncu run); --csv keeps every row. Every
+//                                   timing row carries the error of the same configuration (format,
+//                                   heads, block size) validated on a smaller batch first, and the
+//                                   full-size launch must be finite everywhere.
 // The timing pools hold real encoded data (never zeros): 64 pages of a seeded case repeated
 // over the pool (device-side doubling copies), reached through a shuffled block table.
 #include <boost/program_options.hpp>
@@ -122,10 +122,12 @@ ref::PagedCaseSpec base_spec(KvFormat f, uint64_t seed) {
 }
 
 int validate_table(uint64_t seed) {
-  std::printf("validation: NHD, bf16 Q/O, 32 q / 8 kv heads, head_dim 128, block 16, lengths = "
-              "awkward_seq_lens(16, 3001), seed %llu\n", static_cast<unsigned long long>(seed));
-  std::printf("%-32s %-12s %12s %12s %6s | %12s %12s %6s\n", "version", "format", "max_abs", "rel_l2", "pass",
-              "orig_max_abs", "orig_rel_l2", "sane");
+  std::printf(
+      "validation: NHD, bf16 Q/O, 32 q / 8 kv heads, head_dim 128, block 16, lengths = "
+      "awkward_seq_lens(16, 3001), seed %llu\n",
+      static_cast<unsigned long long>(seed));
+  std::printf("%-32s %-12s %12s %12s %6s | %12s %12s %6s\n", "version", "format", "max_abs",
+              "rel_l2", "pass", "orig_max_abs", "orig_rel_l2", "sane");
   int failures = 0;
   for (KvFormat f : all_kv_formats()) {
     ref::PagedCaseSpec s = base_spec(f, seed);
@@ -137,16 +139,19 @@ int validate_table(uint64_t seed) {
     for (const auto& v : gpu::decode_versions()) {
       const RunResult r = run(c, d, v.id);
       if (!r.supported) {
-        std::printf("%-32s %-12s unsupported: %s\n", v.name.c_str(), to_string(f).c_str(), r.reason.c_str());
+        std::printf("%-32s %-12s unsupported: %s\n", v.name.c_str(), to_string(f).c_str(),
+                    r.reason.c_str());
         continue;
       }
       ErrorStats st, so;
       const bool ok = check(r.o, tight.o, tolerance(Op::kDecodeAttention, f, s.q_dtype), &st) &&
                       check(r.lse, tight.lse, tolerance(Op::kDecodeLse, f, s.q_dtype), nullptr);
-      const bool sane = check(r.o, orig.o, tolerance(Op::kDecodeAttentionVsBf16, f, s.q_dtype), &so);
+      const bool sane =
+          check(r.o, orig.o, tolerance(Op::kDecodeAttentionVsBf16, f, s.q_dtype), &so);
       failures += !ok + !sane;
-      std::printf("%-32s %-12s %12.3e %12.3e %6s | %12.3e %12.3e %6s\n", v.name.c_str(), to_string(f).c_str(),
-                  st.max_abs, st.rel_l2, ok ? "yes" : "NO", so.max_abs, so.rel_l2, sane ? "yes" : "NO");
+      std::printf("%-32s %-12s %12.3e %12.3e %6s | %12.3e %12.3e %6s\n", v.name.c_str(),
+                  to_string(f).c_str(), st.max_abs, st.rel_l2, ok ? "yes" : "NO", so.max_abs,
+                  so.rel_l2, sane ? "yes" : "NO");
     }
   }
   return failures;
@@ -173,7 +178,8 @@ struct BenchRow {
   std::string version;
   std::string status;  // ok | skipped | failed
   std::string reason;
-  double median_us = 0, q1_us = 0, q3_us = 0, rel_iqr = 0, bytes = 0, gbps = 0, pct_ceiling = 0, pct_sheet = 0;
+  double median_us = 0, q1_us = 0, q3_us = 0, rel_iqr = 0, bytes = 0, gbps = 0, pct_ceiling = 0,
+         pct_sheet = 0;
   double rel_l2 = 0;
   int reps = 0;
 };
@@ -186,10 +192,12 @@ constexpr int kBasePages = 64;
 double floor_bytes(const PageGeometry& g, const std::vector<int32_t>& lens, int qo_heads) {
   double tokens = 0;
   for (int32_t l : lens) tokens += l;
-  const double per_token_head = static_cast<double>(g.head_dim) * g.elem_bits() / 8 +
-                                (kv_format_has_token_scales(g.format) ? 4.0 : 0.0) +
-                                (g.scale_group() ? static_cast<double>(g.head_dim / g.scale_group()) : 0.0);
-  return 2.0 * tokens * g.num_kv_heads * per_token_head + 2.0 * lens.size() * qo_heads * g.head_dim * 2;
+  const double per_token_head =
+      static_cast<double>(g.head_dim) * g.elem_bits() / 8 +
+      (kv_format_has_token_scales(g.format) ? 4.0 : 0.0) +
+      (g.scale_group() ? static_cast<double>(g.head_dim / g.scale_group()) : 0.0);
+  return 2.0 * tokens * g.num_kv_heads * per_token_head +
+         2.0 * lens.size() * qo_heads * g.head_dim * 2;
 }
 
 std::vector<int32_t> lengths_of(const BenchPoint& pt, uint64_t seed) {
@@ -197,7 +205,8 @@ std::vector<int32_t> lengths_of(const BenchPoint& pt, uint64_t seed) {
   if (pt.mixed) {
     std::mt19937_64 rng(seed + 31);
     const int lo = std::min(1024, pt.ctx);
-    for (auto& l : lens) l = lo + static_cast<int32_t>(rng() % static_cast<uint64_t>(pt.ctx - lo + 1));
+    for (auto& l : lens)
+      l = lo + static_cast<int32_t>(rng() % static_cast<uint64_t>(pt.ctx - lo + 1));
   }
   return lens;
 }
@@ -235,10 +244,14 @@ std::vector<VersionSel> parse_versions(const std::string& list) {
     v.label = gpu::decode_version(v.id).name;
     if (!opt.empty()) {
       KVLAB_REQUIRE(v.id >= 4, "plan options apply to v4+, got '" << item << "'");
-      if (opt.rfind("waves=", 0) == 0) v.tuning.fill_waves = std::stoi(opt.substr(6));
-      else if (opt.rfind("chunk=", 0) == 0) v.tuning.max_chunk_bytes = static_cast<int64_t>(std::stod(opt.substr(6)) * (1 << 20));
-      else if (opt == "nopdl") v.tuning.pdl = false;
-      else KVLAB_REQUIRE(false, "unknown version option '" << opt << "' (waves=N, chunk=MiB, nopdl)");
+      if (opt.rfind("waves=", 0) == 0)
+        v.tuning.fill_waves = std::stoi(opt.substr(6));
+      else if (opt.rfind("chunk=", 0) == 0)
+        v.tuning.max_chunk_bytes = static_cast<int64_t>(std::stod(opt.substr(6)) * (1 << 20));
+      else if (opt == "nopdl")
+        v.tuning.pdl = false;
+      else
+        KVLAB_REQUIRE(false, "unknown version option '" << opt << "' (waves=N, chunk=MiB, nopdl)");
       v.label += ":" + opt;
     }
     out.push_back(v);
@@ -249,9 +262,11 @@ std::vector<VersionSel> parse_versions(const std::string& list) {
 std::vector<BenchPoint> suite(const std::string& name) {
   std::vector<BenchPoint> v;
   KvLayout layout = KvLayout::kNHD;
-  auto add = [&](const char* tgt, int b, int ctx, KvFormat f, int grp = 4, int blk = 16, bool mixed = false, bool graph = false) {
+  auto add = [&](const char* tgt, int b, int ctx, KvFormat f, int grp = 4, int blk = 16,
+                 bool mixed = false, bool graph = false) {
     BenchPoint p;
-    p.target = tgt, p.batch = b, p.ctx = ctx, p.format = f, p.group = grp, p.block = blk, p.mixed = mixed, p.graph = graph;
+    p.target = tgt, p.batch = b, p.ctx = ctx, p.format = f, p.group = grp, p.block = blk,
+    p.mixed = mixed, p.graph = graph;
     p.layout = layout;
     v.push_back(p);
   };
@@ -264,7 +279,8 @@ std::vector<BenchPoint> suite(const std::string& name) {
       for (KvFormat f : {bf, f8}) {
         add("P1", 64, 8192, f), add("P1", 64, 32768, f);
         add("P2", 1, 32768, f), add("P2", 1, 131072, f), add("P2", 4, 32768, f);
-        add("P3", 8, 2048, f), add("P3", 8, 8192, f), add("P3", 16, 2048, f), add("P3", 16, 4096, f), add("P3", 16, 8192, f);
+        add("P3", 8, 2048, f), add("P3", 8, 8192, f), add("P3", 16, 2048, f),
+            add("P3", 16, 4096, f), add("P3", 16, 8192, f);
         add("P4", 32, 65536, f, 4, 16, true);
       }
       add("P1", 64, 8192, f4), add("P2", 1, 32768, f4);
@@ -275,7 +291,8 @@ std::vector<BenchPoint> suite(const std::string& name) {
     }
     layout = KvLayout::kNHD;
   }
-  if (name == "small") {  // the latency-bound target shapes (TUNING.md step 6), plus P1 64 x 8k as a check
+  if (name ==
+      "small") {  // the latency-bound target shapes (TUNING.md step 6), plus P1 64 x 8k as a check
     for (KvFormat f : {bf, f8}) {
       add("P2", 1, 32768, f), add("P3", 8, 2048, f), add("P3", 8, 8192, f), add("P3", 16, 2048, f);
       add("P1", 64, 8192, f);
@@ -283,7 +300,7 @@ std::vector<BenchPoint> suite(const std::string& name) {
     add("P8", 1, 512, bf, 4, 16, false, true);
   }
   if (name == "none") return v;  // --append alone
-  if (name == "profile") {  // one FP8 and one BF16 P1 point, for ncu
+  if (name == "profile") {       // one FP8 and one BF16 P1 point, for ncu
     add("P1", 64, 8192, f8), add("P1", 64, 8192, bf);
   }
   if (name == "grid" || name == "all") {
@@ -291,7 +308,8 @@ std::vector<BenchPoint> suite(const std::string& name) {
       for (int b : {1, 4, 16, 64, 256})
         for (int ctx : {512, 2048, 8192, 32768, 131072}) add("grid", b, ctx, f);
   }
-  KVLAB_REQUIRE(!v.empty(), "unknown suite '" << name << "' (targets, grid, all, small, none, profile)");
+  KVLAB_REQUIRE(!v.empty(),
+                "unknown suite '" << name << "' (targets, grid, all, small, none, profile)");
   return v;
 }
 
@@ -309,8 +327,10 @@ class Bench {
     const auto devs = gpu::list_devices();
     device_ = devs.empty() ? "?" : devs[0].name;
     sheet_ = devs.empty() ? 0 : devs[0].peak_bandwidth_bytes_per_s();
-    std::printf("\ndevice: %s; measured read ceiling %.3f TB/s, copy %.3f TB/s; datasheet %.3f TB/s\n", device_.c_str(),
-                ceil_.read_bytes_per_s / 1e12, ceil_.copy_bytes_per_s / 1e12, sheet_ / 1e12);
+    std::printf(
+        "\ndevice: %s; measured read ceiling %.3f TB/s, copy %.3f TB/s; datasheet %.3f TB/s\n",
+        device_.c_str(), ceil_.read_bytes_per_s / 1e12, ceil_.copy_bytes_per_s / 1e12,
+        sheet_ / 1e12);
   }
   const gpu::bench::Ceilings& ceilings() const { return ceil_; }
   double sheet() const { return sheet_; }
@@ -318,7 +338,8 @@ class Bench {
 
   Validation validate(const BenchPoint& pt, const VersionSel& ver) {
     std::ostringstream key;
-    key << ver.label << "|" << to_string(pt.format) << "|" << to_string(pt.layout) << "|" << pt.group << "|" << pt.block;
+    key << ver.label << "|" << to_string(pt.format) << "|" << to_string(pt.layout) << "|"
+        << pt.group << "|" << pt.block;
     auto it = vcache_.find(key.str());
     if (it != vcache_.end()) return it->second;
     ref::PagedCaseSpec vs = bench_spec(pt, seed_ + 17);
@@ -330,7 +351,8 @@ class Bench {
     const RunResult r = run(vc, vd, ver.id);
     Validation v;
     ErrorStats st;
-    v.ok = r.supported && check(r.o, tight.o, tolerance(Op::kDecodeAttention, pt.format, vs.q_dtype), &st) &&
+    v.ok = r.supported &&
+           check(r.o, tight.o, tolerance(Op::kDecodeAttention, pt.format, vs.q_dtype), &st) &&
            check(r.lse, tight.lse, tolerance(Op::kDecodeLse, pt.format, vs.q_dtype), nullptr);
     v.rel_l2 = st.rel_l2;
     vcache_[key.str()] = v;
@@ -382,11 +404,12 @@ class Bench {
         dperm(static_cast<size_t>(g.num_blocks) * 4);
     dl.upload(lens);
     gpu::shuffled_page_list(g.num_blocks, seed_ + 37, dperm.as<int32_t>(), nullptr);
-    gpu::build_block_tables(dl.as<int32_t>(), pt.batch, pt.block, mbps, g.num_blocks, dperm.as<int32_t>(), 0,
-                            dt.as<int32_t>(), nullptr);
+    gpu::build_block_tables(dl.as<int32_t>(), pt.batch, pt.block, mbps, g.num_blocks,
+                            dperm.as<int32_t>(), 0, dt.as<int32_t>(), nullptr);
     std::vector<uint16_t> q(static_cast<size_t>(pt.batch) * qo_heads * kHeadDim);
     for (size_t i = 0; i < q.size(); ++i) q[i] = pc.q[i % pc.q.size()];
-    gpu::DeviceBuffer dq(q.size() * 2), dout(q.size() * 2), dlse(static_cast<size_t>(pt.batch) * qo_heads * 4);
+    gpu::DeviceBuffer dq(q.size() * 2), dout(q.size() * 2),
+        dlse(static_cast<size_t>(pt.batch) * qo_heads * 4);
     dq.upload(q);
     DecodeArgs a = pc.decode_args(dout.data(), dlse.as<float>());
     a.q = dq.data();
@@ -434,13 +457,16 @@ class Bench {
       size_t nonfinite = 0;
       for (float x : of) nonfinite += !std::isfinite(x);
       if (nonfinite) {
-        row.status = "failed", row.reason = std::to_string(nonfinite) + " non-finite outputs at full size";
+        row.status = "failed",
+        row.reason = std::to_string(nonfinite) + " non-finite outputs at full size";
         rows.push_back(row);
         continue;
       }
-      const auto tm = gpu::bench::time_kernel([&](cudaStream_t st_) { gpu::decode_attention(a, ver.id, w.data(), ws, st_); }, o);
+      const auto tm = gpu::bench::time_kernel(
+          [&](cudaStream_t st_) { gpu::decode_attention(a, ver.id, w.data(), ws, st_); }, o);
       row.status = "ok";
-      row.median_us = tm.median_us, row.q1_us = tm.q1_us, row.q3_us = tm.q3_us, row.rel_iqr = tm.rel_iqr, row.reps = tm.reps;
+      row.median_us = tm.median_us, row.q1_us = tm.q1_us, row.q3_us = tm.q3_us,
+      row.rel_iqr = tm.rel_iqr, row.reps = tm.reps;
       row.gbps = bytes / (tm.median_us * 1e-6) / 1e9;
       row.pct_ceiling = 100 * row.gbps * 1e9 / ceil_.read_bytes_per_s;
       row.pct_sheet = sheet_ > 0 ? 100 * row.gbps * 1e9 / sheet_ : 0;
@@ -453,10 +479,12 @@ class Bench {
  private:
   // dst[0, total) = src[0, n) repeated: one upload, then doubling device-to-device copies.
   static void fill_repeated(uint8_t* dst, const uint8_t* src, int64_t n, int64_t total) {
-    KVLAB_CUDA_CHECK(cudaMemcpy(dst, src, static_cast<size_t>(std::min(n, total)), cudaMemcpyHostToDevice));
+    KVLAB_CUDA_CHECK(
+        cudaMemcpy(dst, src, static_cast<size_t>(std::min(n, total)), cudaMemcpyHostToDevice));
     for (int64_t have = std::min(n, total); have < total;) {
       const int64_t c = std::min(have, total - have);
-      KVLAB_CUDA_CHECK(cudaMemcpy(dst + have, dst, static_cast<size_t>(c), cudaMemcpyDeviceToDevice));
+      KVLAB_CUDA_CHECK(
+          cudaMemcpy(dst + have, dst, static_cast<size_t>(c), cudaMemcpyDeviceToDevice));
       have += c;
     }
   }
@@ -472,18 +500,21 @@ class Bench {
 
 std::string lens_label(const BenchPoint& p) {
   std::ostringstream os;
-  os << p.batch << "x" << (p.mixed ? "1k-" : "") << (p.ctx >= 1024 ? std::to_string(p.ctx / 1024) + "k" : std::to_string(p.ctx));
+  os << p.batch << "x" << (p.mixed ? "1k-" : "")
+     << (p.ctx >= 1024 ? std::to_string(p.ctx / 1024) + "k" : std::to_string(p.ctx));
   return os.str();
 }
 
 void print_row(const BenchRow& r) {
-  std::printf("%-5s %-12s %-10s %-4s g%-2d b%-4d %-28s ", r.pt.target.c_str(), lens_label(r.pt).c_str(),
-              to_string(r.pt.format).c_str(), to_string(r.pt.layout).c_str(), r.pt.group, r.pt.block, r.version.c_str());
+  std::printf("%-5s %-12s %-10s %-4s g%-2d b%-4d %-28s ", r.pt.target.c_str(),
+              lens_label(r.pt).c_str(), to_string(r.pt.format).c_str(),
+              to_string(r.pt.layout).c_str(), r.pt.group, r.pt.block, r.version.c_str());
   if (r.status != "ok") {
     std::printf("%s: %s\n", r.status.c_str(), r.reason.c_str());
   } else {
-    std::printf("%10.1f us %6.3f %8.1f GB/s %6.1f%% %6.1f%%%s rel_l2=%.1e\n", r.median_us, r.rel_iqr, r.gbps, r.pct_ceiling,
-                r.pct_sheet, r.pt.graph ? " graph" : "", r.rel_l2);
+    std::printf("%10.1f us %6.3f %8.1f GB/s %6.1f%% %6.1f%%%s rel_l2=%.1e\n", r.median_us,
+                r.rel_iqr, r.gbps, r.pct_ceiling, r.pct_sheet, r.pt.graph ? " graph" : "",
+                r.rel_l2);
   }
   std::fflush(stdout);
 }
@@ -491,29 +522,37 @@ void print_row(const BenchRow& r) {
 void write_csv(const std::string& path, const std::vector<BenchRow>& rows, const Bench& b) {
   FILE* f = std::fopen(path.c_str(), "w");
   KVLAB_REQUIRE(f != nullptr, "cannot write " << path);
-  std::fprintf(f, "# device=%s;read_ceiling=%.6e;copy_ceiling=%.6e;datasheet=%.6e\n", b.device().c_str(),
-               b.ceilings().read_bytes_per_s, b.ceilings().copy_bytes_per_s, b.sheet());
-  std::fprintf(f, "target,batch,context,lengths,kv_format,layout,gqa_group,block_size,graph,version,status,reason,median_us,q1_us,q3_us,"
-                  "rel_iqr,reps,bytes,gbps,pct_ceiling,pct_datasheet,rel_l2\n");
+  std::fprintf(f, "# device=%s;read_ceiling=%.6e;copy_ceiling=%.6e;datasheet=%.6e\n",
+               b.device().c_str(), b.ceilings().read_bytes_per_s, b.ceilings().copy_bytes_per_s,
+               b.sheet());
+  std::fprintf(f,
+               "target,batch,context,lengths,kv_format,layout,gqa_group,block_size,graph,version,"
+               "status,reason,median_us,q1_us,q3_us,"
+               "rel_iqr,reps,bytes,gbps,pct_ceiling,pct_datasheet,rel_l2\n");
   for (const auto& r : rows)
-    std::fprintf(f, "%s,%d,%d,%s,%s,%s,%d,%d,%d,%s,%s,\"%s\",%.3f,%.3f,%.3f,%.5f,%d,%.0f,%.3f,%.3f,%.3f,%.3e\n",
-                 r.pt.target.c_str(), r.pt.batch, r.pt.ctx, r.pt.mixed ? "mixed" : "uniform", to_string(r.pt.format).c_str(),
-                 to_string(r.pt.layout).c_str(), r.pt.group, r.pt.block, r.pt.graph ? 1 : 0, r.version.c_str(), r.status.c_str(), r.reason.c_str(), r.median_us,
-                 r.q1_us, r.q3_us, r.rel_iqr, r.reps, r.bytes, r.gbps, r.pct_ceiling, r.pct_sheet, r.rel_l2);
+    std::fprintf(
+        f,
+        "%s,%d,%d,%s,%s,%s,%d,%d,%d,%s,%s,\"%s\",%.3f,%.3f,%.3f,%.5f,%d,%.0f,%.3f,%.3f,%.3f,%.3e\n",
+        r.pt.target.c_str(), r.pt.batch, r.pt.ctx, r.pt.mixed ? "mixed" : "uniform",
+        to_string(r.pt.format).c_str(), to_string(r.pt.layout).c_str(), r.pt.group, r.pt.block,
+        r.pt.graph ? 1 : 0, r.version.c_str(), r.status.c_str(), r.reason.c_str(), r.median_us,
+        r.q1_us, r.q3_us, r.rel_iqr, r.reps, r.bytes, r.gbps, r.pct_ceiling, r.pct_sheet, r.rel_l2);
   std::fclose(f);
 }
 
 // P9: the append / quantize-on-write kernel, bf16 input, 64k tokens x 8 heads x d128 into
 // a shuffled set of slots; bytes = input read + storage and scales written.
-void time_append(const Bench& b, uint64_t seed, const std::vector<KvFormat>& formats, std::vector<std::string>* lines,
-                 std::vector<BenchRow>* rows) {
+void time_append(const Bench& b, uint64_t seed, const std::vector<KvFormat>& formats,
+                 std::vector<std::string>* lines, std::vector<BenchRow>* rows) {
   const int tokens = 65536, bs = 16;
   for (KvFormat f : formats) {
     PageGeometry g;
-    g.layout = KvLayout::kNHD, g.format = f, g.num_kv_heads = kKvHeads, g.head_dim = kHeadDim, g.block_size = bs;
+    g.layout = KvLayout::kNHD, g.format = f, g.num_kv_heads = kKvHeads, g.head_dim = kHeadDim,
+    g.block_size = bs;
     g.num_blocks = tokens / bs;
     gpu::DeviceBuffer k(static_cast<size_t>(g.bytes())), v(static_cast<size_t>(g.bytes()));
-    gpu::DeviceBuffer ks(static_cast<size_t>(std::max<int64_t>(g.scale_bytes(), 16))), vs(static_cast<size_t>(std::max<int64_t>(g.scale_bytes(), 16)));
+    gpu::DeviceBuffer ks(static_cast<size_t>(std::max<int64_t>(g.scale_bytes(), 16))),
+        vs(static_cast<size_t>(std::max<int64_t>(g.scale_bytes(), 16)));
     const size_t in_elems = static_cast<size_t>(tokens) * kKvHeads * kHeadDim;
     std::vector<uint16_t> hin(in_elems);
     std::mt19937_64 rng(seed + 41);
@@ -527,37 +566,46 @@ void time_append(const Bench& b, uint64_t seed, const std::vector<KvFormat>& for
     std::shuffle(hs.begin(), hs.end(), rng);
     slots.upload(hs);
     AppendArgs a;
-    a.in_dtype = DType::kBF16, a.k = kin.data(), a.v = vin.data(), a.slot_mapping = slots.as<int64_t>(), a.num_tokens = tokens;
+    a.in_dtype = DType::kBF16, a.k = kin.data(), a.v = vin.data(),
+    a.slot_mapping = slots.as<int64_t>(), a.num_tokens = tokens;
     a.kv.geom = g, a.kv.k = k.data(), a.kv.v = v.data();
-    a.kv.k_scales = g.scale_bytes() ? ks.data() : nullptr, a.kv.v_scales = g.scale_bytes() ? vs.data() : nullptr;
+    a.kv.k_scales = g.scale_bytes() ? ks.data() : nullptr,
+    a.kv.v_scales = g.scale_bytes() ? vs.data() : nullptr;
     a.kv.k_scale = a.kv.v_scale = 0.05f;
     gpu::append_kv(a, nullptr, gpu::SlotCheck::kValidate);
     const double bytes = 2.0 * in_elems * 2 + 2.0 * (g.bytes() + g.scale_bytes()) + tokens * 8.0;
     gpu::bench::TimingOptions o;
-    const auto tm = gpu::bench::time_kernel([&](cudaStream_t st) { gpu::append_kv(a, st, gpu::SlotCheck::kTrusted); }, o);
+    const auto tm = gpu::bench::time_kernel(
+        [&](cudaStream_t st) { gpu::append_kv(a, st, gpu::SlotCheck::kTrusted); }, o);
     const double bw = bytes / (tm.median_us * 1e-6);
     char line[256];
-    std::snprintf(line, sizeof line, "P9    append 64k tok  %-10s %10.1f us %6.3f %8.1f GB/s %6.1f%% of copy ceiling", to_string(f).c_str(),
-                  tm.median_us, tm.rel_iqr, bw / 1e9, 100 * bw / b.ceilings().copy_bytes_per_s);
+    std::snprintf(line, sizeof line,
+                  "P9    append 64k tok  %-10s %10.1f us %6.3f %8.1f GB/s %6.1f%% of copy ceiling",
+                  to_string(f).c_str(), tm.median_us, tm.rel_iqr, bw / 1e9,
+                  100 * bw / b.ceilings().copy_bytes_per_s);
     std::printf("%s\n", line);
     lines->push_back(line);
     BenchRow r;  // P9 row: batch = tokens, pct_ceiling = % of the COPY ceiling
-    r.pt.target = "P9", r.pt.batch = tokens, r.pt.ctx = 0, r.pt.format = f, r.pt.group = 0, r.pt.block = bs;
+    r.pt.target = "P9", r.pt.batch = tokens, r.pt.ctx = 0, r.pt.format = f, r.pt.group = 0,
+    r.pt.block = bs;
     r.version = "append_kv", r.status = "ok", r.reason = "pct_ceiling is of the copy ceiling";
-    r.median_us = tm.median_us, r.q1_us = tm.q1_us, r.q3_us = tm.q3_us, r.rel_iqr = tm.rel_iqr, r.reps = tm.reps;
+    r.median_us = tm.median_us, r.q1_us = tm.q1_us, r.q3_us = tm.q3_us, r.rel_iqr = tm.rel_iqr,
+    r.reps = tm.reps;
     r.bytes = bytes, r.gbps = bw / 1e9, r.pct_ceiling = 100 * bw / b.ceilings().copy_bytes_per_s;
     r.pct_sheet = b.sheet() > 0 ? 100 * bw / b.sheet() : 0;
     rows->push_back(r);
   }
 }
 
-int bench_main(uint64_t seed, const std::string& suite_name, const std::string& vlist, const std::string& csv, double max_gib,
-               bool append, const std::vector<KvFormat>& append_formats) {
+int bench_main(uint64_t seed, const std::string& suite_name, const std::string& vlist,
+               const std::string& csv, double max_gib, bool append,
+               const std::vector<KvFormat>& append_formats) {
   Bench b(seed, max_gib);
   const std::vector<VersionSel> versions = parse_versions(vlist);
   std::vector<BenchRow> all;
-  std::printf("%-5s %-12s %-10s %-4s %-3s %-5s %-28s %13s %6s %13s %7s %7s\n", "tgt", "batch x ctx", "format", "lay", "grp", "block",
-              "version", "median", "relIQR", "bandwidth", "%ceil", "%sheet");
+  std::printf("%-5s %-12s %-10s %-4s %-3s %-5s %-28s %13s %6s %13s %7s %7s\n", "tgt", "batch x ctx",
+              "format", "lay", "grp", "block", "version", "median", "relIQR", "bandwidth", "%ceil",
+              "%sheet");
   for (const BenchPoint& pt : suite(suite_name)) {
     for (const BenchRow& r : b.run_point(pt, versions)) {
       print_row(r);
@@ -571,17 +619,20 @@ int bench_main(uint64_t seed, const std::string& suite_name, const std::string& 
     if (!csv.empty()) write_csv(csv, all, b);
   }
   // Closing summary: the best version per point of the target suite.
-  std::printf("\nsummary (best version per point; %% of the measured read ceiling %.3f TB/s):\n", b.ceilings().read_bytes_per_s / 1e12);
+  std::printf("\nsummary (best version per point; %% of the measured read ceiling %.3f TB/s):\n",
+              b.ceilings().read_bytes_per_s / 1e12);
   std::map<std::string, const BenchRow*> best;
   for (const auto& r : all) {
     if (r.status != "ok" || r.pt.target == "grid") continue;
-    const std::string key = r.pt.target + " " + lens_label(r.pt) + " " + to_string(r.pt.format) + " " + to_string(r.pt.layout) +
-                            " g" + std::to_string(r.pt.group) + " b" + std::to_string(r.pt.block);
+    const std::string key = r.pt.target + " " + lens_label(r.pt) + " " + to_string(r.pt.format) +
+                            " " + to_string(r.pt.layout) + " g" + std::to_string(r.pt.group) +
+                            " b" + std::to_string(r.pt.block);
     auto it = best.find(key);
     if (it == best.end() || r.median_us < it->second->median_us) best[key] = &r;
   }
   for (const auto& [key, r] : best)
-    std::printf("  %-36s %-28s %9.1f us %6.1f%%\n", key.c_str(), r->version.c_str(), r->median_us, r->pct_ceiling);
+    std::printf("  %-36s %-28s %9.1f us %6.1f%%\n", key.c_str(), r->version.c_str(), r->median_us,
+                r->pct_ceiling);
   for (const auto& l : append_lines) std::printf("  %s\n", l.c_str());
   int failed = 0;
   for (const auto& r : all) failed += r.status == "failed";
@@ -592,20 +643,29 @@ int bench_main(uint64_t seed, const std::string& suite_name, const std::string& 
 #endif
 
 int main(int argc, char** argv) {
-  po::options_description desc("kvlab_decode_check: validation table and timing of the GPU decode versions");
+  po::options_description desc(
+      "kvlab_decode_check: validation table and timing of the GPU decode versions");
   uint64_t seed = 20251122;
-  std::string suite_name = "targets", versions = "3,4", csv, append_formats = "bf16,fp8_e4m3,fp8_e5m2,fp8_e4m3_pt,nvfp4,mxfp4";
+  std::string suite_name = "targets", versions = "3,4", csv,
+              append_formats = "bf16,fp8_e4m3,fp8_e5m2,fp8_e4m3_pt,nvfp4,mxfp4";
   double max_gib = 24;
   desc.add_options()("help", "this text")("validate", "print the version x format error table")(
-      "time", "time versions (--versions) on a suite of points (--suite), validated first; prints a table")(
-      "suite", po::value<std::string>(&suite_name), "targets (DESIGN.md P1-P8 shapes), grid (batch x context x format), all, small (latency-bound targets + P1 64x8k), none (with --append: P9 only), profile (P1 fp8 + bf16)")(
+      "time",
+      "time versions (--versions) on a suite of points (--suite), validated first; prints a table")(
+      "suite", po::value<std::string>(&suite_name),
+      "targets (DESIGN.md P1-P8 shapes), grid (batch x context x format), all, small "
+      "(latency-bound targets + P1 64x8k), none (with --append: P9 only), profile (P1 fp8 + bf16)")(
       "versions", po::value<std::string>(&versions),
-      "comma list of version ids; v4+ plan variants as ID:waves=N, ID:chunk=MiB, ID:nopdl (default 3,4)")(
-      "csv", po::value<std::string>(&csv), "write every row to this CSV file (rewritten after each point)")(
-      "max-gib", po::value<double>(&max_gib), "skip points whose K+V pools exceed this many GiB (default 24)")(
+      "comma list of version ids; v4+ plan variants as ID:waves=N, ID:chunk=MiB, ID:nopdl (default "
+      "3,4)")("csv", po::value<std::string>(&csv),
+              "write every row to this CSV file (rewritten after each point)")(
+      "max-gib", po::value<double>(&max_gib),
+      "skip points whose K+V pools exceed this many GiB (default 24)")(
       "append", "also time the append / quantize-on-write kernel (P9)")(
       "append-formats", po::value<std::string>(&append_formats),
-      "comma list of KV formats for --append (default bf16,fp8_e4m3,fp8_e5m2,fp8_e4m3_pt,nvfp4,mxfp4)")("seed", po::value<uint64_t>(&seed), "case seed");
+      "comma list of KV formats for --append (default "
+      "bf16,fp8_e4m3,fp8_e5m2,fp8_e4m3_pt,nvfp4,mxfp4)")("seed", po::value<uint64_t>(&seed),
+                                                         "case seed");
   po::variables_map vm;
   try {
     po::store(po::parse_command_line(argc, argv, desc), vm);
@@ -615,7 +675,13 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (vm.count("help") || (!vm.count("validate") && !vm.count("time"))) {
-    std::printf("%s\n", [&] { std::ostringstream os; os << desc; return os.str(); }().c_str());
+    std::printf("%s\n",
+                [&] {
+                  std::ostringstream os;
+                  os << desc;
+                  return os.str();
+                }()
+                    .c_str());
     return vm.count("help") ? 0 : 2;
   }
 #if defined(KVLAB_HAVE_CUDA)
@@ -626,10 +692,14 @@ int main(int argc, char** argv) {
   int failures = 0;
   try {
     if (vm.count("validate")) failures += validate_table(seed);
-    std::vector<KvFormat> fmts;  // parse_kv_format throws InvalidArgument naming the allowed formats
+    std::vector<KvFormat>
+        fmts;  // parse_kv_format throws InvalidArgument naming the allowed formats
     std::string tok;
-    for (std::istringstream is(append_formats); std::getline(is, tok, ',');) fmts.push_back(parse_kv_format(tok));
-    if (vm.count("time")) failures += bench_main(seed, suite_name, versions, csv, max_gib, vm.count("append") > 0, fmts);
+    for (std::istringstream is(append_formats); std::getline(is, tok, ',');)
+      fmts.push_back(parse_kv_format(tok));
+    if (vm.count("time"))
+      failures +=
+          bench_main(seed, suite_name, versions, csv, max_gib, vm.count("append") > 0, fmts);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "kvlab_decode_check: %s\n", e.what());
     return 1;

@@ -43,13 +43,15 @@ namespace {
 
 void bytes_table(const sim::Dsv4ModelStack& stack) {
   std::printf("\n== bytes per token (one request; paged blocks + its ring and stream state)\n");
-  std::printf("assumptions: %d layers (%d swa, %d csa, %d hca), entry = %d NoPE FP8 + %d RoPE BF16 dims (K = V, one "
-              "latent), indexer keys %d dims FP4, window %d, ratios %d / %d, block_tokens 128\n",
-              stack.num_layers(), stack.count(sim::Dsv4LayerKind::kSWA), stack.count(sim::Dsv4LayerKind::kCSA),
-              stack.count(sim::Dsv4LayerKind::kHCA), stack.nope_dim, stack.rope_dim, stack.indexer_dim, stack.window,
-              stack.csa_ratio, stack.hca_ratio);
-  std::printf("%-10s %9s %12s %10s %10s %10s %12s %12s %9s %9s\n", "variant", "context", "B/token", "paged", "rings",
-              "streams", "bf16 dense", "bf16 struct", "vs dense", "vs struct");
+  std::printf(
+      "assumptions: %d layers (%d swa, %d csa, %d hca), entry = %d NoPE FP8 + %d RoPE BF16 dims (K "
+      "= V, one "
+      "latent), indexer keys %d dims FP4, window %d, ratios %d / %d, block_tokens 128\n",
+      stack.num_layers(), stack.count(sim::Dsv4LayerKind::kSWA),
+      stack.count(sim::Dsv4LayerKind::kCSA), stack.count(sim::Dsv4LayerKind::kHCA), stack.nope_dim,
+      stack.rope_dim, stack.indexer_dim, stack.window, stack.csa_ratio, stack.hca_ratio);
+  std::printf("%-10s %9s %12s %10s %10s %10s %12s %12s %9s %9s\n", "variant", "context", "B/token",
+              "paged", "rings", "streams", "bf16 dense", "bf16 struct", "vs dense", "vs struct");
   for (auto var : {Dsv4Variant::seed004(), Dsv4Variant::public_v4()}) {
     sim::Dsv4CacheConfig c;
     c.variant = var;
@@ -65,10 +67,11 @@ void bytes_table(const sim::Dsv4ModelStack& stack) {
         bf16 += static_cast<double>(r.blocks) * l.indexer_entries_per_block * 2 * l.indexer_dim;
       }
       bf16 /= ctx;
-      std::printf("%-10s %9lld %12.1f %10.1f %10.1f %10.1f %12.0f %12.1f %8.2f%% %8.2f%%\n", to_string(var).c_str(),
-                  static_cast<long long>(ctx), r.per_token, double(r.paged_bytes) / ctx, double(r.ring_bytes) / ctx,
-                  double(r.stream_bytes) / ctx, r.bf16_dense_per_token, bf16, 100.0 * r.per_token / r.bf16_dense_per_token,
-                  100.0 * r.per_token / bf16);
+      std::printf("%-10s %9lld %12.1f %10.1f %10.1f %10.1f %12.0f %12.1f %8.2f%% %8.2f%%\n",
+                  to_string(var).c_str(), static_cast<long long>(ctx), r.per_token,
+                  double(r.paged_bytes) / ctx, double(r.ring_bytes) / ctx,
+                  double(r.stream_bytes) / ctx, r.bf16_dense_per_token, bf16,
+                  100.0 * r.per_token / r.bf16_dense_per_token, 100.0 * r.per_token / bf16);
     }
   }
 }
@@ -117,8 +120,8 @@ struct HostRing {
   }
 };
 
-void print_stats(const char* where, const char* fmt, const char* data, const HostRing& r, const Tokens& t, int64_t n,
-                 int nope, int D) {
+void print_stats(const char* where, const char* fmt, const char* data, const HostRing& r,
+                 const Tokens& t, int64_t n, int nope, int D) {
   std::vector<float> xn(n * nope), yn(n * nope), xa(n * D), ya(n * D);
   int64_t rope_mismatch = 0;
   const int W = r.v.window();
@@ -136,18 +139,22 @@ void print_stats(const char* where, const char* fmt, const char* data, const Hos
     }
   const auto sn = ref::roundtrip_stats(xn.data(), yn.data(), n, nope);
   const auto sa = ref::roundtrip_stats(xa.data(), ya.data(), n, D);
-  std::printf("%-4s %-14s %-9s | NoPE mean %.4f p50 %.4f p99 %.4f max %.4f | entry mean %.4f p99 %.4f | RoPE "
-              "mismatches %lld\n",
-              where, fmt, data, sn.rel_l2_mean, sn.rel_l2_p50, sn.rel_l2_p99, sn.rel_l2_max, sa.rel_l2_mean,
-              sa.rel_l2_p99, static_cast<long long>(rope_mismatch));
+  std::printf(
+      "%-4s %-14s %-9s | NoPE mean %.4f p50 %.4f p99 %.4f max %.4f | entry mean %.4f p99 %.4f | "
+      "RoPE "
+      "mismatches %lld\n",
+      where, fmt, data, sn.rel_l2_mean, sn.rel_l2_p50, sn.rel_l2_p99, sn.rel_l2_max, sa.rel_l2_mean,
+      sa.rel_l2_p99, static_cast<long long>(rope_mismatch));
 }
 
 void fp8_roundtrip(int64_t n, uint64_t seed, bool gpu) {
   const int nope = 448, rope = 64, D = nope + rope, W = 128;
   n = (n + W - 1) / W * W;
-  std::printf("\n== append_swa FP8 round trip: %lld tokens of %d dims, per-token relative L2 vs the BF16 input "
-              "(seed 004 claims < 3.6%%)\n",
-              static_cast<long long>(n), D);
+  std::printf(
+      "\n== append_swa FP8 round trip: %lld tokens of %d dims, per-token relative L2 vs the BF16 "
+      "input "
+      "(seed 004 claims < 3.6%%)\n",
+      static_cast<long long>(n), D);
   std::vector<int32_t> slots(n), positions(n);
   for (int64_t i = 0; i < n; ++i) {
     slots[i] = static_cast<int32_t>(i / W);
@@ -157,7 +164,8 @@ void fp8_roundtrip(int64_t n, uint64_t seed, bool gpu) {
     const Tokens t = make_tokens(data, n, D, seed);
     for (auto f : {Dsv4EntryFormat::kFp8PerToken, Dsv4EntryFormat::kFp8DsMla}) {
       HostRing r(f, nope, rope, W, n / W);
-      ref::dsv4_append_swa(r.v, Dsv4AppendSwaArgs{t.raw.data(), slots.data(), positions.data(), static_cast<int32_t>(n)});
+      ref::dsv4_append_swa(r.v, Dsv4AppendSwaArgs{t.raw.data(), slots.data(), positions.data(),
+                                                  static_cast<int32_t>(n)});
       print_stats("cpu", to_string(f).c_str(), data, r, t, n, nope, D);
 #if defined(KVLAB_HAVE_CUDA)
       if (!gpu) continue;
@@ -181,14 +189,17 @@ void fp8_roundtrip(int64_t n, uint64_t seed, bool gpu) {
       dv.ring.inv_scale = static_cast<float*>(d_inv);
       dv.pos = static_cast<int32_t*>(d_pos);
       dv.head = static_cast<int32_t*>(d_head);
-      gpu::dsv4_append_swa(dv,
-                           Dsv4AppendSwaArgs{static_cast<uint16_t*>(d_raw), static_cast<int32_t*>(d_slots),
-                                             static_cast<int32_t*>(d_positions), static_cast<int32_t>(n)},
-                           nullptr);
+      gpu::dsv4_append_swa(
+          dv,
+          Dsv4AppendSwaArgs{static_cast<uint16_t*>(d_raw), static_cast<int32_t*>(d_slots),
+                            static_cast<int32_t*>(d_positions), static_cast<int32_t>(n)},
+          nullptr);
       KVLAB_CUDA_CHECK(cudaMemcpy(g.data.data(), d_data, g.data.size(), cudaMemcpyDeviceToHost));
-      KVLAB_CUDA_CHECK(cudaMemcpy(g.rope.data(), d_rope, 2 * g.rope.size(), cudaMemcpyDeviceToHost));
+      KVLAB_CUDA_CHECK(
+          cudaMemcpy(g.rope.data(), d_rope, 2 * g.rope.size(), cudaMemcpyDeviceToHost));
       KVLAB_CUDA_CHECK(cudaMemcpy(g.inv.data(), d_inv, 4 * g.inv.size(), cudaMemcpyDeviceToHost));
-      for (void* p : {d_data, d_rope, d_inv, d_pos, d_head, d_raw, d_slots, d_positions}) cudaFree(p);
+      for (void* p : {d_data, d_rope, d_inv, d_pos, d_head, d_raw, d_slots, d_positions})
+        cudaFree(p);
       print_stats("gpu", to_string(f).c_str(), data, g, t, n, nope, D);
       std::printf("     gpu bytes identical to cpu: %s\n",
                   (g.data == r.data && g.rope == r.rope && g.inv == r.inv) ? "yes" : "NO");
@@ -208,10 +219,12 @@ int main(int argc, char** argv) {
   int64_t tokens = 16384;
   uint64_t seed = 4004;
   bool gpu = false;
-  po::options_description desc("kvlab_dsv4_report: DSV4 substrate figures (bytes/token, FP8 round trip)");
-  desc.add_options()("help,h", "this help")("model", po::value(&model), "model stack INI (data/models/*.ini)")(
-      "tokens", po::value(&tokens), "tokens for the FP8 round-trip distribution")("seed", po::value(&seed),
-                                                                                    "synthetic data seed")(
+  po::options_description desc(
+      "kvlab_dsv4_report: DSV4 substrate figures (bytes/token, FP8 round trip)");
+  desc.add_options()("help,h", "this help")("model", po::value(&model),
+                                            "model stack INI (data/models/*.ini)")(
+      "tokens", po::value(&tokens), "tokens for the FP8 round-trip distribution")(
+      "seed", po::value(&seed), "synthetic data seed")(
       "gpu", po::bool_switch(&gpu), "also run the GPU append_swa kernel (needs a device)");
   try {
     po::variables_map vm;

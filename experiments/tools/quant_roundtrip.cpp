@@ -24,14 +24,16 @@ namespace {
 
 void usage() {
   std::printf(
-      "usage: kvlab_quant_roundtrip [--data gaussian|heavy_tailed|ar1|kcache] [--tokens N] [--heads H]\n"
+      "usage: kvlab_quant_roundtrip [--data gaussian|heavy_tailed|ar1|kcache] [--tokens N] "
+      "[--heads H]\n"
       "                             [--head-dim D] [--seed S] [--scheme SPEC]...\n");
 }
 
 int64_t parse_i64(const char* flag, const char* v) {
   char* end = nullptr;
   const long long x = std::strtoll(v, &end, 10);
-  if (end == v || *end != '\0') throw kvlab::InvalidArgument(std::string(flag) + " expects an integer, got '" + v + "'");
+  if (end == v || *end != '\0')
+    throw kvlab::InvalidArgument(std::string(flag) + " expects an integer, got '" + v + "'");
   return x;
 }
 
@@ -51,30 +53,42 @@ int main(int argc, char** argv) {
       }
       if (i + 1 >= argc) throw kvlab::InvalidArgument("option " + a + " needs a value");
       const char* v = argv[++i];
-      if (a == "--data") data = v;
-      else if (a == "--tokens") tokens = parse_i64("--tokens", v);
-      else if (a == "--heads") heads = parse_i64("--heads", v);
-      else if (a == "--head-dim") head_dim = parse_i64("--head-dim", v);
-      else if (a == "--seed") seed = static_cast<uint64_t>(parse_i64("--seed", v));
-      else if (a == "--scheme") schemes.push_back(v);
-      else throw kvlab::InvalidArgument("unknown option " + a + " (allowed: --data, --tokens, --heads, --head-dim, --seed, --scheme)");
+      if (a == "--data")
+        data = v;
+      else if (a == "--tokens")
+        tokens = parse_i64("--tokens", v);
+      else if (a == "--heads")
+        heads = parse_i64("--heads", v);
+      else if (a == "--head-dim")
+        head_dim = parse_i64("--head-dim", v);
+      else if (a == "--seed")
+        seed = static_cast<uint64_t>(parse_i64("--seed", v));
+      else if (a == "--scheme")
+        schemes.push_back(v);
+      else
+        throw kvlab::InvalidArgument(
+            "unknown option " + a +
+            " (allowed: --data, --tokens, --heads, --head-dim, --seed, --scheme)");
     }
     if (schemes.empty()) schemes = kvlab::ref::scheme_names();
 
-    std::printf("# data %s, %lld tokens x %lld heads, seed %llu; per-token = per (token, head) row\n", data.c_str(),
-                static_cast<long long>(tokens), static_cast<long long>(heads), static_cast<unsigned long long>(seed));
-    std::printf("%-22s %5s %10s %10s %10s %10s %11s %10s %8s\n", "scheme", "cols", "rel_l2", "p50", "p99", "max",
-                "nmse", "max_abs", "B/token");
+    std::printf(
+        "# data %s, %lld tokens x %lld heads, seed %llu; per-token = per (token, head) row\n",
+        data.c_str(), static_cast<long long>(tokens), static_cast<long long>(heads),
+        static_cast<unsigned long long>(seed));
+    std::printf("%-22s %5s %10s %10s %10s %10s %11s %10s %8s\n", "scheme", "cols", "rel_l2", "p50",
+                "p99", "max", "nmse", "max_abs", "B/token");
     for (const std::string& name : schemes) {
       const kvlab::ref::QuantScheme s = kvlab::ref::make_scheme(name);
       const int64_t cols = s.spec().required_cols ? s.spec().required_cols : head_dim;
-      const kvlab::ref::SynthSpec spec = kvlab::ref::synth_preset(data, tokens, static_cast<int32_t>(heads),
-                                                                  static_cast<int32_t>(cols), seed);
+      const kvlab::ref::SynthSpec spec = kvlab::ref::synth_preset(
+          data, tokens, static_cast<int32_t>(heads), static_cast<int32_t>(cols), seed);
       const std::vector<float> x = kvlab::ref::synth_kv(spec);
-      const kvlab::ref::RoundTripStats r = kvlab::ref::roundtrip_stats(s, x.data(), tokens * heads, cols);
+      const kvlab::ref::RoundTripStats r =
+          kvlab::ref::roundtrip_stats(s, x.data(), tokens * heads, cols);
       std::printf("%-22s %5lld %10.3e %10.3e %10.3e %10.3e %11.3e %10.3e %8.1f\n", name.c_str(),
-                  static_cast<long long>(cols), r.rel_l2_mean, r.rel_l2_p50, r.rel_l2_p99, r.rel_l2_max, r.nmse,
-                  r.max_abs, r.bytes_per_token);
+                  static_cast<long long>(cols), r.rel_l2_mean, r.rel_l2_p50, r.rel_l2_p99,
+                  r.rel_l2_max, r.nmse, r.max_abs, r.bytes_per_token);
     }
     return 0;
   } catch (const std::exception& e) {

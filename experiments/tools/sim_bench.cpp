@@ -80,13 +80,16 @@ int run_speed(int repeats, int64_t num_requests, int64_t max_steps, bool audit) 
   int64_t batch256 = 0;
   for (int32_t n : r.steps.num_seqs) batch256 += n == 256 ? 1 : 0;
   const double steps = static_cast<double>(r.summary.num_steps);
-  std::printf("speed: %lld requests, %lld steps (%lld at batch 256, mean running %.1f), best of %d runs\n",
-              static_cast<long long>(num_requests), static_cast<long long>(r.summary.num_steps),
-              static_cast<long long>(batch256), r.summary.mean_running, repeats);
-  std::printf("speed: %.0f engine steps/s by thread CPU time (%.2f us/step, %.3f s)\n", steps / best_cpu,
-              1e6 * best_cpu / steps, best_cpu);
-  std::printf("speed: %.0f engine steps/s by wall time (%.2f us/step, %.3f s; includes other processes' load)\n",
-              steps / best, 1e6 * best / steps, best);
+  std::printf(
+      "speed: %lld requests, %lld steps (%lld at batch 256, mean running %.1f), best of %d runs\n",
+      static_cast<long long>(num_requests), static_cast<long long>(r.summary.num_steps),
+      static_cast<long long>(batch256), r.summary.mean_running, repeats);
+  std::printf("speed: %.0f engine steps/s by thread CPU time (%.2f us/step, %.3f s)\n",
+              steps / best_cpu, 1e6 * best_cpu / steps, best_cpu);
+  std::printf(
+      "speed: %.0f engine steps/s by wall time (%.2f us/step, %.3f s; includes other processes' "
+      "load)\n",
+      steps / best, 1e6 * best / steps, best);
   std::printf("speed: simulated %.1f s of H100 time, %lld output tokens\n", r.summary.sim_time_s,
               static_cast<long long>(r.summary.output_tokens));
   return 0;
@@ -103,11 +106,13 @@ int run_waste(int64_t num_requests, int64_t kv_gib, double rate) {
   const std::vector<Request> reqs = generate_workload(w);
   const ModelStack model = model_preset("llama3.1-8b");
   const GpuSpec gpu = gpu_spec("H100");
-  std::printf("waste vs block size: %s on %s, %lld requests, %s, prompt %s, output %s, %lld GiB KV\n",
-              model.name.c_str(), gpu.name.c_str(), static_cast<long long>(num_requests), w.arrival.str().c_str(),
-              w.prompt.str().c_str(), w.output.str().c_str(), static_cast<long long>(kv_gib));
-  std::printf("%6s %10s %12s %14s %12s %10s %12s %10s\n", "block", "blocks", "slack/seq", "(block-1)/2", "slack %used",
-              "preempt", "tok/s", "mean run");
+  std::printf(
+      "waste vs block size: %s on %s, %lld requests, %s, prompt %s, output %s, %lld GiB KV\n",
+      model.name.c_str(), gpu.name.c_str(), static_cast<long long>(num_requests),
+      w.arrival.str().c_str(), w.prompt.str().c_str(), w.output.str().c_str(),
+      static_cast<long long>(kv_gib));
+  std::printf("%6s %10s %12s %14s %12s %10s %12s %10s\n", "block", "blocks", "slack/seq",
+              "(block-1)/2", "slack %used", "preempt", "tok/s", "mean run");
   for (int32_t bs : {1, 2, 4, 8, 16, 32, 64, 128, 256}) {
     EngineConfig c;
     c.block_size = bs;
@@ -117,20 +122,25 @@ int run_waste(int64_t num_requests, int64_t kv_gib, double rate) {
     const SimResult r = Engine(c, timer).run(reqs);
     const LedgerSummary& l = r.summary.ledger;
     const double used = l.mean_token_slots + l.mean_slack_slots + l.mean_reserved_slots;
-    std::printf("%6d %10lld %12.2f %14.1f %11.2f%% %10lld %12.0f %10.1f\n", bs, static_cast<long long>(c.num_blocks),
-                l.mean_slack_per_seq, (bs - 1) / 2.0, used > 0 ? 100.0 * l.mean_slack_slots / used : 0.0,
-                static_cast<long long>(r.summary.num_preemptions), r.summary.output_tokens_per_s, r.summary.mean_running);
+    std::printf("%6d %10lld %12.2f %14.1f %11.2f%% %10lld %12.0f %10.1f\n", bs,
+                static_cast<long long>(c.num_blocks), l.mean_slack_per_seq, (bs - 1) / 2.0,
+                used > 0 ? 100.0 * l.mean_slack_slots / used : 0.0,
+                static_cast<long long>(r.summary.num_preemptions), r.summary.output_tokens_per_s,
+                r.summary.mean_running);
   }
   return 0;
 }
 
 int run_capacity(int64_t context) {
   const GpuSpec gpu = gpu_spec("H100");
-  std::printf("capacity on %s (90%% of memory minus weights minus 4 GiB activations), context %lld tokens\n",
-              gpu.name.c_str(), static_cast<long long>(context));
-  std::printf("%-14s %-12s %6s %14s %12s %12s %10s %10s\n", "model", "format", "block", "budget GiB", "bytes/token",
-              "blocks", "max tokens", "max seqs");
-  for (const std::string& name : {std::string("llama3.1-8b"), std::string("qwen2.5-7b"), std::string("llama3.1-70b")}) {
+  std::printf(
+      "capacity on %s (90%% of memory minus weights minus 4 GiB activations), context %lld "
+      "tokens\n",
+      gpu.name.c_str(), static_cast<long long>(context));
+  std::printf("%-14s %-12s %6s %14s %12s %12s %10s %10s\n", "model", "format", "block",
+              "budget GiB", "bytes/token", "blocks", "max tokens", "max seqs");
+  for (const std::string& name :
+       {std::string("llama3.1-8b"), std::string("qwen2.5-7b"), std::string("llama3.1-70b")}) {
     const ModelStack m = model_preset(name);
     int64_t budget = 0;
     try {
@@ -139,7 +149,8 @@ int run_capacity(int64_t context) {
       std::printf("%-14s %s\n", name.c_str(), e.what());
       continue;
     }
-    for (KvFormat f : {KvFormat::kBF16, KvFormat::kFP8E4M3, KvFormat::kFP8E4M3PerToken, KvFormat::kNVFP4})
+    for (KvFormat f :
+         {KvFormat::kBF16, KvFormat::kFP8E4M3, KvFormat::kFP8E4M3PerToken, KvFormat::kNVFP4})
       for (int32_t bs : {16, 128}) {
         CapacityQuery q;
         q.model = m;
@@ -148,9 +159,10 @@ int run_capacity(int64_t context) {
         q.format = f;
         q.context_tokens = context;
         const CapacityResult r = plan_capacity(q);
-        std::printf("%-14s %-12s %6d %14.2f %12.1f %12lld %10lld %10lld\n", name.c_str(), to_string(f).c_str(), bs,
-                    budget / 1073741824.0, r.bytes_per_token, static_cast<long long>(r.num_blocks),
-                    static_cast<long long>(r.max_tokens), static_cast<long long>(r.max_seqs));
+        std::printf("%-14s %-12s %6d %14.2f %12.1f %12lld %10lld %10lld\n", name.c_str(),
+                    to_string(f).c_str(), bs, budget / 1073741824.0, r.bytes_per_token,
+                    static_cast<long long>(r.num_blocks), static_cast<long long>(r.max_tokens),
+                    static_cast<long long>(r.max_seqs));
       }
   }
   return 0;
@@ -161,10 +173,12 @@ int run_capacity(int64_t context) {
 int run_dsv4_capacity(int64_t budget_gib) {
   const Dsv4ModelStack st = load_dsv4_model_stack(find_data_file("models/v4_flash_like.ini"));
   const int64_t budget = budget_gib << 30;
-  std::printf("V4-Flash-like capacity, KV budget %lld GiB (paged pools + per-request state + block tables)\n",
-              static_cast<long long>(budget_gib));
-  std::printf("%-22s %9s %12s %14s %12s %10s %9s\n", "stack", "context", "bytes/token", "state B/seq", "max seqs",
-              "vs bf16", "blocks");
+  std::printf(
+      "V4-Flash-like capacity, KV budget %lld GiB (paged pools + per-request state + block "
+      "tables)\n",
+      static_cast<long long>(budget_gib));
+  std::printf("%-22s %9s %12s %14s %12s %10s %9s\n", "stack", "context", "bytes/token",
+              "state B/seq", "max seqs", "vs bf16", "blocks");
   const ModelStack base = dsv4_bf16_dense_baseline(st);
   for (int64_t ctx : {int64_t{4096}, int64_t{32768}, int64_t{131072}, int64_t{1048576}}) {
     CapacityQuery q;
@@ -174,8 +188,9 @@ int run_dsv4_capacity(int64_t budget_gib) {
     q.format = KvFormat::kBF16;
     q.context_tokens = ctx;
     const CapacityResult b = plan_capacity(q);
-    std::printf("%-22s %9lld %12.1f %14d %12lld %10s %9lld\n", "bf16 dense baseline", static_cast<long long>(ctx),
-                b.bytes_per_token, 0, static_cast<long long>(b.max_seqs), "1.00x", static_cast<long long>(b.num_blocks));
+    std::printf("%-22s %9lld %12.1f %14d %12lld %10s %9lld\n", "bf16 dense baseline",
+                static_cast<long long>(ctx), b.bytes_per_token, 0,
+                static_cast<long long>(b.max_seqs), "1.00x", static_cast<long long>(b.num_blocks));
     for (const auto& v : {std::make_pair("v4 seed004 variant", Dsv4Variant::seed004()),
                           std::make_pair("v4 public variant", Dsv4Variant::public_v4())}) {
       Dsv4CacheConfig cfg;
@@ -183,9 +198,11 @@ int run_dsv4_capacity(int64_t budget_gib) {
       const Dsv4CacheSchema schema = build_dsv4_schema(st, cfg);
       const Dsv4Capacity c = plan_dsv4_capacity(schema, budget, ctx);
       char ratio[32];
-      std::snprintf(ratio, sizeof ratio, "%.2fx", b.max_seqs > 0 ? static_cast<double>(c.max_seqs) / b.max_seqs : 0.0);
-      std::printf("%-22s %9lld %12.1f %14lld %12lld %10s %9lld\n", v.first, static_cast<long long>(ctx),
-                  c.bytes_per_token, static_cast<long long>(schema.state_bytes_per_slot()),
+      std::snprintf(ratio, sizeof ratio, "%.2fx",
+                    b.max_seqs > 0 ? static_cast<double>(c.max_seqs) / b.max_seqs : 0.0);
+      std::printf("%-22s %9lld %12.1f %14lld %12lld %10s %9lld\n", v.first,
+                  static_cast<long long>(ctx), c.bytes_per_token,
+                  static_cast<long long>(schema.state_bytes_per_slot()),
                   static_cast<long long>(c.max_seqs), b.max_seqs > 0 ? ratio : "inf",
                   static_cast<long long>(c.budget.num_blocks));
     }
@@ -198,10 +215,10 @@ int write_trace(const std::string& path, const std::string& workload) {
   const std::vector<Request> reqs = generate_workload(w);
   std::ofstream out(path);
   if (!out) throw InvalidArgument("cannot write '" + path + "'");
-  out << format_trace_csv(reqs, "Synthetic trace generated by kvlab_sim_bench --write-trace " + path +
-                                    " --workload " + workload + "\nfrom " + workload + ": arrival " +
-                                    w.arrival.str() + ", prompt " + w.prompt.str() + ", output " + w.output.str() +
-                                    ", seed " + std::to_string(w.seed));
+  out << format_trace_csv(
+      reqs, "Synthetic trace generated by kvlab_sim_bench --write-trace " + path + " --workload " +
+                workload + "\nfrom " + workload + ": arrival " + w.arrival.str() + ", prompt " +
+                w.prompt.str() + ", output " + w.output.str() + ", seed " + std::to_string(w.seed));
   std::printf("wrote %zu requests to %s\n", reqs.size(), path.c_str());
   return 0;
 }
@@ -214,12 +231,15 @@ int main(int argc, char** argv) {
       "waste", "waste vs block size table")("capacity", "capacity table")(
       "repeats", po::value<int>()->default_value(3), "speed: runs (best is reported)")(
       "requests", po::value<int64_t>()->default_value(2000), "speed/waste: number of requests")(
-      "max-steps", po::value<int64_t>()->default_value(20000), "speed: steps to run (0 = to completion)")(
+      "max-steps", po::value<int64_t>()->default_value(20000),
+      "speed: steps to run (0 = to completion)")(
       "audit", "speed: also audit the ledger every step (O(num_blocks), slow)")(
-      "context", po::value<int64_t>()->default_value(32768), "capacity: context tokens per sequence")(
-      "kv-gib", po::value<int64_t>()->default_value(32), "waste: KV budget, GiB")(
+      "context", po::value<int64_t>()->default_value(32768),
+      "capacity: context tokens per sequence")("kv-gib", po::value<int64_t>()->default_value(32),
+                                               "waste: KV budget, GiB")(
       "rate", po::value<double>()->default_value(20), "waste: arrival rate, requests/s")(
-      "budget-gib", po::value<int64_t>()->default_value(64), "capacity: KV budget of the V4-Flash-like table, GiB")(
+      "budget-gib", po::value<int64_t>()->default_value(64),
+      "capacity: KV budget of the V4-Flash-like table, GiB")(
       "write-trace", po::value<std::string>(), "write a synthetic trace CSV to this path")(
       "workload", po::value<std::string>(), "workload spec for --write-trace");
   try {
@@ -237,12 +257,13 @@ int main(int argc, char** argv) {
       any = true;
     }
     if (vm.count("speed") || !(vm.count("waste") || vm.count("capacity") || any)) {
-      run_speed(vm["repeats"].as<int>(), vm.count("requests") && !vm["requests"].defaulted()
-                                             ? vm["requests"].as<int64_t>()
-                                             : 6000,
-                vm["max-steps"].as<int64_t>(), vm.count("audit") > 0);
+      run_speed(
+          vm["repeats"].as<int>(),
+          vm.count("requests") && !vm["requests"].defaulted() ? vm["requests"].as<int64_t>() : 6000,
+          vm["max-steps"].as<int64_t>(), vm.count("audit") > 0);
     }
-    if (vm.count("waste")) run_waste(vm["requests"].as<int64_t>(), vm["kv-gib"].as<int64_t>(), vm["rate"].as<double>());
+    if (vm.count("waste"))
+      run_waste(vm["requests"].as<int64_t>(), vm["kv-gib"].as<int64_t>(), vm["rate"].as<double>());
     if (vm.count("capacity")) {
       run_capacity(vm["context"].as<int64_t>());
       run_dsv4_capacity(vm["budget-gib"].as<int64_t>());

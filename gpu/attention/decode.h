@@ -21,9 +21,9 @@
 namespace kvlab::gpu {
 
 struct DecodeVersionInfo {
-  int id = 0;               // the N of v<N>_<algorithm>.cu
-  std::string name;         // e.g. "v3_flash_decoding"
-  std::string summary;      // one line: the algorithm
+  int id = 0;           // the N of v<N>_<algorithm>.cu
+  std::string name;     // e.g. "v3_flash_decoding"
+  std::string summary;  // one line: the algorithm
 };
 
 // Every registered version, in id order.

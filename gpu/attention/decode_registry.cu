@@ -16,10 +16,9 @@ namespace {
 
 const std::vector<DecodeVersionImpl>& impls() {
   // Function-local static: no CUDA call and no registration order issue at load time.
-  static const std::vector<DecodeVersionImpl> v{make_v0_cached_attention(), make_v1_paged_attention(),
-                                                make_v2_paged_attention_partitioned(),
-                                                make_v3_flash_decoding(), make_v4_mma_decode(),
-                                                make_v5_mma_decode_2stage()};
+  static const std::vector<DecodeVersionImpl> v{
+      make_v0_cached_attention(), make_v1_paged_attention(), make_v2_paged_attention_partitioned(),
+      make_v3_flash_decoding(),   make_v4_mma_decode(),      make_v5_mma_decode_2stage()};
   return v;
 }
 
@@ -33,7 +32,9 @@ const DecodeVersionImpl& impl(int id) {
   throw InvalidArgument(os.str());
 }
 
-bool aligned(const void* p, size_t a) { return reinterpret_cast<uintptr_t>(p) % a == 0; }
+bool aligned(const void* p, size_t a) {
+  return reinterpret_cast<uintptr_t>(p) % a == 0;
+}
 
 }  // namespace
 
@@ -43,24 +44,27 @@ void validate_decode_args(const DecodeArgs& a) {
   KVLAB_REQUIRE(a.num_seqs >= 0, "num_seqs must be >= 0, got " << a.num_seqs);
   KVLAB_REQUIRE(a.num_qo_heads > 0, "num_qo_heads must be positive, got " << a.num_qo_heads);
   KVLAB_REQUIRE(a.num_qo_heads % g.num_kv_heads == 0,
-                "num_qo_heads " << a.num_qo_heads << " is not a multiple of num_kv_heads " << g.num_kv_heads
-                                << " (GQA needs whole query-head groups)");
+                "num_qo_heads " << a.num_qo_heads << " is not a multiple of num_kv_heads "
+                                << g.num_kv_heads << " (GQA needs whole query-head groups)");
   KVLAB_REQUIRE(a.q_dtype == DType::kBF16 || a.q_dtype == DType::kF16 || a.q_dtype == DType::kF32,
                 "invalid q_dtype value " << static_cast<int>(a.q_dtype));
-  KVLAB_REQUIRE(a.max_blocks_per_seq >= 0, "max_blocks_per_seq must be >= 0, got " << a.max_blocks_per_seq);
+  KVLAB_REQUIRE(a.max_blocks_per_seq >= 0,
+                "max_blocks_per_seq must be >= 0, got " << a.max_blocks_per_seq);
   const int64_t table_tokens = static_cast<int64_t>(a.max_blocks_per_seq) * g.block_size;
   KVLAB_REQUIRE(a.max_seq_len >= 0 && a.max_seq_len <= table_tokens,
-                "max_seq_len " << a.max_seq_len << " is outside [0, max_blocks_per_seq * block_size = "
+                "max_seq_len " << a.max_seq_len
+                               << " is outside [0, max_blocks_per_seq * block_size = "
                                << table_tokens << "]");
-  KVLAB_REQUIRE(seq_len_bound64(a) <= INT32_MAX, "sequence-length bound " << seq_len_bound64(a)
-                                                                            << " exceeds int32");
-  KVLAB_REQUIRE(std::isfinite(a.sm_scale) && a.sm_scale > 0,
-                "sm_scale must be finite and > 0 (as ref::validate_decode_args), got " << a.sm_scale);
+  KVLAB_REQUIRE(seq_len_bound64(a) <= INT32_MAX,
+                "sequence-length bound " << seq_len_bound64(a) << " exceeds int32");
+  KVLAB_REQUIRE(
+      std::isfinite(a.sm_scale) && a.sm_scale > 0,
+      "sm_scale must be finite and > 0 (as ref::validate_decode_args), got " << a.sm_scale);
   if (kv_format_has_pool_scale(g.format)) {
     KVLAB_REQUIRE(std::isfinite(a.kv.k_scale) && a.kv.k_scale > 0 && std::isfinite(a.kv.v_scale) &&
                       a.kv.v_scale > 0,
-                  to_string(g.format) << " needs finite positive k_scale/v_scale, got " << a.kv.k_scale << "/"
-                                      << a.kv.v_scale);
+                  to_string(g.format) << " needs finite positive k_scale/v_scale, got "
+                                      << a.kv.k_scale << "/" << a.kv.v_scale);
   }
   if (a.num_seqs == 0) return;  // empty batch: nothing is read or written
   KVLAB_REQUIRE(a.q != nullptr, "q is null");
@@ -76,10 +80,12 @@ void validate_decode_args(const DecodeArgs& a) {
   }
   // Vector loads/stores: Q/O rows and K/V 16-byte chunks (cudaMalloc gives 256 bytes).
   KVLAB_REQUIRE(aligned(a.q, 16) && aligned(a.o, 16), "q and o must be 16-byte aligned");
-  KVLAB_REQUIRE(aligned(a.kv.k, 16) && aligned(a.kv.v, 16), "kv.k and kv.v must be 16-byte aligned");
+  KVLAB_REQUIRE(aligned(a.kv.k, 16) && aligned(a.kv.v, 16),
+                "kv.k and kv.v must be 16-byte aligned");
   KVLAB_REQUIRE(a.lse == nullptr || aligned(a.lse, 4), "lse must be 4-byte aligned");
   if (kv_format_has_token_scales(g.format))
-    KVLAB_REQUIRE(aligned(a.kv.k_scales, 4) && aligned(a.kv.v_scales, 4), "per-token scales must be 4-byte aligned");
+    KVLAB_REQUIRE(aligned(a.kv.k_scales, 4) && aligned(a.kv.v_scales, 4),
+                  "per-token scales must be 4-byte aligned");
 }
 
 std::string common_unsupported_reason(const DecodeArgs& a) {
@@ -99,7 +105,9 @@ const std::vector<DecodeVersionInfo>& decode_versions() {
   return v;
 }
 
-const DecodeVersionInfo& decode_version(int id) { return detail::impl(id).info; }
+const DecodeVersionInfo& decode_version(int id) {
+  return detail::impl(id).info;
+}
 
 std::string decode_unsupported_reason(const DecodeArgs& args, int version) {
   const auto& im = detail::impl(version);
@@ -111,7 +119,8 @@ std::string decode_unsupported_reason(const DecodeArgs& args, int version) {
 size_t decode_workspace_bytes(const DecodeArgs& args, int version) {
   const auto& im = detail::impl(version);
   detail::validate_decode_args(args);
-  if (!detail::common_unsupported_reason(args).empty() || !im.unsupported_reason(args).empty()) return 0;
+  if (!detail::common_unsupported_reason(args).empty() || !im.unsupported_reason(args).empty())
+    return 0;
   return args.num_seqs == 0 ? 0 : im.workspace_bytes(args);
 }
 
@@ -123,8 +132,8 @@ void decode_attention(const DecodeArgs& args, int version, void* workspace, size
   KVLAB_UNSUPPORTED_IF(!reason.empty(), im.info.name << ": " << reason);
   if (args.num_seqs == 0) return;
   const size_t need = im.workspace_bytes(args);
-  KVLAB_REQUIRE(workspace_bytes >= need, im.info.name << " needs " << need << " workspace bytes, got "
-                                                      << workspace_bytes);
+  KVLAB_REQUIRE(workspace_bytes >= need,
+                im.info.name << " needs " << need << " workspace bytes, got " << workspace_bytes);
   KVLAB_REQUIRE(need == 0 || workspace != nullptr, im.info.name << " needs a workspace, got null");
   KVLAB_REQUIRE(need == 0 || reinterpret_cast<uintptr_t>(workspace) % 16 == 0,
                 "workspace must be 16-byte aligned");

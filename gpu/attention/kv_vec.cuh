@@ -56,8 +56,8 @@ __device__ __forceinline__ float2 e5m2x2_to_float2(uint32_t w) {
 // Two E2M1 codes in one byte (low nibble = first element) -> float2, exactly.
 __device__ __forceinline__ float2 e2m1x2_to_float2(uint32_t byte) {
   const uint32_t lo = byte & 0xFu, hi = (byte >> 4) & 0xFu;
-  const uint32_t h2 = (((lo & 8u) << 12) | ((lo & 7u) << 9)) |
-                      ((((hi & 8u) << 12) | ((hi & 7u) << 9)) << 16);
+  const uint32_t h2 =
+      (((lo & 8u) << 12) | ((lo & 7u) << 9)) | ((((hi & 8u) << 12) | ((hi & 7u) << 9)) << 16);
   __half2 h = *reinterpret_cast<const __half2*>(&h2);
   h = __hmul2(h, __float2half2_rn(16384.0f));  // exact: 2^14 times a value of <= 3 significant bits
   return __half22float2(h);
@@ -136,7 +136,8 @@ __device__ __forceinline__ float block_scale_value(ScaleMode mode, uint8_t code,
 
 // ------------------------------------------------------------------ activations
 // 8 consecutive Q elements (bf16 or fp16, 16-byte aligned) -> floats.
-__device__ __forceinline__ void load_q8(const void* q, int64_t elem_offset, bool is_bf16, float (&out)[8]) {
+__device__ __forceinline__ void load_q8(const void* q, int64_t elem_offset, bool is_bf16,
+                                        float (&out)[8]) {
   const uint4 r = *reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(q) + elem_offset);
   const uint32_t w[4] = {r.x, r.y, r.z, r.w};
 #pragma unroll
@@ -162,13 +163,15 @@ __device__ __forceinline__ uint16_t round_act(float x, bool is_bf16) {
 __device__ __forceinline__ void store_act(void* p, int64_t idx, float x, bool is_bf16) {
   static_cast<uint16_t*>(p)[idx] = round_act(x, is_bf16);
 }
-__device__ __forceinline__ void store_act8(void* p, int64_t elem_offset, const float (&x)[8], bool is_bf16) {
+__device__ __forceinline__ void store_act8(void* p, int64_t elem_offset, const float (&x)[8],
+                                           bool is_bf16) {
   uint32_t w[4];
 #pragma unroll
   for (int i = 0; i < 4; ++i)
     w[i] = static_cast<uint32_t>(round_act(x[2 * i], is_bf16)) |
            (static_cast<uint32_t>(round_act(x[2 * i + 1], is_bf16)) << 16);
-  *reinterpret_cast<uint4*>(static_cast<uint16_t*>(p) + elem_offset) = make_uint4(w[0], w[1], w[2], w[3]);
+  *reinterpret_cast<uint4*>(static_cast<uint16_t*>(p) + elem_offset) =
+      make_uint4(w[0], w[1], w[2], w[3]);
 }
 
 // ------------------------------------------------------------------ reductions
@@ -196,9 +199,12 @@ __device__ __forceinline__ float exp_diff(float x, float m) {
 // 16-byte global -> shared copy; src_bytes == 0 writes 16 zero bytes and reads nothing.
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem, int src_bytes) {
   const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(src_bytes));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem),
+               "r"(src_bytes));
 }
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::);
+}
 template <int kPending>
 __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));

@@ -14,17 +14,17 @@
 namespace kvlab::gpu::detail {
 
 struct PagedParams {
-  const void* q;          // [num_seqs, num_qo_heads, head_dim]  bf16/fp16
-  void* o;                // [num_seqs, num_qo_heads, head_dim]  (partition_size == 0)
-  float* lse;             // [num_seqs, num_qo_heads] or null    (partition_size == 0)
+  const void* q;  // [num_seqs, num_qo_heads, head_dim]  bf16/fp16
+  void* o;        // [num_seqs, num_qo_heads, head_dim]  (partition_size == 0)
+  float* lse;     // [num_seqs, num_qo_heads] or null    (partition_size == 0)
   bool q_bf16;
-  const uint8_t* k;       // K pool (kv_layout.h)
-  const uint8_t* v;       // V pool
-  const void* k_scales;   // per-token float / block-scale codes, see kv_layout.h
+  const uint8_t* k;      // K pool (kv_layout.h)
+  const uint8_t* v;      // V pool
+  const void* k_scales;  // per-token float / block-scale codes, see kv_layout.h
   const void* v_scales;
-  float k_pool_scale;     // kPool / kNvfp4 tensor scale (1 otherwise)
+  float k_pool_scale;  // kPool / kNvfp4 tensor scale (1 otherwise)
   float v_pool_scale;
-  float out_scale;        // V pool scale for kPool formats (applied to the output), else 1
+  float out_scale;  // V pool scale for kPool formats (applied to the output), else 1
   PageGeometry geom;
   ScaleMode mode;
   const int32_t* block_table;  // [num_seqs, max_blocks_per_seq]
@@ -33,14 +33,14 @@ struct PagedParams {
   int group_size;
   int max_blocks_per_seq;
   int seq_len_bound;
-  float qk_scale;         // sm_scale (times the K pool scale for kPool)
+  float qk_scale;  // sm_scale (times the K pool scale for kPool)
   // 0: one pass over the whole sequence, output to o/lse (v1). >0: tokens per partition;
   // grid.z = max_num_partitions and the results go to the v2 workspace:
   int partition_size;
   int max_num_partitions;
-  float* tmp_out;         // [num_seqs, num_qo_heads, max_num_partitions, head_dim] float
-  float* max_logits;      // [num_seqs, num_qo_heads, max_num_partitions]
-  float* exp_sums;        // [num_seqs, num_qo_heads, max_num_partitions]
+  float* tmp_out;     // [num_seqs, num_qo_heads, max_num_partitions, head_dim] float
+  float* max_logits;  // [num_seqs, num_qo_heads, max_num_partitions]
+  float* exp_sums;    // [num_seqs, num_qo_heads, max_num_partitions]
 };
 
 // Fills the fields common to v1 and v2 from validated DecodeArgs.

@@ -30,11 +30,11 @@ constexpr int kV0Threads = 128;
 constexpr int kV0Warps = kV0Threads / kWarpSize;
 
 struct V0Params {
-  const void* q;         // [num_seqs, num_qo_heads, head_dim]  bf16/fp16
-  void* o;               // [num_seqs, num_qo_heads, head_dim]  bf16/fp16
-  float* lse;            // [num_seqs, num_qo_heads] or null
+  const void* q;  // [num_seqs, num_qo_heads, head_dim]  bf16/fp16
+  void* o;        // [num_seqs, num_qo_heads, head_dim]  bf16/fp16
+  float* lse;     // [num_seqs, num_qo_heads] or null
   bool q_bf16;
-  KvCacheView kv;        // device pools, see kv_layout.h
+  KvCacheView kv;              // device pools, see kv_layout.h
   const int32_t* block_table;  // [num_seqs, max_blocks_per_seq]
   const int32_t* seq_lens;     // [num_seqs]
   int num_qo_heads;
@@ -100,7 +100,8 @@ __global__ void __launch_bounds__(kV0Threads) v0_cached_attention_kernel(const V
     const int slot = t % bs;
     float dot = 0.0f;
     if (page >= 0 && page < p.kv.geom.num_blocks) {
-      for (int d = lane; d < D; d += kWarpSize) dot += q_s[d] * load_k(p.kv, page, kv_head, slot, d);
+      for (int d = lane; d < D; d += kWarpSize)
+        dot += q_s[d] * load_k(p.kv, page, kv_head, slot, d);
     } else {
       bad = true;
     }
@@ -140,8 +141,8 @@ __global__ void __launch_bounds__(kV0Threads) v0_cached_attention_kernel(const V
 }
 
 size_t v0_smem_bytes(const DecodeArgs& a) {
-  return (static_cast<size_t>(a.kv.geom.head_dim) + kV0Warps + static_cast<size_t>(detail::seq_len_bound64(a)) +
-          kSmemSlackFloats) *
+  return (static_cast<size_t>(a.kv.geom.head_dim) + kV0Warps +
+          static_cast<size_t>(detail::seq_len_bound64(a)) + kSmemSlackFloats) *
          sizeof(float);
 }
 
@@ -149,7 +150,8 @@ size_t v0_smem_bytes(const DecodeArgs& a) {
 cudaError_t launch_v0(const V0Params& p, int num_seqs, size_t smem, cudaStream_t stream) {
   if (smem > 48 * 1024) {
     const cudaError_t e =
-        cudaFuncSetAttribute(v0_cached_attention_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+        cudaFuncSetAttribute(v0_cached_attention_kernel,
+                             cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
     if (e != cudaSuccess) return e;
   }
   const int64_t blocks = static_cast<int64_t>(num_seqs) * p.num_qo_heads;
@@ -172,7 +174,9 @@ std::string v0_unsupported_reason(const DecodeArgs& a) {
   return "";
 }
 
-size_t v0_workspace_bytes(const DecodeArgs&) { return 0; }
+size_t v0_workspace_bytes(const DecodeArgs&) {
+  return 0;
+}
 
 void v0_run(const DecodeArgs& a, void*, cudaStream_t stream) {
   V0Params p{};
@@ -197,9 +201,10 @@ void v0_run(const DecodeArgs& a, void*, cudaStream_t stream) {
 namespace detail {
 DecodeVersionImpl make_v0_cached_attention() {
   DecodeVersionImpl v;
-  v.info = {0, "v0_cached_attention",
-            "seed 000: block per (seq, head), scores in shared memory, softmax, then the V pass; scalar "
-            "canonical loads (every format/layout)"};
+  v.info = {
+      0, "v0_cached_attention",
+      "seed 000: block per (seq, head), scores in shared memory, softmax, then the V pass; scalar "
+      "canonical loads (every format/layout)"};
   v.unsupported_reason = v0_unsupported_reason;
   v.workspace_bytes = v0_workspace_bytes;
   v.run = v0_run;

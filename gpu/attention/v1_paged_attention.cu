@@ -40,7 +40,7 @@ namespace {
 
 constexpr int kPaThreads = 128;
 constexpr int kPaWarps = kPaThreads / kWarpSize;
-constexpr int kThreadGroup = 2;                           // threads per token in q.k
+constexpr int kThreadGroup = 2;                            // threads per token in q.k
 constexpr int kTokensPerKTile = kWarpSize / kThreadGroup;  // 16 tokens per warp iteration
 
 // Byte address of element `idx` of a pool of kBits-wide elements.
@@ -51,26 +51,30 @@ __device__ __forceinline__ const uint8_t* elem_ptr(const uint8_t* pool, int64_t 
 
 // Element scale other than a kPool scale (folded elsewhere): per token, or per block
 // (NVFP4: E4M3 block scale times the tensor scale, in kv_access.h's order).
-__device__ __forceinline__ float local_scale(const PagedParams& p, const void* scales, float tensor_scale,
-                                             int64_t page, int head, int slot, int dim) {
+__device__ __forceinline__ float local_scale(const PagedParams& p, const void* scales,
+                                             float tensor_scale, int64_t page, int head, int slot,
+                                             int dim) {
   switch (p.mode) {
     case ScaleMode::kPerToken:
       return static_cast<const float*>(scales)[p.geom.token_scale_index(page, head, slot)];
     case ScaleMode::kNvfp4:
     case ScaleMode::kMx:
-      return block_scale_value(p.mode, static_cast<const uint8_t*>(scales)[p.geom.block_scale_index(page, head, slot, dim)],
-                               tensor_scale);
-    default: return 1.0f;
+      return block_scale_value(
+          p.mode,
+          static_cast<const uint8_t*>(scales)[p.geom.block_scale_index(page, head, slot, dim)],
+          tensor_scale);
+    default:
+      return 1.0f;
   }
 }
 
 template <int kHeadDim, KvElem kElem>
 __global__ void __launch_bounds__(kPaThreads) paged_attention_kernel(const PagedParams p) {
   constexpr int kBits = kv_elem_bits(kElem);
-  constexpr int kX = 128 / kBits;                 // elements per 16-byte chunk (split-x x)
-  constexpr int kVec = kX / kThreadGroup;         // elements per thread per K vec (8 bytes)
-  constexpr int kNumVecs = kHeadDim / kX;         // K vecs per thread per token
-  constexpr int kVVec = kX;                       // tokens per V vec (16 bytes along tokens)
+  constexpr int kX = 128 / kBits;                  // elements per 16-byte chunk (split-x x)
+  constexpr int kVec = kX / kThreadGroup;          // elements per thread per K vec (8 bytes)
+  constexpr int kNumVecs = kHeadDim / kX;          // K vecs per thread per token
+  constexpr int kVVec = kX;                        // tokens per V vec (16 bytes along tokens)
   constexpr int kVTile = kVVec > 16 ? kVVec : 16;  // tokens per warp per V iteration
   constexpr int kVecsPerRow = kVTile / kVVec;
   constexpr int kRowsPerIter = kWarpSize / kVecsPerRow;
@@ -81,8 +85,8 @@ __global__ void __launch_bounds__(kPaThreads) paged_attention_kernel(const Paged
   constexpr bool kMaybePerToken = kElem == KvElem::kE4M3;
 
   extern __shared__ float smem[];
-  float* q_s = smem;                  // [kHeadDim]
-  float* red = q_s + kHeadDim;        // [2 * kPaWarps]
+  float* q_s = smem;                   // [kHeadDim]
+  float* red = q_s + kHeadDim;         // [2 * kPaWarps]
   float* logits = red + 2 * kPaWarps;  // [partition tokens]; reused for the output reduction
 
   const int head = blockIdx.x, seq = blockIdx.y, part = blockIdx.z;
@@ -95,7 +99,8 @@ __global__ void __launch_bounds__(kPaThreads) paged_attention_kernel(const Paged
 
   if (len < 0 || len > p.seq_len_bound) {  // reported as NaN (v2: by the reduce kernel)
     if (!v2) {
-      for (int d = threadIdx.x; d < kHeadDim; d += kPaThreads) store_act(p.o, row * kHeadDim + d, NAN, p.q_bf16);
+      for (int d = threadIdx.x; d < kHeadDim; d += kPaThreads)
+        store_act(p.o, row * kHeadDim + d, NAN, p.q_bf16);
       if (threadIdx.x == 0 && p.lse) p.lse[row] = NAN;
     }
     return;
@@ -104,7 +109,8 @@ __global__ void __launch_bounds__(kPaThreads) paged_attention_kernel(const Paged
   const int end = v2 ? min(len, start + p.partition_size) : len;
   if (start >= end) {
     if (!v2) {  // empty sequence: zero output, lse = -inf
-      for (int d = threadIdx.x; d < kHeadDim; d += kPaThreads) store_act(p.o, row * kHeadDim + d, 0.0f, p.q_bf16);
+      for (int d = threadIdx.x; d < kHeadDim; d += kPaThreads)
+        store_act(p.o, row * kHeadDim + d, 0.0f, p.q_bf16);
       if (threadIdx.x == 0 && p.lse) p.lse[row] = -INFINITY;
     }
     return;  // v2: partitions past the end are never read by the reduce kernel
@@ -114,7 +120,8 @@ __global__ void __launch_bounds__(kPaThreads) paged_attention_kernel(const Paged
   const int bs = p.geom.block_size;
   const int64_t num_blocks = p.geom.num_blocks;
 
-  for (int d = threadIdx.x; d < kHeadDim; d += kPaThreads) q_s[d] = load_act(p.q, row * kHeadDim + d, p.q_bf16);
+  for (int d = threadIdx.x; d < kHeadDim; d += kPaThreads)
+    q_s[d] = load_act(p.q, row * kHeadDim + d, p.q_bf16);
   __syncthreads();
 
   // ---- q.k: warp w takes 16-token tiles w, w+4, ...; thread group g of the warp takes
@@ -142,7 +149,9 @@ __global__ void __launch_bounds__(kPaThreads) paged_attention_kernel(const Paged
       for (int j = 0; j < kNumVecs; ++j) {
         const int d0 = j * kX + ti * kVec;
         float kf[kVec];
-        decode_words<kElem, 2>(reinterpret_cast<const uint32_t*>(elem_ptr<kBits>(p.k, p.geom.k_index(page, kv_head, slot, d0))), kf);
+        decode_words<kElem, 2>(reinterpret_cast<const uint32_t*>(
+                                   elem_ptr<kBits>(p.k, p.geom.k_index(page, kv_head, slot, d0))),
+                               kf);
         float part_dot = 0.0f;
 #pragma unroll
         for (int e = 0; e < kVec; ++e) part_dot += q_s[d0 + e] * kf[e];
@@ -154,7 +163,8 @@ __global__ void __launch_bounds__(kPaThreads) paged_attention_kernel(const Paged
     qk += __shfl_xor_sync(0xFFFFFFFFu, qk, 1);  // the thread group's two halves
     if (valid) {
       float s = qk * p.qk_scale;
-      if (kMaybePerToken && p.mode == ScaleMode::kPerToken) s *= local_scale(p, p.k_scales, p.k_pool_scale, page, kv_head, slot, 0);
+      if (kMaybePerToken && p.mode == ScaleMode::kPerToken)
+        s *= local_scale(p, p.k_scales, p.k_pool_scale, page, kv_head, slot, 0);
       if (ti == 0) logits[t - start] = s;
       qk_max = fmaxf(qk_max, s);
     }
@@ -211,19 +221,24 @@ __global__ void __launch_bounds__(kPaThreads) paged_attention_kernel(const Paged
         const int r = row0 + i * kRowsPerIter;
         if (r >= kHeadDim) continue;
         float vf[kVVec];
-        decode_words<kElem, 4>(reinterpret_cast<const uint32_t*>(elem_ptr<kBits>(p.v, p.geom.v_index(page, kv_head, slot0, r))), vf);
+        decode_words<kElem, 4>(reinterpret_cast<const uint32_t*>(
+                                   elem_ptr<kBits>(p.v, p.geom.v_index(page, kv_head, slot0, r))),
+                               vf);
         float s = 0.0f;
         if constexpr (kBlockScaled) {
           // Block scales of tokens slot0.. for this row: stride head_dim / g codes apart.
-          const uint8_t* sc = static_cast<const uint8_t*>(p.v_scales) + p.geom.block_scale_index(page, kv_head, slot0, r);
+          const uint8_t* sc = static_cast<const uint8_t*>(p.v_scales) +
+                              p.geom.block_scale_index(page, kv_head, slot0, r);
           const int stride = kHeadDim / p.geom.scale_group();
 #pragma unroll
           for (int k = 0; k < kVVec; ++k)
-            if (t0 + k < end) s += lv[k] * block_scale_value(p.mode, sc[k * stride], p.v_pool_scale) * vf[k];
+            if (t0 + k < end)
+              s += lv[k] * block_scale_value(p.mode, sc[k * stride], p.v_pool_scale) * vf[k];
         } else {
 #pragma unroll
           for (int k = 0; k < kVVec; ++k)
-            if (t0 + k < end) s += lv[k] * vf[k];  // unused slots may hold NaN: skipped, not multiplied by 0
+            if (t0 + k < end)
+              s += lv[k] * vf[k];  // unused slots may hold NaN: skipped, not multiplied by 0
         }
         acc[i] += s;
       }
@@ -237,13 +252,15 @@ __global__ void __launch_bounds__(kPaThreads) paged_attention_kernel(const Paged
         const int slot = t % bs;
         if (page < 0 || page >= num_blocks) continue;  // flagged by the q.k pass
         float w = logits[t - start];
-        if (kMaybePerToken && p.mode == ScaleMode::kPerToken) w *= local_scale(p, p.v_scales, p.v_pool_scale, page, kv_head, slot, 0);
+        if (kMaybePerToken && p.mode == ScaleMode::kPerToken)
+          w *= local_scale(p, p.v_scales, p.v_pool_scale, page, kv_head, slot, 0);
 #pragma unroll
         for (int i = 0; i < kRowsPerThread; ++i) {
           const int r = row0 + i * kRowsPerIter;
           if (r >= kHeadDim) continue;
           float wr = w;
-          if constexpr (kBlockScaled) wr *= local_scale(p, p.v_scales, p.v_pool_scale, page, kv_head, slot, r);
+          if constexpr (kBlockScaled)
+            wr *= local_scale(p, p.v_scales, p.v_pool_scale, page, kv_head, slot, r);
           acc[i] += wr * decode_one<kElem>(p.v, p.geom.v_index(page, kv_head, slot, r));
         }
       }
@@ -254,7 +271,8 @@ __global__ void __launch_bounds__(kPaThreads) paged_attention_kernel(const Paged
 #pragma unroll
   for (int i = 0; i < kRowsPerThread; ++i) {
 #pragma unroll
-    for (int mask = kVecsPerRow / 2; mask >= 1; mask /= 2) acc[i] += __shfl_xor_sync(0xFFFFFFFFu, acc[i], mask);
+    for (int mask = kVecsPerRow / 2; mask >= 1; mask /= 2)
+      acc[i] += __shfl_xor_sync(0xFFFFFFFFu, acc[i], mask);
   }
   __syncthreads();  // logits are dead: reuse them as out_smem [kPaWarps / 2, kHeadDim]
   float* out_smem = logits;
@@ -309,7 +327,8 @@ cudaError_t launch_paged_attention_t(const PagedParams& p, int num_seqs, cudaStr
   const size_t smem = paged_attention_smem_bytes(kHeadDim, logits_tokens);
   auto kernel = paged_attention_kernel<kHeadDim, kElem>;
   if (smem > 48 * 1024) {
-    const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+    const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               static_cast<int>(smem));
     if (e != cudaSuccess) return e;
   }
   const dim3 grid(p.num_qo_heads, num_seqs, p.partition_size > 0 ? p.max_num_partitions : 1);
@@ -317,7 +336,9 @@ cudaError_t launch_paged_attention_t(const PagedParams& p, int num_seqs, cudaStr
   return cudaGetLastError();
 }
 
-size_t v1_smem(const DecodeArgs& a) { return paged_attention_smem_bytes(a.kv.geom.head_dim, seq_len_bound64(a)); }
+size_t v1_smem(const DecodeArgs& a) {
+  return paged_attention_smem_bytes(a.kv.geom.head_dim, seq_len_bound64(a));
+}
 
 std::string v1_unsupported_reason(const DecodeArgs& a) {
   const LaunchLimits lim = current_launch_limits();
@@ -336,7 +357,9 @@ std::string v1_unsupported_reason(const DecodeArgs& a) {
   return "";
 }
 
-size_t v1_workspace_bytes(const DecodeArgs&) { return 0; }
+size_t v1_workspace_bytes(const DecodeArgs&) {
+  return 0;
+}
 
 void v1_run(const DecodeArgs& a, void*, cudaStream_t stream) {
   PagedParams p = make_paged_params(a);
@@ -350,7 +373,8 @@ void v1_run(const DecodeArgs& a, void*, cudaStream_t stream) {
 
 size_t paged_attention_smem_bytes(int head_dim, int64_t logits_tokens) {
   // logits region doubles as the [kPaWarps / 2, head_dim] output-reduction buffer
-  const int64_t logits = std::max<int64_t>(logits_tokens, static_cast<int64_t>(kPaWarps / 2) * head_dim);
+  const int64_t logits =
+      std::max<int64_t>(logits_tokens, static_cast<int64_t>(kPaWarps / 2) * head_dim);
   return static_cast<size_t>(head_dim + 2 * kPaWarps + logits + kSmemSlackFloats) * sizeof(float);
 }
 
@@ -394,7 +418,8 @@ cudaError_t launch_paged_attention(const PagedParams& p, int num_seqs, cudaStrea
 DecodeVersionImpl make_v1_paged_attention() {
   DecodeVersionImpl v;
   v.info = {1, "v1_paged_attention",
-            "seed 003 (vLLM v1): thread groups, 8-byte K vecs over split-x chunks, whole-sequence logits in "
+            "seed 003 (vLLM v1): thread groups, 8-byte K vecs over split-x chunks, whole-sequence "
+            "logits in "
             "shared memory, 16-byte token-minor V vecs"};
   v.unsupported_reason = v1_unsupported_reason;
   v.workspace_bytes = v1_workspace_bytes;

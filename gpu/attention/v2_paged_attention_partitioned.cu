@@ -34,8 +34,8 @@ constexpr int kReduceThreads = 128;
 constexpr int kReduceWarps = kReduceThreads / kWarpSize;
 
 struct ReduceParams {
-  void* o;                  // [num_seqs, num_qo_heads, head_dim]  bf16/fp16
-  float* lse;               // [num_seqs, num_qo_heads] or null
+  void* o;     // [num_seqs, num_qo_heads, head_dim]  bf16/fp16
+  float* lse;  // [num_seqs, num_qo_heads] or null
   bool q_bf16;
   const float* tmp_out;     // [num_seqs, num_qo_heads, max_num_partitions, head_dim]
   const float* max_logits;  // [num_seqs, num_qo_heads, max_num_partitions]
@@ -62,7 +62,8 @@ __device__ float reduce_block(float x, float* red) {
 
 // grid (num_qo_heads, num_seqs); block kReduceThreads.
 // shared: red [kReduceWarps], weights [max_num_partitions].
-__global__ void __launch_bounds__(kReduceThreads) paged_attention_v2_reduce_kernel(const ReduceParams p) {
+__global__ void __launch_bounds__(kReduceThreads)
+    paged_attention_v2_reduce_kernel(const ReduceParams p) {
   extern __shared__ float smem[];
   float* red = smem;
   float* weights = red + kReduceWarps;
@@ -74,13 +75,15 @@ __global__ void __launch_bounds__(kReduceThreads) paged_attention_v2_reduce_kern
   const float* es = p.exp_sums + row * p.max_num_partitions;
 
   if (len < 0 || len > p.seq_len_bound) {
-    for (int d = threadIdx.x; d < D; d += kReduceThreads) store_act(p.o, row * D + d, NAN, p.q_bf16);
+    for (int d = threadIdx.x; d < D; d += kReduceThreads)
+      store_act(p.o, row * D + d, NAN, p.q_bf16);
     if (threadIdx.x == 0 && p.lse) p.lse[row] = NAN;
     return;
   }
   const int n_parts = (len + kPartitionSize - 1) / kPartitionSize;
   if (n_parts == 0) {
-    for (int d = threadIdx.x; d < D; d += kReduceThreads) store_act(p.o, row * D + d, 0.0f, p.q_bf16);
+    for (int d = threadIdx.x; d < D; d += kReduceThreads)
+      store_act(p.o, row * D + d, 0.0f, p.q_bf16);
     if (threadIdx.x == 0 && p.lse) p.lse[row] = -INFINITY;
     return;
   }
@@ -102,20 +105,24 @@ __global__ void __launch_bounds__(kReduceThreads) paged_attention_v2_reduce_kern
   const float inv = 1.0f / sum;
   for (int d = threadIdx.x; d < D; d += kReduceThreads) {
     float acc = 0.0f;
-    for (int i = 0; i < n_parts; ++i) acc += p.tmp_out[(row * p.max_num_partitions + i) * D + d] * weights[i];
+    for (int i = 0; i < n_parts; ++i)
+      acc += p.tmp_out[(row * p.max_num_partitions + i) * D + d] * weights[i];
     store_act(p.o, row * D + d, bad ? NAN : acc * inv, p.q_bf16);
   }
   if (threadIdx.x == 0 && p.lse) p.lse[row] = bad ? NAN : m + logf(sum);
 }
 
 cudaError_t launch_v2_reduce(const ReduceParams& p, int num_seqs, cudaStream_t stream) {
-  const size_t smem = (kReduceWarps + static_cast<size_t>(p.max_num_partitions) + kSmemSlackFloats) * sizeof(float);
+  const size_t smem =
+      (kReduceWarps + static_cast<size_t>(p.max_num_partitions) + kSmemSlackFloats) * sizeof(float);
   if (smem > 48 * 1024) {
-    const cudaError_t e = cudaFuncSetAttribute(paged_attention_v2_reduce_kernel,
-                                               cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+    const cudaError_t e =
+        cudaFuncSetAttribute(paged_attention_v2_reduce_kernel,
+                             cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
     if (e != cudaSuccess) return e;
   }
-  paged_attention_v2_reduce_kernel<<<dim3(p.num_qo_heads, num_seqs), kReduceThreads, smem, stream>>>(p);
+  paged_attention_v2_reduce_kernel<<<dim3(p.num_qo_heads, num_seqs), kReduceThreads, smem,
+                                     stream>>>(p);
   return cudaGetLastError();
 }
 
@@ -131,13 +138,15 @@ std::string v2_unsupported_reason(const DecodeArgs& a) {
     return os.str();
   }
   if (max_partitions(a) > lim.max_grid_y) {
-    os << "v2 puts partitions on grid.z: " << max_partitions(a) << " partitions exceed " << lim.max_grid_y;
+    os << "v2 puts partitions on grid.z: " << max_partitions(a) << " partitions exceed "
+       << lim.max_grid_y;
     return os.str();
   }
-  const size_t reduce_smem = (kReduceWarps + static_cast<size_t>(max_partitions(a)) + kSmemSlackFloats) * sizeof(float);
+  const size_t reduce_smem =
+      (kReduceWarps + static_cast<size_t>(max_partitions(a)) + kSmemSlackFloats) * sizeof(float);
   if (reduce_smem > static_cast<size_t>(lim.smem_per_block_optin)) {
-    os << "v2's reduce kernel keeps one weight per partition in shared memory: " << max_partitions(a)
-       << " partitions need " << reduce_smem << " bytes";
+    os << "v2's reduce kernel keeps one weight per partition in shared memory: "
+       << max_partitions(a) << " partitions need " << reduce_smem << " bytes";
     return os.str();
   }
   return "";
@@ -181,7 +190,8 @@ void v2_run(const DecodeArgs& a, void* workspace, cudaStream_t stream) {
 DecodeVersionImpl make_v2_paged_attention_partitioned() {
   DecodeVersionImpl v;
   v.info = {2, "v2_paged_attention_partitioned",
-            "seed 003 (vLLM v2): v1's kernel over 512-token partitions, then a reduce kernel that merges the "
+            "seed 003 (vLLM v2): v1's kernel over 512-token partitions, then a reduce kernel that "
+            "merges the "
             "partitions by their max logits and exp-sums"};
   v.unsupported_reason = v2_unsupported_reason;
   v.workspace_bytes = v2_workspace_bytes;

@@ -50,18 +50,18 @@ constexpr int kMergeThreads = 128;
 constexpr int kMergeWarps = kMergeThreads / kWarpSize;
 
 struct FlashParams {
-  const void* q;         // [num_seqs, num_qo_heads, head_dim]  bf16/fp16
-  void* o;               // [num_seqs, num_qo_heads, head_dim]
-  float* lse;            // [num_seqs, num_qo_heads] or null
+  const void* q;  // [num_seqs, num_qo_heads, head_dim]  bf16/fp16
+  void* o;        // [num_seqs, num_qo_heads, head_dim]
+  float* lse;     // [num_seqs, num_qo_heads] or null
   bool q_bf16;
-  const uint8_t* k;      // pools, kv_layout.h
+  const uint8_t* k;  // pools, kv_layout.h
   const uint8_t* v;
   const void* k_scales;
   const void* v_scales;
-  float k_pool_scale;    // NVFP4 tensor scales (inside the block-scale product)
+  float k_pool_scale;  // NVFP4 tensor scales (inside the block-scale product)
   float v_pool_scale;
-  float qk_scale;        // sm_scale (x K pool scale for kPool)
-  float out_scale;       // V pool scale for kPool, else 1
+  float qk_scale;   // sm_scale (x K pool scale for kPool)
+  float out_scale;  // V pool scale for kPool, else 1
   PageGeometry geom;
   ScaleMode mode;
   const int32_t* block_table;  // [num_seqs, max_blocks_per_seq]
@@ -71,12 +71,12 @@ struct FlashParams {
   int max_blocks_per_seq;
   int seq_len_bound;
   // plan
-  int num_qtiles;        // query tiles per KV head (group_size > blockDim.y)
-  int tile_tokens;       // tokens per pipeline stage (multiple of blockDim.z * kTpt)
+  int num_qtiles;   // query tiles per KV head (group_size > blockDim.y)
+  int tile_tokens;  // tokens per pipeline stage (multiple of blockDim.z * kTpt)
   int num_splits;
-  int chunk_tokens;      // tokens per split (multiple of tile_tokens)
-  float* partial_o;      // [num_seqs, num_qo_heads, num_splits, head_dim]  (num_splits > 1)
-  float* partial_lse;    // [num_seqs, num_qo_heads, num_splits]
+  int chunk_tokens;    // tokens per split (multiple of tile_tokens)
+  float* partial_o;    // [num_seqs, num_qo_heads, num_splits, head_dim]  (num_splits > 1)
+  float* partial_lse;  // [num_seqs, num_qo_heads, num_splits]
 };
 
 struct FlashPlan {
@@ -99,7 +99,8 @@ FlashPlan make_plan(const DecodeArgs& a, int sm_count) {
   const int step = pl.bdz * kTpt;
   pl.tile_tokens = step * std::max(1, kTileBytes / (row_bytes * step));
   const size_t pipe = static_cast<size_t>(kStages) * 2 * pl.tile_tokens * row_bytes;
-  const size_t merge = (static_cast<size_t>(pl.bdy) * pl.bdz * (D + 2) + kSmemSlackFloats) * sizeof(float);
+  const size_t merge =
+      (static_cast<size_t>(pl.bdy) * pl.bdz * (D + 2) + kSmemSlackFloats) * sizeof(float);
   pl.smem = std::max(pipe, merge);
 
   const int64_t bound = seq_len_bound64(a);
@@ -116,7 +117,8 @@ FlashPlan make_plan(const DecodeArgs& a, int sm_count) {
   pl.num_splits = bound > 0 ? static_cast<int>((bound + chunk - 1) / chunk) : 1;
   pl.grid = ctas * pl.num_splits;
   if (pl.num_splits > 1)
-    pl.workspace = static_cast<size_t>(a.num_seqs) * a.num_qo_heads * pl.num_splits * (D + 1) * sizeof(float);
+    pl.workspace =
+        static_cast<size_t>(a.num_seqs) * a.num_qo_heads * pl.num_splits * (D + 1) * sizeof(float);
   return pl;
 }
 
@@ -220,10 +222,12 @@ __global__ void __launch_bounds__(kMaxThreads, 1) flash_decode_kernel(const Flas
         }
       }
       const bool ok = page >= 0;
-      const uint8_t* ksrc = ok ? p.k + p.geom.k_index(page, kv_head, slot, ch * kX) * kBits / 8 : p.k;
+      const uint8_t* ksrc =
+          ok ? p.k + p.geom.k_index(page, kv_head, slot, ch * kX) * kBits / 8 : p.k;
       cp_async16(ks + tok * kRowBytes + ch * 16, ksrc, ok ? 16 : 0);  // 0: zero-fill
       if (!gather_v) {
-        const uint8_t* vsrc = ok ? p.v + p.geom.v_index(page, kv_head, slot, ch * kX) * kBits / 8 : p.v;
+        const uint8_t* vsrc =
+            ok ? p.v + p.geom.v_index(page, kv_head, slot, ch * kX) * kBits / 8 : p.v;
         cp_async16(vs + tok * kRowBytes + ch * 16, vsrc, ok ? 16 : 0);
       }
     }
@@ -246,7 +250,8 @@ __global__ void __launch_bounds__(kMaxThreads, 1) flash_decode_kernel(const Flas
             }
           }
         }
-        *reinterpret_cast<uint4*>(vs + tok * kRowBytes + ch * 16) = make_uint4(w[0], w[1], w[2], w[3]);
+        *reinterpret_cast<uint4*>(vs + tok * kRowBytes + ch * 16) =
+            make_uint4(w[0], w[1], w[2], w[3]);
       }
     }
     cp_async_commit();
@@ -266,15 +271,19 @@ __global__ void __launch_bounds__(kMaxThreads, 1) flash_decode_kernel(const Flas
   const int num_tiles = (end - start + tile - 1) / tile;
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
-    if (s < num_tiles) load_tile(s, s);
-    else cp_async_commit();  // keep the group count uniform
+    if (s < num_tiles)
+      load_tile(s, s);
+    else
+      cp_async_commit();  // keep the group count uniform
   }
   const int step = bdz * kTpt;
   for (int it = 0; it < num_tiles; ++it) {
     cp_async_wait<kStages - 2>();
     __syncthreads();  // tile `it` visible to all; stage (it - 1) % kStages free again
-    if (it + kStages - 1 < num_tiles) load_tile(it + kStages - 1, (it + kStages - 1) % kStages);
-    else cp_async_commit();
+    if (it + kStages - 1 < num_tiles)
+      load_tile(it + kStages - 1, (it + kStages - 1) % kStages);
+    else
+      cp_async_commit();
 
     const uint8_t* ks = smem + (it % kStages) * stage_bytes;
     const uint8_t* vs = ks + tile * kRowBytes;
@@ -286,21 +295,26 @@ __global__ void __launch_bounds__(kMaxThreads, 1) flash_decode_kernel(const Flas
         const int tok = sub + tz * kTpt + i;
         const int t = t_base + tok;
         float kf[8];
-        decode_words<kElem, kThreadWords>(reinterpret_cast<const uint32_t*>(ks + tok * kRowBytes + tx * kThreadWords * 4), kf);
+        decode_words<kElem, kThreadWords>(
+            reinterpret_cast<const uint32_t*>(ks + tok * kRowBytes + tx * kThreadWords * 4), kf);
         float dot = 0.0f;
 #pragma unroll
         for (int e = 0; e < 8; ++e) dot += q[e] * kf[e];
         if constexpr (kBlockScaled) {
           if (t < end) {
             const int64_t pg = page_of(t);
-            dot *= block_scale_value(p.mode, static_cast<const uint8_t*>(p.k_scales)[p.geom.block_scale_index(pg, kv_head, t % bs, tx * 8)],
-                                     p.k_pool_scale);
+            dot *= block_scale_value(
+                p.mode,
+                static_cast<const uint8_t*>(
+                    p.k_scales)[p.geom.block_scale_index(pg, kv_head, t % bs, tx * 8)],
+                p.k_pool_scale);
           }
         }
         dot = group_sum<kBdx>(dot);  // the kBdx lanes of one (query head, token)
         float sc = dot * p.qk_scale;
         if (kMaybePerToken && p.mode == ScaleMode::kPerToken && t < end)
-          sc *= static_cast<const float*>(p.k_scales)[p.geom.token_scale_index(page_of(t), kv_head, t % bs)];
+          sc *= static_cast<const float*>(
+              p.k_scales)[p.geom.token_scale_index(page_of(t), kv_head, t % bs)];
         s[i] = t < end ? sc : -INFINITY;
       }
       float m_new = m;
@@ -319,12 +333,17 @@ __global__ void __launch_bounds__(kMaxThreads, 1) flash_decode_kernel(const Flas
         float pr = exp_diff(s[i], m_new);
         l += pr;
         if (kMaybePerToken && p.mode == ScaleMode::kPerToken)
-          pr *= static_cast<const float*>(p.v_scales)[p.geom.token_scale_index(page_of(t), kv_head, t % bs)];
+          pr *= static_cast<const float*>(
+              p.v_scales)[p.geom.token_scale_index(page_of(t), kv_head, t % bs)];
         if constexpr (kBlockScaled)
-          pr *= block_scale_value(p.mode, static_cast<const uint8_t*>(p.v_scales)[p.geom.block_scale_index(page_of(t), kv_head, t % bs, tx * 8)],
-                                  p.v_pool_scale);
+          pr *= block_scale_value(
+              p.mode,
+              static_cast<const uint8_t*>(
+                  p.v_scales)[p.geom.block_scale_index(page_of(t), kv_head, t % bs, tx * 8)],
+              p.v_pool_scale);
         float vf[8];
-        decode_words<kElem, kThreadWords>(reinterpret_cast<const uint32_t*>(vs + tok * kRowBytes + tx * kThreadWords * 4), vf);
+        decode_words<kElem, kThreadWords>(
+            reinterpret_cast<const uint32_t*>(vs + tok * kRowBytes + tx * kThreadWords * 4), vf);
 #pragma unroll
         for (int e = 0; e < 8; ++e) acc[e] += pr * vf[e];
       }
@@ -335,9 +354,9 @@ __global__ void __launch_bounds__(kMaxThreads, 1) flash_decode_kernel(const Flas
   bad = __syncthreads_or(bad);  // also: every thread is done with the pipeline buffers
 
   // ---- merge the bdz token lanes of each query head through shared memory.
-  float* red_m = reinterpret_cast<float*>(smem);      // [bdz, bdy]
-  float* red_l = red_m + bdz * bdy;                   // [bdz, bdy]
-  float* red_acc = red_l + bdz * bdy;                 // [bdz, bdy, kHeadDim]
+  float* red_m = reinterpret_cast<float*>(smem);  // [bdz, bdy]
+  float* red_l = red_m + bdz * bdy;               // [bdz, bdy]
+  float* red_acc = red_l + bdz * bdy;             // [bdz, bdy, kHeadDim]
   if (tx == 0) {
     red_m[tz * bdy + ty] = m;
     red_l[tz * bdy + ty] = l;
@@ -390,7 +409,8 @@ __global__ void __launch_bounds__(kMergeThreads) flash_decode_merge_kernel(const
   }
   const int n = (len + p.chunk_tokens - 1) / p.chunk_tokens;
   if (n == 0) {
-    for (int d = threadIdx.x; d < D; d += kMergeThreads) store_act(p.o, row * D + d, 0.0f, p.q_bf16);
+    for (int d = threadIdx.x; d < D; d += kMergeThreads)
+      store_act(p.o, row * D + d, 0.0f, p.q_bf16);
     if (threadIdx.x == 0 && p.lse) p.lse[row] = -INFINITY;
     return;
   }
@@ -432,22 +452,29 @@ template <int kHeadDim, KvElem kElem>
 cudaError_t launch_flash_decode_t(const FlashParams& p, const FlashPlan& pl, cudaStream_t stream) {
   auto kernel = flash_decode_kernel<kHeadDim, kElem>;
   if (pl.smem > 48 * 1024) {
-    const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(pl.smem));
+    const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               static_cast<int>(pl.smem));
     if (e != cudaSuccess) return e;
   }
-  kernel<<<static_cast<unsigned>(pl.grid), dim3(kHeadDim / 8, pl.bdy, pl.bdz), pl.smem, stream>>>(p);
+  kernel<<<static_cast<unsigned>(pl.grid), dim3(kHeadDim / 8, pl.bdy, pl.bdz), pl.smem, stream>>>(
+      p);
   return cudaGetLastError();
 }
 
 // Launcher: the split kernel, then (num_splits > 1) the merge kernel.
-cudaError_t launch_flash_decode(const FlashParams& p, const FlashPlan& pl, int num_seqs, cudaStream_t stream) {
+cudaError_t launch_flash_decode(const FlashParams& p, const FlashPlan& pl, int num_seqs,
+                                cudaStream_t stream) {
   cudaError_t e = KVLAB_DISPATCH_HEAD_DIM(p.geom.head_dim, kHeadDim, [&] {
-    return KVLAB_DISPATCH_KV_ELEM(p.geom.format, kElem, [&] { return launch_flash_decode_t<kHeadDim, kElem>(p, pl, stream); });
+    return KVLAB_DISPATCH_KV_ELEM(p.geom.format, kElem, [&] {
+      return launch_flash_decode_t<kHeadDim, kElem>(p, pl, stream);
+    });
   });
   if (e != cudaSuccess || pl.num_splits == 1) return e;
-  const size_t smem = (kMergeWarps + static_cast<size_t>(pl.num_splits) + kSmemSlackFloats) * sizeof(float);
+  const size_t smem =
+      (kMergeWarps + static_cast<size_t>(pl.num_splits) + kSmemSlackFloats) * sizeof(float);
   if (smem > 48 * 1024) {
-    e = cudaFuncSetAttribute(flash_decode_merge_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+    e = cudaFuncSetAttribute(flash_decode_merge_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             static_cast<int>(smem));
     if (e != cudaSuccess) return e;
   }
   const int64_t rows = static_cast<int64_t>(num_seqs) * p.num_qo_heads;
@@ -460,22 +487,27 @@ std::string v3_unsupported_reason(const DecodeArgs& a) {
   const FlashPlan pl = make_plan(a, lim.sm_count);
   std::ostringstream os;
   if (pl.smem > static_cast<size_t>(lim.smem_per_block_optin)) {
-    os << "v3 needs " << pl.smem << " bytes of shared memory per block, the device allows " << lim.smem_per_block_optin;
+    os << "v3 needs " << pl.smem << " bytes of shared memory per block, the device allows "
+       << lim.smem_per_block_optin;
     return os.str();
   }
   if (pl.grid > INT32_MAX || static_cast<int64_t>(a.num_seqs) * a.num_qo_heads > INT32_MAX) {
     os << "v3 grid of " << pl.grid << " blocks exceeds the 1-D grid limit";
     return os.str();
   }
-  const size_t merge_smem = (kMergeWarps + static_cast<size_t>(pl.num_splits) + kSmemSlackFloats) * sizeof(float);
+  const size_t merge_smem =
+      (kMergeWarps + static_cast<size_t>(pl.num_splits) + kSmemSlackFloats) * sizeof(float);
   if (merge_smem > static_cast<size_t>(lim.smem_per_block_optin)) {
-    os << "v3 merge of " << pl.num_splits << " splits needs " << merge_smem << " bytes of shared memory";
+    os << "v3 merge of " << pl.num_splits << " splits needs " << merge_smem
+       << " bytes of shared memory";
     return os.str();
   }
   return "";
 }
 
-size_t v3_workspace_bytes(const DecodeArgs& a) { return make_plan(a, current_launch_limits().sm_count).workspace; }
+size_t v3_workspace_bytes(const DecodeArgs& a) {
+  return make_plan(a, current_launch_limits().sm_count).workspace;
+}
 
 void v3_run(const DecodeArgs& a, void* workspace, cudaStream_t stream) {
   const FlashPlan pl = make_plan(a, current_launch_limits().sm_count);
@@ -518,9 +550,10 @@ void v3_run(const DecodeArgs& a, void* workspace, cudaStream_t stream) {
 
 DecodeVersionImpl make_v3_flash_decoding() {
   DecodeVersionImpl v;
-  v.info = {3, "v3_flash_decoding",
-            "flash-decoding: split-KV, online softmax in registers, GQA-aware blocks over a cp.async "
-            "16-byte tile pipeline, log-sum-exp merge of fp32 partials"};
+  v.info = {
+      3, "v3_flash_decoding",
+      "flash-decoding: split-KV, online softmax in registers, GQA-aware blocks over a cp.async "
+      "16-byte tile pipeline, log-sum-exp merge of fp32 partials"};
   v.unsupported_reason = v3_unsupported_reason;
   v.workspace_bytes = v3_workspace_bytes;
   v.run = v3_run;

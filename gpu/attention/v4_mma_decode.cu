@@ -82,10 +82,11 @@ struct V4Config {
 
 DecodeVersionImpl make_v4_mma_decode() {
   DecodeVersionImpl v;
-  v.info = {4, "v4_mma_decode",
-            "tensor-core GQA decode: mma.sync with tokens as M and the group's query heads as N, exact "
-            "16-bit operands (P split hi+lo), per-warp cp.async pipelines, split-KV plan from SMs and "
-            "batch, PDL merge"};
+  v.info = {
+      4, "v4_mma_decode",
+      "tensor-core GQA decode: mma.sync with tokens as M and the group's query heads as N, exact "
+      "16-bit operands (P split hi+lo), per-warp cp.async pipelines, split-KV plan from SMs and "
+      "batch, PDL merge"};
   v.unsupported_reason = v4_unsupported_reason<V4Config>;
   v.workspace_bytes = v4_workspace_bytes<V4Config>;
   v.run = v4_run<V4Config>;

@@ -27,11 +27,10 @@
 namespace kvlab::gpu::detail {
 namespace {
 
-
 constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * kWarpSize;
-constexpr int kHeadsPerBlock = 8;  // the mma N: query heads of one block
-constexpr int kMergeWarps = 4;     // merge kernel: one warp per output row
+constexpr int kHeadsPerBlock = 8;    // the mma N: query heads of one block
+constexpr int kMergeWarps = 4;       // merge kernel: one warp per output row
 constexpr float kPScale = 16384.0f;  // f16 flavour: P * 2^14 keeps P's f16 split subnormal-free
 
 // The design point of a version (stages, tile size, register cap), see V4Config / V5Config.
@@ -47,7 +46,9 @@ KVLAB_HD constexpr int v4_warp_tile(int head_dim, int bits) {
 KVLAB_HD constexpr int v4_scale_stride(KvElem e, int head_dim) {
   return e == KvElem::kE4M3 ? 4 : (e == KvElem::kE2M1 ? head_dim / 16 : 0);
 }
-KVLAB_HD constexpr int round16(int x) { return (x + 15) / 16 * 16; }
+KVLAB_HD constexpr int round16(int x) {
+  return (x + 15) / 16 * 16;
+}
 
 // Shared-memory footprint of a block (host and device agree through these functions).
 struct V4Smem {
@@ -62,8 +63,10 @@ KVLAB_HD constexpr V4Smem v4_smem(int head_dim, KvElem e) {
   s.warp_tile = v4_warp_tile<Cfg>(head_dim, bits);
   s.scale_tile = round16(s.warp_tile * v4_scale_stride(e, head_dim));
   s.stage_bytes = 2 * s.warp_tile * s.row_stride + 2 * s.scale_tile;
-  s.warp_bytes = Cfg::kStages * s.stage_bytes + 3 * s.warp_tile * 8;  // + koff, voff, soff [warp_tile] int64
-  s.qfrag_bytes = 2 * (head_dim / 16) * kWarpSize * 8 + kHeadsPerBlock * 4;  // hi, lo, column scales
+  s.warp_bytes =
+      Cfg::kStages * s.stage_bytes + 3 * s.warp_tile * 8;  // + koff, voff, soff [warp_tile] int64
+  s.qfrag_bytes =
+      2 * (head_dim / 16) * kWarpSize * 8 + kHeadsPerBlock * 4;  // hi, lo, column scales
   s.merge_bytes = 2 * kWarps * kHeadsPerBlock * 4 + kWarps * kHeadsPerBlock * (head_dim + 4) * 4;
   const int pipe = kWarps * s.warp_bytes;
   s.total = (pipe > s.merge_bytes ? pipe : s.merge_bytes) + s.qfrag_bytes;
@@ -71,16 +74,16 @@ KVLAB_HD constexpr V4Smem v4_smem(int head_dim, KvElem e) {
 }
 
 struct V4Params {
-  const void* q;        // [num_seqs, num_qo_heads, head_dim]  bf16/fp16
-  void* o;              // [num_seqs, num_qo_heads, head_dim]
-  float* lse;           // [num_seqs, num_qo_heads] or null
+  const void* q;  // [num_seqs, num_qo_heads, head_dim]  bf16/fp16
+  void* o;        // [num_seqs, num_qo_heads, head_dim]
+  float* lse;     // [num_seqs, num_qo_heads] or null
   bool q_bf16;
-  const uint8_t* k;     // pools, kv_layout.h
+  const uint8_t* k;  // pools, kv_layout.h
   const uint8_t* v;
   const uint8_t* k_scales;  // per-token float / block-scale codes (kv_layout.h), or null
   const uint8_t* v_scales;
-  float qk_scale;       // sm_scale x K pool scale (kPool, NVFP4 tensor scale)
-  float out_scale;      // V pool scale (kPool, NVFP4 tensor scale), else 1
+  float qk_scale;   // sm_scale x K pool scale (kPool, NVFP4 tensor scale)
+  float out_scale;  // V pool scale (kPool, NVFP4 tensor scale), else 1
   PageGeometry geom;
   ScaleMode mode;
   const int32_t* block_table;  // [num_seqs, max_blocks_per_seq]
@@ -90,28 +93,32 @@ struct V4Params {
   int group_size;
   int max_blocks_per_seq;
   int seq_len_bound;
-  int num_qtiles;       // ceil(group_size / 8)
+  int num_qtiles;  // ceil(group_size / 8)
   int num_splits;
-  int chunk_tokens;     // tokens per split
-  float* partial_o;     // [num_seqs * num_qo_heads, num_splits, head_dim]  (num_splits > 1)
-  float* partial_lse;   // [num_seqs * num_qo_heads, num_splits]
+  int chunk_tokens;    // tokens per split
+  float* partial_o;    // [num_seqs * num_qo_heads, num_splits, head_dim]  (num_splits > 1)
+  float* partial_lse;  // [num_seqs * num_qo_heads, num_splits]
 };
 
 // N consecutive output elements (N = 4, 8, 16; 8-byte aligned) rounded to the activation dtype.
 template <int N>
-__device__ __forceinline__ void store_act_n(void* o, int64_t elem_offset, const float* x, bool is_bf16) {
+__device__ __forceinline__ void store_act_n(void* o, int64_t elem_offset, const float* x,
+                                            bool is_bf16) {
   uint32_t w[N / 2];
 #pragma unroll
   for (int i = 0; i < N / 2; ++i)
-    w[i] = static_cast<uint32_t>(round_act(x[2 * i], is_bf16)) | (static_cast<uint32_t>(round_act(x[2 * i + 1], is_bf16)) << 16);
+    w[i] = static_cast<uint32_t>(round_act(x[2 * i], is_bf16)) |
+           (static_cast<uint32_t>(round_act(x[2 * i + 1], is_bf16)) << 16);
   uint16_t* dst = static_cast<uint16_t*>(o) + elem_offset;
 #pragma unroll
-  for (int i = 0; i < N / 2; i += 2) *reinterpret_cast<uint2*>(dst + 2 * i) = make_uint2(w[i], w[i + 1]);
+  for (int i = 0; i < N / 2; i += 2)
+    *reinterpret_cast<uint2*>(dst + 2 * i) = make_uint2(w[i], w[i + 1]);
 }
 
 // N consecutive activations (N = 4, 8, 16; 8-byte aligned) -> floats.
 template <int N>
-__device__ __forceinline__ void load_act_n(const void* src, int64_t elem_offset, bool is_bf16, float (&out)[N]) {
+__device__ __forceinline__ void load_act_n(const void* src, int64_t elem_offset, bool is_bf16,
+                                           float (&out)[N]) {
   const uint16_t* s = static_cast<const uint16_t*>(src) + elem_offset;
 #pragma unroll
   for (int i = 0; i < N; i += 4) {
@@ -142,8 +149,10 @@ __device__ __forceinline__ void lds_words(const uint8_t* src, uint32_t (&w)[kWor
 // A range of 2/4/8/16 bytes of shared memory as 32-bit words (a 2-byte range in the low half).
 template <int kBytes>
 __device__ __forceinline__ void lds_range(const uint8_t* src, uint32_t (&w)[(kBytes + 3) / 4]) {
-  if constexpr (kBytes == 2) w[0] = *reinterpret_cast<const uint16_t*>(src);
-  else lds_words<kBytes / 4>(src, w);
+  if constexpr (kBytes == 2)
+    w[0] = *reinterpret_cast<const uint16_t*>(src);
+  else
+    lds_words<kBytes / 4>(src, w);
 }
 
 // Element `idx` of a pool as raw storage bits (the split-x V gather).
@@ -167,7 +176,8 @@ __device__ __forceinline__ void decode4(uint32_t w, float (&f)[4]) {
     const float2 a = e2m1x2_to_float2(w & 0xFFu), b = e2m1x2_to_float2((w >> 8) & 0xFFu);
     f[0] = a.x, f[1] = a.y, f[2] = b.x, f[3] = b.y;
   } else if constexpr (E == KvElem::kE4M3) {
-    const float2 a = e4m3x2_to_float2(static_cast<uint16_t>(w & 0xFFFFu)), b = e4m3x2_to_float2(static_cast<uint16_t>(w >> 16));
+    const float2 a = e4m3x2_to_float2(static_cast<uint16_t>(w & 0xFFFFu)),
+                 b = e4m3x2_to_float2(static_cast<uint16_t>(w >> 16));
     f[0] = a.x, f[1] = a.y, f[2] = b.x, f[3] = b.y;
   } else {
     const float2 a = e5m2x2_to_float2(w & 0xFFFFu), b = e5m2x2_to_float2(w >> 16);
@@ -189,13 +199,13 @@ KVLAB_HD constexpr int v4_tpl() {
 // [0, max_blocks_per_seq).
 template <class Cfg, int D, KvElem E>
 struct V4Startup {
-  uint2 q[D / 64];               // this thread's D/16 Q elements as 16-bit pairs (load_act_n order)
+  uint2 q[D / 64];  // this thread's D/16 Q elements as 16-bit pairs (load_act_n order)
   int pages[v4_tpl<Cfg, D, E>()];  // table entries of tokens start + warp * warp_tile + lane (+32)
 };
 
 template <class Cfg, int D, KvElem E>
-__device__ __forceinline__ void v4_startup_loads(const V4Params& p, int seq, int kv_head, int qtile, int start,
-                                                 V4Startup<Cfg, D, E>& su) {
+__device__ __forceinline__ void v4_startup_loads(const V4Params& p, int seq, int kv_head, int qtile,
+                                                 int start, V4Startup<Cfg, D, E>& su) {
   constexpr int kWT = v4_smem<Cfg>(D, E).warp_tile;
   constexpr int kQE = D / 16;
   const int tid = threadIdx.x, warp = tid / kWarpSize, lane = tid % kWarpSize;
@@ -204,7 +214,8 @@ __device__ __forceinline__ void v4_startup_loads(const V4Params& p, int seq, int
 #pragma unroll
   for (int i = 0; i < D / 64; ++i) su.q[i] = make_uint2(0u, 0u);
   if (gl < p.group_size) {
-    const int64_t base = (static_cast<int64_t>(seq) * p.num_qo_heads + kv_head * p.group_size + gl) * D + part * kQE;
+    const int64_t base =
+        (static_cast<int64_t>(seq) * p.num_qo_heads + kv_head * p.group_size + gl) * D + part * kQE;
     const uint16_t* src = static_cast<const uint16_t*>(p.q) + base;
 #pragma unroll
     for (int i = 0; i < D / 64; ++i) su.q[i] = *reinterpret_cast<const uint2*>(src + 4 * i);
@@ -225,8 +236,9 @@ __device__ __forceinline__ void v4_startup_loads(const V4Params& p, int seq, int
 // kQkF16 / kPvF16 select f16 or bf16 mma operands for Q.K^T and P.V.
 // blockDim 128 (4 warps); shared memory laid out by v4_smem().
 template <class Cfg, int D, KvElem E, bool kQkF16, bool kPvF16>
-__device__ __forceinline__ void v4_block(const V4Params& p, uint8_t* smem, int seq, int kv_head, int qtile, int split,
-                                         int start, int end, const V4Startup<Cfg, D, E>& su) {
+__device__ __forceinline__ void v4_block(const V4Params& p, uint8_t* smem, int seq, int kv_head,
+                                         int qtile, int split, int start, int end,
+                                         const V4Startup<Cfg, D, E>& su) {
   constexpr int kBits = kv_elem_bits(E);
   constexpr bool k16 = kBits == 16;
   constexpr int kRowBytes = D * kBits / 8;
@@ -234,16 +246,16 @@ __device__ __forceinline__ void v4_block(const V4Params& p, uint8_t* smem, int s
   constexpr int kStages = Cfg::kStages;
   constexpr int kRowStride = kS.row_stride;
   constexpr int kWT = kS.warp_tile;
-  constexpr int kSub = kWT / 16;                  // 16-token mma passes per tile
+  constexpr int kSub = kWT / 16;                           // 16-token mma passes per tile
   constexpr int kTPL = (kWT + kWarpSize - 1) / kWarpSize;  // tokens per lane (offsets, pages)
-  constexpr int kChunks = kRowBytes / 16;         // 16-byte chunks per row
-  constexpr int kX = 128 / kBits;                 // elements per chunk
+  constexpr int kChunks = kRowBytes / 16;                  // 16-byte chunks per row
+  constexpr int kX = 128 / kBits;                          // elements per chunk
   constexpr int kSB = v4_scale_stride(E, D);
-  constexpr int kMT = D / 16;                     // k-steps of Q.K^T = m-tiles of P.V
-  constexpr int kCS = kMT < 8 ? kMT : 8;          // k-steps per K-slice load
-  constexpr int kCBytes = kCS * 4 * kBits / 8;    // bytes per token per K-slice load
+  constexpr int kMT = D / 16;                   // k-steps of Q.K^T = m-tiles of P.V
+  constexpr int kCS = kMT < 8 ? kMT : 8;        // k-steps per K-slice load
+  constexpr int kCBytes = kCS * 4 * kBits / 8;  // bytes per token per K-slice load
   constexpr int kCW = kCBytes / 4;
-  constexpr int kRange = D / 16;                  // dims per V range (8/4-bit path)
+  constexpr int kRange = D / 16;  // dims per V range (8/4-bit path)
   constexpr int kRangeBytes = kRange * kBits / 8;
   constexpr int kRangeWords = (kRangeBytes + 3) / 4;
   static_assert(kChunks >= 2 && (kWT * kChunks) % kWarpSize == 0, "chunk loop");
@@ -260,10 +272,12 @@ __device__ __forceinline__ void v4_block(const V4Params& p, uint8_t* smem, int s
   const bool single = p.num_splits == 1;
 
   uint8_t* wbase = smem + warp * kS.warp_bytes;
-  int64_t* s_koff = reinterpret_cast<int64_t*>(wbase + kStages * kS.stage_bytes);  // [kWT] K row byte offset, -1: none
-  int64_t* s_voff = s_koff + kWT;  // split-x: V element index of dim 0; else unused
-  int64_t* s_soff = s_voff + kWT;  // token scale index (token_scale_index), -1: none
-  uint8_t* qbase = smem + (kWarps * kS.warp_bytes > kS.merge_bytes ? kWarps * kS.warp_bytes : kS.merge_bytes);
+  int64_t* s_koff = reinterpret_cast<int64_t*>(
+      wbase + kStages * kS.stage_bytes);  // [kWT] K row byte offset, -1: none
+  int64_t* s_voff = s_koff + kWT;         // split-x: V element index of dim 0; else unused
+  int64_t* s_soff = s_voff + kWT;         // token scale index (token_scale_index), -1: none
+  uint8_t* qbase =
+      smem + (kWarps * kS.warp_bytes > kS.merge_bytes ? kWarps * kS.warp_bytes : kS.merge_bytes);
   uint2* qf_hi = reinterpret_cast<uint2*>(qbase);  // [kMT][32] B fragments of Q^T
   uint2* qf_lo = qf_hi + kMT * kWarpSize;          // bf16 flavour, f16 Q: the low part
   float* colscale = reinterpret_cast<float*>(qf_lo + kMT * kWarpSize);  // [8]
@@ -345,11 +359,13 @@ __device__ __forceinline__ void v4_block(const V4Params& p, uint8_t* smem, int s
         if (vo >= 0) {
 #pragma unroll
           for (int e = 0; e < kX; ++e) {
-            const uint32_t bits = raw_elem_bits<kBits>(p.v, vo + static_cast<int64_t>(ch * kX + e) * bs);
+            const uint32_t bits =
+                raw_elem_bits<kBits>(p.v, vo + static_cast<int64_t>(ch * kX + e) * bs);
             w[(e * kBits) / 32] |= bits << ((e * kBits) % 32);
           }
         }
-        *reinterpret_cast<uint4*>(sv + tok * kRowStride + ch * 16) = make_uint4(w[0], w[1], w[2], w[3]);
+        *reinterpret_cast<uint4*>(sv + tok * kRowStride + ch * 16) =
+            make_uint4(w[0], w[1], w[2], w[3]);
       }
     }
     if constexpr (E == KvElem::kE4M3) {
@@ -370,8 +386,10 @@ __device__ __forceinline__ void v4_block(const V4Params& p, uint8_t* smem, int s
           const int tok = c / pieces, pc = c % pieces;
           const int64_t so = s_soff[tok];
           const bool ok = so >= 0;
-          mma::cp_async4(sks + tok * kSB + pc * 4, ok ? p.k_scales + so * sb + pc * 4 : p.k_scales, ok ? 4 : 0);
-          mma::cp_async4(svs + tok * kSB + pc * 4, ok ? p.v_scales + so * sb + pc * 4 : p.v_scales, ok ? 4 : 0);
+          mma::cp_async4(sks + tok * kSB + pc * 4, ok ? p.k_scales + so * sb + pc * 4 : p.k_scales,
+                         ok ? 4 : 0);
+          mma::cp_async4(svs + tok * kSB + pc * 4, ok ? p.v_scales + so * sb + pc * 4 : p.v_scales,
+                         ok ? 4 : 0);
         }
       } else {  // 2 codes per token (MXFP4, head_dim 64): not 4-byte aligned, plain copies
         for (int i = lane; i < kWT; i += kWarpSize) {
@@ -483,8 +501,10 @@ __device__ __forceinline__ void v4_block(const V4Params& p, uint8_t* smem, int s
       if constexpr (E == KvElem::kE2M1 && kQkF16) {
 #pragma unroll
         for (int j = 0; j < kGpt; ++j) {
-          ksc0[j] = mma::e4m3x2_to_f16x2(static_cast<uint32_t>(sks[r0 * kSB + t * kGpt + j]) * 0x0101u);
-          ksc1[j] = mma::e4m3x2_to_f16x2(static_cast<uint32_t>(sks[r1 * kSB + t * kGpt + j]) * 0x0101u);
+          ksc0[j] =
+              mma::e4m3x2_to_f16x2(static_cast<uint32_t>(sks[r0 * kSB + t * kGpt + j]) * 0x0101u);
+          ksc1[j] =
+              mma::e4m3x2_to_f16x2(static_cast<uint32_t>(sks[r1 * kSB + t * kGpt + j]) * 0x0101u);
         }
       }
 #pragma unroll
@@ -504,12 +524,16 @@ __device__ __forceinline__ void v4_block(const V4Params& p, uint8_t* smem, int s
           } else if constexpr (E == KvElem::kE5M2) {  // the code is the top byte of the equal half
             a[0] = __byte_perm(w0[s_], 0u, 0x1404), a[2] = __byte_perm(w0[s_], 0u, 0x3424);
             a[1] = __byte_perm(w1[s_], 0u, 0x1404), a[3] = __byte_perm(w1[s_], 0u, 0x3424);
-          } else if constexpr (kQkF16) {  // NVFP4: e2m1 -> e4m3 bytes -> f16, x the E4M3 block scale (exact)
+          } else if constexpr (kQkF16) {  // NVFP4: e2m1 -> e4m3 bytes -> f16, x the E4M3 block
+                                          // scale (exact)
             const uint32_t e0 = mma::e2m1x4_to_e4m3x4(w0[s_ / 2] >> (16 * (s_ % 2)));
             const uint32_t e1 = mma::e2m1x4_to_e4m3x4(w1[s_ / 2] >> (16 * (s_ % 2)));
-            const uint32_t sc0 = ksc0[ks / 4 < kGpt ? ks / 4 : kGpt - 1], sc1 = ksc1[ks / 4 < kGpt ? ks / 4 : kGpt - 1];
-            a[0] = mma::hmul2_bits(mma::e4m3x2_to_f16x2(e0), sc0), a[2] = mma::hmul2_bits(mma::e4m3x2_to_f16x2(e0 >> 16), sc0);
-            a[1] = mma::hmul2_bits(mma::e4m3x2_to_f16x2(e1), sc1), a[3] = mma::hmul2_bits(mma::e4m3x2_to_f16x2(e1 >> 16), sc1);
+            const uint32_t sc0 = ksc0[ks / 4 < kGpt ? ks / 4 : kGpt - 1],
+                           sc1 = ksc1[ks / 4 < kGpt ? ks / 4 : kGpt - 1];
+            a[0] = mma::hmul2_bits(mma::e4m3x2_to_f16x2(e0), sc0),
+            a[2] = mma::hmul2_bits(mma::e4m3x2_to_f16x2(e0 >> 16), sc0);
+            a[1] = mma::hmul2_bits(mma::e4m3x2_to_f16x2(e1), sc1),
+            a[3] = mma::hmul2_bits(mma::e4m3x2_to_f16x2(e1 >> 16), sc1);
           } else {  // MXFP4: e2m1 x 2^k in bf16 (exact)
             const int grp = (t * (D / 4) + 4 * ks) / geom.scale_group();
             const float sc0 = block_code_value(p.mode, sks[r0 * kSB + grp]);
@@ -517,8 +541,10 @@ __device__ __forceinline__ void v4_block(const V4Params& p, uint8_t* smem, int s
             float f0[4], f1[4];
             decode4<E>(w0[s_ / 2] >> (16 * (s_ % 2)), f0);
             decode4<E>(w1[s_ / 2] >> (16 * (s_ % 2)), f1);
-            a[0] = mma::pack2<kQkF16>(f0[0] * sc0, f0[1] * sc0), a[2] = mma::pack2<kQkF16>(f0[2] * sc0, f0[3] * sc0);
-            a[1] = mma::pack2<kQkF16>(f1[0] * sc1, f1[1] * sc1), a[3] = mma::pack2<kQkF16>(f1[2] * sc1, f1[3] * sc1);
+            a[0] = mma::pack2<kQkF16>(f0[0] * sc0, f0[1] * sc0),
+            a[2] = mma::pack2<kQkF16>(f0[2] * sc0, f0[3] * sc0);
+            a[1] = mma::pack2<kQkF16>(f1[0] * sc1, f1[1] * sc1),
+            a[3] = mma::pack2<kQkF16>(f1[2] * sc1, f1[3] * sc1);
           }
           const uint2 bh = qf_hi[ks * kWarpSize + lane];
           float(&cc)[4] = (ks & 1) ? c2 : c;
@@ -572,7 +598,8 @@ __device__ __forceinline__ void v4_block(const V4Params& p, uint8_t* smem, int s
       if constexpr (kPvF16) {
         p0 *= kPScale, p1 *= kPScale, p2 *= kPScale, p3 *= kPScale;
       } else if (per_token) {  // V's per-token scale rides on the probability (bf16 range)
-        const float vs0 = reinterpret_cast<const float*>(svs)[r0], vs1 = reinterpret_cast<const float*>(svs)[r1];
+        const float vs0 = reinterpret_cast<const float*>(svs)[r0],
+                    vs1 = reinterpret_cast<const float*>(svs)[r1];
         p0 *= vs0, p1 *= vs0, p2 *= vs1, p3 *= vs1;
       }
       // S^T C fragment (token, head pairs) -> P^T B fragment (token pairs of one head).
@@ -585,7 +612,8 @@ __device__ __forceinline__ void v4_block(const V4Params& p, uint8_t* smem, int s
       if constexpr (k16) {
         // V^T fragments straight from the token-major tile: matrix i of lane l is rows
         // (tokens) (i/2)*8 + l%8, columns (dims) mt*16 + (i%2)*8.
-        const uint8_t* vrow = sv + (sub * 16 + (lane >> 4) * 8 + (lane & 7)) * kRowStride + ((lane >> 3) & 1) * 16;
+        const uint8_t* vrow =
+            sv + (sub * 16 + (lane >> 4) * 8 + (lane & 7)) * kRowStride + ((lane >> 3) & 1) * 16;
 #pragma unroll
         for (int mt = 0; mt < kMT; ++mt) {
           uint32_t a[4];
@@ -610,7 +638,8 @@ __device__ __forceinline__ void v4_block(const V4Params& p, uint8_t* smem, int s
         lds_range<kRangeBytes>(vb + rd * kRowStride + o0, wd0);
         lds_range<kRangeBytes>(vb + rd * kRowStride + o1, wd1);
         // Block scales of the 8 (token, range) pieces: each range lies inside one group.
-        float sa0 = 1.0f, sa1 = 1.0f, sb0 = 1.0f, sb1 = 1.0f, sc0 = 1.0f, sc1 = 1.0f, sd0 = 1.0f, sd1 = 1.0f;
+        float sa0 = 1.0f, sa1 = 1.0f, sb0 = 1.0f, sb1 = 1.0f, sc0 = 1.0f, sc1 = 1.0f, sd0 = 1.0f,
+              sd1 = 1.0f;
         uint32_t hab0 = 0, hab1 = 0, hcd0 = 0, hcd1 = 0;  // NVFP4: f16x2 (scale of x, scale of y)
         if constexpr (E == KvElem::kE2M1) {
           const int gs = geom.scale_group();
@@ -618,14 +647,20 @@ __device__ __forceinline__ void v4_block(const V4Params& p, uint8_t* smem, int s
           const uint8_t* vsc = svs + (sub * 16) * kSB;
           if constexpr (kPvF16) {
             auto pair = [&](int x, int y, int q) {
-              return mma::e4m3x2_to_f16x2(static_cast<uint32_t>(vsc[x * kSB + q]) | (static_cast<uint32_t>(vsc[y * kSB + q]) << 8));
+              return mma::e4m3x2_to_f16x2(static_cast<uint32_t>(vsc[x * kSB + q]) |
+                                          (static_cast<uint32_t>(vsc[y * kSB + q]) << 8));
             };
-            hab0 = pair(ra, rb, q0), hab1 = pair(ra, rb, q1), hcd0 = pair(rc, rd, q0), hcd1 = pair(rc, rd, q1);
+            hab0 = pair(ra, rb, q0), hab1 = pair(ra, rb, q1), hcd0 = pair(rc, rd, q0),
+            hcd1 = pair(rc, rd, q1);
           } else {
-            sa0 = block_code_value(p.mode, vsc[ra * kSB + q0]), sa1 = block_code_value(p.mode, vsc[ra * kSB + q1]);
-            sb0 = block_code_value(p.mode, vsc[rb * kSB + q0]), sb1 = block_code_value(p.mode, vsc[rb * kSB + q1]);
-            sc0 = block_code_value(p.mode, vsc[rc * kSB + q0]), sc1 = block_code_value(p.mode, vsc[rc * kSB + q1]);
-            sd0 = block_code_value(p.mode, vsc[rd * kSB + q0]), sd1 = block_code_value(p.mode, vsc[rd * kSB + q1]);
+            sa0 = block_code_value(p.mode, vsc[ra * kSB + q0]),
+            sa1 = block_code_value(p.mode, vsc[ra * kSB + q1]);
+            sb0 = block_code_value(p.mode, vsc[rb * kSB + q0]),
+            sb1 = block_code_value(p.mode, vsc[rb * kSB + q1]);
+            sc0 = block_code_value(p.mode, vsc[rc * kSB + q0]),
+            sc1 = block_code_value(p.mode, vsc[rc * kSB + q1]);
+            sd0 = block_code_value(p.mode, vsc[rd * kSB + q0]),
+            sd1 = block_code_value(p.mode, vsc[rd * kSB + q1]);
           }
         }
         constexpr int kPerWord = 32 / kBits;  // elements per word
@@ -633,10 +668,11 @@ __device__ __forceinline__ void v4_block(const V4Params& p, uint8_t* smem, int s
         for (int q4 = 0; q4 < kRange / 4; ++q4) {  // 4 dims (4 m-tiles) at a time
           const int wi = (q4 * 4) / kPerWord, sh = ((q4 * 4) % kPerWord) * kBits;
           uint32_t A[4][4];  // [m-tile within the step][a0..a3]
-          auto pieces = [&](const uint32_t(&x)[kRangeWords], const uint32_t(&y)[kRangeWords], float sx, float sy,
-                            uint32_t hxy, int reg) {
+          auto pieces = [&](const uint32_t(&x)[kRangeWords], const uint32_t(&y)[kRangeWords],
+                            float sx, float sy, uint32_t hxy, int reg) {
             const uint32_t px = x[wi] >> sh, py = y[wi] >> sh;
-            if constexpr (E == KvElem::kE2M1 && kPvF16) {  // NVFP4: via e4m3 bytes, x the scale pair
+            if constexpr (E == KvElem::kE2M1 &&
+                          kPvF16) {  // NVFP4: via e4m3 bytes, x the scale pair
               const uint32_t ex = mma::e2m1x4_to_e4m3x4(px), ey = mma::e2m1x4_to_e4m3x4(py);
               const uint32_t lo = __byte_perm(ex, ey, 0x5140), hi = __byte_perm(ex, ey, 0x7362);
               A[0][reg] = mma::hmul2_bits(mma::e4m3x2_to_f16x2(lo), hxy);
@@ -697,9 +733,9 @@ __device__ __forceinline__ void v4_block(const V4Params& p, uint8_t* smem, int s
   }
   bad = __syncthreads_or(bad);  // also: every warp is done with its pipeline buffers
   constexpr int kDP = D + 4;
-  float* red_m = reinterpret_cast<float*>(smem);        // [kWarps][8]
-  float* red_l = red_m + kWarps * kHeadsPerBlock;       // [kWarps][8]
-  float* red_o = red_l + kWarps * kHeadsPerBlock;       // [kWarps][8][kDP]
+  float* red_m = reinterpret_cast<float*>(smem);   // [kWarps][8]
+  float* red_l = red_m + kWarps * kHeadsPerBlock;  // [kWarps][8]
+  float* red_o = red_l + kWarps * kHeadsPerBlock;  // [kWarps][8][kDP]
   if (g == 0) {
     red_m[warp * kHeadsPerBlock + 2 * t] = m0, red_m[warp * kHeadsPerBlock + 2 * t + 1] = m1;
     red_l[warp * kHeadsPerBlock + 2 * t] = l0, red_l[warp * kHeadsPerBlock + 2 * t + 1] = l1;
@@ -754,7 +790,8 @@ __device__ __forceinline__ void v4_block(const V4Params& p, uint8_t* smem, int s
 // grid: num_splits x num_seqs x num_kv_heads x num_qtiles blocks (split slowest), 128
 // threads; dynamic shared memory v4_smem<Cfg>(D, E).total.
 template <class Cfg, int D, KvElem E>
-__global__ void __launch_bounds__(kThreads, Cfg::min_blocks(D, E)) v4_decode_kernel(const V4Params p) {
+__global__ void __launch_bounds__(kThreads, Cfg::min_blocks(D, E))
+    v4_decode_kernel(const V4Params p) {
   extern __shared__ __align__(16) uint8_t smem[];
   mma::pdl_launch_dependents();  // the merge kernel may start launching (it waits for us)
   int64_t b = blockIdx.x;
@@ -793,11 +830,15 @@ __global__ void __launch_bounds__(kThreads, Cfg::min_blocks(D, E)) v4_decode_ker
   } else if constexpr (E == KvElem::kFP16 || E == KvElem::kE5M2 || Cfg::kPoolOnly) {
     v4_block<Cfg, D, E, true, true>(p, smem, seq, kv_head, qtile, split, start, end, su);
   } else if constexpr (E == KvElem::kE4M3) {
-    if (p.mode == ScaleMode::kPerToken) v4_block<Cfg, D, E, true, false>(p, smem, seq, kv_head, qtile, split, start, end, su);
-    else v4_block<Cfg, D, E, true, true>(p, smem, seq, kv_head, qtile, split, start, end, su);
+    if (p.mode == ScaleMode::kPerToken)
+      v4_block<Cfg, D, E, true, false>(p, smem, seq, kv_head, qtile, split, start, end, su);
+    else
+      v4_block<Cfg, D, E, true, true>(p, smem, seq, kv_head, qtile, split, start, end, su);
   } else {
-    if (p.mode == ScaleMode::kMx) v4_block<Cfg, D, E, false, false>(p, smem, seq, kv_head, qtile, split, start, end, su);
-    else v4_block<Cfg, D, E, true, true>(p, smem, seq, kv_head, qtile, split, start, end, su);
+    if (p.mode == ScaleMode::kMx)
+      v4_block<Cfg, D, E, false, false>(p, smem, seq, kv_head, qtile, split, start, end, su);
+    else
+      v4_block<Cfg, D, E, true, true>(p, smem, seq, kv_head, qtile, split, start, end, su);
   }
 }
 
@@ -824,8 +865,10 @@ __global__ void __launch_bounds__(kMergeWarps* kWarpSize) v4_merge_kernel(const 
   const float* lse_in = p.partial_lse + row * p.num_splits;
   const float* po = p.partial_o + row * p.num_splits * static_cast<int64_t>(D);
   auto store4 = [&](int d, float a, float b, float c, float e) {
-    const uint32_t w0 = static_cast<uint32_t>(round_act(a, p.q_bf16)) | (static_cast<uint32_t>(round_act(b, p.q_bf16)) << 16);
-    const uint32_t w1 = static_cast<uint32_t>(round_act(c, p.q_bf16)) | (static_cast<uint32_t>(round_act(e, p.q_bf16)) << 16);
+    const uint32_t w0 = static_cast<uint32_t>(round_act(a, p.q_bf16)) |
+                        (static_cast<uint32_t>(round_act(b, p.q_bf16)) << 16);
+    const uint32_t w1 = static_cast<uint32_t>(round_act(c, p.q_bf16)) |
+                        (static_cast<uint32_t>(round_act(e, p.q_bf16)) << 16);
     *reinterpret_cast<uint2*>(static_cast<uint16_t*>(p.o) + row * D + d) = make_uint2(w0, w1);
   };
   float mw = -INFINITY, sw = 0.0f;  // this warp's running max and sum of exp(lse - mw)
@@ -843,7 +886,8 @@ __global__ void __launch_bounds__(kMergeWarps* kWarpSize) v4_merge_kernel(const 
 #pragma unroll
       for (int h = 0; h < 2; ++h)
         x[u][h] = (in && h < halves && lane_live)
-                      ? *reinterpret_cast<const float4*>(po + static_cast<int64_t>(i) * D + lane * 4 + h * 4 * kWarpSize)
+                      ? *reinterpret_cast<const float4*>(po + static_cast<int64_t>(i) * D +
+                                                         lane * 4 + h * 4 * kWarpSize)
                       : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     }
     if (n < 0) {
@@ -860,7 +904,7 @@ __global__ void __launch_bounds__(kMergeWarps* kWarpSize) v4_merge_kernel(const 
         bad |= isnan(l[u]);
       }
     }
-    if (bm == -INFINITY) continue;  // nothing valid yet (n reached, or every lse -inf)
+    if (bm == -INFINITY) continue;     // nothing valid yet (n reached, or every lse -inf)
     const float r = exp_diff(mw, bm);  // rescale what this warp holds (0 when mw = -inf)
     sw *= r;
 #pragma unroll
@@ -873,7 +917,8 @@ __global__ void __launch_bounds__(kMergeWarps* kWarpSize) v4_merge_kernel(const 
         sw += w;
 #pragma unroll
         for (int h = 0; h < 2; ++h)
-          acc[h].x += w * x[u][h].x, acc[h].y += w * x[u][h].y, acc[h].z += w * x[u][h].z, acc[h].w += w * x[u][h].w;
+          acc[h].x += w * x[u][h].x, acc[h].y += w * x[u][h].y, acc[h].z += w * x[u][h].z,
+              acc[h].w += w * x[u][h].w;
       }
     }
     mw = bm;
@@ -912,8 +957,10 @@ __global__ void __launch_bounds__(kMergeWarps* kWarpSize) v4_merge_kernel(const 
       t.x += sc[w] * y.x, t.y += sc[w] * y.y, t.z += sc[w] * y.z, t.w += sc[w] * y.w;
     }
     const int d = lane * 4 + h * 4 * kWarpSize;
-    if (any_bad) store4(d, NAN, NAN, NAN, NAN);
-    else store4(d, t.x * inv, t.y * inv, t.z * inv, t.w * inv);
+    if (any_bad)
+      store4(d, NAN, NAN, NAN, NAN);
+    else
+      store4(d, t.x * inv, t.y * inv, t.z * inv, t.w * inv);
   }
   if (lane == 0 && p.lse) p.lse[row] = any_bad ? NAN : mx + logf(sum);
 }
@@ -929,7 +976,9 @@ struct V4Plan {
 template <class Cfg, int D, KvElem E>
 cudaError_t prepare_kernel(size_t smem) {
   if (smem > 48 * 1024)
-    return cudaFuncSetAttribute(v4_decode_kernel<Cfg, D, E>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+    return cudaFuncSetAttribute(v4_decode_kernel<Cfg, D, E>,
+                                cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                static_cast<int>(smem));
   return cudaSuccess;
 }
 
@@ -971,17 +1020,19 @@ V4Plan make_plan(const DecodeArgs& a, const LaunchLimits& lim) {
   const V4Smem s = v4_smem<Cfg>(g.head_dim, e);
   pl.smem = static_cast<size_t>(s.total);
   pl.num_qtiles = (a.group_size() + kHeadsPerBlock - 1) / kHeadsPerBlock;
-  if (pl.smem > static_cast<size_t>(lim.smem_per_block_optin)) return pl;  // reported as unsupported
+  if (pl.smem > static_cast<size_t>(lim.smem_per_block_optin))
+    return pl;  // reported as unsupported
   pl.blocks_per_sm = blocks_per_sm<Cfg>(lim.device, g.head_dim, g.format, pl.smem);
   const V4Tuning& tu = v4_tuning();
   const int64_t bound = seq_len_bound64(a);
   const int64_t items = static_cast<int64_t>(a.num_seqs) * g.num_kv_heads * pl.num_qtiles;
   const int64_t slots = static_cast<int64_t>(lim.sm_count) * std::max(1, pl.blocks_per_sm);
   const int64_t wt = s.warp_tile;
-  const int64_t granule = wt * kWarps;     // chunks are whole tiles for every warp
-  const int64_t min_chunk = 2 * granule;   // >= 2 tiles per warp: the pipeline has work
+  const int64_t granule = wt * kWarps;    // chunks are whole tiles for every warp
+  const int64_t min_chunk = 2 * granule;  // >= 2 tiles per warp: the pipeline has work
   const int64_t token_bytes = 2 * static_cast<int64_t>(g.head_dim) * kv_format_bits(g.format) / 8;
-  const int64_t max_chunk = std::max(min_chunk, tu.max_chunk_bytes / std::max<int64_t>(1, token_bytes) / granule * granule);
+  const int64_t max_chunk = std::max(
+      min_chunk, tu.max_chunk_bytes / std::max<int64_t>(1, token_bytes) / granule * granule);
   int64_t splits = 1;
   if (bound > 0 && items > 0) {
     // floor: items x splits stays within the waves (a ceil here can spill into one more wave)
@@ -1013,7 +1064,8 @@ V4Plan make_plan(const DecodeArgs& a, const LaunchLimits& lim) {
   pl.num_splits = bound > 0 ? static_cast<int>((bound + chunk - 1) / chunk) : 1;
   pl.grid = items * pl.num_splits;
   if (pl.num_splits > 1)
-    pl.workspace = static_cast<size_t>(a.num_seqs) * a.num_qo_heads * pl.num_splits * (g.head_dim + 1) * sizeof(float);
+    pl.workspace = static_cast<size_t>(a.num_seqs) * a.num_qo_heads * pl.num_splits *
+                   (g.head_dim + 1) * sizeof(float);
   return pl;
 }
 
@@ -1023,16 +1075,18 @@ std::string v4_unsupported_reason(const DecodeArgs& a) {
   const V4Plan pl = make_plan<Cfg>(a, lim);
   std::ostringstream os;
   if (pl.smem > static_cast<size_t>(lim.smem_per_block_optin)) {
-    os << "v4 needs " << pl.smem << " bytes of shared memory per block, the device allows " << lim.smem_per_block_optin;
+    os << "v4 needs " << pl.smem << " bytes of shared memory per block, the device allows "
+       << lim.smem_per_block_optin;
     return os.str();
   }
   if (pl.blocks_per_sm < 1) {
-    os << "v4's block (" << kThreads << " threads, " << pl.smem << " bytes of shared memory) cannot be resident";
+    os << "v4's block (" << kThreads << " threads, " << pl.smem
+       << " bytes of shared memory) cannot be resident";
     return os.str();
   }
   if (static_cast<int64_t>(a.num_seqs) * a.num_qo_heads > INT32_MAX) {
-    os << "v4 merges one block per output row; " << static_cast<int64_t>(a.num_seqs) * a.num_qo_heads
-       << " rows exceed the 1-D grid limit";
+    os << "v4 merges one block per output row; "
+       << static_cast<int64_t>(a.num_seqs) * a.num_qo_heads << " rows exceed the 1-D grid limit";
     return os.str();
   }
   if (pl.grid > INT32_MAX) {
@@ -1043,7 +1097,9 @@ std::string v4_unsupported_reason(const DecodeArgs& a) {
 }
 
 template <class Cfg>
-size_t v4_workspace_bytes(const DecodeArgs& a) { return make_plan<Cfg>(a, current_launch_limits()).workspace; }
+size_t v4_workspace_bytes(const DecodeArgs& a) {
+  return make_plan<Cfg>(a, current_launch_limits()).workspace;
+}
 
 template <class Cfg>
 void v4_run(const DecodeArgs& a, void* workspace, cudaStream_t stream) {

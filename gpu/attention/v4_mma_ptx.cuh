@@ -7,7 +7,8 @@
 //   A [16 x 16] row:  a0 (row g,   k 2t..2t+1)   a1 (row g+8, k 2t..2t+1)
 //                     a2 (row g,   k 2t+8..+9)   a3 (row g+8, k 2t+8..+9)
 //   B [16 x 8] col:   b0 (k 2t..2t+1, col g)     b1 (k 2t+8..+9, col g)
-//   C [16 x 8] f32:   c0 (row g, col 2t) c1 (row g, col 2t+1) c2 (row g+8, col 2t) c3 (row g+8, col 2t+1)
+//   C [16 x 8] f32:   c0 (row g, col 2t) c1 (row g, col 2t+1) c2 (row g+8, col 2t) c3 (row g+8, col
+//   2t+1)
 // The k index of A and B is contracted, so any bijection between k and the stored
 // dimension works as long as A and B use the same one: v4 exploits this to read K rows
 // with wide loads (see v4_mma_decode.cu).
@@ -22,25 +23,30 @@
 namespace kvlab::gpu::mma {
 
 // D = A * B + D, f16 operands.
-__device__ __forceinline__ void mma_f16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
-                                        uint32_t b1) {
+__device__ __forceinline__ void mma_f16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2,
+                                        uint32_t a3, uint32_t b0, uint32_t b1) {
   asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 // D = A * B + D, bf16 operands.
-__device__ __forceinline__ void mma_bf16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
-                                         uint32_t b1) {
+__device__ __forceinline__ void mma_bf16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2,
+                                         uint32_t a3, uint32_t b0, uint32_t b1) {
   asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 template <bool kF16>
-__device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  if constexpr (kF16) mma_f16(c, a[0], a[1], a[2], a[3], b0, b1);
-  else mma_bf16(c, a[0], a[1], a[2], a[3], b0, b1);
+__device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+                                         uint32_t b1) {
+  if constexpr (kF16)
+    mma_f16(c, a[0], a[1], a[2], a[3], b0, b1);
+  else
+    mma_bf16(c, a[0], a[1], a[2], a[3], b0, b1);
 }
 
 // Four 8x8 b16 matrices from shared memory, each transposed: lane l gives the address of
@@ -62,7 +68,8 @@ __device__ __forceinline__ uint32_t movmatrix_trans(uint32_t x) {
 // 4-byte global -> shared copy (L1-allocating); src_bytes == 0 writes zeros, reads nothing.
 __device__ __forceinline__ void cp_async4(void* smem, const void* gmem, int src_bytes) {
   const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(s), "l"(gmem), "r"(src_bytes));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(s), "l"(gmem),
+               "r"(src_bytes));
 }
 
 // ------------------------------------------------------------------ packing (RN)
@@ -76,8 +83,10 @@ __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
 }
 template <bool kF16>
 __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
-  if constexpr (kF16) return pack_f16x2(lo, hi);
-  else return pack_bf16x2(lo, hi);
+  if constexpr (kF16)
+    return pack_f16x2(lo, hi);
+  else
+    return pack_bf16x2(lo, hi);
 }
 // The two 16-bit values of a packed word back to float (exact).
 template <bool kF16>
@@ -101,7 +110,8 @@ __device__ __forceinline__ void split2(float x0, float x1, uint32_t& hi, uint32_
 // Two E4M3 codes (low byte first) -> f16x2, exactly (every E4M3 value, NaN included, is a
 // half): one cvt.
 __device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t two_codes) {
-  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(two_codes & 0xFFFFu), __NV_E4M3);
+  const __half2_raw h =
+      __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(two_codes & 0xFFFFu), __NV_E4M3);
   return static_cast<uint32_t>(h.x) | (static_cast<uint32_t>(h.y) << 16);
 }
 
@@ -127,14 +137,19 @@ __device__ __forceinline__ uint32_t e2m1x4_to_e4m3x4(uint32_t w) {
 
 // Packed f16x2 product (RN; exact whenever the product is representable).
 __device__ __forceinline__ uint32_t hmul2_bits(uint32_t a, uint32_t b) {
-  const __half2 r = __hmul2(*reinterpret_cast<const __half2*>(&a), *reinterpret_cast<const __half2*>(&b));
+  const __half2 r =
+      __hmul2(*reinterpret_cast<const __half2*>(&a), *reinterpret_cast<const __half2*>(&b));
   return *reinterpret_cast<const uint32_t*>(&r);
 }
 
 // ------------------------------------------------------------------ programmatic dependent launch
 // The primary grid lets its dependent grid start launching (its blocks then wait in
 // pdl_wait() until this grid has completed and its writes are visible).
-__device__ __forceinline__ void pdl_launch_dependents() { asm volatile("griddepcontrol.launch_dependents;\n" ::); }
-__device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
+__device__ __forceinline__ void pdl_launch_dependents() {
+  asm volatile("griddepcontrol.launch_dependents;\n" ::);
+}
+__device__ __forceinline__ void pdl_wait() {
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+}
 
 }  // namespace kvlab::gpu::mma

@@ -34,11 +34,20 @@ struct V5Config {
   static cudaError_t dispatch(int head_dim, KvFormat f, F&& fn) {
     return KVLAB_DISPATCH_HEAD_DIM(head_dim, kD, [&] {
       switch (f) {
-        case KvFormat::kBF16: return fn(std::integral_constant<int, kD>{}, std::integral_constant<KvElem, KvElem::kBF16>{});
-        case KvFormat::kFP16: return fn(std::integral_constant<int, kD>{}, std::integral_constant<KvElem, KvElem::kFP16>{});
-        case KvFormat::kFP8E4M3: return fn(std::integral_constant<int, kD>{}, std::integral_constant<KvElem, KvElem::kE4M3>{});
-        case KvFormat::kNVFP4: return fn(std::integral_constant<int, kD>{}, std::integral_constant<KvElem, KvElem::kE2M1>{});
-        default: break;
+        case KvFormat::kBF16:
+          return fn(std::integral_constant<int, kD>{},
+                    std::integral_constant<KvElem, KvElem::kBF16>{});
+        case KvFormat::kFP16:
+          return fn(std::integral_constant<int, kD>{},
+                    std::integral_constant<KvElem, KvElem::kFP16>{});
+        case KvFormat::kFP8E4M3:
+          return fn(std::integral_constant<int, kD>{},
+                    std::integral_constant<KvElem, KvElem::kE4M3>{});
+        case KvFormat::kNVFP4:
+          return fn(std::integral_constant<int, kD>{},
+                    std::integral_constant<KvElem, KvElem::kE2M1>{});
+        default:
+          break;
       }
       std::ostringstream os;
       os << "v5 kernels take bf16, fp16, fp8_e4m3 (pool scale) and nvfp4, got " << to_string(f);
@@ -48,7 +57,8 @@ struct V5Config {
 };
 
 bool own_format(KvFormat f) {
-  return f == KvFormat::kBF16 || f == KvFormat::kFP16 || f == KvFormat::kFP8E4M3 || f == KvFormat::kNVFP4;
+  return f == KvFormat::kBF16 || f == KvFormat::kFP16 || f == KvFormat::kFP8E4M3 ||
+         f == KvFormat::kNVFP4;
 }
 
 const DecodeVersionImpl& v4() {
@@ -57,23 +67,27 @@ const DecodeVersionImpl& v4() {
 }
 
 std::string v5_unsupported_reason(const DecodeArgs& a) {
-  return own_format(a.kv.geom.format) ? v4_unsupported_reason<V5Config>(a) : v4().unsupported_reason(a);
+  return own_format(a.kv.geom.format) ? v4_unsupported_reason<V5Config>(a)
+                                      : v4().unsupported_reason(a);
 }
 size_t v5_workspace_bytes(const DecodeArgs& a) {
   return own_format(a.kv.geom.format) ? v4_workspace_bytes<V5Config>(a) : v4().workspace_bytes(a);
 }
 void v5_run(const DecodeArgs& a, void* workspace, cudaStream_t stream) {
-  if (own_format(a.kv.geom.format)) v4_run<V5Config>(a, workspace, stream);
-  else v4().run(a, workspace, stream);
+  if (own_format(a.kv.geom.format))
+    v4_run<V5Config>(a, workspace, stream);
+  else
+    v4().run(a, workspace, stream);
 }
 
 }  // namespace
 
 DecodeVersionImpl make_v5_mma_decode_2stage() {
   DecodeVersionImpl v;
-  v.info = {5, "v5_mma_decode_2stage",
-            "v4's tensor-core decode with 2-stage 16-token warp tiles and a register cap (3-4 resident "
-            "blocks per SM) for bf16, fp16, fp8_e4m3 and nvfp4; other formats as v4"};
+  v.info = {
+      5, "v5_mma_decode_2stage",
+      "v4's tensor-core decode with 2-stage 16-token warp tiles and a register cap (3-4 resident "
+      "blocks per SM) for bf16, fp16, fp8_e4m3 and nvfp4; other formats as v4"};
   v.unsupported_reason = v5_unsupported_reason;
   v.workspace_bytes = v5_workspace_bytes;
   v.run = v5_run;

@@ -50,11 +50,11 @@ struct FirstBadEntry {
 void validate_decode_tables(const DecodeArgs& args, cudaStream_t stream) {
   detail::validate_decode_args(args);
   if (args.num_seqs == 0) return;
-  FirstBadEntry f{args.seq_lens, args.block_table, args.max_blocks_per_seq, args.kv.geom.block_size,
-                  args.kv.geom.num_blocks, detail::seq_len_bound64(args)};
-  const int64_t code = thrust::transform_reduce(thrust::cuda::par.on(stream), thrust::counting_iterator<int64_t>(0),
-                                                thrust::counting_iterator<int64_t>(args.num_seqs), f, kNoError,
-                                                thrust::minimum<int64_t>());
+  FirstBadEntry f{args.seq_lens,           args.block_table,        args.max_blocks_per_seq,
+                  args.kv.geom.block_size, args.kv.geom.num_blocks, detail::seq_len_bound64(args)};
+  const int64_t code = thrust::transform_reduce(
+      thrust::cuda::par.on(stream), thrust::counting_iterator<int64_t>(0),
+      thrust::counting_iterator<int64_t>(args.num_seqs), f, kNoError, thrust::minimum<int64_t>());
   KVLAB_CUDA_CHECK(cudaStreamSynchronize(stream));
   if (code == kNoError) return;
   const int64_t per_seq = static_cast<int64_t>(args.max_blocks_per_seq) + 1;
@@ -68,10 +68,11 @@ void validate_decode_tables(const DecodeArgs& args, cudaStream_t stream) {
   } else {
     const int64_t e = item - 1;
     int32_t page = 0;
-    KVLAB_CUDA_CHECK(cudaMemcpy(&page, args.block_table + s * args.max_blocks_per_seq + e, sizeof(page),
-                                cudaMemcpyDeviceToHost));
-    os << "block_table[" << s << "][" << e << "] = " << page << " is outside [0, num_blocks = "
-       << args.kv.geom.num_blocks << ") (sequence " << s << " has length " << len << ", so it uses "
+    KVLAB_CUDA_CHECK(cudaMemcpy(&page, args.block_table + s * args.max_blocks_per_seq + e,
+                                sizeof(page), cudaMemcpyDeviceToHost));
+    os << "block_table[" << s << "][" << e << "] = " << page
+       << " is outside [0, num_blocks = " << args.kv.geom.num_blocks << ") (sequence " << s
+       << " has length " << len << ", so it uses "
        << "entries 0.." << (len + args.kv.geom.block_size - 1) / args.kv.geom.block_size - 1 << ")";
   }
   throw InvalidArgument(os.str());

@@ -21,14 +21,16 @@ constexpr int kReadUnroll = 4;
 // flight per iteration (memory-level parallelism is what saturates HBM); the XOR of all
 // loaded words stays live through a practically-never-taken store, so the compiler cannot
 // drop the loads, and no write traffic competes with the reads.
-__global__ void read_kernel(const uint4* __restrict__ p, size_t n, unsigned int* __restrict__ sink) {
+__global__ void read_kernel(const uint4* __restrict__ p, size_t n,
+                            unsigned int* __restrict__ sink) {
   const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
   size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   unsigned int acc = 0;
   for (; i + (kReadUnroll - 1) * stride < n; i += kReadUnroll * stride) {
     uint4 v[kReadUnroll];
 #pragma unroll
-    for (int u = 0; u < kReadUnroll; ++u) v[u] = __ldcs(p + i + u * stride);  // streaming: no L2 reuse intended
+    for (int u = 0; u < kReadUnroll; ++u)
+      v[u] = __ldcs(p + i + u * stride);  // streaming: no L2 reuse intended
 #pragma unroll
     for (int u = 0; u < kReadUnroll; ++u) acc ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
   }
@@ -43,21 +45,28 @@ int read_grid(size_t n) {
   int dev = 0, sms = 0, per_sm = 0;
   KVLAB_CUDA_CHECK(cudaGetDevice(&dev));
   KVLAB_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  KVLAB_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, read_kernel, kReadThreads, 0));
+  KVLAB_CUDA_CHECK(
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, read_kernel, kReadThreads, 0));
   const size_t want = (n + kReadThreads - 1) / kReadThreads;
-  return static_cast<int>(std::max<size_t>(1, std::min<size_t>(want, static_cast<size_t>(sms) * std::max(per_sm, 1))));
+  return static_cast<int>(
+      std::max<size_t>(1, std::min<size_t>(want, static_cast<size_t>(sms) * std::max(per_sm, 1))));
 }
 
 // A buffer of non-zero, distinct words (never time on zeros).
 struct ReadBuffer {
   thrust::device_vector<unsigned int> words;
   thrust::device_vector<unsigned int> sink;
-  explicit ReadBuffer(size_t bytes) : words(bytes / 4), sink(1) { thrust::sequence(words.begin(), words.end(), 1u); }
-  const uint4* data() const { return reinterpret_cast<const uint4*>(thrust::raw_pointer_cast(words.data())); }
+  explicit ReadBuffer(size_t bytes) : words(bytes / 4), sink(1) {
+    thrust::sequence(words.begin(), words.end(), 1u);
+  }
+  const uint4* data() const {
+    return reinterpret_cast<const uint4*>(thrust::raw_pointer_cast(words.data()));
+  }
   size_t vecs() const { return words.size() / 4; }
   void read(cudaStream_t s) {
     const size_t n = vecs();
-    read_kernel<<<read_grid(n), kReadThreads, 0, s>>>(data(), n, thrust::raw_pointer_cast(sink.data()));
+    read_kernel<<<read_grid(n), kReadThreads, 0, s>>>(data(), n,
+                                                      thrust::raw_pointer_cast(sink.data()));
     KVLAB_CUDA_CHECK(cudaGetLastError());
   }
 };
@@ -70,7 +79,8 @@ class L2Flusher {
     int dev = 0, l2 = 0;
     KVLAB_CUDA_CHECK(cudaGetDevice(&dev));
     KVLAB_CUDA_CHECK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev));
-    buf_ = std::make_unique<ReadBuffer>(std::max<size_t>(2 * static_cast<size_t>(l2), size_t{64} << 20));
+    buf_ = std::make_unique<ReadBuffer>(
+        std::max<size_t>(2 * static_cast<size_t>(l2), size_t{64} << 20));
   }
   void flush(cudaStream_t s) { buf_->read(s); }
 
@@ -81,7 +91,9 @@ class L2Flusher {
 struct Event {
   cudaEvent_t e = nullptr;
   Event() { KVLAB_CUDA_CHECK(cudaEventCreate(&e)); }
-  ~Event() { if (e) cudaEventDestroy(e); }
+  ~Event() {
+    if (e) cudaEventDestroy(e);
+  }
   Event(const Event&) = delete;
   Event& operator=(const Event&) = delete;
 };
@@ -96,7 +108,9 @@ struct OwnedStream {
       owned = true;
     }
   }
-  ~OwnedStream() { if (owned) cudaStreamDestroy(s); }
+  ~OwnedStream() {
+    if (owned) cudaStreamDestroy(s);
+  }
 };
 
 }  // namespace
@@ -127,7 +141,8 @@ Timing summarize(std::vector<float> samples, double target_rel_iqr) {
   return t;
 }
 
-Timing time_kernel(const std::function<void(cudaStream_t)>& launch, const TimingOptions& opt, cudaStream_t stream) {
+Timing time_kernel(const std::function<void(cudaStream_t)>& launch, const TimingOptions& opt,
+                   cudaStream_t stream) {
   OwnedStream st(stream);
   cudaStream_t s = st.s;
   std::unique_ptr<L2Flusher> flusher;
@@ -145,8 +160,10 @@ Timing time_kernel(const std::function<void(cudaStream_t)>& launch, const Timing
     KVLAB_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
   }
   auto run_once = [&]() {
-    if (exec) KVLAB_CUDA_CHECK(cudaGraphLaunch(exec, s));
-    else launch(s);
+    if (exec)
+      KVLAB_CUDA_CHECK(cudaGraphLaunch(exec, s));
+    else
+      launch(s);
     KVLAB_CUDA_CHECK(cudaGetLastError());
   };
 
@@ -170,7 +187,8 @@ Timing time_kernel(const std::function<void(cudaStream_t)>& launch, const Timing
     KVLAB_CUDA_CHECK(cudaEventElapsedTime(&ms, start.e, stop.e));
     samples.push_back(ms * 1000.0f / per_sample);
     const int n = static_cast<int>(samples.size());
-    const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double wall =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (n >= opt.min_reps && (n % 5 == 0 || n >= opt.max_reps || wall > opt.max_seconds)) {
       result = summarize(samples, opt.target_rel_iqr);
       if (result.converged || n >= opt.max_reps || wall > opt.max_seconds) break;
@@ -201,7 +219,11 @@ Ceilings measure_ceilings(const TimingOptions& opt, uint64_t bytes) {
   thrust::device_vector<unsigned int> dst(bytes / 4);
   unsigned int* d = thrust::raw_pointer_cast(dst.data());
   const unsigned int* sp = thrust::raw_pointer_cast(src.words.data());
-  c.copy = time_kernel([&](cudaStream_t s) { KVLAB_CUDA_CHECK(cudaMemcpyAsync(d, sp, bytes, cudaMemcpyDeviceToDevice, s)); }, o);
+  c.copy = time_kernel(
+      [&](cudaStream_t s) {
+        KVLAB_CUDA_CHECK(cudaMemcpyAsync(d, sp, bytes, cudaMemcpyDeviceToDevice, s));
+      },
+      o);
   c.copy_bytes_per_s = c.copy.median_us > 0 ? 2.0 * bytes / (c.copy.median_us * 1e-6) : 0;
   return c;
 }

@@ -55,9 +55,9 @@ Timing time_kernel(const std::function<void(cudaStream_t)>& launch, const Timing
 Timing summarize(std::vector<float> samples_us, double target_rel_iqr);
 
 struct Ceilings {
-  uint64_t bytes = 0;              // buffer size used
-  double read_bytes_per_s = 0;     // sequential read
-  double copy_bytes_per_s = 0;     // device-to-device copy, (read + write) / time
+  uint64_t bytes = 0;           // buffer size used
+  double read_bytes_per_s = 0;  // sequential read
+  double copy_bytes_per_s = 0;  // device-to-device copy, (read + write) / time
   Timing read, copy;
 };
 

@@ -23,7 +23,8 @@ class CudaError : public Error {
   cudaError_t code_;
 };
 
-[[noreturn]] inline void throw_cuda_error(cudaError_t e, const char* stmt, const char* file, int line) {
+[[noreturn]] inline void throw_cuda_error(cudaError_t e, const char* stmt, const char* file,
+                                          int line) {
   std::ostringstream os;
   os << "CUDA error " << cudaGetErrorName(e) << " (" << cudaGetErrorString(e) << ") in `" << stmt
      << "` at " << file << ":" << line;
@@ -32,17 +33,17 @@ class CudaError : public Error {
 
 }  // namespace kvlab
 
-#define KVLAB_CUDA_CHECK(stmt)                                                   \
-  do {                                                                           \
-    cudaError_t kvlab_e_ = (stmt);                                               \
+#define KVLAB_CUDA_CHECK(stmt)                                                                   \
+  do {                                                                                           \
+    cudaError_t kvlab_e_ = (stmt);                                                               \
     if (kvlab_e_ != cudaSuccess) ::kvlab::throw_cuda_error(kvlab_e_, #stmt, __FILE__, __LINE__); \
   } while (0)
 
 #if defined(KVLAB_SYNC_AFTER_LAUNCH)
-#define KVLAB_CHECK_LAUNCH()                          \
-  do {                                                \
-    KVLAB_CUDA_CHECK(cudaGetLastError());             \
-    KVLAB_CUDA_CHECK(cudaDeviceSynchronize());        \
+#define KVLAB_CHECK_LAUNCH()                   \
+  do {                                         \
+    KVLAB_CUDA_CHECK(cudaGetLastError());      \
+    KVLAB_CUDA_CHECK(cudaDeviceSynchronize()); \
   } while (0)
 #else
 #define KVLAB_CHECK_LAUNCH() KVLAB_CUDA_CHECK(cudaGetLastError())

@@ -43,7 +43,8 @@ class DeviceBuffer {
     KVLAB_CUDA_CHECK(cudaMalloc(&base_, bytes_ + 2 * guard_ + (bytes_ + 2 * guard_ == 0 ? 1 : 0)));
     if (guard_ > 0) {
       KVLAB_CUDA_CHECK(cudaMemset(base_, kGuardByte, guard_));
-      KVLAB_CUDA_CHECK(cudaMemset(static_cast<uint8_t*>(base_) + guard_ + bytes_, kGuardByte, guard_));
+      KVLAB_CUDA_CHECK(
+          cudaMemset(static_cast<uint8_t*>(base_) + guard_ + bytes_, kGuardByte, guard_));
     }
   }
   void release() noexcept {
@@ -54,7 +55,9 @@ class DeviceBuffer {
 
   void* data() const { return base_ ? static_cast<uint8_t*>(base_) + guard_ : nullptr; }
   template <class T>
-  T* as() const { return static_cast<T*>(data()); }
+  T* as() const {
+    return static_cast<T*>(data());
+  }
   size_t bytes() const { return bytes_; }
 
   void upload(const void* host, size_t n) {
@@ -62,7 +65,9 @@ class DeviceBuffer {
     KVLAB_CUDA_CHECK(cudaMemcpy(data(), host, n, cudaMemcpyHostToDevice));
   }
   template <class T>
-  void upload(const std::vector<T>& v) { upload(v.data(), v.size() * sizeof(T)); }
+  void upload(const std::vector<T>& v) {
+    upload(v.data(), v.size() * sizeof(T));
+  }
   void download(void* host, size_t n) const {
     KVLAB_REQUIRE(n <= bytes_, "download of " << n << " bytes from a DeviceBuffer of " << bytes_);
     KVLAB_CUDA_CHECK(cudaMemcpy(host, data(), n, cudaMemcpyDeviceToHost));

@@ -53,7 +53,8 @@ LaunchLimits current_launch_limits() {
   LaunchLimits l;
   KVLAB_CUDA_CHECK(cudaGetDevice(&l.device));
   KVLAB_CUDA_CHECK(cudaDeviceGetAttribute(&l.sm_count, cudaDevAttrMultiProcessorCount, l.device));
-  KVLAB_CUDA_CHECK(cudaDeviceGetAttribute(&l.smem_per_block_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, l.device));
+  KVLAB_CUDA_CHECK(cudaDeviceGetAttribute(&l.smem_per_block_optin,
+                                          cudaDevAttrMaxSharedMemoryPerBlockOptin, l.device));
   KVLAB_CUDA_CHECK(cudaDeviceGetAttribute(&l.max_grid_y, cudaDevAttrMaxGridDimY, l.device));
   return l;
 }

@@ -17,7 +17,9 @@ struct DeviceInfo {
   uint64_t smem_per_block_optin = 0;
   int sm_clock_khz = 0, mem_clock_khz = 0, mem_bus_bits = 0;
   // Datasheet-style peak DRAM bandwidth from the memory clock and bus width (DDR: x2).
-  double peak_bandwidth_bytes_per_s() const { return 2.0 * mem_clock_khz * 1e3 * mem_bus_bits / 8.0; }
+  double peak_bandwidth_bytes_per_s() const {
+    return 2.0 * mem_clock_khz * 1e3 * mem_bus_bits / 8.0;
+  }
 };
 
 // Devices visible to this process; empty (and *error set) when there is no driver/device.

@@ -26,9 +26,9 @@ namespace kvlab::gpu {
 // of pages the sequences use (synchronizes `stream`). Throws InvalidArgument when a length
 // is negative, needs more than max_blocks_per_seq pages, or the sequences need more pages
 // than num_blocks.
-int64_t build_block_tables(const int32_t* seq_lens, int32_t num_seqs, int32_t block_size, int32_t max_blocks_per_seq,
-                           int64_t num_blocks, const int32_t* page_list, int32_t fill, int32_t* table,
-                           cudaStream_t stream);
+int64_t build_block_tables(const int32_t* seq_lens, int32_t num_seqs, int32_t block_size,
+                           int32_t max_blocks_per_seq, int64_t num_blocks, const int32_t* page_list,
+                           int32_t fill, int32_t* table, cudaStream_t stream);
 
 // Writes a seeded permutation of [0, num_blocks) into page_list (device; Thrust sort of the
 // ids by a splitmix64 hash of (seed, id)). Deterministic for a seed.
@@ -36,14 +36,15 @@ void shuffled_page_list(int64_t num_blocks, uint64_t seed, int32_t* page_list, c
 
 struct DeviceErrorSummary {
   int64_t count = 0;
-  double max_abs = 0;    // over pairs where both are finite
-  double rel_l2 = 0;     // ||out - ref|| / ||ref|| over finite pairs (0 when both norms are 0)
+  double max_abs = 0;  // over pairs where both are finite
+  double rel_l2 = 0;   // ||out - ref|| / ||ref|| over finite pairs (0 when both norms are 0)
   int64_t nonfinite_out = 0;
   int64_t nonfinite_ref = 0;
   int64_t nonfinite_mismatch = 0;  // exactly one side non-finite, or both but different
 };
 
 // out, ref: n floats each (device). Synchronizes `stream`.
-DeviceErrorSummary device_error_summary(const float* out, const float* ref, int64_t n, cudaStream_t stream);
+DeviceErrorSummary device_error_summary(const float* out, const float* ref, int64_t n,
+                                        cudaStream_t stream);
 
 }  // namespace kvlab::gpu

@@ -61,16 +61,21 @@ cudaError_t launch_append_swa(const AppendSwaParams& p, cudaStream_t stream) {
 }  // namespace
 
 void dsv4_append_swa(const Dsv4SwaView& swa, const Dsv4AppendSwaArgs& args, cudaStream_t stream) {
-  KVLAB_REQUIRE(args.num_tokens >= 0, "gpu::dsv4_append_swa: num_tokens must be >= 0, got " << args.num_tokens);
+  KVLAB_REQUIRE(args.num_tokens >= 0,
+                "gpu::dsv4_append_swa: num_tokens must be >= 0, got " << args.num_tokens);
   if (args.num_tokens == 0) return;
-  KVLAB_REQUIRE(args.raw_kv && args.request_slots && args.positions, "gpu::dsv4_append_swa: null input pointer");
+  KVLAB_REQUIRE(args.raw_kv && args.request_slots && args.positions,
+                "gpu::dsv4_append_swa: null input pointer");
   KVLAB_REQUIRE(swa.ring.data && swa.pos && swa.head && swa.ring.rows >= 1,
                 "gpu::dsv4_append_swa: null ring buffers or window < 1");
-  KVLAB_REQUIRE(swa.ring.nope_dim > 0 && swa.ring.nope_dim % kDsMlaTile == 0 && swa.ring.rope_dim % 2 == 0,
-                "gpu::dsv4_append_swa: nope_dim " << swa.ring.nope_dim << " must be a positive multiple of 64, rope_dim "
-                                                 << swa.ring.rope_dim << " even");
+  KVLAB_REQUIRE(
+      swa.ring.nope_dim > 0 && swa.ring.nope_dim % kDsMlaTile == 0 && swa.ring.rope_dim % 2 == 0,
+      "gpu::dsv4_append_swa: nope_dim " << swa.ring.nope_dim
+                                        << " must be a positive multiple of 64, rope_dim "
+                                        << swa.ring.rope_dim << " even");
   KVLAB_UNSUPPORTED_IF(swa.ring.nope_dim > kMaxTiles * kDsMlaTile,
-                       "gpu::dsv4_append_swa: nope_dim " << swa.ring.nope_dim << " above " << kMaxTiles * kDsMlaTile);
+                       "gpu::dsv4_append_swa: nope_dim " << swa.ring.nope_dim << " above "
+                                                         << kMaxTiles * kDsMlaTile);
   if (swa.ring.format == Dsv4EntryFormat::kFp8PerToken)
     KVLAB_REQUIRE(swa.ring.inv_scale && (swa.ring.rope || swa.ring.rope_dim == 0),
                   "gpu::dsv4_append_swa: null rope / inv_scale arrays");

@@ -61,7 +61,8 @@ __global__ void __launch_bounds__(kThreads) emit_kernel(const CompressParams p) 
       *v = st.overlap ? st.kb[idx] : st.ka[idx];
       *s = st.overlap ? st.zb[idx] : st.za[idx];
     };
-    a.out[static_cast<int64_t>(k) * D + c] = dsv4_pool_channel(R, st.overlap && e > 0, lane_a, lane_b);
+    a.out[static_cast<int64_t>(k) * D + c] =
+        dsv4_pool_channel(R, st.overlap && e > 0, lane_a, lane_b);
   }
 }
 
@@ -110,13 +111,16 @@ cudaError_t launch_compress(const CompressParams& p, cudaStream_t stream) {
 
 void dsv4_compress(const Dsv4StreamView& st, const Dsv4CompressArgs& a, cudaStream_t stream) {
   KVLAB_REQUIRE(st.ratio >= 1 && st.dim >= 1 && st.ka && st.za && (!st.overlap || (st.kb && st.zb)),
-                "gpu::dsv4_compress: bad stream state (ratio " << st.ratio << ", dim " << st.dim << ", null rows)");
+                "gpu::dsv4_compress: bad stream state (ratio " << st.ratio << ", dim " << st.dim
+                                                               << ", null rows)");
   KVLAB_REQUIRE(a.num_requests >= 0 && a.num_tokens >= 0 && a.num_entries >= 0,
                 "gpu::dsv4_compress: negative counts");
   if (a.num_requests == 0) return;
-  KVLAB_REQUIRE(a.kv && a.gate && a.request_slots && a.start_pos && a.token_offsets && a.entry_offsets,
-                "gpu::dsv4_compress: null input pointer");
-  KVLAB_REQUIRE(a.num_entries == 0 || a.out, "gpu::dsv4_compress: null out with " << a.num_entries << " entries");
+  KVLAB_REQUIRE(
+      a.kv && a.gate && a.request_slots && a.start_pos && a.token_offsets && a.entry_offsets,
+      "gpu::dsv4_compress: null input pointer");
+  KVLAB_REQUIRE(a.num_entries == 0 || a.out,
+                "gpu::dsv4_compress: null out with " << a.num_entries << " entries");
   KVLAB_CUDA_CHECK(launch_compress(CompressParams{st, a}, stream));
 }
 

@@ -6,8 +6,9 @@
 // (0 .. (t+1)/ratio - 1), then the window's ring rows; warp w takes keys w, w+4, ... Each
 // lane holds head_dim/32 dims of q and of its accumulator; a key's dot product is a warp
 // reduction; each warp keeps an online softmax (m, l, acc) and the four are merged in
-// shared memory at the end; the FP32 result is rounded once to BF16. Keys are dequantized through Dsv4EntryPages::load, the same
-// function the reference reads with. K = V: the value of a key is the key itself.
+// shared memory at the end; the FP32 result is rounded once to BF16. Keys are dequantized through
+// Dsv4EntryPages::load, the same function the reference reads with. K = V: the value of a key is
+// the key itself.
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -65,7 +66,8 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const DecodeParams p) 
     } else {
       row = static_cast<int>(j - n_comp);
       const int32_t pos = p.swa.pos_row(slot)[row];
-      if (pos < 0 || pos > t || pos <= t - W) continue;  // empty row or outside the window (warp-uniform)
+      if (pos < 0 || pos > t || pos <= t - W)
+        continue;  // empty row or outside the window (warp-uniform)
       pages = &p.swa.ring;
       page = slot;
     }
@@ -102,7 +104,8 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const DecodeParams p) 
     o[d] = float_to_bf16_bits(l_all > 0.0f ? v / l_all : 0.0f, Saturation::kNonSaturating);
   }
   if (a.lse && threadIdx.x == 0)
-    a.lse[static_cast<int64_t>(s) * a.num_heads + h] = l_all > 0.0f ? m_all + logf(l_all) : -INFINITY;
+    a.lse[static_cast<int64_t>(s) * a.num_heads + h] =
+        l_all > 0.0f ? m_all + logf(l_all) : -INFINITY;
 }
 
 cudaError_t launch_decode(const DecodeParams& p, cudaStream_t stream) {
@@ -112,23 +115,27 @@ cudaError_t launch_decode(const DecodeParams& p, cudaStream_t stream) {
 
 }  // namespace
 
-void dsv4_decode_attention(const Dsv4SwaView& swa, const Dsv4ClassicalView* cl, const Dsv4DecodeArgs& a,
-                           cudaStream_t stream) {
-  KVLAB_REQUIRE(a.num_seqs >= 0 && a.num_heads >= 1,
-                "gpu::dsv4_decode_attention: num_seqs " << a.num_seqs << ", num_heads " << a.num_heads);
+void dsv4_decode_attention(const Dsv4SwaView& swa, const Dsv4ClassicalView* cl,
+                           const Dsv4DecodeArgs& a, cudaStream_t stream) {
+  KVLAB_REQUIRE(a.num_seqs >= 0 && a.num_heads >= 1, "gpu::dsv4_decode_attention: num_seqs "
+                                                         << a.num_seqs << ", num_heads "
+                                                         << a.num_heads);
   if (a.num_seqs == 0) return;
-  KVLAB_REQUIRE(a.q && a.o && a.request_slots && a.positions, "gpu::dsv4_decode_attention: null pointer");
-  KVLAB_REQUIRE(swa.ring.data && swa.pos && swa.ring.rows >= 1, "gpu::dsv4_decode_attention: null ring");
+  KVLAB_REQUIRE(a.q && a.o && a.request_slots && a.positions,
+                "gpu::dsv4_decode_attention: null pointer");
+  KVLAB_REQUIRE(swa.ring.data && swa.pos && swa.ring.rows >= 1,
+                "gpu::dsv4_decode_attention: null ring");
   const int D = swa.ring.head_dim();
-  KVLAB_UNSUPPORTED_IF(D % 32 != 0 || D > kMaxDim,
-                       "gpu::dsv4_decode_attention: head_dim " << D << " (supported: multiples of 32 up to " << kMaxDim
-                                                               << ")");
+  KVLAB_UNSUPPORTED_IF(D % 32 != 0 || D > kMaxDim, "gpu::dsv4_decode_attention: head_dim "
+                                                       << D << " (supported: multiples of 32 up to "
+                                                       << kMaxDim << ")");
   DecodeParams p{swa, Dsv4ClassicalView{}, cl != nullptr, a};
   if (cl) {
     KVLAB_REQUIRE(cl->ratio >= 1 && cl->block_table && cl->pool.data,
                   "gpu::dsv4_decode_attention: bad classical view (ratio " << cl->ratio << ")");
     KVLAB_REQUIRE(cl->pool.head_dim() == D && cl->pool.format == swa.ring.format,
-                  "gpu::dsv4_decode_attention: classical pool and SWA ring disagree on the entry shape/format");
+                  "gpu::dsv4_decode_attention: classical pool and SWA ring disagree on the entry "
+                  "shape/format");
     p.cl = *cl;
   }
   KVLAB_CUDA_CHECK(launch_decode(p, stream));

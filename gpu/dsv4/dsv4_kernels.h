@@ -42,12 +42,12 @@ void dsv4_compress(const Dsv4StreamView& state, const Dsv4CompressArgs& args, cu
 
 void dsv4_store_entries(const Dsv4ClassicalView& pool, int64_t num_slots, const Dsv4StoreArgs& args,
                         cudaStream_t stream);
-void dsv4_store_indexer_keys(const Dsv4IndexerView& keys, int64_t num_slots, const Dsv4StoreArgs& args,
-                             cudaStream_t stream);
+void dsv4_store_indexer_keys(const Dsv4IndexerView& keys, int64_t num_slots,
+                             const Dsv4StoreArgs& args, cudaStream_t stream);
 
 // One thread block (4 warps) per (head, sequence); head_dim must be a multiple of 32 and
 // at most 512 (else Unsupported). Online softmax in FP32.
-void dsv4_decode_attention(const Dsv4SwaView& swa, const Dsv4ClassicalView* classical, const Dsv4DecodeArgs& args,
-                           cudaStream_t stream);
+void dsv4_decode_attention(const Dsv4SwaView& swa, const Dsv4ClassicalView* classical,
+                           const Dsv4DecodeArgs& args, cudaStream_t stream);
 
 }  // namespace kvlab::gpu

@@ -15,8 +15,8 @@
 
 namespace kvlab::gpu::dsv4_detail {
 
-constexpr int kThreads = 128;          // threads per block of every DSV4 kernel
-constexpr int kMaxTiles = 64;          // nope_dim <= 64 * 64 = 4096
+constexpr int kThreads = 128;  // threads per block of every DSV4 kernel
+constexpr int kMaxTiles = 64;  // nope_dim <= 64 * 64 = 4096
 constexpr int kWarps = kThreads / 32;
 
 __device__ __forceinline__ float warp_max(float v) {
@@ -49,7 +49,8 @@ __device__ void block_tile_amax(int nope_dim, const Load& x, float* s_tile) {
 
 // Writes entry (page, row) from x and the tile amaxes (block_tile_amax). All threads.
 template <class Load>
-__device__ void block_write_entry(const Dsv4EntryPages& p, int64_t page, int row, const Load& x, const float* s_tile) {
+__device__ void block_write_entry(const Dsv4EntryPages& p, int64_t page, int row, const Load& x,
+                                  const float* s_tile) {
   const int tiles = p.nope_dim / kDsMlaTile;
   if (p.format == Dsv4EntryFormat::kFp8PerToken) {
     float amax = 0.0f;
@@ -75,16 +76,18 @@ __device__ __forceinline__ int find_segment(const int32_t* offsets, int n, int i
   int lo = 0, hi = n - 1;
   while (lo < hi) {
     const int mid = (lo + hi + 1) >> 1;
-    if (offsets[mid] <= i) lo = mid;
-    else hi = mid - 1;
+    if (offsets[mid] <= i)
+      lo = mid;
+    else
+      hi = mid - 1;
   }
   return lo;
 }
 
 // Block id of a slot's block-table index, trapping on an id outside [0, num_blocks): a
 // corrupt table must fail the launch, not write elsewhere.
-__device__ __forceinline__ int32_t checked_block(const int32_t* table, int32_t max_blocks, int64_t slot,
-                                                 int64_t index, int64_t num_blocks) {
+__device__ __forceinline__ int32_t checked_block(const int32_t* table, int32_t max_blocks,
+                                                 int64_t slot, int64_t index, int64_t num_blocks) {
   if (index >= max_blocks) __trap();
   const int32_t b = table[slot * max_blocks + index];
   if (b < 0 || b >= num_blocks) __trap();

@@ -33,8 +33,8 @@ struct StoreKeysParams {
 };
 
 // (slot, entry index) of output row k.
-__device__ __forceinline__ void locate(const Dsv4StoreArgs& a, int64_t num_slots, int k, int64_t* slot,
-                                       int64_t* entry) {
+__device__ __forceinline__ void locate(const Dsv4StoreArgs& a, int64_t num_slots, int k,
+                                       int64_t* slot, int64_t* entry) {
   const int r = find_segment(a.entry_offsets, a.num_requests + 1, k);
   *slot = a.request_slots[r];
   if (*slot < 0 || *slot >= num_slots) __trap();
@@ -47,7 +47,8 @@ __global__ void __launch_bounds__(kThreads) store_entries_kernel(const StoreEntr
   int64_t slot, e;
   locate(p.a, p.num_slots, k, &slot, &e);
   const Dsv4EntryPages& pool = p.v.pool;
-  const int32_t b = checked_block(p.v.block_table, p.v.max_blocks_per_request, slot, e / pool.rows, pool.num_pages);
+  const int32_t b = checked_block(p.v.block_table, p.v.max_blocks_per_request, slot, e / pool.rows,
+                                  pool.num_pages);
   const float* src = p.a.entries + static_cast<int64_t>(k) * pool.head_dim();
   auto x = [src](int d) { return src[d]; };
   block_tile_amax(pool.nope_dim, x, s_tile);
@@ -60,10 +61,12 @@ __global__ void __launch_bounds__(kThreads) store_keys_kernel(const StoreKeysPar
   int64_t slot, e;
   locate(p.a, p.num_slots, k, &slot, &e);
   const Dsv4IndexerView& v = p.v;
-  const int32_t b = checked_block(v.block_table, v.max_blocks_per_request, slot, e / v.rows, v.num_blocks);
+  const int32_t b =
+      checked_block(v.block_table, v.max_blocks_per_request, slot, e / v.rows, v.num_blocks);
   const int row = static_cast<int>(e % v.rows);
   const int D = v.dim;
-  for (int d = threadIdx.x; d < D; d += blockDim.x) s_x[d] = p.a.entries[static_cast<int64_t>(k) * D + d];
+  for (int d = threadIdx.x; d < D; d += blockDim.x)
+    s_x[d] = p.a.entries[static_cast<int64_t>(k) * D + d];
   __syncthreads();
   if (v.format == Dsv4IndexerFormat::kMxfp4Hadamard) {
     constexpr int n = kDsv4HadamardSize;
@@ -104,14 +107,17 @@ void check_store_args(const Dsv4StoreArgs& a, const void* table, const char* wha
 
 }  // namespace
 
-void dsv4_store_entries(const Dsv4ClassicalView& v, int64_t num_slots, const Dsv4StoreArgs& a, cudaStream_t stream) {
+void dsv4_store_entries(const Dsv4ClassicalView& v, int64_t num_slots, const Dsv4StoreArgs& a,
+                        cudaStream_t stream) {
   check_store_args(a, v.block_table, "gpu::dsv4_store_entries");
   if (a.num_entries == 0) return;
-  KVLAB_REQUIRE(v.pool.data && v.pool.rows >= 1 && v.pool.nope_dim > 0 && v.pool.nope_dim % kDsMlaTile == 0,
-                "gpu::dsv4_store_entries: bad pool (null data, rows " << v.pool.rows << ", nope_dim " << v.pool.nope_dim
-                                                                      << ")");
+  KVLAB_REQUIRE(
+      v.pool.data && v.pool.rows >= 1 && v.pool.nope_dim > 0 && v.pool.nope_dim % kDsMlaTile == 0,
+      "gpu::dsv4_store_entries: bad pool (null data, rows " << v.pool.rows << ", nope_dim "
+                                                            << v.pool.nope_dim << ")");
   KVLAB_UNSUPPORTED_IF(v.pool.nope_dim > kMaxTiles * kDsMlaTile,
-                       "gpu::dsv4_store_entries: nope_dim " << v.pool.nope_dim << " above " << kMaxTiles * kDsMlaTile);
+                       "gpu::dsv4_store_entries: nope_dim " << v.pool.nope_dim << " above "
+                                                            << kMaxTiles * kDsMlaTile);
   store_entries_kernel<<<a.num_entries, kThreads, 0, stream>>>(StoreEntriesParams{v, a, num_slots});
   KVLAB_CHECK_LAUNCH();
 }
@@ -121,11 +127,14 @@ void dsv4_store_indexer_keys(const Dsv4IndexerView& v, int64_t num_slots, const 
   check_store_args(a, v.block_table, "gpu::dsv4_store_indexer_keys");
   if (a.num_entries == 0) return;
   KVLAB_REQUIRE(v.codes && v.scales && v.rows >= 1 && v.dim > 0 && v.dim % v.group() == 0,
-                "gpu::dsv4_store_indexer_keys: bad key pool (dim " << v.dim << ", group " << v.group() << ")");
+                "gpu::dsv4_store_indexer_keys: bad key pool (dim " << v.dim << ", group "
+                                                                   << v.group() << ")");
   if (v.format == Dsv4IndexerFormat::kMxfp4Hadamard)
-    KVLAB_REQUIRE(v.dim % kDsv4HadamardSize == 0,
-                  "gpu::dsv4_store_indexer_keys: mxfp4_hadamard needs dim % 128 == 0, got " << v.dim);
-  KVLAB_UNSUPPORTED_IF(v.dim > kMaxKeyDim, "gpu::dsv4_store_indexer_keys: dim " << v.dim << " above " << kMaxKeyDim);
+    KVLAB_REQUIRE(
+        v.dim % kDsv4HadamardSize == 0,
+        "gpu::dsv4_store_indexer_keys: mxfp4_hadamard needs dim % 128 == 0, got " << v.dim);
+  KVLAB_UNSUPPORTED_IF(v.dim > kMaxKeyDim,
+                       "gpu::dsv4_store_indexer_keys: dim " << v.dim << " above " << kMaxKeyDim);
   store_keys_kernel<<<a.num_entries, kThreads, 0, stream>>>(StoreKeysParams{v, a, num_slots});
   KVLAB_CHECK_LAUNCH();
 }

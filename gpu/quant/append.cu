@@ -50,13 +50,15 @@ constexpr int kAppendThreads = 128;
 constexpr int kAppendWarps = kAppendThreads / 32;
 
 struct AppendParams {
-  const void* k;          // [num_tokens, num_kv_heads, head_dim] in_dtype
+  const void* k;  // [num_tokens, num_kv_heads, head_dim] in_dtype
   const void* v;
-  const int64_t* slots;   // [num_tokens]
-  KvCacheView kv;         // device pools (kv_layout.h)
+  const int64_t* slots;  // [num_tokens]
+  KvCacheView kv;        // device pools (kv_layout.h)
 };
 
-__device__ __forceinline__ float load_in(const float* p, int64_t i) { return p[i]; }
+__device__ __forceinline__ float load_in(const float* p, int64_t i) {
+  return p[i];
+}
 __device__ __forceinline__ float load_in(const __nv_bfloat16* p, int64_t i) {
   return bf16_bits_to_float(reinterpret_cast<const uint16_t*>(p)[i]);
 }
@@ -68,7 +70,8 @@ __device__ __forceinline__ float load_in(const __half* p, int64_t i) {
 template <int kWidth>
 __device__ __forceinline__ float group_amax(float a) {
 #pragma unroll
-  for (int off = kWidth / 2; off > 0; off /= 2) a = amax_accumulate(a, __shfl_xor_sync(0xFFFFFFFFu, a, off));
+  for (int off = kWidth / 2; off > 0; off /= 2)
+    a = amax_accumulate(a, __shfl_xor_sync(0xFFFFFFFFu, a, off));
   return a;
 }
 
@@ -83,31 +86,35 @@ __device__ __forceinline__ void store_nibble_atomic(uint8_t* pool, int64_t idx, 
 
 // One (token, head) row of K or V, by one warp. x: the input row [head_dim].
 template <typename TIn>
-__device__ void write_row(const AppendParams& p, bool is_k, const TIn* x, int64_t block, int head, int slot) {
+__device__ void write_row(const AppendParams& p, bool is_k, const TIn* x, int64_t block, int head,
+                          int slot) {
   const PageGeometry& g = p.kv.geom;
   const int D = g.head_dim;
   const int lane = threadIdx.x % 32;
   uint8_t* pool = static_cast<uint8_t*>(is_k ? p.kv.k : p.kv.v);
   void* scales = is_k ? p.kv.k_scales : p.kv.v_scales;
   const float pool_scale = is_k ? p.kv.k_scale : p.kv.v_scale;
-  auto index = [&](int d) { return is_k ? g.k_index(block, head, slot, d) : g.v_index(block, head, slot, d); };
+  auto index = [&](int d) {
+    return is_k ? g.k_index(block, head, slot, d) : g.v_index(block, head, slot, d);
+  };
 
   switch (g.format) {
     case KvFormat::kBF16:
     case KvFormat::kFP16:
       for (int d = lane; d < D; d += 32) {
         const float xv = load_in(x, d);
-        reinterpret_cast<uint16_t*>(pool)[index(d)] = g.format == KvFormat::kBF16
-                                                          ? float_to_bf16_bits(xv, Saturation::kNonSaturating)
-                                                          : float_to_fp16_bits(xv, Saturation::kNonSaturating);
+        reinterpret_cast<uint16_t*>(pool)[index(d)] =
+            g.format == KvFormat::kBF16 ? float_to_bf16_bits(xv, Saturation::kNonSaturating)
+                                        : float_to_fp16_bits(xv, Saturation::kNonSaturating);
       }
       return;
     case KvFormat::kFP8E4M3:
     case KvFormat::kFP8E5M2: {
-      const ElemFormat ef = g.format == KvFormat::kFP8E4M3 ? ElemFormat::kFP8E4M3 : ElemFormat::kFP8E5M2;
+      const ElemFormat ef =
+          g.format == KvFormat::kFP8E4M3 ? ElemFormat::kFP8E4M3 : ElemFormat::kFP8E5M2;
       for (int d = lane; d < D; d += 32)
-        pool[index(d)] = static_cast<uint8_t>(
-            quantize_element(load_in(x, d), pool_scale, ef, Saturation::kSatFinite, ElementClamp::kEncoder));
+        pool[index(d)] = static_cast<uint8_t>(quantize_element(
+            load_in(x, d), pool_scale, ef, Saturation::kSatFinite, ElementClamp::kEncoder));
       return;
     }
     case KvFormat::kFP8E4M3PerToken: {
@@ -117,8 +124,9 @@ __device__ void write_row(const AppendParams& p, bool is_k, const TIn* x, int64_
       // A NaN amax gives the canonical NaN scale (fp32_scale_exact), as the reference stores.
       const float s = kv_fp8_token_scale(amax);
       for (int d = lane; d < D; d += 32)
-        pool[index(d)] = static_cast<uint8_t>(
-            quantize_element(load_in(x, d), s, ElemFormat::kFP8E4M3, Saturation::kSatFinite, ElementClamp::kEncoder));
+        pool[index(d)] =
+            static_cast<uint8_t>(quantize_element(load_in(x, d), s, ElemFormat::kFP8E4M3,
+                                                  Saturation::kSatFinite, ElementClamp::kEncoder));
       if (lane == 0) static_cast<float*>(scales)[g.token_scale_index(block, head, slot)] = s;
       return;
     }
@@ -136,8 +144,9 @@ __device__ void write_row(const AppendParams& p, bool is_k, const TIn* x, int64_
         const KvBlockScale bs = kv_fp4_block_scale(nv, amax, pool_scale);
         const uint8_t scode = bs.code;
         const float div = bs.div;
-        const uint32_t code =
-            quantize_element(xv, div, ElemFormat::kFP4E2M1, Saturation::kSatFinite, ElementClamp::kEncoder) & 0xFu;
+        const uint32_t code = quantize_element(xv, div, ElemFormat::kFP4E2M1,
+                                               Saturation::kSatFinite, ElementClamp::kEncoder) &
+                              0xFu;
         const uint32_t odd_code = __shfl_xor_sync(0xFFFFFFFFu, code, 1);
         if (valid) {
           const int64_t idx = index(d);
@@ -146,7 +155,8 @@ __device__ void write_row(const AppendParams& p, bool is_k, const TIn* x, int64_
           } else if ((d & 1) == 0) {  // dims 2k, 2k+1 share byte idx / 2 (idx even)
             pool[idx >> 1] = pack_fp4x2(static_cast<uint8_t>(code), static_cast<uint8_t>(odd_code));
           }
-          if (d % G == 0) static_cast<uint8_t*>(scales)[g.block_scale_index(block, head, slot, d)] = scode;
+          if (d % G == 0)
+            static_cast<uint8_t*>(scales)[g.block_scale_index(block, head, slot, d)] = scode;
         }
       }
       return;
@@ -160,7 +170,8 @@ __global__ void __launch_bounds__(kAppendThreads) append_kv_kernel(const AppendP
   const int token = blockIdx.x;
   const int64_t s = p.slots[token];
   const PageGeometry& g = p.kv.geom;
-  if (s < 0 || s >= g.num_blocks * g.block_size) return;  // padding (-1); others: validate_append_slots
+  if (s < 0 || s >= g.num_blocks * g.block_size)
+    return;  // padding (-1); others: validate_append_slots
   const int64_t block = s / g.block_size;
   const int slot = static_cast<int>(s % g.block_size);
   const int H = g.num_kv_heads, D = g.head_dim;
@@ -168,7 +179,8 @@ __global__ void __launch_bounds__(kAppendThreads) append_kv_kernel(const AppendP
   for (int r = warp; r < 2 * H; r += kAppendWarps) {
     const bool is_k = r < H;
     const int head = is_k ? r : r - H;
-    const TIn* x = static_cast<const TIn*>(is_k ? p.k : p.v) + (static_cast<int64_t>(token) * H + head) * D;
+    const TIn* x =
+        static_cast<const TIn*>(is_k ? p.k : p.v) + (static_cast<int64_t>(token) * H + head) * D;
     write_row<TIn>(p, is_k, x, block, head, slot);
   }
 }
@@ -199,7 +211,9 @@ constexpr int kVecElems = 16;
 // pool index, the loop) is shared by twice the elements (TUNING.md step 9).
 enum class VecClass { k16Bit, kFp8, kFp4, kFp4Bf16x32 };
 template <VecClass C>
-constexpr int vec_elems() { return C == VecClass::kFp4Bf16x32 ? 32 : kVecElems; }
+constexpr int vec_elems() {
+  return C == VecClass::kFp4Bf16x32 ? 32 : kVecElems;
+}
 
 template <typename TIn>
 __device__ __forceinline__ void load16(const TIn* x, float (&f)[kVecElems]) {
@@ -210,13 +224,17 @@ __device__ __forceinline__ void load16(const TIn* x, float (&f)[kVecElems]) {
       f[i] = a.x, f[i + 1] = a.y, f[i + 2] = a.z, f[i + 3] = a.w;
     }
   } else {
-    const uint4 r0 = *reinterpret_cast<const uint4*>(x), r1 = *reinterpret_cast<const uint4*>(x + 8);
+    const uint4 r0 = *reinterpret_cast<const uint4*>(x),
+                r1 = *reinterpret_cast<const uint4*>(x + 8);
     const uint32_t w[8] = {r0.x, r0.y, r0.z, r0.w, r1.x, r1.y, r1.z, r1.w};
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
-      const uint16_t lo = static_cast<uint16_t>(w[i] & 0xFFFFu), hi = static_cast<uint16_t>(w[i] >> 16);
-      if constexpr (std::is_same_v<TIn, __nv_bfloat16>) f[2 * i] = bf16_bits_to_float(lo), f[2 * i + 1] = bf16_bits_to_float(hi);
-      else f[2 * i] = fp16_bits_to_float(lo), f[2 * i + 1] = fp16_bits_to_float(hi);
+      const uint16_t lo = static_cast<uint16_t>(w[i] & 0xFFFFu),
+                     hi = static_cast<uint16_t>(w[i] >> 16);
+      if constexpr (std::is_same_v<TIn, __nv_bfloat16>)
+        f[2 * i] = bf16_bits_to_float(lo), f[2 * i + 1] = bf16_bits_to_float(hi);
+      else
+        f[2 * i] = fp16_bits_to_float(lo), f[2 * i + 1] = fp16_bits_to_float(hi);
     }
   }
 }
@@ -224,11 +242,13 @@ __device__ __forceinline__ void load16(const TIn* x, float (&f)[kVecElems]) {
 // bf16 input kept packed (FP4 class): the 8 words of 2 bf16 each, and their floats on demand.
 __device__ __forceinline__ void load_raw16(const __nv_bfloat16* x, uint32_t (&w)[8]) {
   const uint4 r0 = *reinterpret_cast<const uint4*>(x), r1 = *reinterpret_cast<const uint4*>(x + 8);
-  w[0] = r0.x, w[1] = r0.y, w[2] = r0.z, w[3] = r0.w, w[4] = r1.x, w[5] = r1.y, w[6] = r1.z, w[7] = r1.w;
+  w[0] = r0.x, w[1] = r0.y, w[2] = r0.z, w[3] = r0.w, w[4] = r1.x, w[5] = r1.y, w[6] = r1.z,
+  w[7] = r1.w;
 }
 __device__ __forceinline__ void raw16_to_float(const uint32_t (&w)[8], float (&f)[kVecElems]) {
 #pragma unroll
-  for (int i = 0; i < 8; ++i) f[2 * i] = __uint_as_float(w[i] << 16), f[2 * i + 1] = __uint_as_float(w[i] & 0xFFFF0000u);
+  for (int i = 0; i < 8; ++i)
+    f[2 * i] = __uint_as_float(w[i] << 16), f[2 * i + 1] = __uint_as_float(w[i] & 0xFFFF0000u);
 }
 
 // ae::amax16 (folded over N / 8 of them: the same integer max) of the 2N packed bf16 values
@@ -237,13 +257,15 @@ template <int N>
 __device__ __forceinline__ float amax_bf16_words(const uint32_t* w) {
   uint32_t lo = 0, hi = 0;
 #pragma unroll
-  for (int i = 0; i < N; ++i) lo = max(lo, (w[i] << 16) & 0x7FFF0000u), hi = max(hi, w[i] & 0x7FFF0000u);
+  for (int i = 0; i < N; ++i)
+    lo = max(lo, (w[i] << 16) & 0x7FFF0000u), hi = max(hi, w[i] & 0x7FFF0000u);
   const uint32_t m = max(lo, hi);
   return m > 0x7F800000u ? scale_detail::nan_f32() : __uint_as_float(m);
 }
 
 // kv_fp4_block_scale(nv, amax, t), by the division-free NVFP4 rule where it applies.
-__device__ __forceinline__ KvBlockScale fp4_block_scale(bool nv, float amax, float t, const append_encode::Fp8Recip& rt) {
+__device__ __forceinline__ KvBlockScale fp4_block_scale(bool nv, float amax, float t,
+                                                        const append_encode::Fp8Recip& rt) {
   KvBlockScale bs{};
   bool fast = nv;
   if (nv) bs = append_encode::nvfp4_block_scale_fast(amax, t, rt, fast);
@@ -255,7 +277,8 @@ __device__ __forceinline__ KvBlockScale fp4_block_scale(bool nv, float amax, flo
 // under divisor div with thresholds th = e2m1_thresholds(div): the packed binary search
 // where it applies, else the thresholds on floats, else (negative / infinite divisor) the
 // definition itself.
-__device__ __forceinline__ uint2 fp4_codes_bf16x16(const uint32_t* w, float div, const append_encode::E2m1Thresholds& th) {
+__device__ __forceinline__ uint2 fp4_codes_bf16x16(const uint32_t* w, float div,
+                                                   const append_encode::E2m1Thresholds& th) {
   namespace ae = append_encode;
   if (th.nan_codes == 0 && ae::e2m1_bf16_path_ok(div)) {
     const ae::E2m1Bf16Thresholds tb = ae::e2m1_bf16_thresholds(th);
@@ -267,7 +290,9 @@ __device__ __forceinline__ uint2 fp4_codes_bf16x16(const uint32_t* w, float div,
   for (int i = 0; i < kVecElems; ++i) {
     const float x = __uint_as_float(i % 2 ? (w[i / 2] & 0xFFFF0000u) : (w[i / 2] << 16));
     c[i / 8] |= (th.ok ? ae::e2m1_code(x, th)
-                       : quantize_element(x, div, ElemFormat::kFP4E2M1, Saturation::kSatFinite, ElementClamp::kEncoder) & 0xFu)
+                       : quantize_element(x, div, ElemFormat::kFP4E2M1, Saturation::kSatFinite,
+                                          ElementClamp::kEncoder) &
+                             0xFu)
                 << (4 * (i % 8));
   }
   return make_uint2(c[0], c[1]);
@@ -278,7 +303,8 @@ __device__ __forceinline__ uint2 fp4_codes_bf16x16(const uint32_t* w, float div,
 __device__ __forceinline__ float amax_bf16x16(const uint32_t (&w)[8]) {
   uint32_t lo = 0, hi = 0;
 #pragma unroll
-  for (int i = 0; i < 8; ++i) lo = max(lo, (w[i] << 16) & 0x7FFF0000u), hi = max(hi, w[i] & 0x7FFF0000u);
+  for (int i = 0; i < 8; ++i)
+    lo = max(lo, (w[i] << 16) & 0x7FFF0000u), hi = max(hi, w[i] & 0x7FFF0000u);
   const uint32_t m = max(lo, hi);
   return m > 0x7F800000u ? scale_detail::nan_f32() : __uint_as_float(m);
 }
@@ -286,23 +312,27 @@ __device__ __forceinline__ float amax_bf16x16(const uint32_t (&w)[8]) {
 // The FP8 code of y under Saturation::kSatFinite: the hardware's RNE satfinite conversion
 // for finite y (the same rounding as formats.h's encoder), formats.h itself for NaN / Inf.
 __device__ __forceinline__ uint32_t fp8_code_satfinite(float y, bool e5m2) {
-  if (!isfinite(y)) return e5m2 ? float_to_e5m2(y, Saturation::kSatFinite) : float_to_e4m3(y, Saturation::kSatFinite);
-  const __nv_fp8x2_storage_t c = __nv_cvt_float2_to_fp8x2(make_float2(y, 0.0f), __NV_SATFINITE, e5m2 ? __NV_E5M2 : __NV_E4M3);
+  if (!isfinite(y))
+    return e5m2 ? float_to_e5m2(y, Saturation::kSatFinite)
+                : float_to_e4m3(y, Saturation::kSatFinite);
+  const __nv_fp8x2_storage_t c =
+      __nv_cvt_float2_to_fp8x2(make_float2(y, 0.0f), __NV_SATFINITE, e5m2 ? __NV_E5M2 : __NV_E4M3);
   return static_cast<uint32_t>(c) & 0xFFu;
 }
 
 // amax over the aligned group of `width` lanes (a power of two <= 32).
 __device__ __forceinline__ float group_amax_n(float a, int width) {
-  for (int off = 1; off < width; off *= 2) a = amax_accumulate(a, __shfl_xor_sync(0xFFFFFFFFu, a, off));
+  for (int off = 1; off < width; off *= 2)
+    a = amax_accumulate(a, __shfl_xor_sync(0xFFFFFFFFu, a, off));
   return a;
 }
 
 // rows = num_tokens * 2 * num_kv_heads < 2^31 and num_blocks * block_size < 2^31 (checked
 // by the launcher): 32-bit index division (a 64-bit one costs ~100 instructions a row).
 template <typename TIn, VecClass C>
-__global__ void __launch_bounds__(kAppendThreads) append_vec_kernel(const AppendParams p, int num_tokens,
-                                                                     const append_encode::U32Div div_2h,
-                                                                     const append_encode::U32Div div_bs) {
+__global__ void __launch_bounds__(kAppendThreads)
+    append_vec_kernel(const AppendParams p, int num_tokens, const append_encode::U32Div div_2h,
+                      const append_encode::U32Div div_bs) {
   namespace ae = append_encode;
   const PageGeometry& g = p.kv.geom;
   const int D = g.head_dim, H = g.num_kv_heads;
@@ -329,7 +359,8 @@ __global__ void __launch_bounds__(kAppendThreads) append_vec_kernel(const Append
     const bool is_k = rem < H;
     const int head = is_k ? rem : rem - H;
     const int64_t s = live ? p.slots[token] : -1;
-    const bool ok = live && s >= 0 && s < static_cast<int64_t>(num_slots);  // padding (-1) and others: skipped
+    const bool ok =
+        live && s >= 0 && s < static_cast<int64_t>(num_slots);  // padding (-1) and others: skipped
     // The input row is loaded for every live row, padding included (its input exists; only
     // the stores below wait for the slot): the load does not wait for the slot's load, so
     // the two DRAM round trips overlap instead of following each other.
@@ -337,17 +368,21 @@ __global__ void __launch_bounds__(kAppendThreads) append_vec_kernel(const Append
     constexpr bool kRaw = C == VecClass::kFp4 && std::is_same_v<TIn, __nv_bfloat16>;
     float x[kVecElems];
     uint32_t raw[kWide ? 16 : 8];
-    const TIn* src = static_cast<const TIn*>(is_k ? p.k : p.v) + (static_cast<int64_t>(token) * H + head) * D + part * kE;
+    const TIn* src = static_cast<const TIn*>(is_k ? p.k : p.v) +
+                     (static_cast<int64_t>(token) * H + head) * D + part * kE;
     if constexpr (kWide) {
       if (live) {
-        load_raw16(reinterpret_cast<const __nv_bfloat16*>(src), *reinterpret_cast<uint32_t(*)[8]>(raw));
-        load_raw16(reinterpret_cast<const __nv_bfloat16*>(src) + 16, *reinterpret_cast<uint32_t(*)[8]>(raw + 8));
+        load_raw16(reinterpret_cast<const __nv_bfloat16*>(src),
+                   *reinterpret_cast<uint32_t(*)[8]>(raw));
+        load_raw16(reinterpret_cast<const __nv_bfloat16*>(src) + 16,
+                   *reinterpret_cast<uint32_t(*)[8]>(raw + 8));
       } else {
 #pragma unroll
         for (int i = 0; i < 16; ++i) raw[i] = 0u;
       }
     } else if constexpr (kRaw) {
-      if (live) load_raw16(reinterpret_cast<const __nv_bfloat16*>(src), raw);
+      if (live)
+        load_raw16(reinterpret_cast<const __nv_bfloat16*>(src), raw);
       else {
 #pragma unroll
         for (int i = 0; i < 8; ++i) raw[i] = 0u;
@@ -365,7 +400,8 @@ __global__ void __launch_bounds__(kAppendThreads) append_vec_kernel(const Append
     uint8_t* pool = static_cast<uint8_t*>(is_k ? p.kv.k : p.kv.v);
     void* scales = is_k ? p.kv.k_scales : p.kv.v_scales;
     const float pool_scale = is_k ? p.kv.k_scale : p.kv.v_scale;
-    const int64_t idx = ok ? (is_k ? g.k_index(block, head, slot, d0) : g.v_index(block, head, slot, d0)) : 0;
+    const int64_t idx =
+        ok ? (is_k ? g.k_index(block, head, slot, d0) : g.v_index(block, head, slot, d0)) : 0;
     if constexpr (C == VecClass::k16Bit) {
       // Finite pairs: the hardware's RN conversion (overflow -> Inf, subnormals kept: the
       // non-saturating rule of formats.h); NaN / Inf through formats.h itself.
@@ -383,8 +419,10 @@ __global__ void __launch_bounds__(kAppendThreads) append_vec_kernel(const Append
             w[i] = *reinterpret_cast<const uint32_t*>(&h);
           }
         } else {
-          const uint16_t lo = bf ? float_to_bf16_bits(a, Saturation::kNonSaturating) : float_to_fp16_bits(a, Saturation::kNonSaturating);
-          const uint16_t hi = bf ? float_to_bf16_bits(b, Saturation::kNonSaturating) : float_to_fp16_bits(b, Saturation::kNonSaturating);
+          const uint16_t lo = bf ? float_to_bf16_bits(a, Saturation::kNonSaturating)
+                                 : float_to_fp16_bits(a, Saturation::kNonSaturating);
+          const uint16_t hi = bf ? float_to_bf16_bits(b, Saturation::kNonSaturating)
+                                 : float_to_fp16_bits(b, Saturation::kNonSaturating);
           w[i] = static_cast<uint32_t>(lo) | (static_cast<uint32_t>(hi) << 16);
         }
       }
@@ -403,13 +441,15 @@ __global__ void __launch_bounds__(kAppendThreads) append_vec_kernel(const Append
         sc = ae::fp8_token_scale_fast(amax, fast_scale);
         if (!fast_scale) sc = kv_fp8_token_scale(amax);  // NaN / Inf rows
         rc = ae::fp8_recip(sc);
-        if (ok && part == 0) static_cast<float*>(scales)[g.token_scale_index(block, head, slot)] = sc;
+        if (ok && part == 0)
+          static_cast<float*>(scales)[g.token_scale_index(block, head, slot)] = sc;
       }
       // RN(x / sc) by a reciprocal and two FMA corrections, one cvt per pair (append_encode.h).
       uint32_t w[4] = {0, 0, 0, 0};
       bool fast = rc.ok;
 #pragma unroll
-      for (int i = 0; i < kVecElems; i += 2) w[i / 4] |= ae::fp8x2_code_recip(x[i], x[i + 1], sc, rc.y, e5, fast) << (8 * (i % 4));
+      for (int i = 0; i < kVecElems; i += 2)
+        w[i / 4] |= ae::fp8x2_code_recip(x[i], x[i + 1], sc, rc.y, e5, fast) << (8 * (i % 4));
       if (!fast) {
         // Exact path (NaN / Inf, |x / s| >= 2^100, or a scale outside [2^-70, 2^125]):
         // quantize_element(x, sc, ef, kSatFinite, kEncoder), the encoder in hardware.
@@ -419,7 +459,9 @@ __global__ void __launch_bounds__(kAppendThreads) append_vec_kernel(const Append
           uint32_t v = 0;
 #pragma unroll
           for (int j = 0; j < 4; ++j)
-            v |= fp8_code_satfinite(scale_for_encode(x[4 * q + j], sc, ef, ElementClamp::kEncoder), e5) << (8 * j);
+            v |= fp8_code_satfinite(scale_for_encode(x[4 * q + j], sc, ef, ElementClamp::kEncoder),
+                                    e5)
+                 << (8 * j);
           w[q] = v;
         }
       }
@@ -432,21 +474,26 @@ __global__ void __launch_bounds__(kAppendThreads) append_vec_kernel(const Append
       if (nv) {
 #pragma unroll
         for (int gi = 0; gi < 2; ++gi) {
-          const KvBlockScale bs = fp4_block_scale(true, amax_bf16_words<8>(raw + 8 * gi), pool_scale, rt);
+          const KvBlockScale bs =
+              fp4_block_scale(true, amax_bf16_words<8>(raw + 8 * gi), pool_scale, rt);
           const uint2 c = fp4_codes_bf16x16(raw + 8 * gi, bs.div, ae::e2m1_thresholds(bs.div));
           w[2 * gi] = c.x, w[2 * gi + 1] = c.y;
-          if (gi == 0) scodes = bs.code;
-          else scodes |= static_cast<uint32_t>(bs.code) << 8;
+          if (gi == 0)
+            scodes = bs.code;
+          else
+            scodes |= static_cast<uint32_t>(bs.code) << 8;
         }
       } else {
         const KvBlockScale bs = fp4_block_scale(false, amax_bf16_words<16>(raw), pool_scale, rt);
         const ae::E2m1Thresholds th = ae::e2m1_thresholds(bs.div);
-        const uint2 c0 = fp4_codes_bf16x16(raw, bs.div, th), c1 = fp4_codes_bf16x16(raw + 8, bs.div, th);
+        const uint2 c0 = fp4_codes_bf16x16(raw, bs.div, th),
+                    c1 = fp4_codes_bf16x16(raw + 8, bs.div, th);
         w[0] = c0.x, w[1] = c0.y, w[2] = c1.x, w[3] = c1.y;
         scodes = bs.code;
       }
       if (ok) {
-        *reinterpret_cast<uint4*>(pool + (idx >> 1)) = make_uint4(w[0], w[1], w[2], w[3]);  // idx % 32 == 0: 16 whole bytes
+        *reinterpret_cast<uint4*>(pool + (idx >> 1)) =
+            make_uint4(w[0], w[1], w[2], w[3]);  // idx % 32 == 0: 16 whole bytes
         // g.block_scale_index(block, head, slot, d0 [+ 16]) with the group size as a shift.
         uint8_t* sp = static_cast<uint8_t*>(scales);
         if (nv) {
@@ -454,13 +501,16 @@ __global__ void __launch_bounds__(kAppendThreads) append_vec_kernel(const Append
           sp[si] = static_cast<uint8_t>(scodes & 0xFFu);
           sp[si + 1] = static_cast<uint8_t>(scodes >> 8);
         } else {
-          sp[g.token_scale_index(block, head, slot) * (D >> 5) + (d0 >> 5)] = static_cast<uint8_t>(scodes);
+          sp[g.token_scale_index(block, head, slot) * (D >> 5) + (d0 >> 5)] =
+              static_cast<uint8_t>(scodes);
         }
       }
     } else {
       float amax;
-      if constexpr (kRaw) amax = amax_bf16x16(raw);
-      else amax = ae::amax16(x);
+      if constexpr (kRaw)
+        amax = amax_bf16x16(raw);
+      else
+        amax = ae::amax16(x);
       if (!nv) amax = group_amax_n(amax, 2);  // MXFP4: 32 elements = 2 threads
       KvBlockScale bs;
       bool fast_scale = nv;
@@ -473,7 +523,8 @@ __global__ void __launch_bounds__(kAppendThreads) append_vec_kernel(const Append
         if (th.nan_codes == 0 && ae::e2m1_bf16_path_ok(bs.div)) {
           // Two elements per compare, 3 compares per pair (binary search; append_encode.h).
           const ae::E2m1Bf16Thresholds tb = ae::e2m1_bf16_thresholds(th);
-          const uint32_t lo[4] = {raw[0], raw[1], raw[2], raw[3]}, hi[4] = {raw[4], raw[5], raw[6], raw[7]};
+          const uint32_t lo[4] = {raw[0], raw[1], raw[2], raw[3]},
+                         hi[4] = {raw[4], raw[5], raw[6], raw[7]};
           w[0] = ae::e2m1_codes_bf16x8(lo, tb), w[1] = ae::e2m1_codes_bf16x8(hi, tb), done = true;
         } else {
           raw16_to_float(raw, x);  // NaN / tiny / bad divisors: the float paths below
@@ -486,16 +537,20 @@ __global__ void __launch_bounds__(kAppendThreads) append_vec_kernel(const Append
       } else {  // a negative or infinite divisor (pool scale): the definition itself
 #pragma unroll
         for (int i = 0; i < kVecElems; ++i)
-          w[i / 8] |= (quantize_element(x[i], bs.div, ElemFormat::kFP4E2M1, Saturation::kSatFinite, ElementClamp::kEncoder) & 0xFu)
+          w[i / 8] |= (quantize_element(x[i], bs.div, ElemFormat::kFP4E2M1, Saturation::kSatFinite,
+                                        ElementClamp::kEncoder) &
+                       0xFu)
                       << (4 * (i % 8));
       }
       if (ok) {
-        *reinterpret_cast<uint2*>(pool + (idx >> 1)) = make_uint2(w[0], w[1]);  // idx % 16 == 0: 8 whole bytes
+        *reinterpret_cast<uint2*>(pool + (idx >> 1)) =
+            make_uint2(w[0], w[1]);  // idx % 16 == 0: 8 whole bytes
         // g.block_scale_index(block, head, slot, d0) with the group size 16 / 32 as a shift
         // (kv_layout.h divides by the runtime scale_group(): two integer divisions).
         const int gs = nv ? 4 : 5;
         if ((d0 & ((1 << gs) - 1)) == 0)
-          static_cast<uint8_t*>(scales)[g.token_scale_index(block, head, slot) * (D >> gs) + (d0 >> gs)] = bs.code;
+          static_cast<uint8_t*>(
+              scales)[g.token_scale_index(block, head, slot) * (D >> gs) + (d0 >> gs)] = bs.code;
       }
     }
   }
@@ -511,12 +566,14 @@ cudaError_t launch_append_vec(const AppendParams& p, int num_tokens, cudaStream_
   int dev = 0, sms = 0, per_sm = 0;
   KVLAB_CUDA_CHECK(cudaGetDevice(&dev));
   KVLAB_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  KVLAB_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kAppendThreads, 0));
-  const int64_t blocks =
-      std::min<int64_t>((rows + rows_per_block - 1) / rows_per_block, int64_t{std::max(per_sm, 1)} * std::max(sms, 1));
+  KVLAB_CUDA_CHECK(
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kAppendThreads, 0));
+  const int64_t blocks = std::min<int64_t>((rows + rows_per_block - 1) / rows_per_block,
+                                           int64_t{std::max(per_sm, 1)} * std::max(sms, 1));
   const auto div_2h = append_encode::u32div_make(static_cast<uint32_t>(2 * p.kv.geom.num_kv_heads));
   const auto div_bs = append_encode::u32div_make(static_cast<uint32_t>(p.kv.geom.block_size));
-  kernel<<<static_cast<unsigned>(blocks), kAppendThreads, 0, stream>>>(p, num_tokens, div_2h, div_bs);
+  kernel<<<static_cast<unsigned>(blocks), kAppendThreads, 0, stream>>>(p, num_tokens, div_2h,
+                                                                       div_bs);
   return cudaGetLastError();
 }
 
@@ -525,9 +582,11 @@ bool vec_path_ok(const AppendArgs& a) {
   const PageGeometry& g = a.kv.geom;
   auto al = [](const void* q, uintptr_t n) { return reinterpret_cast<uintptr_t>(q) % n == 0; };
   const int tpr = g.head_dim / kVecElems;  // threads per row: a power of two dividing the warp
-  return g.layout != KvLayout::kSplitX && g.head_dim % kVecElems == 0 && tpr >= 1 && tpr <= 32 && (tpr & (tpr - 1)) == 0 &&
-         static_cast<int64_t>(a.num_tokens) * 2 * g.num_kv_heads < INT32_MAX && g.num_blocks * g.block_size < INT32_MAX &&
-         al(a.k, 16) && al(a.v, 16) && al(a.kv.k, 16) && al(a.kv.v, 16);
+  return g.layout != KvLayout::kSplitX && g.head_dim % kVecElems == 0 && tpr >= 1 && tpr <= 32 &&
+         (tpr & (tpr - 1)) == 0 &&
+         static_cast<int64_t>(a.num_tokens) * 2 * g.num_kv_heads < INT32_MAX &&
+         g.num_blocks * g.block_size < INT32_MAX && al(a.k, 16) && al(a.v, 16) && al(a.kv.k, 16) &&
+         al(a.kv.v, 16);
 }
 
 // Launcher: [num_tokens] blocks of kAppendThreads.
@@ -555,13 +614,16 @@ void validate_append_slots(const AppendArgs& a, cudaStream_t stream) {
   const int64_t n = a.num_tokens;
   const int64_t num_slots = a.kv.geom.num_blocks * a.kv.geom.block_size;
   auto pol = thrust::cuda::par.on(stream);
-  const int64_t bad = thrust::find_if(pol, a.slot_mapping, a.slot_mapping + n, SlotOutOfRange{num_slots}) - a.slot_mapping;
+  const int64_t bad =
+      thrust::find_if(pol, a.slot_mapping, a.slot_mapping + n, SlotOutOfRange{num_slots}) -
+      a.slot_mapping;
   if (bad < n) {
     int64_t s = 0;
     KVLAB_CUDA_CHECK(cudaMemcpy(&s, a.slot_mapping + bad, sizeof(s), cudaMemcpyDeviceToHost));
     std::ostringstream os;
-    os << "append_kv: slot_mapping[" << bad << "] = " << s << " is outside [-1, " << num_slots << ") (num_blocks "
-       << a.kv.geom.num_blocks << " x block_size " << a.kv.geom.block_size << "; -1 = padding)";
+    os << "append_kv: slot_mapping[" << bad << "] = " << s << " is outside [-1, " << num_slots
+       << ") (num_blocks " << a.kv.geom.num_blocks << " x block_size " << a.kv.geom.block_size
+       << "; -1 = padding)";
     throw InvalidArgument(os.str());
   }
   // Duplicates: sort (slot, token) pairs by slot, then look for equal neighbours >= 0.
@@ -570,8 +632,9 @@ void validate_append_slots(const AppendArgs& a, cudaStream_t stream) {
   thrust::copy(pol, a.slot_mapping, a.slot_mapping + n, keys.begin());
   thrust::sequence(pol, tokens.begin(), tokens.end());
   thrust::stable_sort_by_key(pol, keys.begin(), keys.end(), tokens.begin());
-  const int64_t pos = *thrust::find_if(pol, thrust::counting_iterator<int64_t>(0), thrust::counting_iterator<int64_t>(n - 1),
-                                        RepeatsNext{thrust::raw_pointer_cast(keys.data())});
+  const int64_t pos = *thrust::find_if(pol, thrust::counting_iterator<int64_t>(0),
+                                       thrust::counting_iterator<int64_t>(n - 1),
+                                       RepeatsNext{thrust::raw_pointer_cast(keys.data())});
   KVLAB_CUDA_CHECK(cudaStreamSynchronize(stream));
   if (pos < n - 1) {
     const int64_t s = keys[pos];
@@ -587,10 +650,12 @@ void append_kv(const AppendArgs& a, cudaStream_t stream, SlotCheck check) {
   ref::validate_append(a, false);
   if (a.num_tokens == 0) return;
   if (kv_format_bits(a.kv.geom.format) == 4)  // nibble atomics work on aligned 32-bit words
-    KVLAB_REQUIRE(reinterpret_cast<uintptr_t>(a.kv.v) % 4 == 0 && reinterpret_cast<uintptr_t>(a.kv.k) % 4 == 0,
+    KVLAB_REQUIRE(reinterpret_cast<uintptr_t>(a.kv.v) % 4 == 0 &&
+                      reinterpret_cast<uintptr_t>(a.kv.k) % 4 == 0,
                   "append_kv: FP4 pools must be 4-byte aligned");
   if (kv_format_has_token_scales(a.kv.geom.format))
-    KVLAB_REQUIRE(reinterpret_cast<uintptr_t>(a.kv.k_scales) % 4 == 0 && reinterpret_cast<uintptr_t>(a.kv.v_scales) % 4 == 0,
+    KVLAB_REQUIRE(reinterpret_cast<uintptr_t>(a.kv.k_scales) % 4 == 0 &&
+                      reinterpret_cast<uintptr_t>(a.kv.v_scales) % 4 == 0,
                   "append_kv: per-token scale arrays must be 4-byte aligned");
   if (check == SlotCheck::kValidate) validate_append_slots(a, stream);
   AppendParams p{a.k, a.v, a.slot_mapping, a.kv};
@@ -601,7 +666,8 @@ void append_kv(const AppendArgs& a, cudaStream_t stream, SlotCheck check) {
     if (bits == 16) return launch_append_vec<TIn, VecClass::k16Bit>(p, a.num_tokens, stream);
     if (bits == 8) return launch_append_vec<TIn, VecClass::kFp8>(p, a.num_tokens, stream);
     if constexpr (std::is_same_v<TIn, __nv_bfloat16>)
-      if (a.kv.geom.head_dim % 32 == 0) return launch_append_vec<TIn, VecClass::kFp4Bf16x32>(p, a.num_tokens, stream);
+      if (a.kv.geom.head_dim % 32 == 0)
+        return launch_append_vec<TIn, VecClass::kFp4Bf16x32>(p, a.num_tokens, stream);
     return launch_append_vec<TIn, VecClass::kFp4>(p, a.num_tokens, stream);
   });
   KVLAB_CUDA_CHECK(e);

@@ -84,14 +84,16 @@ KVLAB_HD float fp8_quotient(float x, float s, float y, bool& ok) {
   ok = ok && scale_detail::abs_bits(q0) < kFp8QMax;  // false for NaN
   float q = fma_rn(fma_rn(-q0, s, x), y, q0);
   q = fma_rn(fma_rn(-q, s, x), y, q);
-  return fmt_detail::bits_f32((fmt_detail::f32_bits(q) & 0x7FFFFFFFu) | (fmt_detail::f32_bits(q0) & 0x80000000u));
+  return fmt_detail::bits_f32((fmt_detail::f32_bits(q) & 0x7FFFFFFFu) |
+                              (fmt_detail::f32_bits(q0) & 0x80000000u));
 }
 
 // The E4M3 value of a code other than 0x7F / 0xFF (NaN), exact; on the device by the
 // hardware's e4m3 -> f16 conversion.
 KVLAB_HD float e4m3_finite_to_float(uint8_t c) {
 #if defined(__CUDA_ARCH__)
-  return __half2float(__half(__nv_cvt_fp8_to_halfraw(static_cast<__nv_fp8_storage_t>(c), __NV_E4M3)));
+  return __half2float(
+      __half(__nv_cvt_fp8_to_halfraw(static_cast<__nv_fp8_storage_t>(c), __NV_E4M3)));
 #else
   return e4m3_to_float(c);
 #endif
@@ -102,12 +104,15 @@ KVLAB_HD float e4m3_finite_to_float(uint8_t c) {
 // kSatFinite encoder for finite values).
 KVLAB_HD uint32_t fp8x2_satfinite(float a, float b, bool e5m2) {
 #if defined(__CUDA_ARCH__)
-  return static_cast<uint32_t>(__nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE, e5m2 ? __NV_E5M2 : __NV_E4M3)) &
+  return static_cast<uint32_t>(__nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE,
+                                                        e5m2 ? __NV_E5M2 : __NV_E4M3)) &
          0xFFFFu;
 #else
   const Saturation s = Saturation::kSatFinite;
-  return e5m2 ? (static_cast<uint32_t>(float_to_e5m2(a, s)) | (static_cast<uint32_t>(float_to_e5m2(b, s)) << 8))
-              : (static_cast<uint32_t>(float_to_e4m3(a, s)) | (static_cast<uint32_t>(float_to_e4m3(b, s)) << 8));
+  return e5m2 ? (static_cast<uint32_t>(float_to_e5m2(a, s)) |
+                 (static_cast<uint32_t>(float_to_e5m2(b, s)) << 8))
+              : (static_cast<uint32_t>(float_to_e4m3(a, s)) |
+                 (static_cast<uint32_t>(float_to_e4m3(b, s)) << 8));
 #endif
 }
 
@@ -136,7 +141,8 @@ KVLAB_HD float fp8_token_scale_fast(float amax, bool& ok) {
 // (only its tininess is then exact): its code is 0 either way.
 KVLAB_HD KvBlockScale nvfp4_block_scale_fast(float amax, float t, const Fp8Recip& rt, bool& ok) {
   ok = ok && rt.ok;
-  const float per_block = fp8_quotient(scale_detail::floor_max(amax, kDefaultAmaxFloor), 6.0f, kRecip6, ok);
+  const float per_block =
+      fp8_quotient(scale_detail::floor_max(amax, kDefaultAmaxFloor), 6.0f, kRecip6, ok);
   const float q = fp8_quotient(per_block, t, rt.y, ok);
   const uint8_t code = static_cast<uint8_t>(fp8x2_satfinite(q, 0.0f, false) & 0xFFu);
   return {code, scale_detail::mul_rn(e4m3_finite_to_float(code), t)};
@@ -181,8 +187,13 @@ KVLAB_HD float amax16(const float (&x)[16]) {
 // ------------------------------------------------------------------ FP4 E2M1 thresholds
 // The FP32 midpoints m_k (25 significant bits: exact in FP64) of the 7 rounding boundaries.
 KVLAB_HD constexpr double e2m1_mid(int k) {
-  return k == 0 ? 0.25 + 0x1p-26 : k == 1 ? 0.75 - 0x1p-25 : k == 2 ? 1.25 + 0x1p-24 : k == 3 ? 1.75 - 0x1p-24
-       : k == 4 ? 2.5 + 0x1p-23 : k == 5 ? 3.5 - 0x1p-23 : 5.0 + 0x1p-22;
+  return k == 0   ? 0.25 + 0x1p-26
+         : k == 1 ? 0.75 - 0x1p-25
+         : k == 2 ? 1.25 + 0x1p-24
+         : k == 3 ? 1.75 - 0x1p-24
+         : k == 4 ? 2.5 + 0x1p-23
+         : k == 5 ? 3.5 - 0x1p-23
+                  : 5.0 + 0x1p-22;
 }
 
 // RD(div * m) for div >= 0 finite and m = e2m1_mid(k) (the FP64 product is exact).
@@ -205,11 +216,22 @@ struct E2m1Thresholds {
 
 // m_k = e2m1_mid_hi(k) + e2m1_mid_lo(k): a value of <= 3 bits and a power of two.
 KVLAB_HD constexpr float e2m1_mid_hi(int k) {
-  return k == 0 ? 0.25f : k == 1 ? 0.75f : k == 2 ? 1.25f : k == 3 ? 1.75f : k == 4 ? 2.5f : k == 5 ? 3.5f : 5.0f;
+  return k == 0   ? 0.25f
+         : k == 1 ? 0.75f
+         : k == 2 ? 1.25f
+         : k == 3 ? 1.75f
+         : k == 4 ? 2.5f
+         : k == 5 ? 3.5f
+                  : 5.0f;
 }
 KVLAB_HD constexpr float e2m1_mid_lo(int k) {
-  return k == 0 ? 0x1p-26f : k == 1 ? -0x1p-25f : k == 2 ? 0x1p-24f : k == 3 ? -0x1p-24f : k == 4 ? 0x1p-23f : k == 5 ? -0x1p-23f
-                                                                                                                     : 0x1p-22f;
+  return k == 0   ? 0x1p-26f
+         : k == 1 ? -0x1p-25f
+         : k == 2 ? 0x1p-24f
+         : k == 3 ? -0x1p-24f
+         : k == 4 ? 0x1p-23f
+         : k == 5 ? -0x1p-23f
+                  : 0x1p-22f;
 }
 
 KVLAB_HD E2m1Thresholds e2m1_thresholds(float div) {
@@ -267,7 +289,8 @@ KVLAB_HD uint32_t bf16x2_rd_broadcast(float x) {
 // 0xFFFF in each half where a > b (bf16 halves; a, b non-NaN).
 KVLAB_HD uint32_t bf16x2_gt_mask(uint32_t a, uint32_t b) {
 #if defined(__CUDA_ARCH__)
-  return __hgt2_mask(*reinterpret_cast<const __nv_bfloat162*>(&a), *reinterpret_cast<const __nv_bfloat162*>(&b));
+  return __hgt2_mask(*reinterpret_cast<const __nv_bfloat162*>(&a),
+                     *reinterpret_cast<const __nv_bfloat162*>(&b));
 #else
   const bool lo = fmt_detail::bits_f32(a << 16) > fmt_detail::bits_f32(b << 16);
   const bool hi = fmt_detail::bits_f32(a & 0xFFFF0000u) > fmt_detail::bits_f32(b & 0xFFFF0000u);
@@ -286,10 +309,14 @@ KVLAB_HD E2m1Bf16Thresholds e2m1_bf16_thresholds(const E2m1Thresholds& th) {
 }
 
 // Whether e2m1_codes_bf16x8 applies to the thresholds of divisor div (see above).
-KVLAB_HD bool e2m1_bf16_path_ok(float div) { return div >= 0x1p-99f && div <= 0x1p125f; }
+KVLAB_HD bool e2m1_bf16_path_ok(float div) {
+  return div >= 0x1p-99f && div <= 0x1p125f;
+}
 
 // m ? a : b, bitwise (one LOP3).
-KVLAB_HD uint32_t sel_bits(uint32_t m, uint32_t a, uint32_t b) { return (m & a) | (~m & b); }
+KVLAB_HD uint32_t sel_bits(uint32_t m, uint32_t a, uint32_t b) {
+  return (m & a) | (~m & b);
+}
 
 // The E2M1 codes of the 8 bf16 in w[0..3] (element 2j in the low half of w[j], 2j+1 in the
 // high half): element i in nibble i of the result, e2m1_code(x_i, th) for each.
@@ -303,7 +330,8 @@ KVLAB_HD uint32_t e2m1_codes_bf16x8(const uint32_t (&w)[4], const E2m1Bf16Thresh
     const uint32_t a = w[j] & 0x7FFF7FFFu;
     const uint32_t m2 = bf16x2_gt_mask(a, b.t[3]);
     const uint32_t m1 = bf16x2_gt_mask(a, sel_bits(m2, b.t[5], b.t[1]));
-    const uint32_t m0 = bf16x2_gt_mask(a, sel_bits(m1, sel_bits(m2, b.t[6], b.t[2]), sel_bits(m2, b.t[4], b.t[0])));
+    const uint32_t m0 =
+        bf16x2_gt_mask(a, sel_bits(m1, sel_bits(m2, b.t[6], b.t[2]), sel_bits(m2, b.t[4], b.t[0])));
     const int s = 4 * j;
     out |= (m2 & (0x00040004u << s)) | (m1 & (0x00020002u << s)) | (m0 & (0x00010001u << s)) |
            ((w[j] >> (12 - s)) & (0x00080008u << s));

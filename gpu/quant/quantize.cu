@@ -34,31 +34,33 @@ constexpr int kSlackFloats = 4;
 // The spec, flattened for the device.
 struct QuantParams {
   ElemFormat elem;
-  int granularity;      // ref::Granularity
-  int scale_format;     // ref::ScaleFormat
-  int scale_rule;       // ref::ScaleRule
+  int granularity;   // ref::Granularity
+  int scale_format;  // ref::ScaleFormat
+  int scale_rule;    // ref::ScaleRule
   float amax_floor;
   AmaxFloorAt floor_at;
   ElementClamp clamp;
   Saturation saturation;
-  int hadamard_size;    // 0: none
+  int hadamard_size;  // 0: none
   float hadamard_norm;
   bool two_level;
   bool has_tensor_scale;
   bool tensor_scale_given;
   float given_tensor_scale;
   int64_t rows, cols, qcols, tail;
-  int64_t groups;       // scales per row
+  int64_t groups;  // scales per row
   int64_t group_cols;
   int64_t header, record, data_bytes;  // bytes: header, record, codes + tail of a record
-  int scale_bytes;      // per group: 4, 1 or 0
-  int page_block_size;  // 0: records back to back
-  const float* x;       // quantize input [rows, cols]
-  uint8_t* stream;      // quantize output / dequantize input
-  float* out;           // dequantize output [rows, cols]
+  int scale_bytes;                     // per group: 4, 1 or 0
+  int page_block_size;                 // 0: records back to back
+  const float* x;                      // quantize input [rows, cols]
+  uint8_t* stream;                     // quantize output / dequantize input
+  float* out;                          // dequantize output [rows, cols]
 };
 
-__device__ __forceinline__ void put_byte(uint8_t* p, int64_t off, uint32_t v) { p[off] = static_cast<uint8_t>(v); }
+__device__ __forceinline__ void put_byte(uint8_t* p, int64_t off, uint32_t v) {
+  p[off] = static_cast<uint8_t>(v);
+}
 __device__ __forceinline__ void put_u16(uint8_t* p, int64_t off, uint32_t v) {
   p[off] = static_cast<uint8_t>(v);
   p[off + 1] = static_cast<uint8_t>(v >> 8);
@@ -84,7 +86,8 @@ __device__ __forceinline__ int64_t data_offset(const QuantParams& p, int64_t r) 
 __device__ __forceinline__ int64_t scale_offset(const QuantParams& p, int64_t r) {
   if (p.page_block_size == 0) return p.header + r * p.record + p.data_bytes;
   const int64_t bs = p.page_block_size;
-  return p.header + (r / bs) * bs * p.record + bs * p.data_bytes + (r % bs) * (p.record - p.data_bytes);
+  return p.header + (r / bs) * bs * p.record + bs * p.data_bytes +
+         (r % bs) * (p.record - p.data_bytes);
 }
 
 // In-place normalized Walsh-Hadamard transform of every run of n values of w[0..len), in
@@ -106,7 +109,8 @@ __device__ void hadamard_runs(float* w, int64_t len, int n, float norm) {
 
 __device__ float block_amax(float a, float* red) {
 #pragma unroll
-  for (int off = 16; off > 0; off /= 2) a = amax_accumulate(a, __shfl_xor_sync(0xFFFFFFFFu, a, off));
+  for (int off = 16; off > 0; off /= 2)
+    a = amax_accumulate(a, __shfl_xor_sync(0xFFFFFFFFu, a, off));
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   if (lane == 0) red[warp] = a;
   __syncthreads();
@@ -179,9 +183,11 @@ __global__ void __launch_bounds__(kQThreads) quant_rows_kernel(const QuantParams
   // Scales: one warp per group.
   for (int64_t g = warp; g < p.groups; g += kQWarps) {
     float a = 0.0f;
-    for (int64_t j = g * p.group_cols + lane; j < (g + 1) * p.group_cols; j += 32) a = amax_accumulate(a, w[j]);
+    for (int64_t j = g * p.group_cols + lane; j < (g + 1) * p.group_cols; j += 32)
+      a = amax_accumulate(a, w[j]);
 #pragma unroll
-    for (int off = 16; off > 0; off /= 2) a = amax_accumulate(a, __shfl_xor_sync(0xFFFFFFFFu, a, off));
+    for (int off = 16; off > 0; off /= 2)
+      a = amax_accumulate(a, __shfl_xor_sync(0xFFFFFFFFu, a, off));
     if (lane == 0) {
       uint32_t code = 0;
       float s = 1.0f;
@@ -215,7 +221,8 @@ __global__ void __launch_bounds__(kQThreads) quant_rows_kernel(const QuantParams
           put_byte(out, soff + g, code);
           break;
         }
-        case ref::ScaleFormat::kNone: break;
+        case ref::ScaleFormat::kNone:
+          break;
       }
       gscale[g] = s;
     }
@@ -226,17 +233,23 @@ __global__ void __launch_bounds__(kQThreads) quant_rows_kernel(const QuantParams
   const int bits = elem_bits(p.elem);
   const bool per_tensor = p.granularity == static_cast<int>(ref::Granularity::kPerTensor);
   const bool none = p.granularity == static_cast<int>(ref::Granularity::kNone);
-  auto scale_of = [&](int64_t j) { return none ? 1.0f : (per_tensor ? t : gscale[j / p.group_cols]); };
+  auto scale_of = [&](int64_t j) {
+    return none ? 1.0f : (per_tensor ? t : gscale[j / p.group_cols]);
+  };
   auto code_of = [&](int64_t j) {
-    return static_cast<uint32_t>(quantize_element(w[j], scale_of(j), p.elem, p.saturation, p.clamp));
+    return static_cast<uint32_t>(
+        quantize_element(w[j], scale_of(j), p.elem, p.saturation, p.clamp));
   };
   if (bits == 4) {
     for (int64_t j = 2 * threadIdx.x; j < p.qcols; j += 2 * blockDim.x)
-      put_byte(out, doff + j / 2, pack_fp4x2(static_cast<uint8_t>(code_of(j)), static_cast<uint8_t>(code_of(j + 1))));
+      put_byte(out, doff + j / 2,
+               pack_fp4x2(static_cast<uint8_t>(code_of(j)), static_cast<uint8_t>(code_of(j + 1))));
   } else {
     for (int64_t j = threadIdx.x; j < p.qcols; j += blockDim.x) {
-      if (bits == 8) put_byte(out, doff + j, code_of(j));
-      else put_u16(out, doff + 2 * j, code_of(j));
+      if (bits == 8)
+        put_byte(out, doff + j, code_of(j));
+      else
+        put_u16(out, doff + 2 * j, code_of(j));
     }
   }
   const float* xr = p.x + r * p.cols;
@@ -263,10 +276,17 @@ __global__ void __launch_bounds__(kQThreads) dequant_rows_kernel(const QuantPara
     } else if (!none) {
       const int64_t g = j / p.group_cols;
       switch (static_cast<ref::ScaleFormat>(p.scale_format)) {
-        case ref::ScaleFormat::kFP32: s = __uint_as_float(get_u32(in, soff + 4 * g)); break;
-        case ref::ScaleFormat::kUE8M0: s = ue8m0_to_float(in[soff + g]); break;
-        case ref::ScaleFormat::kE4M3: s = nvfp4_element_scale(in[soff + g], t); break;
-        case ref::ScaleFormat::kNone: break;
+        case ref::ScaleFormat::kFP32:
+          s = __uint_as_float(get_u32(in, soff + 4 * g));
+          break;
+        case ref::ScaleFormat::kUE8M0:
+          s = ue8m0_to_float(in[soff + g]);
+          break;
+        case ref::ScaleFormat::kE4M3:
+          s = nvfp4_element_scale(in[soff + g], t);
+          break;
+        case ref::ScaleFormat::kNone:
+          break;
       }
     }
     uint16_t code;
@@ -286,10 +306,12 @@ __global__ void __launch_bounds__(kQThreads) dequant_rows_kernel(const QuantPara
   for (int64_t j = threadIdx.x; j < p.qcols; j += blockDim.x) o[j] = w[j];
   const int64_t code_bytes = p.qcols * bits / 8;
   for (int64_t j = threadIdx.x; j < p.tail; j += blockDim.x)
-    o[p.qcols + j] = bf16_bits_to_float(static_cast<uint16_t>(get_u16(in, doff + code_bytes + 2 * j)));
+    o[p.qcols + j] =
+        bf16_bits_to_float(static_cast<uint16_t>(get_u16(in, doff + code_bytes + 2 * j)));
 }
 
-QuantParams make_params(const ref::QuantScheme& sc, int64_t rows, int64_t cols, int32_t page_block_size) {
+QuantParams make_params(const ref::QuantScheme& sc, int64_t rows, int64_t cols,
+                        int32_t page_block_size) {
   const ref::SchemeSpec& s = sc.spec();
   QuantParams p{};
   p.elem = s.elem;
@@ -313,7 +335,9 @@ QuantParams make_params(const ref::QuantScheme& sc, int64_t rows, int64_t cols, 
   p.header = sc.header_bytes();
   p.record = sc.record_bytes(cols);
   p.data_bytes = p.qcols * elem_bits(s.elem) / 8 + 2 * p.tail;
-  p.scale_bytes = s.scale_format == ref::ScaleFormat::kFP32 ? 4 : (s.scale_format == ref::ScaleFormat::kNone ? 0 : 1);
+  p.scale_bytes = s.scale_format == ref::ScaleFormat::kFP32
+                      ? 4
+                      : (s.scale_format == ref::ScaleFormat::kNone ? 0 : 1);
   p.page_block_size = page_block_size;
   return p;
 }
@@ -332,42 +356,53 @@ void check_smem(const QuantParams& p, size_t smem, const char* what) {
 template <class Kernel>
 cudaError_t launch_rows(Kernel kernel, const QuantParams& p, size_t smem, cudaStream_t stream) {
   if (smem > 48 * 1024) {
-    const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+    const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               static_cast<int>(smem));
     if (e != cudaSuccess) return e;
   }
   kernel<<<static_cast<unsigned>(p.rows), kQThreads, smem, stream>>>(p);
   return cudaGetLastError();
 }
 
-void check_common(const ref::QuantScheme& sc, int64_t rows, int64_t cols, int32_t page_block_size, const char* who) {
+void check_common(const ref::QuantScheme& sc, int64_t rows, int64_t cols, int32_t page_block_size,
+                  const char* who) {
   KVLAB_REQUIRE(rows >= 0, who << ": rows must be >= 0, got " << rows);
-  KVLAB_REQUIRE(rows <= INT32_MAX, who << ": rows " << rows << " exceed the grid (one block per row)");
-  KVLAB_REQUIRE(page_block_size >= 0, who << ": page_block_size must be >= 0 (0 = records), got " << page_block_size);
+  KVLAB_REQUIRE(rows <= INT32_MAX,
+                who << ": rows " << rows << " exceed the grid (one block per row)");
+  KVLAB_REQUIRE(page_block_size >= 0,
+                who << ": page_block_size must be >= 0 (0 = records), got " << page_block_size);
   sc.check_cols(cols);
 }
 
 }  // namespace
 
-int64_t quant_stream_bytes(const ref::QuantScheme& scheme, int64_t rows, int64_t cols, int32_t page_block_size) {
-  KVLAB_REQUIRE(page_block_size >= 0, "page_block_size must be >= 0 (0 = records), got " << page_block_size);
-  return page_block_size == 0 ? scheme.stream_bytes(rows, cols) : scheme.paged_bytes(rows, cols, page_block_size);
+int64_t quant_stream_bytes(const ref::QuantScheme& scheme, int64_t rows, int64_t cols,
+                           int32_t page_block_size) {
+  KVLAB_REQUIRE(page_block_size >= 0,
+                "page_block_size must be >= 0 (0 = records), got " << page_block_size);
+  return page_block_size == 0 ? scheme.stream_bytes(rows, cols)
+                              : scheme.paged_bytes(rows, cols, page_block_size);
 }
 
-void quantize(const ref::QuantScheme& scheme, const float* x, int64_t rows, int64_t cols, uint8_t* out,
-              size_t out_bytes, cudaStream_t stream, std::optional<float> tensor_scale, int32_t page_block_size) {
+void quantize(const ref::QuantScheme& scheme, const float* x, int64_t rows, int64_t cols,
+              uint8_t* out, size_t out_bytes, cudaStream_t stream,
+              std::optional<float> tensor_scale, int32_t page_block_size) {
   const char* who = "gpu::quantize";
   check_common(scheme, rows, cols, page_block_size, who);
   QuantParams p = make_params(scheme, rows, cols, page_block_size);
   if (tensor_scale) {
-    KVLAB_REQUIRE(p.has_tensor_scale, who << ": scheme '" << scheme.name() << "' has no tensor scale to give");
-    KVLAB_REQUIRE(std::isfinite(*tensor_scale) && *tensor_scale > 0.0f,
-                  who << ": the given tensor scale must be finite and positive, got " << *tensor_scale);
+    KVLAB_REQUIRE(p.has_tensor_scale,
+                  who << ": scheme '" << scheme.name() << "' has no tensor scale to give");
+    KVLAB_REQUIRE(
+        std::isfinite(*tensor_scale) && *tensor_scale > 0.0f,
+        who << ": the given tensor scale must be finite and positive, got " << *tensor_scale);
     p.tensor_scale_given = true;
     p.given_tensor_scale = *tensor_scale;
   }
   const int64_t need = quant_stream_bytes(scheme, rows, cols, page_block_size);
-  KVLAB_REQUIRE(out_bytes >= static_cast<size_t>(need),
-                who << ": scheme '" << scheme.name() << "' needs " << need << " output bytes, got " << out_bytes);
+  KVLAB_REQUIRE(out_bytes >= static_cast<size_t>(need), who << ": scheme '" << scheme.name()
+                                                            << "' needs " << need
+                                                            << " output bytes, got " << out_bytes);
   if (need == 0) return;
   KVLAB_REQUIRE(out != nullptr, who << ": output is null");
   KVLAB_REQUIRE(rows == 0 || x != nullptr, who << ": input is null for " << rows << " rows");
@@ -380,7 +415,8 @@ void quantize(const ref::QuantScheme& scheme, const float* x, int64_t rows, int6
   KVLAB_CUDA_CHECK(cudaMemsetAsync(out, 0, static_cast<size_t>(need), stream));
   if (rows == 0) {  // the reference's header: the given scale, or the scale of amax 0
     if (p.has_tensor_scale && p.tensor_scale_given)
-      KVLAB_CUDA_CHECK(cudaMemcpyAsync(out, &p.given_tensor_scale, 4, cudaMemcpyHostToDevice, stream));
+      KVLAB_CUDA_CHECK(
+          cudaMemcpyAsync(out, &p.given_tensor_scale, 4, cudaMemcpyHostToDevice, stream));
     else if (p.has_tensor_scale)
       quant_tensor_scale_kernel<<<1, 1, 0, stream>>>(p);
     KVLAB_CHECK_LAUNCH();
@@ -397,15 +433,15 @@ void quantize(const ref::QuantScheme& scheme, const float* x, int64_t rows, int6
   KVLAB_CHECK_LAUNCH();
 }
 
-void dequantize(const ref::QuantScheme& scheme, const uint8_t* in, size_t in_bytes, int64_t rows, int64_t cols,
-                float* out, cudaStream_t stream, int32_t page_block_size) {
+void dequantize(const ref::QuantScheme& scheme, const uint8_t* in, size_t in_bytes, int64_t rows,
+                int64_t cols, float* out, cudaStream_t stream, int32_t page_block_size) {
   const char* who = "gpu::dequantize";
   check_common(scheme, rows, cols, page_block_size, who);
   QuantParams p = make_params(scheme, rows, cols, page_block_size);
   const int64_t need = quant_stream_bytes(scheme, rows, cols, page_block_size);
   KVLAB_REQUIRE(in_bytes == static_cast<size_t>(need),
-                who << ": scheme '" << scheme.name() << "' with " << rows << " x " << cols << " is a stream of " << need
-                    << " bytes, got " << in_bytes);
+                who << ": scheme '" << scheme.name() << "' with " << rows << " x " << cols
+                    << " is a stream of " << need << " bytes, got " << in_bytes);
   if (rows == 0) return;
   KVLAB_REQUIRE(in != nullptr && out != nullptr, who << ": null input or output");
   p.stream = const_cast<uint8_t*>(in);

@@ -33,16 +33,17 @@
 namespace kvlab::gpu {
 
 // Bytes of the stream for rows x cols (scheme.stream_bytes or scheme.paged_bytes).
-int64_t quant_stream_bytes(const ref::QuantScheme& scheme, int64_t rows, int64_t cols, int32_t page_block_size = 0);
+int64_t quant_stream_bytes(const ref::QuantScheme& scheme, int64_t rows, int64_t cols,
+                           int32_t page_block_size = 0);
 
 // Throws InvalidArgument for bad arguments (null buffers, cols the scheme rejects, an output
 // smaller than quant_stream_bytes, a tensor scale for a scheme without one or a non-finite
 // one, negative page_block_size) and Unsupported when a row does not fit in shared memory.
-void quantize(const ref::QuantScheme& scheme, const float* x, int64_t rows, int64_t cols, uint8_t* out,
-              size_t out_bytes, cudaStream_t stream, std::optional<float> tensor_scale = std::nullopt,
-              int32_t page_block_size = 0);
+void quantize(const ref::QuantScheme& scheme, const float* x, int64_t rows, int64_t cols,
+              uint8_t* out, size_t out_bytes, cudaStream_t stream,
+              std::optional<float> tensor_scale = std::nullopt, int32_t page_block_size = 0);
 
-void dequantize(const ref::QuantScheme& scheme, const uint8_t* in, size_t in_bytes, int64_t rows, int64_t cols,
-                float* out, cudaStream_t stream, int32_t page_block_size = 0);
+void dequantize(const ref::QuantScheme& scheme, const uint8_t* in, size_t in_bytes, int64_t rows,
+                int64_t cols, float* out, cudaStream_t stream, int32_t page_block_size = 0);
 
 }  // namespace kvlab::gpu

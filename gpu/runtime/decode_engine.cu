@@ -37,10 +37,14 @@ const std::vector<StepVariant>& all_step_variants() {
 
 const char* to_string(StepVariant v) {
   switch (v) {
-    case StepVariant::kEagerUnfused: return "eager_unfused";
-    case StepVariant::kEagerFused: return "eager_fused";
-    case StepVariant::kGraphFused: return "graph_fused";
-    case StepVariant::kGraphUnfused: return "graph_unfused";
+    case StepVariant::kEagerUnfused:
+      return "eager_unfused";
+    case StepVariant::kEagerFused:
+      return "eager_fused";
+    case StepVariant::kGraphFused:
+      return "graph_fused";
+    case StepVariant::kGraphUnfused:
+      return "graph_unfused";
   }
   return "?";
 }
@@ -72,8 +76,8 @@ struct BufferPlan {
     logits = rows * c.vocab;
   }
   double bytes() const {
-    return 4.0 * h + 2.0 * xn + 4.0 * qkv + 2.0 * 2 * q + 4.0 * h /*y*/ + 4.0 * gu + 4.0 * s + 2.0 * act +
-           4.0 * logits + rows * (4.0 * 4 + 8.0);
+    return 4.0 * h + 2.0 * xn + 4.0 * qkv + 2.0 * 2 * q + 4.0 * h /*y*/ + 4.0 * gu + 4.0 * s +
+           2.0 * act + 4.0 * logits + rows * (4.0 * 4 + 8.0);
   }
 };
 
@@ -120,7 +124,9 @@ PageGeometry cache_geometry(const DecoderConfig& c, const EngineOptions& o) {
   return g;
 }
 
-size_t align256(size_t n) { return (n + 255) / 256 * 256; }
+size_t align256(size_t n) {
+  return (n + 255) / 256 * 256;
+}
 
 void validate_options(const DecoderConfig& c, const EngineOptions& o) {
   validate(c);
@@ -131,13 +137,16 @@ void validate_options(const DecoderConfig& c, const EngineOptions& o) {
   KVLAB_REQUIRE(o.block_size >= 1, "engine block_size " << o.block_size << " must be >= 1");
   kvlab::validate(cache_geometry(c, o));
   KVLAB_REQUIRE(cache_geometry(c, o).num_blocks < (int64_t{1} << 31),
-                "engine max_batch " << o.max_batch << " x " << cache_geometry(c, o).num_blocks / o.max_batch
-                                    << " blocks per sequence exceeds the int32 block ids of a block table");
+                "engine max_batch "
+                    << o.max_batch << " x " << cache_geometry(c, o).num_blocks / o.max_batch
+                    << " blocks per sequence exceeds the int32 block ids of a block table");
   for (int b : o.graph_buckets)
-    KVLAB_REQUIRE(b >= 1 && b <= o.max_batch, "graph bucket " << b << " outside [1, max_batch " << o.max_batch << "]");
+    KVLAB_REQUIRE(b >= 1 && b <= o.max_batch,
+                  "graph bucket " << b << " outside [1, max_batch " << o.max_batch << "]");
   if (kv_format_has_pool_scale(o.kv_format))
-    KVLAB_REQUIRE(std::isfinite(o.k_scale) && o.k_scale > 0 && std::isfinite(o.v_scale) && o.v_scale > 0,
-                  "engine k_scale/v_scale " << o.k_scale << "/" << o.v_scale << " must be finite and > 0");
+    KVLAB_REQUIRE(
+        std::isfinite(o.k_scale) && o.k_scale > 0 && std::isfinite(o.v_scale) && o.v_scale > 0,
+        "engine k_scale/v_scale " << o.k_scale << "/" << o.v_scale << " must be finite and > 0");
 }
 
 template <class T>
@@ -162,7 +171,8 @@ struct DecodeEngine::Impl {
   std::vector<KvCacheView> views;
   size_t pool_bytes = 0, scale_bytes = 0;
 
-  thrust::device_vector<int32_t> tokens, positions, seq_lens, block_table, tokens_bak, positions_bak;
+  thrust::device_vector<int32_t> tokens, positions, seq_lens, block_table, tokens_bak,
+      positions_bak;
   thrust::device_vector<int64_t> slots;
   thrust::device_vector<float> h, qkv, y, gu, s, logits;
   thrust::device_vector<uint16_t> xn, q, o, act;
@@ -173,7 +183,8 @@ struct DecodeEngine::Impl {
   std::unique_ptr<sim::BlockTable> table;
   std::vector<int64_t> seq_ids;
 
-  using GraphKey = std::tuple<int, bool, int, uint32_t, uint64_t>;  // bucket, fused, top_k, temp bits, seed
+  using GraphKey =
+      std::tuple<int, bool, int, uint32_t, uint64_t>;  // bucket, fused, top_k, temp bits, seed
   std::map<GraphKey, cudaGraphExec_t> graphs;
   cudaEvent_t ev0 = nullptr, ev1 = nullptr;
 
@@ -197,7 +208,8 @@ struct DecodeEngine::Impl {
       v.shrink_to_fit();
     };
     drop(rope), drop(cache), drop(tokens), drop(positions), drop(seq_lens), drop(block_table);
-    drop(tokens_bak), drop(positions_bak), drop(slots), drop(h), drop(qkv), drop(y), drop(gu), drop(s);
+    drop(tokens_bak), drop(positions_bak), drop(slots), drop(h), drop(qkv), drop(y), drop(gu),
+        drop(s);
     drop(logits), drop(xn), drop(q), drop(o), drop(act), drop(attn_ws);
     attn_ws_bytes = 0;
     views.clear();
@@ -229,7 +241,8 @@ namespace {
 double state_bytes(const DecoderConfig& cfg, const EngineOptions& opt) {
   const PageGeometry g = cache_geometry(cfg, opt);
   const double cache = 2.0 * cfg.layers * (align256(g.bytes()) + align256(g.scale_bytes()));
-  const double buffers = BufferPlan(cfg, opt.max_batch).bytes() + 4.0 * static_cast<double>(g.num_blocks);
+  const double buffers =
+      BufferPlan(cfg, opt.max_batch).bytes() + 4.0 * static_cast<double>(g.num_blocks);
   return cache + buffers + 8.0 * opt.max_context * cfg.head_dim;
 }
 
@@ -238,8 +251,9 @@ void require_fits(double need, const DecoderConfig& cfg, const EngineOptions& op
   KVLAB_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
   // 5% headroom for cuBLAS, attention workspaces and the synthetic-fill scratch
   KVLAB_UNSUPPORTED_IF(need > 0.95 * static_cast<double>(free_b),
-                       "decode engine for " << to_string(cfg) << ", batch " << opt.max_batch << ", context "
-                                            << opt.max_context << " needs " << need / double(1 << 30) << " GiB, "
+                       "decode engine for " << to_string(cfg) << ", batch " << opt.max_batch
+                                            << ", context " << opt.max_context << " needs "
+                                            << need / double(1 << 30) << " GiB, "
                                             << free_b / double(1 << 30) << " GiB free");
 }
 
@@ -247,10 +261,12 @@ void require_fits(double need, const DecoderConfig& cfg, const EngineOptions& op
 
 double DecodeEngine::device_bytes_needed(const DecoderConfig& cfg, const EngineOptions& opt) {
   validate_options(cfg, opt);
-  return 2.0 * WeightPlan(cfg).total + state_bytes(cfg, opt) + double(ks::CublasLinear::kDefaultWorkspaceBytes);
+  return 2.0 * WeightPlan(cfg).total + state_bytes(cfg, opt) +
+         double(ks::CublasLinear::kDefaultWorkspaceBytes);
 }
 
-DecodeEngine::DecodeEngine(const DecoderConfig& cfg, const EngineOptions& opt) : cfg_(cfg), opt_(opt) {
+DecodeEngine::DecodeEngine(const DecoderConfig& cfg, const EngineOptions& opt)
+    : cfg_(cfg), opt_(opt) {
   validate_options(cfg, opt);
   {
     const char* why = ks::rope_append_unsupported_reason(KvCacheView{cache_geometry(cfg, opt)});
@@ -268,8 +284,8 @@ DecodeEngine::DecodeEngine(const DecoderConfig& cfg, const EngineOptions& opt) :
   I.weights.resize(I.wplan.total);
   auto gen = [&](int64_t off, int64_t n, WeightTensor t, int layer) {
     const auto [scale, offset] = kvlab::ref::synthetic_init(t, cfg);
-    ks::fill_synthetic_bf16(ptr(I.weights) + off, n, cfg.seed, kvlab::step::weight_stream(t, layer), scale, offset,
-                            I.stream);
+    ks::fill_synthetic_bf16(ptr(I.weights) + off, n, cfg.seed, kvlab::step::weight_stream(t, layer),
+                            scale, offset, I.stream);
   };
   gen(I.wplan.embedding, int64_t{cfg.vocab} * cfg.hidden, WeightTensor::kEmbedding, 0);
   for (int l = 0; l < cfg.layers; ++l) {
@@ -365,11 +381,12 @@ void DecodeEngine::allocate_state() {
   } else {
     int best = -1;
     for (const auto& info : decode_versions())
-      if (decode_unsupported_reason(I.attn_args(cfg, opt, 0, opt.max_batch), info.id).empty()) best = info.id;
-    KVLAB_UNSUPPORTED_IF(best < 0, "decode engine: no decode-attention version supports " << to_string(I.geom.format)
-                                                                                          << "/" << to_string(I.geom.layout)
-                                                                                          << " head_dim " << I.geom.head_dim
-                                                                                          << " block " << I.geom.block_size);
+      if (decode_unsupported_reason(I.attn_args(cfg, opt, 0, opt.max_batch), info.id).empty())
+        best = info.id;
+    KVLAB_UNSUPPORTED_IF(best < 0, "decode engine: no decode-attention version supports "
+                                       << to_string(I.geom.format) << "/"
+                                       << to_string(I.geom.layout) << " head_dim "
+                                       << I.geom.head_dim << " block " << I.geom.block_size);
     set_attn_version(best);
   }
   KVLAB_CUDA_CHECK(cudaStreamSynchronize(I.stream));
@@ -377,14 +394,27 @@ void DecodeEngine::allocate_state() {
 
 DecodeEngine::~DecodeEngine() = default;
 
-int DecodeEngine::attn_version() const { return impl_->attn_version; }
-int DecodeEngine::blocks_per_seq() const { return impl_->bps; }
-cudaStream_t DecodeEngine::stream() const { return impl_->stream; }
-int DecodeEngine::graphs_captured() const { return static_cast<int>(impl_->graphs.size()); }
-double DecodeEngine::weight_bytes() const { return 2.0 * impl_->wplan.total; }
-double DecodeEngine::cache_bytes() const { return static_cast<double>(impl_->cache.size()); }
+int DecodeEngine::attn_version() const {
+  return impl_->attn_version;
+}
+int DecodeEngine::blocks_per_seq() const {
+  return impl_->bps;
+}
+cudaStream_t DecodeEngine::stream() const {
+  return impl_->stream;
+}
+int DecodeEngine::graphs_captured() const {
+  return static_cast<int>(impl_->graphs.size());
+}
+double DecodeEngine::weight_bytes() const {
+  return 2.0 * impl_->wplan.total;
+}
+double DecodeEngine::cache_bytes() const {
+  return static_cast<double>(impl_->cache.size());
+}
 KvCacheView DecodeEngine::cache_view(int layer) const {
-  KVLAB_REQUIRE(layer >= 0 && layer < cfg_.layers, "layer " << layer << " outside [0, " << cfg_.layers << ")");
+  KVLAB_REQUIRE(layer >= 0 && layer < cfg_.layers,
+                "layer " << layer << " outside [0, " << cfg_.layers << ")");
   return impl_->views[layer];
 }
 
@@ -392,13 +422,15 @@ void DecodeEngine::set_attn_version(int id) {
   Impl& I = *impl_;
   decode_version(id);  // throws for an unknown id
   size_t ws = 0;
-  for (int m = 1; m <= opt_.max_batch; m = (m == opt_.max_batch ? m + 1 : std::min(2 * m, opt_.max_batch))) {
+  for (int m = 1; m <= opt_.max_batch;
+       m = (m == opt_.max_batch ? m + 1 : std::min(2 * m, opt_.max_batch))) {
     const DecodeArgs a = I.attn_args(cfg_, opt_, 0, m);
     const std::string why = decode_unsupported_reason(a, id);
     KVLAB_UNSUPPORTED_IF(!why.empty(), "decode-attention version " << id << ": " << why);
     ws = std::max(ws, decode_workspace_bytes(a, id));
   }
-  for (int m : opt_.graph_buckets) ws = std::max(ws, decode_workspace_bytes(I.attn_args(cfg_, opt_, 0, m), id));
+  for (int m : opt_.graph_buckets)
+    ws = std::max(ws, decode_workspace_bytes(I.attn_args(cfg_, opt_, 0, m), id));
   I.drop_graphs();
   I.attn_ws.resize(std::max<size_t>(ws, 1));
   I.attn_ws_bytes = ws;
@@ -406,7 +438,8 @@ void DecodeEngine::set_attn_version(int id) {
 }
 
 int DecodeEngine::bucket_for(int batch) const {
-  KVLAB_REQUIRE(batch >= 1 && batch <= opt_.max_batch, "batch " << batch << " outside [1, max_batch " << opt_.max_batch << "]");
+  KVLAB_REQUIRE(batch >= 1 && batch <= opt_.max_batch,
+                "batch " << batch << " outside [1, max_batch " << opt_.max_batch << "]");
   if (!opt_.graph_buckets.empty()) {
     int best = -1;
     for (int b : opt_.graph_buckets)
@@ -420,7 +453,8 @@ int DecodeEngine::bucket_for(int batch) const {
 }
 
 void DecodeEngine::start(int batch) {
-  KVLAB_REQUIRE(batch >= 1 && batch <= opt_.max_batch, "start: batch " << batch << " outside [1, " << opt_.max_batch << "]");
+  KVLAB_REQUIRE(batch >= 1 && batch <= opt_.max_batch,
+                "start: batch " << batch << " outside [1, " << opt_.max_batch << "]");
   Impl& I = *impl_;
   // A fresh allocator per start: every sequence reserves its blocks for max_context tokens.
   I.table.reset();
@@ -442,7 +476,8 @@ void DecodeEngine::start(int batch) {
   std::fill(pos.begin(), pos.begin() + batch, 0);
   KVLAB_CUDA_CHECK(cudaMemcpyAsync(ptr(I.block_table), block_table_.data(), block_table_.size() * 4,
                                    cudaMemcpyHostToDevice, I.stream));
-  KVLAB_CUDA_CHECK(cudaMemcpyAsync(ptr(I.positions), pos.data(), pos.size() * 4, cudaMemcpyHostToDevice, I.stream));
+  KVLAB_CUDA_CHECK(cudaMemcpyAsync(ptr(I.positions), pos.data(), pos.size() * 4,
+                                   cudaMemcpyHostToDevice, I.stream));
   KVLAB_CUDA_CHECK(cudaMemsetAsync(ptr(I.tokens), 0, opt_.max_batch * 4, I.stream));
   KVLAB_CUDA_CHECK(cudaStreamSynchronize(I.stream));
 }
@@ -451,19 +486,22 @@ void DecodeEngine::rewind(int position) {
   KVLAB_REQUIRE(batch_ > 0, "rewind: no sequences (call start)");
   for (int r = 0; r < batch_; ++r)
     KVLAB_REQUIRE(position >= 0 && position <= positions_[r],
-                  "rewind: position " << position << " outside [0, " << positions_[r] << "] of sequence " << r);
+                  "rewind: position " << position << " outside [0, " << positions_[r]
+                                      << "] of sequence " << r);
   Impl& I = *impl_;
   positions_.assign(batch_, position);
   std::vector<int32_t> pos(opt_.max_batch, -1);
   std::fill(pos.begin(), pos.begin() + batch_, position);
-  KVLAB_CUDA_CHECK(cudaMemcpyAsync(ptr(I.positions), pos.data(), pos.size() * 4, cudaMemcpyHostToDevice, I.stream));
+  KVLAB_CUDA_CHECK(cudaMemcpyAsync(ptr(I.positions), pos.data(), pos.size() * 4,
+                                   cudaMemcpyHostToDevice, I.stream));
   KVLAB_CUDA_CHECK(cudaStreamSynchronize(I.stream));
 }
 
 void DecodeEngine::fill_synthetic_context(int context, uint64_t seed) {
   KVLAB_REQUIRE(batch_ > 0, "fill_synthetic_context: no sequences (call start)");
   KVLAB_REQUIRE(context >= 0 && context < opt_.max_context,
-                "fill_synthetic_context: context " << context << " outside [0, max_context " << opt_.max_context << ")");
+                "fill_synthetic_context: context " << context << " outside [0, max_context "
+                                                   << opt_.max_context << ")");
   Impl& I = *impl_;
   const int64_t total = int64_t{batch_} * context;
   if (total > 0) {
@@ -476,7 +514,8 @@ void DecodeEngine::fill_synthetic_context(int context, uint64_t seed) {
     thrust::device_vector<float> qkv(chunk * cfg_.qkv_dim());
     thrust::device_vector<int32_t> pos(chunk);
     thrust::device_vector<int64_t> slots(chunk);
-    ks::fill_synthetic_f32(ptr(qkv), chunk * cfg_.qkv_dim(), seed, uint64_t{0xF1} << 56, 1.0f, I.stream);
+    ks::fill_synthetic_f32(ptr(qkv), chunk * cfg_.qkv_dim(), seed, uint64_t{0xF1} << 56, 1.0f,
+                           I.stream);
     std::vector<int32_t> hpos(chunk);
     std::vector<int64_t> hslots(chunk);
     for (int64_t t0 = 0; t0 < total; t0 += chunk) {
@@ -488,41 +527,45 @@ void DecodeEngine::fill_synthetic_context(int context, uint64_t seed) {
         hpos[i] = p;
         hslots[i] = I.table->slot(seq, p);
       }
-      KVLAB_CUDA_CHECK(cudaMemcpyAsync(ptr(pos), hpos.data(), n * 4, cudaMemcpyHostToDevice, I.stream));
-      KVLAB_CUDA_CHECK(cudaMemcpyAsync(ptr(slots), hslots.data(), n * 8, cudaMemcpyHostToDevice, I.stream));
+      KVLAB_CUDA_CHECK(
+          cudaMemcpyAsync(ptr(pos), hpos.data(), n * 4, cudaMemcpyHostToDevice, I.stream));
+      KVLAB_CUDA_CHECK(
+          cudaMemcpyAsync(ptr(slots), hslots.data(), n * 8, cudaMemcpyHostToDevice, I.stream));
       for (int l = 0; l < cfg_.layers; ++l)
-        ks::rope_append(ptr(qkv), cfg_.qkv_dim(), cfg_.q_heads, ptr(pos), ptr(slots), ptr(I.rope), opt_.max_context,
-                        nullptr, I.views[l], static_cast<int>(n), I.stream);
+        ks::rope_append(ptr(qkv), cfg_.qkv_dim(), cfg_.q_heads, ptr(pos), ptr(slots), ptr(I.rope),
+                        opt_.max_context, nullptr, I.views[l], static_cast<int>(n), I.stream);
       KVLAB_CUDA_CHECK(cudaStreamSynchronize(I.stream));  // the host vectors are reused
     }
   }
   positions_.assign(batch_, context);
   std::vector<int32_t> hp(opt_.max_batch, -1);
   std::fill(hp.begin(), hp.begin() + batch_, context);
-  KVLAB_CUDA_CHECK(cudaMemcpyAsync(ptr(I.positions), hp.data(), hp.size() * 4, cudaMemcpyHostToDevice, I.stream));
+  KVLAB_CUDA_CHECK(cudaMemcpyAsync(ptr(I.positions), hp.data(), hp.size() * 4,
+                                   cudaMemcpyHostToDevice, I.stream));
   KVLAB_CUDA_CHECK(cudaStreamSynchronize(I.stream));
 }
 
 namespace {
 
 // The step body for m rows: every launch on I.stream, nothing allocated, no host sync.
-void enqueue_step(DecodeEngine::Impl& I, const DecoderConfig& c, const EngineOptions& opt, int m, bool fused,
-                  const Sampling& smp) {
+void enqueue_step(DecodeEngine::Impl& I, const DecoderConfig& c, const EngineOptions& opt, int m,
+                  bool fused, const Sampling& smp) {
   cudaStream_t st = I.stream;
   const int H = c.hidden, F = c.ffn, V = c.vocab, D = c.head_dim;
   const int qd = c.q_dim(), kvd = c.kv_dim(), qkvd = c.qkv_dim();
   const float eps = c.rms_eps;
   const auto& wp = I.wplan;
 
-  ks::step_prepare(ptr(I.positions), ptr(I.block_table), I.bps, opt.block_size, ptr(I.slots), ptr(I.seq_lens), m, st);
+  ks::step_prepare(ptr(I.positions), ptr(I.block_table), I.bps, opt.block_size, ptr(I.slots),
+                   ptr(I.seq_lens), m, st);
   ks::embed_gather(ptr(I.tokens), I.w(wp.embedding), ptr(I.h), m, H, st);
   ks::rmsnorm(ptr(I.h), I.w(wp.layers[0].attn_norm), ptr(I.xn), m, H, eps, st);
   for (int l = 0; l < c.layers; ++l) {
     const auto& lo = wp.layers[l];
     if (fused) {
       I.lin->forward(ptr(I.xn), H, I.w(lo.wqkv), qkvd, H, ptr(I.qkv), qkvd, m);
-      ks::rope_append(ptr(I.qkv), qkvd, c.q_heads, ptr(I.positions), ptr(I.slots), ptr(I.rope), opt.max_context,
-                      ptr(I.q), I.views[l], m, st);
+      ks::rope_append(ptr(I.qkv), qkvd, c.q_heads, ptr(I.positions), ptr(I.slots), ptr(I.rope),
+                      opt.max_context, ptr(I.q), I.views[l], m, st);
     } else {
       float* qf = ptr(I.qkv);
       float* kf = qf + int64_t{m} * qd;
@@ -531,7 +574,8 @@ void enqueue_step(DecodeEngine::Impl& I, const DecoderConfig& c, const EngineOpt
       I.lin->forward(ptr(I.xn), H, I.w(lo.wqkv) + int64_t{qd} * H, kvd, H, kf, kvd, m);
       I.lin->forward(ptr(I.xn), H, I.w(lo.wqkv) + int64_t{qd + kvd} * H, kvd, H, vf, kvd, m);
       ks::rope_inplace(qf, qd, c.q_heads, D, ptr(I.positions), ptr(I.rope), opt.max_context, m, st);
-      ks::rope_inplace(kf, kvd, c.kv_heads, D, ptr(I.positions), ptr(I.rope), opt.max_context, m, st);
+      ks::rope_inplace(kf, kvd, c.kv_heads, D, ptr(I.positions), ptr(I.rope), opt.max_context, m,
+                       st);
       ks::cast_bf16(qf, qd, ptr(I.q), m, qd, st);
       AppendArgs a;
       a.in_dtype = DType::kF32;
@@ -543,7 +587,8 @@ void enqueue_step(DecodeEngine::Impl& I, const DecoderConfig& c, const EngineOpt
       append_kv(a, st, SlotCheck::kTrusted);  // slots come from step_prepare; no sync in capture
     }
     const DecodeArgs da = I.attn_args(c, opt, l, m);
-    decode_attention(da, I.attn_version, I.attn_ws_bytes ? ptr(I.attn_ws) : nullptr, I.attn_ws_bytes, st);
+    decode_attention(da, I.attn_version, I.attn_ws_bytes ? ptr(I.attn_ws) : nullptr,
+                     I.attn_ws_bytes, st);
     I.lin->forward(ptr(I.o), qd, I.w(lo.wo), H, qd, ptr(I.y), H, m);
     if (fused) {
       ks::add_rmsnorm(ptr(I.h), ptr(I.y), I.w(lo.mlp_norm), ptr(I.xn), m, H, eps, st);
@@ -560,7 +605,8 @@ void enqueue_step(DecodeEngine::Impl& I, const DecoderConfig& c, const EngineOpt
       ks::mul_bf16(ptr(I.s), u, F, ptr(I.act), m, F, st);
     }
     I.lin->forward(ptr(I.act), F, I.w(lo.wdown), H, F, ptr(I.y), H, m);
-    const uint16_t* next_gamma = l + 1 < c.layers ? I.w(wp.layers[l + 1].attn_norm) : I.w(wp.final_norm);
+    const uint16_t* next_gamma =
+        l + 1 < c.layers ? I.w(wp.layers[l + 1].attn_norm) : I.w(wp.final_norm);
     if (fused) {
       ks::add_rmsnorm(ptr(I.h), ptr(I.y), next_gamma, ptr(I.xn), m, H, eps, st);
     } else {
@@ -572,13 +618,15 @@ void enqueue_step(DecodeEngine::Impl& I, const DecoderConfig& c, const EngineOpt
   if (smp.top_k == 0)
     ks::sample_greedy(ptr(I.logits), V, V, m, ptr(I.tokens), st);
   else
-    ks::sample_top_k(ptr(I.logits), V, V, m, smp.top_k, smp.temperature, smp.seed, ptr(I.positions), ptr(I.tokens), st);
+    ks::sample_top_k(ptr(I.logits), V, V, m, smp.top_k, smp.temperature, smp.seed, ptr(I.positions),
+                     ptr(I.tokens), st);
   ks::step_advance(ptr(I.positions), m, st);
 }
 
 void validate_sampling(const Sampling& s, int vocab) {
   KVLAB_REQUIRE(s.top_k >= 0 && s.top_k <= ks::kMaxTopK && s.top_k <= vocab,
-                "sampling top_k " << s.top_k << " outside [0, min(" << ks::kMaxTopK << ", vocab " << vocab << ")] (0 = greedy)");
+                "sampling top_k " << s.top_k << " outside [0, min(" << ks::kMaxTopK << ", vocab "
+                                  << vocab << ")] (0 = greedy)");
   KVLAB_REQUIRE(s.top_k == 0 || (std::isfinite(s.temperature) && s.temperature > 0.0f),
                 "sampling temperature " << s.temperature << " must be finite and > 0");
 }
@@ -591,9 +639,10 @@ void DecodeEngine::step(const std::vector<int32_t>& tokens, StepVariant v, const
                 "step: " << tokens.size() << " tokens for a batch of " << batch_);
   for (size_t i = 0; i < tokens.size(); ++i)
     KVLAB_REQUIRE(tokens[i] >= 0 && tokens[i] < cfg_.vocab,
-                  "step: token " << tokens[i] << " of row " << i << " outside [0, vocab " << cfg_.vocab << ")");
-  KVLAB_CUDA_CHECK(cudaMemcpyAsync(ptr(impl_->tokens), tokens.data(), tokens.size() * 4, cudaMemcpyHostToDevice,
-                                   impl_->stream));
+                  "step: token " << tokens[i] << " of row " << i << " outside [0, vocab "
+                                 << cfg_.vocab << ")");
+  KVLAB_CUDA_CHECK(cudaMemcpyAsync(ptr(impl_->tokens), tokens.data(), tokens.size() * 4,
+                                   cudaMemcpyHostToDevice, impl_->stream));
   step(v, s);
   KVLAB_CUDA_CHECK(cudaStreamSynchronize(impl_->stream));  // `tokens` may go away after return
 }
@@ -602,9 +651,10 @@ void DecodeEngine::step(StepVariant v, const Sampling& s) {
   KVLAB_REQUIRE(batch_ > 0, "step: no sequences (call start)");
   validate_sampling(s, cfg_.vocab);
   for (int r = 0; r < batch_; ++r)
-    KVLAB_REQUIRE(positions_[r] < opt_.max_context,
-                  "step: sequence " << r << " is at position " << positions_[r] << ", the engine holds max_context "
-                                    << opt_.max_context << " tokens");
+    KVLAB_REQUIRE(positions_[r] < opt_.max_context, "step: sequence "
+                                                        << r << " is at position " << positions_[r]
+                                                        << ", the engine holds max_context "
+                                                        << opt_.max_context << " tokens");
   Impl& I = *impl_;
   const bool fused = is_fused(v);
   if (!is_graph(v)) {
@@ -619,11 +669,15 @@ void DecodeEngine::step(StepVariant v, const Sampling& s) {
       // Warm-up run of the same body outside capture (module loading, cuBLAS heuristics),
       // with the inputs it consumes saved and restored: its KV writes land in the slots the
       // replay rewrites with the same values.
-      KVLAB_CUDA_CHECK(cudaMemcpyAsync(ptr(I.tokens_bak), ptr(I.tokens), opt_.max_batch * 4, cudaMemcpyDeviceToDevice, I.stream));
-      KVLAB_CUDA_CHECK(cudaMemcpyAsync(ptr(I.positions_bak), ptr(I.positions), opt_.max_batch * 4, cudaMemcpyDeviceToDevice, I.stream));
+      KVLAB_CUDA_CHECK(cudaMemcpyAsync(ptr(I.tokens_bak), ptr(I.tokens), opt_.max_batch * 4,
+                                       cudaMemcpyDeviceToDevice, I.stream));
+      KVLAB_CUDA_CHECK(cudaMemcpyAsync(ptr(I.positions_bak), ptr(I.positions), opt_.max_batch * 4,
+                                       cudaMemcpyDeviceToDevice, I.stream));
       enqueue_step(I, cfg_, opt_, bucket, fused, s);
-      KVLAB_CUDA_CHECK(cudaMemcpyAsync(ptr(I.tokens), ptr(I.tokens_bak), opt_.max_batch * 4, cudaMemcpyDeviceToDevice, I.stream));
-      KVLAB_CUDA_CHECK(cudaMemcpyAsync(ptr(I.positions), ptr(I.positions_bak), opt_.max_batch * 4, cudaMemcpyDeviceToDevice, I.stream));
+      KVLAB_CUDA_CHECK(cudaMemcpyAsync(ptr(I.tokens), ptr(I.tokens_bak), opt_.max_batch * 4,
+                                       cudaMemcpyDeviceToDevice, I.stream));
+      KVLAB_CUDA_CHECK(cudaMemcpyAsync(ptr(I.positions), ptr(I.positions_bak), opt_.max_batch * 4,
+                                       cudaMemcpyDeviceToDevice, I.stream));
       KVLAB_CUDA_CHECK(cudaStreamSynchronize(I.stream));
       cudaGraph_t graph = nullptr;
       KVLAB_CUDA_CHECK(cudaStreamBeginCapture(I.stream, cudaStreamCaptureModeThreadLocal));
@@ -659,7 +713,8 @@ double DecodeEngine::time_steps(StepVariant v, const Sampling& s, int steps) {
 }
 
 void DecodeEngine::prepare_linear(Linear which, int m) {
-  KVLAB_REQUIRE(m >= 1 && m <= opt_.max_batch, "prepare_linear: M " << m << " outside [1, max_batch " << opt_.max_batch << "]");
+  KVLAB_REQUIRE(m >= 1 && m <= opt_.max_batch,
+                "prepare_linear: M " << m << " outside [1, max_batch " << opt_.max_batch << "]");
   Impl& I = *impl_;
   int64_t k = 0;
   for (const auto& sh : linear_shapes(cfg_))
@@ -670,8 +725,10 @@ void DecodeEngine::prepare_linear(Linear which, int m) {
 }
 
 void DecodeEngine::enqueue_linear(Linear which, int m, int layer) {
-  KVLAB_REQUIRE(m >= 1 && m <= opt_.max_batch, "enqueue_linear: M " << m << " outside [1, max_batch " << opt_.max_batch << "]");
-  KVLAB_REQUIRE(layer >= 0 && layer < cfg_.layers, "enqueue_linear: layer " << layer << " outside [0, " << cfg_.layers << ")");
+  KVLAB_REQUIRE(m >= 1 && m <= opt_.max_batch,
+                "enqueue_linear: M " << m << " outside [1, max_batch " << opt_.max_batch << "]");
+  KVLAB_REQUIRE(layer >= 0 && layer < cfg_.layers,
+                "enqueue_linear: layer " << layer << " outside [0, " << cfg_.layers << ")");
   Impl& I = *impl_;
   int64_t n = 0, k = 0;
   for (const auto& sh : linear_shapes(cfg_))
@@ -679,11 +736,21 @@ void DecodeEngine::enqueue_linear(Linear which, int m, int layer) {
   const auto& lo = I.wplan.layers[layer];
   const uint16_t* w = nullptr;
   switch (which) {
-    case Linear::kQkv: w = I.w(lo.wqkv); break;
-    case Linear::kO: w = I.w(lo.wo); break;
-    case Linear::kGateUp: w = I.w(lo.wgu); break;
-    case Linear::kDown: w = I.w(lo.wdown); break;
-    case Linear::kLmHead: w = I.w(I.wplan.lm_head); break;
+    case Linear::kQkv:
+      w = I.w(lo.wqkv);
+      break;
+    case Linear::kO:
+      w = I.w(lo.wo);
+      break;
+    case Linear::kGateUp:
+      w = I.w(lo.wgu);
+      break;
+    case Linear::kDown:
+      w = I.w(lo.wdown);
+      break;
+    case Linear::kLmHead:
+      w = I.w(I.wplan.lm_head);
+      break;
   }
   float* out = which == Linear::kLmHead ? ptr(I.logits) : ptr(I.gu);
   I.lin->forward(ptr(I.act), k, w, static_cast<int>(n), static_cast<int>(k), out, n, m);
@@ -694,9 +761,10 @@ int DecodeEngine::autotune_attention(int reps) {
   KVLAB_REQUIRE(reps >= 1, "autotune_attention: reps " << reps << " must be >= 1");
   Impl& I = *impl_;
   // seq_lens/slots for the current positions, and a Q to attend with
-  ks::step_prepare(ptr(I.positions), ptr(I.block_table), I.bps, opt_.block_size, ptr(I.slots), ptr(I.seq_lens),
-                   batch_, I.stream);
-  ks::fill_synthetic_bf16(ptr(I.q), int64_t{batch_} * cfg_.q_dim(), 0xA77Eull, 3, 1.0f, 0.0f, I.stream);
+  ks::step_prepare(ptr(I.positions), ptr(I.block_table), I.bps, opt_.block_size, ptr(I.slots),
+                   ptr(I.seq_lens), batch_, I.stream);
+  ks::fill_synthetic_bf16(ptr(I.q), int64_t{batch_} * cfg_.q_dim(), 0xA77Eull, 3, 1.0f, 0.0f,
+                          I.stream);
   int best = -1;
   double best_ms = 0;
   for (const auto& info : decode_versions()) {
@@ -706,7 +774,8 @@ int DecodeEngine::autotune_attention(int reps) {
     thrust::device_vector<uint8_t> wsb(std::max<size_t>(ws, 1));
     auto run = [&] {
       for (int l = 0; l < cfg_.layers; ++l)
-        decode_attention(I.attn_args(cfg_, opt_, l, batch_), info.id, ws ? ptr(wsb) : nullptr, ws, I.stream);
+        decode_attention(I.attn_args(cfg_, opt_, l, batch_), info.id, ws ? ptr(wsb) : nullptr, ws,
+                         I.stream);
     };
     run();
     KVLAB_CUDA_CHECK(cudaEventRecord(I.ev0, I.stream));
@@ -723,21 +792,23 @@ int DecodeEngine::autotune_attention(int reps) {
   return best;
 }
 
-void DecodeEngine::synchronize() const { KVLAB_CUDA_CHECK(cudaStreamSynchronize(impl_->stream)); }
+void DecodeEngine::synchronize() const {
+  KVLAB_CUDA_CHECK(cudaStreamSynchronize(impl_->stream));
+}
 
 std::vector<float> DecodeEngine::logits() const {
   synchronize();
   std::vector<float> out(static_cast<size_t>(batch_) * cfg_.vocab);
-  KVLAB_CUDA_CHECK(cudaMemcpy(out.data(), thrust::raw_pointer_cast(impl_->logits.data()), out.size() * 4,
-                              cudaMemcpyDeviceToHost));
+  KVLAB_CUDA_CHECK(cudaMemcpy(out.data(), thrust::raw_pointer_cast(impl_->logits.data()),
+                              out.size() * 4, cudaMemcpyDeviceToHost));
   return out;
 }
 
 std::vector<int32_t> DecodeEngine::sampled_tokens() const {
   synchronize();
   std::vector<int32_t> out(batch_);
-  KVLAB_CUDA_CHECK(cudaMemcpy(out.data(), thrust::raw_pointer_cast(impl_->tokens.data()), out.size() * 4,
-                              cudaMemcpyDeviceToHost));
+  KVLAB_CUDA_CHECK(cudaMemcpy(out.data(), thrust::raw_pointer_cast(impl_->tokens.data()),
+                              out.size() * 4, cudaMemcpyDeviceToHost));
   return out;
 }
 

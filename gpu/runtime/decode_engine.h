@@ -36,12 +36,22 @@
 
 namespace kvlab::gpu {
 
-enum class StepVariant : int32_t { kEagerUnfused = 0, kEagerFused = 1, kGraphFused = 2, kGraphUnfused = 3 };
-const char* to_string(StepVariant v);  // "eager_unfused", "eager_fused", "graph_fused", "graph_unfused"
+enum class StepVariant : int32_t {
+  kEagerUnfused = 0,
+  kEagerFused = 1,
+  kGraphFused = 2,
+  kGraphUnfused = 3
+};
+const char* to_string(
+    StepVariant v);  // "eager_unfused", "eager_fused", "graph_fused", "graph_unfused"
 StepVariant parse_step_variant(const std::string& s);  // throws InvalidArgument listing the names
 const std::vector<StepVariant>& all_step_variants();
-inline bool is_fused(StepVariant v) { return v == StepVariant::kEagerFused || v == StepVariant::kGraphFused; }
-inline bool is_graph(StepVariant v) { return v == StepVariant::kGraphFused || v == StepVariant::kGraphUnfused; }
+inline bool is_fused(StepVariant v) {
+  return v == StepVariant::kEagerFused || v == StepVariant::kGraphFused;
+}
+inline bool is_graph(StepVariant v) {
+  return v == StepVariant::kGraphFused || v == StepVariant::kGraphUnfused;
+}
 
 // top_k == 0: greedy (argmax, lowest id on ties). top_k >= 1: sample among the k largest
 // logits at `temperature`, draw = step::sampling_uniform(seed, row, position).
@@ -56,8 +66,9 @@ struct EngineOptions {
   KvLayout kv_layout = KvLayout::kNHD;
   int block_size = 16;
   int max_batch = 1;
-  int max_context = 128;           // tokens per sequence, history and generated together
-  int attn_version = -1;           // decode-attention registry id; -1: the highest id that supports the cache
+  int max_context = 128;  // tokens per sequence, history and generated together
+  int attn_version =
+      -1;  // decode-attention registry id; -1: the highest id that supports the cache
   std::vector<int> graph_buckets;  // empty: 1, 2, 4, ... and max_batch
   float k_scale = 1.0f;            // pool scales of kFP8E4M3 / kFP8E5M2 / kNVFP4 caches
   float v_scale = 1.0f;
@@ -105,7 +116,7 @@ class DecodeEngine {
   int autotune_attention(int reps);
 
   void synchronize() const;
-  std::vector<float> logits() const;          // [batch, vocab] of the last step
+  std::vector<float> logits() const;            // [batch, vocab] of the last step
   std::vector<int32_t> sampled_tokens() const;  // [batch]
   const std::vector<int32_t>& positions() const { return positions_; }  // [batch], host mirror
   // Host copies of layer `layer`'s pools and scale arrays (tests compare them byte for byte).
@@ -113,8 +124,10 @@ class DecodeEngine {
   std::vector<uint8_t> v_pool(int layer) const;
   std::vector<uint8_t> k_scales(int layer) const;
   std::vector<uint8_t> v_scales(int layer) const;
-  KvCacheView cache_view(int layer) const;             // device pointers
-  const std::vector<int32_t>& block_table() const { return block_table_; }  // [max_batch, blocks_per_seq]
+  KvCacheView cache_view(int layer) const;  // device pointers
+  const std::vector<int32_t>& block_table() const {
+    return block_table_;
+  }  // [max_batch, blocks_per_seq]
   int blocks_per_seq() const;
 
   int batch() const { return batch_; }

@@ -30,7 +30,8 @@ __global__ void init_kernel(int32_t* stack, int32_t* in_use, int32_t n) {
   }
 }
 
-__global__ void pop_kernel(const int32_t* stack, int32_t* in_use, int32_t top, int32_t n, int32_t* dst) {
+__global__ void pop_kernel(const int32_t* stack, int32_t* in_use, int32_t top, int32_t n,
+                           int32_t* dst) {
   for (int32_t i = threadIdx.x; i < n; i += blockDim.x) {
     const int32_t id = stack[top - 1 - i];
     dst[i] = id;
@@ -38,8 +39,9 @@ __global__ void pop_kernel(const int32_t* stack, int32_t* in_use, int32_t top, i
   }
 }
 
-__global__ void release_kernel(int32_t* stack, int32_t* in_use, int32_t* cleared, int32_t capacity, int32_t top,
-                               const int32_t* ids, int32_t n, int32_t* status, int32_t* bad_index, int32_t* bad_id) {
+__global__ void release_kernel(int32_t* stack, int32_t* in_use, int32_t* cleared, int32_t capacity,
+                               int32_t top, const int32_t* ids, int32_t n, int32_t* status,
+                               int32_t* bad_index, int32_t* bad_id) {
   __shared__ int s_bad;
   if (threadIdx.x == 0) s_bad = INT_MAX;
   __syncthreads();
@@ -52,8 +54,10 @@ __global__ void release_kernel(int32_t* stack, int32_t* in_use, int32_t* cleared
       atomicMin(&s_bad, i);
       continue;
     }
-    if (atomicExch(&in_use[id], 0) == 1) cleared[i] = 1;
-    else atomicMin(&s_bad, i);
+    if (atomicExch(&in_use[id], 0) == 1)
+      cleared[i] = 1;
+    else
+      atomicMin(&s_bad, i);
   }
   __syncthreads();
   const int bad = s_bad;
@@ -84,13 +88,16 @@ GpuBlockAllocator::GpuBlockAllocator(int64_t num_blocks, cudaStream_t stream) {
   KVLAB_CUDA_CHECK(cudaMalloc(&in_use_, bytes));
   KVLAB_CUDA_CHECK(cudaMalloc(&staging_, bytes));
   KVLAB_CUDA_CHECK(cudaMalloc(&cleared_, bytes));
-  KVLAB_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&pinned_), sizeof(Pinned), cudaHostAllocMapped));
+  KVLAB_CUDA_CHECK(
+      cudaHostAlloc(reinterpret_cast<void**>(&pinned_), sizeof(Pinned), cudaHostAllocMapped));
   KVLAB_CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&pinned_dev_), pinned_, 0));
-  KVLAB_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&pinned_ids_), bytes, cudaHostAllocDefault));
+  KVLAB_CUDA_CHECK(
+      cudaHostAlloc(reinterpret_cast<void**>(&pinned_ids_), bytes, cudaHostAllocDefault));
   pinned_->top = capacity_;
   pinned_->status = 0;
   if (capacity_ > 0) {
-    init_kernel<<<(capacity_ + kThreads - 1) / kThreads, kThreads, 0, stream>>>(stack_, in_use_, capacity_);
+    init_kernel<<<(capacity_ + kThreads - 1) / kThreads, kThreads, 0, stream>>>(stack_, in_use_,
+                                                                                capacity_);
     KVLAB_CHECK_LAUNCH();
   }
   KVLAB_CUDA_CHECK(cudaStreamSynchronize(stream));
@@ -105,7 +112,9 @@ GpuBlockAllocator::~GpuBlockAllocator() {
   cudaFreeHost(pinned_ids_);
 }
 
-int32_t GpuBlockAllocator::num_free() const { return pinned_->top; }
+int32_t GpuBlockAllocator::num_free() const {
+  return pinned_->top;
+}
 
 void GpuBlockAllocator::acquire(int32_t n, int32_t* dst, cudaStream_t stream) {
   KVLAB_REQUIRE(n >= 0, "GpuBlockAllocator::acquire: n must be >= 0, got " << n);
@@ -121,12 +130,13 @@ void GpuBlockAllocator::release(const int32_t* ids, int32_t n, cudaStream_t stre
   KVLAB_REQUIRE(n >= 0, "GpuBlockAllocator::release: n must be >= 0, got " << n);
   if (n == 0) return;
   KVLAB_REQUIRE(ids != nullptr, "GpuBlockAllocator::release: null ids");
-  KVLAB_REQUIRE(n <= capacity_, "GpuBlockAllocator::release: " << n << " ids for " << capacity_
+  KVLAB_REQUIRE(n <= capacity_, "GpuBlockAllocator::release: "
+                                    << n << " ids for " << capacity_
                                     << " blocks: some id is repeated or unknown; nothing released");
   pinned_->status = -1;
-  release_kernel<<<1, kThreads, 0, stream>>>(stack_, in_use_, cleared_, capacity_, pinned_->top, ids, n,
-                                             &pinned_dev_->status,
-                                             &pinned_dev_->bad_index, &pinned_dev_->bad_id);
+  release_kernel<<<1, kThreads, 0, stream>>>(stack_, in_use_, cleared_, capacity_, pinned_->top,
+                                             ids, n, &pinned_dev_->status, &pinned_dev_->bad_index,
+                                             &pinned_dev_->bad_id);
   KVLAB_CHECK_LAUNCH();
   KVLAB_CUDA_CHECK(cudaStreamSynchronize(stream));
   volatile Pinned* vp = pinned_;  // written by the kernel through the mapped alias
@@ -135,31 +145,35 @@ void GpuBlockAllocator::release(const int32_t* ids, int32_t n, cudaStream_t stre
   r.bad_index = vp->bad_index;
   r.bad_id = vp->bad_id;
   if (r.status == 1)
-    throw InvalidArgument("GpuBlockAllocator::release: block id " + std::to_string(r.bad_id) + " (index " +
-                          std::to_string(r.bad_index) + " of the batch) outside [0, " + std::to_string(capacity_) +
-                          "); nothing released");
+    throw InvalidArgument("GpuBlockAllocator::release: block id " + std::to_string(r.bad_id) +
+                          " (index " + std::to_string(r.bad_index) + " of the batch) outside [0, " +
+                          std::to_string(capacity_) + "); nothing released");
   if (r.status == 2)
-    throw InvalidArgument("GpuBlockAllocator::release: double free of block id " + std::to_string(r.bad_id) +
-                          " (index " + std::to_string(r.bad_index) +
+    throw InvalidArgument("GpuBlockAllocator::release: double free of block id " +
+                          std::to_string(r.bad_id) + " (index " + std::to_string(r.bad_index) +
                           " of the batch): it is already free; nothing released");
-  KVLAB_REQUIRE(r.status == 0, "GpuBlockAllocator::release: kernel did not report (status " << r.status << ")");
+  KVLAB_REQUIRE(r.status == 0,
+                "GpuBlockAllocator::release: kernel did not report (status " << r.status << ")");
   pinned_->top += n;
 }
 
 void GpuBlockAllocator::release_host(const int32_t* ids, int32_t n, cudaStream_t stream) {
   KVLAB_REQUIRE(n >= 0 && n <= capacity_,
-                "GpuBlockAllocator::release_host: " << n << " ids for " << capacity_
-                                                     << " blocks: some id is repeated or unknown; nothing released");
+                "GpuBlockAllocator::release_host: "
+                    << n << " ids for " << capacity_
+                    << " blocks: some id is repeated or unknown; nothing released");
   if (n == 0) return;
   std::copy(ids, ids + n, pinned_ids_);
-  KVLAB_CUDA_CHECK(cudaMemcpyAsync(staging_, pinned_ids_, 4 * static_cast<size_t>(n), cudaMemcpyHostToDevice, stream));
+  KVLAB_CUDA_CHECK(cudaMemcpyAsync(staging_, pinned_ids_, 4 * static_cast<size_t>(n),
+                                   cudaMemcpyHostToDevice, stream));
   release(staging_, n, stream);
 }
 
 std::vector<int32_t> GpuBlockAllocator::stack(cudaStream_t stream) const {
   std::vector<int32_t> out(pinned_->top);
   if (!out.empty())
-    KVLAB_CUDA_CHECK(cudaMemcpyAsync(out.data(), stack_, 4 * out.size(), cudaMemcpyDeviceToHost, stream));
+    KVLAB_CUDA_CHECK(
+        cudaMemcpyAsync(out.data(), stack_, 4 * out.size(), cudaMemcpyDeviceToHost, stream));
   KVLAB_CUDA_CHECK(cudaStreamSynchronize(stream));
   return out;
 }

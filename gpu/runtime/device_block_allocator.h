@@ -50,19 +50,19 @@ class GpuBlockAllocator {
   int64_t device_bytes() const { return 4 * 4 * static_cast<int64_t>(capacity_); }
 
  private:
-  struct Pinned {            // pinned, device-mapped
-    int32_t top;             // free ids on the stack (host-owned; kernels get it by value)
-    int32_t status;          // release: 0 ok, 1 id out of range, 2 already free / repeated
-    int32_t bad_index;       // release: first offending index in the batch
-    int32_t bad_id;          // release: that id
+  struct Pinned {       // pinned, device-mapped
+    int32_t top;        // free ids on the stack (host-owned; kernels get it by value)
+    int32_t status;     // release: 0 ok, 1 id out of range, 2 already free / repeated
+    int32_t bad_index;  // release: first offending index in the batch
+    int32_t bad_id;     // release: that id
   };
   int32_t capacity_ = 0;
-  int32_t* stack_ = nullptr;     // device [capacity]
-  int32_t* in_use_ = nullptr;    // device [capacity] 0/1
-  int32_t* staging_ = nullptr;   // device [capacity] (release_host)
-  int32_t* cleared_ = nullptr;   // device [capacity] (release: flags this call cleared)
-  Pinned* pinned_ = nullptr;     // host pointer
-  Pinned* pinned_dev_ = nullptr; // its device alias
+  int32_t* stack_ = nullptr;       // device [capacity]
+  int32_t* in_use_ = nullptr;      // device [capacity] 0/1
+  int32_t* staging_ = nullptr;     // device [capacity] (release_host)
+  int32_t* cleared_ = nullptr;     // device [capacity] (release: flags this call cleared)
+  Pinned* pinned_ = nullptr;       // host pointer
+  Pinned* pinned_dev_ = nullptr;   // its device alias
   int32_t* pinned_ids_ = nullptr;  // pinned host [capacity] (release_host staging)
 };
 

@@ -28,7 +28,8 @@ class CublasLinear {
   CublasLinear& operator=(const CublasLinear&) = delete;
 
   // Validates shapes (throws InvalidArgument) and enqueues the GEMM on the stream.
-  void forward(const uint16_t* x, int64_t ldx, const uint16_t* w, int n, int k, float* y, int64_t ldy, int m) const;
+  void forward(const uint16_t* x, int64_t ldx, const uint16_t* w, int n, int k, float* y,
+               int64_t ldy, int m) const;
 
   cudaStream_t stream() const { return stream_; }
 

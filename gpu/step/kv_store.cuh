@@ -34,7 +34,8 @@ inline const char* kv_store_unsupported_reason(const PageGeometry& g) {
 namespace detail {
 
 __device__ __forceinline__ float warp_amax(float a) {
-  for (int off = 16; off > 0; off >>= 1) a = amax_accumulate(a, __shfl_xor_sync(0xFFFFFFFFu, a, off));
+  for (int off = 16; off > 0; off >>= 1)
+    a = amax_accumulate(a, __shfl_xor_sync(0xFFFFFFFFu, a, off));
   return a;
 }
 
@@ -51,27 +52,32 @@ __device__ __forceinline__ void store_nibble_atomic(uint8_t* pool, int64_t idx, 
 
 // x: the head vector [head_dim] in shared memory (FP32; K already roped). Called by all 32
 // lanes of one warp.
-__device__ inline void kv_store_head(const KvCacheView& kv, bool is_v, int64_t block, int head, int slot,
-                                     const float* x, int lane) {
+__device__ inline void kv_store_head(const KvCacheView& kv, bool is_v, int64_t block, int head,
+                                     int slot, const float* x, int lane) {
   const PageGeometry& g = kv.geom;
   void* pool = is_v ? kv.v : kv.k;
   void* scales = is_v ? kv.v_scales : kv.k_scales;
   const float pool_scale = is_v ? kv.v_scale : kv.k_scale;
   const int D = g.head_dim;
-  auto index = [&](int d) { return is_v ? g.v_index(block, head, slot, d) : g.k_index(block, head, slot, d); };
+  auto index = [&](int d) {
+    return is_v ? g.v_index(block, head, slot, d) : g.k_index(block, head, slot, d);
+  };
 
   switch (g.format) {
     case KvFormat::kBF16:
       for (int d = lane; d < D; d += 32)
-        static_cast<uint16_t*>(pool)[index(d)] = float_to_bf16_bits(x[d], Saturation::kNonSaturating);
+        static_cast<uint16_t*>(pool)[index(d)] =
+            float_to_bf16_bits(x[d], Saturation::kNonSaturating);
       return;
     case KvFormat::kFP16:
       for (int d = lane; d < D; d += 32)
-        static_cast<uint16_t*>(pool)[index(d)] = float_to_fp16_bits(x[d], Saturation::kNonSaturating);
+        static_cast<uint16_t*>(pool)[index(d)] =
+            float_to_fp16_bits(x[d], Saturation::kNonSaturating);
       return;
     case KvFormat::kFP8E4M3:
     case KvFormat::kFP8E5M2: {
-      const ElemFormat ef = g.format == KvFormat::kFP8E4M3 ? ElemFormat::kFP8E4M3 : ElemFormat::kFP8E5M2;
+      const ElemFormat ef =
+          g.format == KvFormat::kFP8E4M3 ? ElemFormat::kFP8E4M3 : ElemFormat::kFP8E5M2;
       for (int d = lane; d < D; d += 32)
         static_cast<uint8_t*>(pool)[index(d)] = static_cast<uint8_t>(
             quantize_element(x[d], pool_scale, ef, Saturation::kSatFinite, ElementClamp::kEncoder));
@@ -83,8 +89,8 @@ __device__ inline void kv_store_head(const KvCacheView& kv, bool is_v, int64_t b
       amax = detail::warp_amax(amax);
       const float s = kv_fp8_token_scale(amax);
       for (int d = lane; d < D; d += 32)
-        static_cast<uint8_t*>(pool)[index(d)] = static_cast<uint8_t>(
-            quantize_element(x[d], s, ElemFormat::kFP8E4M3, Saturation::kSatFinite, ElementClamp::kEncoder));
+        static_cast<uint8_t*>(pool)[index(d)] = static_cast<uint8_t>(quantize_element(
+            x[d], s, ElemFormat::kFP8E4M3, Saturation::kSatFinite, ElementClamp::kEncoder));
       if (lane == 0) static_cast<float*>(scales)[g.token_scale_index(block, head, slot)] = s;
       return;
     }
@@ -100,10 +106,10 @@ __device__ inline void kv_store_head(const KvCacheView& kv, bool is_v, int64_t b
         const uint8_t scode = bs.code;
         const float div = bs.div;
         for (int d = d0; d < d0 + G; d += 2) {
-          const uint8_t c0 = static_cast<uint8_t>(
-              quantize_element(x[d], div, ElemFormat::kFP4E2M1, Saturation::kSatFinite, ElementClamp::kEncoder));
-          const uint8_t c1 = static_cast<uint8_t>(
-              quantize_element(x[d + 1], div, ElemFormat::kFP4E2M1, Saturation::kSatFinite, ElementClamp::kEncoder));
+          const uint8_t c0 = static_cast<uint8_t>(quantize_element(
+              x[d], div, ElemFormat::kFP4E2M1, Saturation::kSatFinite, ElementClamp::kEncoder));
+          const uint8_t c1 = static_cast<uint8_t>(quantize_element(
+              x[d + 1], div, ElemFormat::kFP4E2M1, Saturation::kSatFinite, ElementClamp::kEncoder));
           if (shared_bytes) {
             detail::store_nibble_atomic(p8, index(d), c0);
             detail::store_nibble_atomic(p8, index(d + 1), c1);

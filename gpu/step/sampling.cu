@@ -31,11 +31,13 @@ constexpr int kTopkThreads = 512;
 constexpr int kTopkItems = kMaxTopK / kTopkThreads;  // 2 keys per thread in the sort
 
 struct MaxKey {
-  __device__ __forceinline__ uint64_t operator()(uint64_t a, uint64_t b) const { return a > b ? a : b; }
+  __device__ __forceinline__ uint64_t operator()(uint64_t a, uint64_t b) const {
+    return a > b ? a : b;
+  }
 };
 
-__global__ void __launch_bounds__(kGreedyThreads) greedy_kernel(const float* logits, int64_t ld, int vocab,
-                                                                int32_t* tokens) {
+__global__ void __launch_bounds__(kGreedyThreads)
+    greedy_kernel(const float* logits, int64_t ld, int vocab, int32_t* tokens) {
   using Reduce = cub::BlockReduce<uint64_t, kGreedyThreads>;
   __shared__ typename Reduce::TempStorage tmp;
   const float* row = logits + static_cast<int64_t>(blockIdx.x) * ld;
@@ -132,7 +134,8 @@ __global__ void __launch_bounds__(kTopkThreads) topk_kernel(TopkParams p) {
   __syncthreads();
   if (threadIdx.x == 0) {
     const int32_t pos = p.positions[blockIdx.x];
-    const float u = kvlab::step::sampling_uniform(p.seed, static_cast<int32_t>(blockIdx.x), pos < 0 ? 0 : pos);
+    const float u =
+        kvlab::step::sampling_uniform(p.seed, static_cast<int32_t>(blockIdx.x), pos < 0 ? 0 : pos);
     const int pick = kvlab::step::sample_sorted(vals, p.k, p.inv_temperature, u);
     p.tokens[blockIdx.x] = static_cast<int32_t>(token_of_key(cand[pick]));
   }
@@ -140,19 +143,23 @@ __global__ void __launch_bounds__(kTopkThreads) topk_kernel(TopkParams p) {
 
 }  // namespace
 
-void sample_greedy(const float* logits, int64_t ld, int vocab, int m, int32_t* tokens, cudaStream_t stream) {
-  KVLAB_REQUIRE(vocab >= 1 && ld >= vocab, "sample_greedy: vocab " << vocab << ", row stride " << ld);
+void sample_greedy(const float* logits, int64_t ld, int vocab, int m, int32_t* tokens,
+                   cudaStream_t stream) {
+  KVLAB_REQUIRE(vocab >= 1 && ld >= vocab,
+                "sample_greedy: vocab " << vocab << ", row stride " << ld);
   KVLAB_REQUIRE(m >= 1 && m <= 2147483647, "sample_greedy: rows " << m << " must be >= 1");
   greedy_kernel<<<m, kGreedyThreads, 0, stream>>>(logits, ld, vocab, tokens);
   KVLAB_CHECK_LAUNCH();
 }
 
-void sample_top_k(const float* logits, int64_t ld, int vocab, int m, int k, float temperature, uint64_t seed,
-                  const int32_t* positions, int32_t* tokens, cudaStream_t stream) {
-  KVLAB_REQUIRE(vocab >= 1 && ld >= vocab, "sample_top_k: vocab " << vocab << ", row stride " << ld);
+void sample_top_k(const float* logits, int64_t ld, int vocab, int m, int k, float temperature,
+                  uint64_t seed, const int32_t* positions, int32_t* tokens, cudaStream_t stream) {
+  KVLAB_REQUIRE(vocab >= 1 && ld >= vocab,
+                "sample_top_k: vocab " << vocab << ", row stride " << ld);
   KVLAB_REQUIRE(m >= 1, "sample_top_k: rows " << m << " must be >= 1");
-  KVLAB_REQUIRE(k >= 1 && k <= kMaxTopK && k <= vocab,
-                "sample_top_k: k " << k << " outside [1, min(" << kMaxTopK << ", vocab " << vocab << ")]");
+  KVLAB_REQUIRE(k >= 1 && k <= kMaxTopK && k <= vocab, "sample_top_k: k "
+                                                           << k << " outside [1, min(" << kMaxTopK
+                                                           << ", vocab " << vocab << ")]");
   KVLAB_REQUIRE(std::isfinite(temperature) && temperature > 0.0f,
                 "sample_top_k: temperature " << temperature << " must be finite and > 0");
   TopkParams p{logits, ld, vocab, k, 1.0f / temperature, seed, positions, tokens};

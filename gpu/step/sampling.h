@@ -18,10 +18,11 @@ namespace kvlab::gpu::step {
 
 constexpr int kMaxTopK = 1024;
 
-void sample_greedy(const float* logits, int64_t ld, int vocab, int m, int32_t* tokens, cudaStream_t stream);
+void sample_greedy(const float* logits, int64_t ld, int vocab, int m, int32_t* tokens,
+                   cudaStream_t stream);
 
 // k in [1, min(kMaxTopK, vocab)], temperature finite and > 0.
-void sample_top_k(const float* logits, int64_t ld, int vocab, int m, int k, float temperature, uint64_t seed,
-                  const int32_t* positions, int32_t* tokens, cudaStream_t stream);
+void sample_top_k(const float* logits, int64_t ld, int vocab, int m, int k, float temperature,
+                  uint64_t seed, const int32_t* positions, int32_t* tokens, cudaStream_t stream);
 
 }  // namespace kvlab::gpu::step

@@ -34,15 +34,20 @@ inline unsigned elt_blocks(int64_t n) {
 }
 
 // ------------------------------------------------------------------ synthetic fills
-__global__ void fill_bf16_kernel(uint16_t* out, int64_t n, uint64_t seed, uint64_t stream_id, float scale,
-                                 float offset) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
+__global__ void fill_bf16_kernel(uint16_t* out, int64_t n, uint64_t seed, uint64_t stream_id,
+                                 float scale, float offset) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x)
     out[i] = kvlab::step::synthetic_weight_bf16(seed, stream_id, i, scale, offset);
 }
 
-__global__ void fill_f32_kernel(float* out, int64_t n, uint64_t seed, uint64_t stream_id, float scale) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
-    out[i] = fmul_rn(kvlab::step::uniform_pm1(kvlab::step::hash3(seed, stream_id, static_cast<uint64_t>(i))), scale);
+__global__ void fill_f32_kernel(float* out, int64_t n, uint64_t seed, uint64_t stream_id,
+                                float scale) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x)
+    out[i] = fmul_rn(
+        kvlab::step::uniform_pm1(kvlab::step::hash3(seed, stream_id, static_cast<uint64_t>(i))),
+        scale);
 }
 
 // ------------------------------------------------------------------ embedding
@@ -59,23 +64,26 @@ using NormReduce = cub::BlockReduce<float, kNormThreads>;
 
 // 1 / sqrt(mean(row^2) + eps) of one row, identical in rmsnorm and add_rmsnorm: the same
 // strided per-thread partial sums and the same block tree, so the same bits.
-__device__ float row_inv_rms(const float* row, int hidden, float eps, typename NormReduce::TempStorage& tmp,
-                             float* bcast) {
+__device__ float row_inv_rms(const float* row, int hidden, float eps,
+                             typename NormReduce::TempStorage& tmp, float* bcast) {
   float ss = 0.0f;
-  for (int i = threadIdx.x; i < hidden; i += kNormThreads) ss = fadd_rn(ss, fmul_rn(row[i], row[i]));
+  for (int i = threadIdx.x; i < hidden; i += kNormThreads)
+    ss = fadd_rn(ss, fmul_rn(row[i], row[i]));
   const float total = NormReduce(tmp).Sum(ss);
   if (threadIdx.x == 0) *bcast = 1.0f / sqrtf(fadd_rn(total / static_cast<float>(hidden), eps));
   __syncthreads();
   return *bcast;
 }
 
-__device__ void write_normed(const float* row, const uint16_t* gamma, uint16_t* out, int hidden, float inv) {
+__device__ void write_normed(const float* row, const uint16_t* gamma, uint16_t* out, int hidden,
+                             float inv) {
   for (int i = threadIdx.x; i < hidden; i += kNormThreads)
-    out[i] = float_to_bf16_bits(fmul_rn(fmul_rn(row[i], inv), bf16_bits_to_float(gamma[i])), Saturation::kSatFinite);
+    out[i] = float_to_bf16_bits(fmul_rn(fmul_rn(row[i], inv), bf16_bits_to_float(gamma[i])),
+                                Saturation::kSatFinite);
 }
 
-__global__ void __launch_bounds__(kNormThreads) rmsnorm_kernel(const float* h, const uint16_t* gamma, uint16_t* xn,
-                                                               int hidden, float eps) {
+__global__ void __launch_bounds__(kNormThreads)
+    rmsnorm_kernel(const float* h, const uint16_t* gamma, uint16_t* xn, int hidden, float eps) {
   __shared__ typename NormReduce::TempStorage tmp;
   __shared__ float bcast;
   const float* row = h + static_cast<int64_t>(blockIdx.x) * hidden;
@@ -83,8 +91,9 @@ __global__ void __launch_bounds__(kNormThreads) rmsnorm_kernel(const float* h, c
   write_normed(row, gamma, xn + static_cast<int64_t>(blockIdx.x) * hidden, hidden, inv);
 }
 
-__global__ void __launch_bounds__(kNormThreads) add_rmsnorm_kernel(float* h, const float* y, const uint16_t* gamma,
-                                                                   uint16_t* xn, int hidden, float eps) {
+__global__ void __launch_bounds__(kNormThreads)
+    add_rmsnorm_kernel(float* h, const float* y, const uint16_t* gamma, uint16_t* xn, int hidden,
+                       float eps) {
   __shared__ typename NormReduce::TempStorage tmp;
   __shared__ float bcast;
   float* row = h + static_cast<int64_t>(blockIdx.x) * hidden;
@@ -96,15 +105,19 @@ __global__ void __launch_bounds__(kNormThreads) add_rmsnorm_kernel(float* h, con
 }
 
 __global__ void residual_add_kernel(float* h, const float* y, int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x)
     h[i] = fadd_rn(h[i], y[i]);
 }
 
 // ------------------------------------------------------------------ RoPE
-__device__ __forceinline__ int rope_row(int32_t pos) { return pos < 0 ? 0 : pos; }
+__device__ __forceinline__ int rope_row(int32_t pos) {
+  return pos < 0 ? 0 : pos;
+}
 
 // grid (M, heads), block 64..: pairs (i, i + D/2) of one head.
-__global__ void rope_kernel(float* x, int64_t ld, int head_dim, const int32_t* positions, const float2* table) {
+__global__ void rope_kernel(float* x, int64_t ld, int head_dim, const int32_t* positions,
+                            const float2* table) {
   const int m = blockIdx.x, head = blockIdx.y, half = head_dim / 2;
   float* v = x + static_cast<int64_t>(m) * ld + static_cast<int64_t>(head) * head_dim;
   const float2* cs = table + static_cast<int64_t>(rope_row(positions[m])) * half;
@@ -119,7 +132,8 @@ __global__ void rope_kernel(float* x, int64_t ld, int head_dim, const int32_t* p
 __global__ void cast_bf16_kernel(const float* in, int64_t ld, uint16_t* out, int cols) {
   const float* r = in + static_cast<int64_t>(blockIdx.x) * ld;
   uint16_t* o = out + static_cast<int64_t>(blockIdx.x) * cols;
-  for (int i = threadIdx.x; i < cols; i += blockDim.x) o[i] = float_to_bf16_bits(r[i], Saturation::kSatFinite);
+  for (int i = threadIdx.x; i < cols; i += blockDim.x)
+    o[i] = float_to_bf16_bits(r[i], Saturation::kSatFinite);
 }
 
 // Fused RoPE + append + quantize. grid (M, ceil(units / kRopeWarps)), one warp per unit; a
@@ -176,7 +190,9 @@ __global__ void __launch_bounds__(kRopeWarps * 32) rope_append_kernel(RopeAppend
 }
 
 // ------------------------------------------------------------------ SwiGLU
-__device__ __forceinline__ float silu_f(float g) { return g / fadd_rn(1.0f, expf(-g)); }
+__device__ __forceinline__ float silu_f(float g) {
+  return g / fadd_rn(1.0f, expf(-g));
+}
 
 __global__ void silu_kernel(const float* g, int64_t ld, float* s, int f) {
   const float* gr = g + static_cast<int64_t>(blockIdx.x) * ld;
@@ -184,11 +200,13 @@ __global__ void silu_kernel(const float* g, int64_t ld, float* s, int f) {
   for (int i = threadIdx.x; i < f; i += blockDim.x) sr[i] = silu_f(gr[i]);
 }
 
-__global__ void mul_bf16_kernel(const float* s, const float* u, int64_t ld_u, uint16_t* out, int f) {
+__global__ void mul_bf16_kernel(const float* s, const float* u, int64_t ld_u, uint16_t* out,
+                                int f) {
   const float* sr = s + static_cast<int64_t>(blockIdx.x) * f;
   const float* ur = u + static_cast<int64_t>(blockIdx.x) * ld_u;
   uint16_t* o = out + static_cast<int64_t>(blockIdx.x) * f;
-  for (int i = threadIdx.x; i < f; i += blockDim.x) o[i] = float_to_bf16_bits(fmul_rn(sr[i], ur[i]), Saturation::kSatFinite);
+  for (int i = threadIdx.x; i < f; i += blockDim.x)
+    o[i] = float_to_bf16_bits(fmul_rn(sr[i], ur[i]), Saturation::kSatFinite);
 }
 
 __global__ void swiglu_kernel(const float* gu, uint16_t* out, int f) {
@@ -199,8 +217,8 @@ __global__ void swiglu_kernel(const float* gu, uint16_t* out, int f) {
 }
 
 // ------------------------------------------------------------------ bookkeeping
-__global__ void prepare_kernel(const int32_t* positions, const int32_t* block_table, int max_blocks, int bs,
-                               int64_t* slots, int32_t* seq_lens, int m) {
+__global__ void prepare_kernel(const int32_t* positions, const int32_t* block_table, int max_blocks,
+                               int bs, int64_t* slots, int32_t* seq_lens, int m) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= m) return;
   const int32_t pos = positions[i];
@@ -209,7 +227,9 @@ __global__ void prepare_kernel(const int32_t* positions, const int32_t* block_ta
     seq_lens[i] = 0;
     return;
   }
-  slots[i] = static_cast<int64_t>(block_table[static_cast<int64_t>(i) * max_blocks + pos / bs]) * bs + pos % bs;
+  slots[i] =
+      static_cast<int64_t>(block_table[static_cast<int64_t>(i) * max_blocks + pos / bs]) * bs +
+      pos % bs;
   seq_lens[i] = pos + 1;
 }
 
@@ -225,28 +245,32 @@ void require_rows(int m, int cols, const char* what) {
 
 }  // namespace
 
-void fill_synthetic_bf16(uint16_t* out, int64_t n, uint64_t seed, uint64_t stream_id, float scale, float offset,
-                         cudaStream_t stream) {
+void fill_synthetic_bf16(uint16_t* out, int64_t n, uint64_t seed, uint64_t stream_id, float scale,
+                         float offset, cudaStream_t stream) {
   KVLAB_REQUIRE(n >= 0, "fill_synthetic_bf16: n " << n << " < 0");
   if (n == 0) return;
-  fill_bf16_kernel<<<elt_blocks(n), kEltThreads, 0, stream>>>(out, n, seed, stream_id, scale, offset);
+  fill_bf16_kernel<<<elt_blocks(n), kEltThreads, 0, stream>>>(out, n, seed, stream_id, scale,
+                                                              offset);
   KVLAB_CHECK_LAUNCH();
 }
 
-void fill_synthetic_f32(float* out, int64_t n, uint64_t seed, uint64_t stream_id, float scale, cudaStream_t stream) {
+void fill_synthetic_f32(float* out, int64_t n, uint64_t seed, uint64_t stream_id, float scale,
+                        cudaStream_t stream) {
   KVLAB_REQUIRE(n >= 0, "fill_synthetic_f32: n " << n << " < 0");
   if (n == 0) return;
   fill_f32_kernel<<<elt_blocks(n), kEltThreads, 0, stream>>>(out, n, seed, stream_id, scale);
   KVLAB_CHECK_LAUNCH();
 }
 
-void embed_gather(const int32_t* tokens, const uint16_t* embedding, float* h, int m, int hidden, cudaStream_t stream) {
+void embed_gather(const int32_t* tokens, const uint16_t* embedding, float* h, int m, int hidden,
+                  cudaStream_t stream) {
   require_rows(m, hidden, "embed_gather");
   embed_kernel<<<m, 256, 0, stream>>>(tokens, embedding, h, hidden);
   KVLAB_CHECK_LAUNCH();
 }
 
-void rmsnorm(const float* h, const uint16_t* gamma, uint16_t* xn, int m, int hidden, float eps, cudaStream_t stream) {
+void rmsnorm(const float* h, const uint16_t* gamma, uint16_t* xn, int m, int hidden, float eps,
+             cudaStream_t stream) {
   require_rows(m, hidden, "rmsnorm");
   rmsnorm_kernel<<<m, kNormThreads, 0, stream>>>(h, gamma, xn, hidden, eps);
   KVLAB_CHECK_LAUNCH();
@@ -259,18 +283,20 @@ void residual_add(float* h, const float* y, int m, int hidden, cudaStream_t stre
   KVLAB_CHECK_LAUNCH();
 }
 
-void add_rmsnorm(float* h, const float* y, const uint16_t* gamma, uint16_t* xn, int m, int hidden, float eps,
-                 cudaStream_t stream) {
+void add_rmsnorm(float* h, const float* y, const uint16_t* gamma, uint16_t* xn, int m, int hidden,
+                 float eps, cudaStream_t stream) {
   require_rows(m, hidden, "add_rmsnorm");
   add_rmsnorm_kernel<<<m, kNormThreads, 0, stream>>>(h, y, gamma, xn, hidden, eps);
   KVLAB_CHECK_LAUNCH();
 }
 
-void rope_inplace(float* x, int64_t ld, int heads, int head_dim, const int32_t* positions, const float* rope_table,
-                  int max_pos, int m, cudaStream_t stream) {
+void rope_inplace(float* x, int64_t ld, int heads, int head_dim, const int32_t* positions,
+                  const float* rope_table, int max_pos, int m, cudaStream_t stream) {
   require_rows(m, heads * head_dim, "rope_inplace");
-  KVLAB_REQUIRE(head_dim >= 2 && head_dim % 2 == 0, "rope_inplace: head_dim " << head_dim << " must be even");
-  KVLAB_REQUIRE(heads >= 1 && heads <= 65535, "rope_inplace: heads " << heads << " outside [1, 65535]");
+  KVLAB_REQUIRE(head_dim >= 2 && head_dim % 2 == 0,
+                "rope_inplace: head_dim " << head_dim << " must be even");
+  KVLAB_REQUIRE(heads >= 1 && heads <= 65535,
+                "rope_inplace: heads " << heads << " outside [1, 65535]");
   KVLAB_REQUIRE(max_pos >= 1, "rope_inplace: rope table of " << max_pos << " positions");
   const int threads = head_dim / 2 < 128 ? 64 : 128;
   rope_kernel<<<dim3(m, heads), threads, 0, stream>>>(x, ld, head_dim, positions,
@@ -284,33 +310,42 @@ void cast_bf16(const float* in, int64_t ld, uint16_t* out, int m, int cols, cuda
   KVLAB_CHECK_LAUNCH();
 }
 
-const char* rope_append_unsupported_reason(const KvCacheView& kv) { return kv_store_unsupported_reason(kv.geom); }
+const char* rope_append_unsupported_reason(const KvCacheView& kv) {
+  return kv_store_unsupported_reason(kv.geom);
+}
 
-void rope_append(const float* qkv, int64_t ld, int q_heads, const int32_t* positions, const int64_t* slot_mapping,
-                 const float* rope_table, int max_pos, uint16_t* q_out, const KvCacheView& kv, int m,
-                 cudaStream_t stream) {
+void rope_append(const float* qkv, int64_t ld, int q_heads, const int32_t* positions,
+                 const int64_t* slot_mapping, const float* rope_table, int max_pos, uint16_t* q_out,
+                 const KvCacheView& kv, int m, cudaStream_t stream) {
   const PageGeometry& g = kv.geom;
   require_rows(m, g.head_dim, "rope_append");
   const char* why = rope_append_unsupported_reason(kv);
   KVLAB_UNSUPPORTED_IF(why[0] != '\0', "rope_append: " << why);
   KVLAB_REQUIRE(kv.k != nullptr && kv.v != nullptr, "rope_append: null K/V pool");
   kvlab::validate(g);
-  const bool needs_scales = kv_format_has_token_scales(g.format) || kv_format_has_block_scales(g.format);
-  KVLAB_REQUIRE(!needs_scales || (kv.k_scales != nullptr && kv.v_scales != nullptr),
-                "rope_append: format " << to_string(g.format) << " needs k_scales and v_scales, got null");
+  const bool needs_scales =
+      kv_format_has_token_scales(g.format) || kv_format_has_block_scales(g.format);
+  KVLAB_REQUIRE(
+      !needs_scales || (kv.k_scales != nullptr && kv.v_scales != nullptr),
+      "rope_append: format " << to_string(g.format) << " needs k_scales and v_scales, got null");
   if (kv_format_has_pool_scale(g.format))
-    KVLAB_REQUIRE(std::isfinite(kv.k_scale) && kv.k_scale > 0.0f && std::isfinite(kv.v_scale) && kv.v_scale > 0.0f,
-                  "rope_append: format " << to_string(g.format) << " needs finite positive k_scale and v_scale, got "
+    KVLAB_REQUIRE(std::isfinite(kv.k_scale) && kv.k_scale > 0.0f && std::isfinite(kv.v_scale) &&
+                      kv.v_scale > 0.0f,
+                  "rope_append: format " << to_string(g.format)
+                                         << " needs finite positive k_scale and v_scale, got "
                                          << kv.k_scale << " and " << kv.v_scale);
-  KVLAB_REQUIRE(q_heads >= 1 && q_heads % g.num_kv_heads == 0,
-                "rope_append: q_heads " << q_heads << " not a multiple of kv heads " << g.num_kv_heads);
+  KVLAB_REQUIRE(
+      q_heads >= 1 && q_heads % g.num_kv_heads == 0,
+      "rope_append: q_heads " << q_heads << " not a multiple of kv heads " << g.num_kv_heads);
   KVLAB_REQUIRE(ld >= static_cast<int64_t>(q_heads + 2 * g.num_kv_heads) * g.head_dim,
                 "rope_append: row stride " << ld << " below the qkv width");
   KVLAB_REQUIRE(max_pos >= 1, "rope_append: rope table of " << max_pos << " positions");
   const int units = q_heads + 2 * g.num_kv_heads;
   const dim3 grid(m, (units + kRopeWarps - 1) / kRopeWarps);
   const size_t smem = sizeof(float) * kRopeWarps * g.head_dim;
-  RopeAppendParams p{qkv, ld, q_heads, positions, slot_mapping, reinterpret_cast<const float2*>(rope_table), q_out, kv};
+  RopeAppendParams p{
+      qkv,   ld, q_heads, positions, slot_mapping, reinterpret_cast<const float2*>(rope_table),
+      q_out, kv};
   rope_append_kernel<<<grid, kRopeWarps * 32, smem, stream>>>(p);
   KVLAB_CHECK_LAUNCH();
 }
@@ -321,7 +356,8 @@ void silu(const float* g, int64_t ld, float* s, int m, int f, cudaStream_t strea
   KVLAB_CHECK_LAUNCH();
 }
 
-void mul_bf16(const float* s, const float* u, int64_t ld_u, uint16_t* out, int m, int f, cudaStream_t stream) {
+void mul_bf16(const float* s, const float* u, int64_t ld_u, uint16_t* out, int m, int f,
+              cudaStream_t stream) {
   require_rows(m, f, "mul_bf16");
   mul_bf16_kernel<<<m, 256, 0, stream>>>(s, u, ld_u, out, f);
   KVLAB_CHECK_LAUNCH();
@@ -333,13 +369,14 @@ void swiglu(const float* gu, uint16_t* out, int m, int f, cudaStream_t stream) {
   KVLAB_CHECK_LAUNCH();
 }
 
-void step_prepare(const int32_t* positions, const int32_t* block_table, int max_blocks, int block_size,
-                  int64_t* slot_mapping, int32_t* seq_lens, int m, cudaStream_t stream) {
+void step_prepare(const int32_t* positions, const int32_t* block_table, int max_blocks,
+                  int block_size, int64_t* slot_mapping, int32_t* seq_lens, int m,
+                  cudaStream_t stream) {
   require_rows(m, 1, "step_prepare");
   KVLAB_REQUIRE(block_size >= 1 && max_blocks >= 1,
                 "step_prepare: block_size " << block_size << ", max_blocks " << max_blocks);
-  prepare_kernel<<<(m + 127) / 128, 128, 0, stream>>>(positions, block_table, max_blocks, block_size, slot_mapping,
-                                                      seq_lens, m);
+  prepare_kernel<<<(m + 127) / 128, 128, 0, stream>>>(positions, block_table, max_blocks,
+                                                      block_size, slot_mapping, seq_lens, m);
   KVLAB_CHECK_LAUNCH();
 }
 

@@ -21,8 +21,8 @@ struct KvCacheView {
   void* k = nullptr;  // K pool: geom.bytes() bytes
   void* v = nullptr;  // V pool: geom.bytes() bytes
   // kFP8E4M3PerToken: float [num_blocks, num_kv_heads, block_size]
-  // kNVFP4 (E4M3 codes) / kMXFP4 (UE8M0 codes): uint8 [num_blocks, num_kv_heads, block_size, head_dim/g]
-  // nullptr for every other format.
+  // kNVFP4 (E4M3 codes) / kMXFP4 (UE8M0 codes): uint8 [num_blocks, num_kv_heads, block_size,
+  // head_dim/g] nullptr for every other format.
   void* k_scales = nullptr;
   void* v_scales = nullptr;
   // Pool-wide FP32 scales (kFP8E4M3, kFP8E5M2: real = fp8 * scale; kNVFP4: the tensor
@@ -56,7 +56,9 @@ struct DecodeArgs {
   int32_t max_seq_len = 0;
   float sm_scale = 0.0f;  // typically 1/sqrt(head_dim)
 
-  int group_size() const { return kv.geom.num_kv_heads > 0 ? num_qo_heads / kv.geom.num_kv_heads : 0; }
+  int group_size() const {
+    return kv.geom.num_kv_heads > 0 ? num_qo_heads / kv.geom.num_kv_heads : 0;
+  }
   int32_t seq_len_bound() const {
     return max_seq_len > 0 ? max_seq_len : max_blocks_per_seq * kv.geom.block_size;
   }

@@ -40,7 +40,9 @@ class GuardedBuffer {
   GuardedBuffer() = default;
   // `elements` of `dtype` (payload = elements * dtype_bytes), NaN-filled, guarded.
   GuardedBuffer(size_t elements, DType dtype, size_t guard_bytes = kGuardBytes)
-      : dtype_(dtype), elements_(elements), guard_(guard_bytes),
+      : dtype_(dtype),
+        elements_(elements),
+        guard_(guard_bytes),
         storage_(2 * guard_bytes + elements * static_cast<size_t>(dtype_bytes(dtype))) {
     for (size_t j = 0; j < guard_; ++j) {
       storage_[j] = guard_canary_byte(j);
@@ -53,7 +55,9 @@ class GuardedBuffer {
   void* data() { return storage_.data() + guard_; }
   const void* data() const { return storage_.data() + guard_; }
   template <typename T>
-  T* as() { return reinterpret_cast<T*>(data()); }
+  T* as() {
+    return reinterpret_cast<T*>(data());
+  }
   size_t elements() const { return elements_; }
   size_t payload_bytes() const { return elements_ * static_cast<size_t>(dtype_bytes(dtype_)); }
   size_t guard_bytes() const { return guard_; }
@@ -65,8 +69,10 @@ class GuardedBuffer {
   void fill_nan() {
     uint8_t* p = storage_.data() + guard_;
     for (size_t i = 0; i < elements_; ++i) {
-      if (dtype_ == DType::kF32) std::memcpy(p + 4 * i, &kF32NaNBits, 4);
-      else std::memcpy(p + 2 * i, dtype_ == DType::kBF16 ? &kBF16NaNBits : &kFP16NaNBits, 2);
+      if (dtype_ == DType::kF32)
+        std::memcpy(p + 4 * i, &kF32NaNBits, 4);
+      else
+        std::memcpy(p + 2 * i, dtype_ == DType::kBF16 ? &kBF16NaNBits : &kFP16NaNBits, 2);
     }
   }
 
@@ -81,8 +87,8 @@ class GuardedBuffer {
         ++damaged;
         if (reported++ < 4)
           os << where << " guard byte " << (j - begin) << " = 0x" << std::hex
-             << static_cast<int>(storage_[j]) << " (expected 0x" << static_cast<int>(guard_canary_byte(j))
-             << std::dec << "); ";
+             << static_cast<int>(storage_[j]) << " (expected 0x"
+             << static_cast<int>(guard_canary_byte(j)) << std::dec << "); ";
       }
     };
     scan(0, "front");

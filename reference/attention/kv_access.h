@@ -21,11 +21,15 @@ namespace kvlab {
 // Raw element `idx` of a pool in `format`, decoded to float (no scale applied).
 KVLAB_HD float decode_pool_element(const void* pool, KvFormat format, int64_t idx) {
   switch (format) {
-    case KvFormat::kBF16: return bf16_bits_to_float(static_cast<const uint16_t*>(pool)[idx]);
-    case KvFormat::kFP16: return fp16_bits_to_float(static_cast<const uint16_t*>(pool)[idx]);
+    case KvFormat::kBF16:
+      return bf16_bits_to_float(static_cast<const uint16_t*>(pool)[idx]);
+    case KvFormat::kFP16:
+      return fp16_bits_to_float(static_cast<const uint16_t*>(pool)[idx]);
     case KvFormat::kFP8E4M3:
-    case KvFormat::kFP8E4M3PerToken: return e4m3_to_float(static_cast<const uint8_t*>(pool)[idx]);
-    case KvFormat::kFP8E5M2: return e5m2_to_float(static_cast<const uint8_t*>(pool)[idx]);
+    case KvFormat::kFP8E4M3PerToken:
+      return e4m3_to_float(static_cast<const uint8_t*>(pool)[idx]);
+    case KvFormat::kFP8E5M2:
+      return e5m2_to_float(static_cast<const uint8_t*>(pool)[idx]);
     case KvFormat::kNVFP4:
     case KvFormat::kMXFP4: {
       const uint8_t byte = static_cast<const uint8_t*>(pool)[idx >> 1];
@@ -40,16 +44,20 @@ KVLAB_HD float element_scale(const PageGeometry& g, const void* scales, float po
                              int64_t block, int head, int slot, int dim) {
   switch (g.format) {
     case KvFormat::kBF16:
-    case KvFormat::kFP16: return 1.0f;
+    case KvFormat::kFP16:
+      return 1.0f;
     case KvFormat::kFP8E4M3:
-    case KvFormat::kFP8E5M2: return pool_scale;
+    case KvFormat::kFP8E5M2:
+      return pool_scale;
     case KvFormat::kFP8E4M3PerToken:
       return static_cast<const float*>(scales)[g.token_scale_index(block, head, slot)];
     case KvFormat::kNVFP4:
-      return e4m3_to_float(static_cast<const uint8_t*>(scales)[g.block_scale_index(block, head, slot, dim)]) *
+      return e4m3_to_float(
+                 static_cast<const uint8_t*>(scales)[g.block_scale_index(block, head, slot, dim)]) *
              pool_scale;
     case KvFormat::kMXFP4:
-      return ue8m0_to_float(static_cast<const uint8_t*>(scales)[g.block_scale_index(block, head, slot, dim)]);
+      return ue8m0_to_float(
+          static_cast<const uint8_t*>(scales)[g.block_scale_index(block, head, slot, dim)]);
   }
   return 0.0f;
 }

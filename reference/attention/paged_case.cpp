@@ -33,7 +33,8 @@ double uniform_open01(uint64_t seed, uint64_t stream, uint64_t i) {  // in (0, 1
   return (static_cast<double>(random_bits(seed, stream, i) >> 11) + 0.5) * 0x1p-53;
 }
 double normal(uint64_t seed, uint64_t stream, uint64_t i) {  // Box-Muller, one value per pair
-  const double u1 = uniform_open01(seed, stream, 2 * i), u2 = uniform_open01(seed, stream, 2 * i + 1);
+  const double u1 = uniform_open01(seed, stream, 2 * i),
+               u2 = uniform_open01(seed, stream, 2 * i + 1);
   return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
 }
 
@@ -51,10 +52,16 @@ void poison_pools(PagedCase& c) {
       return;
     }
     case KvFormat::kFP8E4M3:
-    case KvFormat::kFP8E4M3PerToken: fill8 = nan ? kE4M3NaN : 0; break;
-    case KvFormat::kFP8E5M2: fill8 = nan ? kE5M2NaN : 0; break;
+    case KvFormat::kFP8E4M3PerToken:
+      fill8 = nan ? kE4M3NaN : 0;
+      break;
+    case KvFormat::kFP8E5M2:
+      fill8 = nan ? kE5M2NaN : 0;
+      break;
     case KvFormat::kNVFP4:
-    case KvFormat::kMXFP4: fill8 = nan ? 0x77 : 0; break;  // +6,+6: FP4 has no NaN
+    case KvFormat::kMXFP4:
+      fill8 = nan ? 0x77 : 0;
+      break;  // +6,+6: FP4 has no NaN
   }
   std::fill(c.k_pool.begin(), c.k_pool.end(), fill8);
   std::fill(c.v_pool.begin(), c.v_pool.end(), fill8);
@@ -132,26 +139,32 @@ std::string PagedCase::describe() const {
 
 PagedCase make_paged_case(const PagedCaseSpec& spec) {
   const char* w = "make_paged_case: ";
-  KVLAB_REQUIRE(spec.q_dtype == DType::kBF16 || spec.q_dtype == DType::kF16,
-                w << "q_dtype " << to_string(spec.q_dtype) << " is not allowed (allowed: bf16, f16)");
+  KVLAB_REQUIRE(
+      spec.q_dtype == DType::kBF16 || spec.q_dtype == DType::kF16,
+      w << "q_dtype " << to_string(spec.q_dtype) << " is not allowed (allowed: bf16, f16)");
   KVLAB_REQUIRE(spec.extra_blocks >= 0 && spec.extra_table_columns >= 0,
                 w << "extra_blocks and extra_table_columns must be >= 0, got " << spec.extra_blocks
                   << " and " << spec.extra_table_columns);
   KVLAB_REQUIRE(spec.block_size > 0, w << "block_size must be positive, got " << spec.block_size);
-  KVLAB_REQUIRE(spec.num_kv_heads > 0 && spec.num_qo_heads > 0 && spec.num_qo_heads % spec.num_kv_heads == 0,
-                w << "num_qo_heads " << spec.num_qo_heads << " must be a positive multiple of num_kv_heads "
-                  << spec.num_kv_heads);
-  KVLAB_REQUIRE(std::isfinite(spec.q_scale) && std::isfinite(spec.q_mean) && std::isfinite(spec.k_mean),
-                w << "q_scale, q_mean and k_mean must be finite");
-  KVLAB_REQUIRE(std::isfinite(spec.sm_scale) && spec.sm_scale >= 0,
-                w << "sm_scale must be finite and >= 0 (0: 1/sqrt(head_dim)), got " << spec.sm_scale);
-  KVLAB_REQUIRE(std::isfinite(spec.k_scale) && spec.k_scale >= 0 && std::isfinite(spec.v_scale) && spec.v_scale >= 0,
-                w << "k_scale/v_scale must be finite and >= 0 (0: from the data), got " << spec.k_scale
-                  << "/" << spec.v_scale);
+  KVLAB_REQUIRE(
+      spec.num_kv_heads > 0 && spec.num_qo_heads > 0 && spec.num_qo_heads % spec.num_kv_heads == 0,
+      w << "num_qo_heads " << spec.num_qo_heads << " must be a positive multiple of num_kv_heads "
+        << spec.num_kv_heads);
+  KVLAB_REQUIRE(
+      std::isfinite(spec.q_scale) && std::isfinite(spec.q_mean) && std::isfinite(spec.k_mean),
+      w << "q_scale, q_mean and k_mean must be finite");
+  KVLAB_REQUIRE(
+      std::isfinite(spec.sm_scale) && spec.sm_scale >= 0,
+      w << "sm_scale must be finite and >= 0 (0: 1/sqrt(head_dim)), got " << spec.sm_scale);
+  KVLAB_REQUIRE(std::isfinite(spec.k_scale) && spec.k_scale >= 0 && std::isfinite(spec.v_scale) &&
+                    spec.v_scale >= 0,
+                w << "k_scale/v_scale must be finite and >= 0 (0: from the data), got "
+                  << spec.k_scale << "/" << spec.v_scale);
   PagedCase c;
   c.spec = spec;
   const int32_t S = static_cast<int32_t>(spec.seq_lens.size());
-  const int32_t B = spec.block_size, Hk = spec.num_kv_heads, Hq = spec.num_qo_heads, D = spec.head_dim;
+  const int32_t B = spec.block_size, Hk = spec.num_kv_heads, Hq = spec.num_qo_heads,
+                D = spec.head_dim;
   c.seq_lens = spec.seq_lens;
   int64_t pages_total = 0;
   int64_t max_pages = 0;
@@ -177,8 +190,10 @@ PagedCase make_paged_case(const PagedCaseSpec& spec) {
   c.geom.block_size = B;
   validate(c.geom);
   c.max_blocks_per_seq = static_cast<int32_t>(max_pages + spec.extra_table_columns);
-  if (c.max_blocks_per_seq == 0) c.max_blocks_per_seq = 1;  // a 1-column all-sentinel table for all-empty cases
-  c.sm_scale = spec.sm_scale > 0 ? spec.sm_scale : static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
+  if (c.max_blocks_per_seq == 0)
+    c.max_blocks_per_seq = 1;  // a 1-column all-sentinel table for all-empty cases
+  c.sm_scale = spec.sm_scale > 0 ? spec.sm_scale
+                                 : static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
 
   // Pages: a seeded permutation of the pool, handed out in sequence order.
   std::vector<int32_t> perm(static_cast<size_t>(c.geom.num_blocks));
@@ -190,7 +205,8 @@ PagedCase make_paged_case(const PagedCaseSpec& spec) {
   size_t next = 0;
   for (int32_t s = 0; s < S; ++s) {
     const int64_t pages = (static_cast<int64_t>(spec.seq_lens[s]) + B - 1) / B;
-    for (int64_t p = 0; p < pages; ++p) c.block_table[static_cast<size_t>(s) * c.max_blocks_per_seq + p] = perm[next++];
+    for (int64_t p = 0; p < pages; ++p)
+      c.block_table[static_cast<size_t>(s) * c.max_blocks_per_seq + p] = perm[next++];
   }
   c.unused_pages.assign(perm.begin() + static_cast<std::ptrdiff_t>(next), perm.end());
   std::sort(c.unused_pages.begin(), c.unused_pages.end());
@@ -242,13 +258,16 @@ PagedCase make_paged_case(const PagedCaseSpec& spec) {
           for (int h = 0; h < Hk; ++h)
             for (int d = 0; d < D; ++d) {
               const int64_t tok = c.token_offset[ch.seq] + t;
-              k_amax[static_cast<size_t>(ci)] = std::max(k_amax[static_cast<size_t>(ci)], std::fabs(raw_value(kStreamK, tok, h, d)));
-              v_amax[static_cast<size_t>(ci)] = std::max(v_amax[static_cast<size_t>(ci)], std::fabs(raw_value(kStreamV, tok, h, d)));
+              k_amax[static_cast<size_t>(ci)] = std::max(k_amax[static_cast<size_t>(ci)],
+                                                         std::fabs(raw_value(kStreamK, tok, h, d)));
+              v_amax[static_cast<size_t>(ci)] = std::max(v_amax[static_cast<size_t>(ci)],
+                                                         std::fabs(raw_value(kStreamV, tok, h, d)));
             }
       });
     const double range = spec.format == KvFormat::kFP8E4M3 ? kE4M3Max
-                         : spec.format == KvFormat::kFP8E5M2 ? kE5M2Max
-                                                             : kE2M1Max * kE4M3Max;  // NVFP4 tensor scale
+                         : spec.format == KvFormat::kFP8E5M2
+                             ? kE5M2Max
+                             : kE2M1Max * kE4M3Max;  // NVFP4 tensor scale
     auto scale_of = [&](const std::vector<float>& amax) {
       const float a = amax.empty() ? 0.0f : *std::max_element(amax.begin(), amax.end());
       return a > 0 ? static_cast<float>(a / range) : 1.0f;
@@ -267,7 +286,8 @@ PagedCase make_paged_case(const PagedCaseSpec& spec) {
     for (int32_t i = 0; i < n; ++i) {
       const int32_t t = ch.t0 + i;
       const int64_t tok = c.token_offset[ch.seq] + t;
-      const int64_t block = c.block_table[static_cast<size_t>(ch.seq) * c.max_blocks_per_seq + page_of_token(t, B)];
+      const int64_t block =
+          c.block_table[static_cast<size_t>(ch.seq) * c.max_blocks_per_seq + page_of_token(t, B)];
       slots[static_cast<size_t>(i)] = block * B + slot_of_token(t, B);
       for (int h = 0; h < Hk; ++h)
         for (int d = 0; d < D; ++d) {
@@ -304,7 +324,8 @@ DecodeOutputs reference_decode(PagedCase& c) {
 }
 
 DecodeOutputs reference_decode_original(const PagedCase& c) {
-  KVLAB_REQUIRE(c.spec.keep_original, "reference_decode_original: the case was built without keep_original");
+  KVLAB_REQUIRE(c.spec.keep_original,
+                "reference_decode_original: the case was built without keep_original");
   const int32_t Hq = c.spec.num_qo_heads, Hk = c.spec.num_kv_heads, D = c.spec.head_dim;
   DecodeOutputs r;
   r.o.resize(static_cast<size_t>(c.o_elements()));
@@ -329,7 +350,8 @@ DecodeOutputs reference_decode_original(const PagedCase& c) {
     prefill_attention_exact(p, o.data(), lse.data());
     for (size_t i = 0; i < o.size(); ++i)
       r.o[static_cast<size_t>(s) * Hq * D + i] = round_to_dtype(o[i], c.spec.q_dtype);
-    for (int32_t h = 0; h < Hq; ++h) r.lse[static_cast<size_t>(s) * Hq + h] = static_cast<float>(lse[h]);
+    for (int32_t h = 0; h < Hq; ++h)
+      r.lse[static_cast<size_t>(s) * Hq + h] = static_cast<float>(lse[h]);
   }
   return r;
 }
@@ -337,25 +359,33 @@ DecodeOutputs reference_decode_original(const PagedCase& c) {
 std::vector<float> to_float(const void* data, DType dtype, size_t n) {
   std::vector<float> r(n);
   switch (dtype) {
-    case DType::kF32: std::memcpy(r.data(), data, n * sizeof(float)); break;
+    case DType::kF32:
+      std::memcpy(r.data(), data, n * sizeof(float));
+      break;
     case DType::kBF16:
-      for (size_t i = 0; i < n; ++i) r[i] = bf16_bits_to_float(static_cast<const uint16_t*>(data)[i]);
+      for (size_t i = 0; i < n; ++i)
+        r[i] = bf16_bits_to_float(static_cast<const uint16_t*>(data)[i]);
       break;
     case DType::kF16:
-      for (size_t i = 0; i < n; ++i) r[i] = fp16_bits_to_float(static_cast<const uint16_t*>(data)[i]);
+      for (size_t i = 0; i < n; ++i)
+        r[i] = fp16_bits_to_float(static_cast<const uint16_t*>(data)[i]);
       break;
     default:
-      throw InvalidArgument("to_float: unknown dtype value " + std::to_string(static_cast<int>(dtype)));
+      throw InvalidArgument("to_float: unknown dtype value " +
+                            std::to_string(static_cast<int>(dtype)));
   }
   return r;
 }
 
 std::vector<int32_t> awkward_seq_lens(int32_t block_size, int32_t max_len) {
   KVLAB_REQUIRE(block_size > 0 && max_len >= 0,
-                "awkward_seq_lens: block_size must be > 0 and max_len >= 0, got " << block_size << ", " << max_len);
-  std::vector<int32_t> v{0, 1, 2, block_size - 1, block_size, block_size + 1, 2 * block_size + 1,
-                         7, 13, 31, 97, 257, 1031, 2053, 3001};
-  v.erase(std::remove_if(v.begin(), v.end(), [&](int32_t x) { return x < 0 || x > max_len; }), v.end());
+                "awkward_seq_lens: block_size must be > 0 and max_len >= 0, got "
+                    << block_size << ", " << max_len);
+  std::vector<int32_t> v{
+      0,  1,   2,    block_size - 1, block_size, block_size + 1, 2 * block_size + 1, 7, 13, 31,
+      97, 257, 1031, 2053,           3001};
+  v.erase(std::remove_if(v.begin(), v.end(), [&](int32_t x) { return x < 0 || x > max_len; }),
+          v.end());
   std::sort(v.begin(), v.end());
   v.erase(std::unique(v.begin(), v.end()), v.end());
   return v;

@@ -45,19 +45,19 @@ constexpr int32_t kTableSentinel = 0x7FFFFFFF;
 struct PagedCaseSpec {
   std::vector<int32_t> seq_lens{1, 17, 100};  // one entry per sequence; 0 allowed
   int32_t num_qo_heads = 8;
-  int32_t num_kv_heads = 2;                   // GQA group = num_qo_heads / num_kv_heads
+  int32_t num_kv_heads = 2;  // GQA group = num_qo_heads / num_kv_heads
   int32_t head_dim = 128;
   int32_t block_size = 16;
   KvLayout layout = KvLayout::kNHD;
   KvFormat format = KvFormat::kBF16;
-  DType q_dtype = DType::kBF16;               // bf16 or f16: Q/O and the raw K/V before caching
-  float sm_scale = 0.0f;                      // 0: 1/sqrt(head_dim)
+  DType q_dtype = DType::kBF16;  // bf16 or f16: Q/O and the raw K/V before caching
+  float sm_scale = 0.0f;         // 0: 1/sqrt(head_dim)
   uint64_t seed = 20240229;
-  int32_t extra_blocks = 3;                   // pool pages beyond those needed (>= 0)
-  int32_t extra_table_columns = 2;            // table columns beyond the longest sequence's (>= 0)
+  int32_t extra_blocks = 3;         // pool pages beyond those needed (>= 0)
+  int32_t extra_table_columns = 2;  // table columns beyond the longest sequence's (>= 0)
   bool shuffle_pages = true;
-  bool poison_unused = true;                  // NaN into every unused slot and scale (else zeros)
-  bool keep_original = true;                  // float64 copy of the activation-dtype K/V
+  bool poison_unused = true;  // NaN into every unused slot and scale (else zeros)
+  bool keep_original = true;  // float64 copy of the activation-dtype K/V
   // Data shape: Q = q_scale * (q_mean + N(0,1)), K = k_mean + N(0,1), V = N(0,1). A large
   // q_scale with q_mean = -1, k_mean = 1 gives extremely negative logits (~ -q_scale *
   // sqrt(head_dim)) with a wide spread.
@@ -68,19 +68,19 @@ struct PagedCaseSpec {
 
 struct PagedCase {
   PagedCaseSpec spec;
-  PageGeometry geom;        // layout, format, num_blocks (over-provisioned), heads, dims
-  float sm_scale = 0.0f;    // resolved (spec value or 1/sqrt(head_dim))
-  float k_scale = 1.0f, v_scale = 1.0f;  // pool scales (1 for formats without one)
-  std::vector<uint16_t> q;  // [num_seqs, num_qo_heads, head_dim] bits of q_dtype
+  PageGeometry geom;      // layout, format, num_blocks (over-provisioned), heads, dims
+  float sm_scale = 0.0f;  // resolved (spec value or 1/sqrt(head_dim))
+  float k_scale = 1.0f, v_scale = 1.0f;     // pool scales (1 for formats without one)
+  std::vector<uint16_t> q;                  // [num_seqs, num_qo_heads, head_dim] bits of q_dtype
   std::vector<uint8_t> k_pool, v_pool;      // geom.bytes() each
   std::vector<uint8_t> k_scales, v_scales;  // geom.scale_bytes() each (empty if none)
   std::vector<int32_t> block_table;         // [num_seqs, max_blocks_per_seq]
   std::vector<int32_t> seq_lens;            // [num_seqs]
   int32_t max_blocks_per_seq = 0;
-  int32_t max_seq_len = 0;                  // the longest sequence (DecodeArgs::max_seq_len)
-  std::vector<int32_t> unused_pages;        // pool pages that no sequence uses
+  int32_t max_seq_len = 0;            // the longest sequence (DecodeArgs::max_seq_len)
+  std::vector<int32_t> unused_pages;  // pool pages that no sequence uses
   // Original data (keep_original): [token_offset[s] + t, num_kv_heads, head_dim], float64.
-  std::vector<int64_t> token_offset;        // [num_seqs + 1]
+  std::vector<int64_t> token_offset;  // [num_seqs + 1]
   std::vector<double> k_original, v_original;
 
   int32_t num_seqs() const { return static_cast<int32_t>(seq_lens.size()); }

@@ -27,11 +27,12 @@ void validate_prefill(const PrefillArgs& a, bool check_outputs) {
   KVLAB_REQUIRE(a.num_q >= 0 && a.num_kv >= 0,
                 w << "num_q and num_kv must be >= 0, got " << a.num_q << " and " << a.num_kv);
   KVLAB_REQUIRE(a.num_kv_heads > 0 && a.num_qo_heads > 0 && a.num_qo_heads % a.num_kv_heads == 0,
-                w << "num_qo_heads " << a.num_qo_heads << " must be a positive multiple of num_kv_heads "
-                  << a.num_kv_heads << " (> 0)");
+                w << "num_qo_heads " << a.num_qo_heads
+                  << " must be a positive multiple of num_kv_heads " << a.num_kv_heads << " (> 0)");
   KVLAB_REQUIRE(a.head_dim > 0, w << "head_dim must be > 0, got " << a.head_dim);
-  KVLAB_REQUIRE(std::isfinite(a.sm_scale) && a.sm_scale > 0,
-                w << "sm_scale must be finite and > 0 (typically 1/sqrt(head_dim)), got " << a.sm_scale);
+  KVLAB_REQUIRE(
+      std::isfinite(a.sm_scale) && a.sm_scale > 0,
+      w << "sm_scale must be finite and > 0 (typically 1/sqrt(head_dim)), got " << a.sm_scale);
   if (a.num_q > 0)
     KVLAB_REQUIRE(a.q != nullptr && (a.o != nullptr || !check_outputs),
                   w << "null q or o (q=" << a.q << ", o=" << a.o << ") for num_q=" << a.num_q);
@@ -42,7 +43,9 @@ void validate_prefill(const PrefillArgs& a, bool check_outputs) {
 
 }  // namespace
 
-void validate_prefill_args(const PrefillArgs& a) { validate_prefill(a, true); }
+void validate_prefill_args(const PrefillArgs& a) {
+  validate_prefill(a, true);
+}
 
 void prefill_attention_exact(const PrefillArgs& a, double* o, double* lse) {
   validate_prefill(a, false);
@@ -81,8 +84,10 @@ void prefill_attention_exact(const PrefillArgs& a, double* o, double* lse) {
       double m = -inf;
       for (int64_t j = 0; j < visible; ++j) {
         const double z = Z(i, j);
-        if (std::isnan(z) || std::isnan(m)) m = std::numeric_limits<double>::quiet_NaN();
-        else m = std::max(m, z);
+        if (std::isnan(z) || std::isnan(m))
+          m = std::numeric_limits<double>::quiet_NaN();
+        else
+          m = std::max(m, z);
       }
       Eigen::VectorXd p(visible);
       for (int64_t j = 0; j < visible; ++j) p(j) = std::exp(Z(i, j) - m);

@@ -6,9 +6,12 @@ namespace kvlab {
 
 std::string to_string(DType t) {
   switch (t) {
-    case DType::kF32: return "f32";
-    case DType::kBF16: return "bf16";
-    case DType::kF16: return "f16";
+    case DType::kF32:
+      return "f32";
+    case DType::kBF16:
+      return "bf16";
+    case DType::kF16:
+      return "f16";
   }
   return "?";
 }

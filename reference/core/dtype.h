@@ -8,7 +8,9 @@ namespace kvlab {
 
 enum class DType : int32_t { kF32 = 0, kBF16 = 1, kF16 = 2 };
 
-inline int dtype_bytes(DType t) { return t == DType::kF32 ? 4 : 2; }
+inline int dtype_bytes(DType t) {
+  return t == DType::kF32 ? 4 : 2;
+}
 std::string to_string(DType t);
 // Parses "f32"/"fp32"/"float32", "bf16"/"bfloat16", "f16"/"fp16"/"float16"; throws
 // InvalidArgument naming the allowed values otherwise.

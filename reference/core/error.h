@@ -32,20 +32,20 @@ class Unsupported : public Error {
 }  // namespace kvlab
 
 // KVLAB_REQUIRE(cond, "head_dim " << d << " is not a multiple of " << x);
-#define KVLAB_REQUIRE(cond, msg)                                      \
-  do {                                                                \
-    if (!(cond)) {                                                    \
-      std::ostringstream kvlab_os_;                                   \
-      kvlab_os_ << msg;                                               \
-      throw ::kvlab::InvalidArgument(kvlab_os_.str());                \
-    }                                                                 \
+#define KVLAB_REQUIRE(cond, msg)                       \
+  do {                                                 \
+    if (!(cond)) {                                     \
+      std::ostringstream kvlab_os_;                    \
+      kvlab_os_ << msg;                                \
+      throw ::kvlab::InvalidArgument(kvlab_os_.str()); \
+    }                                                  \
   } while (0)
 
-#define KVLAB_UNSUPPORTED_IF(cond, msg)                               \
-  do {                                                                \
-    if (cond) {                                                       \
-      std::ostringstream kvlab_os_;                                   \
-      kvlab_os_ << msg;                                               \
-      throw ::kvlab::Unsupported(kvlab_os_.str());                    \
-    }                                                                 \
+#define KVLAB_UNSUPPORTED_IF(cond, msg)            \
+  do {                                             \
+    if (cond) {                                    \
+      std::ostringstream kvlab_os_;                \
+      kvlab_os_ << msg;                            \
+      throw ::kvlab::Unsupported(kvlab_os_.str()); \
+    }                                              \
   } while (0)

@@ -37,13 +37,13 @@ struct Dsv4CompressArgs {
   const float* kv = nullptr;
   const float* gate = nullptr;
   const float* ape = nullptr;
-  const int32_t* request_slots = nullptr;   // [num_requests]
-  const int32_t* start_pos = nullptr;       // [num_requests]
-  const int32_t* token_offsets = nullptr;   // [num_requests + 1]
-  const int32_t* entry_offsets = nullptr;   // [num_requests + 1]
+  const int32_t* request_slots = nullptr;  // [num_requests]
+  const int32_t* start_pos = nullptr;      // [num_requests]
+  const int32_t* token_offsets = nullptr;  // [num_requests + 1]
+  const int32_t* entry_offsets = nullptr;  // [num_requests + 1]
   int32_t num_requests = 0;
-  int32_t num_tokens = 0;                   // token_offsets[num_requests]
-  int32_t num_entries = 0;                  // entry_offsets[num_requests]
+  int32_t num_tokens = 0;   // token_offsets[num_requests]
+  int32_t num_entries = 0;  // entry_offsets[num_requests]
   float* out = nullptr;
 };
 

@@ -26,16 +26,20 @@ void dsv4_append_swa(const Dsv4SwaView& swa, const Dsv4AppendSwaArgs& args);
 // Throws InvalidArgument when an entry's block-table index reaches max_blocks_per_request
 // or its block id lies outside [0, num_blocks) (allocate the block before the flush), or
 // for a slot outside the block table's rows (num_slots). Checks before writing.
-void dsv4_store_entries(const Dsv4ClassicalView& pool, int64_t num_slots, const Dsv4StoreArgs& args);
-void dsv4_store_indexer_keys(const Dsv4IndexerView& keys, int64_t num_slots, const Dsv4StoreArgs& args);
+void dsv4_store_entries(const Dsv4ClassicalView& pool, int64_t num_slots,
+                        const Dsv4StoreArgs& args);
+void dsv4_store_indexer_keys(const Dsv4IndexerView& keys, int64_t num_slots,
+                             const Dsv4StoreArgs& args);
 
 // classical = nullptr for SWA layers. Accumulates in double (the truth the GPU is checked
 // against). Throws InvalidArgument for a bad slot, a negative position, or a block-table
 // entry of a visible compressed entry outside [0, num_blocks).
-void dsv4_decode_attention(const Dsv4SwaView& swa, const Dsv4ClassicalView* classical, const Dsv4DecodeArgs& args);
+void dsv4_decode_attention(const Dsv4SwaView& swa, const Dsv4ClassicalView* classical,
+                           const Dsv4DecodeArgs& args);
 
 // Dequantized entry [head_dim] of ring row (slot, row) / of compressed entry e of a slot.
 void dsv4_load_ring_entry(const Dsv4SwaView& swa, int64_t slot, int row, float* out);
-void dsv4_load_compressed_entry(const Dsv4ClassicalView& pool, int64_t slot, int64_t entry, float* out);
+void dsv4_load_compressed_entry(const Dsv4ClassicalView& pool, int64_t slot, int64_t entry,
+                                float* out);
 
 }  // namespace kvlab::ref

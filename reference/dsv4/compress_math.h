@@ -4,7 +4,8 @@
 //   lane a of window i-1 (tokens (i-1)r .. ir-1):  value ka[t][c] = kv[t][c],
 //                                                   score za[t][c] = gate[t][c] + ape[t%r][c]
 //   lane b of window i   (tokens ir .. ir+r-1):     value kb[t][c] = kv[t][dim+c],
-//                                                   score zb[t][c] = gate[t][dim+c] + ape[t%r][dim+c]
+//                                                   score zb[t][c] = gate[t][dim+c] +
+//                                                   ape[t%r][dim+c]
 //   entry[i][c] = sum_rows softmax_rows(score)[row] * value[row]
 // For i = 0 lane a is empty (its gates are -inf: weight exactly 0, so the rows are skipped).
 // HCA (single lane, ratio 128): entry i pools the r rows of window i with value kv[t][c]
@@ -26,7 +27,7 @@ namespace kvlab {
 
 KVLAB_HD float dsv4_exp(float x) {
 #if defined(__CUDA_ARCH__)
-  return expf(x);   // the accurate expf (kvlab never builds with --use_fast_math)
+  return expf(x);  // the accurate expf (kvlab never builds with --use_fast_math)
 #else
   return std::exp(x);
 #endif
@@ -65,6 +66,8 @@ KVLAB_HD float dsv4_pool_channel(int ratio, bool has_a, const LaneA& lane_a, con
 }
 
 // Entries a request has emitted after `tokens` tokens: floor(tokens / ratio).
-KVLAB_HD int64_t dsv4_entries_after(int64_t tokens, int ratio) { return tokens / ratio; }
+KVLAB_HD int64_t dsv4_entries_after(int64_t tokens, int ratio) {
+  return tokens / ratio;
+}
 
 }  // namespace kvlab

@@ -3,13 +3,14 @@
 //
 // Host and device (plain enums, no functions needing a compiler of either kind).
 //
-// | choice            | seed 004 (kSeed004)                      | public V4 (kPublicV4)                       |
+// | choice            | seed 004 (kSeed004)                      | public V4 (kPublicV4) |
 // |-------------------|------------------------------------------|---------------------------------------------|
-// | entry format      | FP8 E4M3 NoPE + BF16 RoPE, one FP32      | 584-byte fp8_ds_mla record: 448 FP8 NoPE +  |
-// | (ring + pool)     | inverse scale per entry (kFp8PerToken)   | 64 BF16 RoPE + 7 UE8M0 64-tile scales + pad |
-// | indexer keys (CSA)| NVFP4: E2M1, E4M3 scale per 16, FP32     | MXFP4 after a 128-wide Hadamard rotation:   |
-// |                   | tensor scale                             | E2M1, UE8M0 scale per 32                    |
-// | SWA ring slot     | atomic head: slot = atomicAdd(head) % W  | slot = position % W                         |
+// | entry format      | FP8 E4M3 NoPE + BF16 RoPE, one FP32      | 584-byte fp8_ds_mla record: 448
+// FP8 NoPE +  | | (ring + pool)     | inverse scale per entry (kFp8PerToken)   | 64 BF16 RoPE + 7
+// UE8M0 64-tile scales + pad | | indexer keys (CSA)| NVFP4: E2M1, E4M3 scale per 16, FP32     |
+// MXFP4 after a 128-wide Hadamard rotation:   | |                   | tensor scale | E2M1, UE8M0
+// scale per 32                    | | SWA ring slot     | atomic head: slot = atomicAdd(head) % W
+// | slot = position % W                         |
 //
 // Every field can also be chosen on its own (the sweep axes); the two named variants are
 // the bundles the sources describe.
@@ -22,7 +23,8 @@ namespace kvlab {
 // How one KV entry (a raw SWA token or a compressed entry) of nope_dim + rope_dim is stored.
 enum class Dsv4EntryFormat : int32_t {
   kFp8PerToken = 0,  // seed 004: FP8 E4M3 NoPE, BF16 RoPE, FP32 inverse scale per entry
-  kFp8DsMla = 1,     // public V4: fp8_ds_mla 64-tiles with UE8M0 ceil scales, page = data rows then scale rows
+  kFp8DsMla =
+      1,  // public V4: fp8_ds_mla 64-tiles with UE8M0 ceil scales, page = data rows then scale rows
 };
 
 // How the CSA indexer keys are stored.
@@ -33,8 +35,9 @@ enum class Dsv4IndexerFormat : int32_t {
 
 // Where a token lands in its request's SWA ring of `window` slots.
 enum class Dsv4RingMode : int32_t {
-  kAtomicHead = 0,     // seed 004: slot = (atomicAdd(&head, 1)) % window, arrival order
-  kPosModWindow = 1,   // public V4: slot = position % window (deterministic; head = last position + 1)
+  kAtomicHead = 0,  // seed 004: slot = (atomicAdd(&head, 1)) % window, arrival order
+  kPosModWindow =
+      1,  // public V4: slot = position % window (deterministic; head = last position + 1)
 };
 
 struct Dsv4Variant {
@@ -46,13 +49,16 @@ struct Dsv4Variant {
     return {Dsv4EntryFormat::kFp8PerToken, Dsv4IndexerFormat::kNvfp4, Dsv4RingMode::kAtomicHead};
   }
   static constexpr Dsv4Variant public_v4() {
-    return {Dsv4EntryFormat::kFp8DsMla, Dsv4IndexerFormat::kMxfp4Hadamard, Dsv4RingMode::kPosModWindow};
+    return {Dsv4EntryFormat::kFp8DsMla, Dsv4IndexerFormat::kMxfp4Hadamard,
+            Dsv4RingMode::kPosModWindow};
   }
 };
 
 inline bool operator==(const Dsv4Variant& a, const Dsv4Variant& b) {
   return a.entry == b.entry && a.indexer == b.indexer && a.ring == b.ring;
 }
-inline bool operator!=(const Dsv4Variant& a, const Dsv4Variant& b) { return !(a == b); }
+inline bool operator!=(const Dsv4Variant& a, const Dsv4Variant& b) {
+  return !(a == b);
+}
 
 }  // namespace kvlab

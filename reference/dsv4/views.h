@@ -32,17 +32,20 @@
 
 namespace kvlab {
 
-constexpr int kDsMlaTile = 64;         // NoPE elements per UE8M0 scale (fp8_ds_mla)
-constexpr int kDsMlaScaleAlign = 8;    // a scale row is padded to a multiple of 8 bytes
+constexpr int kDsMlaTile = 64;       // NoPE elements per UE8M0 scale (fp8_ds_mla)
+constexpr int kDsMlaScaleAlign = 8;  // a scale row is padded to a multiple of 8 bytes
 
-KVLAB_HD int ds_mla_data_row_bytes(int nope_dim, int rope_dim) { return nope_dim + 2 * rope_dim; }
+KVLAB_HD int ds_mla_data_row_bytes(int nope_dim, int rope_dim) {
+  return nope_dim + 2 * rope_dim;
+}
 KVLAB_HD int ds_mla_scale_row_bytes(int nope_dim) {
   const int tiles = nope_dim / kDsMlaTile;
   return (tiles + 1 + kDsMlaScaleAlign - 1) / kDsMlaScaleAlign * kDsMlaScaleAlign;  // >= 1 pad byte
 }
 // Bytes of one stored entry (payload + its scales).
 KVLAB_HD int64_t dsv4_entry_bytes(Dsv4EntryFormat f, int nope_dim, int rope_dim) {
-  if (f == Dsv4EntryFormat::kFp8DsMla) return ds_mla_data_row_bytes(nope_dim, rope_dim) + ds_mla_scale_row_bytes(nope_dim);
+  if (f == Dsv4EntryFormat::kFp8DsMla)
+    return ds_mla_data_row_bytes(nope_dim, rope_dim) + ds_mla_scale_row_bytes(nope_dim);
   return static_cast<int64_t>(nope_dim) + 2 * rope_dim + 4;
 }
 
@@ -50,27 +53,37 @@ struct Dsv4EntryPages {
   Dsv4EntryFormat format = Dsv4EntryFormat::kFp8PerToken;
   int32_t nope_dim = 0;
   int32_t rope_dim = 0;
-  int32_t rows = 0;        // entries per page
+  int32_t rows = 0;  // entries per page
   int64_t num_pages = 0;
   uint8_t* data = nullptr;
   uint16_t* rope = nullptr;
   float* inv_scale = nullptr;
 
   KVLAB_HD int head_dim() const { return nope_dim + rope_dim; }
-  KVLAB_HD int64_t page_bytes() const { return rows * dsv4_entry_bytes(format, nope_dim, rope_dim); }
+  KVLAB_HD int64_t page_bytes() const {
+    return rows * dsv4_entry_bytes(format, nope_dim, rope_dim);
+  }
   KVLAB_HD int64_t bytes() const { return num_pages * page_bytes(); }
   KVLAB_HD int64_t entry_index(int64_t page, int row) const { return page * rows + row; }
 
   // kFp8PerToken addresses.
-  KVLAB_HD uint8_t* pt_nope(int64_t page, int row) const { return data + entry_index(page, row) * nope_dim; }
-  KVLAB_HD uint16_t* pt_rope(int64_t page, int row) const { return rope + entry_index(page, row) * rope_dim; }
-  KVLAB_HD float* pt_inv_scale(int64_t page, int row) const { return inv_scale + entry_index(page, row); }
+  KVLAB_HD uint8_t* pt_nope(int64_t page, int row) const {
+    return data + entry_index(page, row) * nope_dim;
+  }
+  KVLAB_HD uint16_t* pt_rope(int64_t page, int row) const {
+    return rope + entry_index(page, row) * rope_dim;
+  }
+  KVLAB_HD float* pt_inv_scale(int64_t page, int row) const {
+    return inv_scale + entry_index(page, row);
+  }
   // kFp8DsMla addresses: the data row (NoPE FP8 then RoPE BF16) and the scale row.
   KVLAB_HD uint8_t* mla_data_row(int64_t page, int row) const {
-    return data + page * page_bytes() + static_cast<int64_t>(row) * ds_mla_data_row_bytes(nope_dim, rope_dim);
+    return data + page * page_bytes() +
+           static_cast<int64_t>(row) * ds_mla_data_row_bytes(nope_dim, rope_dim);
   }
   KVLAB_HD uint8_t* mla_scale_row(int64_t page, int row) const {
-    return data + page * page_bytes() + static_cast<int64_t>(rows) * ds_mla_data_row_bytes(nope_dim, rope_dim) +
+    return data + page * page_bytes() +
+           static_cast<int64_t>(rows) * ds_mla_data_row_bytes(nope_dim, rope_dim) +
            static_cast<int64_t>(row) * ds_mla_scale_row_bytes(nope_dim);
   }
   // BF16 RoPE element j of an entry (either format).
@@ -93,10 +106,11 @@ struct Dsv4EntryPages {
 
 // The SWA ring of every request slot of one layer.
 struct Dsv4SwaView {
-  Dsv4EntryPages ring;        // page = request slot, rows = window
-  int32_t* pos = nullptr;     // [num_slots, window] position held by each ring row, -1 = empty
-  int32_t* head = nullptr;    // [num_slots] kAtomicHead: tokens written so far (next row = head % window)
-                              //             kPosModWindow: last written position + 1
+  Dsv4EntryPages ring;     // page = request slot, rows = window
+  int32_t* pos = nullptr;  // [num_slots, window] position held by each ring row, -1 = empty
+  int32_t* head =
+      nullptr;  // [num_slots] kAtomicHead: tokens written so far (next row = head % window)
+                //             kPosModWindow: last written position + 1
   Dsv4RingMode mode = Dsv4RingMode::kAtomicHead;
 
   KVLAB_HD int32_t window() const { return ring.rows; }
@@ -107,10 +121,10 @@ struct Dsv4SwaView {
 // The compressed ("classical") pool of a CSA or HCA layer, addressed through the block table.
 // Entry e of the request in slot s lives in block block_table[s][e / rows], row e % rows.
 struct Dsv4ClassicalView {
-  Dsv4EntryPages pool;                  // page = block, rows = entries_per_block
-  const int32_t* block_table = nullptr; // [max_requests, max_blocks_per_request] int32
+  Dsv4EntryPages pool;                   // page = block, rows = entries_per_block
+  const int32_t* block_table = nullptr;  // [max_requests, max_blocks_per_request] int32
   int32_t max_blocks_per_request = 0;
-  int32_t ratio = 0;                    // original tokens per entry
+  int32_t ratio = 0;  // original tokens per entry
 
   KVLAB_HD int32_t block_of(int64_t slot, int64_t entry) const {
     return block_table[slot * max_blocks_per_request + entry / pool.rows];
@@ -119,9 +133,11 @@ struct Dsv4ClassicalView {
 
 // FP4 indexer keys of a CSA layer (same block table and rows as the classical pool).
 //   codes   [num_blocks, rows, dim/2]   packed E2M1 (first element in the low nibble)
-//   scales  [num_blocks, rows, dim/g]   kNvfp4: E4M3 codes (g = 16), real = e2m1 * (e4m3 * tensor_scale)
+//   scales  [num_blocks, rows, dim/g]   kNvfp4: E4M3 codes (g = 16), real = e2m1 * (e4m3 *
+//   tensor_scale)
 //                                       kMxfp4Hadamard: UE8M0 (g = 32), real = e2m1 * 2^(c-127),
-//                                       values in the rotated basis (H_128 / sqrt(128) per 128 dims)
+//                                       values in the rotated basis (H_128 / sqrt(128) per 128
+//                                       dims)
 struct Dsv4IndexerView {
   Dsv4IndexerFormat format = Dsv4IndexerFormat::kNvfp4;
   int32_t dim = 0;
@@ -138,8 +154,12 @@ struct Dsv4IndexerView {
   KVLAB_HD int64_t entry_index(int64_t block, int row) const { return block * rows + row; }
   KVLAB_HD int64_t entry_bytes() const { return dim / 2 + dim / group(); }
   KVLAB_HD int64_t bytes() const { return num_blocks * rows * entry_bytes(); }
-  KVLAB_HD uint8_t* entry_codes(int64_t block, int row) const { return codes + entry_index(block, row) * (dim / 2); }
-  KVLAB_HD uint8_t* entry_scales(int64_t block, int row) const { return scales + entry_index(block, row) * (dim / group()); }
+  KVLAB_HD uint8_t* entry_codes(int64_t block, int row) const {
+    return codes + entry_index(block, row) * (dim / 2);
+  }
+  KVLAB_HD uint8_t* entry_scales(int64_t block, int row) const {
+    return scales + entry_index(block, row) * (dim / group());
+  }
   // Dequantized element (in the stored basis: rotated for kMxfp4Hadamard).
   KVLAB_HD float load(int64_t block, int row, int d) const {
     const uint8_t byte = entry_codes(block, row)[d / 2];
@@ -172,7 +192,9 @@ struct Dsv4StreamView {
     const int64_t half = (pos / ratio) & 1;
     return ((slot * 2 + half) * ratio + row) * dim;
   }
-  KVLAB_HD int64_t lane_b_index(int64_t slot, int64_t pos) const { return (slot * ratio + pos % ratio) * dim; }
+  KVLAB_HD int64_t lane_b_index(int64_t slot, int64_t pos) const {
+    return (slot * ratio + pos % ratio) * dim;
+  }
   KVLAB_HD int64_t lane_a_floats() const { return num_slots * (overlap ? 2 : 1) * ratio * dim; }
   KVLAB_HD int64_t lane_b_floats() const { return overlap ? num_slots * ratio * dim : 0; }
   KVLAB_HD int64_t bytes() const { return 4 * 2 * (lane_a_floats() + lane_b_floats()); }

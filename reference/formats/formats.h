@@ -71,8 +71,8 @@ KVLAB_HD uint32_t round_magnitude(uint32_t a) {
   const uint32_t sig = (1u << 23) | (a & 0x7FFFFFu);  // value = sig * 2^(e-23)
   constexpr int kEmin = 1 - kBias;                    // exponent of the min normal
   int shift = 23 - kManBits;
-  if (e < kEmin) shift += kEmin - e;                  // subnormal: fewer mantissa bits
-  if (shift >= 25) return 0;                          // < half the min subnormal
+  if (e < kEmin) shift += kEmin - e;  // subnormal: fewer mantissa bits
+  if (shift >= 25) return 0;          // < half the min subnormal
   const uint32_t q0 = sig >> shift;
   const uint32_t rem = sig & ((1u << shift) - 1u);
   const uint32_t half = 1u << (shift - 1);
@@ -120,7 +120,8 @@ KVLAB_HD float e4m3_to_float(uint8_t c) {
   const uint32_t m = c & 0x7Fu;
   const uint32_t sign = static_cast<uint32_t>(c & 0x80u) << 24;
   if (m == 0x7Fu) return fmt_detail::bits_f32(sign | 0x7FC00000u);
-  return fmt_detail::bits_f32(fmt_detail::f32_bits(fmt_detail::decode_magnitude<4, 3, 7>(m)) | sign);
+  return fmt_detail::bits_f32(fmt_detail::f32_bits(fmt_detail::decode_magnitude<4, 3, 7>(m)) |
+                              sign);
 }
 
 // ------------------------------------------------------------------ FP8 E5M2
@@ -145,7 +146,8 @@ KVLAB_HD float e5m2_to_float(uint8_t c) {
   const uint32_t sign = static_cast<uint32_t>(c & 0x80u) << 24;
   if (m == kE5M2Inf) return fmt_detail::bits_f32(sign | 0x7F800000u);
   if (m > kE5M2Inf) return fmt_detail::bits_f32(sign | 0x7FC00000u);
-  return fmt_detail::bits_f32(fmt_detail::f32_bits(fmt_detail::decode_magnitude<5, 2, 15>(m)) | sign);
+  return fmt_detail::bits_f32(fmt_detail::f32_bits(fmt_detail::decode_magnitude<5, 2, 15>(m)) |
+                              sign);
 }
 
 // ------------------------------------------------------------------ FP4 E2M1
@@ -166,15 +168,20 @@ KVLAB_HD uint8_t float_to_e2m1(float x) {
 
 KVLAB_HD float e2m1_to_float(uint8_t c) {
   const uint32_t sign = static_cast<uint32_t>(c & 0x8u) << 28;
-  return fmt_detail::bits_f32(fmt_detail::f32_bits(fmt_detail::decode_magnitude<2, 1, 1>(c & 0x7u)) | sign);
+  return fmt_detail::bits_f32(
+      fmt_detail::f32_bits(fmt_detail::decode_magnitude<2, 1, 1>(c & 0x7u)) | sign);
 }
 
 // Two FP4 codes in one byte: `first` (lower index) in bits 0..3, `second` in bits 4..7.
 KVLAB_HD uint8_t pack_fp4x2(uint8_t first, uint8_t second) {
   return static_cast<uint8_t>((first & 0xFu) | ((second & 0xFu) << 4));
 }
-KVLAB_HD uint8_t fp4_lo(uint8_t byte) { return byte & 0xFu; }
-KVLAB_HD uint8_t fp4_hi(uint8_t byte) { return byte >> 4; }
+KVLAB_HD uint8_t fp4_lo(uint8_t byte) {
+  return byte & 0xFu;
+}
+KVLAB_HD uint8_t fp4_hi(uint8_t byte) {
+  return byte >> 4;
+}
 
 // ------------------------------------------------------------------ FP16 (IEEE binary16)
 constexpr float kFP16Max = 65504.0f;
@@ -195,7 +202,8 @@ KVLAB_HD float fp16_bits_to_float(uint16_t h) {
   const uint32_t m = h & 0x7FFFu;
   if (m == 0x7C00u) return fmt_detail::bits_f32(sign | 0x7F800000u);
   if (m > 0x7C00u) return fmt_detail::bits_f32(sign | 0x7FC00000u | ((m & 0x3FFu) << 13));
-  return fmt_detail::bits_f32(fmt_detail::f32_bits(fmt_detail::decode_magnitude<5, 10, 15>(m)) | sign);
+  return fmt_detail::bits_f32(fmt_detail::f32_bits(fmt_detail::decode_magnitude<5, 10, 15>(m)) |
+                              sign);
 }
 
 // ------------------------------------------------------------------ BF16

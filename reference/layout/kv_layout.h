@@ -60,12 +60,15 @@ constexpr int kNumKvFormats = 7;
 KVLAB_HD int kv_format_bits(KvFormat f) {
   switch (f) {
     case KvFormat::kBF16:
-    case KvFormat::kFP16: return 16;
+    case KvFormat::kFP16:
+      return 16;
     case KvFormat::kFP8E4M3:
     case KvFormat::kFP8E4M3PerToken:
-    case KvFormat::kFP8E5M2: return 8;
+    case KvFormat::kFP8E5M2:
+      return 8;
     case KvFormat::kNVFP4:
-    case KvFormat::kMXFP4: return 4;
+    case KvFormat::kMXFP4:
+      return 4;
   }
   return 0;
 }
@@ -74,8 +77,12 @@ KVLAB_HD int kv_format_bits(KvFormat f) {
 KVLAB_HD int kv_format_scale_group(KvFormat f) {
   return f == KvFormat::kNVFP4 ? 16 : (f == KvFormat::kMXFP4 ? 32 : 0);
 }
-KVLAB_HD bool kv_format_has_token_scales(KvFormat f) { return f == KvFormat::kFP8E4M3PerToken; }
-KVLAB_HD bool kv_format_has_block_scales(KvFormat f) { return kv_format_scale_group(f) != 0; }
+KVLAB_HD bool kv_format_has_token_scales(KvFormat f) {
+  return f == KvFormat::kFP8E4M3PerToken;
+}
+KVLAB_HD bool kv_format_has_block_scales(KvFormat f) {
+  return kv_format_scale_group(f) != 0;
+}
 // Formats whose pool-wide FP32 scale (k_scale / v_scale) multiplies every element.
 KVLAB_HD bool kv_format_has_pool_scale(KvFormat f) {
   return f == KvFormat::kFP8E4M3 || f == KvFormat::kFP8E5M2 || f == KvFormat::kNVFP4;
@@ -106,8 +113,10 @@ struct PageGeometry {
   KVLAB_HD int64_t k_index(int64_t block, int head, int slot, int dim) const {
     const int64_t H = num_kv_heads, B = block_size, D = head_dim;
     switch (layout) {
-      case KvLayout::kNHD: return ((block * B + slot) * H + head) * D + dim;
-      case KvLayout::kHND: return ((block * H + head) * B + slot) * D + dim;
+      case KvLayout::kNHD:
+        return ((block * B + slot) * H + head) * D + dim;
+      case KvLayout::kHND:
+        return ((block * H + head) * B + slot) * D + dim;
       case KvLayout::kSplitX: {
         const int64_t X = x();
         return (((block * H + head) * (D / X) + dim / X) * B + slot) * X + dim % X;
@@ -146,7 +155,11 @@ struct PageGeometry {
 };
 
 // Logical token t of a sequence -> (page index in the block table, slot).
-KVLAB_HD int page_of_token(int64_t t, int block_size) { return static_cast<int>(t / block_size); }
-KVLAB_HD int slot_of_token(int64_t t, int block_size) { return static_cast<int>(t % block_size); }
+KVLAB_HD int page_of_token(int64_t t, int block_size) {
+  return static_cast<int>(t / block_size);
+}
+KVLAB_HD int slot_of_token(int64_t t, int block_size) {
+  return static_cast<int>(t % block_size);
+}
 
 }  // namespace kvlab

@@ -6,22 +6,32 @@ namespace kvlab {
 
 std::string to_string(KvLayout l) {
   switch (l) {
-    case KvLayout::kNHD: return "nhd";
-    case KvLayout::kHND: return "hnd";
-    case KvLayout::kSplitX: return "split_x";
+    case KvLayout::kNHD:
+      return "nhd";
+    case KvLayout::kHND:
+      return "hnd";
+    case KvLayout::kSplitX:
+      return "split_x";
   }
   return "?";
 }
 
 std::string to_string(KvFormat f) {
   switch (f) {
-    case KvFormat::kBF16: return "bf16";
-    case KvFormat::kFP16: return "fp16";
-    case KvFormat::kFP8E4M3: return "fp8_e4m3";
-    case KvFormat::kFP8E4M3PerToken: return "fp8_e4m3_pt";
-    case KvFormat::kFP8E5M2: return "fp8_e5m2";
-    case KvFormat::kNVFP4: return "nvfp4";
-    case KvFormat::kMXFP4: return "mxfp4";
+    case KvFormat::kBF16:
+      return "bf16";
+    case KvFormat::kFP16:
+      return "fp16";
+    case KvFormat::kFP8E4M3:
+      return "fp8_e4m3";
+    case KvFormat::kFP8E4M3PerToken:
+      return "fp8_e4m3_pt";
+    case KvFormat::kFP8E5M2:
+      return "fp8_e5m2";
+    case KvFormat::kNVFP4:
+      return "nvfp4";
+    case KvFormat::kMXFP4:
+      return "mxfp4";
   }
   return "?";
 }
@@ -32,10 +42,9 @@ const std::vector<KvLayout>& all_kv_layouts() {
 }
 
 const std::vector<KvFormat>& all_kv_formats() {
-  static const std::vector<KvFormat> v{KvFormat::kBF16,     KvFormat::kFP16,
-                                       KvFormat::kFP8E4M3,  KvFormat::kFP8E4M3PerToken,
-                                       KvFormat::kFP8E5M2,  KvFormat::kNVFP4,
-                                       KvFormat::kMXFP4};
+  static const std::vector<KvFormat> v{
+      KvFormat::kBF16,    KvFormat::kFP16,  KvFormat::kFP8E4M3, KvFormat::kFP8E4M3PerToken,
+      KvFormat::kFP8E5M2, KvFormat::kNVFP4, KvFormat::kMXFP4};
   return v;
 }
 
@@ -66,12 +75,13 @@ void validate(const PageGeometry& g) {
   const int lay = static_cast<int>(g.layout);
   KVLAB_REQUIRE(lay >= 0 && lay <= 2, "invalid KV layout value " << lay);
   if (g.layout == KvLayout::kSplitX)
-    KVLAB_REQUIRE(g.head_dim % g.x() == 0, "split_x layout with " << to_string(g.format)
-                  << " needs head_dim divisible by x=" << g.x() << ", got " << g.head_dim);
+    KVLAB_REQUIRE(g.head_dim % g.x() == 0,
+                  "split_x layout with " << to_string(g.format) << " needs head_dim divisible by x="
+                                         << g.x() << ", got " << g.head_dim);
   if (g.scale_group() != 0)
     KVLAB_REQUIRE(g.head_dim % g.scale_group() == 0,
                   to_string(g.format) << " needs head_dim divisible by its scale group "
-                  << g.scale_group() << ", got " << g.head_dim);
+                                      << g.scale_group() << ", got " << g.head_dim);
 }
 
 }  // namespace kvlab

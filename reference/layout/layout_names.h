@@ -9,8 +9,9 @@
 
 namespace kvlab {
 
-std::string to_string(KvLayout l);   // "nhd", "hnd", "split_x"
-std::string to_string(KvFormat f);   // "bf16", "fp16", "fp8_e4m3", "fp8_e4m3_pt", "fp8_e5m2", "nvfp4", "mxfp4"
+std::string to_string(KvLayout l);  // "nhd", "hnd", "split_x"
+std::string to_string(
+    KvFormat f);  // "bf16", "fp16", "fp8_e4m3", "fp8_e4m3_pt", "fp8_e5m2", "nvfp4", "mxfp4"
 KvLayout parse_kv_layout(const std::string& s);  // throws InvalidArgument listing the allowed names
 KvFormat parse_kv_format(const std::string& s);
 const std::vector<KvLayout>& all_kv_layouts();

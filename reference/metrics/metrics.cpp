@@ -32,8 +32,10 @@ int64_t ordered_in_grid(float x, DType dtype) {
     }
     // Non-saturating RNE: a value beyond the grid's max finite becomes its Inf, one step
     // beyond max finite on the integer line.
-    case DType::kBF16: return ordered(float_to_bf16_bits(x, Saturation::kNonSaturating), 15);
-    case DType::kF16: return ordered(float_to_fp16_bits(x, Saturation::kNonSaturating), 15);
+    case DType::kBF16:
+      return ordered(float_to_bf16_bits(x, Saturation::kNonSaturating), 15);
+    case DType::kF16:
+      return ordered(float_to_fp16_bits(x, Saturation::kNonSaturating), 15);
   }
   throw InvalidArgument("ulp_distance: unknown dtype value " +
                         std::to_string(static_cast<int>(dtype)) + " (allowed: f32, bf16, f16)");
@@ -55,8 +57,8 @@ int64_t ulp_distance(float a, float b, DType dtype) {
 
 ErrorStats compare(const float* out, const float* ref, size_t n, DType ulp_dtype) {
   KVLAB_REQUIRE(n == 0 || (out != nullptr && ref != nullptr),
-                "compare: null pointer (out=" << static_cast<const void*>(out)
-                << ", ref=" << static_cast<const void*>(ref) << ") for n=" << n);
+                "compare: null pointer (out=" << static_cast<const void*>(out) << ", ref="
+                                              << static_cast<const void*>(ref) << ") for n=" << n);
   // Validates the dtype once, before the loop.
   (void)ordered_in_grid(0.0f, ulp_dtype);
 
@@ -114,8 +116,9 @@ ErrorStats compare(const float* out, const float* ref, size_t n, DType ulp_dtype
 }
 
 ErrorStats compare(const std::vector<float>& out, const std::vector<float>& ref, DType ulp_dtype) {
-  KVLAB_REQUIRE(out.size() == ref.size(), "compare: out has " << out.size()
-                << " elements but ref has " << ref.size() << " (they must match)");
+  KVLAB_REQUIRE(out.size() == ref.size(), "compare: out has "
+                                              << out.size() << " elements but ref has "
+                                              << ref.size() << " (they must match)");
   return compare(out.data(), ref.data(), out.size(), ulp_dtype);
 }
 

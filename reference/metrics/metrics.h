@@ -28,21 +28,21 @@
 namespace kvlab {
 
 struct ErrorStats {
-  int64_t count = 0;          // elements compared
-  double max_abs = 0;         // max |out - ref| over finite pairs
-  double max_rel = 0;         // max |out - ref| / |ref| over finite pairs with ref != 0
-  double rel_l2 = 0;          // ||out - ref||_2 / ||ref||_2 (0 when both are zero)
-  double nmse = 0;            // ||out - ref||^2 / ||ref||^2
-  double cosine = 1;          // <out, ref> / (||out|| ||ref||); 1 when both are zero
-  int64_t max_ulp = 0;        // max ULP distance in the `ulp_dtype` grid
+  int64_t count = 0;                 // elements compared
+  double max_abs = 0;                // max |out - ref| over finite pairs
+  double max_rel = 0;                // max |out - ref| / |ref| over finite pairs with ref != 0
+  double rel_l2 = 0;                 // ||out - ref||_2 / ||ref||_2 (0 when both are zero)
+  double nmse = 0;                   // ||out - ref||^2 / ||ref||^2
+  double cosine = 1;                 // <out, ref> / (||out|| ||ref||); 1 when both are zero
+  int64_t max_ulp = 0;               // max ULP distance in the `ulp_dtype` grid
   int64_t nan_out = 0, inf_out = 0;  // non-finite values in out
   int64_t nan_ref = 0, inf_ref = 0;  // non-finite values in ref
   int64_t mismatched_nonfinite = 0;  // positions where exactly one side is non-finite or
                                      // both are but differ (NaN vs Inf, +Inf vs -Inf)
-  int64_t violations = 0;     // elements failing |out-ref| <= atol + rtol*|ref| (set by check())
-  int64_t worst_index = -1;   // compare(): index of the largest |out - ref| (or of the first
-                              // non-finite mismatch); check(): of the largest
-                              // |out - ref| / (atol + rtol |ref|), mismatches first. -1: none
+  int64_t violations = 0;    // elements failing |out-ref| <= atol + rtol*|ref| (set by check())
+  int64_t worst_index = -1;  // compare(): index of the largest |out - ref| (or of the first
+                             // non-finite mismatch); check(): of the largest
+                             // |out - ref| / (atol + rtol |ref|), mismatches first. -1: none
 };
 
 // Compares out against ref elementwise. ULP distance is measured in `ulp_dtype`'s grid

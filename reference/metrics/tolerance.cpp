@@ -34,8 +34,12 @@ struct Row {
   Tolerance tol;
 };
 
-constexpr int F(KvFormat f) { return static_cast<int>(f); }
-constexpr int T(DType d) { return static_cast<int>(d); }
+constexpr int F(KvFormat f) {
+  return static_cast<int>(f);
+}
+constexpr int T(DType d) {
+  return static_cast<int>(d);
+}
 
 // ---- shared reasons ------------------------------------------------------------------------
 const char* kWhyGpuBf16 =
@@ -147,97 +151,191 @@ const Row kRows[] = {
 
     {Op::kPrefillAttention, kAny, T(DType::kBF16), {p2(-12), p2(-7), p2(-18), false, kWhyGpuBf16}},
     {Op::kPrefillAttention, kAny, T(DType::kF16), {p2(-12), p2(-10), p2(-22), false, kWhyGpuF16}},
-    {Op::kPrefillAttention, kAny, T(DType::kF32), {p2(-12), p2(-20), p2(-30), false, kWhyFp32Arith}},
+    {Op::kPrefillAttention,
+     kAny,
+     T(DType::kF32),
+     {p2(-12), p2(-20), p2(-30), false, kWhyFp32Arith}},
 
-    {Op::kOnlineSoftmaxMerge, kAny, T(DType::kF32), {p2(-12), p2(-20), p2(-30), false, kWhyFp32Arith}},
+    {Op::kOnlineSoftmaxMerge,
+     kAny,
+     T(DType::kF32),
+     {p2(-12), p2(-20), p2(-30), false, kWhyFp32Arith}},
 
-    {Op::kReferenceCrossCheck, kAny, T(DType::kF32), {p2(-30), p2(-22), p2(-44), false, kWhyCrossF32}},
-    {Op::kReferenceCrossCheck, kAny, T(DType::kBF16),
+    {Op::kReferenceCrossCheck,
+     kAny,
+     T(DType::kF32),
+     {p2(-30), p2(-22), p2(-44), false, kWhyCrossF32}},
+    {Op::kReferenceCrossCheck,
+     kAny,
+     T(DType::kBF16),
      {p2(-30), p2(-8) + p2(-22), (p2(-8) + p2(-22)) * (p2(-8) + p2(-22)), false, kWhyCrossBf16}},
-    {Op::kReferenceCrossCheck, kAny, T(DType::kF16),
-     {p2(-25) + p2(-30), p2(-11) + p2(-22), (p2(-11) + p2(-22)) * (p2(-11) + p2(-22)), false, kWhyCrossF16}},
+    {Op::kReferenceCrossCheck,
+     kAny,
+     T(DType::kF16),
+     {p2(-25) + p2(-30), p2(-11) + p2(-22), (p2(-11) + p2(-22)) * (p2(-11) + p2(-22)), false,
+      kWhyCrossF16}},
 
     // Quantized-cache decode vs the reference over the ORIGINAL data (activation dtype). Only
     // the lossless storage combinations are tight; the rest are sanity bounds, recorded by
     // sweeps rather than asserted as accuracy claims.
-    {Op::kDecodeAttentionVsBf16, F(KvFormat::kBF16), T(DType::kBF16),
+    {Op::kDecodeAttentionVsBf16,
+     F(KvFormat::kBF16),
+     T(DType::kBF16),
      {p2(-12), p2(-7), p2(-18), false,
       "lossless: bf16 activations stored as bf16 are the original data, so this is the "
       "same-cache bound of decode_attention bf16."}},
-    {Op::kDecodeAttentionVsBf16, F(KvFormat::kFP16), T(DType::kF16),
+    {Op::kDecodeAttentionVsBf16,
+     F(KvFormat::kFP16),
+     T(DType::kF16),
      {p2(-12), p2(-10), p2(-22), false,
       "lossless: fp16 activations stored as fp16 are the original data, so this is the "
       "same-cache bound of decode_attention f16."}},
-    {Op::kDecodeAttentionVsBf16, F(KvFormat::kFP16), T(DType::kBF16),
+    {Op::kDecodeAttentionVsBf16,
+     F(KvFormat::kFP16),
+     T(DType::kBF16),
      {p2(-12), p2(-7), p2(-18), false,
       "bf16 activations are exact in fp16 except below 2^-14 (fp16 subnormals: <= 2^-25 absolute, "
       "covered by atol) and beyond 65504 (never for unit-scale data): the same-cache bf16 bound."}},
-    {Op::kDecodeAttentionVsBf16, F(KvFormat::kBF16), T(DType::kF16),
+    {Op::kDecodeAttentionVsBf16,
+     F(KvFormat::kBF16),
+     T(DType::kF16),
      {p2(-5), p2(-8), p2(-16), false, kWhyVsOrigBf16}},
-    {Op::kDecodeAttentionVsBf16, F(KvFormat::kFP8E4M3), kAny, {p2(-1), p2(-4), p2(-8), false, kWhyVsOrigE4M3}},
-    {Op::kDecodeAttentionVsBf16, F(KvFormat::kFP8E4M3PerToken), kAny, {p2(-1), p2(-4), p2(-8), false, kWhyVsOrigE4M3}},
-    {Op::kDecodeAttentionVsBf16, F(KvFormat::kFP8E5M2), kAny, {1, p2(-3), p2(-6), false, kWhyVsOrigE5M2}},
-    {Op::kDecodeAttentionVsBf16, F(KvFormat::kNVFP4), kAny, {2, p2(-2), p2(-4), false, kWhyVsOrigFp4}},
-    {Op::kDecodeAttentionVsBf16, F(KvFormat::kMXFP4), kAny, {2, p2(-2), p2(-4), false, kWhyVsOrigFp4}},
+    {Op::kDecodeAttentionVsBf16,
+     F(KvFormat::kFP8E4M3),
+     kAny,
+     {p2(-1), p2(-4), p2(-8), false, kWhyVsOrigE4M3}},
+    {Op::kDecodeAttentionVsBf16,
+     F(KvFormat::kFP8E4M3PerToken),
+     kAny,
+     {p2(-1), p2(-4), p2(-8), false, kWhyVsOrigE4M3}},
+    {Op::kDecodeAttentionVsBf16,
+     F(KvFormat::kFP8E5M2),
+     kAny,
+     {1, p2(-3), p2(-6), false, kWhyVsOrigE5M2}},
+    {Op::kDecodeAttentionVsBf16,
+     F(KvFormat::kNVFP4),
+     kAny,
+     {2, p2(-2), p2(-4), false, kWhyVsOrigFp4}},
+    {Op::kDecodeAttentionVsBf16,
+     F(KvFormat::kMXFP4),
+     kAny,
+     {2, p2(-2), p2(-4), false, kWhyVsOrigFp4}},
 
     // Quantize -> dequantize round trip vs the input (elementwise bound, and nmse = the
     // per-token relative-L2 bound squared: the whole-tensor NMSE is a weighted mean of the
     // per-token ones, so one bound serves both).
-    {Op::kQuantRoundTrip, F(KvFormat::kBF16), T(DType::kBF16),
+    {Op::kQuantRoundTrip,
+     F(KvFormat::kBF16),
+     T(DType::kBF16),
      {0, 0, 0, false, "bf16 input stored as bf16 is exact."}},
-    {Op::kQuantRoundTrip, F(KvFormat::kBF16), kAny,
+    {Op::kQuantRoundTrip,
+     F(KvFormat::kBF16),
+     kAny,
      {p2(-134), p2(-8), p2(-16), false,
       "RNE to bf16: <= 2^-8 relative (u), <= 2^-134 absolute (half the smallest bf16 subnormal); "
       "per-token relative L2 <= u."}},
-    {Op::kQuantRoundTrip, F(KvFormat::kFP16), T(DType::kF16),
+    {Op::kQuantRoundTrip,
+     F(KvFormat::kFP16),
+     T(DType::kF16),
      {0, 0, 0, false, "fp16 input stored as fp16 is exact."}},
-    {Op::kQuantRoundTrip, F(KvFormat::kFP16), kAny,
+    {Op::kQuantRoundTrip,
+     F(KvFormat::kFP16),
+     kAny,
      {p2(-25), p2(-11), p2(-22), false,
       "RNE to fp16 (inputs within +-65504): <= 2^-11 relative, <= 2^-25 absolute in the subnormal "
       "range; per-token relative L2 <= 2^-11 for tokens of unit-scale norm."}},
-    {Op::kQuantRoundTrip, F(KvFormat::kFP8E4M3), kAny,
+    {Op::kQuantRoundTrip,
+     F(KvFormat::kFP8E4M3),
+     kAny,
      {kInf, 0, p2(-8) + p2(-16), false,
       "E4M3 after scaling amax onto 448: normal values err <= 2^-4 relative; subnormal ones <= "
       "2^-10 s absolute with s = amax/448, which adds < 2^-16 to the NMSE for head_dim <= 1024. "
       "The elementwise bound scales with each group's scale, so it is not asserted here "
       "(refquant's tests check it per element); NMSE <= 2^-8 + 2^-16."}},
-    {Op::kQuantRoundTrip, F(KvFormat::kFP8E4M3PerToken), kAny,
+    {Op::kQuantRoundTrip,
+     F(KvFormat::kFP8E4M3PerToken),
+     kAny,
      {kInf, 0, p2(-8) + p2(-16), false,
       "per-token E4M3 (seed 004): as fp8_e4m3 with s = token amax / 448; NMSE <= 2^-8 + 2^-16 "
       "per token; elementwise bound scale-dependent (checked by refquant's tests)."}},
-    {Op::kQuantRoundTrip, F(KvFormat::kFP8E5M2), kAny,
+    {Op::kQuantRoundTrip,
+     F(KvFormat::kFP8E5M2),
+     kAny,
      {kInf, 0, p2(-6) + p2(-16), false,
       "E5M2 after scaling amax onto 57344: normal values err <= 2^-3 relative (2 mantissa "
       "bits); subnormal contribution < 2^-16; NMSE <= 2^-6 + 2^-16."}},
-    {Op::kQuantRoundTrip, F(KvFormat::kNVFP4), kAny,
+    {Op::kQuantRoundTrip,
+     F(KvFormat::kNVFP4),
+     kAny,
      {kInf, 0, 0.1, false,
       "NVFP4: E2M1 normal values err <= 2^-2 relative (2^-4 of the energy); values below one "
       "scale step s err <= s/4 on <= 16 elements against a block amax >= 5.6 s (E4M3-rounded "
       "scale), adding <= 1/31: NMSE <= 2^-4 + 1/31 < 0.1."}},
-    {Op::kQuantRoundTrip, F(KvFormat::kMXFP4), kAny,
+    {Op::kQuantRoundTrip,
+     F(KvFormat::kMXFP4),
+     kAny,
      {kInf, 0, 0.1875, false,
       "MXFP4, OCP floor scale (amax/s in [4, 8), values above 6 s clamp: <= 25% relative, within "
       "the 2^-2 bound): 2^-4 of the energy; values below one step s err <= s/4 on <= 32 "
       "elements against amax >= 4 s adds <= 1/8: NMSE <= 0.1875. An orthonormal Hadamard "
       "rotation preserves norms, so the bound holds with it."}},
 
-    {Op::kDecodeStepLogits, F(KvFormat::kBF16), T(DType::kF32), {p2(-3), 0, p2(-10), false, kWhyStepLogits}},
-    {Op::kDecodeStepLogits, F(KvFormat::kFP16), T(DType::kF32), {p2(-3), 0, p2(-10), false, kWhyStepLogits}},
-    {Op::kDecodeStepLogits, F(KvFormat::kFP8E4M3), T(DType::kF32), {p2(-2), 0, p2(-9), false, kWhyStepLogits}},
-    {Op::kDecodeStepLogits, F(KvFormat::kFP8E4M3PerToken), T(DType::kF32), {p2(-2), 0, p2(-9), false, kWhyStepLogits}},
-    {Op::kDecodeStepLogits, F(KvFormat::kFP8E5M2), T(DType::kF32), {p2(-1), 0, p2(-8), false, kWhyStepLogits}},
-    {Op::kDecodeStepLogits, F(KvFormat::kNVFP4), T(DType::kF32), {1, 0, p2(-6), false, kWhyStepLogits}},
-    {Op::kDecodeStepLogits, F(KvFormat::kMXFP4), T(DType::kF32), {1, 0, p2(-6), false, kWhyStepLogits}},
+    {Op::kDecodeStepLogits,
+     F(KvFormat::kBF16),
+     T(DType::kF32),
+     {p2(-3), 0, p2(-10), false, kWhyStepLogits}},
+    {Op::kDecodeStepLogits,
+     F(KvFormat::kFP16),
+     T(DType::kF32),
+     {p2(-3), 0, p2(-10), false, kWhyStepLogits}},
+    {Op::kDecodeStepLogits,
+     F(KvFormat::kFP8E4M3),
+     T(DType::kF32),
+     {p2(-2), 0, p2(-9), false, kWhyStepLogits}},
+    {Op::kDecodeStepLogits,
+     F(KvFormat::kFP8E4M3PerToken),
+     T(DType::kF32),
+     {p2(-2), 0, p2(-9), false, kWhyStepLogits}},
+    {Op::kDecodeStepLogits,
+     F(KvFormat::kFP8E5M2),
+     T(DType::kF32),
+     {p2(-1), 0, p2(-8), false, kWhyStepLogits}},
+    {Op::kDecodeStepLogits,
+     F(KvFormat::kNVFP4),
+     T(DType::kF32),
+     {1, 0, p2(-6), false, kWhyStepLogits}},
+    {Op::kDecodeStepLogits,
+     F(KvFormat::kMXFP4),
+     T(DType::kF32),
+     {1, 0, p2(-6), false, kWhyStepLogits}},
 
     {Op::kQuantBytes, kAny, kAny, {0, 0, 0, false, kWhyExact}},
     {Op::kAppend, kAny, kAny, {0, 0, 0, false, kWhyExact}},
 
-    {Op::kCompressor, F(KvFormat::kBF16), T(DType::kF32), {p2(-16), p2(-16), p2(-32), false, kWhyCompF32}},
-    {Op::kCompressor, F(KvFormat::kFP16), T(DType::kF32), {p2(-16), p2(-16), p2(-32), false, kWhyCompF32}},
-    {Op::kCompressor, F(KvFormat::kBF16), T(DType::kBF16), {p2(-16), p2(-7), p2(-18), false, kWhyCompBf16}},
-    {Op::kCompressor, F(KvFormat::kFP16), T(DType::kBF16), {p2(-16), p2(-7), p2(-18), false, kWhyCompBf16}},
-    {Op::kCompressor, F(KvFormat::kBF16), T(DType::kF16), {p2(-16), p2(-10), p2(-22), false, kWhyCompF16}},
-    {Op::kCompressor, F(KvFormat::kFP16), T(DType::kF16), {p2(-16), p2(-10), p2(-22), false, kWhyCompF16}},
+    {Op::kCompressor,
+     F(KvFormat::kBF16),
+     T(DType::kF32),
+     {p2(-16), p2(-16), p2(-32), false, kWhyCompF32}},
+    {Op::kCompressor,
+     F(KvFormat::kFP16),
+     T(DType::kF32),
+     {p2(-16), p2(-16), p2(-32), false, kWhyCompF32}},
+    {Op::kCompressor,
+     F(KvFormat::kBF16),
+     T(DType::kBF16),
+     {p2(-16), p2(-7), p2(-18), false, kWhyCompBf16}},
+    {Op::kCompressor,
+     F(KvFormat::kFP16),
+     T(DType::kBF16),
+     {p2(-16), p2(-7), p2(-18), false, kWhyCompBf16}},
+    {Op::kCompressor,
+     F(KvFormat::kBF16),
+     T(DType::kF16),
+     {p2(-16), p2(-10), p2(-22), false, kWhyCompF16}},
+    {Op::kCompressor,
+     F(KvFormat::kFP16),
+     T(DType::kF16),
+     {p2(-16), p2(-10), p2(-22), false, kWhyCompF16}},
 };
 
 // Why a combination without a row has none (the Unsupported message).
@@ -252,11 +350,13 @@ std::string missing_reason(Op op, KvFormat, DType dtype) {
              "decode_attention";
     case Op::kCompressor:
       return "the compressor's float/16-bit output is compared before quantization (storage "
-             "formats bf16/fp16 only); quantized entries are compared byte-exactly under quant_bytes";
+             "formats bf16/fp16 only); quantized entries are compared byte-exactly under "
+             "quant_bytes";
     case Op::kDecodeStepLogits:
       if (dtype != DType::kF32) return "decode-step logits are f32 (the LM head's GEMM output)";
       break;
-    default: break;
+    default:
+      break;
   }
   return "no entry in the table";
 }
@@ -264,26 +364,39 @@ std::string missing_reason(Op op, KvFormat, DType dtype) {
 }  // namespace
 
 const std::vector<Op>& all_ops() {
-  static const std::vector<Op> v{Op::kDecodeAttention, Op::kDecodeAttentionVsBf16, Op::kDecodeLse,
-                                 Op::kPrefillAttention, Op::kOnlineSoftmaxMerge, Op::kQuantRoundTrip,
-                                 Op::kQuantBytes, Op::kAppend, Op::kCompressor, Op::kDecodeStepLogits,
+  static const std::vector<Op> v{Op::kDecodeAttention,    Op::kDecodeAttentionVsBf16,
+                                 Op::kDecodeLse,          Op::kPrefillAttention,
+                                 Op::kOnlineSoftmaxMerge, Op::kQuantRoundTrip,
+                                 Op::kQuantBytes,         Op::kAppend,
+                                 Op::kCompressor,         Op::kDecodeStepLogits,
                                  Op::kReferenceCrossCheck};
   return v;
 }
 
 std::string to_string(Op op) {
   switch (op) {
-    case Op::kDecodeAttention: return "decode_attention";
-    case Op::kDecodeAttentionVsBf16: return "decode_attention_vs_original";
-    case Op::kDecodeLse: return "decode_lse";
-    case Op::kPrefillAttention: return "prefill_attention";
-    case Op::kOnlineSoftmaxMerge: return "online_softmax_merge";
-    case Op::kQuantRoundTrip: return "quant_round_trip";
-    case Op::kQuantBytes: return "quant_bytes";
-    case Op::kAppend: return "append";
-    case Op::kCompressor: return "compressor";
-    case Op::kDecodeStepLogits: return "decode_step_logits";
-    case Op::kReferenceCrossCheck: return "reference_cross_check";
+    case Op::kDecodeAttention:
+      return "decode_attention";
+    case Op::kDecodeAttentionVsBf16:
+      return "decode_attention_vs_original";
+    case Op::kDecodeLse:
+      return "decode_lse";
+    case Op::kPrefillAttention:
+      return "prefill_attention";
+    case Op::kOnlineSoftmaxMerge:
+      return "online_softmax_merge";
+    case Op::kQuantRoundTrip:
+      return "quant_round_trip";
+    case Op::kQuantBytes:
+      return "quant_bytes";
+    case Op::kAppend:
+      return "append";
+    case Op::kCompressor:
+      return "compressor";
+    case Op::kDecodeStepLogits:
+      return "decode_step_logits";
+    case Op::kReferenceCrossCheck:
+      return "reference_cross_check";
   }
   return "op(" + std::to_string(static_cast<int>(op)) + ")";
 }
@@ -291,9 +404,11 @@ std::string to_string(Op op) {
 Tolerance tolerance(Op op, KvFormat format, DType out_dtype) {
   const int f = static_cast<int>(format), d = static_cast<int>(out_dtype);
   KVLAB_REQUIRE(f >= 0 && f < kNumKvFormats, "tolerance: invalid KvFormat value " << f);
-  KVLAB_REQUIRE(d >= 0 && d <= 2, "tolerance: invalid DType value " << d << " (allowed: f32, bf16, f16)");
+  KVLAB_REQUIRE(d >= 0 && d <= 2,
+                "tolerance: invalid DType value " << d << " (allowed: f32, bf16, f16)");
   for (const Row& r : kRows)
-    if (r.op == op && (r.format == kAny || r.format == f) && (r.dtype == kAny || r.dtype == d)) return r.tol;
+    if (r.op == op && (r.format == kAny || r.format == f) && (r.dtype == kAny || r.dtype == d))
+      return r.tol;
   throw Unsupported("no tolerance for (" + to_string(op) + ", " + to_string(format) + ", " +
                     to_string(out_dtype) + "): " + missing_reason(op, format, out_dtype));
 }
@@ -331,7 +446,8 @@ bool check(const float* out, const float* ref, size_t n, const Tolerance& tol, E
 
 bool check(const std::vector<float>& out, const std::vector<float>& ref, const Tolerance& tol,
            ErrorStats* s, DType ulp_dtype) {
-  KVLAB_REQUIRE(out.size() == ref.size(), "check: out has " << out.size() << " elements but ref has "
+  KVLAB_REQUIRE(out.size() == ref.size(), "check: out has " << out.size()
+                                                            << " elements but ref has "
                                                             << ref.size() << " (they must match)");
   return check(out.data(), ref.data(), out.size(), tol, s, ulp_dtype);
 }
@@ -345,8 +461,9 @@ std::string explain_failure(const ErrorStats& s, const Tolerance& tol) {
   if (std::isfinite(s.nmse) && s.nmse > tol.nmse_max)
     os << (os.tellp() > 0 ? "; " : "") << "nmse " << s.nmse << " > " << tol.nmse_max;
   if (!tol.allow_nonfinite && s.mismatched_nonfinite > 0)
-    os << (os.tellp() > 0 ? "; " : "") << s.mismatched_nonfinite << " non-finite mismatches (nan out/ref "
-       << s.nan_out << "/" << s.nan_ref << ", inf out/ref " << s.inf_out << "/" << s.inf_ref << ")";
+    os << (os.tellp() > 0 ? "; " : "") << s.mismatched_nonfinite
+       << " non-finite mismatches (nan out/ref " << s.nan_out << "/" << s.nan_ref
+       << ", inf out/ref " << s.inf_out << "/" << s.inf_ref << ")";
   return os.str();
 }
 

@@ -17,18 +17,19 @@ namespace kvlab {
 
 enum class Op {
   kDecodeAttention,        // GPU decode vs reference over the *same* (dequantized) cache
-  kDecodeAttentionVsBf16,  // quantized-cache decode vs reference over the original data (loose, recorded)
+  kDecodeAttentionVsBf16,  // quantized-cache decode vs reference over the original data (loose,
+                           // recorded)
   kDecodeLse,              // the log-sum-exp output
   kPrefillAttention,
-  kOnlineSoftmaxMerge,     // split-KV merge vs two-pass softmax
-  kQuantRoundTrip,         // quantize -> dequantize vs input (per-token relative L2)
-  kQuantBytes,             // quantizer bytes vs reference: exact (0 differing bytes)
-  kAppend,                 // append / reshape_and_cache vs reference: exact
-  kCompressor,             // DSV4 CSA/HCA compression, GPU vs reference
-  kDecodeStepLogits,       // full decode step logits, GPU vs CPU reference
-  kReferenceCrossCheck,    // two float64-accumulating references of the same math (decode vs
-                           // prefill, decode vs an independent dense computation), one
-                           // rounded to out_dtype, the other kept in f32
+  kOnlineSoftmaxMerge,   // split-KV merge vs two-pass softmax
+  kQuantRoundTrip,       // quantize -> dequantize vs input (per-token relative L2)
+  kQuantBytes,           // quantizer bytes vs reference: exact (0 differing bytes)
+  kAppend,               // append / reshape_and_cache vs reference: exact
+  kCompressor,           // DSV4 CSA/HCA compression, GPU vs reference
+  kDecodeStepLogits,     // full decode step logits, GPU vs CPU reference
+  kReferenceCrossCheck,  // two float64-accumulating references of the same math (decode vs
+                         // prefill, decode vs an independent dense computation), one
+                         // rounded to out_dtype, the other kept in f32
 };
 constexpr int kNumOps = 11;
 const std::vector<Op>& all_ops();

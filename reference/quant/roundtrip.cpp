@@ -47,7 +47,8 @@ RoundTripStats roundtrip_stats(const float* x, const float* y, int64_t rows, int
   return s;
 }
 
-RoundTripStats roundtrip_stats(const QuantScheme& scheme, const float* x, int64_t rows, int64_t cols) {
+RoundTripStats roundtrip_stats(const QuantScheme& scheme, const float* x, int64_t rows,
+                               int64_t cols) {
   const std::vector<float> y = scheme.roundtrip(x, rows, cols);
   RoundTripStats s = roundtrip_stats(x, y.data(), rows, cols);
   s.bytes_per_token = scheme.bytes_per_token(cols);
@@ -56,9 +57,9 @@ RoundTripStats roundtrip_stats(const QuantScheme& scheme, const float* x, int64_
 
 std::string to_string(const RoundTripStats& s) {
   std::ostringstream os;
-  os << s.rows << "x" << s.cols << " rel_l2 mean " << s.rel_l2_mean << " p50 " << s.rel_l2_p50 << " p99 "
-     << s.rel_l2_p99 << " max " << s.rel_l2_max << " nmse " << s.nmse << " max_abs " << s.max_abs
-     << " nonfinite " << s.nonfinite << " bytes/token " << s.bytes_per_token;
+  os << s.rows << "x" << s.cols << " rel_l2 mean " << s.rel_l2_mean << " p50 " << s.rel_l2_p50
+     << " p99 " << s.rel_l2_p99 << " max " << s.rel_l2_max << " nmse " << s.nmse << " max_abs "
+     << s.max_abs << " nonfinite " << s.nonfinite << " bytes/token " << s.bytes_per_token;
   return os.str();
 }
 

@@ -34,7 +34,8 @@ struct RoundTripStats {
 // Statistics of y against the reference x, both [rows, cols].
 RoundTripStats roundtrip_stats(const float* x, const float* y, int64_t rows, int64_t cols);
 // Quantizes x with the scheme and measures the round trip.
-RoundTripStats roundtrip_stats(const QuantScheme& scheme, const float* x, int64_t rows, int64_t cols);
+RoundTripStats roundtrip_stats(const QuantScheme& scheme, const float* x, int64_t rows,
+                               int64_t cols);
 
 // Per-row relative L2 errors (the distribution the summary is taken from).
 std::vector<double> per_row_rel_l2(const float* x, const float* y, int64_t rows, int64_t cols);

@@ -68,11 +68,16 @@ constexpr float kDefaultAmaxFloor = 1e-4f;
 // Max finite value of an element format (what the scale maps the amax to).
 KVLAB_HD float elem_max_finite(ElemFormat f) {
   switch (f) {
-    case ElemFormat::kFP8E4M3: return kE4M3Max;
-    case ElemFormat::kFP8E5M2: return kE5M2Max;
-    case ElemFormat::kFP4E2M1: return kE2M1Max;
-    case ElemFormat::kBF16: return fmt_detail::bits_f32(0x7F7F0000u);
-    case ElemFormat::kFP16: return kFP16Max;
+    case ElemFormat::kFP8E4M3:
+      return kE4M3Max;
+    case ElemFormat::kFP8E5M2:
+      return kE5M2Max;
+    case ElemFormat::kFP4E2M1:
+      return kE2M1Max;
+    case ElemFormat::kBF16:
+      return fmt_detail::bits_f32(0x7F7F0000u);
+    case ElemFormat::kFP16:
+      return kFP16Max;
   }
   return 0.0f;
 }
@@ -80,11 +85,16 @@ KVLAB_HD float elem_max_finite(ElemFormat f) {
 // emax_elem of the OCP MX spec: the exponent of the largest power of two <= max finite.
 KVLAB_HD int elem_emax(ElemFormat f) {
   switch (f) {
-    case ElemFormat::kFP8E4M3: return 8;    // 448 = 1.75 * 2^8
-    case ElemFormat::kFP8E5M2: return 15;   // 57344 = 1.75 * 2^15
-    case ElemFormat::kFP4E2M1: return 2;    // 6 = 1.5 * 2^2
-    case ElemFormat::kBF16: return 127;
-    case ElemFormat::kFP16: return 15;      // 65504 = 1.999 * 2^15
+    case ElemFormat::kFP8E4M3:
+      return 8;  // 448 = 1.75 * 2^8
+    case ElemFormat::kFP8E5M2:
+      return 15;  // 57344 = 1.75 * 2^15
+    case ElemFormat::kFP4E2M1:
+      return 2;  // 6 = 1.5 * 2^2
+    case ElemFormat::kBF16:
+      return 127;
+    case ElemFormat::kFP16:
+      return 15;  // 65504 = 1.999 * 2^15
   }
   return 0;
 }
@@ -92,20 +102,31 @@ KVLAB_HD int elem_emax(ElemFormat f) {
 KVLAB_HD int elem_bits(ElemFormat f) {
   switch (f) {
     case ElemFormat::kFP8E4M3:
-    case ElemFormat::kFP8E5M2: return 8;
-    case ElemFormat::kFP4E2M1: return 4;
+    case ElemFormat::kFP8E5M2:
+      return 8;
+    case ElemFormat::kFP4E2M1:
+      return 4;
     case ElemFormat::kBF16:
-    case ElemFormat::kFP16: return 16;
+    case ElemFormat::kFP16:
+      return 16;
   }
   return 0;
 }
 
 namespace scale_detail {
 
-KVLAB_HD bool is_nan(float x) { return (fmt_detail::f32_bits(x) & 0x7FFFFFFFu) > 0x7F800000u; }
-KVLAB_HD bool is_finite(float x) { return (fmt_detail::f32_bits(x) & 0x7F800000u) != 0x7F800000u; }
-KVLAB_HD float abs_bits(float x) { return fmt_detail::bits_f32(fmt_detail::f32_bits(x) & 0x7FFFFFFFu); }
-KVLAB_HD float nan_f32() { return fmt_detail::bits_f32(0x7FC00000u); }
+KVLAB_HD bool is_nan(float x) {
+  return (fmt_detail::f32_bits(x) & 0x7FFFFFFFu) > 0x7F800000u;
+}
+KVLAB_HD bool is_finite(float x) {
+  return (fmt_detail::f32_bits(x) & 0x7F800000u) != 0x7F800000u;
+}
+KVLAB_HD float abs_bits(float x) {
+  return fmt_detail::bits_f32(fmt_detail::f32_bits(x) & 0x7FFFFFFFu);
+}
+KVLAB_HD float nan_f32() {
+  return fmt_detail::bits_f32(0x7FC00000u);
+}
 
 // a / b rounded to nearest even, on the device too (fast-math would approximate `/`).
 KVLAB_HD float div_rn(float a, float b) {
@@ -124,7 +145,9 @@ KVLAB_HD float mul_rn(float a, float b) {
 }
 
 // max(a, floor) that keeps a NaN `a` (the floor is a finite non-negative number).
-KVLAB_HD float floor_max(float a, float floor) { return (is_nan(a) || a >= floor) ? a : floor; }
+KVLAB_HD float floor_max(float a, float floor) {
+  return (is_nan(a) || a >= floor) ? a : floor;
+}
 
 }  // namespace scale_detail
 
@@ -235,22 +258,32 @@ KVLAB_HD float nvfp4_element_scale(uint8_t block_code, float tensor_scale) {
 // Encode one element of an ElemFormat (FP4: the code in the low nibble).
 KVLAB_HD uint16_t encode_elem(float y, ElemFormat f, Saturation sat) {
   switch (f) {
-    case ElemFormat::kFP8E4M3: return float_to_e4m3(y, sat);
-    case ElemFormat::kFP8E5M2: return float_to_e5m2(y, sat);
-    case ElemFormat::kFP4E2M1: return float_to_e2m1(y);
-    case ElemFormat::kBF16: return float_to_bf16_bits(y, sat);
-    case ElemFormat::kFP16: return float_to_fp16_bits(y, sat);
+    case ElemFormat::kFP8E4M3:
+      return float_to_e4m3(y, sat);
+    case ElemFormat::kFP8E5M2:
+      return float_to_e5m2(y, sat);
+    case ElemFormat::kFP4E2M1:
+      return float_to_e2m1(y);
+    case ElemFormat::kBF16:
+      return float_to_bf16_bits(y, sat);
+    case ElemFormat::kFP16:
+      return float_to_fp16_bits(y, sat);
   }
   return 0;
 }
 
 KVLAB_HD float decode_elem(uint16_t code, ElemFormat f) {
   switch (f) {
-    case ElemFormat::kFP8E4M3: return e4m3_to_float(static_cast<uint8_t>(code));
-    case ElemFormat::kFP8E5M2: return e5m2_to_float(static_cast<uint8_t>(code));
-    case ElemFormat::kFP4E2M1: return e2m1_to_float(static_cast<uint8_t>(code));
-    case ElemFormat::kBF16: return bf16_bits_to_float(code);
-    case ElemFormat::kFP16: return fp16_bits_to_float(code);
+    case ElemFormat::kFP8E4M3:
+      return e4m3_to_float(static_cast<uint8_t>(code));
+    case ElemFormat::kFP8E5M2:
+      return e5m2_to_float(static_cast<uint8_t>(code));
+    case ElemFormat::kFP4E2M1:
+      return e2m1_to_float(static_cast<uint8_t>(code));
+    case ElemFormat::kBF16:
+      return bf16_bits_to_float(code);
+    case ElemFormat::kFP16:
+      return fp16_bits_to_float(code);
   }
   return 0.0f;
 }
@@ -267,7 +300,8 @@ KVLAB_HD float scale_for_encode(float x, float s, ElemFormat f, ElementClamp cla
 }
 
 // The code of element x under scale s: encode(clamp(x / s)).
-KVLAB_HD uint16_t quantize_element(float x, float s, ElemFormat f, Saturation sat, ElementClamp clamp) {
+KVLAB_HD uint16_t quantize_element(float x, float s, ElemFormat f, Saturation sat,
+                                   ElementClamp clamp) {
   return encode_elem(scale_for_encode(x, s, f, clamp), f, sat);
 }
 
@@ -294,10 +328,12 @@ struct KvBlockScale {
 };
 KVLAB_HD KvBlockScale kv_fp4_block_scale(bool nvfp4, float amax, float pool_scale) {
   if (nvfp4) {
-    const uint8_t c = nvfp4_block_scale_code(amax, pool_scale, kDefaultAmaxFloor, AmaxFloorAt::kAmax);
+    const uint8_t c =
+        nvfp4_block_scale_code(amax, pool_scale, kDefaultAmaxFloor, AmaxFloorAt::kAmax);
     return {c, nvfp4_element_scale(c, pool_scale)};
   }
-  const int e = pow2_exp_ocp_floor(amax, elem_emax(ElemFormat::kFP4E2M1), kDefaultAmaxFloor, AmaxFloorAt::kAmax);
+  const int e = pow2_exp_ocp_floor(amax, elem_emax(ElemFormat::kFP4E2M1), kDefaultAmaxFloor,
+                                   AmaxFloorAt::kAmax);
   return {ue8m0_code_from_exp(e), pow2_scale_value(e)};
 }
 

@@ -73,7 +73,13 @@ namespace kvlab::ref {
 
 enum class Granularity : int32_t { kNone = 0, kPerTensor = 1, kPerToken = 2, kPerGroup = 3 };
 enum class ScaleFormat : int32_t { kNone = 0, kFP32 = 1, kUE8M0 = 2, kE4M3 = 3 };
-enum class ScaleRule : int32_t { kNone = 0, kExactFP32 = 1, kCeilPow2 = 2, kOcpFloor = 3, kE4M3Rounded = 4 };
+enum class ScaleRule : int32_t {
+  kNone = 0,
+  kExactFP32 = 1,
+  kCeilPow2 = 2,
+  kOcpFloor = 3,
+  kE4M3Rounded = 4
+};
 
 struct SchemeSpec {
   std::string name = "custom";
@@ -163,8 +169,8 @@ class QuantScheme {
 
  private:
   SchemeSpec spec_;
-  int64_t code_bytes(int64_t cols) const;   // codes part of a record
-  int64_t scale_bytes_per_group() const;    // 4, 1 or 0
+  int64_t code_bytes(int64_t cols) const;  // codes part of a record
+  int64_t scale_bytes_per_group() const;   // 4, 1 or 0
   void check_quantized(const QuantizedTensor& q) const;
 };
 

@@ -19,9 +19,12 @@ using step::WeightTensor;
 using MatrixF = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 using MatrixD = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 
-float bf16_round(float x) { return bf16_bits_to_float(float_to_bf16_bits(x, Saturation::kSatFinite)); }
+float bf16_round(float x) {
+  return bf16_bits_to_float(float_to_bf16_bits(x, Saturation::kSatFinite));
+}
 
-MatrixF tensor_matrix(const DecoderConfig& c, WeightTensor t, int layer, int64_t rows, int64_t cols) {
+MatrixF tensor_matrix(const DecoderConfig& c, WeightTensor t, int layer, int64_t rows,
+                      int64_t cols) {
   const std::vector<uint16_t> bits = synthetic_tensor(c, t, layer, rows * cols);
   MatrixF m(rows, cols);
   for (int64_t i = 0; i < rows * cols; ++i) m.data()[i] = bf16_bits_to_float(bits[i]);
@@ -65,31 +68,42 @@ struct DecoderRef::Layer {
 std::pair<float, float> synthetic_init(WeightTensor t, const DecoderConfig& c) {
   auto fan_in = [](int k) { return static_cast<float>(std::sqrt(3.0 / k)); };
   switch (t) {
-    case WeightTensor::kEmbedding: return {1.0f, 0.0f};
+    case WeightTensor::kEmbedding:
+      return {1.0f, 0.0f};
     case WeightTensor::kAttnNorm:
     case WeightTensor::kMlpNorm:
-    case WeightTensor::kFinalNorm: return {0.25f, 1.0f};
-    case WeightTensor::kWqkv: return {fan_in(c.hidden), 0.0f};
-    case WeightTensor::kWo: return {fan_in(c.q_dim()), 0.0f};
-    case WeightTensor::kWGateUp: return {fan_in(c.hidden), 0.0f};
-    case WeightTensor::kWDown: return {fan_in(c.ffn), 0.0f};
-    case WeightTensor::kLmHead: return {fan_in(c.hidden), 0.0f};
+    case WeightTensor::kFinalNorm:
+      return {0.25f, 1.0f};
+    case WeightTensor::kWqkv:
+      return {fan_in(c.hidden), 0.0f};
+    case WeightTensor::kWo:
+      return {fan_in(c.q_dim()), 0.0f};
+    case WeightTensor::kWGateUp:
+      return {fan_in(c.hidden), 0.0f};
+    case WeightTensor::kWDown:
+      return {fan_in(c.ffn), 0.0f};
+    case WeightTensor::kLmHead:
+      return {fan_in(c.hidden), 0.0f};
   }
-  throw InvalidArgument("synthetic_init: unknown tensor kind " + std::to_string(static_cast<int>(t)));
+  throw InvalidArgument("synthetic_init: unknown tensor kind " +
+                        std::to_string(static_cast<int>(t)));
 }
 
-std::vector<uint16_t> synthetic_tensor(const DecoderConfig& c, WeightTensor t, int layer, int64_t n) {
+std::vector<uint16_t> synthetic_tensor(const DecoderConfig& c, WeightTensor t, int layer,
+                                       int64_t n) {
   KVLAB_REQUIRE(n >= 0, "synthetic_tensor: n " << n << " < 0");
   const auto [scale, offset] = synthetic_init(t, c);
   const uint64_t stream = step::weight_stream(t, layer);
   std::vector<uint16_t> out(n);
-  for (int64_t i = 0; i < n; ++i) out[i] = step::synthetic_weight_bf16(c.seed, stream, i, scale, offset);
+  for (int64_t i = 0; i < n; ++i)
+    out[i] = step::synthetic_weight_bf16(c.seed, stream, i, scale, offset);
   return out;
 }
 
 std::vector<float> rope_table(const DecoderConfig& c, int max_pos) {
   KVLAB_REQUIRE(max_pos >= 1, "rope_table: max_pos " << max_pos << " must be >= 1");
-  KVLAB_REQUIRE(c.head_dim >= 2 && c.head_dim % 2 == 0, "rope_table: head_dim " << c.head_dim << " must be even");
+  KVLAB_REQUIRE(c.head_dim >= 2 && c.head_dim % 2 == 0,
+                "rope_table: head_dim " << c.head_dim << " must be even");
   const int half = c.head_dim / 2;
   std::vector<float> t(static_cast<size_t>(max_pos) * half * 2);
   for (int p = 0; p < max_pos; ++p)
@@ -102,22 +116,27 @@ std::vector<float> rope_table(const DecoderConfig& c, int max_pos) {
   return t;
 }
 
-float step_sm_scale(const DecoderConfig& c) { return 1.0f / std::sqrt(static_cast<float>(c.head_dim)); }
+float step_sm_scale(const DecoderConfig& c) {
+  return 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+}
 
 int32_t greedy_token(const float* logits, int vocab) {
   KVLAB_REQUIRE(vocab >= 1, "greedy_token: vocab " << vocab << " must be >= 1");
   uint64_t best = 0;
-  for (int i = 0; i < vocab; ++i) best = std::max(best, step::token_order_key(logits[i], static_cast<uint32_t>(i)));
+  for (int i = 0; i < vocab; ++i)
+    best = std::max(best, step::token_order_key(logits[i], static_cast<uint32_t>(i)));
   return static_cast<int32_t>(step::token_of_key(best));
 }
 
-int32_t top_k_token(const float* logits, int vocab, int k, float temperature, uint64_t seed, int32_t row,
-                    int32_t position) {
-  KVLAB_REQUIRE(k >= 1 && k <= vocab, "top_k_token: k " << k << " outside [1, vocab " << vocab << "]");
+int32_t top_k_token(const float* logits, int vocab, int k, float temperature, uint64_t seed,
+                    int32_t row, int32_t position) {
+  KVLAB_REQUIRE(k >= 1 && k <= vocab,
+                "top_k_token: k " << k << " outside [1, vocab " << vocab << "]");
   KVLAB_REQUIRE(std::isfinite(temperature) && temperature > 0.0f,
                 "top_k_token: temperature " << temperature << " must be finite and > 0");
   std::vector<uint64_t> keys(vocab);
-  for (int i = 0; i < vocab; ++i) keys[i] = step::token_order_key(logits[i], static_cast<uint32_t>(i));
+  for (int i = 0; i < vocab; ++i)
+    keys[i] = step::token_order_key(logits[i], static_cast<uint32_t>(i));
   std::partial_sort(keys.begin(), keys.begin() + k, keys.end(), std::greater<uint64_t>());
   std::vector<float> vals(k);
   for (int i = 0; i < k; ++i) vals[i] = logits[step::token_of_key(keys[i])];
@@ -126,13 +145,18 @@ int32_t top_k_token(const float* logits, int vocab, int k, float temperature, ui
   return static_cast<int32_t>(step::token_of_key(keys[pick]));
 }
 
-DecoderRef::DecoderRef(const DecoderConfig& cfg, const StepCacheOptions& cache, int max_batch, int max_context,
-                       bool double_accumulate)
-    : cfg_(cfg), cache_(cache), max_batch_(max_batch), max_context_(max_context), double_acc_(double_accumulate) {
+DecoderRef::DecoderRef(const DecoderConfig& cfg, const StepCacheOptions& cache, int max_batch,
+                       int max_context, bool double_accumulate)
+    : cfg_(cfg),
+      cache_(cache),
+      max_batch_(max_batch),
+      max_context_(max_context),
+      double_acc_(double_accumulate) {
   validate(cfg);
   KVLAB_REQUIRE(max_batch >= 1, "DecoderRef: max_batch " << max_batch << " must be >= 1");
   KVLAB_REQUIRE(max_context >= 1, "DecoderRef: max_context " << max_context << " must be >= 1");
-  KVLAB_REQUIRE(cache.block_size >= 1, "DecoderRef: block_size " << cache.block_size << " must be >= 1");
+  KVLAB_REQUIRE(cache.block_size >= 1,
+                "DecoderRef: block_size " << cache.block_size << " must be >= 1");
   bps_ = (max_context + cache.block_size - 1) / cache.block_size;
   geom_.layout = cache.layout;
   geom_.format = cache.format;
@@ -166,7 +190,8 @@ DecoderRef::~DecoderRef() = default;
 DecoderRef::DecoderRef(DecoderRef&&) noexcept = default;
 
 KvCacheView DecoderRef::cache_view(int layer) const {
-  KVLAB_REQUIRE(layer >= 0 && layer < cfg_.layers, "layer " << layer << " outside [0, " << cfg_.layers << ")");
+  KVLAB_REQUIRE(layer >= 0 && layer < cfg_.layers,
+                "layer " << layer << " outside [0, " << cfg_.layers << ")");
   KvCacheView v;
   v.geom = geom_;
   v.k = const_cast<uint8_t*>(k_pool_[layer].data());
@@ -179,16 +204,19 @@ KvCacheView DecoderRef::cache_view(int layer) const {
 }
 
 void DecoderRef::start(int batch, const std::vector<int32_t>& block_table) {
-  KVLAB_REQUIRE(batch >= 1 && batch <= max_batch_, "DecoderRef::start: batch " << batch << " outside [1, " << max_batch_ << "]");
+  KVLAB_REQUIRE(batch >= 1 && batch <= max_batch_,
+                "DecoderRef::start: batch " << batch << " outside [1, " << max_batch_ << "]");
   KVLAB_REQUIRE(block_table.size() >= static_cast<size_t>(batch) * bps_,
-                "DecoderRef::start: block table of " << block_table.size() << " entries, need " << batch << " x "
-                                                     << bps_);
+                "DecoderRef::start: block table of " << block_table.size() << " entries, need "
+                                                     << batch << " x " << bps_);
   std::vector<uint8_t> used(geom_.num_blocks, 0);
   for (int r = 0; r < batch; ++r)
     for (int j = 0; j < bps_; ++j) {
       const int32_t b = block_table[static_cast<size_t>(r) * bps_ + j];
-      KVLAB_REQUIRE(b >= 0 && b < geom_.num_blocks,
-                    "DecoderRef::start: block_table[" << r << "][" << j << "] = " << b << " outside [0, " << geom_.num_blocks << ")");
+      KVLAB_REQUIRE(b >= 0 && b < geom_.num_blocks, "DecoderRef::start: block_table["
+                                                        << r << "][" << j << "] = " << b
+                                                        << " outside [0, " << geom_.num_blocks
+                                                        << ")");
       KVLAB_REQUIRE(!used[b], "DecoderRef::start: block " << b << " is used twice");
       used[b] = 1;
     }
@@ -203,18 +231,21 @@ void DecoderRef::start(int batch, const std::vector<int32_t>& block_table) {
   }
 }
 
-std::vector<int32_t> DecoderRef::step(const std::vector<int32_t>& tokens, int top_k, float temperature,
-                                      uint64_t seed) {
+std::vector<int32_t> DecoderRef::step(const std::vector<int32_t>& tokens, int top_k,
+                                      float temperature, uint64_t seed) {
   KVLAB_REQUIRE(batch_ > 0, "DecoderRef::step: no sequences (call start)");
   KVLAB_REQUIRE(static_cast<int>(tokens.size()) == batch_,
                 "DecoderRef::step: " << tokens.size() << " tokens for a batch of " << batch_);
   for (int r = 0; r < batch_; ++r) {
     KVLAB_REQUIRE(tokens[r] >= 0 && tokens[r] < cfg_.vocab,
-                  "DecoderRef::step: token " << tokens[r] << " of row " << r << " outside [0, " << cfg_.vocab << ")");
-    KVLAB_REQUIRE(positions_[r] < max_context_,
-                  "DecoderRef::step: sequence " << r << " at position " << positions_[r] << " = max_context");
+                  "DecoderRef::step: token " << tokens[r] << " of row " << r << " outside [0, "
+                                             << cfg_.vocab << ")");
+    KVLAB_REQUIRE(positions_[r] < max_context_, "DecoderRef::step: sequence "
+                                                    << r << " at position " << positions_[r]
+                                                    << " = max_context");
   }
-  KVLAB_REQUIRE(top_k >= 0 && top_k <= cfg_.vocab, "DecoderRef::step: top_k " << top_k << " outside [0, vocab]");
+  KVLAB_REQUIRE(top_k >= 0 && top_k <= cfg_.vocab,
+                "DecoderRef::step: top_k " << top_k << " outside [0, vocab]");
   const DecoderConfig& c = cfg_;
   const int M = batch_, H = c.hidden, D = c.head_dim, half = D / 2, F = c.ffn;
   const int qd = c.q_dim(), kvd = c.kv_dim();
@@ -224,8 +255,10 @@ std::vector<int32_t> DecoderRef::step(const std::vector<int32_t>& tokens, int to
   std::vector<int32_t> seq_lens(M);
   for (int r = 0; r < M; ++r) {
     const int p = positions_[r];
-    slots[r] = static_cast<int64_t>(block_table_[static_cast<size_t>(r) * bps_ + p / geom_.block_size]) *
-                   geom_.block_size + p % geom_.block_size;
+    slots[r] =
+        static_cast<int64_t>(block_table_[static_cast<size_t>(r) * bps_ + p / geom_.block_size]) *
+            geom_.block_size +
+        p % geom_.block_size;
     seq_lens[r] = p + 1;
   }
 
@@ -252,7 +285,8 @@ std::vector<int32_t> DecoderRef::step(const std::vector<int32_t>& tokens, int to
         }
       }
       for (int i = 0; i < qd; ++i)
-        q_bits[static_cast<size_t>(r) * qd + i] = float_to_bf16_bits(qkv(r, i), Saturation::kSatFinite);
+        q_bits[static_cast<size_t>(r) * qd + i] =
+            float_to_bf16_bits(qkv(r, i), Saturation::kSatFinite);
       for (int i = 0; i < kvd; ++i) {
         kbuf[static_cast<size_t>(r) * kvd + i] = qkv(r, qd + i);
         vbuf[static_cast<size_t>(r) * kvd + i] = qkv(r, qd + kvd + i);
@@ -303,7 +337,8 @@ std::vector<int32_t> DecoderRef::step(const std::vector<int32_t>& tokens, int to
   std::vector<int32_t> out(M);
   for (int r = 0; r < M; ++r) {
     const float* row = logits_.data() + static_cast<size_t>(r) * c.vocab;
-    out[r] = top_k == 0 ? greedy_token(row, c.vocab) : top_k_token(row, c.vocab, top_k, temperature, seed, r, positions_[r]);
+    out[r] = top_k == 0 ? greedy_token(row, c.vocab)
+                        : top_k_token(row, c.vocab, top_k, temperature, seed, r, positions_[r]);
     positions_[r] += 1;
   }
   return out;

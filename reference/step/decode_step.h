@@ -33,7 +33,8 @@ namespace kvlab::ref {
 std::pair<float, float> synthetic_init(step::WeightTensor t, const DecoderConfig& c);
 
 // The BF16 bits of a whole tensor (host generation; the GPU fills the same bits on device).
-std::vector<uint16_t> synthetic_tensor(const DecoderConfig& c, step::WeightTensor t, int layer, int64_t n);
+std::vector<uint16_t> synthetic_tensor(const DecoderConfig& c, step::WeightTensor t, int layer,
+                                       int64_t n);
 
 // RoPE table (NeoX halves, Llama's inv_freq_i = theta^(-2i/D)): float [max_pos, D/2, 2]
 // holding (cos, sin) of pos * inv_freq_i, computed in double and rounded once to float.
@@ -44,8 +45,8 @@ float step_sm_scale(const DecoderConfig& c);
 
 // Sampling (mirrors gpu/step/sampling.h). Rows of `vocab` logits.
 int32_t greedy_token(const float* logits, int vocab);
-int32_t top_k_token(const float* logits, int vocab, int k, float temperature, uint64_t seed, int32_t row,
-                    int32_t position);
+int32_t top_k_token(const float* logits, int vocab, int k, float temperature, uint64_t seed,
+                    int32_t row, int32_t position);
 
 struct StepCacheOptions {
   KvFormat format = KvFormat::kBF16;
@@ -59,8 +60,8 @@ class DecoderRef {
  public:
   // max_context tokens per sequence, blocks_per_seq = ceil(max_context / block_size); the
   // pools hold max_batch * blocks_per_seq blocks, as the GPU engine's do.
-  DecoderRef(const DecoderConfig& cfg, const StepCacheOptions& cache, int max_batch, int max_context,
-             bool double_accumulate = false);
+  DecoderRef(const DecoderConfig& cfg, const StepCacheOptions& cache, int max_batch,
+             int max_context, bool double_accumulate = false);
 
   // Starts `batch` sequences at position 0. block_table: int32 [max_batch or batch,
   // blocks_per_seq] (row r = sequence r); every entry a sequence uses must be a valid,
@@ -69,8 +70,8 @@ class DecoderRef {
 
   // One decode step of every sequence on `tokens` [batch]; returns the sampled tokens.
   // top_k == 0: greedy.
-  std::vector<int32_t> step(const std::vector<int32_t>& tokens, int top_k = 0, float temperature = 1.0f,
-                            uint64_t seed = 0);
+  std::vector<int32_t> step(const std::vector<int32_t>& tokens, int top_k = 0,
+                            float temperature = 1.0f, uint64_t seed = 0);
 
   const std::vector<float>& logits() const { return logits_; }  // [batch, vocab] of the last step
   const std::vector<int32_t>& positions() const { return positions_; }

@@ -9,8 +9,8 @@ namespace kvlab {
 
 namespace {
 
-DecoderConfig make(const char* name, int layers, int hidden, int q_heads, int kv_heads, int head_dim,
-                   int ffn, int vocab, float theta) {
+DecoderConfig make(const char* name, int layers, int hidden, int q_heads, int kv_heads,
+                   int head_dim, int ffn, int vocab, float theta) {
   DecoderConfig c;
   c.name = name;
   c.layers = layers;
@@ -50,8 +50,9 @@ void validate(const DecoderConfig& c) {
   KVLAB_REQUIRE(c.hidden >= 1, "decoder hidden " << c.hidden << " must be >= 1");
   KVLAB_REQUIRE(c.q_heads >= 1 && c.kv_heads >= 1,
                 "decoder heads q " << c.q_heads << " / kv " << c.kv_heads << " must be >= 1");
-  KVLAB_REQUIRE(c.q_heads % c.kv_heads == 0, "decoder q_heads " << c.q_heads
-                                                 << " must be a multiple of kv_heads " << c.kv_heads);
+  KVLAB_REQUIRE(c.q_heads % c.kv_heads == 0, "decoder q_heads "
+                                                 << c.q_heads << " must be a multiple of kv_heads "
+                                                 << c.kv_heads);
   KVLAB_REQUIRE(c.head_dim >= 2 && c.head_dim % 2 == 0,
                 "decoder head_dim " << c.head_dim << " must be even and >= 2 (RoPE rotates pairs)");
   KVLAB_REQUIRE(c.ffn >= 1, "decoder ffn " << c.ffn << " must be >= 1");
@@ -65,18 +66,23 @@ void validate(const DecoderConfig& c) {
 
 std::string to_string(const DecoderConfig& c) {
   std::ostringstream os;
-  os << c.name << " L" << c.layers << " H" << c.hidden << " q" << c.q_heads << "/kv" << c.kv_heads << "x"
-     << c.head_dim << " F" << c.ffn << " V" << c.vocab;
+  os << c.name << " L" << c.layers << " H" << c.hidden << " q" << c.q_heads << "/kv" << c.kv_heads
+     << "x" << c.head_dim << " F" << c.ffn << " V" << c.vocab;
   return os.str();
 }
 
 const char* to_string(Linear l) {
   switch (l) {
-    case Linear::kQkv: return "qkv";
-    case Linear::kO: return "o";
-    case Linear::kGateUp: return "gate_up";
-    case Linear::kDown: return "down";
-    case Linear::kLmHead: return "lm_head";
+    case Linear::kQkv:
+      return "qkv";
+    case Linear::kO:
+      return "o";
+    case Linear::kGateUp:
+      return "gate_up";
+    case Linear::kDown:
+      return "down";
+    case Linear::kLmHead:
+      return "lm_head";
   }
   return "?";
 }
@@ -106,12 +112,15 @@ double gemm_bytes(int64_t m, int64_t n, int64_t k, int out_bytes) {
   return 2.0 * n * k + 2.0 * m * k + static_cast<double>(out_bytes) * m * n;
 }
 
-double gemm_flops(int64_t m, int64_t n, int64_t k) { return 2.0 * m * n * k; }
+double gemm_flops(int64_t m, int64_t n, int64_t k) {
+  return 2.0 * m * n * k;
+}
 
 double kv_bytes_per_token(const DecoderConfig& c, KvFormat f) {
   double per_head = c.head_dim * kv_format_bits(f) / 8.0;
   if (kv_format_has_token_scales(f)) per_head += 4.0;
-  if (kv_format_has_block_scales(f)) per_head += static_cast<double>(c.head_dim) / kv_format_scale_group(f);
+  if (kv_format_has_block_scales(f))
+    per_head += static_cast<double>(c.head_dim) / kv_format_scale_group(f);
   return 2.0 * c.layers * c.kv_heads * per_head;
 }
 

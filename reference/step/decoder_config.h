@@ -65,9 +65,9 @@ const char* to_string(Linear l);  // "qkv", "o", "gate_up", "down", "lm_head"
 
 struct LinearShape {
   Linear which = Linear::kQkv;
-  int64_t n = 0;       // output features
-  int64_t k = 0;       // input features
-  int64_t count = 0;   // how many per step (layers, or 1 for the LM head)
+  int64_t n = 0;      // output features
+  int64_t k = 0;      // input features
+  int64_t count = 0;  // how many per step (layers, or 1 for the LM head)
 };
 std::vector<LinearShape> linear_shapes(const DecoderConfig& c);
 

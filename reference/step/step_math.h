@@ -70,7 +70,9 @@ KVLAB_HD float uniform_pm1(uint64_t h) {
   return static_cast<float>(v) * (1.0f / 8388608.0f);
 }
 // Uniform in [0, 1) on a 2^-24 grid.
-KVLAB_HD float uniform01(uint64_t h) { return static_cast<float>(h >> 40) * (1.0f / 16777216.0f); }
+KVLAB_HD float uniform01(uint64_t h) {
+  return static_cast<float>(h >> 40) * (1.0f / 16777216.0f);
+}
 
 // ------------------------------------------------------------------ synthetic weights
 // Tensor kinds; the hash stream of a tensor is (kind, layer).
@@ -90,7 +92,8 @@ KVLAB_HD uint64_t weight_stream(WeightTensor t, int layer) {
 }
 // Element `index` of a tensor: offset + scale * u, u uniform in [-1, 1), rounded to BF16.
 // The caller picks (scale, offset) with weight_init() so activations stay O(1).
-KVLAB_HD uint16_t synthetic_weight_bf16(uint64_t seed, uint64_t stream, int64_t index, float scale, float offset) {
+KVLAB_HD uint16_t synthetic_weight_bf16(uint64_t seed, uint64_t stream, int64_t index, float scale,
+                                        float offset) {
   const float u = uniform_pm1(hash3(seed, stream, static_cast<uint64_t>(index)));
   return float_to_bf16_bits(fma_rn(scale, u, offset), Saturation::kSatFinite);
 }
@@ -115,19 +118,21 @@ KVLAB_HD uint32_t float_order_key(float x) {
 KVLAB_HD uint64_t token_order_key(float logit, uint32_t token) {
   return (static_cast<uint64_t>(float_order_key(logit)) << 32) | (0xFFFFFFFFu - token);
 }
-KVLAB_HD uint32_t token_of_key(uint64_t key) { return 0xFFFFFFFFu - static_cast<uint32_t>(key & 0xFFFFFFFFu); }
+KVLAB_HD uint32_t token_of_key(uint64_t key) {
+  return 0xFFFFFFFFu - static_cast<uint32_t>(key & 0xFFFFFFFFu);
+}
 
 // exp(x) for -87 < x <= 0 (0 at and below -87; x > 0 is treated as 0: callers subtract the
 // maximum first), within det_exp_error_bound(x) relative: t = x * log2(e) carries the
 // float rounding of log2(e) (1.3e-8) and of the product (2^-24), i.e. < 2^-23 |x| once
-// scaled by ln 2 back to exp; the 2^f polynomial and f * ln 2 add a few float ulps (< 2^-21). Built only from _rn operations and exact bit
-// manipulation, so host and device agree bit for bit.
+// scaled by ln 2 back to exp; the 2^f polynomial and f * ln 2 add a few float ulps (< 2^-21). Built
+// only from _rn operations and exact bit manipulation, so host and device agree bit for bit.
 KVLAB_HD float det_exp(float x) {
   if (!(x > -87.0f)) return 0.0f;  // also NaN -> 0
   if (x > 0.0f) x = 0.0f;
-  const float t = fmul_rn(x, 1.44269504088896341f);     // log2(e)
-  const float n = floorf(fadd_rn(t, 0.5f));             // nearest integer, exact
-  const float f = fsub_rn(t, n);                         // [-0.5, 0.5], exact (Sterbenz)
+  const float t = fmul_rn(x, 1.44269504088896341f);  // log2(e)
+  const float n = floorf(fadd_rn(t, 0.5f));          // nearest integer, exact
+  const float f = fsub_rn(t, n);                     // [-0.5, 0.5], exact (Sterbenz)
   // 2^f = e^(f ln2): Taylor/Horner in g = f*ln2, degree 7 (|g| <= 0.347: error < 4e-9)
   const float g = fmul_rn(f, 0.693147180559945309f);
   float p = 1.0f / 5040.0f;
@@ -142,7 +147,9 @@ KVLAB_HD float det_exp(float x) {
   return fmul_rn(p, exp2i(e));
 }
 
-KVLAB_HD double det_exp_error_bound(float x) { return (x < 0 ? -x : x) * 0x1p-23 + 0x1p-21; }
+KVLAB_HD double det_exp_error_bound(float x) {
+  return (x < 0 ? -x : x) * 0x1p-23 + 0x1p-21;
+}
 
 // Draws from the top-k candidates, given sorted by token_order_key descending (vals[0] the
 // largest logit): p_i = exp((vals[i] - vals[0]) * inv_temperature); the draw u in [0, 1)
@@ -150,7 +157,8 @@ KVLAB_HD double det_exp_error_bound(float x) { return (x < 0 ? -x : x) * 0x1p-23
 // Returns the candidate's position in [0, k).
 KVLAB_HD int sample_sorted(const float* vals, int k, float inv_temperature, float u) {
   float total = 0.0f;
-  for (int i = 0; i < k; ++i) total = fadd_rn(total, det_exp(fmul_rn(fsub_rn(vals[i], vals[0]), inv_temperature)));
+  for (int i = 0; i < k; ++i)
+    total = fadd_rn(total, det_exp(fmul_rn(fsub_rn(vals[i], vals[0]), inv_temperature)));
   const float target = fmul_rn(u, total);
   float run = 0.0f;
   for (int i = 0; i < k; ++i) {
@@ -163,8 +171,9 @@ KVLAB_HD int sample_sorted(const float* vals, int k, float inv_temperature, floa
 // The per-(row, position) draw of top-k sampling: a fresh uniform for every sequence row
 // and decode position, from one seed.
 KVLAB_HD float sampling_uniform(uint64_t seed, int32_t row, int32_t position) {
-  return uniform01(hash3(seed, 0x53414D504C45ull /* "SAMPLE" */,
-                         (static_cast<uint64_t>(static_cast<uint32_t>(row)) << 32) | static_cast<uint32_t>(position)));
+  return uniform01(hash3(
+      seed, 0x53414D504C45ull /* "SAMPLE" */,
+      (static_cast<uint64_t>(static_cast<uint32_t>(row)) << 32) | static_cast<uint32_t>(position)));
 }
 
 }  // namespace kvlab::step

@@ -14,7 +14,9 @@ uint64_t splitmix64(uint64_t& x) {
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
   return z ^ (z >> 31);
 }
-uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+uint64_t rotl(uint64_t x, int k) {
+  return (x << k) | (x >> (64 - k));
+}
 constexpr double kTwoPi = 6.283185307179586476925286766559;
 }  // namespace
 
@@ -34,7 +36,9 @@ uint64_t SynthRng::next_u64() {  // xoshiro256**
   return result;
 }
 
-double SynthRng::uniform() { return static_cast<double>(next_u64() >> 11) * 0x1.0p-53; }
+double SynthRng::uniform() {
+  return static_cast<double>(next_u64() >> 11) * 0x1.0p-53;
+}
 
 double SynthRng::gaussian() {
   if (has_spare_) {
@@ -53,15 +57,17 @@ void validate(const SynthSpec& s) {
   KVLAB_REQUIRE(s.tokens >= 0, "synth: tokens must be >= 0, got " << s.tokens);
   KVLAB_REQUIRE(s.heads >= 1, "synth: heads must be >= 1, got " << s.heads);
   KVLAB_REQUIRE(s.head_dim >= 1, "synth: head_dim must be >= 1, got " << s.head_dim);
-  KVLAB_REQUIRE(std::isfinite(s.std) && s.std > 0, "synth: std must be finite and > 0, got " << s.std);
-  KVLAB_REQUIRE(s.t_dof == 0 || s.t_dof >= 3, "synth: t_dof must be 0 (Gaussian) or >= 3 (finite variance), got "
-                << s.t_dof);
+  KVLAB_REQUIRE(std::isfinite(s.std) && s.std > 0,
+                "synth: std must be finite and > 0, got " << s.std);
+  KVLAB_REQUIRE(s.t_dof == 0 || s.t_dof >= 3,
+                "synth: t_dof must be 0 (Gaussian) or >= 3 (finite variance), got " << s.t_dof);
   KVLAB_REQUIRE(s.outlier_channels >= 0 && s.outlier_channels <= s.head_dim,
-                "synth: outlier_channels must be in [0, head_dim=" << s.head_dim << "], got " << s.outlier_channels);
-  KVLAB_REQUIRE(std::isfinite(s.outlier_min) && std::isfinite(s.outlier_max) && s.outlier_min >= 1.0 &&
-                s.outlier_max >= s.outlier_min,
-                "synth: outlier gains need 1 <= outlier_min <= outlier_max, got [" << s.outlier_min << ", "
-                << s.outlier_max << "]");
+                "synth: outlier_channels must be in [0, head_dim=" << s.head_dim << "], got "
+                                                                   << s.outlier_channels);
+  KVLAB_REQUIRE(std::isfinite(s.outlier_min) && std::isfinite(s.outlier_max) &&
+                    s.outlier_min >= 1.0 && s.outlier_max >= s.outlier_min,
+                "synth: outlier gains need 1 <= outlier_min <= outlier_max, got ["
+                    << s.outlier_min << ", " << s.outlier_max << "]");
   KVLAB_REQUIRE(std::isfinite(s.channel_bias_std) && s.channel_bias_std >= 0,
                 "synth: channel_bias_std must be finite and >= 0, got " << s.channel_bias_std);
   KVLAB_REQUIRE(s.rho >= 0 && s.rho < 1, "synth: rho must be in [0, 1), got " << s.rho);
@@ -76,7 +82,8 @@ std::vector<std::vector<int32_t>> synth_outlier_channels(const SynthSpec& s) {
     for (int32_t d = 0; d < s.head_dim; ++d) perm[d] = d;
     // Partial Fisher-Yates: the first outlier_channels entries are a uniform sample.
     for (int32_t i = 0; i < s.outlier_channels; ++i) {
-      const int32_t j = i + static_cast<int32_t>(rng.next_u64() % static_cast<uint64_t>(s.head_dim - i));
+      const int32_t j =
+          i + static_cast<int32_t>(rng.next_u64() % static_cast<uint64_t>(s.head_dim - i));
       std::swap(perm[i], perm[j]);
     }
     out[h].assign(perm.begin(), perm.begin() + s.outlier_channels);
@@ -96,7 +103,8 @@ std::vector<float> synth_kv(const SynthSpec& s) {
     for (int32_t d : outliers[h]) {
       const double u = crng.uniform();
       gain[static_cast<size_t>(h) * s.head_dim + d] =
-          s.std * std::exp(std::log(s.outlier_min) + u * (std::log(s.outlier_max) - std::log(s.outlier_min)));
+          s.std * std::exp(std::log(s.outlier_min) +
+                           u * (std::log(s.outlier_max) - std::log(s.outlier_min)));
     }
   if (s.channel_bias_std > 0)
     for (auto& b : bias) b = s.channel_bias_std * crng.gaussian();
@@ -131,7 +139,8 @@ const std::vector<std::string>& synth_preset_names() {
   return n;
 }
 
-SynthSpec synth_preset(const std::string& name, int64_t tokens, int32_t heads, int32_t head_dim, uint64_t seed) {
+SynthSpec synth_preset(const std::string& name, int64_t tokens, int32_t heads, int32_t head_dim,
+                       uint64_t seed) {
   SynthSpec s;
   s.tokens = tokens;
   s.heads = heads;

@@ -34,8 +34,8 @@ struct SynthSpec {
   int32_t outlier_channels = 0;  // per head, in [0, head_dim]
   double outlier_min = 10.0;     // gain multipliers, 1 <= min <= max
   double outlier_max = 100.0;
-  double channel_bias_std = 0.0; // >= 0
-  double rho = 0.0;              // AR(1) correlation along tokens, in [0, 1)
+  double channel_bias_std = 0.0;  // >= 0
+  double rho = 0.0;               // AR(1) correlation along tokens, in [0, 1)
 };
 
 // Throws InvalidArgument for out-of-range fields, naming the allowed range.
@@ -48,7 +48,8 @@ std::vector<std::vector<int32_t>> synth_outlier_channels(const SynthSpec& s);
 // Named presets for sweeps: "gaussian", "heavy_tailed" (t_dof 4, 4 outlier channels of
 // 10-100x, channel bias 0.5), "ar1" (rho 0.9), "kcache" (heavy_tailed + rho 0.9).
 // Shape and seed come from the arguments.
-SynthSpec synth_preset(const std::string& name, int64_t tokens, int32_t heads, int32_t head_dim, uint64_t seed);
+SynthSpec synth_preset(const std::string& name, int64_t tokens, int32_t heads, int32_t head_dim,
+                       uint64_t seed);
 const std::vector<std::string>& synth_preset_names();
 
 // The generator, exposed for tests and other seeded fills.

@@ -22,8 +22,9 @@ OutOfBlocks::OutOfBlocks(int64_t requested, int64_t num_free, int64_t capacity)
       capacity_(capacity) {}
 
 BlockAllocator::BlockAllocator(int64_t num_blocks) {
-  KVLAB_REQUIRE(num_blocks >= 0 && num_blocks <= std::numeric_limits<int32_t>::max(),
-                "BlockAllocator: num_blocks " << num_blocks << " outside [0, 2^31-1] (block ids are int32)");
+  KVLAB_REQUIRE(
+      num_blocks >= 0 && num_blocks <= std::numeric_limits<int32_t>::max(),
+      "BlockAllocator: num_blocks " << num_blocks << " outside [0, 2^31-1] (block ids are int32)");
   capacity_ = static_cast<int32_t>(num_blocks);
   stack_.reserve(capacity_);
   // Bottom..top = N-1 .. 0, so the top is 0 and the first acquires return 0, 1, 2, ...
@@ -33,7 +34,8 @@ BlockAllocator::BlockAllocator(int64_t num_blocks) {
 
 void BlockAllocator::check_id(int32_t id, const char* what) const {
   KVLAB_REQUIRE(id >= 0 && id < capacity_, "BlockAllocator::" << what << ": unknown block id " << id
-                                                               << " (valid ids are [0, " << capacity_ << "))");
+                                                              << " (valid ids are [0, " << capacity_
+                                                              << "))");
 }
 
 bool BlockAllocator::is_free(int32_t id) const {
@@ -72,7 +74,8 @@ std::vector<int32_t> BlockAllocator::acquire_n(int64_t n) {
 
 void BlockAllocator::release(int32_t id) {
   check_id(id, "release");
-  KVLAB_REQUIRE(!is_free_[id], "BlockAllocator::release: double free of block " << id << " (it is already free)");
+  KVLAB_REQUIRE(!is_free_[id],
+                "BlockAllocator::release: double free of block " << id << " (it is already free)");
   is_free_[id] = 1;
   stack_.push_back(id);
   ++total_released_;
@@ -80,7 +83,8 @@ void BlockAllocator::release(int32_t id) {
 
 void BlockAllocator::release(const int32_t* ids, int64_t n) {
   KVLAB_REQUIRE(n >= 0, "BlockAllocator::release: negative block count " << n);
-  KVLAB_REQUIRE(n == 0 || ids != nullptr, "BlockAllocator::release: null id array for " << n << " blocks");
+  KVLAB_REQUIRE(n == 0 || ids != nullptr,
+                "BlockAllocator::release: null id array for " << n << " blocks");
   // Validate everything before touching the stack: ids in range, not free, not repeated.
   // Marking is_free_ as we go detects repeats; on error the marks are rolled back.
   int64_t i = 0;

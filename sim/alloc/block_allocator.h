@@ -57,7 +57,9 @@ class BlockAllocator {
 
   void release(int32_t id);
   void release(const int32_t* ids, int64_t n);
-  void release(const std::vector<int32_t>& ids) { release(ids.data(), static_cast<int64_t>(ids.size())); }
+  void release(const std::vector<int32_t>& ids) {
+    release(ids.data(), static_cast<int64_t>(ids.size()));
+  }
 
   int32_t capacity() const { return capacity_; }
   int32_t num_free() const { return static_cast<int32_t>(stack_.size()); }

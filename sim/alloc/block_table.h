@@ -29,7 +29,9 @@ inline int64_t slot_of(int32_t block, int32_t offset, int32_t block_size) {
   return static_cast<int64_t>(block) * block_size + offset;
 }
 // Blocks needed to hold n tokens: ceil(n / block_size).
-inline int64_t blocks_for_tokens(int64_t n, int32_t block_size) { return (n + block_size - 1) / block_size; }
+inline int64_t blocks_for_tokens(int64_t n, int32_t block_size) {
+  return (n + block_size - 1) / block_size;
+}
 
 class BlockTable {
  public:
@@ -58,8 +60,8 @@ class BlockTable {
   // Dense block table int32 [seq_ids.size(), max_blocks_per_seq], row i = seq_ids[i], entries
   // past a sequence's block count set to pad. InvalidArgument if a sequence holds more than
   // max_blocks_per_seq blocks (nothing is truncated). *out is resized.
-  void build_block_table(const std::vector<int64_t>& seq_ids, int32_t max_blocks_per_seq, int32_t pad,
-                         std::vector<int32_t>* out) const;
+  void build_block_table(const std::vector<int64_t>& seq_ids, int32_t max_blocks_per_seq,
+                         int32_t pad, std::vector<int32_t>* out) const;
   // seq_lens int32 [seq_ids.size()] (InvalidArgument above 2^31-1 tokens).
   std::vector<int32_t> seq_lens(const std::vector<int64_t>& seq_ids) const;
   // Largest block count among the given sequences (0 for none).

@@ -51,9 +51,10 @@ int64_t parse_int(const std::string& text, const TextLocation& loc) {
   const char* e = t.data() + t.size();
   if (!t.empty() && *b == '+') ++b;
   const auto r = std::from_chars(b, e, v);
-  KVLAB_REQUIRE(!t.empty() && r.ec == std::errc() && r.ptr == e,
-                loc.str() << " = '" << text << "' is not an integer"
-                          << (r.ec == std::errc::result_out_of_range ? " (out of the int64 range)" : ""));
+  KVLAB_REQUIRE(
+      !t.empty() && r.ec == std::errc() && r.ptr == e,
+      loc.str() << " = '" << text << "' is not an integer"
+                << (r.ec == std::errc::result_out_of_range ? " (out of the int64 range)" : ""));
   return v;
 }
 
@@ -73,7 +74,8 @@ bool parse_bool(const std::string& text, const TextLocation& loc) {
   const std::string t = trim(text);
   if (t == "true" || t == "1") return true;
   if (t == "false" || t == "0") return false;
-  throw InvalidArgument(loc.str() + " = '" + text + "' is not a boolean (allowed: true, false, 1, 0)");
+  throw InvalidArgument(loc.str() + " = '" + text +
+                        "' is not a boolean (allowed: true, false, 1, 0)");
 }
 
 std::string read_text_file(const std::string& path) {
@@ -96,7 +98,8 @@ bool KeyValueFile::take(const std::string& key, std::string* value, TextLocation
 void KeyValueFile::reject_unknown(const std::string& allowed) const {
   if (values.empty()) return;
   std::ostringstream os;
-  for (const auto& kv : values) os << source << ":" << kv.second.second << ": unknown key '" << kv.first << "'; ";
+  for (const auto& kv : values)
+    os << source << ":" << kv.second.second << ": unknown key '" << kv.first << "'; ";
   os << "allowed keys: " << allowed;
   throw InvalidArgument(os.str());
 }
@@ -113,12 +116,14 @@ KeyValueFile parse_key_value(const std::string& text, const std::string& source)
     const std::string s = trim(hash == std::string::npos ? raw : raw.substr(0, hash));
     if (s.empty()) continue;
     const size_t eq = s.find('=');
-    KVLAB_REQUIRE(eq != std::string::npos, source << ":" << line << ": expected 'key = value', got '" << s << "'");
+    KVLAB_REQUIRE(eq != std::string::npos,
+                  source << ":" << line << ": expected 'key = value', got '" << s << "'");
     const std::string key = trim(s.substr(0, eq));
     const std::string value = trim(s.substr(eq + 1));
     KVLAB_REQUIRE(!key.empty(), source << ":" << line << ": empty key in '" << s << "'");
     auto it = f.values.find(key);
-    KVLAB_REQUIRE(it == f.values.end(), source << ":" << line << ": key '" << key << "' repeats line "
+    KVLAB_REQUIRE(it == f.values.end(), source << ":" << line << ": key '" << key
+                                               << "' repeats line "
                                                << (it == f.values.end() ? 0 : it->second.second));
     f.values[key] = {value, line};
   }
@@ -140,7 +145,8 @@ std::string find_data_file(const std::string& rel) {
     if (file_exists(p)) return p;
     tried.push_back(p);
   }
-  for (const std::string& base : {std::string("data"), std::string(KVLAB_SIM_SOURCE_DIR) + "/data"}) {
+  for (const std::string& base :
+       {std::string("data"), std::string(KVLAB_SIM_SOURCE_DIR) + "/data"}) {
     const std::string p = base + "/" + rel;
     if (file_exists(p)) return p;
     tried.push_back(p);

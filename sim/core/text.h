@@ -29,14 +29,14 @@ std::vector<std::string> split_fields(const std::string& line, char sep);
 // Whole-string conversions; InvalidArgument "<loc>: '<text>' is not an integer" otherwise.
 int64_t parse_int(const std::string& text, const TextLocation& loc);
 double parse_double(const std::string& text, const TextLocation& loc);  // finite only
-bool parse_bool(const std::string& text, const TextLocation& loc);     // true/false/1/0
+bool parse_bool(const std::string& text, const TextLocation& loc);      // true/false/1/0
 
 // Reads a whole file; InvalidArgument naming the path when it cannot be opened.
 std::string read_text_file(const std::string& path);
 
 // "key = value" lines, '#' comments, blank lines skipped. Keys must be unique.
 struct KeyValueFile {
-  std::string source;                                           // file name for errors
+  std::string source;                                             // file name for errors
   std::map<std::string, std::pair<std::string, int64_t>> values;  // key -> (value, line)
   // Removes and returns a key's value (so leftovers can be reported as unknown keys).
   bool take(const std::string& key, std::string* value, TextLocation* loc);

@@ -20,7 +20,8 @@ double median(std::vector<double> v) {
 
 double Calibration::predict(const OpCost& r) const {
   // The bound is the uncalibrated roofline's, as in the fit.
-  return fixed_s + (r.bound() == Bound::kMemory ? r.memory_s / mem_efficiency : r.compute_s / compute_efficiency);
+  return fixed_s + (r.bound() == Bound::kMemory ? r.memory_s / mem_efficiency
+                                                : r.compute_s / compute_efficiency);
 }
 
 namespace {
@@ -74,19 +75,24 @@ double predict_with(const Fit& f, const OpCost& r) {
 }  // namespace
 
 Calibration calibrate(const std::vector<KernelTiming>& recs) {
-  KVLAB_REQUIRE(recs.size() >= 2, "calibration needs at least 2 timing records, got " << recs.size());
+  KVLAB_REQUIRE(recs.size() >= 2,
+                "calibration needs at least 2 timing records, got " << recs.size());
   std::vector<size_t> all(recs.size());
   for (size_t i = 0; i < recs.size(); ++i) {
     all[i] = i;
     KVLAB_REQUIRE(std::isfinite(recs[i].measured_s) && recs[i].measured_s > 0,
-                  "calibration record " << i << " ('" << recs[i].label << "'): measured_s " << recs[i].measured_s
-                                        << " must be finite and > 0");
-    KVLAB_REQUIRE(recs[i].roofline.bytes >= 0 && recs[i].roofline.memory_s >= 0 && recs[i].roofline.compute_s >= 0,
-                  "calibration record " << i << " ('" << recs[i].label << "'): negative roofline terms");
+                  "calibration record " << i << " ('" << recs[i].label << "'): measured_s "
+                                        << recs[i].measured_s << " must be finite and > 0");
+    KVLAB_REQUIRE(
+        recs[i].roofline.bytes >= 0 && recs[i].roofline.memory_s >= 0 &&
+            recs[i].roofline.compute_s >= 0,
+        "calibration record " << i << " ('" << recs[i].label << "'): negative roofline terms");
   }
   const Fit f = fit(recs, all);
-  KVLAB_REQUIRE(f.ok, "calibration: the records do not determine the model (need shapes with different bytes or "
-                      "FLOPs, and times that grow with them)");
+  KVLAB_REQUIRE(
+      f.ok,
+      "calibration: the records do not determine the model (need shapes with different bytes or "
+      "FLOPs, and times that grow with them)");
   Calibration c;
   c.fixed_s = f.fixed;
   c.mem_efficiency = 1.0 / f.x_mem;
@@ -105,7 +111,8 @@ Calibration calibrate(const std::vector<KernelTiming>& recs) {
     const Fit g = fit(recs, rest);
     // A record the others cannot predict (e.g. the only compute-bound one) keeps the
     // uncalibrated error: leave-one-out never borrows the record's own data.
-    e_loo.push_back(g.ok ? std::fabs(predict_with(g, k.roofline) - k.measured_s) / k.measured_s : e_un.back());
+    e_loo.push_back(g.ok ? std::fabs(predict_with(g, k.roofline) - k.measured_s) / k.measured_s
+                         : e_un.back());
   }
   c.median_abs_rel_error_uncalibrated = median(e_un);
   c.median_abs_rel_error = median(e_in);
@@ -113,13 +120,15 @@ Calibration calibrate(const std::vector<KernelTiming>& recs) {
   return c;
 }
 
-Calibration calibrate_decode_attention(const GpuSpec& gpu, const std::vector<DecodeAttentionMeasurement>& m,
+Calibration calibrate_decode_attention(const GpuSpec& gpu,
+                                       const std::vector<DecodeAttentionMeasurement>& m,
                                        bool prefer_measured_ceiling) {
   CostModelConfig raw;
   raw.prefer_measured_ceiling = prefer_measured_ceiling;
   std::vector<KernelTiming> recs;
   recs.reserve(m.size());
-  for (const auto& x : m) recs.push_back({x.label, decode_attention_cost(gpu, x.shape, raw), x.measured_s});
+  for (const auto& x : m)
+    recs.push_back({x.label, decode_attention_cost(gpu, x.shape, raw), x.measured_s});
   return calibrate(recs);
 }
 
@@ -148,7 +157,8 @@ struct DecodeSol {
   double pooled_slope = 1;
   double predict(const DecodeRec& r) const {
     const auto it = slope.find(r.format);
-    return (r.graph ? fixed_graph : fixed_eager) + r.memory_s * (it == slope.end() ? pooled_slope : it->second);
+    return (r.graph ? fixed_graph : fixed_eager) +
+           r.memory_s * (it == slope.end() ? pooled_slope : it->second);
   }
 };
 
@@ -163,7 +173,8 @@ DecodeSol solve_decode(const std::vector<DecodeRec>& recs, const std::vector<siz
   std::vector<KvFormat> formats;
   for (size_t i : use) {
     (recs[i].graph ? any_graph : any_eager) = true;
-    if (std::find(formats.begin(), formats.end(), recs[i].format) == formats.end()) formats.push_back(recs[i].format);
+    if (std::find(formats.begin(), formats.end(), recs[i].format) == formats.end())
+      formats.push_back(recs[i].format);
   }
   if (use.empty()) return sol;
   if (!opt.per_format) formats.assign(1, recs[use.front()].format);  // one slope column for all
@@ -184,9 +195,10 @@ DecodeSol solve_decode(const std::vector<DecodeRec>& recs, const std::vector<siz
       const double w = 1.0 / d.measured_s;
       const size_t k = split && d.graph ? 1 : 0;
       if (fixed_col[k] >= 0) A(static_cast<Eigen::Index>(r), fixed_col[k]) = w;
-      const size_t f = opt.per_format
-                           ? static_cast<size_t>(std::find(formats.begin(), formats.end(), d.format) - formats.begin())
-                           : 0;
+      const size_t f =
+          opt.per_format ? static_cast<size_t>(std::find(formats.begin(), formats.end(), d.format) -
+                                               formats.begin())
+                         : 0;
       A(static_cast<Eigen::Index>(r), first_slope + static_cast<int>(f)) = d.memory_s * w;
     }
     Eigen::ColPivHouseholderQR<Eigen::MatrixXd> qr(A);
@@ -233,7 +245,9 @@ DecodeSol solve_decode(const std::vector<DecodeRec>& recs, const std::vector<siz
   return sol;
 }
 
-double max_of(const std::vector<double>& v) { return v.empty() ? 0 : *std::max_element(v.begin(), v.end()); }
+double max_of(const std::vector<double>& v) {
+  return v.empty() ? 0 : *std::max_element(v.begin(), v.end());
+}
 
 }  // namespace
 
@@ -242,8 +256,10 @@ double DecodeAttentionModelFit::efficiency(KvFormat f) const {
   return it == format_efficiency.end() ? mem_efficiency : it->second;
 }
 
-double DecodeAttentionModelFit::predict(const GpuSpec& gpu, const DecodeAttentionMeasurement& m) const {
-  KVLAB_REQUIRE(read_ceiling_bytes_per_s > 0, "decode-attention model: not fitted (read ceiling 0)");
+double DecodeAttentionModelFit::predict(const GpuSpec& gpu,
+                                        const DecodeAttentionMeasurement& m) const {
+  KVLAB_REQUIRE(read_ceiling_bytes_per_s > 0,
+                "decode-attention model: not fitted (read ceiling 0)");
   CostModelConfig raw;
   raw.prefer_measured_ceiling = options.prefer_measured_ceiling;
   const double bytes = decode_attention_cost(gpu, m.shape, raw).bytes;
@@ -251,9 +267,11 @@ double DecodeAttentionModelFit::predict(const GpuSpec& gpu, const DecodeAttentio
          bytes / (read_ceiling_bytes_per_s * efficiency(m.shape.format));
 }
 
-DecodeAttentionModelFit fit_decode_attention_model(const GpuSpec& gpu, const std::vector<DecodeAttentionMeasurement>& m,
+DecodeAttentionModelFit fit_decode_attention_model(const GpuSpec& gpu,
+                                                   const std::vector<DecodeAttentionMeasurement>& m,
                                                    const DecodeAttentionFitOptions& options) {
-  KVLAB_REQUIRE(m.size() >= 2, "decode-attention calibration needs at least 2 measurements, got " << m.size());
+  KVLAB_REQUIRE(m.size() >= 2,
+                "decode-attention calibration needs at least 2 measurements, got " << m.size());
   CostModelConfig raw;
   raw.prefer_measured_ceiling = options.prefer_measured_ceiling;
   std::vector<DecodeRec> recs(m.size());
@@ -264,12 +282,13 @@ DecodeAttentionModelFit fit_decode_attention_model(const GpuSpec& gpu, const std
   for (size_t i = 0; i < m.size(); ++i) {
     const auto& x = m[i];
     KVLAB_REQUIRE(std::isfinite(x.measured_s) && x.measured_s > 0,
-                  "decode-attention record " << i << " ('" << x.label << "'): measured_s " << x.measured_s
-                                             << " must be finite and > 0");
+                  "decode-attention record " << i << " ('" << x.label << "'): measured_s "
+                                             << x.measured_s << " must be finite and > 0");
     const OpCost c = decode_attention_cost(gpu, x.shape, raw);
     KVLAB_REQUIRE(c.bound() == Bound::kMemory,
-                  "decode-attention record " << i << " ('" << x.label << "') is compute-bound under the roofline ("
-                                             << c.intensity() << " FLOP/byte): the model covers memory-bound calls");
+                  "decode-attention record "
+                      << i << " ('" << x.label << "') is compute-bound under the roofline ("
+                      << c.intensity() << " FLOP/byte): the model covers memory-bound calls");
     recs[i] = {c.memory_s, x.measured_s, x.launch == LaunchMode::kCudaGraph, x.shape.format};
     all[i] = i;
     fit.format_records[x.shape.format] += 1;
@@ -277,9 +296,12 @@ DecodeAttentionModelFit fit_decode_attention_model(const GpuSpec& gpu, const std
   }
   fit.num_records = static_cast<int64_t>(m.size());
   const DecodeSol sol = solve_decode(recs, all, options);
-  KVLAB_REQUIRE(sol.ok, "decode-attention calibration: the " << m.size()
-                            << " records do not determine the model (each fitted term needs records of different "
-                               "sizes, and times that grow with the bytes moved)");
+  KVLAB_REQUIRE(
+      sol.ok,
+      "decode-attention calibration: the "
+          << m.size()
+          << " records do not determine the model (each fitted term needs records of different "
+             "sizes, and times that grow with the bytes moved)");
   fit.fixed_s = sol.fixed_eager;
   fit.graph_fixed_s = sol.fixed_graph;
   fit.graph_fixed_fitted = sol.graph_fitted;
@@ -311,20 +333,25 @@ DecodeAttentionModelFit fit_decode_attention_model(const GpuSpec& gpu, const std
   return fit;
 }
 
-CostModelConfig with_decode_attention_calibration(CostModelConfig cfg, const DecodeAttentionModelFit& fit,
+CostModelConfig with_decode_attention_calibration(CostModelConfig cfg,
+                                                  const DecodeAttentionModelFit& fit,
                                                   const GpuSpec& gpu) {
   KVLAB_REQUIRE(fit.read_ceiling_bytes_per_s > 0 && fit.mem_efficiency > 0,
-                "decode-attention calibration: not fitted (read ceiling " << fit.read_ceiling_bytes_per_s
-                                                                          << ", efficiency " << fit.mem_efficiency << ")");
+                "decode-attention calibration: not fitted (read ceiling "
+                    << fit.read_ceiling_bytes_per_s << ", efficiency " << fit.mem_efficiency
+                    << ")");
   const double target = gpu.read_ceiling(cfg.prefer_measured_ceiling);
   KVLAB_REQUIRE(target > 0, "GPU '" << gpu.name << "' has no read ceiling");
   const double scale = fit.read_ceiling_bytes_per_s / target;
   cfg.attn_fixed_s = fit.fixed_s;
-  if (fit.graph_fixed_fitted) cfg.attn_graph_fixed_s = fit.graph_fixed_s;
-  else cfg.attn_graph_fixed_s.reset();
+  if (fit.graph_fixed_fitted)
+    cfg.attn_graph_fixed_s = fit.graph_fixed_s;
+  else
+    cfg.attn_graph_fixed_s.reset();
   cfg.attn_mem_efficiency = fit.mem_efficiency * scale;
   cfg.attn_format_efficiency.clear();
-  for (const auto& [f, e] : fit.format_efficiency) cfg.attn_format_efficiency[f] = e / fit.mem_efficiency;
+  for (const auto& [f, e] : fit.format_efficiency)
+    cfg.attn_format_efficiency[f] = e / fit.mem_efficiency;
   cfg.validate();
   return cfg;
 }
@@ -344,7 +371,8 @@ FidelityTable decode_attention_fidelity(const GpuSpec& gpu, const CostModelConfi
     FidelityRow r;
     r.label = x.label;
     r.batch = x.shape.batch;
-    r.mean_context = x.shape.batch > 0 ? static_cast<double>(x.shape.total_tokens()) / x.shape.batch : 0;
+    r.mean_context =
+        x.shape.batch > 0 ? static_cast<double>(x.shape.total_tokens()) / x.shape.batch : 0;
     r.bytes = c.bytes;
     r.predicted_s = c.seconds;
     r.measured_s = x.measured_s;

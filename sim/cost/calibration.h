@@ -55,7 +55,8 @@ struct DecodeAttentionMeasurement {
   LaunchMode launch = LaunchMode::kEager;
 };
 // Fits the decode-attention terms (CostModelConfig::attn_fixed_s, attn_mem_efficiency).
-Calibration calibrate_decode_attention(const GpuSpec& gpu, const std::vector<DecodeAttentionMeasurement>& m,
+Calibration calibrate_decode_attention(const GpuSpec& gpu,
+                                       const std::vector<DecodeAttentionMeasurement>& m,
                                        bool prefer_measured_ceiling = true);
 // Copies a decode-attention calibration into a cost-model config.
 CostModelConfig with_decode_attention_calibration(CostModelConfig cfg, const Calibration& c);
@@ -83,7 +84,7 @@ struct DecodeAttentionModelFit {
   double fixed_s = 0;                   // per-call overhead, eager-timed calls
   double graph_fixed_s = 0;             // per-call overhead, graph replay (= fixed_s unless fitted)
   bool graph_fixed_fitted = false;
-  double mem_efficiency = 1;            // pooled achieved fraction of the read ceiling
+  double mem_efficiency = 1;                     // pooled achieved fraction of the read ceiling
   std::map<KvFormat, double> format_efficiency;  // per format with records (per_format)
   std::map<KvFormat, int64_t> format_records;    // records per format
   int64_t num_records = 0;
@@ -104,13 +105,15 @@ struct DecodeAttentionModelFit {
 
 // InvalidArgument when the records cannot determine the model (fewer than 2, a measured
 // time that is not finite and > 0, a compute-bound record, all records of one size).
-DecodeAttentionModelFit fit_decode_attention_model(const GpuSpec& gpu, const std::vector<DecodeAttentionMeasurement>& m,
+DecodeAttentionModelFit fit_decode_attention_model(const GpuSpec& gpu,
+                                                   const std::vector<DecodeAttentionMeasurement>& m,
                                                    const DecodeAttentionFitOptions& options = {});
 // Copies the fitted model into a cost-model config for `gpu`. Efficiencies are rescaled by
 // fit.read_ceiling / gpu.read_ceiling(cfg.prefer_measured_ceiling), so the calibrated
 // bandwidth (bytes/s) is kept when the simulation's ceiling differs from the one the fit
 // used (e.g. the table's 3.09 TB/s vs a run's own 3.01 TB/s measurement).
-CostModelConfig with_decode_attention_calibration(CostModelConfig cfg, const DecodeAttentionModelFit& fit,
+CostModelConfig with_decode_attention_calibration(CostModelConfig cfg,
+                                                  const DecodeAttentionModelFit& fit,
                                                   const GpuSpec& gpu);
 
 struct FidelityRow {
@@ -120,8 +123,8 @@ struct FidelityRow {
   double bytes = 0;
   double predicted_s = 0;
   double measured_s = 0;
-  double rel_error = 0;              // (predicted - measured) / measured
-  double achieved_bytes_per_s = 0;   // bytes / measured
+  double rel_error = 0;             // (predicted - measured) / measured
+  double achieved_bytes_per_s = 0;  // bytes / measured
 };
 struct FidelityTable {
   std::vector<FidelityRow> rows;

@@ -16,16 +16,19 @@ void GpuSpec::validate() const {
   KVLAB_REQUIRE(memory_bytes > 0, w << "memory " << memory_bytes << " bytes must be > 0");
   KVLAB_REQUIRE(hbm_bytes_per_s > 0, w << "HBM bandwidth must be > 0");
   KVLAB_REQUIRE(bf16_flops > 0, w << "BF16 rate must be > 0");
-  KVLAB_REQUIRE(fp8_flops >= 0 && fp4_flops >= 0 && fp32_flops > 0, w << "FP8/FP4 rates must be >= 0, FP32 > 0");
+  KVLAB_REQUIRE(fp8_flops >= 0 && fp4_flops >= 0 && fp32_flops > 0,
+                w << "FP8/FP4 rates must be >= 0, FP32 > 0");
   KVLAB_REQUIRE(num_sms > 0 && l2_bytes > 0, w << "num_sms and L2 must be > 0");
   KVLAB_REQUIRE(host_link_bytes_per_s > 0, w << "host link bandwidth must be > 0");
-  KVLAB_REQUIRE(measured_read_bytes_per_s >= 0 && measured_copy_bytes_per_s >= 0, w << "measured ceilings must be >= 0");
+  KVLAB_REQUIRE(measured_read_bytes_per_s >= 0 && measured_copy_bytes_per_s >= 0,
+                w << "measured ceilings must be >= 0");
 }
 
 namespace {
-const char* const kCols[] = {"name",        "memory_gib", "hbm_tbps",       "bf16_tflops",
-                             "fp8_tflops",  "fp4_tflops", "fp32_tflops",    "num_sms",
-                             "l2_mib",      "host_link_gbps", "measured_read_tbps", "measured_copy_tbps"};
+const char* const kCols[] = {
+    "name",       "memory_gib",     "hbm_tbps",           "bf16_tflops",
+    "fp8_tflops", "fp4_tflops",     "fp32_tflops",        "num_sms",
+    "l2_mib",     "host_link_gbps", "measured_read_tbps", "measured_copy_tbps"};
 constexpr size_t kNumCols = sizeof(kCols) / sizeof(kCols[0]);
 
 std::string lower(std::string s) {
@@ -46,15 +49,16 @@ std::vector<GpuSpec> parse_gpu_table(const std::string& text, const std::string&
     if (s.empty() || s[0] == '#') continue;
     const auto f = split_fields(s, ',');
     if (!header) {
-      KVLAB_REQUIRE(f.size() == kNumCols, source << ":" << line << ": header has " << f.size() << " columns, expected "
-                                                 << kNumCols);
+      KVLAB_REQUIRE(f.size() == kNumCols, source << ":" << line << ": header has " << f.size()
+                                                 << " columns, expected " << kNumCols);
       for (size_t i = 0; i < kNumCols; ++i)
-        KVLAB_REQUIRE(f[i] == kCols[i], source << ":" << line << ": column " << i << " is '" << f[i] << "', expected '"
-                                               << kCols[i] << "'");
+        KVLAB_REQUIRE(f[i] == kCols[i], source << ":" << line << ": column " << i << " is '" << f[i]
+                                               << "', expected '" << kCols[i] << "'");
       header = true;
       continue;
     }
-    KVLAB_REQUIRE(f.size() == kNumCols, source << ":" << line << ": " << f.size() << " fields, expected " << kNumCols);
+    KVLAB_REQUIRE(f.size() == kNumCols,
+                  source << ":" << line << ": " << f.size() << " fields, expected " << kNumCols);
     auto num = [&](size_t i) { return parse_double(f[i], TextLocation{source, line, kCols[i]}); };
     GpuSpec g;
     g.name = f[0];
@@ -76,7 +80,8 @@ std::vector<GpuSpec> parse_gpu_table(const std::string& text, const std::string&
       throw InvalidArgument(source + ":" + std::to_string(line) + ": " + e.what());
     }
     for (const auto& o : out)
-      KVLAB_REQUIRE(lower(o.name) != lower(g.name), source << ":" << line << ": GPU '" << g.name << "' listed twice");
+      KVLAB_REQUIRE(lower(o.name) != lower(g.name),
+                    source << ":" << line << ": GPU '" << g.name << "' listed twice");
     out.push_back(g);
   }
   KVLAB_REQUIRE(header, source << ": no header line");
@@ -101,6 +106,8 @@ const GpuSpec& find_gpu(const std::vector<GpuSpec>& table, const std::string& na
   throw InvalidArgument(os.str());
 }
 
-GpuSpec gpu_spec(const std::string& name) { return find_gpu(load_gpu_table(), name); }
+GpuSpec gpu_spec(const std::string& name) {
+  return find_gpu(load_gpu_table(), name);
+}
 
 }  // namespace kvlab::sim

@@ -15,24 +15,27 @@ namespace kvlab::sim {
 struct GpuSpec {
   std::string name;
   int64_t memory_bytes = 0;
-  double hbm_bytes_per_s = 0;      // datasheet HBM bandwidth
-  double bf16_flops = 0;           // dense tensor-core BF16/FP16
-  double fp8_flops = 0;            // dense FP8 (0 = none)
-  double fp4_flops = 0;            // dense FP4 (0 = none)
-  double fp32_flops = 0;           // non-tensor FP32
+  double hbm_bytes_per_s = 0;  // datasheet HBM bandwidth
+  double bf16_flops = 0;       // dense tensor-core BF16/FP16
+  double fp8_flops = 0;        // dense FP8 (0 = none)
+  double fp4_flops = 0;        // dense FP4 (0 = none)
+  double fp32_flops = 0;       // non-tensor FP32
   int32_t num_sms = 0;
   int64_t l2_bytes = 0;
-  double host_link_bytes_per_s = 0;  // PCIe, one direction (swap traffic)
+  double host_link_bytes_per_s = 0;      // PCIe, one direction (swap traffic)
   double measured_read_bytes_per_s = 0;  // 0 = not measured
   double measured_copy_bytes_per_s = 0;  // 0 = not measured (read + write counted)
 
   // Memory-bound ceiling: the measured read ceiling when present and allowed, else the
   // datasheet figure.
   double read_ceiling(bool prefer_measured) const {
-    return prefer_measured && measured_read_bytes_per_s > 0 ? measured_read_bytes_per_s : hbm_bytes_per_s;
+    return prefer_measured && measured_read_bytes_per_s > 0 ? measured_read_bytes_per_s
+                                                            : hbm_bytes_per_s;
   }
   // Ridge point of the roofline for BF16: FLOPs per byte above which an op is compute-bound.
-  double ridge_bf16(bool prefer_measured) const { return bf16_flops / read_ceiling(prefer_measured); }
+  double ridge_bf16(bool prefer_measured) const {
+    return bf16_flops / read_ceiling(prefer_measured);
+  }
   void validate() const;
 };
 

@@ -53,9 +53,9 @@ struct CostModelConfig {
   bool prefer_measured_ceiling = true;  // use GpuSpec::measured_read_bytes_per_s when present
   LaunchMode launch = LaunchMode::kCudaGraph;
   // Launch constants (assumptions, seconds; replace by calibration):
-  double eager_launch_s = 4.0e-6;   // CPU cost of one kernel launch through the CUDA runtime
-  double graph_node_s = 1.0e-6;     // gap between consecutive kernels inside a graph replay
-  double graph_launch_s = 4.0e-6;   // one cudaGraphLaunch per step
+  double eager_launch_s = 4.0e-6;  // CPU cost of one kernel launch through the CUDA runtime
+  double graph_node_s = 1.0e-6;    // gap between consecutive kernels inside a graph replay
+  double graph_launch_s = 4.0e-6;  // one cudaGraphLaunch per step
   // Efficiency factors (1 = the roofline ceiling; calibration sets them).
   double mem_efficiency = 1.0;
   double compute_efficiency = 1.0;
@@ -76,7 +76,7 @@ struct CostModelConfig {
   // The decode-attention overhead and bandwidth fraction these fields give.
   double attn_fixed(LaunchMode mode) const;
   double attn_efficiency(KvFormat format) const;  // attn_mem_efficiency * the format's factor
-  DType act_dtype = DType::kBF16;  // activations, Q and O
+  DType act_dtype = DType::kBF16;                 // activations, Q and O
   void validate() const;
 };
 
@@ -101,7 +101,8 @@ struct DecodeAttentionShape {
 // Bytes a decode-attention call must move: Q + K and V of every attended token at storage
 // precision + their scales (per-token FP32 or block scales) + block-table entries +
 // seq_lens + O (+ lse). FLOPs: 4 * num_qo_heads * head_dim per attended token (QK^T and PV).
-OpCost decode_attention_cost(const GpuSpec& gpu, const DecodeAttentionShape& shape, const CostModelConfig& cfg);
+OpCost decode_attention_cost(const GpuSpec& gpu, const DecodeAttentionShape& shape,
+                             const CostModelConfig& cfg);
 // Seconds, the prediction for the fidelity table.
 double predict_decode_attention_seconds(const GpuSpec& gpu, const DecodeAttentionShape& shape,
                                         const CostModelConfig& cfg);
@@ -109,21 +110,22 @@ double predict_decode_attention_seconds(const GpuSpec& gpu, const DecodeAttentio
 // GEMM [m, k] x [k, n]: weights n*k at weight_bits, activations m*k in and m*n out at
 // act_dtype. Rate: FP8 tensor cores for 8-bit weights when the GPU has them (W8A8), FP4
 // likewise, else BF16 (weight-only quantization dequantizes to BF16).
-OpCost gemm_cost(const GpuSpec& gpu, const std::string& name, int64_t m, int64_t n, int64_t k, int weight_bits,
-                 const CostModelConfig& cfg);
+OpCost gemm_cost(const GpuSpec& gpu, const std::string& name, int64_t m, int64_t n, int64_t k,
+                 int weight_bits, const CostModelConfig& cfg);
 // A purely memory-bound operation (elementwise, copies).
-OpCost memory_op_cost(const GpuSpec& gpu, const std::string& name, double bytes, const CostModelConfig& cfg);
+OpCost memory_op_cost(const GpuSpec& gpu, const std::string& name, double bytes,
+                      const CostModelConfig& cfg);
 
 // What the engine hands the cost model for one step.
 struct StepShape {
-  int64_t num_decode_seqs = 0;        // sequences computing exactly one token
-  int64_t decode_context_tokens = 0;  // sum of their attended lengths (including the new token)
-  int64_t num_prefill_seqs = 0;       // sequences computing a prompt chunk
-  int64_t prefill_tokens = 0;         // tokens in those chunks
-  double prefill_attn_pairs = 0;      // sum over chunks of causal (query, key) pairs
-  int64_t prefill_context_tokens = 0; // sum over chunks of keys read (previous + chunk)
-  int64_t num_sampled = 0;            // sequences that sample a token this step (LM head rows)
-  int64_t swap_bytes = 0;             // host <-> device KV traffic this step (both directions)
+  int64_t num_decode_seqs = 0;         // sequences computing exactly one token
+  int64_t decode_context_tokens = 0;   // sum of their attended lengths (including the new token)
+  int64_t num_prefill_seqs = 0;        // sequences computing a prompt chunk
+  int64_t prefill_tokens = 0;          // tokens in those chunks
+  double prefill_attn_pairs = 0;       // sum over chunks of causal (query, key) pairs
+  int64_t prefill_context_tokens = 0;  // sum over chunks of keys read (previous + chunk)
+  int64_t num_sampled = 0;             // sequences that sample a token this step (LM head rows)
+  int64_t swap_bytes = 0;              // host <-> device KV traffic this step (both directions)
   int64_t total_tokens() const { return num_decode_seqs + prefill_tokens; }
 };
 
@@ -141,7 +143,8 @@ struct StepCost {
 // parts so step() is O(number of kernel kinds): cheap enough for 200k steps/s.
 class CostModel {
  public:
-  CostModel(const GpuSpec& gpu, const ModelStack& model, KvFormat kv_format, CostModelConfig cfg = {});
+  CostModel(const GpuSpec& gpu, const ModelStack& model, KvFormat kv_format,
+            CostModelConfig cfg = {});
   StepCost step(const StepShape& s) const;
   // The per-step kernels with their rooflines (for reports and the analysis tables).
   std::vector<OpCost> step_ops(const StepShape& s) const;

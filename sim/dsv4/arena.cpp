@@ -17,8 +17,8 @@ struct Planner {
 };
 
 // The entry arrays of `rows_total` entries in `format`: (data, rope, inv) byte sizes.
-void entry_arrays(Dsv4EntryFormat f, int64_t entries, int32_t nope, int32_t rope, int32_t rows_per_page,
-                  int64_t* data, int64_t* rope_b, int64_t* inv) {
+void entry_arrays(Dsv4EntryFormat f, int64_t entries, int32_t nope, int32_t rope,
+                  int32_t rows_per_page, int64_t* data, int64_t* rope_b, int64_t* inv) {
   if (f == Dsv4EntryFormat::kFp8PerToken) {
     *data = entries * nope;
     *rope_b = entries * rope * 2;
@@ -52,7 +52,8 @@ Dsv4ArenaLayout plan_dsv4_arena(const Dsv4CacheSchema& schema, const Dsv4BlockBu
     o.ring_pos = pl.take(4 * S * l.window);
     o.ring_head = pl.take(4 * S);
     if (l.has_classical) {
-      entry_arrays(f, B * l.entries_per_block, l.nope_dim, l.rope_dim, l.entries_per_block, &d, &r, &i);
+      entry_arrays(f, B * l.entries_per_block, l.nope_dim, l.rope_dim, l.entries_per_block, &d, &r,
+                   &i);
       o.pool_data = pl.take(d);
       o.pool_rope = pl.take(r);
       o.pool_inv = pl.take(i);
@@ -81,9 +82,11 @@ Dsv4ArenaLayout plan_dsv4_arena(const Dsv4CacheSchema& schema, const Dsv4BlockBu
   return out;
 }
 
-std::vector<Dsv4LayerViews> build_dsv4_views(const Dsv4CacheSchema& schema, const Dsv4BlockBudget& budget,
+std::vector<Dsv4LayerViews> build_dsv4_views(const Dsv4CacheSchema& schema,
+                                             const Dsv4BlockBudget& budget,
                                              const Dsv4ArenaLayout& layout, uint8_t* base) {
-  KVLAB_REQUIRE(layout.layers.size() == schema.layers.size(), "arena layout does not match the schema");
+  KVLAB_REQUIRE(layout.layers.size() == schema.layers.size(),
+                "arena layout does not match the schema");
   auto at = [&](int64_t off) -> uint8_t* { return off < 0 ? nullptr : base + off; };
   const int32_t* table = reinterpret_cast<const int32_t*>(at(layout.block_table));
   std::vector<Dsv4LayerViews> views;

@@ -42,7 +42,8 @@ struct Dsv4ArenaLayout {
 Dsv4ArenaLayout plan_dsv4_arena(const Dsv4CacheSchema& schema, const Dsv4BlockBudget& budget);
 
 // Views of every layer over an arena starting at `base` (host or device address).
-std::vector<Dsv4LayerViews> build_dsv4_views(const Dsv4CacheSchema& schema, const Dsv4BlockBudget& budget,
+std::vector<Dsv4LayerViews> build_dsv4_views(const Dsv4CacheSchema& schema,
+                                             const Dsv4BlockBudget& budget,
                                              const Dsv4ArenaLayout& layout, uint8_t* base);
 
 }  // namespace kvlab::sim

@@ -25,11 +25,11 @@ struct Dsv4LayerViews {
   int32_t layer = 0;
   Dsv4LayerKind kind = Dsv4LayerKind::kSWA;
   Dsv4SwaView swa;
-  Dsv4ClassicalView classical;   // CSA, HCA
-  Dsv4IndexerView indexer;       // CSA
-  Dsv4StreamView stream;         // CSA (dim = head_dim, overlap), HCA (single lane)
-  Dsv4StreamView indexer_stream; // CSA (dim = indexer_dim, overlap)
-  int64_t num_slots = 0;         // request slots (rows of the block table)
+  Dsv4ClassicalView classical;    // CSA, HCA
+  Dsv4IndexerView indexer;        // CSA
+  Dsv4StreamView stream;          // CSA (dim = head_dim, overlap), HCA (single lane)
+  Dsv4StreamView indexer_stream;  // CSA (dim = indexer_dim, overlap)
+  int64_t num_slots = 0;          // request slots (rows of the block table)
 };
 
 class Dsv4CacheBackend {

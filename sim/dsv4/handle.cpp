@@ -9,15 +9,16 @@ void LayerCacheHandle::write_swa(const Dsv4AppendSwaArgs& args, void* stream) co
 }
 
 const Dsv4ClassicalView& LayerCacheHandle::read_classical_view() const {
-  KVLAB_REQUIRE(views_->kind != Dsv4LayerKind::kSWA,
-                "layer " << views_->layer << " is an SWA layer: it has no classical (compressed) pool");
+  KVLAB_REQUIRE(
+      views_->kind != Dsv4LayerKind::kSWA,
+      "layer " << views_->layer << " is an SWA layer: it has no classical (compressed) pool");
   return views_->classical;
 }
 
 const Dsv4IndexerView& LayerCacheHandle::read_indexer_view() const {
-  KVLAB_REQUIRE(views_->kind == Dsv4LayerKind::kCSA, "layer " << views_->layer << " is a "
-                                                              << to_string(views_->kind)
-                                                              << " layer: only CSA layers have indexer keys");
+  KVLAB_REQUIRE(views_->kind == Dsv4LayerKind::kCSA,
+                "layer " << views_->layer << " is a " << to_string(views_->kind)
+                         << " layer: only CSA layers have indexer keys");
   return views_->indexer;
 }
 
@@ -28,9 +29,9 @@ const Dsv4StreamView& LayerCacheHandle::stream_view() const {
 }
 
 const Dsv4StreamView& LayerCacheHandle::indexer_stream_view() const {
-  KVLAB_REQUIRE(views_->kind == Dsv4LayerKind::kCSA, "layer " << views_->layer << " is a "
-                                                              << to_string(views_->kind)
-                                                              << " layer: only CSA layers have an indexer compressor");
+  KVLAB_REQUIRE(views_->kind == Dsv4LayerKind::kCSA,
+                "layer " << views_->layer << " is a " << to_string(views_->kind)
+                         << " layer: only CSA layers have an indexer compressor");
   return views_->indexer_stream;
 }
 

@@ -14,7 +14,8 @@ namespace kvlab::sim {
 
 class LayerCacheHandle {
  public:
-  LayerCacheHandle(Dsv4CacheBackend* backend, const Dsv4LayerViews* views) : backend_(backend), views_(views) {}
+  LayerCacheHandle(Dsv4CacheBackend* backend, const Dsv4LayerViews* views)
+      : backend_(backend), views_(views) {}
 
   int32_t layer() const { return views_->layer; }
   Dsv4LayerKind kind() const { return views_->kind; }
@@ -28,8 +29,8 @@ class LayerCacheHandle {
   // InvalidArgument for an SWA layer (no classical pool) / a non-CSA layer (no indexer).
   const Dsv4ClassicalView& read_classical_view() const;
   const Dsv4IndexerView& read_indexer_view() const;
-  const Dsv4StreamView& stream_view() const;           // CSA / HCA compressor state
-  const Dsv4StreamView& indexer_stream_view() const;   // CSA indexer compressor state
+  const Dsv4StreamView& stream_view() const;          // CSA / HCA compressor state
+  const Dsv4StreamView& indexer_stream_view() const;  // CSA indexer compressor state
   int64_t num_slots() const { return views_->num_slots; }
 
  private:

@@ -17,13 +17,15 @@ void Dsv4HostBackend::create(const Dsv4CacheSchema& schema, const Dsv4BlockBudge
 }
 
 const int32_t* Dsv4HostBackend::block_table_row(int32_t slot) const {
-  KVLAB_REQUIRE(slot >= 0 && slot < budget_.max_requests, "slot " << slot << " outside [0, " << budget_.max_requests << ")");
+  KVLAB_REQUIRE(slot >= 0 && slot < budget_.max_requests,
+                "slot " << slot << " outside [0, " << budget_.max_requests << ")");
   if (layout_.block_table < 0) return nullptr;
   return reinterpret_cast<const int32_t*>(arena_.data() + layout_.block_table) +
          static_cast<int64_t>(slot) * budget_.max_blocks_per_request;
 }
 
-void Dsv4HostBackend::on_blocks_acquired(int32_t slot, int32_t first, const int32_t* ids, int32_t n) {
+void Dsv4HostBackend::on_blocks_acquired(int32_t slot, int32_t first, const int32_t* ids,
+                                         int32_t n) {
   KVLAB_REQUIRE(slot >= 0 && slot < budget_.max_requests && first >= 0 && n >= 0 &&
                     first + n <= budget_.max_blocks_per_request,
                 "block-table write [" << first << ", " << first + n << ") of slot " << slot
@@ -40,7 +42,8 @@ void Dsv4HostBackend::on_blocks_released(int32_t slot, const int32_t*, int32_t) 
 }
 
 void Dsv4HostBackend::reset_slot(int32_t slot) {
-  KVLAB_REQUIRE(slot >= 0 && slot < budget_.max_requests, "slot " << slot << " outside [0, " << budget_.max_requests << ")");
+  KVLAB_REQUIRE(slot >= 0 && slot < budget_.max_requests,
+                "slot " << slot << " outside [0, " << budget_.max_requests << ")");
   for (auto& v : views_) {
     std::fill(v.swa.pos_row(slot), v.swa.pos_row(slot) + v.swa.window(), -1);
     v.swa.head[slot] = 0;

@@ -11,9 +11,12 @@ namespace kvlab::sim {
 
 std::string to_string(Dsv4LayerKind k) {
   switch (k) {
-    case Dsv4LayerKind::kSWA: return "swa";
-    case Dsv4LayerKind::kCSA: return "csa";
-    case Dsv4LayerKind::kHCA: return "hca";
+    case Dsv4LayerKind::kSWA:
+      return "swa";
+    case Dsv4LayerKind::kCSA:
+      return "csa";
+    case Dsv4LayerKind::kHCA:
+      return "hca";
   }
   return "?";
 }
@@ -35,9 +38,12 @@ int32_t Dsv4ModelStack::count(Dsv4LayerKind k) const {
 
 int32_t Dsv4ModelStack::ratio(Dsv4LayerKind k) const {
   switch (k) {
-    case Dsv4LayerKind::kSWA: return 0;
-    case Dsv4LayerKind::kCSA: return csa_ratio;
-    case Dsv4LayerKind::kHCA: return hca_ratio;
+    case Dsv4LayerKind::kSWA:
+      return 0;
+    case Dsv4LayerKind::kCSA:
+      return csa_ratio;
+    case Dsv4LayerKind::kHCA:
+      return hca_ratio;
   }
   throw InvalidArgument("invalid DSV4 layer kind value " + std::to_string(static_cast<int>(k)));
 }
@@ -50,7 +56,8 @@ void validate(const Dsv4ModelStack& s) {
     KVLAB_REQUIRE(k >= 0 && k <= 2, where << ": layer " << i << " has invalid kind value " << k);
   }
   KVLAB_REQUIRE(s.nope_dim > 0 && s.nope_dim % 64 == 0,
-                where << ": nope_dim must be a positive multiple of 64 (the FP8 64-tiles), got " << s.nope_dim);
+                where << ": nope_dim must be a positive multiple of 64 (the FP8 64-tiles), got "
+                      << s.nope_dim);
   KVLAB_REQUIRE(s.rope_dim > 0 && s.rope_dim % 2 == 0,
                 where << ": rope_dim must be positive and even, got " << s.rope_dim);
   KVLAB_REQUIRE(s.window >= 1, where << ": window must be >= 1, got " << s.window);
@@ -92,7 +99,7 @@ Dsv4ModelStack parse_dsv4_model_stack(const std::string& text, const std::string
   Dsv4ModelStack s;
   s.source = source;
   std::map<std::string, int32_t*> int_keys{
-      {"nope_dim", &s.nope_dim}, {"rope_dim", &s.rope_dim}, {"indexer_dim", &s.indexer_dim},
+      {"nope_dim", &s.nope_dim}, {"rope_dim", &s.rope_dim},   {"indexer_dim", &s.indexer_dim},
       {"window", &s.window},     {"csa_ratio", &s.csa_ratio}, {"hca_ratio", &s.hca_ratio}};
   std::map<std::string, bool> seen;
   std::istringstream in(text);
@@ -113,7 +120,8 @@ Dsv4ModelStack parse_dsv4_model_stack(const std::string& text, const std::string
     }
     if (section == "model") {
       const auto eq = line.find('=');
-      KVLAB_REQUIRE(eq != std::string::npos, where << ": expected 'key = value', got '" << line << "'");
+      KVLAB_REQUIRE(eq != std::string::npos,
+                    where << ": expected 'key = value', got '" << line << "'");
       const std::string key = trim(line.substr(0, eq)), value = trim(line.substr(eq + 1));
       KVLAB_REQUIRE(!seen[key], where << ": key '" << key << "' given twice");
       seen[key] = true;
@@ -122,9 +130,10 @@ Dsv4ModelStack parse_dsv4_model_stack(const std::string& text, const std::string
       } else if (int_keys.count(key)) {
         *int_keys[key] = parse_int(value, where + " (" + key + ")");
       } else {
-        throw InvalidArgument(where + ": unknown key '" + key +
-                              "' in [model] (allowed: name, nope_dim, rope_dim, indexer_dim, window, "
-                              "csa_ratio, hca_ratio)");
+        throw InvalidArgument(
+            where + ": unknown key '" + key +
+            "' in [model] (allowed: name, nope_dim, rope_dim, indexer_dim, window, "
+            "csa_ratio, hca_ratio)");
       }
     } else if (section == "layers") {
       // "<kind> [<kind> ...] [x N]"
@@ -146,12 +155,14 @@ Dsv4ModelStack parse_dsv4_model_stack(const std::string& text, const std::string
           throw InvalidArgument(where + ": " + e.what());
         }
       }
-      for (int32_t r = 0; r < repeat; ++r) s.layers.insert(s.layers.end(), group.begin(), group.end());
+      for (int32_t r = 0; r < repeat; ++r)
+        s.layers.insert(s.layers.end(), group.begin(), group.end());
     } else {
       throw InvalidArgument(where + ": content before the first section ([model] or [layers])");
     }
   }
-  for (const char* key : {"name", "nope_dim", "rope_dim", "indexer_dim", "window", "csa_ratio", "hca_ratio"})
+  for (const char* key :
+       {"name", "nope_dim", "rope_dim", "indexer_dim", "window", "csa_ratio", "hca_ratio"})
     KVLAB_REQUIRE(seen[key], source << ": missing required key '" << key << "' in [model]");
   validate(s);
   return s;
@@ -167,8 +178,9 @@ Dsv4ModelStack load_dsv4_model_stack(const std::string& path) {
 
 std::string to_ini(const Dsv4ModelStack& s) {
   std::ostringstream o;
-  o << "[model]\nname = " << s.name << "\nnope_dim = " << s.nope_dim << "\nrope_dim = " << s.rope_dim
-    << "\nindexer_dim = " << s.indexer_dim << "\nwindow = " << s.window << "\ncsa_ratio = " << s.csa_ratio
+  o << "[model]\nname = " << s.name << "\nnope_dim = " << s.nope_dim
+    << "\nrope_dim = " << s.rope_dim << "\nindexer_dim = " << s.indexer_dim
+    << "\nwindow = " << s.window << "\ncsa_ratio = " << s.csa_ratio
     << "\nhca_ratio = " << s.hca_ratio << "\n[layers]\n";
   for (auto k : s.layers) o << to_string(k) << "\n";
   return o.str();

@@ -36,12 +36,12 @@ namespace kvlab::sim {
 
 enum class Dsv4LayerKind : int32_t { kSWA = 0, kCSA = 1, kHCA = 2 };
 
-std::string to_string(Dsv4LayerKind k);          // "swa", "csa", "hca"
+std::string to_string(Dsv4LayerKind k);                     // "swa", "csa", "hca"
 Dsv4LayerKind parse_dsv4_layer_kind(const std::string& s);  // throws InvalidArgument
 
 struct Dsv4ModelStack {
   std::string name;
-  std::string source;          // file path or "<text>" (error messages, provenance)
+  std::string source;  // file path or "<text>" (error messages, provenance)
   int32_t nope_dim = 448;
   int32_t rope_dim = 64;
   int32_t indexer_dim = 128;
@@ -58,7 +58,8 @@ struct Dsv4ModelStack {
 };
 
 // Parses the INI text above; `source` names it in errors. Validates (see validate()).
-Dsv4ModelStack parse_dsv4_model_stack(const std::string& text, const std::string& source = "<text>");
+Dsv4ModelStack parse_dsv4_model_stack(const std::string& text,
+                                      const std::string& source = "<text>");
 // Reads and parses a file; a missing file is an InvalidArgument naming the path.
 Dsv4ModelStack load_dsv4_model_stack(const std::string& path);
 

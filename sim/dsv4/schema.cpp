@@ -17,7 +17,9 @@ int64_t indexer_entry_bytes(Dsv4IndexerFormat f, int32_t dim) {
   return dim / 2 + dim / g;
 }
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+int64_t ceil_div(int64_t a, int64_t b) {
+  return (a + b - 1) / b;
+}
 
 }  // namespace
 
@@ -29,16 +31,21 @@ Dsv4CacheSchema build_dsv4_schema(const Dsv4ModelStack& stack, const Dsv4CacheCo
   for (auto kind : {Dsv4LayerKind::kCSA, Dsv4LayerKind::kHCA}) {
     if (stack.count(kind) == 0) continue;
     const int32_t r = stack.ratio(kind);
-    KVLAB_REQUIRE(bt % r == 0, "ratio mismatch: block_tokens " << bt << " is not a multiple of the "
-                                   << to_string(kind) << " compression ratio " << r << " of model stack '"
-                                   << stack.name << "' (use a multiple of the lcm of the ratios, e.g. 128 or 256)");
+    KVLAB_REQUIRE(bt % r == 0,
+                  "ratio mismatch: block_tokens "
+                      << bt << " is not a multiple of the " << to_string(kind)
+                      << " compression ratio " << r << " of model stack '" << stack.name
+                      << "' (use a multiple of the lcm of the ratios, e.g. 128 or 256)");
   }
-  if (stack.count(Dsv4LayerKind::kCSA) > 0 && config.variant.indexer == Dsv4IndexerFormat::kMxfp4Hadamard)
+  if (stack.count(Dsv4LayerKind::kCSA) > 0 &&
+      config.variant.indexer == Dsv4IndexerFormat::kMxfp4Hadamard)
     KVLAB_REQUIRE(stack.indexer_dim % 128 == 0,
-                  "the mxfp4_hadamard indexer rotates 128-wide blocks: indexer_dim must be a multiple of 128, got "
+                  "the mxfp4_hadamard indexer rotates 128-wide blocks: indexer_dim must be a "
+                  "multiple of 128, got "
                       << stack.indexer_dim);
-  KVLAB_REQUIRE(std::isfinite(config.indexer_tensor_scale) && config.indexer_tensor_scale > 0,
-                "indexer_tensor_scale must be finite and positive, got " << config.indexer_tensor_scale);
+  KVLAB_REQUIRE(
+      std::isfinite(config.indexer_tensor_scale) && config.indexer_tensor_scale > 0,
+      "indexer_tensor_scale must be finite and positive, got " << config.indexer_tensor_scale);
 
   Dsv4CacheSchema s;
   s.stack = stack;
@@ -80,7 +87,8 @@ Dsv4CacheSchema build_dsv4_schema(const Dsv4ModelStack& stack, const Dsv4CacheCo
 }
 
 const Dsv4LayerSchema& Dsv4CacheSchema::layer(int32_t i) const {
-  KVLAB_REQUIRE(i >= 0 && i < num_layers(), "layer " << i << " out of range [0, " << num_layers() << ")");
+  KVLAB_REQUIRE(i >= 0 && i < num_layers(),
+                "layer " << i << " out of range [0, " << num_layers() << ")");
   return layers[i];
 }
 
@@ -119,10 +127,11 @@ int64_t Dsv4CacheSchema::blocks_for_tokens(int64_t tokens) const {
   return blocks;
 }
 
-Dsv4BlockBudget compute_block_budget(const Dsv4CacheSchema& schema, int64_t memory_bytes, int32_t max_requests,
-                                     int64_t max_context_tokens) {
+Dsv4BlockBudget compute_block_budget(const Dsv4CacheSchema& schema, int64_t memory_bytes,
+                                     int32_t max_requests, int64_t max_context_tokens) {
   KVLAB_REQUIRE(max_requests >= 1, "max_requests must be >= 1, got " << max_requests);
-  KVLAB_REQUIRE(max_context_tokens >= 1, "max_context_tokens must be >= 1, got " << max_context_tokens);
+  KVLAB_REQUIRE(max_context_tokens >= 1,
+                "max_context_tokens must be >= 1, got " << max_context_tokens);
   KVLAB_REQUIRE(memory_bytes >= 0, "memory budget must be >= 0 bytes, got " << memory_bytes);
   Dsv4BlockBudget b;
   b.memory_bytes = memory_bytes;
@@ -140,12 +149,13 @@ Dsv4BlockBudget compute_block_budget(const Dsv4CacheSchema& schema, int64_t memo
   const int64_t fixed = b.state_bytes + b.block_table_bytes + b.align_slack_bytes;
   const int64_t one_request = fixed + need_blocks * b.bytes_per_block;
   KVLAB_REQUIRE(memory_bytes >= one_request,
-                "memory budget of " << memory_bytes << " bytes is too small for one request: "
-                                    << max_requests << " request slot(s) of state (" << b.state_bytes
-                                    << " bytes) + block table (" << b.block_table_bytes << " bytes) + alignment ("
-                                    << b.align_slack_bytes << " bytes) + " << need_blocks << " block(s) of " << b.bytes_per_block
-                                    << " bytes for a context of " << max_context_tokens << " tokens need "
-                                    << one_request << " bytes");
+                "memory budget of "
+                    << memory_bytes << " bytes is too small for one request: " << max_requests
+                    << " request slot(s) of state (" << b.state_bytes << " bytes) + block table ("
+                    << b.block_table_bytes << " bytes) + alignment (" << b.align_slack_bytes
+                    << " bytes) + " << need_blocks << " block(s) of " << b.bytes_per_block
+                    << " bytes for a context of " << max_context_tokens << " tokens need "
+                    << one_request << " bytes");
   b.num_blocks = b.bytes_per_block == 0 ? 0 : (memory_bytes - fixed) / b.bytes_per_block;
   KVLAB_REQUIRE(b.num_blocks < (int64_t{1} << 31),
                 "the budget holds " << b.num_blocks << " blocks, above the int32 block-id range");
@@ -172,21 +182,24 @@ Dsv4BytesPerToken bytes_per_token(const Dsv4CacheSchema& schema, int64_t context
 
 std::string describe(const Dsv4CacheSchema& s) {
   std::ostringstream o;
-  o << "DSV4 cache schema: stack '" << s.stack.name << "' (" << s.num_layers() << " layers: "
-    << s.stack.count(Dsv4LayerKind::kSWA) << " swa, " << s.stack.count(Dsv4LayerKind::kCSA) << " csa, "
-    << s.stack.count(Dsv4LayerKind::kHCA) << " hca), variant " << to_string(s.config.variant)
-    << ", block_tokens " << s.block_tokens() << "\n";
+  o << "DSV4 cache schema: stack '" << s.stack.name << "' (" << s.num_layers()
+    << " layers: " << s.stack.count(Dsv4LayerKind::kSWA) << " swa, "
+    << s.stack.count(Dsv4LayerKind::kCSA) << " csa, " << s.stack.count(Dsv4LayerKind::kHCA)
+    << " hca), variant " << to_string(s.config.variant) << ", block_tokens " << s.block_tokens()
+    << "\n";
   for (auto kind : {Dsv4LayerKind::kSWA, Dsv4LayerKind::kCSA, Dsv4LayerKind::kHCA}) {
     for (const auto& l : s.layers) {
       if (l.kind != kind) continue;
       o << "  " << to_string(kind) << ": ratio " << l.ratio << ", entry " << l.entry_bytes << " B, "
-        << l.entries_per_block << " entries/block, " << l.indexer_entries_per_block << " indexer entries/block ("
-        << l.indexer_entry_bytes << " B), tail " << l.tail_tokens << ", state rows " << l.state_rows
-        << ", block " << l.bytes_per_block() << " B, state/slot " << l.state_bytes_per_slot() << " B\n";
+        << l.entries_per_block << " entries/block, " << l.indexer_entries_per_block
+        << " indexer entries/block (" << l.indexer_entry_bytes << " B), tail " << l.tail_tokens
+        << ", state rows " << l.state_rows << ", block " << l.bytes_per_block() << " B, state/slot "
+        << l.state_bytes_per_slot() << " B\n";
       break;
     }
   }
-  o << "  total: " << s.bytes_per_block() << " B per block, " << s.state_bytes_per_slot() << " B state per slot\n";
+  o << "  total: " << s.bytes_per_block() << " B per block, " << s.state_bytes_per_slot()
+    << " B state per slot\n";
   return o.str();
 }
 

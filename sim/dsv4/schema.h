@@ -43,7 +43,7 @@ constexpr int64_t kDsv4ArenaAlign = 256;
 constexpr int64_t kDsv4ArenaBuffersPerLayer = 18;
 
 struct Dsv4CacheConfig {
-  int32_t block_tokens = 128;          // BLOCK_SIZE_ORIGINAL_TOKENS: a multiple of every ratio
+  int32_t block_tokens = 128;  // BLOCK_SIZE_ORIGINAL_TOKENS: a multiple of every ratio
   Dsv4Variant variant = Dsv4Variant::seed004();
   // NVFP4 indexer keys (seed variant) need a fixed FP32 tensor scale for a cache that
   // streams: block scales are E4M3 codes of RN(RN(amax/6) / t). 1.0 covers |key| <= 2688.
@@ -53,14 +53,14 @@ struct Dsv4CacheConfig {
 struct Dsv4LayerSchema {
   int32_t layer = 0;
   Dsv4LayerKind kind = Dsv4LayerKind::kSWA;
-  int32_t ratio = 0;                  // tokens per compressed entry (0: SWA)
-  int32_t window = 0;                 // SWA ring length
+  int32_t ratio = 0;   // tokens per compressed entry (0: SWA)
+  int32_t window = 0;  // SWA ring length
   int32_t nope_dim = 0, rope_dim = 0, head_dim = 0;
-  int64_t entry_bytes = 0;            // one stored entry (ring and pool share the format)
+  int64_t entry_bytes = 0;  // one stored entry (ring and pool share the format)
 
   // Classical (compressed) pool: [num_blocks, entries_per_block] entries.
   bool has_classical = false;
-  int32_t entries_per_block = 0;      // block_tokens / ratio
+  int32_t entries_per_block = 0;  // block_tokens / ratio
   int64_t classical_bytes_per_block = 0;
   // Indexer keys (CSA only): [num_blocks, indexer_entries_per_block] FP4 keys.
   bool has_indexer = false;
@@ -70,9 +70,9 @@ struct Dsv4LayerSchema {
   int64_t indexer_bytes_per_block = 0;
 
   // Streaming compressor state.
-  bool overlap = false;               // CSA: two lanes, overlapping windows
-  int32_t tail_tokens = 0;            // seed 004's tail: pending tokens of an unfinished window (ratio - 1)
-  int32_t state_rows = 0;             // raw rows kept: CSA 2 * ratio (previous + current window), HCA ratio
+  bool overlap = false;     // CSA: two lanes, overlapping windows
+  int32_t tail_tokens = 0;  // seed 004's tail: pending tokens of an unfinished window (ratio - 1)
+  int32_t state_rows = 0;   // raw rows kept: CSA 2 * ratio (previous + current window), HCA ratio
   int64_t stream_bytes_per_slot = 0;  // FP32 ka/za(/kb/zb), main + indexer
   int64_t swa_bytes_per_slot = 0;     // ring entries + positions + head
   int64_t state_bytes_per_slot() const { return stream_bytes_per_slot + swa_bytes_per_slot; }
@@ -86,10 +86,10 @@ struct Dsv4CacheSchema {
 
   int32_t block_tokens() const { return config.block_tokens; }
   int32_t num_layers() const { return static_cast<int32_t>(layers.size()); }
-  const Dsv4LayerSchema& layer(int32_t i) const;   // throws InvalidArgument out of range
-  bool has_paged_layers() const;                    // any CSA / HCA layer
-  int64_t bytes_per_block() const;                  // summed over layers (one block id, all pools)
-  int64_t state_bytes_per_slot() const;             // summed over layers
+  const Dsv4LayerSchema& layer(int32_t i) const;  // throws InvalidArgument out of range
+  bool has_paged_layers() const;                  // any CSA / HCA layer
+  int64_t bytes_per_block() const;                // summed over layers (one block id, all pools)
+  int64_t state_bytes_per_slot() const;           // summed over layers
   // Blocks a request holding `tokens` original tokens needs: the largest over compressed
   // layers of ceil(floor(tokens / ratio) / entries_per_block); 0 for an SWA-only stack.
   int64_t blocks_for_tokens(int64_t tokens) const;
@@ -104,13 +104,13 @@ Dsv4CacheSchema build_dsv4_schema(const Dsv4ModelStack& stack, const Dsv4CacheCo
 
 // How a memory budget splits into per-slot state and paged blocks.
 struct Dsv4BlockBudget {
-  int64_t memory_bytes = 0;      // the budget given
-  int32_t max_requests = 0;      // request slots (state allocated up front)
-  int64_t state_bytes = 0;       // max_requests * state_bytes_per_slot
-  int64_t bytes_per_block = 0;   // one block id across all layers' pools
-  int64_t num_blocks = 0;        // floor((memory - state) / bytes_per_block); 0 for SWA-only
-  int64_t pool_bytes = 0;        // num_blocks * bytes_per_block
-  int64_t block_table_bytes = 0; // int32 [max_requests, max_blocks_per_request]
+  int64_t memory_bytes = 0;       // the budget given
+  int32_t max_requests = 0;       // request slots (state allocated up front)
+  int64_t state_bytes = 0;        // max_requests * state_bytes_per_slot
+  int64_t bytes_per_block = 0;    // one block id across all layers' pools
+  int64_t num_blocks = 0;         // floor((memory - state) / bytes_per_block); 0 for SWA-only
+  int64_t pool_bytes = 0;         // num_blocks * bytes_per_block
+  int64_t block_table_bytes = 0;  // int32 [max_requests, max_blocks_per_request]
   int32_t max_blocks_per_request = 0;
   int64_t max_context_tokens = 0;  // the request length the block table is sized for
   int64_t align_slack_bytes = 0;   // kDsv4ArenaAlign per arena buffer (padding between buffers)
@@ -134,12 +134,12 @@ Dsv4BlockBudget compute_block_budget(const Dsv4CacheSchema& schema, int64_t memo
 struct Dsv4BytesPerToken {
   int64_t context_tokens = 0;
   int64_t blocks = 0;
-  int64_t paged_bytes = 0;       // blocks * bytes_per_block
-  int64_t ring_bytes = 0;        // SWA rings (+ positions, heads) of all layers
-  int64_t stream_bytes = 0;      // compressor streams of all layers
-  int64_t classical_bytes = 0;   // paged share: compressed entries
-  int64_t indexer_bytes = 0;     // paged share: indexer keys
-  double per_token = 0;          // (paged + ring + stream) / context_tokens
+  int64_t paged_bytes = 0;          // blocks * bytes_per_block
+  int64_t ring_bytes = 0;           // SWA rings (+ positions, heads) of all layers
+  int64_t stream_bytes = 0;         // compressor streams of all layers
+  int64_t classical_bytes = 0;      // paged share: compressed entries
+  int64_t indexer_bytes = 0;        // paged share: indexer keys
+  double per_token = 0;             // (paged + ring + stream) / context_tokens
   double bf16_dense_per_token = 0;  // num_layers * head_dim * 2
 };
 Dsv4BytesPerToken bytes_per_token(const Dsv4CacheSchema& schema, int64_t context_tokens);

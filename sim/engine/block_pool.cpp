@@ -23,14 +23,23 @@ BlockPool::BlockPool(int64_t num_blocks, int32_t block_size, bool prefix_caching
 void BlockPool::lru_push_back(int32_t b) {
   lru_prev_[b] = lru_tail_;
   lru_next_[b] = -1;
-  if (lru_tail_ >= 0) lru_next_[lru_tail_] = b; else lru_head_ = b;
+  if (lru_tail_ >= 0)
+    lru_next_[lru_tail_] = b;
+  else
+    lru_head_ = b;
   lru_tail_ = b;
 }
 
 void BlockPool::lru_remove(int32_t b) {
   const int32_t p = lru_prev_[b], n = lru_next_[b];
-  if (p >= 0) lru_next_[p] = n; else lru_head_ = n;
-  if (n >= 0) lru_prev_[n] = p; else lru_tail_ = p;
+  if (p >= 0)
+    lru_next_[p] = n;
+  else
+    lru_head_ = n;
+  if (n >= 0)
+    lru_prev_[n] = p;
+  else
+    lru_tail_ = p;
   lru_prev_[b] = lru_next_[b] = -1;
 }
 
@@ -59,16 +68,23 @@ void BlockPool::add_ref(int32_t b) {
     KVLAB_REQUIRE(has_hash_[b], "BlockPool::add_ref: block " << b << " is free, not cached");
     lru_remove(b);
     --cached_blocks_;
-    if (fill_[b] > 0) ++used_nonempty_; else ++used_empty_;
+    if (fill_[b] > 0)
+      ++used_nonempty_;
+    else
+      ++used_empty_;
     tokens_ += fill_[b];
   }
   ++ref_[b];
 }
 
 void BlockPool::release(int32_t b) {
-  KVLAB_REQUIRE(b >= 0 && b < num_blocks() && ref_[b] > 0, "BlockPool::release: block " << b << " is not in use");
+  KVLAB_REQUIRE(b >= 0 && b < num_blocks() && ref_[b] > 0,
+                "BlockPool::release: block " << b << " is not in use");
   if (--ref_[b] > 0) return;
-  if (fill_[b] > 0) --used_nonempty_; else --used_empty_;
+  if (fill_[b] > 0)
+    --used_nonempty_;
+  else
+    --used_empty_;
   tokens_ -= fill_[b];
   if (has_hash_[b]) {
     lru_push_back(b);
@@ -109,13 +125,14 @@ LedgerCounts BlockPool::counts() const {
 void BlockPool::check() const {
   const LedgerCounts c = counts();
   const int64_t cap = num_blocks() * block_size_;
-  if (c.sum_slots() != cap || c.used_blocks + c.cached_blocks != allocator_.num_used() || c.slack_slots < 0 ||
-      tokens_ < used_nonempty_ || used_empty_ < 0 || used_nonempty_ < 0) {
+  if (c.sum_slots() != cap || c.used_blocks + c.cached_blocks != allocator_.num_used() ||
+      c.slack_slots < 0 || tokens_ < used_nonempty_ || used_empty_ < 0 || used_nonempty_ < 0) {
     std::ostringstream os;
-    os << "memory ledger invariant violated: tokens " << c.token_slots << " + slack " << c.slack_slots
-       << " + reserved " << c.reserved_slots << " + cached " << c.cached_slots << " + free " << c.free_slots << " = "
-       << c.sum_slots() << " slots vs capacity " << cap << "; used " << c.used_blocks << " + cached "
-       << c.cached_blocks << " blocks vs allocator's " << allocator_.num_used() << " in use";
+    os << "memory ledger invariant violated: tokens " << c.token_slots << " + slack "
+       << c.slack_slots << " + reserved " << c.reserved_slots << " + cached " << c.cached_slots
+       << " + free " << c.free_slots << " = " << c.sum_slots() << " slots vs capacity " << cap
+       << "; used " << c.used_blocks << " + cached " << c.cached_blocks << " blocks vs allocator's "
+       << allocator_.num_used() << " in use";
     throw kvlab::Error(os.str());
   }
 }
@@ -129,13 +146,17 @@ void BlockPool::audit() const {
     const bool free = allocator_.is_free(b);
     std::ostringstream err;
     if (free) {
-      if (ref_[b] != 0 || fill_[b] != 0 || has_hash_[b]) err << "free block " << b << " has ref/fill/hash";
+      if (ref_[b] != 0 || fill_[b] != 0 || has_hash_[b])
+        err << "free block " << b << " has ref/fill/hash";
       r.free_slots += block_size_;
       ++r.free_blocks;
     } else if (ref_[b] > 0) {
       if (fill_[b] < 0 || fill_[b] > block_size_) err << "block " << b << " fill " << fill_[b];
       r.token_slots += fill_[b];
-      if (fill_[b] == 0) r.reserved_slots += block_size_; else r.slack_slots += block_size_ - fill_[b];
+      if (fill_[b] == 0)
+        r.reserved_slots += block_size_;
+      else
+        r.slack_slots += block_size_ - fill_[b];
       ++r.used_blocks;
     } else {
       if (!has_hash_[b]) err << "block " << b << " is neither free, used nor cached";
@@ -149,14 +170,15 @@ void BlockPool::audit() const {
     if (!err.str().empty()) throw kvlab::Error("memory ledger audit: " + err.str());
   }
   const LedgerCounts c = counts();
-  if (r.token_slots != c.token_slots || r.slack_slots != c.slack_slots || r.reserved_slots != c.reserved_slots ||
-      r.cached_slots != c.cached_slots || r.free_slots != c.free_slots || lru_len != c.cached_blocks ||
+  if (r.token_slots != c.token_slots || r.slack_slots != c.slack_slots ||
+      r.reserved_slots != c.reserved_slots || r.cached_slots != c.cached_slots ||
+      r.free_slots != c.free_slots || lru_len != c.cached_blocks ||
       static_cast<int64_t>(by_hash_.size()) < c.cached_blocks) {
     std::ostringstream os;
-    os << "memory ledger audit: recount tokens/slack/reserved/cached/free " << r.token_slots << "/" << r.slack_slots
-       << "/" << r.reserved_slots << "/" << r.cached_slots << "/" << r.free_slots << " vs counters " << c.token_slots
-       << "/" << c.slack_slots << "/" << c.reserved_slots << "/" << c.cached_slots << "/" << c.free_slots
-       << " (eviction list " << lru_len << ")";
+    os << "memory ledger audit: recount tokens/slack/reserved/cached/free " << r.token_slots << "/"
+       << r.slack_slots << "/" << r.reserved_slots << "/" << r.cached_slots << "/" << r.free_slots
+       << " vs counters " << c.token_slots << "/" << c.slack_slots << "/" << c.reserved_slots << "/"
+       << c.cached_slots << "/" << c.free_slots << " (eviction list " << lru_len << ")";
     throw kvlab::Error(os.str());
   }
 }

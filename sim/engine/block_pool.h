@@ -38,7 +38,9 @@ struct LedgerCounts {
   int64_t used_blocks = 0;
   int64_t cached_blocks = 0;
   int64_t free_blocks = 0;
-  int64_t sum_slots() const { return token_slots + slack_slots + reserved_slots + cached_slots + free_slots; }
+  int64_t sum_slots() const {
+    return token_slots + slack_slots + reserved_slots + cached_slots + free_slots;
+  }
 };
 
 class BlockPool {
@@ -100,9 +102,9 @@ class BlockPool {
   BlockAllocator allocator_;
   int32_t block_size_;
   bool prefix_caching_;
-  std::vector<int32_t> ref_;      // [num_blocks]
-  std::vector<int32_t> fill_;     // [num_blocks] tokens written
-  std::vector<uint64_t> hash_;    // [num_blocks] content hash when has_hash_
+  std::vector<int32_t> ref_;    // [num_blocks]
+  std::vector<int32_t> fill_;   // [num_blocks] tokens written
+  std::vector<uint64_t> hash_;  // [num_blocks] content hash when has_hash_
   std::vector<uint8_t> has_hash_;
   std::vector<int32_t> lru_prev_, lru_next_;  // eviction list of cached blocks (head = oldest)
   int32_t lru_head_ = -1, lru_tail_ = -1;

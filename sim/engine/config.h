@@ -32,24 +32,24 @@ PreemptionMode parse_preemption_mode(const std::string& s);  // "recompute" | "s
 ReservePolicy parse_reserve_policy(const std::string& s);    // "on_demand" | "full_sequence"
 
 struct EngineConfig {
-  int64_t num_blocks = 0;              // GPU KV blocks (>= 1), e.g. from plan_capacity()
-  int32_t block_size = 16;             // tokens per block (>= 1)
-  int32_t max_num_seqs = 256;          // running requests at most (>= 1)
+  int64_t num_blocks = 0;                 // GPU KV blocks (>= 1), e.g. from plan_capacity()
+  int32_t block_size = 16;                // tokens per block (>= 1)
+  int32_t max_num_seqs = 256;             // running requests at most (>= 1)
   int64_t max_num_batched_tokens = 8192;  // token budget per step (>= 1)
-  bool chunked_prefill = true;         // split prompts across steps under the budget
-  double watermark = 0.01;             // fraction of blocks an admission must leave free [0, 1)
+  bool chunked_prefill = true;            // split prompts across steps under the budget
+  double watermark = 0.01;                // fraction of blocks an admission must leave free [0, 1)
   PreemptionMode preemption = PreemptionMode::kRecompute;
-  int64_t swap_blocks = 0;             // host swap space, blocks (kSwap; full -> recompute)
+  int64_t swap_blocks = 0;  // host swap space, blocks (kSwap; full -> recompute)
   ReservePolicy reserve = ReservePolicy::kOnDemand;
-  bool prefix_caching = false;         // share full blocks by content hash (ref-counted)
-  BlockBytes block_bytes;              // bytes per block for the ledger (may be all zero)
-  int64_t per_request_bytes = 0;       // unpaged per-request state (sliding-window rings)
-  int64_t max_steps = 0;               // 0 = run to completion; else stop (summary.truncated)
-  int32_t trace_every = 1;             // record trace/ledger rows every k steps (0 = none)
-  bool audit_every_step = false;       // O(num_blocks) ledger recount each step (tests)
+  bool prefix_caching = false;    // share full blocks by content hash (ref-counted)
+  BlockBytes block_bytes;         // bytes per block for the ledger (may be all zero)
+  int64_t per_request_bytes = 0;  // unpaged per-request state (sliding-window rings)
+  int64_t max_steps = 0;          // 0 = run to completion; else stop (summary.truncated)
+  int32_t trace_every = 1;        // record trace/ledger rows every k steps (0 = none)
+  bool audit_every_step = false;  // O(num_blocks) ledger recount each step (tests)
 
-  int64_t watermark_blocks() const;    // floor(watermark * num_blocks)
-  void validate() const;               // InvalidArgument naming the field
+  int64_t watermark_blocks() const;  // floor(watermark * num_blocks)
+  void validate() const;             // InvalidArgument naming the field
 };
 
 // Step duration for a batch shape. Implementations must be deterministic.
@@ -63,7 +63,8 @@ class StepTimeModel {
 // swap_bytes_per_s: hand-checkable, for tests and quick studies.
 class LinearStepTime : public StepTimeModel {
  public:
-  LinearStepTime(double base_s, double per_token_s, double per_context_token_s, double swap_bytes_per_s = 0);
+  LinearStepTime(double base_s, double per_token_s, double per_context_token_s,
+                 double swap_bytes_per_s = 0);
   StepCost step_cost(const StepShape& s) const override;
 
  private:

@@ -25,7 +25,8 @@ uint64_t mix64(uint64_t z) {  // splitmix64 finalizer
 
 }  // namespace
 
-Engine::Engine(EngineConfig cfg, std::shared_ptr<const StepTimeModel> timer) : cfg_(cfg), timer_(std::move(timer)) {
+Engine::Engine(EngineConfig cfg, std::shared_ptr<const StepTimeModel> timer)
+    : cfg_(cfg), timer_(std::move(timer)) {
   cfg_.validate();
   reset({});
 }
@@ -88,7 +89,8 @@ void Engine::admit_arrivals() {
 
 bool Engine::schedule() {
   if (over_) return false;
-  KVLAB_REQUIRE(!scheduled_, "Engine::schedule: the previous step was not completed (call complete())");
+  KVLAB_REQUIRE(!scheduled_,
+                "Engine::schedule: the previous step was not completed (call complete())");
   if (cfg_.max_steps > 0 && steps_ >= cfg_.max_steps) {
     over_ = true;
     res_.summary.truncated = num_done_ < static_cast<int64_t>(reqs_.size());
@@ -112,8 +114,8 @@ bool Engine::schedule() {
     if (step_preempted_ == 0) {
       std::ostringstream os;
       os << "engine stalled at step " << steps_ << ": running " << running_.size() << ", waiting "
-         << waiting_.size() << ", swapped " << swapped_.size() << ", available blocks " << pool_->available()
-         << ", watermark " << watermark_blocks_;
+         << waiting_.size() << ", swapped " << swapped_.size() << ", available blocks "
+         << pool_->available() << ", watermark " << watermark_blocks_;
       throw kvlab::Error(os.str());
     }
   }
@@ -145,7 +147,8 @@ inline void Engine::add_to_batch(int32_t idx, int64_t n) {
   } else {
     ++shape_.num_prefill_seqs;
     shape_.prefill_tokens += n;
-    shape_.prefill_attn_pairs += static_cast<double>(n) * static_cast<double>(c) + 0.5 * static_cast<double>(n) * (n + 1);
+    shape_.prefill_attn_pairs +=
+        static_cast<double>(n) * static_cast<double>(c) + 0.5 * static_cast<double>(n) * (n + 1);
     shape_.prefill_context_tokens += c + n;
   }
   if (c + n == r.known) ++shape_.num_sampled;
@@ -169,8 +172,8 @@ void Engine::preempt(int32_t idx) {
   // cached tokens (on-demand allocation); those are what a swap copies.
   const int64_t n = blocks_for_tokens(r.computed, cfg_.block_size);
   KVLAB_REQUIRE(n == static_cast<int64_t>(r.blocks.size()),
-                "engine: preempted request " << reqs_[idx].id << " holds " << r.blocks.size() << " blocks for "
-                                             << r.computed << " tokens");
+                "engine: preempted request " << reqs_[idx].id << " holds " << r.blocks.size()
+                                             << " blocks for " << r.computed << " tokens");
   logical_tokens_ -= r.computed;
   ++step_preempted_;
   if (cfg_.preemption == PreemptionMode::kSwap && swap_used_ + n <= cfg_.swap_blocks) {
@@ -200,7 +203,8 @@ void Engine::preempt(int32_t idx) {
 uint64_t Engine::block_hash(int32_t idx, uint64_t parent, int64_t j) const {
   const Request& q = reqs_[idx];
   const bool shared = (j + 1) * cfg_.block_size <= q.shared_prefix_tokens;
-  const uint64_t owner = shared ? (static_cast<uint64_t>(q.prefix_group) << 1) | 1u : static_cast<uint64_t>(q.id) << 1;
+  const uint64_t owner =
+      shared ? (static_cast<uint64_t>(q.prefix_group) << 1) | 1u : static_cast<uint64_t>(q.id) << 1;
   return mix64(parent ^ mix64(owner ^ mix64(static_cast<uint64_t>(j))));
 }
 
@@ -250,7 +254,8 @@ bool Engine::try_schedule() {
   if (preempted_now) return !batch_.empty();
 
   // 2. Swapped requests come back first.
-  while (!swapped_.empty() && static_cast<int32_t>(running_.size()) < cfg_.max_num_seqs && budget > 0) {
+  while (!swapped_.empty() && static_cast<int32_t>(running_.size()) < cfg_.max_num_seqs &&
+         budget > 0) {
     const int32_t idx = swapped_.front();
     Req& r = state_[idx];
     const int64_t n = std::min(r.known - r.computed, budget);
@@ -259,7 +264,8 @@ bool Engine::try_schedule() {
     swapped_.pop_front();
     for (int32_t k = 0; k < r.swapped_blocks; ++k) {
       const int32_t b = pool_->allocate();
-      pool_->fill(b, static_cast<int32_t>(std::min<int64_t>(bs, r.computed - static_cast<int64_t>(k) * bs)));
+      pool_->fill(b, static_cast<int32_t>(
+                         std::min<int64_t>(bs, r.computed - static_cast<int64_t>(k) * bs)));
       r.blocks.push_back(b);
     }
     step_swap_in_ += r.swapped_blocks;
@@ -278,7 +284,8 @@ bool Engine::try_schedule() {
   if (!swapped_.empty()) return !batch_.empty();  // waiting requests do not overtake swapped ones
 
   // 3. Waiting requests (new arrivals, recompute-preempted ones at the front).
-  while (!waiting_.empty() && static_cast<int32_t>(running_.size()) < cfg_.max_num_seqs && budget > 0) {
+  while (!waiting_.empty() && static_cast<int32_t>(running_.size()) < cfg_.max_num_seqs &&
+         budget > 0) {
     const int32_t idx = waiting_.front();
     Req& r = state_[idx];
     hit_scratch_.clear();
@@ -328,7 +335,8 @@ void Engine::complete(double duration_s) {
                 "Engine::complete: duration " << duration_s << " s is not finite");
   StepCost cost;
   if (duration_s < 0) {
-    KVLAB_REQUIRE(timer_ != nullptr, "Engine::complete: no step-time model and no measured duration");
+    KVLAB_REQUIRE(timer_ != nullptr,
+                  "Engine::complete: no step-time model and no measured duration");
     cost = timer_->step_cost(shape_);
   } else {
     cost.total_s = duration_s;
@@ -387,7 +395,8 @@ void Engine::complete(double duration_s) {
     }
   }
   if (finished > 0)
-    running_.erase(std::remove_if(running_.begin(), running_.end(), [&](int32_t i) { return state_[i].state == kDone; }),
+    running_.erase(std::remove_if(running_.begin(), running_.end(),
+                                  [&](int32_t i) { return state_[i].state == kDone; }),
                    running_.end());
   ++steps_;
   scheduled_ = false;
@@ -465,17 +474,19 @@ void Engine::audit() const {
       if (static_cast<int64_t>(r.blocks.size()) < blocks_for_tokens(r.computed, bs))
         err << "holds " << r.blocks.size() << " blocks for " << r.computed << " tokens";
       if (static_cast<int64_t>(r.fill_block) * bs + r.fill_offset != r.computed)
-        err << "fill cursor " << r.fill_block << "/" << r.fill_offset << " vs " << r.computed << " tokens";
-      const int32_t cur = static_cast<size_t>(r.fill_block) < r.blocks.size() ? r.blocks[r.fill_block] : -1;
+        err << "fill cursor " << r.fill_block << "/" << r.fill_offset << " vs " << r.computed
+            << " tokens";
+      const int32_t cur =
+          static_cast<size_t>(r.fill_block) < r.blocks.size() ? r.blocks[r.fill_block] : -1;
       if (cur != r.cur_block) err << "cursor block " << r.cur_block << ", expected " << cur;
       for (size_t k = 0; k < r.blocks.size(); ++k) {
         ++refs[static_cast<size_t>(r.blocks[k])];
-        const int32_t want = static_cast<int64_t>(k) < r.fill_block ? bs
+        const int32_t want = static_cast<int64_t>(k) < r.fill_block    ? bs
                              : static_cast<int64_t>(k) == r.fill_block ? r.fill_offset
-                                                                        : 0;
+                                                                       : 0;
         if (pool_->fill_of(r.blocks[k]) != want)
-          err << "block " << r.blocks[k] << " (#" << k << ") fill " << pool_->fill_of(r.blocks[k]) << ", expected "
-              << want;
+          err << "block " << r.blocks[k] << " (#" << k << ") fill " << pool_->fill_of(r.blocks[k])
+              << ", expected " << want;
       }
     } else if (!r.blocks.empty()) {
       err << "holds " << r.blocks.size() << " blocks while not running";
@@ -487,12 +498,12 @@ void Engine::audit() const {
   for (int32_t b = 0; b < cfg_.num_blocks; ++b)
     if (refs[static_cast<size_t>(b)] != pool_->ref_of(b))
       throw kvlab::Error("engine audit: block " + std::to_string(b) + " referenced by " +
-                         std::to_string(refs[static_cast<size_t>(b)]) + " requests, pool ref count " +
-                         std::to_string(pool_->ref_of(b)));
+                         std::to_string(refs[static_cast<size_t>(b)]) +
+                         " requests, pool ref count " + std::to_string(pool_->ref_of(b)));
   if (logical != logical_tokens_ || swap != swap_used_)
     throw kvlab::Error("engine audit: logical tokens " + std::to_string(logical) + " vs counter " +
-                       std::to_string(logical_tokens_) + ", swap blocks " + std::to_string(swap) + " vs " +
-                       std::to_string(swap_used_));
+                       std::to_string(logical_tokens_) + ", swap blocks " + std::to_string(swap) +
+                       " vs " + std::to_string(swap_used_));
 }
 
 SimResult Engine::run(const std::vector<Request>& requests) {
@@ -530,7 +541,8 @@ void Engine::finalize_summary(SimResult* out) const {
     const bool done = st == RequestStatus::kFinished;
     q.finish_s.push_back(done ? r.finish : kNaN);
     q.e2e_s.push_back(done ? r.finish - in.arrival_s : kNaN);
-    q.tpot_s.push_back(done && in.output_tokens > 1 ? (r.finish - r.first_token) / (in.output_tokens - 1) : kNaN);
+    q.tpot_s.push_back(
+        done && in.output_tokens > 1 ? (r.finish - r.first_token) / (in.output_tokens - 1) : kNaN);
     q.num_preemptions.push_back(r.preemptions);
     q.num_swaps.push_back(r.swaps);
     q.prefix_hit_tokens.push_back(r.hit_tokens);
@@ -611,10 +623,12 @@ void Engine::batch_block_table(int32_t max_blocks_per_seq, std::vector<int32_t>*
     const auto& blocks = state_[batch_[i].request].blocks;
     const int64_t len = batch_[i].start + batch_[i].num_tokens;
     const int64_t used = blocks_for_tokens(len, cfg_.block_size);
-    KVLAB_REQUIRE(used <= max_blocks_per_seq, "Engine::batch_block_table: request "
-                                                  << reqs_[batch_[i].request].id << " needs " << used
-                                                  << " blocks, more than max_blocks_per_seq " << max_blocks_per_seq);
-    std::copy(blocks.begin(), blocks.begin() + used, table->begin() + static_cast<int64_t>(i) * max_blocks_per_seq);
+    KVLAB_REQUIRE(used <= max_blocks_per_seq,
+                  "Engine::batch_block_table: request "
+                      << reqs_[batch_[i].request].id << " needs " << used
+                      << " blocks, more than max_blocks_per_seq " << max_blocks_per_seq);
+    std::copy(blocks.begin(), blocks.begin() + used,
+              table->begin() + static_cast<int64_t>(i) * max_blocks_per_seq);
     seq_lens->push_back(static_cast<int32_t>(len));
   }
 }
@@ -627,13 +641,15 @@ void Engine::batch_slot_mapping(std::vector<int64_t>* slots) const {
   for (const ScheduledSeq& s : batch_) {
     const auto& blocks = state_[s.request].blocks;
     for (int64_t t = s.start; t < s.start + s.num_tokens; ++t)
-      slots->push_back(slot_of(blocks[static_cast<size_t>(t / bs)], static_cast<int32_t>(t % bs), bs));
+      slots->push_back(
+          slot_of(blocks[static_cast<size_t>(t / bs)], static_cast<int32_t>(t % bs), bs));
   }
 }
 
 const std::vector<int32_t>& Engine::request_blocks(int32_t request) const {
   KVLAB_REQUIRE(request >= 0 && static_cast<size_t>(request) < state_.size(),
-                "Engine::request_blocks: request index " << request << " outside [0, " << state_.size() << ")");
+                "Engine::request_blocks: request index " << request << " outside [0, "
+                                                         << state_.size() << ")");
   return state_[static_cast<size_t>(request)].blocks;
 }
 

@@ -43,8 +43,8 @@ namespace kvlab::sim {
 
 // One scheduled sequence of the current step.
 struct ScheduledSeq {
-  int32_t request = 0;    // index into the workload
-  int64_t start = 0;      // first token position computed this step
+  int32_t request = 0;  // index into the workload
+  int64_t start = 0;    // first token position computed this step
   int32_t num_tokens = 0;
 };
 
@@ -69,7 +69,8 @@ class Engine {
   // For real runs: the scheduled batch's int32 block table [batch, max_blocks_per_seq]
   // (padded with -1), int32 seq_lens (tokens cached after this step), and int64 slot mapping
   // of the tokens computed this step (AppendArgs::slot_mapping), in batch order.
-  void batch_block_table(int32_t max_blocks_per_seq, std::vector<int32_t>* table, std::vector<int32_t>* seq_lens) const;
+  void batch_block_table(int32_t max_blocks_per_seq, std::vector<int32_t>* table,
+                         std::vector<int32_t>* seq_lens) const;
   void batch_slot_mapping(std::vector<int64_t>* slots) const;
   const std::vector<int32_t>& request_blocks(int32_t request) const;
 
@@ -85,13 +86,13 @@ class Engine {
   enum State : int8_t { kPending, kWaiting, kRunning, kSwapped, kDone, kRejectedState };
   // Hot fields (touched by every step of a running request) share the first cache line.
   struct alignas(64) Req {
-    int64_t known = 0;       // prompt + generated
-    int64_t computed = 0;    // tokens with cached KV
+    int64_t known = 0;     // prompt + generated
+    int64_t computed = 0;  // tokens with cached KV
     int32_t generated = 0;
     int32_t output = 0;
-    int32_t fill_block = 0;  // index in blocks of the block receiving the next token
-    int32_t fill_offset = 0; // its fill
-    int32_t cur_block = -1;  // blocks[fill_block], or -1 past the end (saves a load per token)
+    int32_t fill_block = 0;   // index in blocks of the block receiving the next token
+    int32_t fill_offset = 0;  // its fill
+    int32_t cur_block = -1;   // blocks[fill_block], or -1 past the end (saves a load per token)
     State state = kPending;
     bool has_first_scheduled = false, has_first_token = false;
     std::vector<int32_t> blocks;
@@ -109,11 +110,14 @@ class Engine {
   // Blocks for `tokens` cached tokens: the common case (they fit) inline, else
   // allocate_blocks (false, with nothing allocated, when the pool cannot supply them).
   bool ensure_blocks(Req& r, int64_t tokens) {
-    return tokens <= static_cast<int64_t>(r.blocks.size()) * cfg_.block_size || allocate_blocks(r, tokens);
+    return tokens <= static_cast<int64_t>(r.blocks.size()) * cfg_.block_size ||
+           allocate_blocks(r, tokens);
   }
   bool allocate_blocks(Req& r, int64_t tokens);
   static void sync_cursor(Req& r) {
-    r.cur_block = static_cast<size_t>(r.fill_block) < r.blocks.size() ? r.blocks[static_cast<size_t>(r.fill_block)] : -1;
+    r.cur_block = static_cast<size_t>(r.fill_block) < r.blocks.size()
+                      ? r.blocks[static_cast<size_t>(r.fill_block)]
+                      : -1;
   }
   void add_to_batch(int32_t idx, int64_t n);
   void preempt(int32_t idx);

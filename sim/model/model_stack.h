@@ -41,13 +41,14 @@ struct ModelStack {
   int32_t intermediate = 0;  // SwiGLU width (gate and up are hidden x intermediate each)
   int32_t vocab = 0;
   int32_t weight_bits = 16;  // bits per weight parameter (16 BF16, 8 FP8, 4 FP4)
-  int32_t kv_pools = 2;      // 2: separate K and V caches; 1: one shared latent per token (MLA-style, K = V)
+  int32_t kv_pools =
+      2;  // 2: separate K and V caches; 1: one shared latent per token (MLA-style, K = V)
   // KV-cache layer groups; their num_layers sum to num_layers. Empty = every layer kFull.
   std::vector<CacheLayerGroup> cache;
 
-  void validate() const;  // InvalidArgument naming the field
+  void validate() const;                              // InvalidArgument naming the field
   std::vector<CacheLayerGroup> cache_groups() const;  // `cache`, or one kFull group
-  int64_t num_params() const;  // embeddings + layers + untied LM head
+  int64_t num_params() const;                         // embeddings + layers + untied LM head
   int64_t weight_bytes() const { return num_params() * weight_bits / 8; }
   int group_size() const { return num_kv_heads > 0 ? num_qo_heads / num_kv_heads : 0; }
 };

@@ -27,20 +27,21 @@ struct CapacityQuery {
   int64_t kv_budget_bytes = 0;  // bytes for the KV cache: paged pools + per-request state
   int32_t block_size = 16;
   KvFormat format = KvFormat::kBF16;
-  int64_t context_tokens = 0;   // per-sequence context for max_seqs (>= 1)
-  int32_t max_num_seqs = 0;     // 0 = as many as fit; else state slots reserved up front
+  int64_t context_tokens = 0;  // per-sequence context for max_seqs (>= 1)
+  int32_t max_num_seqs = 0;    // 0 = as many as fit; else state slots reserved up front
 };
 
 struct CapacityResult {
-  KvFootprint footprint;        // bytes per block (raw / compressed / scales), per request
+  KvFootprint footprint;  // bytes per block (raw / compressed / scales), per request
   int64_t num_blocks = 0;
-  int64_t max_tokens = 0;       // num_blocks * block_size
-  int64_t blocks_per_seq = 0;   // ceil(context / block_size)
-  int64_t max_seqs = 0;         // concurrent sequences at context_tokens
-  int64_t state_slots = 0;      // per-request state reserved for this many sequences
-  int64_t used_bytes = 0;       // num_blocks * block bytes + state_slots * per_request_bytes
-  double bytes_per_token = 0;   // at context_tokens, incl. last-block slack and state
-  double slack_fraction = 0;    // (blocks_per_seq * block_size - context) / (blocks_per_seq * block_size)
+  int64_t max_tokens = 0;      // num_blocks * block_size
+  int64_t blocks_per_seq = 0;  // ceil(context / block_size)
+  int64_t max_seqs = 0;        // concurrent sequences at context_tokens
+  int64_t state_slots = 0;     // per-request state reserved for this many sequences
+  int64_t used_bytes = 0;      // num_blocks * block bytes + state_slots * per_request_bytes
+  double bytes_per_token = 0;  // at context_tokens, incl. last-block slack and state
+  double slack_fraction =
+      0;  // (blocks_per_seq * block_size - context) / (blocks_per_seq * block_size)
 };
 
 CapacityResult plan_capacity(const CapacityQuery& q);

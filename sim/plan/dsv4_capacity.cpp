@@ -9,7 +9,8 @@ namespace kvlab::sim {
 
 namespace {
 // compute_block_budget succeeds and its pool holds n requests of `context` tokens.
-bool fits(const Dsv4CacheSchema& s, int64_t budget, int64_t n, int64_t context, Dsv4BlockBudget* out) {
+bool fits(const Dsv4CacheSchema& s, int64_t budget, int64_t n, int64_t context,
+          Dsv4BlockBudget* out) {
   if (n > std::numeric_limits<int32_t>::max()) return false;
   try {
     const Dsv4BlockBudget b = compute_block_budget(s, budget, static_cast<int32_t>(n), context);
@@ -22,9 +23,12 @@ bool fits(const Dsv4CacheSchema& s, int64_t budget, int64_t n, int64_t context, 
 }
 }  // namespace
 
-Dsv4Capacity plan_dsv4_capacity(const Dsv4CacheSchema& schema, int64_t kv_budget_bytes, int64_t context_tokens) {
-  KVLAB_REQUIRE(context_tokens >= 1, "dsv4 capacity: context_tokens " << context_tokens << " must be >= 1");
-  KVLAB_REQUIRE(kv_budget_bytes >= 0, "dsv4 capacity: KV budget " << kv_budget_bytes << " bytes is negative");
+Dsv4Capacity plan_dsv4_capacity(const Dsv4CacheSchema& schema, int64_t kv_budget_bytes,
+                                int64_t context_tokens) {
+  KVLAB_REQUIRE(context_tokens >= 1,
+                "dsv4 capacity: context_tokens " << context_tokens << " must be >= 1");
+  KVLAB_REQUIRE(kv_budget_bytes >= 0,
+                "dsv4 capacity: KV budget " << kv_budget_bytes << " bytes is negative");
   Dsv4Capacity c;
   c.context_tokens = context_tokens;
   c.kv_budget_bytes = kv_budget_bytes;
@@ -45,8 +49,9 @@ Dsv4Capacity plan_dsv4_capacity(const Dsv4CacheSchema& schema, int64_t kv_budget
     c.max_seqs = lo;
     fits(schema, kv_budget_bytes, lo, context_tokens, &c.budget);
   }
-  c.bytes_per_token =
-      static_cast<double>(c.blocks_per_seq * schema.bytes_per_block() + schema.state_bytes_per_slot()) / context_tokens;
+  c.bytes_per_token = static_cast<double>(c.blocks_per_seq * schema.bytes_per_block() +
+                                          schema.state_bytes_per_slot()) /
+                      context_tokens;
   return c;
 }
 
@@ -58,19 +63,22 @@ KvFootprint dsv4_footprint(const Dsv4CacheSchema& schema) {
     f.per_request_bytes += l.state_bytes_per_slot();
     if (l.has_classical) {
       const int64_t data = static_cast<int64_t>(l.nope_dim) + 2 * static_cast<int64_t>(l.rope_dim);
-      KVLAB_REQUIRE(l.entry_bytes >= data, "dsv4 footprint: layer " << l.layer << " entry of " << l.entry_bytes
-                                                                    << " bytes is below its " << data << " data bytes");
+      KVLAB_REQUIRE(l.entry_bytes >= data, "dsv4 footprint: layer "
+                                               << l.layer << " entry of " << l.entry_bytes
+                                               << " bytes is below its " << data << " data bytes");
       f.block.compressed_kv += static_cast<int64_t>(l.entries_per_block) * data;
       f.block.scales += static_cast<int64_t>(l.entries_per_block) * (l.entry_bytes - data);
     }
     if (l.has_indexer) {
       const int64_t data = l.indexer_dim / 2;  // FP4: two elements per byte
       f.block.compressed_kv += static_cast<int64_t>(l.indexer_entries_per_block) * data;
-      f.block.scales += static_cast<int64_t>(l.indexer_entries_per_block) * (l.indexer_entry_bytes - data);
+      f.block.scales +=
+          static_cast<int64_t>(l.indexer_entries_per_block) * (l.indexer_entry_bytes - data);
     }
   }
   KVLAB_REQUIRE(f.block.total() == schema.bytes_per_block(),
-                "dsv4 footprint: split " << f.block.total() << " != schema bytes per block " << schema.bytes_per_block());
+                "dsv4 footprint: split " << f.block.total() << " != schema bytes per block "
+                                         << schema.bytes_per_block());
   return f;
 }
 

@@ -18,16 +18,17 @@ namespace kvlab::sim {
 struct Dsv4Capacity {
   int64_t context_tokens = 0;
   int64_t kv_budget_bytes = 0;
-  int64_t blocks_per_seq = 0;      // schema.blocks_for_tokens(context)
-  int64_t max_seqs = 0;            // concurrent requests of `context` tokens
-  Dsv4BlockBudget budget;          // compute_block_budget at max_seqs (max_requests >= 1)
-  KvFootprint footprint;           // per block split (compressed data / scales), per-request state
-  double bytes_per_token = 0;      // (blocks_per_seq * block + state slot) / context
+  int64_t blocks_per_seq = 0;  // schema.blocks_for_tokens(context)
+  int64_t max_seqs = 0;        // concurrent requests of `context` tokens
+  Dsv4BlockBudget budget;      // compute_block_budget at max_seqs (max_requests >= 1)
+  KvFootprint footprint;       // per block split (compressed data / scales), per-request state
+  double bytes_per_token = 0;  // (blocks_per_seq * block + state slot) / context
   int64_t max_tokens() const { return budget.num_blocks * footprint.block_size; }
 };
 
 // InvalidArgument when the budget cannot hold one request of `context_tokens`.
-Dsv4Capacity plan_dsv4_capacity(const Dsv4CacheSchema& schema, int64_t kv_budget_bytes, int64_t context_tokens);
+Dsv4Capacity plan_dsv4_capacity(const Dsv4CacheSchema& schema, int64_t kv_budget_bytes,
+                                int64_t context_tokens);
 
 // Bytes of one block split as the ledger reports them: compressed-entry data (FP8 NoPE +
 // BF16 RoPE) and indexer-key data under compressed_kv, the entries' and keys' scales under

@@ -23,16 +23,20 @@ void validate_requests(const std::vector<Request>& requests) {
     KVLAB_REQUIRE(ids.insert(r.id).second, where.str() << ": duplicate request id");
     KVLAB_REQUIRE(std::isfinite(r.arrival_s) && r.arrival_s >= 0,
                   where.str() << ": arrival_s " << r.arrival_s << " must be finite and >= 0");
-    KVLAB_REQUIRE(r.arrival_s >= last, where.str() << ": arrival_s " << r.arrival_s
-                                                   << " is earlier than the previous request's " << last
-                                                   << " (requests must be sorted by arrival)");
+    KVLAB_REQUIRE(r.arrival_s >= last, where.str()
+                                           << ": arrival_s " << r.arrival_s
+                                           << " is earlier than the previous request's " << last
+                                           << " (requests must be sorted by arrival)");
     last = r.arrival_s;
-    KVLAB_REQUIRE(r.prompt_tokens >= 1, where.str() << ": prompt_tokens " << r.prompt_tokens << " must be >= 1");
-    KVLAB_REQUIRE(r.output_tokens >= 1, where.str() << ": output_tokens " << r.output_tokens << " must be >= 1");
-    KVLAB_REQUIRE(r.prefix_group >= 0, where.str() << ": prefix_group " << r.prefix_group << " must be >= 0");
+    KVLAB_REQUIRE(r.prompt_tokens >= 1,
+                  where.str() << ": prompt_tokens " << r.prompt_tokens << " must be >= 1");
+    KVLAB_REQUIRE(r.output_tokens >= 1,
+                  where.str() << ": output_tokens " << r.output_tokens << " must be >= 1");
+    KVLAB_REQUIRE(r.prefix_group >= 0,
+                  where.str() << ": prefix_group " << r.prefix_group << " must be >= 0");
     KVLAB_REQUIRE(r.shared_prefix_tokens >= 0 && r.shared_prefix_tokens <= r.prompt_tokens,
-                  where.str() << ": shared_prefix_tokens " << r.shared_prefix_tokens << " outside [0, prompt_tokens "
-                              << r.prompt_tokens << "]");
+                  where.str() << ": shared_prefix_tokens " << r.shared_prefix_tokens
+                              << " outside [0, prompt_tokens " << r.prompt_tokens << "]");
     KVLAB_REQUIRE(r.prefix_group > 0 || r.shared_prefix_tokens == 0,
                   where.str() << ": shared_prefix_tokens " << r.shared_prefix_tokens
                               << " needs a prefix_group > 0 (group 0 means no shared prefix)");
@@ -85,45 +89,63 @@ void LengthDist::validate(const std::string& what) const {
     return;
   }
   KVLAB_REQUIRE(min >= 1 && min <= max && max <= kMaxTokens,
-                what << " length: range [" << min << ", " << max << "] must satisfy 1 <= min <= max <= " << kMaxTokens);
+                what << " length: range [" << min << ", " << max
+                     << "] must satisfy 1 <= min <= max <= " << kMaxTokens);
   if (kind == LengthDistKind::kLogNormal) {
-    KVLAB_REQUIRE(std::isfinite(median) && median > 0, what << " length: lognormal median " << median << " must be > 0");
-    KVLAB_REQUIRE(std::isfinite(sigma) && sigma >= 0, what << " length: lognormal sigma " << sigma << " must be >= 0");
+    KVLAB_REQUIRE(std::isfinite(median) && median > 0,
+                  what << " length: lognormal median " << median << " must be > 0");
+    KVLAB_REQUIRE(std::isfinite(sigma) && sigma >= 0,
+                  what << " length: lognormal sigma " << sigma << " must be >= 0");
   }
   if (kind == LengthDistKind::kZipf) {
-    KVLAB_REQUIRE(std::isfinite(s) && s > 0, what << " length: zipf exponent s " << s << " must be > 0");
-    KVLAB_REQUIRE(max - min < kMaxZipfSupport, what << " length: zipf support [" << min << ", " << max
-                                                    << "] wider than " << kMaxZipfSupport);
+    KVLAB_REQUIRE(std::isfinite(s) && s > 0,
+                  what << " length: zipf exponent s " << s << " must be > 0");
+    KVLAB_REQUIRE(max - min < kMaxZipfSupport, what << " length: zipf support [" << min << ", "
+                                                    << max << "] wider than " << kMaxZipfSupport);
   }
 }
 
 std::string LengthDist::str() const {
   std::ostringstream os;
   switch (kind) {
-    case LengthDistKind::kFixed: os << "fixed(" << value << ")"; break;
-    case LengthDistKind::kUniform: os << "uniform[" << min << "," << max << "]"; break;
+    case LengthDistKind::kFixed:
+      os << "fixed(" << value << ")";
+      break;
+    case LengthDistKind::kUniform:
+      os << "uniform[" << min << "," << max << "]";
+      break;
     case LengthDistKind::kLogNormal:
       os << "lognormal(median=" << median << ",sigma=" << sigma << ")[" << min << "," << max << "]";
       break;
-    case LengthDistKind::kZipf: os << "zipf(s=" << s << ")[" << min << "," << max << "]"; break;
+    case LengthDistKind::kZipf:
+      os << "zipf(s=" << s << ")[" << min << "," << max << "]";
+      break;
   }
   return os.str();
 }
 
 void ArrivalProcess::validate() const {
   if (kind == ArrivalKind::kAllAtOnce) return;
-  KVLAB_REQUIRE(std::isfinite(rate) && rate > 0, "arrival rate " << rate << " requests/s must be finite and > 0");
+  KVLAB_REQUIRE(std::isfinite(rate) && rate > 0,
+                "arrival rate " << rate << " requests/s must be finite and > 0");
   if (kind == ArrivalKind::kBursty)
-    KVLAB_REQUIRE(std::isfinite(burstiness) && burstiness > 0,
-                  "arrival burstiness " << burstiness << " must be > 0 (1 = Poisson, < 1 burstier)");
+    KVLAB_REQUIRE(
+        std::isfinite(burstiness) && burstiness > 0,
+        "arrival burstiness " << burstiness << " must be > 0 (1 = Poisson, < 1 burstier)");
 }
 
 std::string ArrivalProcess::str() const {
   std::ostringstream os;
   switch (kind) {
-    case ArrivalKind::kPoisson: os << "poisson(rate=" << rate << ")"; break;
-    case ArrivalKind::kBursty: os << "bursty(rate=" << rate << ",burstiness=" << burstiness << ")"; break;
-    case ArrivalKind::kAllAtOnce: os << "all_at_once"; break;
+    case ArrivalKind::kPoisson:
+      os << "poisson(rate=" << rate << ")";
+      break;
+    case ArrivalKind::kBursty:
+      os << "bursty(rate=" << rate << ",burstiness=" << burstiness << ")";
+      break;
+    case ArrivalKind::kAllAtOnce:
+      os << "all_at_once";
+      break;
   }
   return os.str();
 }
@@ -133,11 +155,14 @@ void WorkloadSpec::validate() const {
   arrival.validate();
   prompt.validate("prompt");
   output.validate("output");
-  KVLAB_REQUIRE(num_prefix_groups >= 0, "workload: num_prefix_groups " << num_prefix_groups << " must be >= 0");
+  KVLAB_REQUIRE(num_prefix_groups >= 0,
+                "workload: num_prefix_groups " << num_prefix_groups << " must be >= 0");
   KVLAB_REQUIRE(shared_prefix_tokens >= 0 && shared_prefix_tokens <= kMaxTokens,
-                "workload: shared_prefix_tokens " << shared_prefix_tokens << " outside [0, " << kMaxTokens << "]");
-  KVLAB_REQUIRE(num_prefix_groups > 0 || shared_prefix_tokens == 0,
-                "workload: shared_prefix_tokens " << shared_prefix_tokens << " needs num_prefix_groups > 0");
+                "workload: shared_prefix_tokens " << shared_prefix_tokens << " outside [0, "
+                                                  << kMaxTokens << "]");
+  KVLAB_REQUIRE(
+      num_prefix_groups > 0 || shared_prefix_tokens == 0,
+      "workload: shared_prefix_tokens " << shared_prefix_tokens << " needs num_prefix_groups > 0");
   KVLAB_REQUIRE(shared_prefix_tokens + prompt.max <= kMaxTokens,
                 "workload: shared prefix + prompt length exceeds " << kMaxTokens << " tokens");
 }
@@ -160,21 +185,26 @@ class LengthSampler {
   }
   int64_t operator()(Rng& rng) const {
     switch (d_.kind) {
-      case LengthDistKind::kFixed: return d_.value;
-      case LengthDistKind::kUniform: return rng.uniform_int(d_.min, d_.max);
+      case LengthDistKind::kFixed:
+        return d_.value;
+      case LengthDistKind::kUniform:
+        return rng.uniform_int(d_.min, d_.max);
       case LengthDistKind::kLogNormal: {
         const double mu = std::log(d_.median);
         for (int attempt = 0; attempt < 1000000; ++attempt) {
           const double x = std::exp(mu + d_.sigma * rng.normal());
           const double r = std::nearbyint(x);
-          if (r >= static_cast<double>(d_.min) && r <= static_cast<double>(d_.max)) return static_cast<int64_t>(r);
+          if (r >= static_cast<double>(d_.min) && r <= static_cast<double>(d_.max))
+            return static_cast<int64_t>(r);
         }
-        throw InvalidArgument("length distribution " + d_.str() + ": under 1e-6 acceptance in [min, max]; widen the range");
+        throw InvalidArgument("length distribution " + d_.str() +
+                              ": under 1e-6 acceptance in [min, max]; widen the range");
       }
       case LengthDistKind::kZipf: {
         const double u = rng.uniform();
         const auto it = std::upper_bound(cdf_.begin(), cdf_.end(), u);
-        const int64_t idx = std::min<int64_t>(it - cdf_.begin(), static_cast<int64_t>(cdf_.size()) - 1);
+        const int64_t idx =
+            std::min<int64_t>(it - cdf_.begin(), static_cast<int64_t>(cdf_.size()) - 1);
         return d_.min + idx;
       }
     }
@@ -198,8 +228,8 @@ uint64_t stream_seed(uint64_t seed, uint64_t stream) {
 
 std::vector<Request> generate_workload(const WorkloadSpec& spec) {
   spec.validate();
-  Rng arrivals(stream_seed(spec.seed, 0)), prompts(stream_seed(spec.seed, 1)), outputs(stream_seed(spec.seed, 2)),
-      groups(stream_seed(spec.seed, 3));
+  Rng arrivals(stream_seed(spec.seed, 0)), prompts(stream_seed(spec.seed, 1)),
+      outputs(stream_seed(spec.seed, 2)), groups(stream_seed(spec.seed, 3));
   const LengthSampler prompt_len(spec.prompt), output_len(spec.output);
   std::vector<Request> out(static_cast<size_t>(spec.num_requests));
   double t = 0;
@@ -207,13 +237,17 @@ std::vector<Request> generate_workload(const WorkloadSpec& spec) {
     Request& r = out[static_cast<size_t>(i)];
     r.id = i;
     switch (spec.arrival.kind) {
-      case ArrivalKind::kPoisson: t += arrivals.exponential(spec.arrival.rate); break;
+      case ArrivalKind::kPoisson:
+        t += arrivals.exponential(spec.arrival.rate);
+        break;
       case ArrivalKind::kBursty: {
         const double k = spec.arrival.burstiness;
         t += arrivals.gamma(k, 1.0 / (spec.arrival.rate * k));
         break;
       }
-      case ArrivalKind::kAllAtOnce: t = 0; break;
+      case ArrivalKind::kAllAtOnce:
+        t = 0;
+        break;
     }
     r.arrival_s = t;
     r.prompt_tokens = static_cast<int32_t>(prompt_len(prompts));
@@ -234,8 +268,8 @@ namespace {
 LengthDist parse_length(KeyValueFile& f, const std::string& prefix) {
   std::string v;
   TextLocation loc;
-  KVLAB_REQUIRE(f.take(prefix, &v, &loc), f.source << ": missing key '" << prefix
-                                                   << "' (fixed, uniform, lognormal or zipf)");
+  KVLAB_REQUIRE(f.take(prefix, &v, &loc),
+                f.source << ": missing key '" << prefix << "' (fixed, uniform, lognormal or zipf)");
   const TextLocation kind_loc = loc;
   auto get_int = [&](const char* key) {
     std::string s;
@@ -267,7 +301,8 @@ LengthDist parse_length(KeyValueFile& f, const std::string& prefix) {
     const int64_t lo = get_int("min");
     d = LengthDist::zipf(s, lo, get_int("max"));
   } else {
-    throw InvalidArgument(kind_loc.str() + " = '" + v + "' is not a length distribution (fixed, uniform, lognormal, zipf)");
+    throw InvalidArgument(kind_loc.str() + " = '" + v +
+                          "' is not a length distribution (fixed, uniform, lognormal, zipf)");
   }
   try {
     d.validate(prefix);
@@ -292,7 +327,8 @@ WorkloadSpec parse_workload_spec(const std::string& text, const std::string& sou
   KVLAB_REQUIRE(f.take("num_requests", &v, &loc), source << ": missing key 'num_requests'");
   w.num_requests = parse_int(v, loc);
   KVLAB_REQUIRE(w.num_requests >= 0, loc.str() << " = " << w.num_requests << " must be >= 0");
-  KVLAB_REQUIRE(f.take("arrival", &v, &loc), source << ": missing key 'arrival' (poisson, bursty, all_at_once)");
+  KVLAB_REQUIRE(f.take("arrival", &v, &loc),
+                source << ": missing key 'arrival' (poisson, bursty, all_at_once)");
   const TextLocation arrival_loc = loc;
   if (v == "poisson") {
     w.arrival.kind = ArrivalKind::kPoisson;
@@ -301,17 +337,22 @@ WorkloadSpec parse_workload_spec(const std::string& text, const std::string& sou
   } else if (v == "all_at_once") {
     w.arrival.kind = ArrivalKind::kAllAtOnce;
   } else {
-    throw InvalidArgument(loc.str() + " = '" + v + "' is not an arrival process (poisson, bursty, all_at_once)");
+    throw InvalidArgument(loc.str() + " = '" + v +
+                          "' is not an arrival process (poisson, bursty, all_at_once)");
   }
   if (w.arrival.kind != ArrivalKind::kAllAtOnce) {
-    KVLAB_REQUIRE(f.take("rate", &v, &loc), arrival_loc.str() << " needs key 'rate' (requests per second)");
+    KVLAB_REQUIRE(f.take("rate", &v, &loc), arrival_loc.str()
+                                                << " needs key 'rate' (requests per second)");
     w.arrival.rate = parse_double(v, loc);
-    KVLAB_REQUIRE(w.arrival.rate > 0, loc.str() << " = " << w.arrival.rate << " must be > 0 requests/s");
+    KVLAB_REQUIRE(w.arrival.rate > 0, loc.str()
+                                          << " = " << w.arrival.rate << " must be > 0 requests/s");
   }
   if (w.arrival.kind == ArrivalKind::kBursty) {
-    KVLAB_REQUIRE(f.take("burstiness", &v, &loc), arrival_loc.str() << " = 'bursty' needs key 'burstiness'");
+    KVLAB_REQUIRE(f.take("burstiness", &v, &loc), arrival_loc.str()
+                                                      << " = 'bursty' needs key 'burstiness'");
     w.arrival.burstiness = parse_double(v, loc);
-    KVLAB_REQUIRE(w.arrival.burstiness > 0, loc.str() << " = " << w.arrival.burstiness << " must be > 0");
+    KVLAB_REQUIRE(w.arrival.burstiness > 0, loc.str()
+                                                << " = " << w.arrival.burstiness << " must be > 0");
   }
   w.prompt = parse_length(f, "prompt");
   w.output = parse_length(f, "output");
@@ -322,11 +363,13 @@ WorkloadSpec parse_workload_spec(const std::string& text, const std::string& sou
   }
   if (f.take("shared_prefix_tokens", &v, &loc)) {
     const int64_t s = parse_int(v, loc);
-    KVLAB_REQUIRE(s >= 0 && s <= kMaxTokens, loc.str() << " = " << s << " outside [0, " << kMaxTokens << "]");
+    KVLAB_REQUIRE(s >= 0 && s <= kMaxTokens,
+                  loc.str() << " = " << s << " outside [0, " << kMaxTokens << "]");
     w.shared_prefix_tokens = static_cast<int32_t>(s);
   }
   f.reject_unknown(
-      "seed, num_requests, arrival, rate, burstiness, prompt, prompt_{value,min,max,median,sigma,s}, output, "
+      "seed, num_requests, arrival, rate, burstiness, prompt, "
+      "prompt_{value,min,max,median,sigma,s}, output, "
       "output_{value,min,max,median,sigma,s}, num_prefix_groups, shared_prefix_tokens");
   try {
     w.validate();
@@ -336,6 +379,8 @@ WorkloadSpec parse_workload_spec(const std::string& text, const std::string& sou
   return w;
 }
 
-WorkloadSpec load_workload_spec(const std::string& path) { return parse_workload_spec(read_text_file(path), path); }
+WorkloadSpec load_workload_spec(const std::string& path) {
+  return parse_workload_spec(read_text_file(path), path);
+}
 
 }  // namespace kvlab::sim

@@ -17,11 +17,11 @@ namespace kvlab::sim {
 // across all requests of the same prefix_group) when p < shared_prefix_tokens, else unique
 // to this request. Prefix caching keys blocks on exactly that identity.
 struct Request {
-  int64_t id = 0;                 // unique within a workload
-  double arrival_s = 0;           // >= 0, non-decreasing along the workload
-  int32_t prompt_tokens = 0;      // >= 1
-  int32_t output_tokens = 0;      // >= 1 tokens to generate (the first comes from prefill)
-  int32_t prefix_group = 0;       // 0 = no shared prefix; > 0 groups requests
+  int64_t id = 0;                    // unique within a workload
+  double arrival_s = 0;              // >= 0, non-decreasing along the workload
+  int32_t prompt_tokens = 0;         // >= 1
+  int32_t output_tokens = 0;         // >= 1 tokens to generate (the first comes from prefill)
+  int32_t prefix_group = 0;          // 0 = no shared prefix; > 0 groups requests
   int32_t shared_prefix_tokens = 0;  // 0 <= x <= prompt_tokens; must be 0 when group is 0
 };
 

@@ -19,8 +19,8 @@ ref::PagedCaseSpec seeded_spec(const char* name, KvLayout layout, KvFormat forma
 
 std::string spec_label(const ref::PagedCaseSpec& s) {
   return to_string(s.layout) + "_" + to_string(s.format) + "_" + to_string(s.q_dtype) + "_h" +
-         std::to_string(s.num_qo_heads) + "x" + std::to_string(s.num_kv_heads) + "_d" + std::to_string(s.head_dim) +
-         "_b" + std::to_string(s.block_size);
+         std::to_string(s.num_qo_heads) + "x" + std::to_string(s.num_kv_heads) + "_d" +
+         std::to_string(s.head_dim) + "_b" + std::to_string(s.block_size);
 }
 
 }  // namespace kvlab::test

@@ -1,9 +1,9 @@
 // paged_fixtures.h: thin gtest conveniences over reference/attention/paged_case.h (host-only,
 // no Eigen: .cu tests may include it).
 //
-//   ref::PagedCaseSpec s = test::seeded_spec("decode.v3.fp8", KvLayout::kSplitX, KvFormat::kFP8E4M3);
-//   s.seq_lens = ref::awkward_seq_lens(s.block_size, 3001);
-//   ref::PagedCase c = ref::make_paged_case(s);          // c.describe() names the seed
+//   ref::PagedCaseSpec s = test::seeded_spec("decode.v3.fp8", KvLayout::kSplitX,
+//   KvFormat::kFP8E4M3); s.seq_lens = ref::awkward_seq_lens(s.block_size, 3001); ref::PagedCase c =
+//   ref::make_paged_case(s);          // c.describe() names the seed
 //
 // seeded_spec() draws the seed from the tensor name through test::seed_for (so
 // KVLAB_TEST_SEED reseeds every case) and prints it; spec_label() is a gtest-safe name for

@@ -6,12 +6,13 @@
 
 namespace kvlab::test {
 
-::testing::AssertionResult within_tolerance(const std::vector<float>& out, const std::vector<float>& ref,
-                                            const Tolerance& tol, const std::string& what,
-                                            const std::string& context, ErrorStats* stats) {
+::testing::AssertionResult within_tolerance(const std::vector<float>& out,
+                                            const std::vector<float>& ref, const Tolerance& tol,
+                                            const std::string& what, const std::string& context,
+                                            ErrorStats* stats) {
   if (out.size() != ref.size())
-    return ::testing::AssertionFailure() << what << ": out has " << out.size() << " elements, ref has "
-                                         << ref.size() << " | " << context;
+    return ::testing::AssertionFailure() << what << ": out has " << out.size()
+                                         << " elements, ref has " << ref.size() << " | " << context;
   ErrorStats s;
   const bool ok = check(out, ref, tol, &s);
   if (stats) *stats = s;
@@ -26,9 +27,10 @@ namespace kvlab::test {
   return ::testing::AssertionFailure() << os.str();
 }
 
-::testing::AssertionResult within_tolerance(const std::vector<float>& out, const std::vector<float>& ref,
-                                            Op op, KvFormat format, DType out_dtype,
-                                            const std::string& context, ErrorStats* stats) {
+::testing::AssertionResult within_tolerance(const std::vector<float>& out,
+                                            const std::vector<float>& ref, Op op, KvFormat format,
+                                            DType out_dtype, const std::string& context,
+                                            ErrorStats* stats) {
   const std::string what = to_string(op) + "/" + to_string(format) + "/" + to_string(out_dtype);
   return within_tolerance(out, ref, tolerance(op, format, out_dtype), what, context, stats);
 }

@@ -19,13 +19,15 @@
 
 namespace kvlab::test {
 
-::testing::AssertionResult within_tolerance(const std::vector<float>& out, const std::vector<float>& ref,
-                                            Op op, KvFormat format, DType out_dtype,
-                                            const std::string& context, ErrorStats* stats = nullptr);
+::testing::AssertionResult within_tolerance(const std::vector<float>& out,
+                                            const std::vector<float>& ref, Op op, KvFormat format,
+                                            DType out_dtype, const std::string& context,
+                                            ErrorStats* stats = nullptr);
 
 // The same against an explicit Tolerance (e.g. one looked up once outside a loop).
-::testing::AssertionResult within_tolerance(const std::vector<float>& out, const std::vector<float>& ref,
-                                            const Tolerance& tol, const std::string& what,
-                                            const std::string& context, ErrorStats* stats = nullptr);
+::testing::AssertionResult within_tolerance(const std::vector<float>& out,
+                                            const std::vector<float>& ref, const Tolerance& tol,
+                                            const std::string& what, const std::string& context,
+                                            ErrorStats* stats = nullptr);
 
 }  // namespace kvlab::test

@@ -49,15 +49,33 @@ std::vector<float> all_bf16_values() {
 std::vector<float> scales(uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::uniform_real_distribution<double> e(-60.0, 60.0);
-  std::vector<float> s = {0.05f, 0x1p-70f, 0x1p125f, 6.0f / 448.0f, 1.0f / 448.0f, 0.0173f, 0.0111f, 0.0021f, 0.0009f, 1.0f, 0.5f, 0x1p-20f, 0x1p20f,
-                          bits_f(0x3FFFFFFFu), bits_f(0x3F7FFFFFu), bits_f(0x3C7FFFFFu), bits_f(0x3F800001u), 3.0f, 1.5f};
+  std::vector<float> s = {0.05f,
+                          0x1p-70f,
+                          0x1p125f,
+                          6.0f / 448.0f,
+                          1.0f / 448.0f,
+                          0.0173f,
+                          0.0111f,
+                          0.0021f,
+                          0.0009f,
+                          1.0f,
+                          0.5f,
+                          0x1p-20f,
+                          0x1p20f,
+                          bits_f(0x3FFFFFFFu),
+                          bits_f(0x3F7FFFFFu),
+                          bits_f(0x3C7FFFFFu),
+                          bits_f(0x3F800001u),
+                          3.0f,
+                          1.5f};
   for (int i = 0; i < 120; ++i) s.push_back(static_cast<float>(std::exp2(e(rng))));
   return s;
 }
 
 // FP8 with a pool scale: the encoder's accepted codes (the pair x, -x: both bytes of one
 // cvt) are the definition's.
-void check_fp8(float x, float s, ElemFormat ef, const ae::Fp8Recip& rc, int64_t* accepted, int64_t* declined) {
+void check_fp8(float x, float s, ElemFormat ef, const ae::Fp8Recip& rc, int64_t* accepted,
+               int64_t* declined) {
   const bool e5 = ef == ElemFormat::kFP8E5M2;
   bool ok = rc.ok;
   const uint32_t c = ae::fp8x2_code_recip(x, -x, s, rc.y, e5, ok);
@@ -67,11 +85,13 @@ void check_fp8(float x, float s, ElemFormat ef, const ae::Fp8Recip& rc, int64_t*
   }
   ++*accepted;
   const uint32_t want = quantize_element(x, s, ef, Saturation::kSatFinite, ElementClamp::kEncoder) |
-                        (static_cast<uint32_t>(quantize_element(-x, s, ef, Saturation::kSatFinite, ElementClamp::kEncoder)) << 8);
+                        (static_cast<uint32_t>(quantize_element(-x, s, ef, Saturation::kSatFinite,
+                                                                ElementClamp::kEncoder))
+                         << 8);
   if (c != want) {
-    ADD_FAILURE() << "fp8 " << (e5 ? "e5m2" : "e4m3") << " x=" << x << " (0x" << std::hex << fmt_detail::f32_bits(x)
-                  << ") s=" << s << " (0x" << fmt_detail::f32_bits(s) << "): got 0x" << c << " (x | -x << 8), want 0x" << want
-                  << std::dec;
+    ADD_FAILURE() << "fp8 " << (e5 ? "e5m2" : "e4m3") << " x=" << x << " (0x" << std::hex
+                  << fmt_detail::f32_bits(x) << ") s=" << s << " (0x" << fmt_detail::f32_bits(s)
+                  << "): got 0x" << c << " (x | -x << 8), want 0x" << want << std::dec;
   }
 }
 
@@ -92,15 +112,18 @@ TEST(AppendEncode, Fp8EncoderMatchesDefinitionOnEveryBf16) {
         if (std::isfinite(x) && q < 0x1p99) ++ord, ord_dec += dec - d0;
       }
   }
-  std::printf("fp8 encoder on bf16: %lld accepted, %lld declined; ordinary quotients: %lld, %lld declined\n",
-              static_cast<long long>(acc), static_cast<long long>(dec), static_cast<long long>(ord),
-              static_cast<long long>(ord_dec));
+  std::printf(
+      "fp8 encoder on bf16: %lld accepted, %lld declined; ordinary quotients: %lld, %lld "
+      "declined\n",
+      static_cast<long long>(acc), static_cast<long long>(dec), static_cast<long long>(ord),
+      static_cast<long long>(ord_dec));
   EXPECT_EQ(ord_dec, 0);
 }
 
 TEST(AppendEncode, Fp8EncoderAtRoundingBoundaries) {
   const uint64_t seed = seed_for("append_encode.fp8.boundaries");
-  std::printf("[seed] append_encode.fp8.boundaries = %llu\n", static_cast<unsigned long long>(seed));
+  std::printf("[seed] append_encode.fp8.boundaries = %llu\n",
+              static_cast<unsigned long long>(seed));
   int64_t acc = 0, dec = 0;
   for (float s : scales(seed)) {
     const ae::Fp8Recip rc = ae::fp8_recip(s);
@@ -108,13 +131,16 @@ TEST(AppendEncode, Fp8EncoderAtRoundingBoundaries) {
       const bool e5 = ef == ElemFormat::kFP8E5M2;
       // Every positive code's value and the midpoint to the next one, scaled by s.
       for (uint32_t c = 0; c < (e5 ? 0x7Bu : 0x7Eu); ++c) {
-        const double v0 = e5 ? e5m2_to_float(static_cast<uint8_t>(c)) : e4m3_to_float(static_cast<uint8_t>(c));
-        const double v1 = e5 ? e5m2_to_float(static_cast<uint8_t>(c + 1)) : e4m3_to_float(static_cast<uint8_t>(c + 1));
+        const double v0 =
+            e5 ? e5m2_to_float(static_cast<uint8_t>(c)) : e4m3_to_float(static_cast<uint8_t>(c));
+        const double v1 = e5 ? e5m2_to_float(static_cast<uint8_t>(c + 1))
+                             : e4m3_to_float(static_cast<uint8_t>(c + 1));
         for (double m : {v0, 0.5 * (v0 + v1)}) {
           const float centre = static_cast<float>(m * s);
           if (!std::isfinite(centre)) continue;
           float lo = centre, hi = centre;
-          for (int k = 0; k < 8; ++k) lo = std::nextafter(lo, -INFINITY), hi = std::nextafter(hi, INFINITY);
+          for (int k = 0; k < 8; ++k)
+            lo = std::nextafter(lo, -INFINITY), hi = std::nextafter(hi, INFINITY);
           if (!std::isfinite(hi)) continue;
           for (float x = lo; x <= hi; x = std::nextafter(x, INFINITY)) {
             check_fp8(x, s, ef, rc, &acc, &dec);
@@ -124,8 +150,8 @@ TEST(AppendEncode, Fp8EncoderAtRoundingBoundaries) {
       }
     }
   }
-  std::printf("fp8 encoder at boundaries: %lld accepted, %lld declined\n", static_cast<long long>(acc),
-              static_cast<long long>(dec));
+  std::printf("fp8 encoder at boundaries: %lld accepted, %lld declined\n",
+              static_cast<long long>(acc), static_cast<long long>(dec));
   EXPECT_GT(acc, 0);
   EXPECT_EQ(dec, 0);  // the boundaries need no exact path (the quotient is RN(x / s) itself)
 }
@@ -156,13 +182,17 @@ TEST(AppendEncode, Fp8TinyQuotientsAndSignedZeros) {
   std::printf("[seed] append_encode.fp8.tiny = %llu\n", static_cast<unsigned long long>(seed));
   std::mt19937_64 rng(seed);
   int64_t acc = 0, dec = 0;
-  std::vector<float> xs = {0.0f, -0.0f, bits_f(1u), bits_f(0x80000001u), 0x1p-126f, 0x1p-100f, 0x1p-60f, 0x1p-31f, 0x1p-30f};
-  for (int i = 0; i < 2000; ++i) xs.push_back(bits_f(static_cast<uint32_t>(rng()) & 0x8FFFFFFFu));  // |x| < 2^-31
+  std::vector<float> xs = {0.0f,      -0.0f,     bits_f(1u), bits_f(0x80000001u),
+                           0x1p-126f, 0x1p-100f, 0x1p-60f,   0x1p-31f,
+                           0x1p-30f};
+  for (int i = 0; i < 2000; ++i)
+    xs.push_back(bits_f(static_cast<uint32_t>(rng()) & 0x8FFFFFFFu));  // |x| < 2^-31
   for (float s : {0.05f, 0x1p-70f, bits_f(0x1CFFFFFFu), 1.0f, 0x1p40f, 0x1p125f, 3.0f})
     for (ElemFormat ef : {ElemFormat::kFP8E4M3, ElemFormat::kFP8E5M2})
       for (float x : xs) {
         check_fp8(x, s, ef, ae::fp8_recip(s), &acc, &dec);
-        check_fp8(x * 0x1p40f, s, ef, ae::fp8_recip(s), &acc, &dec);  // quotients around 2^-30 at small s
+        check_fp8(x * 0x1p40f, s, ef, ae::fp8_recip(s), &acc,
+                  &dec);  // quotients around 2^-30 at small s
       }
   EXPECT_EQ(dec, 0);
   bool ok = true;
@@ -185,15 +215,23 @@ TEST(AppendEncode, Amax16MatchesAmaxAccumulate) {
   const uint64_t seed = seed_for("append_encode.amax16");
   std::printf("[seed] append_encode.amax16 = %llu\n", static_cast<unsigned long long>(seed));
   std::mt19937_64 rng(seed);
-  const float specials[] = {0.0f, -0.0f, bits_f(1u), bits_f(0x807FFFFFu), std::numeric_limits<float>::infinity(),
-                            -std::numeric_limits<float>::infinity(), bits_f(0x7FC00000u), bits_f(0xFFC00001u),
-                            bits_f(0x7F800001u), 0x1.fffffep127f};
+  const float specials[] = {0.0f,
+                            -0.0f,
+                            bits_f(1u),
+                            bits_f(0x807FFFFFu),
+                            std::numeric_limits<float>::infinity(),
+                            -std::numeric_limits<float>::infinity(),
+                            bits_f(0x7FC00000u),
+                            bits_f(0xFFC00001u),
+                            bits_f(0x7F800001u),
+                            0x1.fffffep127f};
   for (int t = 0; t < 200000; ++t) {
     float x[16];
     for (float& v : x) {
       const uint64_t r = rng();
       v = (r & 7) == 0 ? specials[(r >> 3) % 10] : bits_f(static_cast<uint32_t>(r >> 32));
-      if ((r & 0x30) != 0 && (r & 7) != 0 && scale_detail::is_nan(v)) v = 1.5f;  // NaNs mostly from the specials
+      if ((r & 0x30) != 0 && (r & 7) != 0 && scale_detail::is_nan(v))
+        v = 1.5f;  // NaNs mostly from the specials
     }
     float want = 0.0f;
     for (float v : x) want = amax_accumulate(want, v);
@@ -219,12 +257,14 @@ TEST(AppendEncode, ScaleRulesWithoutDivisionMatchReference) {
     const float s = ae::fp8_token_scale_fast(a, ok);
     if (!ok) {
       ++declined;
-      EXPECT_TRUE(!std::isfinite(a) || std::fabs(a) / 448.0 >= 0x1p99) << a;  // NaN / Inf or huge amax
+      EXPECT_TRUE(!std::isfinite(a) || std::fabs(a) / 448.0 >= 0x1p99)
+          << a;  // NaN / Inf or huge amax
       continue;
     }
     ASSERT_EQ(fmt_detail::f32_bits(s), fmt_detail::f32_bits(kv_fp8_token_scale(a))) << "amax " << a;
   }
-  std::printf("fp8 token scale: %lld declined (NaN / Inf / huge amax)\n", static_cast<long long>(declined));
+  std::printf("fp8 token scale: %lld declined (NaN / Inf / huge amax)\n",
+              static_cast<long long>(declined));
   std::vector<float> ts = scales(seed);
   for (float t : {0.05f, 0.0021f, 0.0009f, 1e-33f, 0x1p-70f, 0x1p125f, 1.0f}) ts.push_back(t);
   int64_t checked = 0;
@@ -235,13 +275,16 @@ TEST(AppendEncode, ScaleRulesWithoutDivisionMatchReference) {
       bool ok = true;
       const KvBlockScale got = ae::nvfp4_block_scale_fast(a, t, rt, ok);
       if (!ok) {
-        EXPECT_TRUE(!std::isfinite(a) || !rt.ok || std::fabs(a / 6.0) >= 0x1p99 || std::fabs(a / 6.0 / t) >= 0x1p99) << a << " " << t;
+        EXPECT_TRUE(!std::isfinite(a) || !rt.ok || std::fabs(a / 6.0) >= 0x1p99 ||
+                    std::fabs(a / 6.0 / t) >= 0x1p99)
+            << a << " " << t;
         continue;
       }
       ++checked;
       const KvBlockScale want = kv_fp4_block_scale(true, a, t);
       ASSERT_EQ(got.code, want.code) << "amax " << a << " t " << t;
-      ASSERT_EQ(fmt_detail::f32_bits(got.div), fmt_detail::f32_bits(want.div)) << "amax " << a << " t " << t;
+      ASSERT_EQ(fmt_detail::f32_bits(got.div), fmt_detail::f32_bits(want.div))
+          << "amax " << a << " t " << t;
     }
   }
   EXPECT_GT(checked, 1000000);
@@ -253,9 +296,12 @@ TEST(AppendEncode, U32DivMatchesDivision) {
   const uint64_t seed = seed_for("append_encode.u32div");
   std::printf("[seed] append_encode.u32div = %llu\n", static_cast<unsigned long long>(seed));
   std::mt19937_64 rng(seed);
-  std::vector<uint32_t> ds = {1, 2, 3, 5, 6, 7, 8, 15, 16, 17, 24, 32, 64, 127, 128, 255, 641, 65535, 65536, 65537,
-                              0x7FFFFFFFu, 0x80000000u, 0x80000001u, 0xFFFFFFFEu, 0xFFFFFFFFu};
-  for (int i = 0; i < 200; ++i) ds.push_back(static_cast<uint32_t>(rng() >> (32 + rng() % 32)) | 1u);
+  std::vector<uint32_t> ds = {
+      1,     2,     3,           5,           6,           7,           8,          15,  16,
+      17,    24,    32,          64,          127,         128,         255,        641, 65535,
+      65536, 65537, 0x7FFFFFFFu, 0x80000000u, 0x80000001u, 0xFFFFFFFEu, 0xFFFFFFFFu};
+  for (int i = 0; i < 200; ++i)
+    ds.push_back(static_cast<uint32_t>(rng() >> (32 + rng() % 32)) | 1u);
   for (uint32_t d : ds) {
     const ae::U32Div v = ae::u32div_make(d);
     std::vector<uint32_t> ns = {0u, 1u, d - 1, d, d + 1, 0xFFFFFFFFu, 0xFFFFFFFEu, 0x80000000u};
@@ -272,16 +318,21 @@ TEST(AppendEncode, U32DivMatchesDivision) {
 // ------------------------------------------------------------------ E2M1 thresholds
 void check_e2m1(float x, float div, const ae::E2m1Thresholds& th) {
   const uint32_t got = ae::e2m1_code(x, th);
-  const uint32_t want = quantize_element(x, div, ElemFormat::kFP4E2M1, Saturation::kSatFinite, ElementClamp::kEncoder) & 0xFu;
+  const uint32_t want = quantize_element(x, div, ElemFormat::kFP4E2M1, Saturation::kSatFinite,
+                                         ElementClamp::kEncoder) &
+                        0xFu;
   if (got != want)
-    ADD_FAILURE() << "e2m1 x=" << x << " (0x" << std::hex << fmt_detail::f32_bits(x) << ") div=" << div << " (0x"
-                  << fmt_detail::f32_bits(div) << "): got 0x" << got << ", want 0x" << want << std::dec;
+    ADD_FAILURE() << "e2m1 x=" << x << " (0x" << std::hex << fmt_detail::f32_bits(x)
+                  << ") div=" << div << " (0x" << fmt_detail::f32_bits(div) << "): got 0x" << got
+                  << ", want 0x" << want << std::dec;
 }
 
 std::vector<float> divisors(uint64_t seed) {
   std::vector<float> d = scales(seed);
-  // NVFP4 divisors (e4m3 code x tensor scale), MXFP4 ones (2^e, 2^-127 subnormal), zero, subnormals.
-  for (uint32_t c = 1; c < 0x7F; c += 3) d.push_back(e4m3_to_float(static_cast<uint8_t>(c)) * 0.0021f);
+  // NVFP4 divisors (e4m3 code x tensor scale), MXFP4 ones (2^e, 2^-127 subnormal), zero,
+  // subnormals.
+  for (uint32_t c = 1; c < 0x7F; c += 3)
+    d.push_back(e4m3_to_float(static_cast<uint8_t>(c)) * 0.0021f);
   for (int e = -127; e <= 127; e += 11) d.push_back(pow2_scale_value(e));
   d.push_back(pow2_scale_value(kPow2MinExp));
   d.push_back(0.0f);
@@ -300,23 +351,27 @@ TEST(AppendEncode, E2m1ThresholdsMatchDefinitionOnEveryBf16) {
     const ae::E2m1Thresholds th = ae::e2m1_thresholds(div);
     ASSERT_TRUE(th.ok) << div;
     for (float x : xs)
-      if (std::isfinite(x)) check_e2m1(x, div, th);  // the kernel's groups hold finite x unless div is NaN
+      if (std::isfinite(x))
+        check_e2m1(x, div, th);  // the kernel's groups hold finite x unless div is NaN
   }
 }
 
 TEST(AppendEncode, E2m1ThresholdsAtRoundingBoundaries) {
   const uint64_t seed = seed_for("append_encode.e2m1.boundaries");
-  std::printf("[seed] append_encode.e2m1.boundaries = %llu\n", static_cast<unsigned long long>(seed));
+  std::printf("[seed] append_encode.e2m1.boundaries = %llu\n",
+              static_cast<unsigned long long>(seed));
   std::mt19937_64 rng(seed);
   for (float div : divisors(seed)) {
     if (!(div > 0.0f)) continue;
     const ae::E2m1Thresholds th = ae::e2m1_thresholds(div);
-    const double pts[] = {0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 3.5, 4.0, 5.0, 6.0, 7.0};
+    const double pts[] = {0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 1.75, 2.0,
+                          2.5,  3.0, 3.5,  4.0, 5.0,  6.0, 7.0};
     for (double m : pts) {
       const float centre = static_cast<float>(m * div);
       if (!std::isfinite(centre) || std::fabs(centre) >= 0x1p127f) continue;
       float lo = centre, hi = centre;
-      for (int k = 0; k < 8; ++k) lo = std::nextafter(lo, -INFINITY), hi = std::nextafter(hi, INFINITY);
+      for (int k = 0; k < 8; ++k)
+        lo = std::nextafter(lo, -INFINITY), hi = std::nextafter(hi, INFINITY);
       for (float x = lo; x <= hi; x = std::nextafter(x, INFINITY)) {
         check_e2m1(x, div, th);
         check_e2m1(-x, div, th);
@@ -333,7 +388,8 @@ TEST(AppendEncode, E2m1ThresholdsAtRoundingBoundaries) {
 TEST(AppendEncode, E2m1NanDivisorGivesCode7AndBadDivisorsDecline) {
   const ae::E2m1Thresholds th = ae::e2m1_thresholds(std::numeric_limits<float>::quiet_NaN());
   EXPECT_TRUE(th.ok);
-  for (float x : {0.0f, -0.0f, 1.0f, -3.0f, std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN()})
+  for (float x : {0.0f, -0.0f, 1.0f, -3.0f, std::numeric_limits<float>::infinity(),
+                  std::numeric_limits<float>::quiet_NaN()})
     check_e2m1(x, std::numeric_limits<float>::quiet_NaN(), th);
   EXPECT_FALSE(ae::e2m1_thresholds(-1.0f).ok);
   EXPECT_FALSE(ae::e2m1_thresholds(std::numeric_limits<float>::infinity()).ok);
@@ -344,20 +400,26 @@ TEST(AppendEncode, E2m1NanDivisorGivesCode7AndBadDivisorsDecline) {
 // input) against the definition, nibble by nibble, on every bf16 value under every divisor
 // the path accepts (e2m1_bf16_path_ok), each value in every position of the 8-element word
 // (the nibble interleave), with both signs.
-uint32_t bf16_bits(float x) { return fmt_detail::f32_bits(x) >> 16; }
+uint32_t bf16_bits(float x) {
+  return fmt_detail::f32_bits(x) >> 16;
+}
 
 // Checks the 8 bf16 bit patterns h[0..7] under div; returns the number of elements checked.
 int64_t check_e2m1_bf16x8(const uint16_t (&h)[8], float div, const ae::E2m1Bf16Thresholds& tb) {
   uint32_t w[4];
-  for (int j = 0; j < 4; ++j) w[j] = static_cast<uint32_t>(h[2 * j]) | (static_cast<uint32_t>(h[2 * j + 1]) << 16);
+  for (int j = 0; j < 4; ++j)
+    w[j] = static_cast<uint32_t>(h[2 * j]) | (static_cast<uint32_t>(h[2 * j + 1]) << 16);
   const uint32_t got = ae::e2m1_codes_bf16x8(w, tb);
   for (int i = 0; i < 8; ++i) {
     const float x = bits_f(static_cast<uint32_t>(h[i]) << 16);
-    const uint32_t want = quantize_element(x, div, ElemFormat::kFP4E2M1, Saturation::kSatFinite, ElementClamp::kEncoder) & 0xFu;
+    const uint32_t want = quantize_element(x, div, ElemFormat::kFP4E2M1, Saturation::kSatFinite,
+                                           ElementClamp::kEncoder) &
+                          0xFu;
     const uint32_t g = (got >> (4 * i)) & 0xFu;
     if (g != want) {
-      ADD_FAILURE() << "e2m1 bf16x8 element " << i << " x=" << x << " (bf16 0x" << std::hex << h[i] << ") div=" << div << " (0x"
-                    << fmt_detail::f32_bits(div) << "): got 0x" << g << ", want 0x" << want << std::dec;
+      ADD_FAILURE() << "e2m1 bf16x8 element " << i << " x=" << x << " (bf16 0x" << std::hex << h[i]
+                    << ") div=" << div << " (0x" << fmt_detail::f32_bits(div) << "): got 0x" << g
+                    << ", want 0x" << want << std::dec;
       return 8;
     }
   }
@@ -379,13 +441,15 @@ TEST(AppendEncode, E2m1Bf16PairsMatchDefinitionOnEveryBf16) {
       uint16_t h[8];
       for (int i = 0; i < 8; ++i) {
         uint16_t v = static_cast<uint16_t>(b + static_cast<uint32_t>(i) * 8191u);
-        if ((v & 0x7F80u) == 0x7F80u) v = static_cast<uint16_t>(rng() & 0x7F7Fu);  // NaN / Inf: a finite one
+        if ((v & 0x7F80u) == 0x7F80u)
+          v = static_cast<uint16_t>(rng() & 0x7F7Fu);  // NaN / Inf: a finite one
         h[i] = v;
       }
       checked += check_e2m1_bf16x8(h, div, tb);
     }
   }
-  std::printf("e2m1 bf16x8: %lld divisors, %lld elements checked\n", static_cast<long long>(divs), static_cast<long long>(checked));
+  std::printf("e2m1 bf16x8: %lld divisors, %lld elements checked\n", static_cast<long long>(divs),
+              static_cast<long long>(checked));
   EXPECT_GT(divs, 100);
 }
 
@@ -394,13 +458,16 @@ TEST(AppendEncode, E2m1Bf16PairsMatchDefinitionOnEveryBf16) {
 // (div = x / m for bf16 x: ties) and 1-2 ulps beside it.
 TEST(AppendEncode, E2m1Bf16PairsAtRoundingBoundaries) {
   const uint64_t seed = seed_for("append_encode.e2m1.bf16x8.boundaries");
-  std::printf("[seed] append_encode.e2m1.bf16x8.boundaries = %llu\n", static_cast<unsigned long long>(seed));
+  std::printf("[seed] append_encode.e2m1.bf16x8.boundaries = %llu\n",
+              static_cast<unsigned long long>(seed));
   std::mt19937_64 rng(seed);
-  const double pts[] = {0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 3.5, 4.0, 5.0, 6.0, 7.0};
+  const double pts[] = {0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 1.75, 2.0,
+                        2.5,  3.0, 3.5,  4.0, 5.0,  6.0, 7.0};
   std::vector<float> divs;
   for (float d : divisors(seed)) divs.push_back(d);
   for (int i = 0; i < 40; ++i) {
-    const float x = bits_f((static_cast<uint32_t>(rng() % 0x7E00u) + 0x0100u) << 16);  // a normal positive bf16
+    const float x =
+        bits_f((static_cast<uint32_t>(rng() % 0x7E00u) + 0x0100u) << 16);  // a normal positive bf16
     for (double m : pts) {
       float d = static_cast<float>(static_cast<double>(x) / m);
       divs.push_back(d);
@@ -431,7 +498,8 @@ TEST(AppendEncode, E2m1Bf16PairsAtRoundingBoundaries) {
       }
     }
   }
-  std::printf("e2m1 bf16x8 boundaries: %zu divisors, %lld elements checked\n", divs.size(), static_cast<long long>(checked));
+  std::printf("e2m1 bf16x8 boundaries: %zu divisors, %lld elements checked\n", divs.size(),
+              static_cast<long long>(checked));
 }
 
 TEST(AppendEncode, E2m1Bf16PathDeclinesUnusableDivisors) {

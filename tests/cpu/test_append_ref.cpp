@@ -42,9 +42,11 @@ struct Guarded {
 int64_t k_offset(const PageGeometry& g, int64_t b, int64_t h, int64_t s, int64_t d) {
   const int64_t H = g.num_kv_heads, B = g.block_size, D = g.head_dim;
   switch (g.layout) {
-    case KvLayout::kNHD: return ((b * B + s) * H + h) * D + d;            // [N, B, H, D]
-    case KvLayout::kHND: return ((b * H + h) * B + s) * D + d;            // [N, H, B, D]
-    case KvLayout::kSplitX: {                                              // [N, H, D/x, B, x]
+    case KvLayout::kNHD:
+      return ((b * B + s) * H + h) * D + d;  // [N, B, H, D]
+    case KvLayout::kHND:
+      return ((b * H + h) * B + s) * D + d;  // [N, H, B, D]
+    case KvLayout::kSplitX: {                // [N, H, D/x, B, x]
       const int64_t X = 128 / kv_format_bits(g.format);
       return (((b * H + h) * (D / X) + d / X) * B + s) * X + d % X;
     }
@@ -60,21 +62,32 @@ int64_t v_offset(const PageGeometry& g, int64_t b, int64_t h, int64_t s, int64_t
 // The preset that documents the same rule as append_kv for a format.
 std::string scheme_for(KvFormat f) {
   switch (f) {
-    case KvFormat::kBF16: return "bf16";
-    case KvFormat::kFP16: return "fp16";
-    case KvFormat::kFP8E4M3: return "fp8_e4m3_per_tensor";
-    case KvFormat::kFP8E5M2: return "fp8_e5m2_per_tensor";
-    case KvFormat::kFP8E4M3PerToken: return "fp8_e4m3_per_token";
-    case KvFormat::kNVFP4: return "nvfp4";
-    case KvFormat::kMXFP4: return "mxfp4";
+    case KvFormat::kBF16:
+      return "bf16";
+    case KvFormat::kFP16:
+      return "fp16";
+    case KvFormat::kFP8E4M3:
+      return "fp8_e4m3_per_tensor";
+    case KvFormat::kFP8E5M2:
+      return "fp8_e5m2_per_tensor";
+    case KvFormat::kFP8E4M3PerToken:
+      return "fp8_e4m3_per_token";
+    case KvFormat::kNVFP4:
+      return "nvfp4";
+    case KvFormat::kMXFP4:
+      return "mxfp4";
   }
   return "";
 }
 
 void put_code(uint8_t* pool, KvFormat f, int64_t idx, uint16_t code) {
   switch (kv_format_bits(f)) {
-    case 16: std::memcpy(pool + 2 * idx, &code, 2); break;  // little-endian host
-    case 8: pool[idx] = static_cast<uint8_t>(code); break;
+    case 16:
+      std::memcpy(pool + 2 * idx, &code, 2);
+      break;  // little-endian host
+    case 8:
+      pool[idx] = static_cast<uint8_t>(code);
+      break;
     case 4: {
       uint8_t& byte = pool[idx / 2];
       byte = (idx % 2 == 0) ? static_cast<uint8_t>((byte & 0xF0) | (code & 0xF))
@@ -100,8 +113,9 @@ struct Case {
 
 std::string name_of(const Case& c) {
   std::ostringstream os;
-  os << to_string(c.layout) << "/" << to_string(c.format) << " N" << c.num_blocks << " H" << c.heads << " D"
-     << c.head_dim << " B" << c.block_size << " T" << c.num_tokens << " " << to_string(c.in_dtype);
+  os << to_string(c.layout) << "/" << to_string(c.format) << " N" << c.num_blocks << " H" << c.heads
+     << " D" << c.head_dim << " B" << c.block_size << " T" << c.num_tokens << " "
+     << to_string(c.in_dtype);
   return os.str();
 }
 
@@ -200,13 +214,15 @@ void run_case(const Case& c, uint64_t seed) {
       for (int h = 0; h < H; ++h) {
         const int64_t row = static_cast<int64_t>(t) * H + h;
         for (int d = 0; d < D; ++d)
-          put_code(pool, c.format, is_k ? k_offset(g, b, h, s, d) : v_offset(g, b, h, s, d), q.codes[row * D + d]);
+          put_code(pool, c.format, is_k ? k_offset(g, b, h, s, d) : v_offset(g, b, h, s, d),
+                   q.codes[row * D + d]);
         if (c.format == KvFormat::kFP8E4M3PerToken) {
           const uint32_t bits = q.scale_codes[row];
           std::memcpy(sc + 4 * ((b * H + h) * g.block_size + s), &bits, 4);  // [N, H, B] float
         } else if (kv_format_has_block_scales(c.format)) {
           for (int64_t gi = 0; gi < G; ++gi)  // [N, H, B, D/g] uint8
-            sc[((b * H + h) * g.block_size + s) * G + gi] = static_cast<uint8_t>(q.scale_codes[row * G + gi]);
+            sc[((b * H + h) * g.block_size + s) * G + gi] =
+                static_cast<uint8_t>(q.scale_codes[row * G + gi]);
         }
       }
     }
@@ -247,10 +263,12 @@ void run_case(const Case& c, uint64_t seed) {
         for (int d = 0; d < D; ++d) {
           const float got = is_k ? load_k(a.kv, b, h, s, d) : load_v(a.kv, b, h, s, d);
           const float want = deq[(static_cast<int64_t>(t) * H + h) * D + d];
-          if (std::memcmp(&got, &want, 4) != 0 && !(std::isnan(got) && std::isnan(want))) ++mismatches;
+          if (std::memcmp(&got, &want, 4) != 0 && !(std::isnan(got) && std::isnan(want)))
+            ++mismatches;
         }
     }
-    EXPECT_EQ(mismatches, 0) << (is_k ? "K" : "V") << " values read through kv_access differ from dequantize";
+    EXPECT_EQ(mismatches, 0) << (is_k ? "K" : "V")
+                             << " values read through kv_access differ from dequantize";
   }
 }
 
@@ -329,12 +347,13 @@ TEST(AppendRef, Fp4HandComputed) {
   PageGeometry g{KvLayout::kSplitX, KvFormat::kMXFP4, 1, 1, 32, 2};
   std::vector<float> k(64), v(64);
   for (int i = 0; i < 32; ++i) {
-    k[i] = (i % 2) ? -3.0f : 1.5f;  // token 0: amax 3 -> e = floor_log2(3) - 2 = -1, scale 0.5
-    k[32 + i] = 0.0f;               // token 1: zeros -> amax floor 1e-4 -> e = -16
+    k[i] = (i % 2) ? -3.0f : 1.5f;     // token 0: amax 3 -> e = floor_log2(3) - 2 = -1, scale 0.5
+    k[32 + i] = 0.0f;                  // token 1: zeros -> amax floor 1e-4 -> e = -16
     v[i] = static_cast<float>(i % 4);  // amax 3 -> scale 0.5: 0, 1, 2, 3 -> 0, 2, 4, 6
     v[32 + i] = 6.0f;                  // amax 6 -> e = 0: 6 -> code 7
   }
-  std::vector<uint8_t> kp(g.bytes(), kSentinel), vp(g.bytes(), kSentinel), ks(2, kSentinel), vs(2, kSentinel);
+  std::vector<uint8_t> kp(g.bytes(), kSentinel), vp(g.bytes(), kSentinel), ks(2, kSentinel),
+      vs(2, kSentinel);
   const int64_t slots[2] = {0, 1};
   AppendArgs a;
   a.in_dtype = DType::kF32;
@@ -352,8 +371,8 @@ TEST(AppendRef, Fp4HandComputed) {
   // 1.5/0.5 = 3 -> code 5; -3/0.5 = -6 -> code 0xF: byte = 0xF5
   for (int i = 0; i < 16; ++i) EXPECT_EQ(kp[i], 0xF5) << i;
   for (int i = 16; i < 32; ++i) EXPECT_EQ(kp[i], 0x00) << i;
-  EXPECT_EQ(ks[0], 126);        // 2^-1
-  EXPECT_EQ(ks[1], 127 - 16);   // 2^-16
+  EXPECT_EQ(ks[0], 126);       // 2^-1
+  EXPECT_EQ(ks[1], 127 - 16);  // 2^-16
   // V split-x: [1, 1, 32, 2]: element (d, slot) at d * 2 + slot: byte d holds slot 0 low,
   // slot 1 high. Slot 0 values 0,1,2,3 /0.5 = 0,2,4,6 -> codes 0,4,6,7; slot 1: 6 -> 7.
   const uint8_t lo[4] = {0x0, 0x4, 0x6, 0x7};
@@ -365,7 +384,8 @@ TEST(AppendRef, Fp4HandComputed) {
   PageGeometry gn{KvLayout::kNHD, KvFormat::kNVFP4, 1, 1, 32, 1};
   std::vector<float> kn(32, 1.5f), vn(32, 0.0f);
   kn[31] = -3.0f;
-  std::vector<uint8_t> knp(gn.bytes(), kSentinel), vnp(gn.bytes(), kSentinel), kns(2, kSentinel), vns(2, kSentinel);
+  std::vector<uint8_t> knp(gn.bytes(), kSentinel), vnp(gn.bytes(), kSentinel), kns(2, kSentinel),
+      vns(2, kSentinel);
   AppendArgs b = a;
   b.k = kn.data();
   b.v = vn.data();
@@ -443,7 +463,8 @@ TEST(AppendRef, BadInputThrows) {
       ref::append_kv(a);
       ADD_FAILURE() << what << ": no exception";
     } catch (const InvalidArgument& e) {
-      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << what << ": message '" << e.what() << "'";
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos)
+          << what << ": message '" << e.what() << "'";
     }
   };
   AppendArgs a = good;

@@ -35,16 +35,21 @@ int64_t row_major(std::initializer_list<int64_t> shape, std::initializer_list<in
   return off;
 }
 
-int naive_x(KvFormat f) { return 16 * 8 / kv_format_bits(f); }  // elements per 16 bytes
+int naive_x(KvFormat f) {
+  return 16 * 8 / kv_format_bits(f);
+}  // elements per 16 bytes
 
 int64_t naive_index(const PageGeometry& g, bool is_k, int64_t b, int h, int s, int d) {
   const int64_t N = g.num_blocks, H = g.num_kv_heads, B = g.block_size, D = g.head_dim;
   switch (g.layout) {
-    case KvLayout::kNHD: return row_major({N, B, H, D}, {b, s, h, d});
-    case KvLayout::kHND: return row_major({N, H, B, D}, {b, h, s, d});
+    case KvLayout::kNHD:
+      return row_major({N, B, H, D}, {b, s, h, d});
+    case KvLayout::kHND:
+      return row_major({N, H, B, D}, {b, h, s, d});
     case KvLayout::kSplitX: {
       const int64_t X = naive_x(g.format);
-      return is_k ? row_major({N, H, D / X, B, X}, {b, h, d / X, s, d % X}) : row_major({N, H, D, B}, {b, h, d, s});
+      return is_k ? row_major({N, H, D / X, B, X}, {b, h, d / X, s, d % X})
+                  : row_major({N, H, D, B}, {b, h, d, s});
     }
   }
   return -1;
@@ -59,18 +64,25 @@ float naive_element(const KvCacheView& c, bool is_k, int64_t b, int h, int s, in
   const int64_t N = g.num_blocks, H = g.num_kv_heads, B = g.block_size, D = g.head_dim;
   const uint8_t* p8 = static_cast<const uint8_t*>(pool);
   switch (g.format) {
-    case KvFormat::kBF16: return bf16_bits_to_float(static_cast<const uint16_t*>(pool)[i]);
-    case KvFormat::kFP16: return fp16_bits_to_float(static_cast<const uint16_t*>(pool)[i]);
-    case KvFormat::kFP8E4M3: return e4m3_to_float(p8[i]) * pool_scale;
-    case KvFormat::kFP8E5M2: return e5m2_to_float(p8[i]) * pool_scale;
+    case KvFormat::kBF16:
+      return bf16_bits_to_float(static_cast<const uint16_t*>(pool)[i]);
+    case KvFormat::kFP16:
+      return fp16_bits_to_float(static_cast<const uint16_t*>(pool)[i]);
+    case KvFormat::kFP8E4M3:
+      return e4m3_to_float(p8[i]) * pool_scale;
+    case KvFormat::kFP8E5M2:
+      return e5m2_to_float(p8[i]) * pool_scale;
     case KvFormat::kFP8E4M3PerToken:
-      return e4m3_to_float(p8[i]) * static_cast<const float*>(scales)[row_major({N, H, B}, {b, h, s})];
+      return e4m3_to_float(p8[i]) *
+             static_cast<const float*>(scales)[row_major({N, H, B}, {b, h, s})];
     case KvFormat::kNVFP4:
     case KvFormat::kMXFP4: {
       const uint8_t code = static_cast<uint8_t>((p8[i / 2] >> (4 * (i % 2))) & 0xF);
       const int g_size = g.format == KvFormat::kNVFP4 ? 16 : 32;
-      const uint8_t sc = static_cast<const uint8_t*>(scales)[row_major({N, H, B, D / g_size}, {b, h, s, d / g_size})];
-      const float scale = g.format == KvFormat::kNVFP4 ? e4m3_to_float(sc) * pool_scale : ue8m0_to_float(sc);
+      const uint8_t sc = static_cast<const uint8_t*>(
+          scales)[row_major({N, H, B, D / g_size}, {b, h, s, d / g_size})];
+      const float scale =
+          g.format == KvFormat::kNVFP4 ? e4m3_to_float(sc) * pool_scale : ue8m0_to_float(sc);
       return e2m1_to_float(code) * scale;
     }
   }
@@ -93,8 +105,10 @@ void naive_decode(const DecodeArgs& a, std::vector<float>* o, std::vector<float>
       for (int t = 0; t < len; ++t) {
         const int64_t block = a.block_table[s * a.max_blocks_per_seq + t / g.block_size];
         for (int d = 0; d < D; ++d) {
-          k[static_cast<size_t>(t) * D + d] = naive_element(a.kv, true, block, hk, t % g.block_size, d);
-          v[static_cast<size_t>(t) * D + d] = naive_element(a.kv, false, block, hk, t % g.block_size, d);
+          k[static_cast<size_t>(t) * D + d] =
+              naive_element(a.kv, true, block, hk, t % g.block_size, d);
+          v[static_cast<size_t>(t) * D + d] =
+              naive_element(a.kv, false, block, hk, t % g.block_size, d);
         }
       }
       double m = -INFINITY;
@@ -102,7 +116,8 @@ void naive_decode(const DecodeArgs& a, std::vector<float>* o, std::vector<float>
         double dot = 0;
         for (int d = 0; d < D; ++d) {
           const uint16_t c = q[(static_cast<size_t>(s) * Hq + hq) * D + d];
-          const double qd = a.q_dtype == DType::kBF16 ? bf16_bits_to_float(c) : fp16_bits_to_float(c);
+          const double qd =
+              a.q_dtype == DType::kBF16 ? bf16_bits_to_float(c) : fp16_bits_to_float(c);
           dot += qd * k[static_cast<size_t>(t) * D + d];
         }
         z[static_cast<size_t>(t)] = dot * a.sm_scale;
@@ -113,9 +128,11 @@ void naive_decode(const DecodeArgs& a, std::vector<float>* o, std::vector<float>
       for (int t = 0; t < len; ++t) {
         const double w = std::exp(z[static_cast<size_t>(t)] - m);
         l += w;
-        for (int d = 0; d < D; ++d) acc[static_cast<size_t>(d)] += w * v[static_cast<size_t>(t) * D + d];
+        for (int d = 0; d < D; ++d)
+          acc[static_cast<size_t>(d)] += w * v[static_cast<size_t>(t) * D + d];
       }
-      for (int d = 0; d < D; ++d) (*o)[(static_cast<size_t>(s) * Hq + hq) * D + d] = static_cast<float>(acc[d] / l);
+      for (int d = 0; d < D; ++d)
+        (*o)[(static_cast<size_t>(s) * Hq + hq) * D + d] = static_cast<float>(acc[d] / l);
       (*lse)[static_cast<size_t>(s) * Hq + hq] = static_cast<float>(m + std::log(l));
     }
   }
@@ -182,7 +199,8 @@ CodeCache make_code_cache(KvLayout layout, KvFormat format, int hq, int hk, int 
   const bool fp4 = kv_format_bits(format) == 4;
   const uint8_t poison8 = fp4 ? 0x77 : 0x7F;  // FP8 NaN (E4M3 and E5M2); FP4 +6,+6
   if (kv_format_bits(format) == 16) {
-    for (size_t i = 0; i + 1 < c.k.size(); i += 2) c.k[i] = c.v[i] = 0xFF, c.k[i + 1] = c.v[i + 1] = 0x7F;
+    for (size_t i = 0; i + 1 < c.k.size(); i += 2)
+      c.k[i] = c.v[i] = 0xFF, c.k[i + 1] = c.v[i + 1] = 0x7F;
   } else {
     std::fill(c.k.begin(), c.k.end(), poison8);
     std::fill(c.v.begin(), c.v.end(), poison8);
@@ -193,7 +211,8 @@ CodeCache make_code_cache(KvLayout layout, KvFormat format, int hq, int hk, int 
     for (size_t i = 0; i < c.ks.size(); i += 4) std::memcpy(&c.ks[i], &nan, 4);
     c.vs = c.ks;
   } else if (kv_format_has_block_scales(format)) {
-    c.ks.assign(static_cast<size_t>(c.geom.scale_bytes()), format == KvFormat::kNVFP4 ? kE4M3NaN : kUE8M0NaN);
+    c.ks.assign(static_cast<size_t>(c.geom.scale_bytes()),
+                format == KvFormat::kNVFP4 ? kE4M3NaN : kUE8M0NaN);
     c.vs = c.ks;
   }
   if (format == KvFormat::kFP8E4M3) c.k_scale = 1.0f / 128, c.v_scale = 1.0f / 64;
@@ -219,26 +238,42 @@ CodeCache make_code_cache(KvLayout layout, KvFormat format, int hq, int hk, int 
           std::vector<uint8_t>& sc = kv == 0 ? c.ks : c.vs;
           const float ps = kv == 0 ? c.k_scale : c.v_scale;
           if (kv_format_has_token_scales(format))
-            std::memcpy(&sc[static_cast<size_t>(g.token_scale_index(b, h, slot)) * 4], &tok_scale[kv], 4);
+            std::memcpy(&sc[static_cast<size_t>(g.token_scale_index(b, h, slot)) * 4],
+                        &tok_scale[kv], 4);
           if (kv_format_has_block_scales(format))
             for (int d0 = 0; d0 < dim; d0 += g.scale_group())
               sc[static_cast<size_t>(g.block_scale_index(b, h, slot, d0))] =
-                  format == KvFormat::kNVFP4 ? float_to_e4m3(0.25f + ud(rng), Saturation::kSatFinite)
-                                             : static_cast<uint8_t>(125 + rng() % 4);
+                  format == KvFormat::kNVFP4
+                      ? float_to_e4m3(0.25f + ud(rng), Saturation::kSatFinite)
+                      : static_cast<uint8_t>(125 + rng() % 4);
           for (int d = 0; d < dim; ++d) {
             const int64_t i = kv == 0 ? g.k_index(b, h, slot, d) : g.v_index(b, h, slot, d);
             const float x = nd(rng);
             switch (format) {
-              case KvFormat::kBF16: reinterpret_cast<uint16_t*>(pool.data())[i] = float_to_bf16_bits(x, Saturation::kSatFinite); break;
-              case KvFormat::kFP16: reinterpret_cast<uint16_t*>(pool.data())[i] = float_to_fp16_bits(x, Saturation::kSatFinite); break;
-              case KvFormat::kFP8E4M3: pool[static_cast<size_t>(i)] = float_to_e4m3(x / ps, Saturation::kSatFinite); break;
-              case KvFormat::kFP8E5M2: pool[static_cast<size_t>(i)] = float_to_e5m2(x / ps, Saturation::kSatFinite); break;
-              case KvFormat::kFP8E4M3PerToken: pool[static_cast<size_t>(i)] = float_to_e4m3(x / tok_scale[kv], Saturation::kSatFinite); break;
+              case KvFormat::kBF16:
+                reinterpret_cast<uint16_t*>(pool.data())[i] =
+                    float_to_bf16_bits(x, Saturation::kSatFinite);
+                break;
+              case KvFormat::kFP16:
+                reinterpret_cast<uint16_t*>(pool.data())[i] =
+                    float_to_fp16_bits(x, Saturation::kSatFinite);
+                break;
+              case KvFormat::kFP8E4M3:
+                pool[static_cast<size_t>(i)] = float_to_e4m3(x / ps, Saturation::kSatFinite);
+                break;
+              case KvFormat::kFP8E5M2:
+                pool[static_cast<size_t>(i)] = float_to_e5m2(x / ps, Saturation::kSatFinite);
+                break;
+              case KvFormat::kFP8E4M3PerToken:
+                pool[static_cast<size_t>(i)] =
+                    float_to_e4m3(x / tok_scale[kv], Saturation::kSatFinite);
+                break;
               case KvFormat::kNVFP4:
               case KvFormat::kMXFP4: {
                 const uint8_t code = float_to_e2m1(2.0f * x);
                 uint8_t& byte = pool[static_cast<size_t>(i / 2)];
-                byte = (i % 2) ? static_cast<uint8_t>((byte & 0x0F) | (code << 4)) : static_cast<uint8_t>((byte & 0xF0) | code);
+                byte = (i % 2) ? static_cast<uint8_t>((byte & 0x0F) | (code << 4))
+                               : static_cast<uint8_t>((byte & 0xF0) | code);
                 break;
               }
             }
@@ -252,8 +287,9 @@ CodeCache make_code_cache(KvLayout layout, KvFormat format, int hq, int hk, int 
 }
 
 std::string name_of(KvLayout l, KvFormat f, int hq, int hk, int dim, int bs, DType qd) {
-  return to_string(l) + "/" + to_string(f) + " hq=" + std::to_string(hq) + " hk=" + std::to_string(hk) +
-         " d=" + std::to_string(dim) + " bs=" + std::to_string(bs) + " q=" + to_string(qd);
+  return to_string(l) + "/" + to_string(f) + " hq=" + std::to_string(hq) +
+         " hk=" + std::to_string(hk) + " d=" + std::to_string(dim) + " bs=" + std::to_string(bs) +
+         " q=" + to_string(qd);
 }
 
 void expect_matches_naive(const DecodeArgs& a, const std::string& what) {
@@ -267,9 +303,10 @@ void expect_matches_naive(const DecodeArgs& a, const std::string& what) {
   std::vector<float> naive_o, naive_lse;
   naive_decode(a, &naive_o, &naive_lse);
   const std::vector<float> o = ref::to_float(o_bits.data(), a.q_dtype, o_bits.size());
-  EXPECT_TRUE(test::within_tolerance(o, naive_o, Op::kReferenceCrossCheck, a.kv.geom.format, a.q_dtype, what));
-  EXPECT_TRUE(test::within_tolerance(lse, naive_lse, Op::kReferenceCrossCheck, a.kv.geom.format, DType::kF32,
-                                     what + " lse"));
+  EXPECT_TRUE(test::within_tolerance(o, naive_o, Op::kReferenceCrossCheck, a.kv.geom.format,
+                                     a.q_dtype, what));
+  EXPECT_TRUE(test::within_tolerance(lse, naive_lse, Op::kReferenceCrossCheck, a.kv.geom.format,
+                                     DType::kF32, what + " lse"));
 }
 
 // ---------------------------------------------------------------- tests
@@ -293,13 +330,15 @@ TEST(DecodeAttention, MatchesNaiveDenseForEveryLayoutFormatAndHeadShape) {
           try {
             validate(probe);
           } catch (const InvalidArgument&) {
-            continue;  // this head_dim is not addressable in (layout, format): tested in test_layout
+            continue;  // this head_dim is not addressable in (layout, format): tested in
+                       // test_layout
           }
           const int bs = (configs % 3 == 0) ? 16 : (configs % 3 == 1 ? 5 : 1);
           const DType qd = configs % 2 ? DType::kF16 : DType::kBF16;
           const std::vector<int32_t> lens = ref::awkward_seq_lens(bs, 97);
           const uint64_t seed = base + static_cast<uint64_t>(configs);
-          CodeCache c = make_code_cache(l, f, shapes[si][0], shapes[si][1], dim, bs, lens, qd, seed);
+          CodeCache c =
+              make_code_cache(l, f, shapes[si][0], shapes[si][1], dim, bs, lens, qd, seed);
           expect_matches_naive(c.args(nullptr, nullptr),
                                name_of(l, f, shapes[si][0], shapes[si][1], dim, bs, qd) + " seed " +
                                    std::to_string(seed));
@@ -311,27 +350,31 @@ TEST(DecodeAttention, MatchesNaiveDenseForEveryLayoutFormatAndHeadShape) {
 
 TEST(DecodeAttention, LongSequencesAndSmScale) {
   const uint64_t seed = test::seed_for("decode.long");
-  CodeCache c = make_code_cache(KvLayout::kSplitX, KvFormat::kFP8E4M3, 8, 2, 128, 16, {3001, 1031, 0, 257},
-                                DType::kBF16, seed);
+  CodeCache c = make_code_cache(KvLayout::kSplitX, KvFormat::kFP8E4M3, 8, 2, 128, 16,
+                                {3001, 1031, 0, 257}, DType::kBF16, seed);
   for (float sm : {c.sm_scale, 0.01f, 1.0f}) {
     c.sm_scale = sm;
-    expect_matches_naive(c.args(nullptr, nullptr), "long, sm_scale " + std::to_string(sm) + " seed " + std::to_string(seed));
+    expect_matches_naive(c.args(nullptr, nullptr),
+                         "long, sm_scale " + std::to_string(sm) + " seed " + std::to_string(seed));
   }
 }
 
 TEST(DecodeAttention, EmptySequencesGiveZeroOutputAndMinusInfLse) {
-  CodeCache c = make_code_cache(KvLayout::kNHD, KvFormat::kBF16, 4, 2, 64, 16, {0, 5, 0}, DType::kBF16, 7);
+  CodeCache c =
+      make_code_cache(KvLayout::kNHD, KvFormat::kBF16, 4, 2, 64, 16, {0, 5, 0}, DType::kBF16, 7);
   std::vector<uint16_t> o(3 * 4 * 64, 0x7FFF);
   std::vector<float> lse(12, 0.0f);
   ref::decode_attention(c.args(o.data(), lse.data()));
   for (int s : {0, 2})
     for (int h = 0; h < 4; ++h) {
       EXPECT_EQ(lse[static_cast<size_t>(s * 4 + h)], -std::numeric_limits<float>::infinity());
-      for (int d = 0; d < 64; ++d) EXPECT_EQ(o[static_cast<size_t>((s * 4 + h) * 64 + d)], 0) << s << " " << h;
+      for (int d = 0; d < 64; ++d)
+        EXPECT_EQ(o[static_cast<size_t>((s * 4 + h) * 64 + d)], 0) << s << " " << h;
     }
   EXPECT_TRUE(std::isfinite(lse[4]));
   // A batch of only empty sequences (the pool still needs a page).
-  CodeCache e = make_code_cache(KvLayout::kHND, KvFormat::kMXFP4, 2, 1, 64, 8, {0, 0}, DType::kF16, 8);
+  CodeCache e =
+      make_code_cache(KvLayout::kHND, KvFormat::kMXFP4, 2, 1, 64, 8, {0, 0}, DType::kF16, 8);
   std::vector<uint16_t> eo(2 * 2 * 64, 0x7FFF);
   std::vector<float> else_(4, 0.0f);
   ref::decode_attention(e.args(eo.data(), else_.data()));
@@ -350,7 +393,8 @@ TEST(DecodeAttention, LseIsTheNaturalLogOfTheSum) {
   const int64_t b = c.table[0];
   k[c.geom.k_index(b, 0, 0, 0)] = float_to_bf16_bits(2.0f, Saturation::kSatFinite);
   k[c.geom.k_index(b, 0, 0, 1)] = float_to_bf16_bits(0.5f, Saturation::kSatFinite);
-  c.q = {float_to_bf16_bits(1.5f, Saturation::kSatFinite), float_to_bf16_bits(-1.0f, Saturation::kSatFinite)};
+  c.q = {float_to_bf16_bits(1.5f, Saturation::kSatFinite),
+         float_to_bf16_bits(-1.0f, Saturation::kSatFinite)};
   c.sm_scale = 0.5f;
   uint16_t o[2];
   float lse;
@@ -370,9 +414,11 @@ TEST(DecodeAttention, LseIsTheNaturalLogOfTheSum) {
 }
 
 TEST(DecodeAttention, NaNInAUsedSlotPropagatesOnlyToItsGroup) {
-  CodeCache c = make_code_cache(KvLayout::kHND, KvFormat::kBF16, 4, 2, 64, 16, {20, 20}, DType::kBF16, 11);
+  CodeCache c =
+      make_code_cache(KvLayout::kHND, KvFormat::kBF16, 4, 2, 64, 16, {20, 20}, DType::kBF16, 11);
   // token 17 of sequence 1, KV head 1, dim 3 of V
-  reinterpret_cast<uint16_t*>(c.v.data())[c.geom.v_index(c.table[1 * c.cols + 1], 1, 1, 3)] = 0x7FC0;
+  reinterpret_cast<uint16_t*>(c.v.data())[c.geom.v_index(c.table[1 * c.cols + 1], 1, 1, 3)] =
+      0x7FC0;
   std::vector<uint16_t> o(2 * 4 * 64);
   std::vector<float> lse(8);
   ref::decode_attention(c.args(o.data(), lse.data()));
@@ -380,7 +426,8 @@ TEST(DecodeAttention, NaNInAUsedSlotPropagatesOnlyToItsGroup) {
   for (int s = 0; s < 2; ++s)
     for (int h = 0; h < 4; ++h) {
       const bool poisoned = s == 1 && h / 2 == 1;
-      EXPECT_EQ(std::isnan(f[static_cast<size_t>((s * 4 + h) * 64 + 3)]), poisoned) << s << " " << h;
+      EXPECT_EQ(std::isnan(f[static_cast<size_t>((s * 4 + h) * 64 + 3)]), poisoned)
+          << s << " " << h;
       EXPECT_FALSE(std::isnan(f[static_cast<size_t>((s * 4 + h) * 64 + 4)]));
     }
 }
@@ -398,7 +445,8 @@ TEST(DecodeAttention, EqualsCausalPrefillLastRow) {
         spec.head_dim = 64;
         spec.block_size = 16;
         spec.seq_lens = {1, 15, 17, 33, 300};
-        spec.seed = test::seed_for("decode.prefill") + static_cast<uint64_t>(l) * 10 + static_cast<uint64_t>(f);
+        spec.seed = test::seed_for("decode.prefill") + static_cast<uint64_t>(l) * 10 +
+                    static_cast<uint64_t>(f);
         ref::PagedCase c = ref::make_paged_case(spec);
         const ref::DecodeOutputs dec = ref::reference_decode(c);
         const KvCacheView kv = c.kv_view();
@@ -412,14 +460,18 @@ TEST(DecodeAttention, EqualsCausalPrefillLastRow) {
           for (int t = 0; t < len; ++t)
             for (int h = 0; h < Hk; ++h)
               for (int d = 0; d < D; ++d) {
-                const int64_t b = c.block_table[static_cast<size_t>(s) * c.max_blocks_per_seq + t / spec.block_size];
-                k[(static_cast<size_t>(t) * Hk + h) * D + d] = load_k(kv, b, h, t % spec.block_size, d);
-                v[(static_cast<size_t>(t) * Hk + h) * D + d] = load_v(kv, b, h, t % spec.block_size, d);
+                const int64_t b = c.block_table[static_cast<size_t>(s) * c.max_blocks_per_seq +
+                                                t / spec.block_size];
+                k[(static_cast<size_t>(t) * Hk + h) * D + d] =
+                    load_k(kv, b, h, t % spec.block_size, d);
+                v[(static_cast<size_t>(t) * Hk + h) * D + d] =
+                    load_v(kv, b, h, t % spec.block_size, d);
               }
           // Earlier query rows are random; the last row is the decode query.
           std::vector<float> q(static_cast<size_t>(nq) * Hq * D);
           for (float& x : q) x = nd(rng);
-          const std::vector<float> dq = ref::to_float(c.q.data() + static_cast<size_t>(s) * Hq * D, qd, static_cast<size_t>(Hq) * D);
+          const std::vector<float> dq = ref::to_float(c.q.data() + static_cast<size_t>(s) * Hq * D,
+                                                      qd, static_cast<size_t>(Hq) * D);
           std::copy(dq.begin(), dq.end(), q.begin() + static_cast<std::ptrdiff_t>(nq - 1) * Hq * D);
           std::vector<float> o(q.size()), lse(static_cast<size_t>(nq) * Hq);
           PrefillArgs p;
@@ -442,9 +494,10 @@ TEST(DecodeAttention, EqualsCausalPrefillLastRow) {
                           dec.o.begin() + static_cast<std::ptrdiff_t>(s + 1) * Hq * D);
           dec_lse.insert(dec_lse.end(), dec.lse.begin() + s * Hq, dec.lse.begin() + (s + 1) * Hq);
         }
-        EXPECT_TRUE(test::within_tolerance(dec_last, pre_last, Op::kReferenceCrossCheck, f, qd, c.describe()));
-        EXPECT_TRUE(test::within_tolerance(dec_lse, pre_lse, Op::kReferenceCrossCheck, f, DType::kF32,
-                                           c.describe() + " lse"));
+        EXPECT_TRUE(test::within_tolerance(dec_last, pre_last, Op::kReferenceCrossCheck, f, qd,
+                                           c.describe()));
+        EXPECT_TRUE(test::within_tolerance(dec_lse, pre_lse, Op::kReferenceCrossCheck, f,
+                                           DType::kF32, c.describe() + " lse"));
       }
 }
 
@@ -471,8 +524,10 @@ TEST(DecodeAttention, ResultsDoNotDependOnTheThreadCount) {
   const std::string saved = old ? old : "";
   setenv("KVLAB_REF_THREADS", "1", 1);
   const ref::DecodeOutputs single = ref::reference_decode(c);
-  if (old) setenv("KVLAB_REF_THREADS", saved.c_str(), 1);
-  else unsetenv("KVLAB_REF_THREADS");
+  if (old)
+    setenv("KVLAB_REF_THREADS", saved.c_str(), 1);
+  else
+    unsetenv("KVLAB_REF_THREADS");
   EXPECT_EQ(std::memcmp(multi.o.data(), single.o.data(), multi.o.size() * 4), 0);
   EXPECT_EQ(std::memcmp(multi.lse.data(), single.lse.data(), multi.lse.size() * 4), 0);
 }
@@ -503,7 +558,8 @@ void expect_invalid(const DecodeArgs& a, const char* needle) {
 }
 
 TEST(DecodeAttention, BadInputIsRejectedWithAClearMessage) {
-  CodeCache c = make_code_cache(KvLayout::kNHD, KvFormat::kFP8E4M3PerToken, 4, 2, 64, 16, {20, 5}, DType::kBF16, 12);
+  CodeCache c = make_code_cache(KvLayout::kNHD, KvFormat::kFP8E4M3PerToken, 4, 2, 64, 16, {20, 5},
+                                DType::kBF16, 12);
   std::vector<uint16_t> o(2 * 4 * 64);
   const DecodeArgs good = c.args(o.data(), nullptr);
   ASSERT_NO_THROW(ref::decode_attention(good));
@@ -569,7 +625,8 @@ TEST(DecodeAttention, BadInputIsRejectedWithAClearMessage) {
   a.block_table = table.data();
   expect_invalid(a, "block_table[0][0]");
   // Pool-scaled formats need finite positive pool scales.
-  CodeCache p = make_code_cache(KvLayout::kNHD, KvFormat::kFP8E5M2, 2, 2, 64, 16, {3}, DType::kBF16, 13);
+  CodeCache p =
+      make_code_cache(KvLayout::kNHD, KvFormat::kFP8E5M2, 2, 2, 64, 16, {3}, DType::kBF16, 13);
   std::vector<uint16_t> po(2 * 64);
   DecodeArgs b = p.args(po.data(), nullptr);
   b.kv.k_scale = 0;

@@ -25,7 +25,8 @@
 namespace kvlab {
 namespace {
 
-ref::PagedCaseSpec spec_for(const char* name, KvLayout l = KvLayout::kNHD, KvFormat f = KvFormat::kBF16) {
+ref::PagedCaseSpec spec_for(const char* name, KvLayout l = KvLayout::kNHD,
+                            KvFormat f = KvFormat::kBF16) {
   return test::seeded_spec(name, l, f);
 }
 
@@ -54,8 +55,10 @@ TEST(PagedCase, IdenticalWhateverTheThreadCount) {
   const std::string saved = old ? old : "";
   setenv("KVLAB_REF_THREADS", "1", 1);
   const ref::PagedCase single = ref::make_paged_case(s);
-  if (old) setenv("KVLAB_REF_THREADS", saved.c_str(), 1);
-  else unsetenv("KVLAB_REF_THREADS");
+  if (old)
+    setenv("KVLAB_REF_THREADS", saved.c_str(), 1);
+  else
+    unsetenv("KVLAB_REF_THREADS");
   EXPECT_EQ(multi.k_pool, single.k_pool);
   EXPECT_EQ(multi.v_pool, single.v_pool);
   EXPECT_EQ(multi.k_scales, single.k_scales);
@@ -112,9 +115,12 @@ TEST(PagedCase, UnusedSlotsArePoisonedUsedSlotsHoldTheOriginalData) {
         std::vector<int> used_slots(static_cast<size_t>(c.geom.num_blocks * s.block_size), -1);
         for (int si = 0; si < c.num_seqs(); ++si)
           for (int t = 0; t < c.seq_lens[si]; ++t)
-            used_slots[static_cast<size_t>(c.block_table[static_cast<size_t>(si) * c.max_blocks_per_seq + t / 16]) * 16 + t % 16] =
-                static_cast<int>(c.token_offset[si] + t);
-        const bool lossless = (f == KvFormat::kBF16 && qd == DType::kBF16) || (f == KvFormat::kFP16 && qd == DType::kF16);
+            used_slots[static_cast<size_t>(
+                           c.block_table[static_cast<size_t>(si) * c.max_blocks_per_seq + t / 16]) *
+                           16 +
+                       t % 16] = static_cast<int>(c.token_offset[si] + t);
+        const bool lossless = (f == KvFormat::kBF16 && qd == DType::kBF16) ||
+                              (f == KvFormat::kFP16 && qd == DType::kF16);
         for (int64_t b = 0; b < c.geom.num_blocks; ++b)
           for (int slot = 0; slot < 16; ++slot)
             for (int h = 0; h < s.num_kv_heads; ++h)
@@ -122,7 +128,8 @@ TEST(PagedCase, UnusedSlotsArePoisonedUsedSlotsHoldTheOriginalData) {
                 const int tok = used_slots[static_cast<size_t>(b * 16 + slot)];
                 const float k = load_k(kv, b, h, slot, d), v = load_v(kv, b, h, slot, d);
                 if (tok < 0) {
-                  ASSERT_TRUE(std::isnan(k) && std::isnan(v)) << c.describe() << " page " << b << " slot " << slot;
+                  ASSERT_TRUE(std::isnan(k) && std::isnan(v))
+                      << c.describe() << " page " << b << " slot " << slot;
                 } else {
                   const size_t oi = (static_cast<size_t>(tok) * s.num_kv_heads + h) * 64 + d;
                   ASSERT_FALSE(std::isnan(k) || std::isnan(v));
@@ -144,10 +151,10 @@ TEST(PagedCase, OriginalReferenceEqualsCacheReferenceWhenLossless) {
   ref::PagedCase c = ref::make_paged_case(s);
   const ref::DecodeOutputs cache = ref::reference_decode(c);
   const ref::DecodeOutputs orig = ref::reference_decode_original(c);
-  EXPECT_TRUE(test::within_tolerance(cache.o, orig.o, Op::kDecodeAttentionVsBf16, KvFormat::kBF16, DType::kBF16,
-                                     c.describe()));
-  EXPECT_TRUE(test::within_tolerance(cache.lse, orig.lse, Op::kReferenceCrossCheck, KvFormat::kBF16, DType::kF32,
-                                     c.describe()));
+  EXPECT_TRUE(test::within_tolerance(cache.o, orig.o, Op::kDecodeAttentionVsBf16, KvFormat::kBF16,
+                                     DType::kBF16, c.describe()));
+  EXPECT_TRUE(test::within_tolerance(cache.lse, orig.lse, Op::kReferenceCrossCheck, KvFormat::kBF16,
+                                     DType::kF32, c.describe()));
   ref::PagedCaseSpec nk = s;
   nk.keep_original = false;
   ref::PagedCase d = ref::make_paged_case(nk);
@@ -165,11 +172,13 @@ TEST(PagedCase, QuantizedCachesAgainstTheOriginalData) {
       s.q_dtype = qd;
       s.seq_lens = {1, 7, 17, 100, 1031, 3001};
       ref::PagedCase c = ref::make_paged_case(s);
-      const ref::DecodeOutputs cache = ref::reference_decode(c), orig = ref::reference_decode_original(c);
+      const ref::DecodeOutputs cache = ref::reference_decode(c),
+                               orig = ref::reference_decode_original(c);
       ErrorStats st;
-      EXPECT_TRUE(test::within_tolerance(cache.o, orig.o, Op::kDecodeAttentionVsBf16, f, qd, c.describe(), &st));
-      std::printf("vs original %-12s q=%s: max_abs=%.3e rel_l2=%.3e nmse=%.3e\n", to_string(f).c_str(),
-                  to_string(qd).c_str(), st.max_abs, st.rel_l2, st.nmse);
+      EXPECT_TRUE(test::within_tolerance(cache.o, orig.o, Op::kDecodeAttentionVsBf16, f, qd,
+                                         c.describe(), &st));
+      std::printf("vs original %-12s q=%s: max_abs=%.3e rel_l2=%.3e nmse=%.3e\n",
+                  to_string(f).c_str(), to_string(qd).c_str(), st.max_abs, st.rel_l2, st.nmse);
     }
 }
 
@@ -212,7 +221,8 @@ TEST(PagedCase, SpecLabelIsGtestSafe) {
 }
 
 TEST(PagedCase, AwkwardLengths) {
-  EXPECT_EQ(ref::awkward_seq_lens(16, 40), (std::vector<int32_t>{0, 1, 2, 7, 13, 15, 16, 17, 31, 33}));
+  EXPECT_EQ(ref::awkward_seq_lens(16, 40),
+            (std::vector<int32_t>{0, 1, 2, 7, 13, 15, 16, 17, 31, 33}));
   EXPECT_EQ(ref::awkward_seq_lens(1, 3), (std::vector<int32_t>{0, 1, 2, 3}));
   const std::vector<int32_t> big = ref::awkward_seq_lens(16, 5000);
   EXPECT_EQ(big.back(), 3001);
@@ -225,15 +235,19 @@ TEST(GuardRegion, NaNPrefilledAndGuarded) {
     EXPECT_TRUE(g.guards_intact());
     const std::vector<float> f = ref::to_float(g.data(), d, 37);
     for (float x : f) EXPECT_TRUE(std::isnan(x)) << to_string(d);
-    EXPECT_EQ(reinterpret_cast<uintptr_t>(g.data()) - reinterpret_cast<uintptr_t>(g.storage().data()), kGuardBytes);
+    EXPECT_EQ(
+        reinterpret_cast<uintptr_t>(g.data()) - reinterpret_cast<uintptr_t>(g.storage().data()),
+        kGuardBytes);
     // Writing one byte past either end is caught and reported.
     GuardedBuffer after = g;
     static_cast<uint8_t*>(after.data())[after.payload_bytes()] ^= 0x01;
     EXPECT_FALSE(after.guards_intact());
-    EXPECT_NE(after.guard_damage().find("back guard byte 0"), std::string::npos) << after.guard_damage();
+    EXPECT_NE(after.guard_damage().find("back guard byte 0"), std::string::npos)
+        << after.guard_damage();
     GuardedBuffer before = g;
     static_cast<uint8_t*>(before.data())[-1] = 0;
-    EXPECT_NE(before.guard_damage().find("front guard byte 255"), std::string::npos) << before.guard_damage();
+    EXPECT_NE(before.guard_damage().find("front guard byte 255"), std::string::npos)
+        << before.guard_damage();
     // Writing the whole payload leaves the guards intact.
     std::memset(g.data(), 0, g.payload_bytes());
     EXPECT_TRUE(g.guards_intact());
@@ -259,13 +273,16 @@ std::vector<float> fp32_kernel(ref::PagedCase& c, Bug bug, std::vector<float>* l
       const int hk = hq / G;
       int len = c.seq_lens[si];
       if (bug == Bug::kDropLastToken && len > 1) --len;
-      if (bug == Bug::kReadOnePastEnd && len % s.block_size != 0) ++len;  // stays inside the last page
-      const std::vector<float> q = ref::to_float(c.q.data() + (static_cast<size_t>(si) * s.num_qo_heads + hq) * D, s.q_dtype, D);
+      if (bug == Bug::kReadOnePastEnd && len % s.block_size != 0)
+        ++len;  // stays inside the last page
+      const std::vector<float> q = ref::to_float(
+          c.q.data() + (static_cast<size_t>(si) * s.num_qo_heads + hq) * D, s.q_dtype, D);
       OnlineSoftmax<float, kMaxDim> total = OnlineSoftmax<float, kMaxDim>::empty();
       for (int t0 = 0; t0 < len; t0 += kSplit) {
         OnlineSoftmax<float, kMaxDim> part = OnlineSoftmax<float, kMaxDim>::empty();
         for (int t = t0; t < std::min(len, t0 + kSplit); ++t) {
-          const int64_t b = c.block_table[static_cast<size_t>(si) * c.max_blocks_per_seq + t / s.block_size];
+          const int64_t b =
+              c.block_table[static_cast<size_t>(si) * c.max_blocks_per_seq + t / s.block_size];
           float k[kMaxDim], v[kMaxDim], dot = 0;
           for (int d = 0; d < D; ++d) {
             k[d] = load_k(kv, b, hk, t % s.block_size, d);
@@ -300,8 +317,8 @@ TEST(DecodeTolerance, AdmitsACorrectFp32KernelOverEveryFormat) {
     ref::PagedCase c = ref::make_paged_case(s);
     const ref::DecodeOutputs r = ref::reference_decode(c);
     std::vector<float> lse;
-    EXPECT_TRUE(test::within_tolerance(fp32_kernel(c, Bug::kNone, &lse), r.o, Op::kDecodeAttention, f,
-                                       s.q_dtype, c.describe()));
+    EXPECT_TRUE(test::within_tolerance(fp32_kernel(c, Bug::kNone, &lse), r.o, Op::kDecodeAttention,
+                                       f, s.q_dtype, c.describe()));
     EXPECT_TRUE(test::within_tolerance(lse, r.lse, Op::kDecodeLse, f, s.q_dtype, c.describe()));
   }
 }
@@ -321,11 +338,13 @@ TEST(DecodeTolerance, AdmitsACorrectFp32KernelAndRejectsBrokenOnes) {
       std::vector<float> lse;
       ErrorStats st;
       const std::vector<float> o = fp32_kernel(c, Bug::kNone, &lse);
-      EXPECT_TRUE(test::within_tolerance(o, r.o, Op::kDecodeAttention, s.format, qd, c.describe(), &st));
-      std::printf("fp32 model kernel %s D=%d: %s\n", to_string(qd).c_str(), D, to_string(st).c_str());
+      EXPECT_TRUE(
+          test::within_tolerance(o, r.o, Op::kDecodeAttention, s.format, qd, c.describe(), &st));
+      std::printf("fp32 model kernel %s D=%d: %s\n", to_string(qd).c_str(), D,
+                  to_string(st).c_str());
       EXPECT_TRUE(test::within_tolerance(lse, r.lse, Op::kDecodeLse, s.format, qd, c.describe()));
-      EXPECT_FALSE(test::within_tolerance(fp32_kernel(c, Bug::kDropLastToken, &lse), r.o, Op::kDecodeAttention,
-                                          s.format, qd, "dropped token"));
+      EXPECT_FALSE(test::within_tolerance(fp32_kernel(c, Bug::kDropLastToken, &lse), r.o,
+                                          Op::kDecodeAttention, s.format, qd, "dropped token"));
       // Reading the slot after the last token reads poison (or the next sequence's page: NaN
       // either way, because that slot is unused or the sentinel page is never allocated).
       if (s.block_size > 1) {
@@ -335,8 +354,8 @@ TEST(DecodeTolerance, AdmitsACorrectFp32KernelAndRejectsBrokenOnes) {
         EXPECT_GT(ps.nan_out, 0);
       }
       if (qd == DType::kBF16) {
-        EXPECT_FALSE(test::within_tolerance(fp32_kernel(c, Bug::kTruncateOutput, &lse), r.o, Op::kDecodeAttention,
-                                            s.format, qd, "truncated output"))
+        EXPECT_FALSE(test::within_tolerance(fp32_kernel(c, Bug::kTruncateOutput, &lse), r.o,
+                                            Op::kDecodeAttention, s.format, qd, "truncated output"))
             << "truncation instead of RNE should be caught (elementwise 1-ulp or nmse)";
       }
     }

@@ -74,20 +74,25 @@ void naive(const Problem& p, std::vector<float>* o, std::vector<float>* lse) {
       for (int j = 0; j <= last; ++j) {
         const double w = std::exp(z[static_cast<size_t>(j)] - m);
         l += w;
-        for (int e = 0; e < p.d; ++e) acc[static_cast<size_t>(e)] += w * p.v[(static_cast<size_t>(j) * p.hk + h / G) * p.d + e];
+        for (int e = 0; e < p.d; ++e)
+          acc[static_cast<size_t>(e)] += w * p.v[(static_cast<size_t>(j) * p.hk + h / G) * p.d + e];
       }
-      for (int e = 0; e < p.d; ++e) (*o)[(static_cast<size_t>(i) * p.hq + h) * p.d + e] = static_cast<float>(acc[e] / l);
+      for (int e = 0; e < p.d; ++e)
+        (*o)[(static_cast<size_t>(i) * p.hq + h) * p.d + e] = static_cast<float>(acc[e] / l);
       (*lse)[static_cast<size_t>(i) * p.hq + h] = static_cast<float>(m + std::log(l));
     }
 }
 
 void expect_matches_naive(const Problem& p, const std::string& what) {
-  std::vector<float> o(static_cast<size_t>(p.nq) * p.hq * p.d, std::nanf("")), lse(static_cast<size_t>(p.nq) * p.hq, std::nanf(""));
+  std::vector<float> o(static_cast<size_t>(p.nq) * p.hq * p.d, std::nanf("")),
+      lse(static_cast<size_t>(p.nq) * p.hq, std::nanf(""));
   ref::prefill_attention(p.args(o.data(), lse.data()));
   std::vector<float> no, nl;
   naive(p, &no, &nl);
-  EXPECT_TRUE(test::within_tolerance(o, no, Op::kReferenceCrossCheck, KvFormat::kBF16, DType::kF32, what));
-  EXPECT_TRUE(test::within_tolerance(lse, nl, Op::kReferenceCrossCheck, KvFormat::kBF16, DType::kF32, what + " lse"));
+  EXPECT_TRUE(
+      test::within_tolerance(o, no, Op::kReferenceCrossCheck, KvFormat::kBF16, DType::kF32, what));
+  EXPECT_TRUE(test::within_tolerance(lse, nl, Op::kReferenceCrossCheck, KvFormat::kBF16,
+                                     DType::kF32, what + " lse"));
 }
 
 TEST(PrefillAttention, MatchesNaiveFullAndCausal) {
@@ -98,13 +103,15 @@ TEST(PrefillAttention, MatchesNaiveFullAndCausal) {
   for (bool causal : {false, true})
     for (const auto& sh : shapes)
       for (int d : {64, 1, 3, 67})
-        for (const auto& nqk : std::vector<std::pair<int, int>>{{1, 1}, {5, 5}, {3, 17}, {17, 17}, {1, 40}}) {
+        for (const auto& nqk :
+             std::vector<std::pair<int, int>>{{1, 1}, {5, 5}, {3, 17}, {17, 17}, {1, 40}}) {
           const uint64_t seed = base + static_cast<uint64_t>(i++);
           const Problem p = make_problem(nqk.first, nqk.second, sh[0], sh[1], d, causal, seed);
-          expect_matches_naive(p, "nq=" + std::to_string(nqk.first) + " nk=" + std::to_string(nqk.second) +
-                                      " hq=" + std::to_string(sh[0]) + " hk=" + std::to_string(sh[1]) +
-                                      " d=" + std::to_string(d) + (causal ? " causal" : " full") +
-                                      " seed " + std::to_string(seed));
+          expect_matches_naive(
+              p, "nq=" + std::to_string(nqk.first) + " nk=" + std::to_string(nqk.second) +
+                     " hq=" + std::to_string(sh[0]) + " hk=" + std::to_string(sh[1]) +
+                     " d=" + std::to_string(d) + (causal ? " causal" : " full") + " seed " +
+                     std::to_string(seed));
         }
 }
 
@@ -132,8 +139,10 @@ TEST(PrefillAttention, RowsThatSeeNoKeyAreEmpty) {
 
 TEST(PrefillAttention, CausalAcrossTheRowChunkBoundary) {
   // More than 256 query rows: the reference processes rows in chunks.
-  expect_matches_naive(make_problem(300, 310, 2, 1, 16, true, test::seed_for("prefill.chunks")), "300x310 causal");
-  expect_matches_naive(make_problem(513, 513, 1, 1, 8, true, test::seed_for("prefill.chunks2")), "513 causal");
+  expect_matches_naive(make_problem(300, 310, 2, 1, 16, true, test::seed_for("prefill.chunks")),
+                       "300x310 causal");
+  expect_matches_naive(make_problem(513, 513, 1, 1, 8, true, test::seed_for("prefill.chunks2")),
+                       "513 causal");
 }
 
 TEST(PrefillAttention, CausalLastRowEqualsFullAttentionOfThatRow) {
@@ -146,8 +155,10 @@ TEST(PrefillAttention, CausalLastRowEqualsFullAttentionOfThatRow) {
   ref::prefill_attention(c.args(oc.data(), lc.data()));
   ref::prefill_attention(f.args(of.data(), lf.data()));
   const std::vector<float> last(oc.end() - 4 * 32, oc.end()), last_lse(lc.end() - 4, lc.end());
-  EXPECT_TRUE(test::within_tolerance(last, of, Op::kReferenceCrossCheck, KvFormat::kBF16, DType::kF32, "last row"));
-  EXPECT_TRUE(test::within_tolerance(last_lse, lf, Op::kReferenceCrossCheck, KvFormat::kBF16, DType::kF32, "last row lse"));
+  EXPECT_TRUE(test::within_tolerance(last, of, Op::kReferenceCrossCheck, KvFormat::kBF16,
+                                     DType::kF32, "last row"));
+  EXPECT_TRUE(test::within_tolerance(last_lse, lf, Op::kReferenceCrossCheck, KvFormat::kBF16,
+                                     DType::kF32, "last row lse"));
 }
 
 void expect_invalid(const PrefillArgs& a, const char* needle) {

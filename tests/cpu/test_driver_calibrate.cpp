@@ -36,11 +36,13 @@ constexpr double kFitRelTol = 1e-9;
 struct Truth {
   double fixed = 9.5e-6, graph_fixed = 7.25e-6;
   std::map<std::string, double> eff = {{"bf16", 0.95}, {"fp8_e4m3", 0.88}, {"nvfp4", 0.45}};
-  std::map<std::string, double> slow = {{"v_fast", 1.0}, {"v_slow", 1.5}};  // time multiplier per version
+  std::map<std::string, double> slow = {{"v_fast", 1.0},
+                                        {"v_slow", 1.5}};  // time multiplier per version
 };
 
 struct SynthPoint {
-  std::string version = "v_fast", format = "bf16", lengths = "uniform", graph = "off", layout = "nhd";
+  std::string version = "v_fast", format = "bf16", lengths = "uniform", graph = "off",
+              layout = "nhd";
   int64_t batch = 1, context = 4096, seed = 0, block_size = 16, gqa_group = 4;
   std::string study = "s";
   double time_factor = 1.0;  // multiplies the true time (repeats)
@@ -50,10 +52,13 @@ const double kR = 3.0e12;  // the synthetic run's measured read ceiling
 
 // The bytes the decode kind counts (experiments/kinds/decode_attention.cpp, min_bytes),
 // written out here independently: Q + K/V at storage precision + scales + O.
-double kind_min_bytes(const std::string& fmt, const std::vector<int32_t>& lens, int kv_heads, int qo_heads, int d) {
+double kind_min_bytes(const std::string& fmt, const std::vector<int32_t>& lens, int kv_heads,
+                      int qo_heads, int d) {
   double tokens = 0;
   for (int32_t l : lens) tokens += l;
-  const double per = fmt == "bf16" ? 2.0 * d : fmt == "fp8_e4m3" ? 1.0 * d : 0.5 * d + d / 16.0;  // nvfp4: E4M3 per 16
+  const double per = fmt == "bf16"       ? 2.0 * d
+                     : fmt == "fp8_e4m3" ? 1.0 * d
+                                         : 0.5 * d + d / 16.0;  // nvfp4: E4M3 per 16
   return 2.0 * tokens * kv_heads * per + 2.0 * static_cast<double>(lens.size()) * qo_heads * d * 2;
 }
 
@@ -79,7 +84,8 @@ struct FileSpec {
   std::string device_name = "NVIDIA H100 80GB HBM3";
 };
 
-void write_results(const std::string& path, const std::vector<SynthPoint>& pts, const Truth& t, const FileSpec& fs = {}) {
+void write_results(const std::string& path, const std::vector<SynthPoint>& pts, const Truth& t,
+                   const FileSpec& fs = {}) {
   unlink(path.c_str());
   RunMeta meta;
   meta.argv = fs.argv;
@@ -99,20 +105,29 @@ void write_results(const std::string& path, const std::vector<SynthPoint>& pts, 
     p.index = index++;
     p.study = sp.study;
     p.kind = "decode_attention";
-    const std::map<std::string, std::string> set = {
-        {"layout", sp.layout},      {"kv_format", sp.format}, {"block_size", std::to_string(sp.block_size)},
-        {"gqa_group", std::to_string(sp.gqa_group)}, {"batch", std::to_string(sp.batch)},
-        {"context", std::to_string(sp.context)},     {"lengths", sp.lengths},
-        {"seed", std::to_string(sp.seed)},           {"graph", sp.graph},
-        {"version", sp.version}};
-    for (const auto& a : b.axes()) p.axes.emplace_back(a.name, set.count(a.name) ? set.at(a.name) : a.default_value);
-    const auto lens = decode_point_lengths(sp.batch, sp.context, sp.lengths == "mixed", fs.seed_for_lengths, sp.seed);
+    const std::map<std::string, std::string> set = {{"layout", sp.layout},
+                                                    {"kv_format", sp.format},
+                                                    {"block_size", std::to_string(sp.block_size)},
+                                                    {"gqa_group", std::to_string(sp.gqa_group)},
+                                                    {"batch", std::to_string(sp.batch)},
+                                                    {"context", std::to_string(sp.context)},
+                                                    {"lengths", sp.lengths},
+                                                    {"seed", std::to_string(sp.seed)},
+                                                    {"graph", sp.graph},
+                                                    {"version", sp.version}};
+    for (const auto& a : b.axes())
+      p.axes.emplace_back(a.name, set.count(a.name) ? set.at(a.name) : a.default_value);
+    const auto lens = decode_point_lengths(sp.batch, sp.context, sp.lengths == "mixed",
+                                           fs.seed_for_lengths, sp.seed);
     const sim::DecodeAttentionShape s = shape_of(sp, lens);
     const double bytes = sim::decode_attention_cost(h100, s, sim::CostModelConfig{}).bytes;
-    const double sec = t.slow.at(sp.version) * ((sp.graph == "on" ? t.graph_fixed : t.fixed) + bytes / (kR * t.eff.at(sp.format)));
+    const double sec = t.slow.at(sp.version) * ((sp.graph == "on" ? t.graph_fixed : t.fixed) +
+                                                bytes / (kR * t.eff.at(sp.format)));
     Record r;
     r.metric("median_us", 1e6 * sec * sp.time_factor);
-    r.metric("min_bytes", fs.min_bytes_factor * kind_min_bytes(sp.format, lens, 8, 8 * static_cast<int>(sp.gqa_group), 128));
+    r.metric("min_bytes",
+             fs.min_bytes_factor *
+                 kind_min_bytes(sp.format, lens, 8, 8 * static_cast<int>(sp.gqa_group), 128));
     rf->write_point(p, r);
   }
   rf->end_run(index, 0);
@@ -215,7 +230,8 @@ TEST_F(CalibrateTest, RecoversTheGeneratingModelFromTheBestVersion) {
   EXPECT_NEAR(m.fixed_s, t.fixed, t.fixed * kFitRelTol);
   EXPECT_TRUE(m.graph_fixed_fitted);
   EXPECT_NEAR(m.graph_fixed_s, t.graph_fixed, t.graph_fixed * kFitRelTol);
-  for (const auto& [f, e] : t.eff) EXPECT_NEAR(m.efficiency(parse_kv_format(f)), e, e * kFitRelTol) << f;
+  for (const auto& [f, e] : t.eff)
+    EXPECT_NEAR(m.efficiency(parse_kv_format(f)), e, e * kFitRelTol) << f;
   EXPECT_LT(c.train.max, kFitRelTol);
   EXPECT_LT(c.train_loo.max, kFitRelTol);
   EXPECT_GT(c.train_uncalibrated.median, 0.1);
@@ -250,15 +266,19 @@ TEST_F(CalibrateTest, HoldoutIsATrainTestSplitByShape) {
   EXPECT_EQ(c.train.count, 22);
   EXPECT_LT(c.test.max, kFitRelTol);  // the model extrapolates exactly: the truth is in its family
   for (size_t i = 0; i < c.heldout.size(); ++i) {
-    EXPECT_EQ(c.heldout[i], c.selection.records[i].context == 32768 && c.selection.records[i].lengths == "uniform");
+    EXPECT_EQ(c.heldout[i], c.selection.records[i].context == 32768 &&
+                                c.selection.records[i].lengths == "uniform");
     EXPECT_EQ(std::isnan(c.predicted_loo[i]), c.heldout[i]);
   }
   req.holdout = "batch > 1000";
-  EXPECT_NE(error_of([&] { run_calibration(req); }).find("selects none of the 31 records"), std::string::npos);
+  EXPECT_NE(error_of([&] { run_calibration(req); }).find("selects none of the 31 records"),
+            std::string::npos);
   req.holdout = "batch > 0";
-  EXPECT_NE(error_of([&] { run_calibration(req); }).find("selects all 31 records: nothing to fit"), std::string::npos);
+  EXPECT_NE(error_of([&] { run_calibration(req); }).find("selects all 31 records: nothing to fit"),
+            std::string::npos);
   req.holdout = "widht > 3";
-  EXPECT_NE(error_of([&] { run_calibration(req); }).find("unknown name 'widht'"), std::string::npos);
+  EXPECT_NE(error_of([&] { run_calibration(req); }).find("unknown name 'widht'"),
+            std::string::npos);
   req.holdout = "batch >";
   EXPECT_NE(error_of([&] { run_calibration(req); }).find("batch >"), std::string::npos);
 }
@@ -278,13 +298,15 @@ TEST_F(CalibrateTest, MixedLengthsNeedTheRunSeedOfTheFile) {
   write_results(path("wrong.h5"), grid(), Truth{}, wrong);
   req.files = {path("wrong.h5")};
   const std::string e = error_of([&] { run_calibration(req); });
-  EXPECT_NE(e.find("the mixed lengths could not be reconstructed: run seed 77"), std::string::npos) << e;
+  EXPECT_NE(e.find("the mixed lengths could not be reconstructed: run seed 77"), std::string::npos)
+      << e;
   // Byte accounting that disagrees with the file's min_bytes: refused too.
   FileSpec drift;
   drift.min_bytes_factor = 1.001;
   write_results(path("drift.h5"), grid(), Truth{}, drift);
   req.files = {path("drift.h5")};
-  EXPECT_NE(error_of([&] { run_calibration(req); }).find("the file recorded min_bytes"), std::string::npos);
+  EXPECT_NE(error_of([&] { run_calibration(req); }).find("the file recorded min_bytes"),
+            std::string::npos);
 }
 
 TEST_F(CalibrateTest, BadInputIsExitCode2AndWritesNothing) {
@@ -309,9 +331,11 @@ TEST_F(CalibrateTest, BadInputIsExitCode2AndWritesNothing) {
       {{"calibrate", path("plain.h5")}, "not a kvlab result file"},
       {{"calibrate", path("empty.h5")}, "no timed decode_attention points with status ok"},
       {{"calibrate", path("r.h5"), "--gpu", "V100"}, "unknown GPU 'V100'"},
-      {{"calibrate", path("r.h5"), "--gpu", "A100"}, "does not match the device the files were measured on"},
-      {{"calibrate", path("r.h5"), "--version", "v9"}, "version 'v9' has no timed decode_attention points (the files "
-                                                       "hold: v_fast v_slow"},
+      {{"calibrate", path("r.h5"), "--gpu", "A100"},
+       "does not match the device the files were measured on"},
+      {{"calibrate", path("r.h5"), "--version", "v9"},
+       "version 'v9' has no timed decode_attention points (the files "
+       "hold: v_fast v_slow"},
       {{"calibrate", path("r.h5"), "--holdout", "batch >> 2"}, "holdout"},
       {{"calibrate", path("r.h5"), "--frobnicate"}, "unrecognised option"},
   };
@@ -337,7 +361,8 @@ TEST_F(CalibrateTest, OutputFileFeedsAnalysisAndSimulate) {
   const std::string cal = path("out/cal.h5");
   std::string o, e;
   ASSERT_EQ(cli({"calibrate", path("r.h5"), "--out", cal}, &o, &e), 0) << o << e;
-  EXPECT_NE(o.find("fidelity: 31 records (fastest of v_fast, v_slow per shape) on H100-SXM5-80GB"), std::string::npos)
+  EXPECT_NE(o.find("fidelity: 31 records (fastest of v_fast, v_slow per shape) on H100-SXM5-80GB"),
+            std::string::npos)
       << o;
   EXPECT_NE(o.find("calibrated, leave-one-out"), std::string::npos);
   EXPECT_NE(o.find("v_fast nhd nvfp4 b64 c32768 bs16 g4"), std::string::npos) << o;
@@ -366,12 +391,15 @@ TEST_F(CalibrateTest, OutputFileFeedsAnalysisAndSimulate) {
   const sim::GpuSpec h100 = sim::gpu_spec("H100");
   const sim::CostModelConfig cfg = apply_decode_calibration(c, h100, {});
   // The table's ceiling (3.09 TB/s) differs from the run's (3.0): the bytes/s are kept.
-  EXPECT_NEAR(cfg.attn_efficiency(KvFormat::kBF16) * h100.measured_read_bytes_per_s, 0.95 * kR, 0.95 * kR * kFitRelTol);
-  EXPECT_NE(error_of([&] { apply_decode_calibration(c, sim::gpu_spec("A100"), {}); })
-                .find("was fitted on H100-SXM5-80GB, the simulation runs on A100-SXM4-80GB"),
+  EXPECT_NEAR(cfg.attn_efficiency(KvFormat::kBF16) * h100.measured_read_bytes_per_s, 0.95 * kR,
+              0.95 * kR * kFitRelTol);
+  EXPECT_NE(error_of([&] {
+              apply_decode_calibration(c, sim::gpu_spec("A100"), {});
+            }).find("was fitted on H100-SXM5-80GB, the simulation runs on A100-SXM4-80GB"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { read_decode_calibration(path("r.h5")); }).find("holds no calibrate point"),
-            std::string::npos);
+  EXPECT_NE(
+      error_of([&] { read_decode_calibration(path("r.h5")); }).find("holds no calibrate point"),
+      std::string::npos);
 
   // The simulate kind with and without the calibration: the same engine, slower attention.
   auto sim_point = [&](const std::string& calibration, const std::string& gpu) {
@@ -394,10 +422,14 @@ TEST_F(CalibrateTest, OutputFileFeedsAnalysisAndSimulate) {
       if (k == "sim_time_s") return v;
     return NAN;
   };
-  const double base = sim_time(sim_point("none", "H100")), calibrated = sim_time(sim_point(cal, "H100"));
+  const double base = sim_time(sim_point("none", "H100")),
+               calibrated = sim_time(sim_point(cal, "H100"));
   EXPECT_GT(calibrated, base);  // per-call overheads and < 100 % bandwidth only add time
-  EXPECT_NE(error_of([&] { simb.check_point(sim_point(cal, "A100")); }).find("was fitted on H100"), std::string::npos);
-  EXPECT_NE(error_of([&] { simb.check_point(sim_point(path("nope.h5"), "H100")); }).find("does not exist"),
+  EXPECT_NE(error_of([&] { simb.check_point(sim_point(cal, "A100")); }).find("was fitted on H100"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              simb.check_point(sim_point(path("nope.h5"), "H100"));
+            }).find("does not exist"),
             std::string::npos);
 }
 
@@ -426,10 +458,12 @@ TEST(CalibrateH100, TableFromTheShippedRun) {
   EXPECT_EQ(mixed, 4);  // P4: bf16/fp8 x nhd/hnd, lengths reconstructed and checked
   EXPECT_EQ(graph, 4);  // P8
   EXPECT_EQ(c.train_loo.count, static_cast<int64_t>(recs.size()));
-  std::printf("H100 fidelity (%zu records): median |err| uncalibrated %.1f %%, pooled %.1f %%, calibrated %.1f %%, "
-              "leave-one-out %.1f %%\n",
-              recs.size(), 100 * c.train_uncalibrated.median, 100 * c.train_pooled.median, 100 * c.train.median,
-              100 * c.train_loo.median);
+  std::printf(
+      "H100 fidelity (%zu records): median |err| uncalibrated %.1f %%, pooled %.1f %%, calibrated "
+      "%.1f %%, "
+      "leave-one-out %.1f %%\n",
+      recs.size(), 100 * c.train_uncalibrated.median, 100 * c.train_pooled.median,
+      100 * c.train.median, 100 * c.train_loo.median);
 }
 
 }  // namespace

@@ -59,14 +59,16 @@ double memory_s(const GpuSpec& gpu, const DecodeAttentionShape& s) {
 }
 
 std::vector<DecodeAttentionMeasurement> synthetic(const GpuSpec& gpu, const Truth& t,
-                                                  const std::vector<KvFormat>& formats, bool with_graph) {
+                                                  const std::vector<KvFormat>& formats,
+                                                  bool with_graph) {
   std::vector<DecodeAttentionMeasurement> m;
   for (KvFormat f : formats)
     for (int64_t batch : {1, 7, 64})
       for (int64_t ctx : {509, 4096, 32768}) {
         DecodeAttentionMeasurement x;
         x.shape = shape(f, batch, ctx);
-        x.label = std::to_string(static_cast<int>(f)) + "_b" + std::to_string(batch) + "_c" + std::to_string(ctx);
+        x.label = std::to_string(static_cast<int>(f)) + "_b" + std::to_string(batch) + "_c" +
+                  std::to_string(ctx);
         x.measured_s = t.fixed + memory_s(gpu, x.shape) / t.eff(f);
         m.push_back(x);
       }
@@ -107,7 +109,8 @@ TEST(CalibrateModel, RecoversOverheadsAndPerFormatEfficiencies) {
   EXPECT_LT(f.mem_efficiency, t.eff_bf16);
   EXPECT_DOUBLE_EQ(f.efficiency(KvFormat::kFP8E5M2), f.mem_efficiency);
   // predict() agrees with the per-record predictions.
-  for (size_t i = 0; i < m.size(); ++i) EXPECT_NEAR(f.predict(h100, m[i]), f.predicted_s[i], m[i].measured_s * 1e-12);
+  for (size_t i = 0; i < m.size(); ++i)
+    EXPECT_NEAR(f.predict(h100, m[i]), f.predicted_s[i], m[i].measured_s * 1e-12);
 }
 
 TEST(CalibrateModel, BothOptionsOffIsTheSimsTwoTermCalibration) {
@@ -147,13 +150,15 @@ TEST(CalibrateModel, CostModelConfigCarriesTheFitAndRescalesToAnotherCeiling) {
   GpuSpec other = h100;
   other.measured_read_bytes_per_s = 3.01e12;
   const CostModelConfig cfg2 = with_decode_attention_calibration({}, f, other);
-  EXPECT_NEAR(cfg2.attn_efficiency(KvFormat::kBF16) * 3.01e12, cfg.attn_efficiency(KvFormat::kBF16) * 3.09e12, 1.0);
+  EXPECT_NEAR(cfg2.attn_efficiency(KvFormat::kBF16) * 3.01e12,
+              cfg.attn_efficiency(KvFormat::kBF16) * 3.09e12, 1.0);
   const FidelityTable tab2 = decode_attention_fidelity(other, cfg2, m);
   for (size_t i = 0; i < m.size(); ++i)
     EXPECT_NEAR(tab2.rows[i].predicted_s, tab.rows[i].predicted_s, m[i].measured_s * 1e-12);
   // A fit without graph records leaves the graph overhead unset (both modes: attn_fixed_s).
   const auto eager_only = synthetic(h100, Truth{}, {KvFormat::kBF16}, false);
-  const CostModelConfig cfg3 = with_decode_attention_calibration({}, fit_decode_attention_model(h100, eager_only), h100);
+  const CostModelConfig cfg3 =
+      with_decode_attention_calibration({}, fit_decode_attention_model(h100, eager_only), h100);
   EXPECT_FALSE(cfg3.attn_graph_fixed_s.has_value());
   EXPECT_DOUBLE_EQ(cfg3.attn_fixed(LaunchMode::kCudaGraph), cfg3.attn_fixed(LaunchMode::kEager));
 }
@@ -164,7 +169,8 @@ TEST(CalibrateModel, DefaultsLeaveTheCostModelUnchanged) {
   c.attn_mem_efficiency = 0.9;
   EXPECT_DOUBLE_EQ(c.attn_fixed(LaunchMode::kCudaGraph), 5e-6);
   EXPECT_DOUBLE_EQ(c.attn_fixed(LaunchMode::kEager), 5e-6);
-  for (KvFormat f : {KvFormat::kBF16, KvFormat::kNVFP4, KvFormat::kMXFP4}) EXPECT_DOUBLE_EQ(c.attn_efficiency(f), 0.9);
+  for (KvFormat f : {KvFormat::kBF16, KvFormat::kNVFP4, KvFormat::kMXFP4})
+    EXPECT_DOUBLE_EQ(c.attn_efficiency(f), 0.9);
   // The step model: a graph overhead changes graph steps only, by (graph - eager) per layer.
   const GpuSpec h100 = gpu_spec("H100");
   const ModelStack model = model_preset("llama3.1-8b");
@@ -179,15 +185,20 @@ TEST(CalibrateModel, DefaultsLeaveTheCostModelUnchanged) {
     b.attn_graph_fixed_s = 2e-6;
     const double da = CostModel(h100, model, KvFormat::kBF16, a).step(s).attention_s;
     const double db = CostModel(h100, model, KvFormat::kBF16, b).step(s).attention_s;
-    if (mode == LaunchMode::kEager) EXPECT_DOUBLE_EQ(da, db);
-    else EXPECT_NEAR(da - db, (5e-6 - 2e-6) * model.num_layers, 1e-15);
+    if (mode == LaunchMode::kEager)
+      EXPECT_DOUBLE_EQ(da, db);
+    else
+      EXPECT_NEAR(da - db, (5e-6 - 2e-6) * model.num_layers, 1e-15);
   }
   // A format factor scales that format's attention bandwidth only.
   CostModelConfig f = c;
   f.attn_format_efficiency[KvFormat::kNVFP4] = 0.5;
-  const DecodeAttentionShape bf = shape(KvFormat::kBF16, 4, 8192), nv = shape(KvFormat::kNVFP4, 4, 8192);
-  EXPECT_DOUBLE_EQ(decode_attention_cost(h100, bf, f).memory_s, decode_attention_cost(h100, bf, c).memory_s);
-  EXPECT_DOUBLE_EQ(decode_attention_cost(h100, nv, f).memory_s, 2 * decode_attention_cost(h100, nv, c).memory_s);
+  const DecodeAttentionShape bf = shape(KvFormat::kBF16, 4, 8192),
+                             nv = shape(KvFormat::kNVFP4, 4, 8192);
+  EXPECT_DOUBLE_EQ(decode_attention_cost(h100, bf, f).memory_s,
+                   decode_attention_cost(h100, bf, c).memory_s);
+  EXPECT_DOUBLE_EQ(decode_attention_cost(h100, nv, f).memory_s,
+                   2 * decode_attention_cost(h100, nv, c).memory_s);
 }
 
 TEST(CalibrateModel, LeaveOneOutNeverBorrowsTheRecord) {
@@ -208,7 +219,8 @@ TEST(CalibrateModel, LeaveOneOutNeverBorrowsTheRecord) {
   // The graph records: each left out is predicted with the other two's graph overhead.
   for (size_t i = 0; i < m.size(); ++i)
     if (m[i].launch == LaunchMode::kCudaGraph)
-      EXPECT_NEAR(f.predicted_loo_s[i], m[i].measured_s, m[i].measured_s * kFitRelTol) << m[i].label;
+      EXPECT_NEAR(f.predicted_loo_s[i], m[i].measured_s, m[i].measured_s * kFitRelTol)
+          << m[i].label;
 }
 
 TEST(CalibrateModel, NegativeOverheadIsClampedAndBadInputIsNamed) {
@@ -216,28 +228,37 @@ TEST(CalibrateModel, NegativeOverheadIsClampedAndBadInputIsNamed) {
   Truth t;
   t.fixed = 0;
   t.graph_fixed = 0;
-  const DecodeAttentionModelFit f = fit_decode_attention_model(h100, synthetic(h100, t, {KvFormat::kBF16}, true));
+  const DecodeAttentionModelFit f =
+      fit_decode_attention_model(h100, synthetic(h100, t, {KvFormat::kBF16}, true));
   EXPECT_GE(f.fixed_s, 0.0);
   EXPECT_GE(f.graph_fixed_s, 0.0);
   EXPECT_NEAR(f.format_efficiency.at(KvFormat::kBF16), t.eff_bf16, t.eff_bf16 * kFitRelTol);
 
   auto m = synthetic(h100, Truth{}, {KvFormat::kBF16}, false);
-  expect_error_contains([&] { fit_decode_attention_model(h100, {m[0]}); }, "at least 2 measurements, got 1");
+  expect_error_contains([&] { fit_decode_attention_model(h100, {m[0]}); },
+                        "at least 2 measurements, got 1");
   auto bad = m;
   bad[3].measured_s = NAN;
-  expect_error_contains([&] { fit_decode_attention_model(h100, bad); }, "record 3 ('0_b7_c509'): measured_s nan");
-  expect_error_contains([&] { fit_decode_attention_model(h100, {m[0], m[0], m[0]}); }, "do not determine the model");
+  expect_error_contains([&] { fit_decode_attention_model(h100, bad); },
+                        "record 3 ('0_b7_c509'): measured_s nan");
+  expect_error_contains(
+      [&] {
+        fit_decode_attention_model(h100, {m[0], m[0], m[0]});
+      },
+      "do not determine the model");
   auto heavy = m;
   heavy[0].shape.num_qo_heads = 8 * 4096;  // GQA group 4096: compute-bound under the roofline
-  expect_error_contains([&] { fit_decode_attention_model(h100, heavy); }, "('0_b1_c509') is compute-bound");
+  expect_error_contains([&] { fit_decode_attention_model(h100, heavy); },
+                        "('0_b1_c509') is compute-bound");
   CostModelConfig c;
   c.attn_graph_fixed_s = -1e-6;
   expect_error_contains([&] { c.validate(); }, "attn_graph_fixed_s -1e-06 must be finite and >= 0");
   CostModelConfig z;
   z.attn_format_efficiency[KvFormat::kNVFP4] = 0;
   expect_error_contains([&] { z.validate(); }, "attention efficiency factor of nvfp4 is 0");
-  expect_error_contains([&] { with_decode_attention_calibration({}, DecodeAttentionModelFit{}, h100); },
-                        "not fitted");
+  expect_error_contains(
+      [&] { with_decode_attention_calibration({}, DecodeAttentionModelFit{}, h100); },
+      "not fitted");
 }
 
 }  // namespace

@@ -21,8 +21,9 @@ namespace {
 class TempDir {
  public:
   TempDir() {
-    dir_ = fs::temp_directory_path() / ("kvlab_h5_" + std::to_string(getpid()) + "_" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    dir_ = fs::temp_directory_path() /
+           ("kvlab_h5_" + std::to_string(getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::remove_all(dir_);
     fs::create_directories(dir_);
   }
@@ -220,7 +221,8 @@ TEST(DriverH5, InterruptedJournalCommitRollsBack) {
     ASSERT_TRUE(fs::exists(h5::DurableFile::journal_path(p))) << "crash_after " << crash_after;
     EXPECT_EQ(h5::DurableFile::recover(p), h5::Recovery::kRolledBack);
     std::ifstream in(p, std::ios::binary);
-    std::vector<unsigned char> after((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::vector<unsigned char> after((std::istreambuf_iterator<char>(in)),
+                                     std::istreambuf_iterator<char>());
     EXPECT_EQ(after, before) << "rollback must restore the last commit byte for byte";
     h5::File f = h5::File::open(p);
     EXPECT_EQ(f.children().size(), 3u);
@@ -251,9 +253,11 @@ TEST(DriverH5, InterruptedAtomicCommitLeavesTheFileUntouched) {
       EXPECT_THROW(d->commit(), h5::Error);
     }
     EXPECT_FALSE(fs::exists(h5::DurableFile::journal_path(p)));
-    ASSERT_TRUE(fs::exists(h5::DurableFile::temp_path(p))) << "crash_after " << crash_after_kib << " KiB";
+    ASSERT_TRUE(fs::exists(h5::DurableFile::temp_path(p)))
+        << "crash_after " << crash_after_kib << " KiB";
     std::ifstream in(p, std::ios::binary);
-    std::vector<unsigned char> after((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::vector<unsigned char> after((std::istreambuf_iterator<char>(in)),
+                                     std::istreambuf_iterator<char>());
     EXPECT_EQ(after, before) << "the file must be exactly the last commit";
     {
       h5::File f = h5::File::open(p);  // no recovery needed to read it
@@ -288,7 +292,9 @@ TEST(DriverH5, AtomicCommitsKeepReadersConsistentAndTheLock) {
     h5::DurableFile::open(p, {false});
     ADD_FAILURE() << "a second writer was let in after a rename";
   } catch (const h5::Error& e) {
-    EXPECT_NE(std::string(e.what()).find("being written by another kvlab process"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("being written by another kvlab process"),
+              std::string::npos)
+        << e.what();
   }
   EXPECT_EQ(h5::DurableFile::recover(p), h5::Recovery::kNone);  // nothing to undo: no lock needed
   // Something that looks undoable while the writer lives: recovery refuses to touch it.

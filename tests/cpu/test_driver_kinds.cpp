@@ -37,7 +37,8 @@ Point point_of(const std::string& kind, const std::map<std::string, std::string>
   return p;
 }
 
-Record run(const std::string& kind, const std::map<std::string, std::string>& set, RunContext ctx = {}) {
+Record run(const std::string& kind, const std::map<std::string, std::string>& set,
+           RunContext ctx = {}) {
   Bench& b = find_bench(kind);
   const Point p = point_of(kind, set);
   b.check_point(p);
@@ -79,26 +80,34 @@ std::string check_error(const std::string& kind, const std::map<std::string, std
 // Every metric of every bench is its own index column: no metric shares a name with any
 // bench's axis or with the index's base columns (a shared column would mix meanings).
 TEST(DriverKinds, MetricNamesNeverCollideWithAxes) {
-  std::set<std::string> axes = {"point", "key", "study", "kind", "status", "reason", "seconds", "group"};
+  std::set<std::string> axes = {"point",  "key",    "study",   "kind",
+                                "status", "reason", "seconds", "group"};
   for (const auto& b : benches())
     for (const auto& a : b->axes()) axes.insert(a.name);
   for (const auto& b : benches())
-    for (const auto& m : b->metrics()) EXPECT_EQ(axes.count(m.name), 0u) << b->name() << " metric " << m.name;
+    for (const auto& m : b->metrics())
+      EXPECT_EQ(axes.count(m.name), 0u) << b->name() << " metric " << m.name;
 }
 
 TEST(DriverKinds, SimulateRecordsSummaryLedgerAndTraces) {
-  const Record r = run("simulate", {{"workload", "chat_poisson"}, {"num_requests", "60"}, {"block_size", "32"},
-                                    {"kv_gib", "1"}, {"trace_rows", "50"}});
+  const Record r = run("simulate", {{"workload", "chat_poisson"},
+                                    {"num_requests", "60"},
+                                    {"block_size", "32"},
+                                    {"kv_gib", "1"},
+                                    {"trace_rows", "50"}});
   ASSERT_EQ(r.status, Status::kOk) << r.reason;
   EXPECT_EQ(metric(r, "requests"), 60);
-  EXPECT_EQ(metric(r, "num_finished") + metric(r, "num_rejected") + metric(r, "num_unfinished"), 60);
+  EXPECT_EQ(metric(r, "num_finished") + metric(r, "num_rejected") + metric(r, "num_unfinished"),
+            60);
   EXPECT_GT(metric(r, "output_tokens_per_s"), 0);
   // 1 GiB of BF16 llama3.1-8b KV: 128 KiB per token, 32 tokens per block -> 256 blocks.
   EXPECT_EQ(metric(r, "block_bytes"), 32.0 * 32 * 2 * 8 * 128 * 2);
   EXPECT_EQ(metric(r, "num_blocks"), 256);
   EXPECT_EQ(metric(r, "capacity_slots"), 256 * 32);
-  const double used = metric(r, "mean_token_slots") + metric(r, "mean_slack_slots") + metric(r, "mean_reserved_slots");
-  EXPECT_NEAR(used + metric(r, "mean_cached_slots") + metric(r, "mean_free_slots"), 256 * 32, 1e-6 * 256 * 32);
+  const double used = metric(r, "mean_token_slots") + metric(r, "mean_slack_slots") +
+                      metric(r, "mean_reserved_slots");
+  EXPECT_NEAR(used + metric(r, "mean_cached_slots") + metric(r, "mean_free_slots"), 256 * 32,
+              1e-6 * 256 * 32);
   EXPECT_NEAR(metric(r, "slack_fraction"), metric(r, "mean_slack_slots") / used, 1e-12);
   const Trace* steps = trace(r, "steps");
   ASSERT_NE(steps, nullptr);
@@ -106,8 +115,10 @@ TEST(DriverKinds, SimulateRecordsSummaryLedgerAndTraces) {
   ASSERT_NE(step, nullptr);
   const int64_t stride = static_cast<int64_t>(metric(r, "trace_stride"));
   EXPECT_LE(step->size(), 50u);
-  EXPECT_EQ(static_cast<int64_t>(step->size()), (static_cast<int64_t>(metric(r, "num_steps")) + stride - 1) / stride);
-  for (size_t i = 0; i < step->size(); ++i) EXPECT_EQ(step->i64[i], static_cast<int64_t>(i) * stride);
+  EXPECT_EQ(static_cast<int64_t>(step->size()),
+            (static_cast<int64_t>(metric(r, "num_steps")) + stride - 1) / stride);
+  for (size_t i = 0; i < step->size(); ++i)
+    EXPECT_EQ(step->i64[i], static_cast<int64_t>(i) * stride);
   // Ledger rows add up to the capacity in every recorded step.
   const auto* tok = column(*steps, "token_slots");
   const auto* slack = column(*steps, "slack_slots");
@@ -115,27 +126,36 @@ TEST(DriverKinds, SimulateRecordsSummaryLedgerAndTraces) {
   const auto* cached = column(*steps, "cached_slots");
   const auto* fr = column(*steps, "free_slots");
   for (size_t i = 0; i < step->size(); ++i)
-    EXPECT_EQ(tok->i64[i] + slack->i64[i] + res->i64[i] + cached->i64[i] + fr->i64[i], 256 * 32) << "row " << i;
+    EXPECT_EQ(tok->i64[i] + slack->i64[i] + res->i64[i] + cached->i64[i] + fr->i64[i], 256 * 32)
+        << "row " << i;
   const Trace* reqs = trace(r, "requests");
   ASSERT_NE(reqs, nullptr);
   EXPECT_EQ(column(*reqs, "id")->size(), 60u);
   // Block size 1 has no last-block slack at all.
-  const Record one = run("simulate", {{"num_requests", "30"}, {"block_size", "1"}, {"kv_gib", "1"}});
+  const Record one =
+      run("simulate", {{"num_requests", "30"}, {"block_size", "1"}, {"kv_gib", "1"}});
   EXPECT_EQ(metric(one, "mean_slack_slots"), 0);
   EXPECT_EQ(metric(one, "slack_fraction"), 0);
 }
 
 TEST(DriverKinds, SimulateBadInputIsAClearError) {
-  EXPECT_NE(check_error("simulate", {{"workload", "no_such_workload"}}).find("neither a file nor a spec in data/workloads"),
+  EXPECT_NE(check_error("simulate", {{"workload", "no_such_workload"}})
+                .find("neither a file nor a spec in data/workloads"),
             std::string::npos);
-  EXPECT_NE(check_error("simulate", {{"workload", "missing.csv"}}).find("not found"), std::string::npos);
+  EXPECT_NE(check_error("simulate", {{"workload", "missing.csv"}}).find("not found"),
+            std::string::npos);
   EXPECT_NE(check_error("simulate", {{"gpu", "Z80"}}).find("Z80"), std::string::npos);
-  EXPECT_NE(check_error("simulate", {{"workload", "offline_batch"}, {"rate", "3"}}).find("arrives all at once"),
+  EXPECT_NE(check_error("simulate", {{"workload", "offline_batch"}, {"rate", "3"}})
+                .find("arrives all at once"),
             std::string::npos);
-  EXPECT_NE(check_error("simulate", {{"workload", "synthetic_chat.csv"}, {"num_requests", "999999"}}).find("holds only"),
+  EXPECT_NE(
+      check_error("simulate", {{"workload", "synthetic_chat.csv"}, {"num_requests", "999999"}})
+          .find("holds only"),
+      std::string::npos);
+  EXPECT_NE(check_error("simulate", {{"kv_gib", "-1"}}).find("kv_gib must be >= 0"),
             std::string::npos);
-  EXPECT_NE(check_error("simulate", {{"kv_gib", "-1"}}).find("kv_gib must be >= 0"), std::string::npos);
-  EXPECT_EQ(check_error("simulate", {{"workload", "synthetic_chat.csv"}, {"num_requests", "10"}}), "<no error>");
+  EXPECT_EQ(check_error("simulate", {{"workload", "synthetic_chat.csv"}, {"num_requests", "10"}}),
+            "<no error>");
 }
 
 TEST(DriverKinds, RooflineDecodeBytesByHand) {
@@ -149,7 +169,8 @@ TEST(DriverKinds, RooflineDecodeBytesByHand) {
   const double bw = sim::gpu_spec("H100").read_ceiling(true);
   EXPECT_DOUBLE_EQ(metric(r, "predicted_s"), bytes / bw);
   // FP8 halves the KV bytes; a large GEMM is compute-bound, a skinny one memory-bound.
-  const Record f = run("roofline", {{"batch", "1"}, {"context", "1024"}, {"kv_format", "fp8_e4m3"}});
+  const Record f =
+      run("roofline", {{"batch", "1"}, {"context", "1024"}, {"kv_format", "fp8_e4m3"}});
   EXPECT_LT(metric(f, "model_bytes"), 0.51 * bytes);
   EXPECT_EQ(metric(run("roofline", {{"op", "gemm"}, {"batch", "8192"}}), "compute_bound"), 1);
   EXPECT_EQ(metric(run("roofline", {{"op", "gemm"}, {"batch", "1"}}), "compute_bound"), 0);
@@ -158,22 +179,28 @@ TEST(DriverKinds, RooflineDecodeBytesByHand) {
 TEST(DriverKinds, RooflineSkipsAxesOfTheOtherOpAndUnmeasuredCeilings) {
   Bench& b = find_bench("roofline");
   RunContext ctx;
-  EXPECT_NE(b.unsupported_reason(point_of("roofline", {{"op", "gemm"}, {"head_dim", "64"}}), ctx).find("head_dim does not apply"),
+  EXPECT_NE(b.unsupported_reason(point_of("roofline", {{"op", "gemm"}, {"head_dim", "64"}}), ctx)
+                .find("head_dim does not apply"),
             std::string::npos);
-  EXPECT_NE(b.unsupported_reason(point_of("roofline", {{"n", "8"}}), ctx).find("n does not apply"), std::string::npos);
-  EXPECT_NE(b.unsupported_reason(point_of("roofline", {{"ceiling", "run"}}), ctx).find("measured no read ceiling"),
+  EXPECT_NE(b.unsupported_reason(point_of("roofline", {{"n", "8"}}), ctx).find("n does not apply"),
+            std::string::npos);
+  EXPECT_NE(b.unsupported_reason(point_of("roofline", {{"ceiling", "run"}}), ctx)
+                .find("measured no read ceiling"),
             std::string::npos);
   ctx.read_ceiling_bytes_per_s = 1e12;
   const Record r = run("roofline", {{"ceiling", "run"}, {"context", "4096"}}, ctx);
   EXPECT_DOUBLE_EQ(metric(r, "ceiling_bytes_per_s"), 1e12);
-  EXPECT_NE(check_error("roofline", {{"weight_bits", "5"}}).find("allowed: 4, 8, 16, 32"), std::string::npos);
-  EXPECT_NE(check_error("roofline", {{"gqa_group", "0"}}).find("gqa_group must be >= 1"), std::string::npos);
+  EXPECT_NE(check_error("roofline", {{"weight_bits", "5"}}).find("allowed: 4, 8, 16, 32"),
+            std::string::npos);
+  EXPECT_NE(check_error("roofline", {{"gqa_group", "0"}}).find("gqa_group must be >= 1"),
+            std::string::npos);
 }
 
 TEST(DriverKinds, Dsv4CapacityFollowsThePlanner) {
   const Record base = run("dsv4_capacity", {{"context", "32768"}});
   // The stack's own ratios (axis 0) and the same ratios given explicitly agree.
-  const Record same = run("dsv4_capacity", {{"context", "32768"}, {"csa_ratio", "4"}, {"hca_ratio", "128"}});
+  const Record same =
+      run("dsv4_capacity", {{"context", "32768"}, {"csa_ratio", "4"}, {"hca_ratio", "128"}});
   EXPECT_EQ(metric(base, "max_seqs"), metric(same, "max_seqs"));
   EXPECT_EQ(metric(base, "csa_ratio_used"), 4);
   EXPECT_GT(metric(base, "capacity_gain"), 1);
@@ -193,10 +220,12 @@ TEST(DriverKinds, Dsv4CapacityFollowsThePlanner) {
   const Record pub = run("dsv4_capacity", {{"context", "32768"}, {"variant", "public_v4"}});
   EXPECT_EQ(metric(pub, "max_seqs"), cap.max_seqs);
   EXPECT_DOUBLE_EQ(metric(pub, "bytes_per_token"), cap.bytes_per_token);
-  EXPECT_NE(check_error("dsv4_capacity", {{"model", "nope"}}).find("neither a file nor a stack in data/models"),
+  EXPECT_NE(check_error("dsv4_capacity", {{"model", "nope"}})
+                .find("neither a file nor a stack in data/models"),
             std::string::npos);
   EXPECT_NE(check_error("dsv4_capacity", {{"csa_ratio", "1"}}).find("ratio"), std::string::npos);
-  EXPECT_NE(check_error("dsv4_capacity", {{"csa_ratio", "3"}, {"block_tokens", "128"}}), "<no error>");
+  EXPECT_NE(check_error("dsv4_capacity", {{"csa_ratio", "3"}, {"block_tokens", "128"}}),
+            "<no error>");
 }
 
 TEST(DriverKinds, CompressionErrorSeparatesCompressionAndStorage) {
@@ -205,11 +234,18 @@ TEST(DriverKinds, CompressionErrorSeparatesCompressionAndStorage) {
   RunContext ctx;
   ctx.seed = seed;
   auto pt = [&](const char* layer, const char* ratio, const char* variant) {
-    return run("compression_error", {{"layer", layer}, {"ratio", ratio}, {"variant", variant}, {"tokens", "1024"},
-                                     {"dist", "ar1"}, {"queries", "2"}, {"heads", "4"}},
+    return run("compression_error",
+               {{"layer", layer},
+                {"ratio", ratio},
+                {"variant", variant},
+                {"tokens", "1024"},
+                {"dist", "ar1"},
+                {"queries", "2"},
+                {"heads", "4"}},
                ctx);
   };
-  const Record r2 = pt("csa", "2", "seed004"), r16 = pt("csa", "16", "seed004"), pub = pt("csa", "4", "public_v4");
+  const Record r2 = pt("csa", "2", "seed004"), r16 = pt("csa", "16", "seed004"),
+               pub = pt("csa", "4", "public_v4");
   EXPECT_EQ(metric(r2, "entries"), 512);
   // Coarser pooling of correlated tokens loses more.
   EXPECT_LT(metric(r2, "attn_rel_l2_fp32"), metric(r16, "attn_rel_l2_fp32"));
@@ -229,7 +265,10 @@ TEST(DriverKinds, CompressionErrorSeparatesCompressionAndStorage) {
   EXPECT_TRUE(std::isnan(metric(h, "key_rel_l2_mean")));
   EXPECT_TRUE(std::isnan(metric(h, "topk_recall")));
   EXPECT_EQ(metric(h, "entries"), 8);
-  EXPECT_NE(check_error("compression_error", {{"ratio", "1"}}).find("ratio must be >= 2"), std::string::npos);
+  EXPECT_NE(check_error("compression_error", {{"ratio", "1"}}).find("ratio must be >= 2"),
+            std::string::npos);
   EXPECT_NE(check_error("compression_error", {{"nope_dim", "100"}}), "<no error>");
-  EXPECT_NE(check_error("compression_error", {{"indexer", "mxfp4_hadamard"}, {"indexer_dim", "96"}}), "<no error>");
+  EXPECT_NE(
+      check_error("compression_error", {{"indexer", "mxfp4_hadamard"}, {"indexer_dim", "96"}}),
+      "<no error>");
 }

@@ -31,15 +31,24 @@ TEST(DriverSpec, ValueListsAndRanges) {
   EXPECT_EQ(parse_value_list("range:1:8:3", "a"), (std::vector<std::string>{"1", "4", "7"}));
   EXPECT_EQ(parse_value_list("range:5:5", "a"), (std::vector<std::string>{"5"}));
   EXPECT_EQ(parse_value_list("geom:4:128:4", "a"), (std::vector<std::string>{"4", "16", "64"}));
-  EXPECT_EQ(parse_value_list("1,pow2:2:3,100", "a"), (std::vector<std::string>{"1", "4", "8", "100"}));
-  EXPECT_NE(error_of([] { parse_value_list("pow2:9", "ctx"); }).find("malformed range 'pow2:9'"), std::string::npos);
-  EXPECT_NE(error_of([] { parse_value_list("pow2:a:3", "ctx"); }).find("not an integer"), std::string::npos);
-  EXPECT_NE(error_of([] { parse_value_list("range:9:3", "ctx"); }).find("empty range"), std::string::npos);
-  EXPECT_NE(error_of([] { parse_value_list("range:1:3:0", "ctx"); }).find("STEP must be positive"), std::string::npos);
-  EXPECT_NE(error_of([] { parse_value_list("lin:1:3", "ctx"); }).find("unknown range kind 'lin'"), std::string::npos);
-  EXPECT_NE(error_of([] { parse_value_list("1,,2", "ctx"); }).find("empty item"), std::string::npos);
-  EXPECT_NE(error_of([] { parse_value_list("  ", "ctx"); }).find("empty value list"), std::string::npos);
-  EXPECT_NE(error_of([] { parse_value_list("pow2:0:63", "ctx"); }).find("HI <= 62"), std::string::npos);
+  EXPECT_EQ(parse_value_list("1,pow2:2:3,100", "a"),
+            (std::vector<std::string>{"1", "4", "8", "100"}));
+  EXPECT_NE(error_of([] { parse_value_list("pow2:9", "ctx"); }).find("malformed range 'pow2:9'"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { parse_value_list("pow2:a:3", "ctx"); }).find("not an integer"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { parse_value_list("range:9:3", "ctx"); }).find("empty range"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { parse_value_list("range:1:3:0", "ctx"); }).find("STEP must be positive"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { parse_value_list("lin:1:3", "ctx"); }).find("unknown range kind 'lin'"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { parse_value_list("1,,2", "ctx"); }).find("empty item"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { parse_value_list("  ", "ctx"); }).find("empty value list"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { parse_value_list("pow2:0:63", "ctx"); }).find("HI <= 62"),
+            std::string::npos);
 }
 
 TEST(DriverSpec, Expressions) {
@@ -55,17 +64,21 @@ TEST(DriverSpec, Expressions) {
   EXPECT_FALSE(Expr::parse("a >= b || f != \"e4m3\"").eval(lookup));
   EXPECT_TRUE(Expr::parse("-a < 0 && (a + b) / 2 == 5").eval(lookup));
   EXPECT_TRUE(Expr::parse("!(a > b)").eval(lookup));
-  EXPECT_EQ(Expr::parse("a < b and f == 'x'").identifiers(), (std::vector<std::string>{"a", "b", "f"}));
+  EXPECT_EQ(Expr::parse("a < b and f == 'x'").identifiers(),
+            (std::vector<std::string>{"a", "b", "f"}));
   EXPECT_NE(error_of([] { Expr::parse("a <"); }).find("unexpected end"), std::string::npos);
   EXPECT_NE(error_of([] { Expr::parse("(a < b"); }).find("missing ')'"), std::string::npos);
   EXPECT_NE(error_of([] { Expr::parse("a < b c"); }).find("unexpected 'c'"), std::string::npos);
-  EXPECT_NE(error_of([&] { Expr::parse("f < a").eval(lookup); }).find("cannot order"), std::string::npos);
-  EXPECT_NE(error_of([&] { Expr::parse("a / (b - 6)").eval(lookup); }).find("division by zero"), std::string::npos);
+  EXPECT_NE(error_of([&] { Expr::parse("f < a").eval(lookup); }).find("cannot order"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { Expr::parse("a / (b - 6)").eval(lookup); }).find("division by zero"),
+            std::string::npos);
 }
 
 TEST(DriverSpec, ExpandCartesianZipConstraint) {
   SweepSpec s = parse_sweep(
-      "seed = 5\n[f]\nkind = format_error\nformat = e4m3,e2m1\ntokens = 8,16,32\nhead_dim = 16,32,64\n"
+      "seed = 5\n[f]\nkind = format_error\nformat = e4m3,e2m1\ntokens = 8,16,32\nhead_dim = "
+      "16,32,64\n"
       "zip = tokens, head_dim\nwhere = format == 'e4m3' or tokens < 32\n",
       "test");
   EXPECT_EQ(s.seed, 5u);
@@ -80,12 +93,16 @@ TEST(DriverSpec, ExpandCartesianZipConstraint) {
   EXPECT_EQ(pts[4].integer("tokens"), 16);
   for (size_t i = 0; i < pts.size(); ++i) EXPECT_EQ(pts[i].index, static_cast<int64_t>(i));
   EXPECT_EQ(pts[0].str("dist"), "gaussian");  // the bench's default
-  EXPECT_EQ(pts[0].key(), "f/format_error:format=e4m3,scaling=amax,saturation=satfinite,dist=gaussian,tokens=8,head_dim=16,seed=0");
+  EXPECT_EQ(pts[0].key(),
+            "f/"
+            "format_error:format=e4m3,scaling=amax,saturation=satfinite,dist=gaussian,tokens=8,"
+            "head_dim=16,seed=0");
   EXPECT_EQ(fingerprint(pts), fingerprint(expand(s)));
 }
 
 TEST(DriverSpec, OverridesAndSelection) {
-  SweepSpec s = parse_sweep("[a]\nkind = format_error\nformat = e4m3\n[b]\nkind = quant_error\nscheme = mxfp4\n", "t");
+  SweepSpec s = parse_sweep(
+      "[a]\nkind = format_error\nformat = e4m3\n[b]\nkind = quant_error\nscheme = mxfp4\n", "t");
   s.overrides = {"tokens=4,8"};  // both kinds have tokens
   auto pts = expand(s);
   EXPECT_EQ(pts.size(), 4u);
@@ -98,26 +115,42 @@ TEST(DriverSpec, OverridesAndSelection) {
   s.overrides = {};
   select_studies(&s, "b");
   ASSERT_EQ(s.studies.size(), 1u);
-  EXPECT_NE(error_of([&] { select_studies(&s, "zz"); }).find("unknown study 'zz'"), std::string::npos);
+  EXPECT_NE(error_of([&] { select_studies(&s, "zz"); }).find("unknown study 'zz'"),
+            std::string::npos);
 }
 
 TEST(DriverSpec, ConfigErrorsNameTheProblem) {
-  auto err = [](const std::string& text) { return error_of([&] { expand(parse_sweep(text, "cfg.ini")); }); };
-  EXPECT_NE(err("[a]\nkind = format_error\nnot a key value line\n").find("malformed config"), std::string::npos);
-  EXPECT_NE(err("bogus = 1\n[a]\nkind = format_error\n").find("unknown top-level key 'bogus'"), std::string::npos);
+  auto err = [](const std::string& text) {
+    return error_of([&] { expand(parse_sweep(text, "cfg.ini")); });
+  };
+  EXPECT_NE(err("[a]\nkind = format_error\nnot a key value line\n").find("malformed config"),
+            std::string::npos);
+  EXPECT_NE(err("bogus = 1\n[a]\nkind = format_error\n").find("unknown top-level key 'bogus'"),
+            std::string::npos);
   EXPECT_NE(err("[a]\nformat = e4m3\n").find("has no 'kind'"), std::string::npos);
   EXPECT_NE(err("[a]\nkind = nope\n").find("unknown kind 'nope'"), std::string::npos);
-  EXPECT_NE(err("[a]\nkind = format_error\nwidth = 3\n").find("unknown axis 'width' for kind format_error"), std::string::npos);
-  EXPECT_NE(err("[a]\nkind = format_error\nformat = e9m9\n").find("unknown value 'e9m9'"), std::string::npos);
-  EXPECT_NE(err("[a]\nkind = format_error\ntokens = 1.5\n").find("not an integer"), std::string::npos);
-  EXPECT_NE(err("[a]\nkind = format_error\ntokens = 1,1\n").find("listed twice"), std::string::npos);
-  EXPECT_NE(err("[a]\nkind = format_error\ntokens = 1,2\nhead_dim = 4\nzip = tokens, head_dim\n").find("different lengths"),
+  EXPECT_NE(err("[a]\nkind = format_error\nwidth = 3\n")
+                .find("unknown axis 'width' for kind format_error"),
             std::string::npos);
-  EXPECT_NE(err("[a]\nkind = format_error\nwhere = width > 2\n").find("unknown axis 'width'"), std::string::npos);
-  EXPECT_NE(err("[timing]\nmax_reps = 2\n[a]\nkind = format_error\n").find("max_reps"), std::string::npos);
-  EXPECT_NE(err("[timing]\nspeed = 2\n[a]\nkind = format_error\n").find("unknown key 'speed' in [timing]"), std::string::npos);
+  EXPECT_NE(err("[a]\nkind = format_error\nformat = e9m9\n").find("unknown value 'e9m9'"),
+            std::string::npos);
+  EXPECT_NE(err("[a]\nkind = format_error\ntokens = 1.5\n").find("not an integer"),
+            std::string::npos);
+  EXPECT_NE(err("[a]\nkind = format_error\ntokens = 1,1\n").find("listed twice"),
+            std::string::npos);
+  EXPECT_NE(err("[a]\nkind = format_error\ntokens = 1,2\nhead_dim = 4\nzip = tokens, head_dim\n")
+                .find("different lengths"),
+            std::string::npos);
+  EXPECT_NE(err("[a]\nkind = format_error\nwhere = width > 2\n").find("unknown axis 'width'"),
+            std::string::npos);
+  EXPECT_NE(err("[timing]\nmax_reps = 2\n[a]\nkind = format_error\n").find("max_reps"),
+            std::string::npos);
+  EXPECT_NE(err("[timing]\nspeed = 2\n[a]\nkind = format_error\n")
+                .find("unknown key 'speed' in [timing]"),
+            std::string::npos);
   EXPECT_NE(err("name = x\n").find("no study sections"), std::string::npos);
-  EXPECT_NE(error_of([] { load_sweep("/nonexistent/sweep.ini"); }).find("cannot read sweep config"), std::string::npos);
+  EXPECT_NE(error_of([] { load_sweep("/nonexistent/sweep.ini"); }).find("cannot read sweep config"),
+            std::string::npos);
 }
 
 TEST(DriverSpec, EveryBenchDeclaresConsistentAxes) {
@@ -129,7 +162,8 @@ TEST(DriverSpec, EveryBenchDeclaresConsistentAxes) {
         EXPECT_NE(std::find(a.choices.begin(), a.choices.end(), a.default_value), a.choices.end())
             << b->name() << "." << a.name << " default is not a choice";
     }
-    for (const auto& m : b->metrics()) EXPECT_FALSE(names.count(m.name)) << b->name() << ": metric " << m.name << " is also an axis";
+    for (const auto& m : b->metrics())
+      EXPECT_FALSE(names.count(m.name)) << b->name() << ": metric " << m.name << " is also an axis";
     // Default points expand and describe themselves.
     SweepSpec s = parse_sweep("[x]\nkind = " + b->name() + "\n", "t");
     EXPECT_EQ(expand(s).size(), 1u) << b->name();

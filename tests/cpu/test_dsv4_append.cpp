@@ -42,7 +42,8 @@ std::vector<uint8_t> snapshot(const Dsv4SwaView& v) {
 
 TEST_P(Dsv4Append, SequentialDecodeWrapsAroundWithPositionsAndExactRope) {
   const Dsv4Variant var = GetParam();
-  SCOPED_TRACE("variant " + to_string(var) + ", seed dsv4.raw_token=" + std::to_string(seed_for("dsv4.raw_token")));
+  SCOPED_TRACE("variant " + to_string(var) +
+               ", seed dsv4.raw_token=" + std::to_string(seed_for("dsv4.raw_token")));
   auto c = make_host_cache("test_tiny.ini", var, 16, 2, 256);
   auto& m = *c.mgr;
   const int32_t slot = m.admit_request(7);
@@ -73,12 +74,14 @@ TEST_P(Dsv4Append, SequentialDecodeWrapsAroundWithPositionsAndExactRope) {
     const int32_t p = v.pos_row(slot)[row];
     const auto x = raw_token(7, p, 0, l.head_dim);
     for (int j = 0; j < l.rope_dim; ++j)
-      ASSERT_EQ(v.ring.rope_bits(slot, row, j), float_to_bf16_bits(x[l.nope_dim + j], Saturation::kSatFinite))
+      ASSERT_EQ(v.ring.rope_bits(slot, row, j),
+                float_to_bf16_bits(x[l.nope_dim + j], Saturation::kSatFinite))
           << "row " << row << " rope " << j;
     ref::dsv4_load_ring_entry(v, slot, row, e.data());
     for (int d = 0; d < l.nope_dim; ++d) ASSERT_TRUE(std::isfinite(e[d]));
     for (int d = 0; d < l.nope_dim; ++d)
-      ASSERT_LE(std::fabs(e[d] - x[d]), std::fabs(x[d]) * 0.0625f + 1e-30f)  // E4M3: half an ulp of 2^-3
+      ASSERT_LE(std::fabs(e[d] - x[d]),
+                std::fabs(x[d]) * 0.0625f + 1e-30f)  // E4M3: half an ulp of 2^-3
           << "row " << row << " dim " << d;
   }
 }
@@ -107,13 +110,15 @@ TEST_P(Dsv4Append, MultiRequestIsolationInOneCall) {
     for (size_t i = 0; i < n; ++i) {
       sh.slots[i] = b.slots[perm[i]];
       sh.positions[i] = b.positions[perm[i]];
-      std::copy(b.raw.begin() + perm[i] * D, b.raw.begin() + (perm[i] + 1) * D, sh.raw.begin() + i * D);
+      std::copy(b.raw.begin() + perm[i] * D, b.raw.begin() + (perm[i] + 1) * D,
+                sh.raw.begin() + i * D);
     }
     b = sh;
   }
   h.write_swa(swa_args(b));
   const int W = v.window();
-  for (auto [slot, id, start, n] : {std::tuple<int, int, int, int>{s0, 10, 0, 3}, {s1, 11, 5, 7}, {s2, 12, 40, 16}}) {
+  for (auto [slot, id, start, n] :
+       {std::tuple<int, int, int, int>{s0, 10, 0, 3}, {s1, 11, 5, 7}, {s2, 12, 40, 16}}) {
     std::set<int32_t> seen;
     for (int row = 0; row < W; ++row) {
       const int32_t p = v.pos_row(slot)[row];
@@ -151,7 +156,8 @@ TEST_P(Dsv4Append, BadInputThrowsAndLeavesTheRingUnchanged) {
       h.write_swa(swa_args(b));
       ADD_FAILURE() << "no error for " << needle;
     } catch (const InvalidArgument& e) {
-      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << "want '" << needle << "' in: " << e.what();
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos)
+          << "want '" << needle << "' in: " << e.what();
     }
     EXPECT_EQ(snapshot(h.read_swa_view()), before) << needle;
   };
@@ -166,14 +172,16 @@ TEST_P(Dsv4Append, BadInputThrowsAndLeavesTheRingUnchanged) {
   expect_error(b, "earlier token of the same call");
   // 17 tokens of one slot: more than the ring holds (with pos % window, the 17th shares
   // the first one's row, which is reported first).
-  expect_error(make_batch(l, {1}, {s0}, {5}, {17}),
-               var.ring == Dsv4RingMode::kPosModWindow ? "shares a ring row" : "more than window=16");
+  expect_error(make_batch(l, {1}, {s0}, {5}, {17}), var.ring == Dsv4RingMode::kPosModWindow
+                                                        ? "shares a ring row"
+                                                        : "more than window=16");
 }
 
 INSTANTIATE_TEST_SUITE_P(Variants, Dsv4Append, ::testing::ValuesIn(kVariants),
                          [](const auto& info) {
                            std::string n = to_string(info.param);
-                           std::replace_if(n.begin(), n.end(), [](char ch) { return !std::isalnum(ch); }, '_');
+                           std::replace_if(
+                               n.begin(), n.end(), [](char ch) { return !std::isalnum(ch); }, '_');
                            return n;
                          });
 

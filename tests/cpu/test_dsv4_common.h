@@ -48,11 +48,14 @@ inline std::vector<uint16_t> to_bf16_bits(const std::vector<float>& v) {
 
 // The raw token of (request id, position) of a layer: head_dim BF16 values, deterministic.
 inline std::vector<float> raw_token(int64_t request, int64_t pos, int layer, int head_dim) {
-  return bf16_gaussian(head_dim, seed_for("dsv4.raw_token") ^ (request * 1000003u + pos * 7919u + layer * 31u));
+  return bf16_gaussian(
+      head_dim, seed_for("dsv4.raw_token") ^ (request * 1000003u + pos * 7919u + layer * 31u));
 }
 // Projection rows (kv, gate) of a token for a compressor of `width` columns.
-inline std::vector<float> proj_row(const char* what, int64_t request, int64_t pos, int layer, int width) {
-  return bf16_gaussian(width, seed_for(what) ^ (request * 1000003u + pos * 7919u + layer * 31u), 1.0f);
+inline std::vector<float> proj_row(const char* what, int64_t request, int64_t pos, int layer,
+                                   int width) {
+  return bf16_gaussian(width, seed_for(what) ^ (request * 1000003u + pos * 7919u + layer * 31u),
+                       1.0f);
 }
 
 // A manager over the host backend.
@@ -63,8 +66,8 @@ struct HostCache {
   sim::Dsv4HostBackend* host = nullptr;
 };
 
-inline HostCache make_host_cache(const char* stack, Dsv4Variant variant, int32_t block_tokens, int32_t slots,
-                                 int64_t max_ctx, int64_t extra_blocks = 8) {
+inline HostCache make_host_cache(const char* stack, Dsv4Variant variant, int32_t block_tokens,
+                                 int32_t slots, int64_t max_ctx, int64_t extra_blocks = 8) {
   // Blocks: every slot at max_ctx, plus extra_blocks (negative: fewer, exhaustion reachable).
   HostCache c;
   sim::Dsv4CacheConfig cfg;
@@ -74,7 +77,8 @@ inline HostCache make_host_cache(const char* stack, Dsv4Variant variant, int32_t
   const auto probe = sim::compute_block_budget(c.schema, int64_t{1} << 40, slots, max_ctx);
   const int64_t fixed = probe.state_bytes + probe.block_table_bytes + probe.align_slack_bytes;
   const int64_t blocks = slots * c.schema.blocks_for_tokens(max_ctx) + extra_blocks;
-  c.budget = sim::compute_block_budget(c.schema, fixed + blocks * c.schema.bytes_per_block(), slots, max_ctx);
+  c.budget = sim::compute_block_budget(c.schema, fixed + blocks * c.schema.bytes_per_block(), slots,
+                                       max_ctx);
   auto backend = std::make_unique<sim::Dsv4HostBackend>();
   c.host = backend.get();
   c.mgr = std::make_unique<sim::KVCacheManager>(c.schema, c.budget, std::move(backend));
@@ -83,12 +87,12 @@ inline HostCache make_host_cache(const char* stack, Dsv4Variant variant, int32_t
 
 // One batch of tokens for one layer (host arrays), built from the deterministic generators.
 struct LayerBatch {
-  std::vector<int32_t> slots, positions;        // per token
-  std::vector<uint16_t> raw;                    // [tokens, head_dim] BF16
+  std::vector<int32_t> slots, positions;  // per token
+  std::vector<uint16_t> raw;              // [tokens, head_dim] BF16
   // compressor inputs, grouped by request (one contiguous run per request)
   std::vector<int32_t> req_slots, start_pos, token_offsets{0}, entry_offsets, first_entry;
-  std::vector<float> kv, gate;                  // [tokens, 2*head_dim or head_dim]
-  std::vector<float> ikv, igate;                // indexer [tokens, 2*indexer_dim]
+  std::vector<float> kv, gate;    // [tokens, 2*head_dim or head_dim]
+  std::vector<float> ikv, igate;  // indexer [tokens, 2*indexer_dim]
   int32_t num_entries = 0;
 };
 
@@ -125,8 +129,9 @@ inline LayerBatch make_batch(const sim::Dsv4LayerSchema& l, const std::vector<in
   if (l.has_classical) {
     b.entry_offsets.resize(ids.size() + 1);
     b.first_entry.resize(ids.size());
-    ref::dsv4_plan_entries(b.start_pos.data(), b.token_offsets.data(), static_cast<int32_t>(ids.size()), l.ratio,
-                           b.entry_offsets.data(), b.first_entry.data());
+    ref::dsv4_plan_entries(b.start_pos.data(), b.token_offsets.data(),
+                           static_cast<int32_t>(ids.size()), l.ratio, b.entry_offsets.data(),
+                           b.first_entry.data());
     b.num_entries = b.entry_offsets.back();
   }
   return b;
@@ -166,7 +171,8 @@ inline Dsv4StoreArgs store_args(const LayerBatch& b, const float* entries) {
 }
 
 // Reference step of one layer on the host: ring append, then compression and stores.
-inline void host_layer_step(const sim::LayerCacheHandle& h, const sim::Dsv4LayerSchema& l, const LayerBatch& b) {
+inline void host_layer_step(const sim::LayerCacheHandle& h, const sim::Dsv4LayerSchema& l,
+                            const LayerBatch& b) {
   h.write_swa(swa_args(b));
   if (!l.has_classical) return;
   std::vector<float> out(static_cast<size_t>(b.num_entries) * l.head_dim);

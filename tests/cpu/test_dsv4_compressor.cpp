@@ -35,7 +35,8 @@ struct State {
   std::vector<float> ka, za, kb, zb;
   Dsv4StreamView view;
   State(const Case& c, int64_t slots) {
-    const int64_t a = slots * (c.overlap ? 2 : 1) * c.ratio * c.dim, b = c.overlap ? slots * c.ratio * c.dim : 0;
+    const int64_t a = slots * (c.overlap ? 2 : 1) * c.ratio * c.dim,
+                  b = c.overlap ? slots * c.ratio * c.dim : 0;
     ka.assign(a, NAN);
     za.assign(a, NAN);
     kb.assign(b, NAN);
@@ -61,7 +62,8 @@ std::vector<float> gaussian(size_t n, uint64_t seed, float std) {
 
 // Streams tokens [from, to) of a single request (slot) through dsv4_compress; returns entries.
 std::vector<float> stream_call(const Case& c, State& st, int32_t slot, const std::vector<float>& kv,
-                               const std::vector<float>& gate, const float* ape, int32_t from, int32_t to) {
+                               const std::vector<float>& gate, const float* ape, int32_t from,
+                               int32_t to) {
   const int W = c.overlap ? 2 * c.dim : c.dim;
   int32_t start = from, offs[2] = {0, to - from}, eoffs[2];
   dsv4_plan_entries(&start, offs, 1, c.ratio, eoffs, nullptr);
@@ -183,7 +185,8 @@ TEST_P(Dsv4Compressor, BatchedRequestsMatchSeparateRuns) {
     const auto e = stream_call(c, sep, r, kv[r], gate[r], nullptr, lens[r], lens[r] + more[r]);
     expect.insert(expect.end(), e.begin(), e.end());
   }
-  std::vector<int32_t> slots{2, 0, 1}, order{2, 0, 1};  // requests in slot order 2, 0, 1 -> r = 2, 0, 1
+  std::vector<int32_t> slots{2, 0, 1},
+      order{2, 0, 1};  // requests in slot order 2, 0, 1 -> r = 2, 0, 1
   std::vector<int32_t> start, toffs{0};
   std::vector<float> bkv, bgate;
   for (int r : order) {
@@ -216,7 +219,8 @@ TEST_P(Dsv4Compressor, BatchedRequestsMatchSeparateRuns) {
   }
   EXPECT_TRUE(same_bits(got, expect));
   for (int r = 0; r < 3; ++r)
-    EXPECT_TRUE(same_bits(live_values(bat, r, lens[r] + more[r]), live_values(sep, r, lens[r] + more[r])));
+    EXPECT_TRUE(
+        same_bits(live_values(bat, r, lens[r] + more[r]), live_values(sep, r, lens[r] + more[r])));
 }
 
 INSTANTIATE_TEST_SUITE_P(Kinds, Dsv4Compressor, ::testing::ValuesIn(kCases),
@@ -230,8 +234,8 @@ TEST(Dsv4CompressorDefinition, OverlappingWindowsOnIntegers) {
   std::vector<float> kv(L * 2 * D), gate(L * 2 * D, 0.5f), out(3 * D);
   for (int t = 0; t < L; ++t)
     for (int c = 0; c < D; ++c) {
-      kv[t * 2 * D + c] = static_cast<float>(100 + 10 * t + c);      // lane a
-      kv[t * 2 * D + D + c] = static_cast<float>(-(10 * t + c));     // lane b
+      kv[t * 2 * D + c] = static_cast<float>(100 + 10 * t + c);   // lane a
+      kv[t * 2 * D + D + c] = static_cast<float>(-(10 * t + c));  // lane b
     }
   dsv4_compress_oneshot(kv.data(), gate.data(), nullptr, L, R, D, true, out.data());
   for (int e = 0; e < 3; ++e)

@@ -21,7 +21,8 @@ void fill(HostCache& c, int64_t id, int32_t slot, int64_t pos, const std::vector
   for (int64_t n : chunks) {
     c.mgr->append_tokens(id, n);
     for (int32_t layer = 0; layer < c.schema.num_layers(); ++layer)
-      host_layer_step(c.mgr->acquire(layer), c.schema.layer(layer), make_batch(c.schema.layer(layer), {id}, {slot}, {pos}, {n}));
+      host_layer_step(c.mgr->acquire(layer), c.schema.layer(layer),
+                      make_batch(c.schema.layer(layer), {id}, {slot}, {pos}, {n}));
     pos += n;
   }
 }
@@ -31,7 +32,8 @@ std::vector<float> stored(const Dsv4EntryPages& like, const float* x) {
   Dsv4EntryPages p = like;
   p.rows = 1;
   p.num_pages = 1;
-  std::vector<uint8_t> data(like.format == Dsv4EntryFormat::kFp8PerToken ? p.nope_dim : p.page_bytes());
+  std::vector<uint8_t> data(like.format == Dsv4EntryFormat::kFp8PerToken ? p.nope_dim
+                                                                         : p.page_bytes());
   std::vector<uint16_t> rope(p.rope_dim);
   float inv = 0;
   p.data = data.data();
@@ -46,8 +48,9 @@ std::vector<float> stored(const Dsv4EntryPages& like, const float* x) {
 // After each chunk of a request's prefill / decode, a query at its last position t.
 TEST_P(Dsv4Decode, SeesCompressedEntriesUpToTPlus1OverRatioPlusTheWindow) {
   const Dsv4Variant var = GetParam();
-  SCOPED_TRACE("variant " + to_string(var) + ", seeds dsv4.raw_token " + std::to_string(seed_for("dsv4.raw_token")) +
-               " dsv4.kv " + std::to_string(seed_for("dsv4.kv")));
+  SCOPED_TRACE("variant " + to_string(var) + ", seeds dsv4.raw_token " +
+               std::to_string(seed_for("dsv4.raw_token")) + " dsv4.kv " +
+               std::to_string(seed_for("dsv4.kv")));
   auto c = make_host_cache("test_tiny.ini", var, 16, 2, 128);
   const int64_t id = 3;
   const int32_t slot = c.mgr->admit_request(id);
@@ -70,26 +73,30 @@ TEST_P(Dsv4Decode, SeesCompressedEntriesUpToTPlus1OverRatioPlusTheWindow) {
         const int W2 = l.overlap ? 2 * D : D;
         std::vector<float> kv, gate;
         for (int64_t p = 0; p < T; ++p) {
-          const auto a = proj_row("dsv4.kv", id, p, layer, W2), g = proj_row("dsv4.gate", id, p, layer, W2);
+          const auto a = proj_row("dsv4.kv", id, p, layer, W2),
+                     g = proj_row("dsv4.gate", id, p, layer, W2);
           kv.insert(kv.end(), a.begin(), a.end());
           gate.insert(gate.end(), g.begin(), g.end());
         }
         std::vector<float> out(T / l.ratio * D + 1);
-        ref::dsv4_compress_oneshot(kv.data(), gate.data(), nullptr, static_cast<int32_t>(T), l.ratio, D, l.overlap,
-                                   out.data());
+        ref::dsv4_compress_oneshot(kv.data(), gate.data(), nullptr, static_cast<int32_t>(T),
+                                   l.ratio, D, l.overlap, out.data());
         for (int64_t e = 0; e < n_comp; ++e) {
           keys.push_back(stored(h.read_classical_view().pool, out.data() + e * D));
           std::vector<float> got(D);
           ref::dsv4_load_compressed_entry(h.read_classical_view(), slot, e, got.data());
-          ASSERT_EQ(0, std::memcmp(got.data(), keys.back().data(), 4 * D)) << "layer " << layer << " entry " << e;
+          ASSERT_EQ(0, std::memcmp(got.data(), keys.back().data(), 4 * D))
+              << "layer " << layer << " entry " << e;
         }
       }
       // Ring order: row = position % W (a single request's in-order traffic, both ring modes).
       for (int row = 0; row < W; ++row)
         for (int64_t p = std::max<int64_t>(0, t - W + 1); p <= t; ++p)
-          if (p % W == row) keys.push_back(stored(h.read_swa_view().ring, raw_token(id, p, layer, D).data()));
+          if (p % W == row)
+            keys.push_back(stored(h.read_swa_view().ring, raw_token(id, p, layer, D).data()));
       const int H = 3;
-      const auto qv = bf16_gaussian(static_cast<size_t>(H) * D, seed_for("dsv4.decode.q") + t, 0.2f);
+      const auto qv =
+          bf16_gaussian(static_cast<size_t>(H) * D, seed_for("dsv4.decode.q") + t, 0.2f);
       const auto q = to_bf16_bits(qv);
       std::vector<uint16_t> o(H * D), o_zero(H * D);
       std::vector<float> lse(H), lse_zero(H);
@@ -125,7 +132,8 @@ TEST_P(Dsv4Decode, SeesCompressedEntriesUpToTPlus1OverRatioPlusTheWindow) {
         for (int d = 0; d < D; ++d)
           ASSERT_EQ(o[hh * D + d], ref::round_to_16bit_code(acc[d] / sum, DType::kBF16))
               << "layer " << layer << " t " << t << " head " << hh << " dim " << d;
-        EXPECT_EQ(lse[hh], static_cast<float>(m + std::log(sum))) << "layer " << layer << " t " << t;
+        EXPECT_EQ(lse[hh], static_cast<float>(m + std::log(sum)))
+            << "layer " << layer << " t " << t;
       }
       // q = 0: every logit is 0, lse = log(number of visible keys): counts them.
       const std::vector<uint16_t> qz(H * D, 0);
@@ -135,7 +143,8 @@ TEST_P(Dsv4Decode, SeesCompressedEntriesUpToTPlus1OverRatioPlusTheWindow) {
       ref::dsv4_decode_attention(h.read_swa_view(), cl, a);
       const int64_t n_win = std::min<int64_t>(W, t + 1);
       EXPECT_EQ(lse_zero[0], static_cast<float>(std::log(static_cast<double>(n_comp + n_win))))
-          << "layer " << layer << " t " << t << ": expected " << n_comp << " compressed + " << n_win << " window keys";
+          << "layer " << layer << " t " << t << ": expected " << n_comp << " compressed + " << n_win
+          << " window keys";
     }
   }
 }
@@ -158,10 +167,12 @@ TEST_P(Dsv4Decode, BadInputIsAClearError) {
   a.sm_scale = 1.0f;
   ref::dsv4_decode_attention(h.read_swa_view(), &h.read_classical_view(), a);
   s = 2;
-  EXPECT_THROW(ref::dsv4_decode_attention(h.read_swa_view(), &h.read_classical_view(), a), InvalidArgument);
+  EXPECT_THROW(ref::dsv4_decode_attention(h.read_swa_view(), &h.read_classical_view(), a),
+               InvalidArgument);
   s = slot;
   t = -1;
-  EXPECT_THROW(ref::dsv4_decode_attention(h.read_swa_view(), &h.read_classical_view(), a), InvalidArgument);
+  EXPECT_THROW(ref::dsv4_decode_attention(h.read_swa_view(), &h.read_classical_view(), a),
+               InvalidArgument);
   t = 40;  // entries 8.. live in a block the request never allocated
   try {
     ref::dsv4_decode_attention(h.read_swa_view(), &h.read_classical_view(), a);
@@ -176,7 +187,8 @@ TEST_P(Dsv4Decode, BadInputIsAClearError) {
   EXPECT_THROW(ref::dsv4_store_entries(h.read_classical_view(), 2, st), InvalidArgument);
 }
 
-INSTANTIATE_TEST_SUITE_P(Variants, Dsv4Decode, ::testing::Values(Dsv4Variant::seed004(), Dsv4Variant::public_v4()),
+INSTANTIATE_TEST_SUITE_P(Variants, Dsv4Decode,
+                         ::testing::Values(Dsv4Variant::seed004(), Dsv4Variant::public_v4()),
                          [](const auto& info) { return to_string(info.param); });
 
 }  // namespace

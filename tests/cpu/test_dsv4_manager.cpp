@@ -14,7 +14,9 @@
 namespace kvlab::sim {
 namespace {
 
-std::string model_path(const char* name) { return std::string(KVLAB_SOURCE_DIR) + "/data/models/" + name; }
+std::string model_path(const char* name) {
+  return std::string(KVLAB_SOURCE_DIR) + "/data/models/" + name;
+}
 
 struct Fixture {
   Dsv4CacheSchema schema;
@@ -25,7 +27,8 @@ struct Fixture {
 
 // test_tiny: swa, (csa, hca) x 2; ratios 4 / 16, window 16; block_tokens 16:
 // CSA 4 entries per block, HCA 1. Budget: `blocks` blocks, `slots` request slots.
-Fixture make(int64_t blocks, int32_t slots, int64_t max_ctx = 48, Dsv4Variant v = Dsv4Variant::seed004()) {
+Fixture make(int64_t blocks, int32_t slots, int64_t max_ctx = 48,
+             Dsv4Variant v = Dsv4Variant::seed004()) {
   Fixture f;
   Dsv4CacheConfig c;
   c.block_tokens = 16;
@@ -33,7 +36,8 @@ Fixture make(int64_t blocks, int32_t slots, int64_t max_ctx = 48, Dsv4Variant v 
   f.schema = build_dsv4_schema(load_dsv4_model_stack(model_path("test_tiny.ini")), c);
   const auto probe = compute_block_budget(f.schema, int64_t{1} << 40, slots, max_ctx);
   const int64_t fixed = probe.state_bytes + probe.block_table_bytes + probe.align_slack_bytes;
-  f.budget = compute_block_budget(f.schema, fixed + blocks * f.schema.bytes_per_block(), slots, max_ctx);
+  f.budget =
+      compute_block_budget(f.schema, fixed + blocks * f.schema.bytes_per_block(), slots, max_ctx);
   auto backend = std::make_unique<Dsv4HostBackend>();
   f.host = backend.get();
   f.mgr = std::make_unique<KVCacheManager>(f.schema, f.budget, std::move(backend));
@@ -84,10 +88,12 @@ TEST(Dsv4Manager, PoolShapesMatchTheArchitectureSpec) {
     EXPECT_EQ(hca.stream_view().kb, nullptr);
     EXPECT_THROW(hca.read_indexer_view(), InvalidArgument);
     // Sizes: the views' bytes are the schema's bytes, and the arena fits the budget.
-    EXPECT_EQ(csa.read_classical_view().pool.bytes(), b.num_blocks * sc.layer(1).classical_bytes_per_block);
+    EXPECT_EQ(csa.read_classical_view().pool.bytes(),
+              b.num_blocks * sc.layer(1).classical_bytes_per_block);
     EXPECT_EQ(csa.read_indexer_view().bytes(), b.num_blocks * sc.layer(1).indexer_bytes_per_block);
     EXPECT_EQ(hca.stream_view().bytes(), 2 * sc.layer(2).stream_bytes_per_slot);
-    EXPECT_EQ(csa.stream_view().bytes() + csa.indexer_stream_view().bytes(), 2 * sc.layer(1).stream_bytes_per_slot);
+    EXPECT_EQ(csa.stream_view().bytes() + csa.indexer_stream_view().bytes(),
+              2 * sc.layer(1).stream_bytes_per_slot);
     EXPECT_LE(m.backend().memory_bytes(), b.memory_bytes);
     EXPECT_GE(m.backend().memory_bytes(), b.state_bytes + b.pool_bytes + b.block_table_bytes);
   }
@@ -106,7 +112,7 @@ TEST(Dsv4Manager, AdmitAllocateReleaseRecycle) {
   EXPECT_EQ(m.blocks_of(100), (std::vector<int32_t>{0}));
   m.append_tokens(200, 17);  // 4 CSA entries fill block 0 of the request; the 5th needs a second
   EXPECT_EQ(m.blocks_of(200), (std::vector<int32_t>{1}));
-  m.append_tokens(200, 3);   // 20 tokens -> 5 CSA entries -> 2 blocks
+  m.append_tokens(200, 3);  // 20 tokens -> 5 CSA entries -> 2 blocks
   EXPECT_EQ(m.blocks_of(200), (std::vector<int32_t>{1, 2}));
   EXPECT_EQ(m.allocate_block(100), 3);
   EXPECT_EQ(m.num_free_blocks(), 6);
@@ -127,7 +133,8 @@ TEST(Dsv4Manager, AdmitAllocateReleaseRecycle) {
   EXPECT_EQ(views.pos_row(1)[3], -1);
   EXPECT_EQ(m.admit_request(300), 1);  // the freed slot first (LIFO)
   m.append_tokens(300, 20);
-  EXPECT_EQ(m.blocks_of(300), (std::vector<int32_t>{1, 2}));  // the released request's blocks, same order
+  EXPECT_EQ(m.blocks_of(300),
+            (std::vector<int32_t>{1, 2}));  // the released request's blocks, same order
   EXPECT_EQ(m.num_tokens(300), 20);
 }
 
@@ -188,7 +195,8 @@ TEST(Dsv4Manager, BadInputIsAClearErrorAndTheStateStaysConsistent) {
   // A budget computed for another schema is rejected.
   auto other = f.budget;
   other.bytes_per_block += 1;
-  EXPECT_THROW(KVCacheManager(f.schema, other, std::make_unique<Dsv4HostBackend>()), InvalidArgument);
+  EXPECT_THROW(KVCacheManager(f.schema, other, std::make_unique<Dsv4HostBackend>()),
+               InvalidArgument);
 }
 
 TEST(Dsv4Manager, AcquireIsZeroAllocationAndStable) {

@@ -57,14 +57,16 @@ TEST(Dsv4Quant, SeedEntriesMatchFp8PerTokenScheme) {
   for (int64_t r = 0; r < rows; ++r) dsv4_store_entry(p, 0, static_cast<int>(r), x.data() + r * D);
   // refquant's per-token scheme over the NoPE columns.
   std::vector<float> xn(rows * nope);
-  for (int64_t r = 0; r < rows; ++r) std::copy(x.begin() + r * D, x.begin() + r * D + nope, xn.begin() + r * nope);
+  for (int64_t r = 0; r < rows; ++r)
+    std::copy(x.begin() + r * D, x.begin() + r * D + nope, xn.begin() + r * nope);
   const auto scheme = ref::make_scheme("fp8_e4m3_per_token");
   const auto q = scheme.quantize(xn.data(), rows, nope);
   for (int64_t r = 0; r < rows; ++r) {
     uint32_t bits;
     std::memcpy(&bits, &inv[r], 4);
     ASSERT_EQ(bits, q.scale_codes[r]) << "row " << r;
-    for (int d = 0; d < nope; ++d) ASSERT_EQ(data[r * nope + d], q.codes[r * nope + d]) << "row " << r << " dim " << d;
+    for (int d = 0; d < nope; ++d)
+      ASSERT_EQ(data[r * nope + d], q.codes[r * nope + d]) << "row " << r << " dim " << d;
     for (int j = 0; j < rope; ++j)
       ASSERT_EQ(rp[r * rope + j], float_to_bf16_bits(x[r * D + nope + j], Saturation::kSatFinite));
   }
@@ -134,22 +136,27 @@ void check_keys(Dsv4IndexerFormat fmt, const char* scheme_name, float tensor_sca
     dsv4_store_key(v, r / rows_per_block, static_cast<int>(r % rows_per_block), tmp.data());
   }
   const auto scheme = ref::make_scheme(scheme_name);
-  const auto q = fmt == Dsv4IndexerFormat::kNvfp4 ? scheme.quantize(x.data(), rows, dim, tensor_scale)
-                                                  : scheme.quantize(x.data(), rows, dim);
+  const auto q = fmt == Dsv4IndexerFormat::kNvfp4
+                     ? scheme.quantize(x.data(), rows, dim, tensor_scale)
+                     : scheme.quantize(x.data(), rows, dim);
   for (int64_t r = 0; r < rows; ++r) {
     for (int b = 0; b < dim / v.group(); ++b)
-      ASSERT_EQ(scales[r * (dim / v.group()) + b], q.scale_codes[r * (dim / v.group()) + b]) << "row " << r << " group " << b;
+      ASSERT_EQ(scales[r * (dim / v.group()) + b], q.scale_codes[r * (dim / v.group()) + b])
+          << "row " << r << " group " << b;
     for (int d = 0; d < dim; ++d) {
       const uint8_t byte = codes[r * dim / 2 + d / 2];
-      ASSERT_EQ((d & 1) ? fp4_hi(byte) : fp4_lo(byte), q.codes[r * dim + d]) << "row " << r << " dim " << d;
+      ASSERT_EQ((d & 1) ? fp4_hi(byte) : fp4_lo(byte), q.codes[r * dim + d])
+          << "row " << r << " dim " << d;
     }
   }
   // Stored values (rotated basis for MXFP4) decode like the scheme's group scales say.
   for (int64_t r = 0; r < rows; ++r)
     for (int d = 0; d < dim; d += 17) {
-      const float want = e2m1_to_float(static_cast<uint8_t>(q.codes[r * dim + d])) * scheme.group_scale(q, r, d / v.group());
+      const float want = e2m1_to_float(static_cast<uint8_t>(q.codes[r * dim + d])) *
+                         scheme.group_scale(q, r, d / v.group());
       const float got = v.load(r / rows_per_block, static_cast<int>(r % rows_per_block), d);
-      ASSERT_TRUE(got == want || (std::isnan(got) && std::isnan(want))) << "row " << r << " dim " << d;
+      ASSERT_TRUE(got == want || (std::isnan(got) && std::isnan(want)))
+          << "row " << r << " dim " << d;
     }
 }
 
@@ -158,7 +165,9 @@ TEST(Dsv4Quant, SeedKeysMatchNvfp4WithAFixedTensorScale) {
   check_keys(Dsv4IndexerFormat::kNvfp4, "nvfp4", 0.03125f);
 }
 
-TEST(Dsv4Quant, PublicKeysMatchMxfp4Hadamard) { check_keys(Dsv4IndexerFormat::kMxfp4Hadamard, "mxfp4_hadamard", 1.0f); }
+TEST(Dsv4Quant, PublicKeysMatchMxfp4Hadamard) {
+  check_keys(Dsv4IndexerFormat::kMxfp4Hadamard, "mxfp4_hadamard", 1.0f);
+}
 
 // FP8 round trip of the stored entries against the tolerance table's kQuantRoundTrip bound
 // (per-token NMSE of the NoPE part), both entry formats, on Gaussian tokens.
@@ -194,15 +203,17 @@ TEST(Dsv4Quant, EntryRoundTripWithinTheTableBound) {
     }
     const auto st = ref::roundtrip_stats(xn.data(), yn.data(), rows, nope);
     const Tolerance tol = tolerance(Op::kQuantRoundTrip, KvFormat::kFP8E4M3PerToken, DType::kF32);
-    std::printf("[dsv4] %s NoPE round trip: per-token rel L2 mean %.4f p99 %.4f max %.4f (table: NMSE <= %.3g per "
-                "token, rel L2 <= %.4f)\n",
-                fmt == Dsv4EntryFormat::kFp8PerToken ? "fp8_per_token" : "fp8_ds_mla", st.rel_l2_mean, st.rel_l2_p99,
-                st.rel_l2_max, tol.nmse_max, std::sqrt(tol.nmse_max));
+    std::printf(
+        "[dsv4] %s NoPE round trip: per-token rel L2 mean %.4f p99 %.4f max %.4f (table: NMSE <= "
+        "%.3g per "
+        "token, rel L2 <= %.4f)\n",
+        fmt == Dsv4EntryFormat::kFp8PerToken ? "fp8_per_token" : "fp8_ds_mla", st.rel_l2_mean,
+        st.rel_l2_p99, st.rel_l2_max, tol.nmse_max, std::sqrt(tol.nmse_max));
     EXPECT_EQ(st.nonfinite, 0);
     for (int64_t r = 0; r < rows; ++r) {
       ErrorStats es;
-      ASSERT_TRUE(check(yn.data() + r * nope, xn.data() + r * nope, nope, tol, &es)) << "token " << r << ": "
-                                                                                     << to_string(es);
+      ASSERT_TRUE(check(yn.data() + r * nope, xn.data() + r * nope, nope, tol, &es))
+          << "token " << r << ": " << to_string(es);
     }
   }
 }

@@ -10,9 +10,13 @@
 namespace kvlab::sim {
 namespace {
 
-std::string model_path(const char* name) { return std::string(KVLAB_SOURCE_DIR) + "/data/models/" + name; }
+std::string model_path(const char* name) {
+  return std::string(KVLAB_SOURCE_DIR) + "/data/models/" + name;
+}
 
-Dsv4ModelStack flash() { return load_dsv4_model_stack(model_path("v4_flash_like.ini")); }
+Dsv4ModelStack flash() {
+  return load_dsv4_model_stack(model_path("v4_flash_like.ini"));
+}
 
 template <class F>
 std::string error_of(F&& f) {
@@ -34,7 +38,8 @@ TEST(Dsv4Schema, FlashStackHas43LayersSwaThenAlternating) {
   EXPECT_EQ(s.layers[0], Dsv4LayerKind::kSWA);
   EXPECT_EQ(s.layers[1], Dsv4LayerKind::kSWA);
   for (int i = 2; i < 43; ++i)
-    EXPECT_EQ(s.layers[i], (i % 2 == 0) ? Dsv4LayerKind::kCSA : Dsv4LayerKind::kHCA) << "layer " << i;
+    EXPECT_EQ(s.layers[i], (i % 2 == 0) ? Dsv4LayerKind::kCSA : Dsv4LayerKind::kHCA)
+        << "layer " << i;
   EXPECT_EQ(s.head_dim(), 512);
   EXPECT_EQ(parse_dsv4_model_stack(to_ini(s), "roundtrip").layers, s.layers);
 }
@@ -83,8 +88,8 @@ TEST(Dsv4Schema, PublicVariantRecordAndMxfp4Keys) {
   Dsv4CacheConfig c;
   c.variant = Dsv4Variant::public_v4();
   const auto sc = build_dsv4_schema(flash(), c);
-  EXPECT_EQ(sc.layer(2).entry_bytes, 584);          // 448 + 128 + 7 UE8M0 + 1 pad
-  EXPECT_EQ(sc.layer(2).indexer_entry_bytes, 68);   // 64 + 4 UE8M0
+  EXPECT_EQ(sc.layer(2).entry_bytes, 584);         // 448 + 128 + 7 UE8M0 + 1 pad
+  EXPECT_EQ(sc.layer(2).indexer_entry_bytes, 68);  // 64 + 4 UE8M0
   EXPECT_EQ(to_string(sc.config.variant), "public_v4");
 }
 
@@ -143,8 +148,9 @@ TEST(Dsv4Schema, RatioMismatchIsAClearError) {
 }
 
 TEST(Dsv4Schema, ModelFileErrorsNameTheLineAndTheAllowedValues) {
-  const std::string head = "[model]\nname = t\nnope_dim = 448\nrope_dim = 64\nindexer_dim = 128\nwindow = 128\n"
-                           "csa_ratio = 4\nhca_ratio = 128\n[layers]\n";
+  const std::string head =
+      "[model]\nname = t\nnope_dim = 448\nrope_dim = 64\nindexer_dim = 128\nwindow = 128\n"
+      "csa_ratio = 4\nhca_ratio = 128\n[layers]\n";
   EXPECT_EQ(parse_dsv4_model_stack(head + "swa csa x 3\nhca\n").num_layers(), 7);
   std::string e = error_of([&] { parse_dsv4_model_stack(head + "swa\nmla\n", "f.ini"); });
   EXPECT_NE(e.find("f.ini:11"), std::string::npos) << e;
@@ -158,7 +164,9 @@ TEST(Dsv4Schema, ModelFileErrorsNameTheLineAndTheAllowedValues) {
   EXPECT_NE(e.find("unknown section"), std::string::npos) << e;
   e = error_of([&] { parse_dsv4_model_stack("[model]\nheads = 3\n"); });
   EXPECT_NE(e.find("unknown key 'heads'"), std::string::npos) << e;
-  e = error_of([&] { parse_dsv4_model_stack(head.substr(0, head.size() - 9) + "window = 12x\n[layers]\nswa\n"); });
+  e = error_of([&] {
+    parse_dsv4_model_stack(head.substr(0, head.size() - 9) + "window = 12x\n[layers]\nswa\n");
+  });
   EXPECT_NE(e.find("given twice"), std::string::npos) << e;
   std::string bad = head;
   bad.replace(bad.find("nope_dim = 448"), 14, "nope_dim = 100");
@@ -177,8 +185,9 @@ TEST(Dsv4Schema, VariantNamesParse) {
   EXPECT_EQ(v.entry, Dsv4EntryFormat::kFp8DsMla);
   EXPECT_EQ(v.indexer, Dsv4IndexerFormat::kNvfp4);
   EXPECT_EQ(parse_dsv4_variant(to_string(v)), v);
-  EXPECT_NE(error_of([] { parse_dsv4_variant("entry=fp16"); }).find("allowed: fp8_per_token, fp8_ds_mla"),
-            std::string::npos);
+  EXPECT_NE(
+      error_of([] { parse_dsv4_variant("entry=fp16"); }).find("allowed: fp8_per_token, fp8_ds_mla"),
+      std::string::npos);
   EXPECT_THROW(parse_dsv4_variant("colour=red"), InvalidArgument);
   EXPECT_THROW(parse_dsv4_variant(""), InvalidArgument);
 }
@@ -190,12 +199,14 @@ TEST(Dsv4Schema, BudgetHoldsStatePlusBlocksAndRejectsTooSmall) {
   EXPECT_EQ(b.state_bytes, 16 * sc.state_bytes_per_slot());
   EXPECT_EQ(b.max_blocks_per_request, 1024);
   EXPECT_EQ(b.block_table_bytes, 4 * 16 * 1024);
-  EXPECT_EQ(b.num_blocks, (8 * gib - b.state_bytes - b.block_table_bytes - b.align_slack_bytes) / sc.bytes_per_block());
+  EXPECT_EQ(b.num_blocks, (8 * gib - b.state_bytes - b.block_table_bytes - b.align_slack_bytes) /
+                              sc.bytes_per_block());
   EXPECT_GE(b.unused_bytes(), 0);
   EXPECT_LT(b.unused_bytes(), sc.bytes_per_block());
   // Exactly one request fits; one byte less does not, and the error says what was needed.
   const auto one = compute_block_budget(sc, 8 * gib, 1, 1000);
-  const int64_t need = one.state_bytes + one.block_table_bytes + one.align_slack_bytes + 8 * sc.bytes_per_block();
+  const int64_t need =
+      one.state_bytes + one.block_table_bytes + one.align_slack_bytes + 8 * sc.bytes_per_block();
   EXPECT_EQ(compute_block_budget(sc, need, 1, 1000).num_blocks, 8);
   const std::string e = error_of([&] { compute_block_budget(sc, need - 1, 1, 1000); });
   EXPECT_NE(e.find("too small for one request"), std::string::npos) << e;
@@ -219,11 +230,13 @@ TEST(Dsv4Schema, BytesPerTokenAt128kAgainstBf16) {
     EXPECT_EQ(r.indexer_bytes, 21 * 32768 * csa.indexer_entry_bytes);
     EXPECT_EQ(r.bf16_dense_per_token, 43 * 512 * 2);
     EXPECT_LT(r.per_token, 0.1 * r.bf16_dense_per_token);
-    std::printf("[dsv4] %s: %.1f B/token at 128k (paged %.1f, rings %.1f, streams %.1f) vs BF16 dense %.0f B/token "
-                "(%.2f%%)\n",
-                to_string(variant).c_str(), r.per_token, double(r.paged_bytes) / r.context_tokens,
-                double(r.ring_bytes) / r.context_tokens, double(r.stream_bytes) / r.context_tokens,
-                r.bf16_dense_per_token, 100.0 * r.per_token / r.bf16_dense_per_token);
+    std::printf(
+        "[dsv4] %s: %.1f B/token at 128k (paged %.1f, rings %.1f, streams %.1f) vs BF16 dense %.0f "
+        "B/token "
+        "(%.2f%%)\n",
+        to_string(variant).c_str(), r.per_token, double(r.paged_bytes) / r.context_tokens,
+        double(r.ring_bytes) / r.context_tokens, double(r.stream_bytes) / r.context_tokens,
+        r.bf16_dense_per_token, 100.0 * r.per_token / r.bf16_dense_per_token);
   }
 }
 

@@ -17,9 +17,12 @@ namespace kvlab::test {
 namespace {
 
 constexpr Saturation kModes[] = {Saturation::kSatFinite, Saturation::kNonSaturating};
-const FormatModel* const kModels[] = {&kE4M3Model, &kE5M2Model, &kE2M1Model, &kFP16Model, &kBF16Model};
+const FormatModel* const kModels[] = {&kE4M3Model, &kE5M2Model, &kE2M1Model, &kFP16Model,
+                                      &kBF16Model};
 
-const char* mode_name(Saturation s) { return s == Saturation::kSatFinite ? "satfinite" : "nonsat"; }
+const char* mode_name(Saturation s) {
+  return s == Saturation::kSatFinite ? "satfinite" : "nonsat";
+}
 
 bool same_value(double want, float got) {
   if (std::isnan(want)) return std::isnan(got);
@@ -33,12 +36,15 @@ TEST(Formats, DecodeEveryCode) {
     for (uint32_t c = 0; c < n; ++c) {
       const double want = m->decode(c);
       const float got = decode_under_test(*m, c);
-      ASSERT_TRUE(same_value(want, got)) << m->name << " code 0x" << std::hex << c << ": want " << want << " got " << got;
+      ASSERT_TRUE(same_value(want, got))
+          << m->name << " code 0x" << std::hex << c << ": want " << want << " got " << got;
       nan_codes += std::isnan(want);
     }
     // the NaN code counts of the format facts (DESIGN.md)
-    const int64_t want_nans = m == &kE4M3Model ? 2 : m == &kE5M2Model ? 6 : m == &kE2M1Model ? 0
-                              : (2 * ((1 << m->man_bits) - 1));
+    const int64_t want_nans = m == &kE4M3Model   ? 2
+                              : m == &kE5M2Model ? 6
+                              : m == &kE2M1Model ? 0
+                                                 : (2 * ((1 << m->man_bits) - 1));
     EXPECT_EQ(nan_codes, want_nans) << m->name;
   }
   // the facts of DESIGN.md's table, spelled out
@@ -64,8 +70,10 @@ TEST(Formats, EncodeEveryRepresentableValue) {
         if (std::isnan(v)) continue;
         const float f = static_cast<float>(v);
         uint32_t want = c;
-        if (std::isinf(v) && sat == Saturation::kSatFinite) want = (c & m->sign_bit()) | m->max_code;
-        ASSERT_EQ(encode_under_test(*m, f, sat), want) << m->name << " " << mode_name(sat) << " value " << v;
+        if (std::isinf(v) && sat == Saturation::kSatFinite)
+          want = (c & m->sign_bit()) | m->max_code;
+        ASSERT_EQ(encode_under_test(*m, f, sat), want)
+            << m->name << " " << mode_name(sat) << " value " << v;
       }
     }
 }
@@ -81,13 +89,14 @@ TEST(Formats, EveryMidpointAndNeighbours) {
       const double mid = (t[k] + t[k + 1]) / 2;
       const float fm = static_cast<float>(mid);
       ASSERT_EQ(static_cast<double>(fm), mid) << m->name << ": midpoint not a float";
-      const float probes[3] = {std::nextafter(fm, 0.0f), fm, std::nextafter(fm, std::numeric_limits<float>::infinity())};
+      const float probes[3] = {std::nextafter(fm, 0.0f), fm,
+                               std::nextafter(fm, std::numeric_limits<float>::infinity())};
       for (float p : probes)
         for (float x : {p, -p})
           for (Saturation sat : kModes) {
             const uint32_t want = oracle.encode(x, sat), got = encode_under_test(*m, x, sat);
-            ASSERT_EQ(got, want) << m->name << " " << mode_name(sat) << " x=" << x << " (between codes " << k
-                                 << " and " << k + 1 << ")";
+            ASSERT_EQ(got, want) << m->name << " " << mode_name(sat) << " x=" << x
+                                 << " (between codes " << k << " and " << k + 1 << ")";
             ++checked;
           }
       // the midpoint itself goes to the even neighbour
@@ -141,13 +150,13 @@ TEST(Formats, Subnormals) {
   EXPECT_EQ(float_to_e4m3(std::ldexp(1.0f, -10), S), 0x00);
   EXPECT_EQ(float_to_e4m3(std::nextafter(std::ldexp(1.0f, -10), 1.0f), S), 0x01);
   EXPECT_EQ(float_to_e4m3(-std::ldexp(3.0f, -11), S), 0x81);
-  EXPECT_EQ(float_to_e4m3(std::ldexp(7.0f, -9), S), 0x07);          // largest subnormal
-  EXPECT_EQ(float_to_e4m3(std::ldexp(15.0f, -10), S), 0x08);         // rounds up into min normal
+  EXPECT_EQ(float_to_e4m3(std::ldexp(7.0f, -9), S), 0x07);    // largest subnormal
+  EXPECT_EQ(float_to_e4m3(std::ldexp(15.0f, -10), S), 0x08);  // rounds up into min normal
   EXPECT_EQ(float_to_e5m2(std::ldexp(1.0f, -16), S), 0x01);
   EXPECT_EQ(float_to_e5m2(std::ldexp(1.0f, -17), S), 0x00);
   EXPECT_EQ(float_to_fp16_bits(std::ldexp(1.0f, -24), S), 0x0001);
-  EXPECT_EQ(float_to_fp16_bits(std::ldexp(3.0f, -25), S), 0x0002);   // tie 1.5 ulp -> even 2
-  EXPECT_EQ(float_to_e2m1(0.5f), 0x1);                               // E2M1's only subnormal
+  EXPECT_EQ(float_to_fp16_bits(std::ldexp(3.0f, -25), S), 0x0002);  // tie 1.5 ulp -> even 2
+  EXPECT_EQ(float_to_e2m1(0.5f), 0x1);                              // E2M1's only subnormal
   // float32 subnormals: zero in every narrow format, kept (RNE) by BF16
   for (uint32_t u : {0x00000001u, 0x00400000u, 0x007FFFFFu}) {
     const float x = bits_float(u);

@@ -40,13 +40,15 @@ struct FormatModel {
     const uint32_t emax_field = (1u << exp_bits) - 1;
     double v;
     if (specials == Specials::kIeee && E == emax_field) {
-      v = M == 0 ? std::numeric_limits<double>::infinity() : std::numeric_limits<double>::quiet_NaN();
+      v = M == 0 ? std::numeric_limits<double>::infinity()
+                 : std::numeric_limits<double>::quiet_NaN();
     } else if (specials == Specials::kFn && E == emax_field && M == (1u << man_bits) - 1) {
       v = std::numeric_limits<double>::quiet_NaN();
     } else if (E == 0) {
       v = std::ldexp(static_cast<double>(M), 1 - bias - man_bits);
     } else {
-      v = std::ldexp(static_cast<double>((1u << man_bits) + M), static_cast<int>(E) - bias - man_bits);
+      v = std::ldexp(static_cast<double>((1u << man_bits) + M),
+                     static_cast<int>(E) - bias - man_bits);
     }
     return neg ? -v : v;
   }
@@ -72,7 +74,8 @@ inline const FormatModel kBF16Model{"bf16", 16, 8, 7, 127, Specials::kIeee, 0x7F
 class EncodeOracle {
  public:
   explicit EncodeOracle(const FormatModel& m) : m_(m), t_(m.table()) {
-    for (size_t i = 0; i + 1 < t_.size(); ++i) mid_.push_back((t_[i] + t_[i + 1]) / 2);  // exact in double
+    for (size_t i = 0; i + 1 < t_.size(); ++i)
+      mid_.push_back((t_[i] + t_[i + 1]) / 2);  // exact in double
   }
   const FormatModel& model() const { return m_; }
   const std::vector<double>& table() const { return t_; }
@@ -91,8 +94,10 @@ class EncodeOracle {
   // Final code from a magnitude code (possibly overflowed) and the sign.
   uint32_t finish(uint32_t mag, bool neg, Saturation sat) const {
     if (mag > m_.max_code) {
-      if (m_.specials == Specials::kNone || sat == Saturation::kSatFinite) mag = m_.max_code;
-      else mag = m_.specials == Specials::kIeee ? m_.inf_code : m_.nan_code;
+      if (m_.specials == Specials::kNone || sat == Saturation::kSatFinite)
+        mag = m_.max_code;
+      else
+        mag = m_.specials == Specials::kIeee ? m_.inf_code : m_.nan_code;
     }
     return neg ? (mag | m_.sign_bit()) : mag;
   }

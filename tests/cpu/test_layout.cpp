@@ -81,8 +81,10 @@ TEST(Layout, HandComputedOffsets) {
   // First and last element of the pool.
   for (const PageGeometry& g : {nhd, hnd, sx}) {
     EXPECT_EQ(g.k_index(0, 0, 0, 0), 0);
-    EXPECT_EQ(g.k_index(g.num_blocks - 1, g.num_kv_heads - 1, g.block_size - 1, g.head_dim - 1), g.elements() - 1);
-    EXPECT_EQ(g.v_index(g.num_blocks - 1, g.num_kv_heads - 1, g.block_size - 1, g.head_dim - 1), g.elements() - 1);
+    EXPECT_EQ(g.k_index(g.num_blocks - 1, g.num_kv_heads - 1, g.block_size - 1, g.head_dim - 1),
+              g.elements() - 1);
+    EXPECT_EQ(g.v_index(g.num_blocks - 1, g.num_kv_heads - 1, g.block_size - 1, g.head_dim - 1),
+              g.elements() - 1);
   }
 }
 
@@ -91,9 +93,10 @@ TEST(Layout, SplitXChunkIsSixteenBytesPerFormat) {
     KvFormat f;
     int x;
   };
-  for (const Expect e : {Expect{KvFormat::kBF16, 8}, Expect{KvFormat::kFP16, 8}, Expect{KvFormat::kFP8E4M3, 16},
-                         Expect{KvFormat::kFP8E4M3PerToken, 16}, Expect{KvFormat::kFP8E5M2, 16},
-                         Expect{KvFormat::kNVFP4, 32}, Expect{KvFormat::kMXFP4, 32}}) {
+  for (const Expect e :
+       {Expect{KvFormat::kBF16, 8}, Expect{KvFormat::kFP16, 8}, Expect{KvFormat::kFP8E4M3, 16},
+        Expect{KvFormat::kFP8E4M3PerToken, 16}, Expect{KvFormat::kFP8E5M2, 16},
+        Expect{KvFormat::kNVFP4, 32}, Expect{KvFormat::kMXFP4, 32}}) {
     const PageGeometry g = geom(KvLayout::kSplitX, e.f, 2, 2, 64, 5);
     EXPECT_EQ(g.x(), e.x) << to_string(e.f);
     EXPECT_EQ(g.x() * g.elem_bits(), 128) << to_string(e.f);
@@ -120,7 +123,8 @@ TEST(Layout, SixtyFourBitOffsetsBeyondTwoToThe31) {
     EXPECT_EQ(g.k_index(page, 0, 0, 0), page * g.elements_per_block()) << to_string(l);
     EXPECT_GT(g.k_index(page, 0, 0, 0), int64_t{1} << 31);
   }
-  const PageGeometry g = geom(KvLayout::kNHD, KvFormat::kFP8E4M3PerToken, int64_t{1} << 28, 4, 64, 8);
+  const PageGeometry g =
+      geom(KvLayout::kNHD, KvFormat::kFP8E4M3PerToken, int64_t{1} << 28, 4, 64, 8);
   EXPECT_EQ(g.token_scale_index(g.num_blocks - 1, 3, 7), g.token_scales_per_pool() - 1);
   EXPECT_EQ(g.token_scales_per_pool(), int64_t{1} << 33);
 }
@@ -171,7 +175,8 @@ TEST(Layout, BytesPerFormat) {
 
 TEST(Layout, Fp4FirstElementInTheLowNibble) {
   // Element 2k in the low nibble, 2k+1 in the high nibble of byte k.
-  const uint8_t pool[2] = {pack_fp4x2(0x2 /* 1.0 */, 0xB /* -1.5 */), pack_fp4x2(0x7 /* 6 */, 0x1 /* 0.5 */)};
+  const uint8_t pool[2] = {pack_fp4x2(0x2 /* 1.0 */, 0xB /* -1.5 */),
+                           pack_fp4x2(0x7 /* 6 */, 0x1 /* 0.5 */)};
   EXPECT_EQ(decode_pool_element(pool, KvFormat::kMXFP4, 0), 1.0f);
   EXPECT_EQ(decode_pool_element(pool, KvFormat::kMXFP4, 1), -1.5f);
   EXPECT_EQ(decode_pool_element(pool, KvFormat::kNVFP4, 2), 6.0f);

@@ -57,12 +57,13 @@ TEST(Metrics, UlpDistanceF32AcrossZeroAndSubnormals) {
   EXPECT_EQ(ulp_distance(0.0f, -0.0f, DType::kF32), 0);
   EXPECT_EQ(ulp_distance(0.0f, kMinSub, DType::kF32), 1);
   EXPECT_EQ(ulp_distance(-kMinSub, kMinSub, DType::kF32), 2);
-  EXPECT_EQ(ulp_distance(FLT_MIN, std::nextafter(FLT_MIN, 0.0f), DType::kF32), 1);  // normal/subnormal border
+  EXPECT_EQ(ulp_distance(FLT_MIN, std::nextafter(FLT_MIN, 0.0f), DType::kF32),
+            1);  // normal/subnormal border
   EXPECT_EQ(ulp_distance(-1.0f, 1.0f, DType::kF32), 2 * 0x3F800000ll);
 }
 
 TEST(Metrics, UlpDistanceBf16Grid) {
-  EXPECT_EQ(ulp_distance(1.0f, 1.0078125f, DType::kBF16), 1);  // 1 + 2^-7
+  EXPECT_EQ(ulp_distance(1.0f, 1.0078125f, DType::kBF16), 1);   // 1 + 2^-7
   EXPECT_EQ(ulp_distance(1.0f, 1.00390625f, DType::kBF16), 0);  // the tie rounds to even = 1
   EXPECT_EQ(ulp_distance(1.0f, 1.005f, DType::kBF16), 1);       // rounds up to 1 + 2^-7
   const float min_sub = std::ldexp(1.0f, -133);
@@ -83,7 +84,8 @@ TEST(Metrics, UlpDistanceF16Grid) {
 TEST(Metrics, UlpDistanceRejectsNonFiniteAndBadDtype) {
   EXPECT_THROW(ulp_distance(kNaN, 1.0f, DType::kF32), InvalidArgument);
   EXPECT_THROW(ulp_distance(1.0f, kInfF, DType::kBF16), InvalidArgument);
-  EXPECT_THROW(compare(std::vector<float>{1}, std::vector<float>{1}, static_cast<DType>(7)), InvalidArgument);
+  EXPECT_THROW(compare(std::vector<float>{1}, std::vector<float>{1}, static_cast<DType>(7)),
+               InvalidArgument);
 }
 
 TEST(Metrics, NonFiniteAccounting) {
@@ -103,7 +105,8 @@ TEST(Metrics, NonFiniteAccounting) {
 }
 
 TEST(Metrics, ZeroReference) {
-  const ErrorStats nonzero = compare(std::vector<float>{0.0f, 1e-6f}, std::vector<float>{0.0f, 0.0f});
+  const ErrorStats nonzero =
+      compare(std::vector<float>{0.0f, 1e-6f}, std::vector<float>{0.0f, 0.0f});
   EXPECT_TRUE(std::isinf(nonzero.rel_l2));
   EXPECT_TRUE(std::isinf(nonzero.nmse));
   EXPECT_EQ(nonzero.cosine, 0);
@@ -120,8 +123,9 @@ TEST(Metrics, SizeMismatchAndNullThrow) {
 
 TEST(Metrics, ToStringNamesEveryField) {
   const std::string s = to_string(compare(std::vector<float>{1, kNaN}, std::vector<float>{2, 1}));
-  for (const char* field : {"n=2", "max_abs=", "max_rel=", "rel_l2=", "nmse=", "cos=", "max_ulp=",
-                            "nan(out/ref)=1/0", "nonfinite_mismatch=1", "violations=", "worst_index="})
+  for (const char* field :
+       {"n=2", "max_abs=", "max_rel=", "rel_l2=", "nmse=", "cos=", "max_ulp=", "nan(out/ref)=1/0",
+        "nonfinite_mismatch=1", "violations=", "worst_index="})
     EXPECT_NE(s.find(field), std::string::npos) << field << " missing in " << s;
 }
 
@@ -134,10 +138,12 @@ TEST(Check, ElementwiseBound) {
   // bound at ref 2 is 0.125 + 0.125 = 0.25
   EXPECT_TRUE(check(std::vector<float>{2.25f, 0.0f}, std::vector<float>{2.0f, 0.0f}, tol, &s));
   EXPECT_EQ(s.violations, 0);
-  EXPECT_FALSE(check(std::vector<float>{2.3f, 0.0f, 5.0f}, std::vector<float>{2.0f, 0.0f, 5.0f}, tol, &s));
+  EXPECT_FALSE(
+      check(std::vector<float>{2.3f, 0.0f, 5.0f}, std::vector<float>{2.0f, 0.0f, 5.0f}, tol, &s));
   EXPECT_EQ(s.violations, 1);
   EXPECT_EQ(s.worst_index, 0);
-  EXPECT_NE(explain_failure(s, tol).find("1 of 3 elements exceed"), std::string::npos) << explain_failure(s, tol);
+  EXPECT_NE(explain_failure(s, tol).find("1 of 3 elements exceed"), std::string::npos)
+      << explain_failure(s, tol);
 }
 
 TEST(Check, WorstIndexIsRelativeToTheBound) {
@@ -157,7 +163,8 @@ TEST(Check, NmseBound) {
   tol.rtol = 0;
   tol.nmse_max = 0.01;
   ErrorStats s;
-  EXPECT_FALSE(check(std::vector<float>{1.5f, 1.5f}, std::vector<float>{1, 1}, tol, &s));  // nmse 0.25
+  EXPECT_FALSE(
+      check(std::vector<float>{1.5f, 1.5f}, std::vector<float>{1, 1}, tol, &s));  // nmse 0.25
   EXPECT_EQ(s.violations, 0);
   EXPECT_NE(explain_failure(s, tol).find("nmse"), std::string::npos);
   // ||ref|| = 0: the nmse check is skipped, the elementwise bound decides.
@@ -185,7 +192,8 @@ TEST(Check, ZeroToleranceMeansExact) {
   const Tolerance exact = tolerance(Op::kAppend, KvFormat::kBF16, DType::kBF16);
   ErrorStats s;
   EXPECT_TRUE(check(std::vector<float>{1, -0.0f}, std::vector<float>{1, 0.0f}, exact, &s));
-  EXPECT_FALSE(check(std::vector<float>{1}, std::vector<float>{std::nextafter(1.0f, 2.0f)}, exact, &s));
+  EXPECT_FALSE(
+      check(std::vector<float>{1}, std::vector<float>{std::nextafter(1.0f, 2.0f)}, exact, &s));
   EXPECT_THROW(check(std::vector<float>{1}, std::vector<float>{1, 2}, exact, &s), InvalidArgument);
 }
 

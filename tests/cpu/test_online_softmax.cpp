@@ -85,7 +85,9 @@ std::vector<float> output_of(const S& s, float* lse) {
   return o;
 }
 
-bool bitwise_equal(const StateF& a, const StateF& b) { return std::memcmp(&a, &b, sizeof(StateF)) == 0; }
+bool bitwise_equal(const StateF& a, const StateF& b) {
+  return std::memcmp(&a, &b, sizeof(StateF)) == 0;
+}
 
 void expect_matches_two_pass(const Problem& p, const StateF& s, const std::string& what) {
   std::vector<float> ref;
@@ -93,9 +95,10 @@ void expect_matches_two_pass(const Problem& p, const StateF& s, const std::strin
   two_pass(p, &ref, &ref_lse);
   float lse;
   const std::vector<float> o = output_of(s, &lse);
-  EXPECT_TRUE(test::within_tolerance(o, ref, Op::kOnlineSoftmaxMerge, KvFormat::kBF16, DType::kF32, what));
-  EXPECT_TRUE(test::within_tolerance({lse}, {ref_lse}, Op::kOnlineSoftmaxMerge, KvFormat::kBF16, DType::kF32,
-                                     what + " lse"));
+  EXPECT_TRUE(
+      test::within_tolerance(o, ref, Op::kOnlineSoftmaxMerge, KvFormat::kBF16, DType::kF32, what));
+  EXPECT_TRUE(test::within_tolerance({lse}, {ref_lse}, Op::kOnlineSoftmaxMerge, KvFormat::kBF16,
+                                     DType::kF32, what + " lse"));
 }
 
 TEST(OnlineSoftmax, ChunkedUpdateEqualsTwoPass) {
@@ -115,9 +118,10 @@ TEST(OnlineSoftmax, DoubleStateIsAFloat64Reference) {
   two_pass(p, &ref, &ref_lse);
   float lse;
   const std::vector<float> o = output_of(run_chunked<StateD>(p, 0, 3001, 37), &lse);
-  EXPECT_TRUE(test::within_tolerance(o, ref, Op::kReferenceCrossCheck, KvFormat::kBF16, DType::kF32, "double"));
-  EXPECT_TRUE(test::within_tolerance({lse}, {ref_lse}, Op::kReferenceCrossCheck, KvFormat::kBF16, DType::kF32,
-                                     "double lse"));
+  EXPECT_TRUE(test::within_tolerance(o, ref, Op::kReferenceCrossCheck, KvFormat::kBF16, DType::kF32,
+                                     "double"));
+  EXPECT_TRUE(test::within_tolerance({lse}, {ref_lse}, Op::kReferenceCrossCheck, KvFormat::kBF16,
+                                     DType::kF32, "double lse"));
 }
 
 TEST(OnlineSoftmax, SplitKvMergeInAnyOrder) {
@@ -201,7 +205,8 @@ TEST(OnlineSoftmax, PartiallyMaskedChunkEqualsTwoPassOverTheVisibleKeys) {
       p.logits[static_cast<size_t>(j)] = kNegInf;
     } else {
       visible.logits.push_back(p.logits[static_cast<size_t>(j)]);
-      visible.values.insert(visible.values.end(), p.values.begin() + j * kDim, p.values.begin() + (j + 1) * kDim);
+      visible.values.insert(visible.values.end(), p.values.begin() + j * kDim,
+                            p.values.begin() + (j + 1) * kDim);
     }
   }
   expect_matches_two_pass(visible, run_chunked<StateF>(p, 0, 64, 9), "partially masked");
@@ -226,7 +231,8 @@ TEST(OnlineSoftmax, ExtremelyNegativeLogits) {
       r.update(q.logits.data() + 1, q.values.data() + kDim, 1, kDim);
       float lse;
       const std::vector<float> o = output_of(r, &lse);
-      for (int i = 0; i < kDim; ++i) EXPECT_EQ(o[static_cast<size_t>(i)], q.values[static_cast<size_t>(kDim + i)]);
+      for (int i = 0; i < kDim; ++i)
+        EXPECT_EQ(o[static_cast<size_t>(i)], q.values[static_cast<size_t>(kDim + i)]);
       EXPECT_EQ(lse, q.logits[1]);
     }
   }
@@ -269,12 +275,14 @@ TEST(OnlineSoftmax, NormalizedPartialsMergeLikeStates) {
   const Problem p = random_problem(n, "osm.partials");
   const int bounds[] = {0, 250, 250, 700, 999};  // with an empty part
   const int parts = 4;
-  std::vector<float> lse(parts), o(static_cast<size_t>(parts) * kDim, std::numeric_limits<float>::quiet_NaN());
+  std::vector<float> lse(parts),
+      o(static_cast<size_t>(parts) * kDim, std::numeric_limits<float>::quiet_NaN());
   StateF merged = StateF::empty();
   for (int i = 0; i < parts; ++i) {
     const StateF s = run_chunked<StateF>(p, bounds[i], bounds[i + 1], 50);
     lse[static_cast<size_t>(i)] = s.lse();
-    if (!s.is_empty()) s.normalized(o.data() + i * kDim);  // the empty part's o stays NaN: never read
+    if (!s.is_empty())
+      s.normalized(o.data() + i * kDim);  // the empty part's o stays NaN: never read
     merged.merge(StateF::from_normalized(o.data() + i * kDim, s.lse()));
   }
   std::vector<float> out(kDim);
@@ -284,9 +292,10 @@ TEST(OnlineSoftmax, NormalizedPartialsMergeLikeStates) {
   std::vector<float> ref;
   float ref_lse;
   two_pass(p, &ref, &ref_lse);
-  EXPECT_TRUE(test::within_tolerance(out, ref, Op::kOnlineSoftmaxMerge, KvFormat::kBF16, DType::kF32, "partials"));
-  EXPECT_TRUE(test::within_tolerance({out_lse}, {ref_lse}, Op::kOnlineSoftmaxMerge, KvFormat::kBF16, DType::kF32,
-                                     "partials lse"));
+  EXPECT_TRUE(test::within_tolerance(out, ref, Op::kOnlineSoftmaxMerge, KvFormat::kBF16,
+                                     DType::kF32, "partials"));
+  EXPECT_TRUE(test::within_tolerance({out_lse}, {ref_lse}, Op::kOnlineSoftmaxMerge, KvFormat::kBF16,
+                                     DType::kF32, "partials lse"));
   // All parts empty: zeros and -inf.
   const float empty_lse[2] = {kNegInf, kNegInf};
   merge_normalized_partials(empty_lse, o.data(), 2, kDim, out.data(), &out_lse);
@@ -313,7 +322,8 @@ TEST(OnlineSoftmax, TheCheckCatchesAMissingRescale) {
   two_pass(p, &ref, &ref_lse);
   float lse;
   const std::vector<float> o = output_of(s, &lse);
-  EXPECT_FALSE(test::within_tolerance(o, ref, Op::kOnlineSoftmaxMerge, KvFormat::kBF16, DType::kF32, "bug"));
+  EXPECT_FALSE(
+      test::within_tolerance(o, ref, Op::kOnlineSoftmaxMerge, KvFormat::kBF16, DType::kF32, "bug"));
 }
 
 }  // namespace

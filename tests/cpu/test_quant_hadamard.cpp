@@ -27,7 +27,9 @@ MatD dense(int n) {
 // ulp of a partial sum bounded by sqrt(n) * ||x||_2 before normalization, plus the final
 // multiply: |err| <= (log2(n) + 1) * 2^-24 * ||x||_2 (after normalization, in units of
 // the input's L2 norm).
-double butterfly_bound(int n, double l2) { return (std::log2(static_cast<double>(n)) + 1) * std::ldexp(l2, -24) * 2; }
+double butterfly_bound(int n, double l2) {
+  return (std::log2(static_cast<double>(n)) + 1) * std::ldexp(l2, -24) * 2;
+}
 
 TEST(Hadamard, MatrixIsOrthonormalAndSymmetric) {
   for (int n : {1, 2, 4, 8, 16, 32, 64, 128, 256}) {
@@ -66,11 +68,13 @@ TEST(Hadamard, TransformEqualsMatrixProductAndInverts) {
       yl2 += static_cast<double>(y[i]) * y[i];
     }
     EXPECT_LE(worst, bound) << "n " << n;
-    EXPECT_NEAR(std::sqrt(yl2), xd.norm(), bound * std::sqrt(static_cast<double>(n))) << "energy, n " << n;
+    EXPECT_NEAR(std::sqrt(yl2), xd.norm(), bound * std::sqrt(static_cast<double>(n)))
+        << "energy, n " << n;
     std::vector<float> back = y;
     hadamard_inverse(back.data(), n);
     double back_err = 0;
-    for (int i = 0; i < n; ++i) back_err = std::max(back_err, std::fabs(static_cast<double>(back[i]) - x[i]));
+    for (int i = 0; i < n; ++i)
+      back_err = std::max(back_err, std::fabs(static_cast<double>(back[i]) - x[i]));
     EXPECT_LE(back_err, 2 * bound) << "inverse, n " << n;
   }
 }
@@ -107,7 +111,8 @@ TEST(Hadamard, RunsTransformEachRun) {
     double l2 = 0;
     for (int i = 0; i < 64; ++i) l2 += static_cast<double>(x[r * 64 + i]) * x[r * 64 + i];
     const double bound = 2 * butterfly_bound(64, std::sqrt(l2));
-    for (int i = 0; i < 64; ++i) EXPECT_LE(std::fabs(static_cast<double>(y[r * 64 + i]) - x[r * 64 + i]), bound);
+    for (int i = 0; i < 64; ++i)
+      EXPECT_LE(std::fabs(static_cast<double>(y[r * 64 + i]) - x[r * 64 + i]), bound);
   }
 }
 

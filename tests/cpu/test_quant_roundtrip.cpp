@@ -24,8 +24,8 @@ TEST(QuantRoundTrip, PerRowRelL2AndPercentiles) {
   const float y[6] = {3, 4.5f, 0, 0, 0, 1};
   const std::vector<double> r = per_row_rel_l2(x, y, 3, 2);
   ASSERT_EQ(r.size(), 3u);
-  EXPECT_DOUBLE_EQ(r[0], 0.1);  // 0.5 / 5
-  EXPECT_EQ(r[1], 0.0);         // both rows zero
+  EXPECT_DOUBLE_EQ(r[0], 0.1);    // 0.5 / 5
+  EXPECT_EQ(r[1], 0.0);           // both rows zero
   EXPECT_TRUE(std::isinf(r[2]));  // zero reference, non-zero error
   std::vector<double> v;
   for (int i = 1; i <= 100; ++i) v.push_back(101 - i);  // unsorted
@@ -59,7 +59,8 @@ std::map<std::string, KvFormat> kTableFormat{{"bf16", KvFormat::kBF16},
                                              {"mxfp4_hadamard", KvFormat::kMXFP4}};
 
 // Every token (row) and the whole tensor pass the table's round-trip entry.
-void check_against_table(const std::string& name, const std::string& data, int64_t tokens, int32_t heads) {
+void check_against_table(const std::string& name, const std::string& data, int64_t tokens,
+                         int32_t heads) {
   const QuantScheme s = make_scheme(name);
   const int32_t cols = s.spec().required_cols ? s.spec().required_cols : 128;
   const uint64_t seed = test::seed_for(("roundtrip." + name + "." + data).c_str());
@@ -100,8 +101,8 @@ TEST(QuantRoundTrip, PresetTableOnGaussian) {
     const int32_t cols = s.spec().required_cols ? s.spec().required_cols : 128;
     const std::vector<float> x = synth_kv(synth_preset("gaussian", 4096, 1, cols, 0));
     const RoundTripStats r = roundtrip_stats(s, x.data(), 4096, cols);
-    std::printf("%-22s %10.3e %10.3e %10.3e %8.1f\n", name.c_str(), r.rel_l2_mean, r.rel_l2_p99, r.rel_l2_max,
-                r.bytes_per_token);
+    std::printf("%-22s %10.3e %10.3e %10.3e %8.1f\n", name.c_str(), r.rel_l2_mean, r.rel_l2_p99,
+                r.rel_l2_max, r.bytes_per_token);
     EXPECT_LE(r.rel_l2_p50, r.rel_l2_p99) << name;
     EXPECT_LE(r.rel_l2_p99, r.rel_l2_max) << name;
     EXPECT_LE(r.rel_l2_mean, r.rel_l2_max) << name;

@@ -21,9 +21,15 @@ constexpr auto kNonSat = Saturation::kNonSaturating;
 constexpr auto kEnc = ElementClamp::kEncoder;
 constexpr auto kClamp = ElementClamp::kClampThenEncode;
 
-float nanf() { return std::numeric_limits<float>::quiet_NaN(); }
-float inff() { return std::numeric_limits<float>::infinity(); }
-uint32_t bits(float x) { return fmt_detail::f32_bits(x); }
+float nanf() {
+  return std::numeric_limits<float>::quiet_NaN();
+}
+float inff() {
+  return std::numeric_limits<float>::infinity();
+}
+uint32_t bits(float x) {
+  return fmt_detail::f32_bits(x);
+}
 
 TEST(ScaleRules, AmaxPropagatesNaNIgnoresSign) {
   EXPECT_EQ(amax_accumulate(0.0f, -3.0f), 3.0f);
@@ -56,7 +62,8 @@ TEST(ScaleRules, AmaxOrderIndependent) {
     for (float x : v) level.push_back(amax_accumulate(0.0f, x));
     while (level.size() > 1) {
       std::vector<float> next;
-      for (size_t i = 0; i + 1 < level.size(); i += 2) next.push_back(amax_accumulate(level[i], level[i + 1]));
+      for (size_t i = 0; i + 1 < level.size(); i += 2)
+        next.push_back(amax_accumulate(level[i], level[i + 1]));
       if (level.size() % 2) next.push_back(level.back());
       level.swap(next);
     }
@@ -69,10 +76,12 @@ TEST(ScaleRules, Fp32ExactHandComputed) {
   EXPECT_EQ(fp8_scale_from_amax(896.0f, ElemFormat::kFP8E4M3, 1e-4f, kA), 2.0f);
   EXPECT_EQ(fp8_scale_from_amax(57344.0f, ElemFormat::kFP8E5M2, 1e-4f, kA), 1.0f);
   // 1/448 rounded once to float
-  EXPECT_EQ(fp8_scale_from_amax(1.0f, ElemFormat::kFP8E4M3, 0.0f, kA), static_cast<float>(1.0 / 448.0));
+  EXPECT_EQ(fp8_scale_from_amax(1.0f, ElemFormat::kFP8E4M3, 0.0f, kA),
+            static_cast<float>(1.0 / 448.0));
   // 3 / 448 = 0.0066964285714..., RN to float: the double quotient rounded once (3/448 is
   // not a tie, so double rounding cannot bite)
-  EXPECT_EQ(fp8_scale_from_amax(3.0f, ElemFormat::kFP8E4M3, 0.0f, kA), static_cast<float>(3.0 / 448.0));
+  EXPECT_EQ(fp8_scale_from_amax(3.0f, ElemFormat::kFP8E4M3, 0.0f, kA),
+            static_cast<float>(3.0 / 448.0));
   // floor on the amax: amax below 1e-4 uses 1e-4
   EXPECT_EQ(fp8_scale_from_amax(0.0f, ElemFormat::kFP8E4M3, 1e-4f, kA), 1e-4f / 448.0f);
   EXPECT_EQ(fp8_scale_from_amax(1e-5f, ElemFormat::kFP8E4M3, 1e-4f, kA), 1e-4f / 448.0f);
@@ -113,7 +122,8 @@ TEST(ScaleRules, CeilPow2HandComputed) {
   EXPECT_EQ(fmt_detail::f32_bits(just_above / 6.0f), fmt_detail::f32_bits(std::ldexp(1.0f, -127)));
   EXPECT_EQ(pow2_exp_ceil(just_above, m2, 0.0f, kA), -126);
   EXPECT_EQ(pow2_exp_ceil(6.0f * std::ldexp(1.0f, -127), m2, 0.0f, kA), -127);
-  EXPECT_EQ(pow2_exp_ceil(0.0f, m2, std::ldexp(1.0f, -126), kS), -126);  // a kScale floor above 2^-127
+  EXPECT_EQ(pow2_exp_ceil(0.0f, m2, std::ldexp(1.0f, -126), kS),
+            -126);  // a kScale floor above 2^-127
   EXPECT_EQ(pow2_exp_ceil(0.0f, m2, std::ldexp(1.0f, -127), kS), -127);
   // largest float: FLT_MAX / 448 < 2^120 -> 2^120
   EXPECT_EQ(pow2_exp_ceil(std::numeric_limits<float>::max(), m4, 0.0f, kA), 120);
@@ -166,7 +176,9 @@ TEST(ScaleRules, Pow2InvariantsSampled) {
       const int e = pow2_exp_ceil(a, elem_max_finite(f), 0.0f, kA);
       ASSERT_NE(e, kPow2NaN);
       ASSERT_LE(static_cast<long double>(a), m * std::ldexp(1.0L, e)) << "ceil covers a=" << a;
-      if (e > kPow2MinExp) ASSERT_GT(static_cast<long double>(a), m * std::ldexp(1.0L, e - 1)) << "ceil minimal a=" << a;
+      if (e > kPow2MinExp)
+        ASSERT_GT(static_cast<long double>(a), m * std::ldexp(1.0L, e - 1))
+            << "ceil minimal a=" << a;
       const int o = pow2_exp_ocp_floor(a, elem_emax(f), 0.0f, kA);
       if (o > kPow2MinExp) {
         ASSERT_LE(std::ldexp(1.0L, o + elem_emax(f)), static_cast<long double>(a));
@@ -207,7 +219,7 @@ TEST(ScaleRules, QuantizeElementHandComputed) {
   EXPECT_EQ(quantize_element(500.0f, 1.0f, E4, kNonSat, kClamp), 0x7E);
   EXPECT_EQ(quantize_element(-inff(), 1.0f, E4, kNonSat, kClamp), 0xFE);
   EXPECT_EQ(quantize_element(nanf(), 1.0f, E4, kSat, kClamp), 0x7F);  // NaN survives the clamp
-  EXPECT_EQ(quantize_element(1e6f, 1.0f, E5, kNonSat, kEnc), 0x7C);    // E5M2 Inf
+  EXPECT_EQ(quantize_element(1e6f, 1.0f, E5, kNonSat, kEnc), 0x7C);   // E5M2 Inf
   EXPECT_EQ(quantize_element(1e6f, 1.0f, E5, kSat, kEnc), 0x7B);
   // scale 0: zeros keep their sign, NaN stays NaN
   EXPECT_EQ(quantize_element(0.0f, 0.0f, E4, kSat, kEnc), 0x00);
@@ -221,7 +233,8 @@ TEST(ScaleRules, QuantizeElementHandComputed) {
   EXPECT_EQ(quantize_element(10.0f, 2.0f, F4, kSat, kEnc), 0x6);  // 10/2 = 5 -> 4
   // the division is IEEE: x / 3 rounded once, then encoded
   const float x = 1.0f, s = 3.0f;
-  EXPECT_EQ(quantize_element(x, s, E4, kSat, kEnc), float_to_e4m3(static_cast<float>(1.0 / 3.0), kSat));
+  EXPECT_EQ(quantize_element(x, s, E4, kSat, kEnc),
+            float_to_e4m3(static_cast<float>(1.0 / 3.0), kSat));
   EXPECT_EQ(dequantize_element(0x38, 0.25f, E4), 0.25f);
   EXPECT_EQ(dequantize_element(0x7, 0.5f, F4), 3.0f);
   EXPECT_TRUE(std::isnan(dequantize_element(0x7, nanf(), F4)));

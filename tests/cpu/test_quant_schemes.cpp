@@ -35,17 +35,22 @@ std::vector<float> gaussian(int64_t n, const char* name, float std = 1.0f) {
 }
 
 struct FormatFacts {
-  int mant;       // mantissa bits
-  int emin;       // exponent of the min normal
-  double max;     // max finite
+  int mant;    // mantissa bits
+  int emin;    // exponent of the min normal
+  double max;  // max finite
 };
 FormatFacts facts(ElemFormat f) {
   switch (f) {
-    case ElemFormat::kFP8E4M3: return {3, -6, 448.0};
-    case ElemFormat::kFP8E5M2: return {2, -14, 57344.0};
-    case ElemFormat::kFP4E2M1: return {1, 0, 6.0};
-    case ElemFormat::kBF16: return {7, -126, 3.3895313892515355e38};
-    case ElemFormat::kFP16: return {10, -14, 65504.0};
+    case ElemFormat::kFP8E4M3:
+      return {3, -6, 448.0};
+    case ElemFormat::kFP8E5M2:
+      return {2, -14, 57344.0};
+    case ElemFormat::kFP4E2M1:
+      return {1, 0, 6.0};
+    case ElemFormat::kBF16:
+      return {7, -126, 3.3895313892515355e38};
+    case ElemFormat::kFP16:
+      return {10, -14, 65504.0};
   }
   return {0, 0, 0};
 }
@@ -65,7 +70,8 @@ double element_bound(double x, double s, ElemFormat f) {
 
 // Checks every element of a non-rotated scheme against element_bound, with the group
 // scale the tensor records.
-void check_element_bounds(const QuantScheme& sc, const std::vector<float>& x, int64_t rows, int64_t cols) {
+void check_element_bounds(const QuantScheme& sc, const std::vector<float>& x, int64_t rows,
+                          int64_t cols) {
   const QuantizedTensor q = sc.quantize(x.data(), rows, cols);
   const std::vector<float> y = sc.dequantize(q);
   const int64_t qc = sc.quantized_cols(cols), G = sc.groups_per_row(cols), gc = sc.group_cols(cols);
@@ -82,17 +88,24 @@ void check_element_bounds(const QuantScheme& sc, const std::vector<float>& x, in
       }
       if (!(std::fabs(xv - yv) <= bound)) {
         if (++bad <= 5)
-          ADD_FAILURE() << sc.name() << " row " << r << " col " << j << ": x " << xv << " -> " << yv << " err "
-                        << std::fabs(xv - yv) << " > bound " << bound;
+          ADD_FAILURE() << sc.name() << " row " << r << " col " << j << ": x " << xv << " -> " << yv
+                        << " err " << std::fabs(xv - yv) << " > bound " << bound;
       }
     }
   EXPECT_EQ(bad, 0) << sc.name();
 }
 
 TEST(QuantSchemes, PresetsExistAndValidate) {
-  const std::vector<std::string> want{"bf16", "fp16", "fp8_e4m3_per_tensor", "fp8_e5m2_per_tensor",
-                                      "fp8_e4m3_per_token", "fp8_ds_mla", "mxfp4", "mxfp4_hadamard",
-                                      "nvfp4", "mxfp8"};
+  const std::vector<std::string> want{"bf16",
+                                      "fp16",
+                                      "fp8_e4m3_per_tensor",
+                                      "fp8_e5m2_per_tensor",
+                                      "fp8_e4m3_per_token",
+                                      "fp8_ds_mla",
+                                      "mxfp4",
+                                      "mxfp4_hadamard",
+                                      "nvfp4",
+                                      "mxfp8"};
   EXPECT_EQ(scheme_names(), want);
   for (const auto& n : scheme_names()) {
     const QuantScheme s = make_scheme(n);
@@ -117,7 +130,7 @@ TEST(QuantSchemes, BytesPerToken) {
                         {"fp8_ds_mla", 512, 584, 0},          // 448 + 128 + 7 + 1
                         {"mxfp4", 128, 68, 0},                // 64 + 4 UE8M0
                         {"mxfp4_hadamard", 128, 68, 0},
-                        {"nvfp4", 128, 72, 4},                // 64 + 8 E4M3, FP32 tensor header
+                        {"nvfp4", 128, 72, 4},  // 64 + 8 E4M3, FP32 tensor header
                         {"mxfp8", 128, 132, 0}};
   for (const Want& w : wants) {
     const QuantScheme s = make_scheme(w.name);
@@ -141,8 +154,8 @@ TEST(QuantSchemes, DsMlaRecordLayout) {
     const float scale = std::ldexp(1.0f, t - 3);
     for (int j = 0; j < 64; ++j) {
       uint8_t c = static_cast<uint8_t>((7 * j + t) % 0x7E);
-      if (j == 0) c = 0x7E;                  // the tile's amax: 448
-      if (j % 2) c |= 0x80;                  // negative
+      if (j == 0) c = 0x7E;  // the tile's amax: 448
+      if (j % 2) c |= 0x80;  // negative
       x[t * 64 + j] = e4m3_to_float(c) * scale;
       want[t * 64 + j] = c;
     }
@@ -150,7 +163,8 @@ TEST(QuantSchemes, DsMlaRecordLayout) {
   }
   // RoPE: BF16-exact values, little-endian at bytes 448 + 2i
   for (int i = 0; i < 64; ++i) {
-    const uint16_t b = static_cast<uint16_t>(0x3F80 + 3 * i - 90);  // around 1.0, both signs of exponent
+    const uint16_t b =
+        static_cast<uint16_t>(0x3F80 + 3 * i - 90);  // around 1.0, both signs of exponent
     x[448 + i] = bf16_bits_to_float(b);
     want[448 + 2 * i] = static_cast<uint8_t>(b & 0xFF);
     want[448 + 2 * i + 1] = static_cast<uint8_t>(b >> 8);
@@ -178,9 +192,11 @@ TEST(QuantSchemes, DsMlaPagePacking) {
     const size_t page = static_cast<size_t>(r / bs) * bs * 584, i = static_cast<size_t>(r % bs);
     const size_t data_at = page + i * 576, scale_at = page + bs * 576 + i * 8;
     for (size_t b = 0; b < 576; ++b)
-      ASSERT_EQ(pages[data_at + b], r < rows ? stream[r * 584 + b] : 0) << "row " << r << " data byte " << b;
+      ASSERT_EQ(pages[data_at + b], r < rows ? stream[r * 584 + b] : 0)
+          << "row " << r << " data byte " << b;
     for (size_t b = 0; b < 8; ++b)
-      ASSERT_EQ(pages[scale_at + b], r < rows ? stream[r * 584 + 576 + b] : 0) << "row " << r << " scale byte " << b;
+      ASSERT_EQ(pages[scale_at + b], r < rows ? stream[r * 584 + 576 + b] : 0)
+          << "row " << r << " scale byte " << b;
   }
   const QuantizedTensor back = s.unpack_pages(pages.data(), pages.size(), rows, 512, bs);
   EXPECT_EQ(back.codes, q.codes);
@@ -244,7 +260,9 @@ TEST(QuantSchemes, PackUnpackRoundTripEveryPreset) {
       EXPECT_EQ(u.codes, q.codes) << n;
       EXPECT_EQ(u.tail, q.tail) << n;
       EXPECT_EQ(u.scale_codes, q.scale_codes) << n;
-      EXPECT_EQ(std::memcmp(&u.tensor_scale, &q.tensor_scale, 4) == 0 || s.header_bytes() == 0, true) << n;
+      EXPECT_EQ(std::memcmp(&u.tensor_scale, &q.tensor_scale, 4) == 0 || s.header_bytes() == 0,
+                true)
+          << n;
       EXPECT_EQ(s.pack(u), b) << n;
       for (int32_t bs : {1, 3, 16}) {
         const std::vector<uint8_t> p = s.pack_pages(q, bs);
@@ -265,7 +283,8 @@ TEST(QuantSchemes, ElementBoundsEveryUnrotatedPreset) {
     // per-row magnitudes from 1e-3 to 1e3, and a zero row
     std::vector<float> x = gaussian(rows * cols, ("schemes.bounds." + n).c_str());
     for (int64_t r = 0; r < rows; ++r)
-      for (int64_t j = 0; j < cols; ++j) x[r * cols + j] *= std::pow(10.0f, -3.0f + 6.0f * r / (rows - 1));
+      for (int64_t j = 0; j < cols; ++j)
+        x[r * cols + j] *= std::pow(10.0f, -3.0f + 6.0f * r / (rows - 1));
     for (int64_t j = 0; j < cols; ++j) x[5 * cols + j] = 0.0f;
     check_element_bounds(s, x, rows, cols);
   }
@@ -292,7 +311,8 @@ TEST(QuantSchemes, HadamardSchemeL2Bound) {
     for (int64_t j = 0; j < cols; ++j) {
       const double d = static_cast<double>(x[r * cols + j]) - y[r * cols + j];
       err2 += d * d;
-      const double b = element_bound(rot[r * cols + j], plain.group_scale(qp, r, j / 32), ElemFormat::kFP4E2M1);
+      const double b =
+          element_bound(rot[r * cols + j], plain.group_scale(qp, r, j / 32), ElemFormat::kFP4E2M1);
       bound2 += b * b;
     }
     EXPECT_LE(std::sqrt(err2), std::sqrt(bound2) * (1 + 1e-5)) << "row " << r;
@@ -349,7 +369,8 @@ TEST(QuantSchemes, ParseOverrides) {
   EXPECT_EQ(a.scale_rule, ScaleRule::kCeilPow2);
   EXPECT_EQ(a.scale_format, ScaleFormat::kUE8M0);
   EXPECT_EQ(a.name, "mxfp4 group=16 rule=ceil_pow2");
-  const SchemeSpec b = parse_scheme_spec("elem=fp8_e5m2 gran=group group=8 scale=fp32 rule=exact name=e5g8");
+  const SchemeSpec b =
+      parse_scheme_spec("elem=fp8_e5m2 gran=group group=8 scale=fp32 rule=exact name=e5g8");
   EXPECT_EQ(b.elem, ElemFormat::kFP8E5M2);
   EXPECT_EQ(b.name, "e5g8");
   EXPECT_EQ(make_scheme("nvfp4 two_level=0").header_bytes(), 0);
@@ -357,8 +378,11 @@ TEST(QuantSchemes, ParseOverrides) {
   SchemeSpec c = preset_spec("mxfp4");
   c.amax_floor = std::nextafter(1e-4f, 1.0f);
   EXPECT_EQ(parse_scheme_spec(to_string(c)).amax_floor, c.amax_floor);
-  EXPECT_EQ(make_scheme("fp8_e4m3_per_token floor=0 floor_at=scale clamp=clamp_then_encode sat=nonsat")
-                .spec().clamp, ElementClamp::kClampThenEncode);
+  EXPECT_EQ(
+      make_scheme("fp8_e4m3_per_token floor=0 floor_at=scale clamp=clamp_then_encode sat=nonsat")
+          .spec()
+          .clamp,
+      ElementClamp::kClampThenEncode);
 }
 
 TEST(QuantSchemes, BadSpecsThrowWithAllowedValues) {
@@ -367,7 +391,8 @@ TEST(QuantSchemes, BadSpecsThrowWithAllowedValues) {
       (void)make_scheme(text);
       ADD_FAILURE() << "'" << text << "': no exception";
     } catch (const InvalidArgument& e) {
-      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << "'" << text << "': " << e.what();
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos)
+          << "'" << text << "': " << e.what();
     }
   };
   expect_bad("nope", "allowed: bf16, fp16");
@@ -377,7 +402,8 @@ TEST(QuantSchemes, BadSpecsThrowWithAllowedValues) {
   expect_bad("mxfp4 scale=e4m3", "e4m3 scales take rule e4m3_rounded");
   expect_bad("mxfp4 group=0", "group_size >= 1");
   expect_bad("fp8_e4m3_per_token group=32", "group_size applies to granularity group only");
-  expect_bad("fp8_e4m3_per_tensor scale=ue8m0 rule=ceil_pow2", "per-tensor scale is stored as fp32");
+  expect_bad("fp8_e4m3_per_tensor scale=ue8m0 rule=ceil_pow2",
+             "per-tensor scale is stored as fp32");
   expect_bad("mxfp4 two_level=1", "two_level");
   expect_bad("mxfp4 sat=nonsat", "fp4_e2m1 has no Inf or NaN");
   expect_bad("mxfp4 floor=-1", "amax_floor");
@@ -420,7 +446,8 @@ TEST(QuantSchemes, CustomSpecSweepWithinBounds) {
       for (const char* rule : {"exact", "ceil_pow2", "ocp_floor"})
         for (const char* at : {"amax", "scale"}) {
           std::ostringstream os;
-          os << "elem=" << elem << " gran=group group=" << g << " scale=fp32 rule=" << rule << " floor_at=" << at;
+          os << "elem=" << elem << " gran=group group=" << g << " scale=fp32 rule=" << rule
+             << " floor_at=" << at;
           const QuantScheme s = make_scheme(os.str());
           check_element_bounds(s, x, 16, 128);
         }

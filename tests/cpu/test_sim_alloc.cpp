@@ -30,7 +30,7 @@ TEST(SimAlloc, ReleasePushesOnTopLifo) {
   a.release(0);
   EXPECT_EQ(a.acquire(), 0);  // last released first
   EXPECT_EQ(a.acquire(), 2);
-  EXPECT_EQ(a.acquire(), 4);  // then the untouched remainder in order
+  EXPECT_EQ(a.acquire(), 4);              // then the untouched remainder in order
   a.release(std::vector<int32_t>{1, 3});  // pushed 1 then 3: 3 on top
   EXPECT_EQ(a.stack().back(), 3);
   EXPECT_EQ(a.acquire_n(3), (std::vector<int32_t>{3, 1, 5}));
@@ -79,7 +79,8 @@ TEST(SimAlloc, ExhaustionThrowsTypedErrorWithoutChange) {
     EXPECT_EQ(e.requested(), 2);
     EXPECT_EQ(e.num_free(), 1);
     EXPECT_EQ(e.capacity(), 3);
-    EXPECT_NE(std::string(e.what()).find("requested 2, 1 free of 3"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("requested 2, 1 free of 3"), std::string::npos)
+        << e.what();
   }
   EXPECT_EQ(a.stack(), before);
   EXPECT_EQ(a.acquire(), 2);
@@ -91,9 +92,9 @@ TEST(SimAlloc, ExhaustionThrowsTypedErrorWithoutChange) {
 
 TEST(SimAlloc, DoubleFreeAndUnknownIdsAreErrors) {
   BlockAllocator a(4);
-  a.acquire_n(3);  // 0 1 2 used, 3 free
-  EXPECT_THROW(a.release(3), InvalidArgument);    // never acquired
-  EXPECT_THROW(a.release(4), InvalidArgument);    // out of range
+  a.acquire_n(3);                               // 0 1 2 used, 3 free
+  EXPECT_THROW(a.release(3), InvalidArgument);  // never acquired
+  EXPECT_THROW(a.release(4), InvalidArgument);  // out of range
   EXPECT_THROW(a.release(-1), InvalidArgument);
   a.release(1);
   try {

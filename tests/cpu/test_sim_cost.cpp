@@ -46,13 +46,16 @@ TEST(SimGpuTable, DatasheetFiguresAndMeasuredCeilings) {
   EXPECT_DOUBLE_EQ(a100.read_ceiling(true), 2.039e12);  // no measured ceiling: datasheet
   EXPECT_DOUBLE_EQ(find_gpu(table, "B200").fp4_flops, 9000e12);
   EXPECT_DOUBLE_EQ(find_gpu(table, "H200").hbm_bytes_per_s, 4.8e12);
-  expect_error_contains([&] { find_gpu(table, "V100"); }, "unknown GPU 'V100' (known: A100-SXM4-80GB");
+  expect_error_contains([&] { find_gpu(table, "V100"); },
+                        "unknown GPU 'V100' (known: A100-SXM4-80GB");
   const std::string hdr =
-      "name,memory_gib,hbm_tbps,bf16_tflops,fp8_tflops,fp4_tflops,fp32_tflops,num_sms,l2_mib,host_link_gbps,"
+      "name,memory_gib,hbm_tbps,bf16_tflops,fp8_tflops,fp4_tflops,fp32_tflops,num_sms,l2_mib,host_"
+      "link_gbps,"
       "measured_read_tbps,measured_copy_tbps\n";
   expect_error_contains([&] { parse_gpu_table(hdr + "X,80,fast,1,0,0,1,1,1,1,0,0\n", "g.csv"); },
                         "g.csv:2: field 'hbm_tbps' = 'fast' is not a finite number");
-  expect_error_contains([&] { parse_gpu_table(hdr + "X,80,1,1,0,0,1,1,1,1,0\n", "g.csv"); }, "g.csv:2: 11 fields");
+  expect_error_contains([&] { parse_gpu_table(hdr + "X,80,1,1,0,0,1,1,1,1,0\n", "g.csv"); },
+                        "g.csv:2: 11 fields");
   expect_error_contains([&] { parse_gpu_table(hdr + "X,80,0,1,0,0,1,1,1,1,0,0\n", "g.csv"); },
                         "g.csv:2: GPU 'X': HBM bandwidth must be > 0");
 }
@@ -83,7 +86,8 @@ TEST(SimRoofline, DecodeAttentionBytesByHand) {
   EXPECT_EQ(decode_attention_cost(h100, shape(KvFormat::kFP8E4M3PerToken), cfg).bytes,
             32768 + 200 * (2 * 8 * 128) + 200 * (2 * 8 * 4) + 64);
   // FP8 with a pool scale: no per-token bytes.
-  EXPECT_EQ(decode_attention_cost(h100, shape(KvFormat::kFP8E4M3), cfg).bytes, 32768 + 200 * 2048 + 64);
+  EXPECT_EQ(decode_attention_cost(h100, shape(KvFormat::kFP8E4M3), cfg).bytes,
+            32768 + 200 * 2048 + 64);
   // NVFP4: half a byte per element + one E4M3 scale per 16 elements.
   EXPECT_EQ(decode_attention_cost(h100, shape(KvFormat::kNVFP4), cfg).bytes,
             32768 + 200 * (2 * 8 * 64) + 200 * (2 * 8 * 8) + 64);
@@ -95,11 +99,13 @@ TEST(SimRoofline, DecodeAttentionBytesByHand) {
   r.batch = 3;
   r.seq_lens = {1, 17, 0};
   r.write_lse = true;
-  EXPECT_EQ(decode_attention_cost(h100, r, cfg).bytes, 3 * 2 * 32 * 128 * 2 + 18 * 4096 + 3 * 4 + 3 * 4 + 3 * 32 * 4);
+  EXPECT_EQ(decode_attention_cost(h100, r, cfg).bytes,
+            3 * 2 * 32 * 128 * 2 + 18 * 4096 + 3 * 4 + 3 * 4 + 3 * 32 * 4);
   // Datasheet ceiling instead of the measured one; a calibrated fixed cost and efficiency.
   CostModelConfig ds;
   ds.prefer_measured_ceiling = false;
-  EXPECT_EQ(predict_decode_attention_seconds(h100, shape(KvFormat::kBF16), ds), bf16.bytes / h100.hbm_bytes_per_s);
+  EXPECT_EQ(predict_decode_attention_seconds(h100, shape(KvFormat::kBF16), ds),
+            bf16.bytes / h100.hbm_bytes_per_s);
   CostModelConfig cal;
   cal.attn_fixed_s = 5e-6;
   cal.attn_mem_efficiency = 0.9;
@@ -108,7 +114,8 @@ TEST(SimRoofline, DecodeAttentionBytesByHand) {
   // Bad shapes.
   DecodeAttentionShape bad = shape(KvFormat::kBF16);
   bad.num_kv_heads = 5;
-  expect_error_contains([&] { decode_attention_cost(h100, bad, cfg); }, "multiple of num_kv_heads 5");
+  expect_error_contains([&] { decode_attention_cost(h100, bad, cfg); },
+                        "multiple of num_kv_heads 5");
   bad = shape(KvFormat::kNVFP4);
   bad.head_dim = 24;  // not a multiple of the 16-element scale group... and of split-x chunks
   EXPECT_THROW(decode_attention_cost(h100, bad, cfg), InvalidArgument);
@@ -138,7 +145,8 @@ TEST(SimRoofline, GemmBoundFlipsWithBatch) {
   EXPECT_EQ(h.compute_s, 2.0 * 8192 * 8192 * 8192 / gpu_spec("H100").fp8_flops);
   const OpCost a = gemm_cost(a100, "w8", 8192, 8192, 8192, 8, cfg);
   EXPECT_EQ(a.compute_s, 2.0 * 8192 * 8192 * 8192 / a100.bf16_flops);
-  expect_error_contains([&] { gemm_cost(a100, "g", 1, 0, 4, 16, cfg); }, "gemm 'g': shape m=1 n=0 k=4");
+  expect_error_contains([&] { gemm_cost(a100, "g", 1, 0, 4, 16, cfg); },
+                        "gemm 'g': shape m=1 n=0 k=4");
   expect_error_contains([&] { gemm_cost(a100, "g", 1, 4, 4, 6, cfg); }, "weight_bits 6");
 }
 
@@ -173,7 +181,8 @@ TEST(SimRoofline, StepModelOpsByHand) {
   };
   EXPECT_EQ(find("qkv_proj").flops, 2.0 * 2 * 128 * 64);
   EXPECT_EQ(find("qkv_proj").bytes, 128 * 64 * 2 + 2 * 64 * 2 + 2 * 128 * 2);
-  // Decode attention: Q + O of 2 seqs (2 x 4 x 16 x 2 B, twice) + 30 tokens x K+V (2 x 2 x 16 x 2 B).
+  // Decode attention: Q + O of 2 seqs (2 x 4 x 16 x 2 B, twice) + 30 tokens x K+V (2 x 2 x 16 x 2
+  // B).
   EXPECT_EQ(find("decode_attention").bytes, 2 * (2 * 4 * 16 * 2) + 30 * (2 * 2 * 16 * 2));
   EXPECT_EQ(find("decode_attention").flops, 4.0 * 4 * 16 * 30);
   EXPECT_EQ(find("lm_head").flops, 2.0 * 2 * 256 * 64);
@@ -222,7 +231,8 @@ TEST(SimRoofline, DecodeStepIsMemoryBoundAndFp8Halves) {
     if (o.name == "decode_attention") EXPECT_EQ(o.bound(), Bound::kMemory);
 }
 
-std::vector<DecodeAttentionMeasurement> synthetic_measurements(const GpuSpec& gpu, double fixed, double eff) {
+std::vector<DecodeAttentionMeasurement> synthetic_measurements(const GpuSpec& gpu, double fixed,
+                                                               double eff) {
   std::vector<DecodeAttentionMeasurement> m;
   for (int64_t batch : {1, 4, 16, 64})
     for (int64_t ctx : {512, 4096, 32768}) {
@@ -230,7 +240,8 @@ std::vector<DecodeAttentionMeasurement> synthetic_measurements(const GpuSpec& gp
       s.batch = batch;
       s.context = ctx;
       const OpCost raw = decode_attention_cost(gpu, s, CostModelConfig{});
-      m.push_back({"b" + std::to_string(batch) + "_c" + std::to_string(ctx), s, fixed + raw.memory_s / eff});
+      m.push_back({"b" + std::to_string(batch) + "_c" + std::to_string(ctx), s,
+                   fixed + raw.memory_s / eff});
     }
   return m;
 }
@@ -247,7 +258,8 @@ TEST(SimCalibration, RecoversFixedOverheadAndEfficiency) {
   EXPECT_LT(c.median_abs_rel_error, kFitRelTol);
   EXPECT_LT(c.median_abs_rel_error_loo, kFitRelTol);
   // The fidelity table with the calibrated config matches; the raw roofline underestimates.
-  const FidelityTable cal = decode_attention_fidelity(h100, with_decode_attention_calibration({}, c), m);
+  const FidelityTable cal =
+      decode_attention_fidelity(h100, with_decode_attention_calibration({}, c), m);
   ASSERT_EQ(cal.rows.size(), 12u);
   EXPECT_LT(cal.max_abs_rel_error, kFitRelTol);
   const FidelityTable raw = decode_attention_fidelity(h100, CostModelConfig{}, m);
@@ -280,7 +292,8 @@ TEST(SimCalibration, MixedBoundsAndBadRecords) {
   expect_error_contains([&] { calibrate({recs[0]}); }, "at least 2 timing records, got 1");
   auto bad = recs;
   bad[2].measured_s = 0;
-  expect_error_contains([&] { calibrate(bad); }, "record 2 ('m64'): measured_s 0 must be finite and > 0");
+  expect_error_contains([&] { calibrate(bad); },
+                        "record 2 ('m64'): measured_s 0 must be finite and > 0");
   std::vector<KernelTiming> same{recs[0], recs[0]};
   expect_error_contains([&] { calibrate(same); }, "do not determine the model");
 }

@@ -16,7 +16,8 @@
 namespace kvlab::sim {
 namespace {
 
-Request req(int64_t id, double t, int32_t prompt, int32_t output, int32_t group = 0, int32_t shared = 0) {
+Request req(int64_t id, double t, int32_t prompt, int32_t output, int32_t group = 0,
+            int32_t shared = 0) {
   Request r;
   r.id = id;
   r.arrival_s = t;
@@ -37,12 +38,15 @@ EngineConfig small_config(int64_t blocks, int32_t bs) {
 }
 
 // One second per step: times count steps.
-std::shared_ptr<const StepTimeModel> unit_steps() { return std::make_shared<LinearStepTime>(1.0, 0.0, 0.0); }
+std::shared_ptr<const StepTimeModel> unit_steps() {
+  return std::make_shared<LinearStepTime>(1.0, 0.0, 0.0);
+}
 
 void expect_ledger_sums(const SimResult& r, int64_t capacity_slots) {
   for (size_t i = 0; i < r.ledger.size(); ++i) {
-    const int64_t sum = r.ledger.token_slots[i] + r.ledger.slack_slots[i] + r.ledger.reserved_slots[i] +
-                        r.ledger.cached_slots[i] + r.ledger.free_slots[i];
+    const int64_t sum = r.ledger.token_slots[i] + r.ledger.slack_slots[i] +
+                        r.ledger.reserved_slots[i] + r.ledger.cached_slots[i] +
+                        r.ledger.free_slots[i];
     ASSERT_EQ(sum, capacity_slots) << "ledger row " << i;
   }
 }
@@ -151,7 +155,8 @@ TEST(SimEngine, PrefixCachingSharesAndCachesBlocks) {
   Engine e(c, unit_steps());
   // A: 8 shared + 2 own tokens. B arrives while A runs: hits A's 2 shared blocks (used,
   // ref 2). C arrives after both finished: hits the 2 cached blocks.
-  const SimResult r = e.run({req(0, 0.0, 10, 4, 1, 8), req(1, 1.5, 10, 2, 1, 8), req(2, 20.0, 11, 1, 1, 8)});
+  const SimResult r =
+      e.run({req(0, 0.0, 10, 4, 1, 8), req(1, 1.5, 10, 2, 1, 8), req(2, 20.0, 11, 1, 1, 8)});
   EXPECT_EQ(r.requests.prefix_hit_tokens, (std::vector<int64_t>{0, 8, 8}));
   // B admitted at step 2 (t = 2): prefills only its 2 own tokens.
   EXPECT_EQ(r.steps.num_tokens[2], 1 + 2);
@@ -170,7 +175,8 @@ TEST(SimEngine, PrefixCachingSharesAndCachesBlocks) {
   // Without prefix caching nothing is shared.
   c.prefix_caching = false;
   Engine e2(c, unit_steps());
-  const SimResult r2 = e2.run({req(0, 0.0, 10, 4, 1, 8), req(1, 1.5, 10, 2, 1, 8), req(2, 20.0, 11, 1, 1, 8)});
+  const SimResult r2 =
+      e2.run({req(0, 0.0, 10, 4, 1, 8), req(1, 1.5, 10, 2, 1, 8), req(2, 20.0, 11, 1, 1, 8)});
   EXPECT_EQ(r2.summary.prefix_hit_tokens, 0);
   EXPECT_EQ(r2.summary.computed_tokens, 13 + 11 + 11);
 }
@@ -181,7 +187,8 @@ TEST(SimEngine, PrefixCacheEvictsLeastRecentlyReleasedWhenFull) {
   Engine e(c, unit_steps());
   // A (group 1) leaves 2 cached blocks; B (group 2, no hits) needs all 4 blocks: both cached
   // blocks are evicted; C (group 1) then finds nothing.
-  const SimResult r = e.run({req(0, 0.0, 9, 1, 1, 8), req(1, 5.0, 16, 1, 2, 16), req(2, 10.0, 9, 1, 1, 8)});
+  const SimResult r =
+      e.run({req(0, 0.0, 9, 1, 1, 8), req(1, 5.0, 16, 1, 2, 16), req(2, 10.0, 9, 1, 1, 8)});
   // B's 4 blocks: the 2 free ones, then A's 2 cached ones (evicted). C's 3 blocks: 3 of B's
   // 4 cached ones.
   EXPECT_EQ(r.summary.num_evictions, 2 + 3);
@@ -195,7 +202,8 @@ TEST(SimEngine, AdmissionRespectsWatermarkAndRejectsImpossibleRequests) {
   Engine e(c, unit_steps());
   // 33 tokens need 9 blocks > 10 - 2: rejected at arrival. Two 12-token prompts need 3
   // blocks each: the second admission would leave 10 - 3 - 3 = 4 >= 2 free: both run.
-  const SimResult r = e.run({req(0, 0.0, 30, 4), req(1, 0.0, 12, 1), req(2, 0.0, 12, 1), req(3, 0.0, 12, 1)});
+  const SimResult r =
+      e.run({req(0, 0.0, 30, 4), req(1, 0.0, 12, 1), req(2, 0.0, 12, 1), req(3, 0.0, 12, 1)});
   EXPECT_EQ(r.requests.status[0], static_cast<int32_t>(RequestStatus::kRejected));
   // The third 12-token prompt would leave 1 < 2 free blocks: it waits one step.
   EXPECT_TRUE(std::isnan(r.requests.first_scheduled_s[0]));
@@ -243,12 +251,15 @@ TEST(SimEngine, LedgerInvariantEveryStepUnderStress) {
       Engine e(c, std::make_shared<LinearStepTime>(1e-3, 1e-5, 1e-7, 1e9));
       const SimResult r = e.run(generate_workload(w));
       EXPECT_EQ(r.summary.num_finished + r.summary.num_rejected, w.num_requests);
-      EXPECT_GT(r.summary.num_preemptions + r.summary.num_swaps, 0) << "the case must exercise preemption";
+      EXPECT_GT(r.summary.num_preemptions + r.summary.num_swaps, 0)
+          << "the case must exercise preemption";
       if (caching) EXPECT_GT(r.summary.prefix_hit_tokens, 0);
       expect_ledger_sums(r, 97 * 7);
       EXPECT_EQ(r.ledger.size(), static_cast<size_t>(r.summary.num_steps));
       // Everything is released at the end.
-      EXPECT_EQ(r.ledger.token_slots.back() + r.ledger.slack_slots.back() + r.ledger.reserved_slots.back(), 0);
+      EXPECT_EQ(r.ledger.token_slots.back() + r.ledger.slack_slots.back() +
+                    r.ledger.reserved_slots.back(),
+                0);
     }
   }
 }
@@ -337,8 +348,8 @@ TEST(SimEngine, BatchBlockTableAndSlotMappingForRealRuns) {
   ASSERT_TRUE(e.schedule());
   e.batch_slot_mapping(&slots);
   EXPECT_EQ(slots, (std::vector<int64_t>{6, 11}));  // token 6 of request 0, token 3 of request 1
-  EXPECT_THROW(e.schedule(), InvalidArgument);       // not completed yet
-  EXPECT_THROW(e.complete(-1), InvalidArgument);     // no step-time model
+  EXPECT_THROW(e.schedule(), InvalidArgument);      // not completed yet
+  EXPECT_THROW(e.complete(-1), InvalidArgument);    // no step-time model
   e.complete(0.25);
   EXPECT_THROW(e.batch_slot_mapping(&slots), InvalidArgument);  // nothing scheduled
 }

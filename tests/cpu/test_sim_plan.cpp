@@ -38,10 +38,12 @@ TEST(SimModel, PresetsAndParameterCounts) {
   EXPECT_EQ(m.num_params(), 8030261248LL);
   EXPECT_EQ(m.weight_bytes(), 2 * 8030261248LL);
   for (const auto& n : model_preset_names()) EXPECT_NO_THROW(model_preset(n));
-  expect_error_contains([] { model_preset("gpt-5"); }, "unknown model preset 'gpt-5' (allowed: llama3.1-8b");
+  expect_error_contains([] { model_preset("gpt-5"); },
+                        "unknown model preset 'gpt-5' (allowed: llama3.1-8b");
   ModelStack bad = m;
   bad.num_kv_heads = 3;
-  expect_error_contains([&] { bad.validate(); }, "num_qo_heads 32 must be a positive multiple of num_kv_heads 3");
+  expect_error_contains([&] { bad.validate(); },
+                        "num_qo_heads 32 must be a positive multiple of num_kv_heads 3");
   bad = m;
   bad.cache = {{16, CacheKind::kFull, 1, 0}, {8, CacheKind::kCompressed, 4, 0}};
   expect_error_contains([&] { bad.validate(); }, "cache groups cover 24 layers, the model has 32");
@@ -70,7 +72,9 @@ TEST(SimModel, FootprintPerFormatByHand) {
 ModelStack mixed_stack() {
   ModelStack m = model_preset("llama3.1-8b");
   m.name = "mixed";
-  m.cache = {{16, CacheKind::kFull, 1, 0}, {12, CacheKind::kCompressed, 4, 0}, {4, CacheKind::kSlidingWindow, 1, 128}};
+  m.cache = {{16, CacheKind::kFull, 1, 0},
+             {12, CacheKind::kCompressed, 4, 0},
+             {4, CacheKind::kSlidingWindow, 1, 128}};
   return m;
 }
 
@@ -116,7 +120,7 @@ TEST(SimPlan, CompressedAndSlidingWindowStackByHand) {
   q.format = KvFormat::kBF16;
   q.context_tokens = 1024;
   const CapacityResult r = plan_capacity(q);
-  const int64_t tok = 2 * 8 * 128 * 2;               // K + V bytes of one token of one layer
+  const int64_t tok = 2 * 8 * 128 * 2;                 // K + V bytes of one token of one layer
   EXPECT_EQ(r.footprint.block.raw_kv, 16 * 16 * tok);  // 16 full layers
   EXPECT_EQ(r.footprint.block.compressed_kv, 12 * 4 * tok);  // 12 layers, 16 / 4 entries
   EXPECT_EQ(r.footprint.per_request_bytes, 4 * 128 * tok);   // 4 SWA layers, 128-token ring
@@ -135,7 +139,8 @@ TEST(SimPlan, BadInputsAreClearErrors) {
   q.kv_budget_bytes = 2097151;  // one byte below one BF16 block of 16 tokens
   q.block_size = 16;
   q.context_tokens = 100;
-  expect_error_contains([&] { plan_capacity(q); }, "KV budget 2097151 bytes is below one block (2097152 bytes)");
+  expect_error_contains([&] { plan_capacity(q); },
+                        "KV budget 2097151 bytes is below one block (2097152 bytes)");
   q.kv_budget_bytes = kGiB;
   q.context_tokens = 0;
   expect_error_contains([&] { plan_capacity(q); }, "context_tokens 0 must be >= 1");
@@ -145,7 +150,8 @@ TEST(SimPlan, BadInputsAreClearErrors) {
   q.kv_budget_bytes = kGiB;
   q.model = mixed_stack();
   q.block_size = 18;  // not a multiple of the compression ratio 4
-  expect_error_contains([&] { plan_capacity(q); }, "block_size 18 is not a multiple of compression ratio 4");
+  expect_error_contains([&] { plan_capacity(q); },
+                        "block_size 18 is not a multiple of compression ratio 4");
   q.block_size = 0;
   expect_error_contains([&] { plan_capacity(q); }, "block_size 0 must be >= 1");
   q.block_size = 16;
@@ -160,9 +166,9 @@ TEST(SimPlan, KvBudgetOnGpu) {
   EXPECT_EQ(kv_budget_on_gpu(h100, m, 0.9, 4 * kGiB), 77309411328LL - 16060522496LL - 4 * kGiB);
   expect_error_contains([&] { kv_budget_on_gpu(h100, model_preset("llama3.1-70b"), 0.9, 0); },
                         "leaves nothing for the KV cache");
-  expect_error_contains([&] { kv_budget_on_gpu(h100, m, 1.5, 0); }, "gpu_memory_utilization 1.5 must be in (0, 1]");
+  expect_error_contains([&] { kv_budget_on_gpu(h100, m, 1.5, 0); },
+                        "gpu_memory_utilization 1.5 must be in (0, 1]");
 }
-
 
 // test-tiny (data/models): swa, csa, hca, csa, hca; entries 128 FP8 + 32 BF16 dims; seed-004
 // variant: entry 128 + 64 + 4 = 196 B; block_tokens 16 -> CSA 4 entries + 4 NVFP4 keys of
@@ -190,8 +196,10 @@ TEST(SimPlan, Dsv4TinyStackByHand) {
   EXPECT_EQ(c.budget.num_blocks, 75);
   EXPECT_EQ(c.max_tokens(), 75 * 16);
   EXPECT_DOUBLE_EQ(c.bytes_per_token, (7 * 2536 + 112276) / 100.0);
-  expect_error_contains([&] { plan_dsv4_capacity(schema, 100000, 100); }, "too small for one request");
-  expect_error_contains([&] { plan_dsv4_capacity(schema, 1000000, 0); }, "context_tokens 0 must be >= 1");
+  expect_error_contains([&] { plan_dsv4_capacity(schema, 100000, 100); },
+                        "too small for one request");
+  expect_error_contains([&] { plan_dsv4_capacity(schema, 1000000, 0); },
+                        "context_tokens 0 must be >= 1");
 }
 
 // V4-Flash-like: 21 CSA + 20 HCA layers with 448 FP8 + 64 BF16 dims per entry, 128-token
@@ -202,11 +210,13 @@ TEST(SimPlan, Dsv4FlashLikeBlockSplitAndBaseline) {
   Dsv4CacheConfig cfg;
   const KvFootprint seed = dsv4_footprint(build_dsv4_schema(st, cfg));
   EXPECT_EQ(seed.block.compressed_kv, 21 * (32 * 576 + 32 * 64) + 20 * 576);
-  EXPECT_EQ(seed.block.scales, 21 * (32 * 4 + 32 * 8) + 20 * 4);  // FP32 per entry; E4M3 per 16 key dims
+  EXPECT_EQ(seed.block.scales,
+            21 * (32 * 4 + 32 * 8) + 20 * 4);  // FP32 per entry; E4M3 per 16 key dims
   cfg.variant = Dsv4Variant::public_v4();
   const KvFootprint pub = dsv4_footprint(build_dsv4_schema(st, cfg));
   EXPECT_EQ(pub.block.compressed_kv, seed.block.compressed_kv);
-  EXPECT_EQ(pub.block.scales, 21 * (32 * 8 + 32 * 4) + 20 * 8);  // 7 UE8M0 + pad; UE8M0 per 32 key dims
+  EXPECT_EQ(pub.block.scales,
+            21 * (32 * 8 + 32 * 4) + 20 * 8);  // 7 UE8M0 + pad; UE8M0 per 32 key dims
   const ModelStack base = dsv4_bf16_dense_baseline(st);
   EXPECT_EQ(kv_footprint(base, 16, KvFormat::kBF16).bytes_per_token(), 44032.0);
 }

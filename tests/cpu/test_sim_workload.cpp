@@ -170,26 +170,35 @@ TEST(SimWorkload, BadSpecsAreClearErrors) {
 TEST(SimWorkload, SpecFilesParseAndReportLines) {
   const std::string good =
       "# comment\nseed = 5\nnum_requests = 3\narrival = bursty\nrate = 2.5\nburstiness = 0.5\n"
-      "prompt = zipf\nprompt_s = 1.2\nprompt_min = 4\nprompt_max = 40\noutput = fixed\noutput_value = 7\n";
+      "prompt = zipf\nprompt_s = 1.2\nprompt_min = 4\nprompt_max = 40\noutput = "
+      "fixed\noutput_value = 7\n";
   const WorkloadSpec w = parse_workload_spec(good, "good.cfg");
   EXPECT_EQ(w.seed, 5u);
   EXPECT_EQ(w.arrival.kind, ArrivalKind::kBursty);
   EXPECT_EQ(w.arrival.burstiness, 0.5);
   EXPECT_EQ(w.prompt.kind, LengthDistKind::kZipf);
   EXPECT_EQ(w.output.value, 7);
-  expect_error_contains([&] { parse_workload_spec(good + "colour = red\n", "x.cfg"); }, "x.cfg:13: unknown key 'colour'");
+  expect_error_contains([&] { parse_workload_spec(good + "colour = red\n", "x.cfg"); },
+                        "x.cfg:13: unknown key 'colour'");
   expect_error_contains([&] { parse_workload_spec("num_requests = ten\n", "y.cfg"); },
                         "y.cfg:1: field 'num_requests' = 'ten' is not an integer");
-  expect_error_contains([&] { parse_workload_spec("num_requests = 1\narrival = poisson\nrate = -2\n", "z.cfg"); },
-                        "z.cfg:3: field 'rate' = -2 must be > 0");
-  expect_error_contains([&] { parse_workload_spec("num_requests 4\n", "w.cfg"); }, "w.cfg:1: expected 'key = value'");
-  expect_error_contains([&] { parse_workload_spec("seed = 1\nseed = 2\n", "v.cfg"); }, "v.cfg:2: key 'seed' repeats line 1");
   expect_error_contains(
-      [&] { parse_workload_spec("num_requests = 1\narrival = poisson\nrate = 1\nprompt = uniform\nprompt_min = 3\n", "u.cfg"); },
+      [&] { parse_workload_spec("num_requests = 1\narrival = poisson\nrate = -2\n", "z.cfg"); },
+      "z.cfg:3: field 'rate' = -2 must be > 0");
+  expect_error_contains([&] { parse_workload_spec("num_requests 4\n", "w.cfg"); },
+                        "w.cfg:1: expected 'key = value'");
+  expect_error_contains([&] { parse_workload_spec("seed = 1\nseed = 2\n", "v.cfg"); },
+                        "v.cfg:2: key 'seed' repeats line 1");
+  expect_error_contains(
+      [&] {
+        parse_workload_spec(
+            "num_requests = 1\narrival = poisson\nrate = 1\nprompt = uniform\nprompt_min = 3\n",
+            "u.cfg");
+      },
       "needs key 'prompt_max'");
   // Every shipped workload file parses and generates.
-  for (const char* f : {"workloads/chat_poisson.cfg", "workloads/bursty_zipf.cfg", "workloads/shared_prefix.cfg",
-                        "workloads/offline_batch.cfg"}) {
+  for (const char* f : {"workloads/chat_poisson.cfg", "workloads/bursty_zipf.cfg",
+                        "workloads/shared_prefix.cfg", "workloads/offline_batch.cfg"}) {
     SCOPED_TRACE(f);
     const WorkloadSpec s = load_workload_spec(find_data_file(f));
     EXPECT_EQ(static_cast<int64_t>(generate_workload(s).size()), s.num_requests);
@@ -210,7 +219,8 @@ TEST(SimTrace, RoundTripAndShippedTraces) {
     EXPECT_EQ(a[i].shared_prefix_tokens, b[i].shared_prefix_tokens);
   }
   // Four-column form with columns in another order.
-  const auto c = parse_trace_csv("output_tokens,request_id,prompt_tokens,arrival_s\n3,10,5,0.5\n1,11,2,0.5\n", "c.csv");
+  const auto c = parse_trace_csv(
+      "output_tokens,request_id,prompt_tokens,arrival_s\n3,10,5,0.5\n1,11,2,0.5\n", "c.csv");
   ASSERT_EQ(c.size(), 2u);
   EXPECT_EQ(c[0].id, 10);
   EXPECT_EQ(c[0].output_tokens, 3);
@@ -227,24 +237,32 @@ TEST(SimTrace, MalformedLinesNameFileLineAndField) {
                         "t.csv:4: field 'arrival_s' = 'nan' is not a finite number");
   expect_error_contains([&] { parse_trace_csv(h + "0,1.0,1,5\n1,0.5,1,5\n", "t.csv"); },
                         "t.csv:3: field 'arrival_s' = 0.5 is earlier than the previous row's 1");
-  expect_error_contains([&] { parse_trace_csv(h + "0,0,0,5\n", "t.csv"); }, "t.csv:2: field 'prompt_tokens' = 0 outside [1");
+  expect_error_contains([&] { parse_trace_csv(h + "0,0,0,5\n", "t.csv"); },
+                        "t.csv:2: field 'prompt_tokens' = 0 outside [1");
   expect_error_contains([&] { parse_trace_csv(h + "0,0,1,5\n0,0,1,5\n", "t.csv"); },
                         "t.csv:3: field 'request_id' = 0 repeats line 2");
-  expect_error_contains([&] { parse_trace_csv(h + "0,0,1\n", "t.csv"); }, "t.csv:2: 3 fields, the header has 4");
-  expect_error_contains([&] { parse_trace_csv(h + "0,-1,1,5\n", "t.csv"); }, "t.csv:2: field 'arrival_s' = -1 is negative");
+  expect_error_contains([&] { parse_trace_csv(h + "0,0,1\n", "t.csv"); },
+                        "t.csv:2: 3 fields, the header has 4");
+  expect_error_contains([&] { parse_trace_csv(h + "0,-1,1,5\n", "t.csv"); },
+                        "t.csv:2: field 'arrival_s' = -1 is negative");
   expect_error_contains([&] { parse_trace_csv("request_id,arrival_s,prompt_tokens\n", "t.csv"); },
                         "t.csv:1: header lacks the required column 'output_tokens'");
-  expect_error_contains([&] { parse_trace_csv("request_id,arrival_s,prompt_tokens,output_tokens,user\n", "t.csv"); },
-                        "t.csv:1: unknown column 'user'");
+  expect_error_contains(
+      [&] { parse_trace_csv("request_id,arrival_s,prompt_tokens,output_tokens,user\n", "t.csv"); },
+      "t.csv:1: unknown column 'user'");
   expect_error_contains([&] { parse_trace_csv(h + "0,0,4,5,1\n", "t.csv"); }, "t.csv:2: 5 fields");
   expect_error_contains(
       [&] {
-        parse_trace_csv("request_id,arrival_s,prompt_tokens,output_tokens,prefix_group,shared_prefix_tokens\n0,0,4,1,1,9\n",
-                        "t.csv");
+        parse_trace_csv(
+            "request_id,arrival_s,prompt_tokens,output_tokens,prefix_group,shared_prefix_tokens\n0,"
+            "0,4,1,1,9\n",
+            "t.csv");
       },
       "t.csv:2: field 'shared_prefix_tokens' = 9 exceeds prompt_tokens 4");
-  expect_error_contains([&] { parse_trace_csv("# only a comment\n", "t.csv"); }, "t.csv: no header line");
-  expect_error_contains([&] { load_trace_csv("/nonexistent/trace.csv"); }, "cannot open file '/nonexistent/trace.csv'");
+  expect_error_contains([&] { parse_trace_csv("# only a comment\n", "t.csv"); },
+                        "t.csv: no header line");
+  expect_error_contains([&] { load_trace_csv("/nonexistent/trace.csv"); },
+                        "cannot open file '/nonexistent/trace.csv'");
 }
 
 }  // namespace

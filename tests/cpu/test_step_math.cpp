@@ -90,7 +90,8 @@ TEST(StepMath, SyntheticWeightsAreDeterministicBoundedAndStreamed) {
     sq += double(v) * v;
   }
   // U(-a, a): mean 0, variance a^2 / 3 (4096 samples: 5 standard errors)
-  const double n = a.size(), var = sq / n - (sum / n) * (sum / n), expect = double(bound) * bound / 3;
+  const double n = a.size(), var = sq / n - (sum / n) * (sum / n),
+               expect = double(bound) * bound / 3;
   EXPECT_LT(std::fabs(sum / n), 5 * std::sqrt(expect / n));
   EXPECT_NEAR(var, expect, 5 * expect * std::sqrt(0.8 / n));
   // norm gains: 1 +- 0.25
@@ -144,7 +145,8 @@ TEST(StepMath, RopeTableAndRotation) {
 TEST(StepMath, OrderKeysAreMonotoneAndPutNaNLast) {
   std::vector<float> v = {-INFINITY, -3.5f, -1e-30f, -0.0f, 0.0f, 1e-30f, 2.0f, 3.4e38f, INFINITY};
   for (size_t i = 0; i + 1 < v.size(); ++i)
-    EXPECT_LT(step::float_order_key(v[i]), step::float_order_key(v[i + 1])) << v[i] << " vs " << v[i + 1];
+    EXPECT_LT(step::float_order_key(v[i]), step::float_order_key(v[i + 1]))
+        << v[i] << " vs " << v[i + 1];
   EXPECT_LT(step::float_order_key(NAN), step::float_order_key(-INFINITY));
   EXPECT_LT(step::float_order_key(-NAN), step::float_order_key(-INFINITY));
   // ties: the lower token id ranks first; the token survives the round trip
@@ -185,20 +187,25 @@ TEST(StepMath, SampleSortedFollowsTheSoftmax) {
   std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
   int counts[3] = {0, 0, 0};
   const int n = 200000;
-  for (int i = 0; i < n; ++i) ++counts[step::sample_sorted(vals, 3, 1.0f, step::sampling_uniform(seed, i, 7))];
+  for (int i = 0; i < n; ++i)
+    ++counts[step::sample_sorted(vals, 3, 1.0f, step::sampling_uniform(seed, i, 7))];
   const double p[3] = {p0, p1, 1.0 / z};
-  for (int j = 0; j < 3; ++j) EXPECT_NEAR(counts[j] / double(n), p[j], 5 * std::sqrt(p[j] * (1 - p[j]) / n)) << j;
+  for (int j = 0; j < 3; ++j)
+    EXPECT_NEAR(counts[j] / double(n), p[j], 5 * std::sqrt(p[j] * (1 - p[j]) / n)) << j;
 }
 
 TEST(StepSampling, GreedyAndTopKOnTheReference) {
   std::vector<float> logits = {0.5f, 3.0f, -1.0f, 3.0f, NAN, 2.9f};
   EXPECT_EQ(ref::greedy_token(logits.data(), 6), 1);  // tie 1 vs 3: lower id
   // top-1 is greedy for any draw
-  for (int pos = 0; pos < 50; ++pos) EXPECT_EQ(ref::top_k_token(logits.data(), 6, 1, 1.0f, 9, 0, pos), 1);
+  for (int pos = 0; pos < 50; ++pos)
+    EXPECT_EQ(ref::top_k_token(logits.data(), 6, 1, 1.0f, 9, 0, pos), 1);
   // top-3 picks among {1, 3, 5} only (p ~ 0.35, 0.35, 0.31 at temperature 1)
   std::map<int, int> seen;
-  for (int pos = 0; pos < 400; ++pos) seen[ref::top_k_token(logits.data(), 6, 3, 1.0f, 11, 2, pos)]++;
-  for (const auto& [tok, n] : seen) EXPECT_TRUE(tok == 1 || tok == 3 || tok == 5) << tok << " x" << n;
+  for (int pos = 0; pos < 400; ++pos)
+    seen[ref::top_k_token(logits.data(), 6, 3, 1.0f, 11, 2, pos)]++;
+  for (const auto& [tok, n] : seen)
+    EXPECT_TRUE(tok == 1 || tok == 3 || tok == 5) << tok << " x" << n;
   EXPECT_EQ(seen.size(), 3u);
   EXPECT_THROW(ref::top_k_token(logits.data(), 6, 0, 1.0f, 0, 0, 0), InvalidArgument);
   EXPECT_THROW(ref::top_k_token(logits.data(), 6, 7, 1.0f, 0, 0, 0), InvalidArgument);

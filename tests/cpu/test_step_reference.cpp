@@ -37,7 +37,9 @@ std::vector<int32_t> random_tokens(std::mt19937_64& rng, int n, int vocab) {
   return t;
 }
 
-float bf16r(double x) { return bf16_bits_to_float(float_to_bf16_bits(static_cast<float>(x), Saturation::kSatFinite)); }
+float bf16r(double x) {
+  return bf16_bits_to_float(float_to_bf16_bits(static_cast<float>(x), Saturation::kSatFinite));
+}
 
 // An independent, deliberately naive implementation of one sequence of the decoder with a
 // BF16 KV cache (K and V rounded to BF16 when stored, as the cache stores them).
@@ -66,18 +68,22 @@ class NaiveDecoder {
   }
 
   std::vector<float> step(int token) {
-    const int H = c_.hidden, D = c_.head_dim, half = D / 2, F = c_.ffn, qd = c_.q_dim(), kvd = c_.kv_dim();
+    const int H = c_.hidden, D = c_.head_dim, half = D / 2, F = c_.ffn, qd = c_.q_dim(),
+              kvd = c_.kv_dim();
     const int pos = static_cast<int>(k_[0].size()) / kvd;
-    std::vector<double> h(emb_.begin() + static_cast<int64_t>(token) * H, emb_.begin() + static_cast<int64_t>(token + 1) * H);
+    std::vector<double> h(emb_.begin() + static_cast<int64_t>(token) * H,
+                          emb_.begin() + static_cast<int64_t>(token + 1) * H);
     auto norm = [&](const std::vector<double>& g) {
       double ss = 0;
       for (double x : h) ss += x * x;
       const double inv = 1.0 / std::sqrt(ss / H + c_.rms_eps);
       std::vector<double> o(H);
-      for (int i = 0; i < H; ++i) o[i] = bf16r(static_cast<float>(h[i]) * static_cast<float>(inv) * g[i]);
+      for (int i = 0; i < H; ++i)
+        o[i] = bf16r(static_cast<float>(h[i]) * static_cast<float>(inv) * g[i]);
       return o;
     };
-    auto matvec = [](const std::vector<double>& w, const std::vector<double>& x, int64_t row0, int n) {
+    auto matvec = [](const std::vector<double>& w, const std::vector<double>& x, int64_t row0,
+                     int n) {
       std::vector<double> y(n, 0.0);
       const int64_t k = static_cast<int64_t>(x.size());
       for (int j = 0; j < n; ++j)
@@ -92,7 +98,8 @@ class NaiveDecoder {
           const double a = pos * std::pow(static_cast<double>(c_.rope_theta), -2.0 * i / D);
           double& x0 = qkv[hd * D + i];
           double& x1 = qkv[hd * D + i + half];
-          const double y0 = x0 * std::cos(a) - x1 * std::sin(a), y1 = x1 * std::cos(a) + x0 * std::sin(a);
+          const double y0 = x0 * std::cos(a) - x1 * std::sin(a),
+                       y1 = x1 * std::cos(a) + x0 * std::sin(a);
           x0 = y0;
           x1 = y1;
         }
@@ -108,7 +115,8 @@ class NaiveDecoder {
         double mx = -1e300;
         for (int t = 0; t < len; ++t) {
           double dot = 0;
-          for (int i = 0; i < D; ++i) dot += bf16r(qkv[qh * D + i]) * k_[l][(int64_t{t} * c_.kv_heads + kh) * D + i];
+          for (int i = 0; i < D; ++i)
+            dot += bf16r(qkv[qh * D + i]) * k_[l][(int64_t{t} * c_.kv_heads + kh) * D + i];
           z[t] = dot / std::sqrt(static_cast<double>(D));
           mx = std::max(mx, z[t]);
         }
@@ -116,7 +124,8 @@ class NaiveDecoder {
         for (double& e : z) sum += (e = std::exp(e - mx));
         for (int i = 0; i < D; ++i) {
           double acc = 0;
-          for (int t = 0; t < len; ++t) acc += z[t] * v_[l][(int64_t{t} * c_.kv_heads + kh) * D + i];
+          for (int t = 0; t < len; ++t)
+            acc += z[t] * v_[l][(int64_t{t} * c_.kv_heads + kh) * D + i];
           o[qh * D + i] = bf16r(acc / sum);
         }
       }
@@ -140,7 +149,8 @@ class NaiveDecoder {
   std::vector<std::vector<double>> an_, wqkv_, wo_, mn_, wgu_, wd_, k_, v_;
 };
 
-void expect_logits_close(const std::vector<float>& out, const std::vector<float>& ref, const char* what) {
+void expect_logits_close(const std::vector<float>& out, const std::vector<float>& ref,
+                         const char* what) {
   const Tolerance tol = tolerance(Op::kDecodeStepLogits, KvFormat::kBF16, DType::kF32);
   ErrorStats s;
   const bool ok = check(out.data(), ref.data(), std::min(out.size(), ref.size()), tol, &s);
@@ -165,7 +175,8 @@ TEST(StepReference, MatchesANaiveImplementation) {
       const std::vector<float> nl = naive[b].step(tok[b]);
       const std::vector<float> rl(r.logits().begin() + static_cast<int64_t>(b) * c.vocab,
                                   r.logits().begin() + static_cast<int64_t>(b + 1) * c.vocab);
-      expect_logits_close(rl, nl, ("step " + std::to_string(s) + " row " + std::to_string(b)).c_str());
+      expect_logits_close(rl, nl,
+                          ("step " + std::to_string(s) + " row " + std::to_string(b)).c_str());
       EXPECT_EQ(next[b], ref::greedy_token(rl.data(), c.vocab));
     }
     tok = s < 5 ? random_tokens(rng, batch, c.vocab) : next;  // a prompt, then greedy
@@ -230,7 +241,8 @@ TEST(StepReference, TheToleranceRejectsAWrongModel) {
       a.step(tok);
       b.step(tok);
       ErrorStats es;
-      failing_steps += check(a.logits().data(), b.logits().data(), a.logits().size(), tol, &es) ? 0 : 1;
+      failing_steps +=
+          check(a.logits().data(), b.logits().data(), a.logits().size(), tol, &es) ? 0 : 1;
     }
     // another seed fails at every step; the RoPE bug is invisible at position 0 (no rotation)
     // and its angle error at position 1 (at most 1 - 500^(-2i/D) / 10000^(-2i/D) rad per pair)
@@ -251,7 +263,8 @@ TEST(StepReference, LayoutAndBlockPlacementDoNotChangeTheResult) {
       cache.block_size = 4;
       ref::DecoderRef r(c, cache, batch, steps);
       std::vector<int32_t> table = identity_table(batch, r.blocks_per_seq());
-      if (permuted) std::shuffle(table.begin(), table.end(), std::mt19937_64(test::seed_for("perm")));
+      if (permuted)
+        std::shuffle(table.begin(), table.end(), std::mt19937_64(test::seed_for("perm")));
       r.start(batch, table);
       std::mt19937_64 rng(test::seed_for("layout-tokens"));
       for (int s = 0; s < steps; ++s) r.step(random_tokens(rng, batch, c.vocab));
@@ -285,7 +298,8 @@ TEST(StepReference, TopKSamplingIsSeededAndDeterministic) {
     for (int s = 0; s < 10; ++s) {
       tok = r.step(tok, 40, 1.0f, seed);
       for (int b = 0; b < 2; ++b)
-        EXPECT_EQ(tok[b], ref::top_k_token(r.logits().data() + b * c.vocab, c.vocab, 40, 1.0f, seed, b, s));
+        EXPECT_EQ(tok[b],
+                  ref::top_k_token(r.logits().data() + b * c.vocab, c.vocab, 40, 1.0f, seed, b, s));
       all.insert(all.end(), tok.begin(), tok.end());
     }
     return all;

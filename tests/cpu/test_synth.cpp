@@ -100,10 +100,12 @@ TEST(Synth, Ar1Autocorrelation) {
       // effective sample size of an AR(1) series: n (1 - rho) / (1 + rho); its lag-1
       // estimate has standard deviation sqrt((1 - rho^2) / n)
       const double sd = std::sqrt((1 - rho * rho) / static_cast<double>(c.size()));
-      EXPECT_NEAR(num / den, rho, 6 * sd + 1.0 / static_cast<double>(c.size())) << "rho " << rho << " channel " << d;
+      EXPECT_NEAR(num / den, rho, 6 * sd + 1.0 / static_cast<double>(c.size()))
+          << "rho " << rho << " channel " << d;
       // stationary unit variance (std 1), sample variance of a correlated series:
       // relative sd ~ sqrt(2 (1 + rho^2) / ((1 - rho^2) n))
-      const double vsd = std::sqrt(2 * (1 + rho * rho) / ((1 - rho * rho) * static_cast<double>(c.size())));
+      const double vsd =
+          std::sqrt(2 * (1 + rho * rho) / ((1 - rho * rho) * static_cast<double>(c.size())));
       EXPECT_NEAR(den / static_cast<double>(c.size()), 1.0, 6 * vsd) << "rho " << rho;
     }
   }

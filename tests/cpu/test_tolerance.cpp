@@ -67,8 +67,10 @@ TEST(Tolerance, ExplicitlyUnsupported) {
   EXPECT_THROW(tolerance(Op::kOnlineSoftmaxMerge, KvFormat::kBF16, DType::kBF16), Unsupported);
   EXPECT_THROW(tolerance(Op::kCompressor, KvFormat::kFP8E4M3, DType::kF32), Unsupported);
   EXPECT_THROW(tolerance(static_cast<Op>(kNumOps), KvFormat::kBF16, DType::kF32), Unsupported);
-  EXPECT_THROW(tolerance(Op::kDecodeAttention, static_cast<KvFormat>(99), DType::kBF16), InvalidArgument);
-  EXPECT_THROW(tolerance(Op::kDecodeAttention, KvFormat::kBF16, static_cast<DType>(9)), InvalidArgument);
+  EXPECT_THROW(tolerance(Op::kDecodeAttention, static_cast<KvFormat>(99), DType::kBF16),
+               InvalidArgument);
+  EXPECT_THROW(tolerance(Op::kDecodeAttention, KvFormat::kBF16, static_cast<DType>(9)),
+               InvalidArgument);
 }
 
 TEST(Tolerance, OpNamesAreUnique) {
@@ -138,8 +140,9 @@ TEST(Tolerance, RoundTripEntryHoldsForBf16AndFp16Rounding) {
       const float mag = std::ldexp(static_cast<float>((x >> 40) & 0xFFFFFF) / 16777216.0f + 0.5f,
                                    static_cast<int>((x >> 33) % 40) - 30);
       in[i] = (x >> 63) ? -mag : mag;
-      out[i] = d == DType::kBF16 ? bf16_bits_to_float(float_to_bf16_bits(in[i], Saturation::kSatFinite))
-                                 : fp16_bits_to_float(float_to_fp16_bits(in[i], Saturation::kSatFinite));
+      out[i] = d == DType::kBF16
+                   ? bf16_bits_to_float(float_to_bf16_bits(in[i], Saturation::kSatFinite))
+                   : fp16_bits_to_float(float_to_fp16_bits(in[i], Saturation::kSatFinite));
     }
     ErrorStats s;
     EXPECT_TRUE(check(out, in, t, &s)) << to_string(d) << " " << to_string(s);

@@ -28,8 +28,8 @@
 #include "reference/attention/guard_region.h"
 #include "reference/attention/paged_case.h"
 
-#define KVLAB_SKIP_WITHOUT_GPU()                                                      \
-  do {                                                                                \
+#define KVLAB_SKIP_WITHOUT_GPU()                                                     \
+  do {                                                                               \
     if (!::kvlab::gpu::device_available()) GTEST_SKIP() << "no CUDA device present"; \
   } while (0)
 
@@ -53,10 +53,13 @@ T* raw(thrust::device_vector<T>& d) {
 // The device twin of a host GuardedBuffer (same bytes, guards included).
 class DeviceGuarded {
  public:
-  explicit DeviceGuarded(const GuardedBuffer& host) : guard_(host.guard_bytes()), dev_(to_device(host.storage())) {}
+  explicit DeviceGuarded(const GuardedBuffer& host)
+      : guard_(host.guard_bytes()), dev_(to_device(host.storage())) {}
   void* data() { return raw(dev_) + guard_; }
   // Copies the device allocation back over `host` (guards included).
-  void fetch(GuardedBuffer& host) const { thrust::copy(dev_.begin(), dev_.end(), host.storage().begin()); }
+  void fetch(GuardedBuffer& host) const {
+    thrust::copy(dev_.begin(), dev_.end(), host.storage().begin());
+  }
 
  private:
   size_t guard_;
@@ -70,9 +73,13 @@ struct DeviceCase {
   thrust::device_vector<int32_t> block_table, seq_lens;
 
   explicit DeviceCase(const ref::PagedCase& c)
-      : q(to_device(c.q)), k_pool(to_device(c.k_pool)), v_pool(to_device(c.v_pool)),
-        k_scales(to_device(c.k_scales)), v_scales(to_device(c.v_scales)),
-        block_table(to_device(c.block_table)), seq_lens(to_device(c.seq_lens)) {}
+      : q(to_device(c.q)),
+        k_pool(to_device(c.k_pool)),
+        v_pool(to_device(c.v_pool)),
+        k_scales(to_device(c.k_scales)),
+        v_scales(to_device(c.v_scales)),
+        block_table(to_device(c.block_table)),
+        seq_lens(to_device(c.seq_lens)) {}
 
   // The case's DecodeArgs with every pointer moved to this device copy.
   DecodeArgs decode_args(ref::PagedCase& c, void* o, float* lse) {
@@ -98,7 +105,8 @@ struct GpuDecodeRun {
 };
 
 // Runs `version` over the device copy of `c` into guarded, NaN-prefilled outputs.
-inline GpuDecodeRun run_gpu_decode(ref::PagedCase& c, DeviceCase& d, int version, cudaStream_t stream = nullptr) {
+inline GpuDecodeRun run_gpu_decode(ref::PagedCase& c, DeviceCase& d, int version,
+                                   cudaStream_t stream = nullptr) {
   GpuDecodeRun r;
   GuardedBuffer o_host(static_cast<size_t>(c.o_elements()), c.spec.q_dtype);
   GuardedBuffer lse_host(static_cast<size_t>(c.lse_elements()), DType::kF32);

@@ -33,8 +33,8 @@ struct AppendCase {
   PageGeometry g;
   DType in_dtype;
   int num_tokens;
-  std::vector<uint8_t> k_in, v_in;          // [tokens, heads, dim] in_dtype bytes
-  std::vector<int64_t> slots;               // [tokens]
+  std::vector<uint8_t> k_in, v_in;                          // [tokens, heads, dim] in_dtype bytes
+  std::vector<int64_t> slots;                               // [tokens]
   std::vector<uint8_t> k_pool, v_pool, k_scales, v_scales;  // initial contents
   float k_scale = 1.0f, v_scale = 1.0f;
   uint64_t seed = 0;
@@ -54,11 +54,11 @@ std::vector<uint8_t> make_input(int tokens, int heads, int dim, DType dt, std::m
   for (auto& v : x) v = n(rng);
   auto row = [&](int t) { return x.data() + static_cast<int64_t>(t) * heads * dim; };
   if (tokens > 6) {
-    std::fill(row(1), row(1) + dim, 0.0f);                              // all zeros: amax floor
-    for (int d = 0; d < dim; ++d) row(2)[d] *= 1e-7f;                   // below the floor
-    for (int d = 0; d < dim; ++d) row(3)[d] *= 3e4f;                    // beyond FP8/FP4 ranges
-    row(4)[dim / 3] = std::numeric_limits<float>::quiet_NaN();          // NaN element
-    row(5)[dim - 1] = std::numeric_limits<float>::infinity();           // Inf element
+    std::fill(row(1), row(1) + dim, 0.0f);                      // all zeros: amax floor
+    for (int d = 0; d < dim; ++d) row(2)[d] *= 1e-7f;           // below the floor
+    for (int d = 0; d < dim; ++d) row(3)[d] *= 3e4f;            // beyond FP8/FP4 ranges
+    row(4)[dim / 3] = std::numeric_limits<float>::quiet_NaN();  // NaN element
+    row(5)[dim - 1] = std::numeric_limits<float>::infinity();   // Inf element
     row(6)[0] = -std::numeric_limits<float>::infinity();
   }
   std::vector<uint8_t> out(static_cast<size_t>(count) * dtype_bytes(dt));
@@ -74,7 +74,8 @@ std::vector<uint8_t> make_input(int tokens, int heads, int dim, DType dt, std::m
   return out;
 }
 
-AppendCase make_case(KvFormat f, KvLayout l, DType dt, int head_dim, int block_size, const std::string& name) {
+AppendCase make_case(KvFormat f, KvLayout l, DType dt, int head_dim, int block_size,
+                     const std::string& name) {
   AppendCase c;
   c.seed = seed_for(name.c_str());
   std::printf("[seed] %s = %llu\n", name.c_str(), static_cast<unsigned long long>(c.seed));
@@ -108,8 +109,8 @@ AppendCase make_case(KvFormat f, KvLayout l, DType dt, int head_dim, int block_s
   return c;
 }
 
-AppendArgs args_over(const AppendCase& c, const void* k, const void* v, const int64_t* slots, void* kp, void* vp,
-                     void* ks, void* vs) {
+AppendArgs args_over(const AppendCase& c, const void* k, const void* v, const int64_t* slots,
+                     void* kp, void* vp, void* ks, void* vs) {
   AppendArgs a;
   a.in_dtype = c.in_dtype;
   a.k = k;
@@ -126,7 +127,8 @@ AppendArgs args_over(const AppendCase& c, const void* k, const void* v, const in
   return a;
 }
 
-int64_t differing_bytes(const std::vector<uint8_t>& a, const std::vector<uint8_t>& b, int64_t* first) {
+int64_t differing_bytes(const std::vector<uint8_t>& a, const std::vector<uint8_t>& b,
+                        int64_t* first) {
   int64_t n = 0;
   *first = -1;
   for (size_t i = 0; i < std::min(a.size(), b.size()); ++i)
@@ -141,8 +143,8 @@ void check_append(AppendCase& c) {
   const Tolerance tol = tolerance(Op::kAppend, c.g.format, c.in_dtype);
   ASSERT_EQ(tol.atol, 0.0);  // exact by contract
   std::vector<uint8_t> hk = c.k_pool, hv = c.v_pool, hks = c.k_scales, hvs = c.v_scales;
-  thrust::device_vector<uint8_t> dk = to_device(c.k_pool), dv = to_device(c.v_pool), dks = to_device(c.k_scales),
-                                 dvs = to_device(c.v_scales);
+  thrust::device_vector<uint8_t> dk = to_device(c.k_pool), dv = to_device(c.v_pool),
+                                 dks = to_device(c.k_scales), dvs = to_device(c.v_scales);
   std::mt19937_64 rng(c.seed ^ 0x5EEDu);
   for (int round = 0; round < 2; ++round) {
     if (round == 1) {
@@ -150,19 +152,26 @@ void check_append(AppendCase& c) {
       c.v_in = make_input(c.num_tokens, c.g.num_kv_heads, c.g.head_dim, c.in_dtype, rng);
       std::reverse(c.k_in.begin(), c.k_in.end());  // different rows per slot than round 0
     }
-    ref::append_kv(args_over(c, c.k_in.data(), c.v_in.data(), c.slots.data(), hk.data(), hv.data(), hks.data(), hvs.data()));
+    ref::append_kv(args_over(c, c.k_in.data(), c.v_in.data(), c.slots.data(), hk.data(), hv.data(),
+                             hks.data(), hvs.data()));
     thrust::device_vector<uint8_t> kin = to_device(c.k_in), vin = to_device(c.v_in);
     thrust::device_vector<int64_t> sl = to_device(c.slots);
-    gpu::append_kv(args_over(c, raw(kin), raw(vin), raw(sl), raw(dk), raw(dv), raw(dks), raw(dvs)), nullptr);
+    gpu::append_kv(args_over(c, raw(kin), raw(vin), raw(sl), raw(dk), raw(dv), raw(dks), raw(dvs)),
+                   nullptr);
     KVLAB_CUDA_CHECK(cudaDeviceSynchronize());
-    const std::string ctx = to_string(c.g.layout) + "/" + to_string(c.g.format) + "/" + to_string(c.in_dtype) +
-                            " d" + std::to_string(c.g.head_dim) + " b" + std::to_string(c.g.block_size) + " round " +
-                            std::to_string(round) + " seed " + std::to_string(c.seed);
+    const std::string ctx = to_string(c.g.layout) + "/" + to_string(c.g.format) + "/" +
+                            to_string(c.in_dtype) + " d" + std::to_string(c.g.head_dim) + " b" +
+                            std::to_string(c.g.block_size) + " round " + std::to_string(round) +
+                            " seed " + std::to_string(c.seed);
     int64_t first = 0;
-    EXPECT_EQ(differing_bytes(to_host(dk), hk, &first), 0) << "K pool, first at byte " << first << " | " << ctx;
-    EXPECT_EQ(differing_bytes(to_host(dv), hv, &first), 0) << "V pool, first at byte " << first << " | " << ctx;
-    EXPECT_EQ(differing_bytes(to_host(dks), hks, &first), 0) << "K scales, first at byte " << first << " | " << ctx;
-    EXPECT_EQ(differing_bytes(to_host(dvs), hvs, &first), 0) << "V scales, first at byte " << first << " | " << ctx;
+    EXPECT_EQ(differing_bytes(to_host(dk), hk, &first), 0)
+        << "K pool, first at byte " << first << " | " << ctx;
+    EXPECT_EQ(differing_bytes(to_host(dv), hv, &first), 0)
+        << "V pool, first at byte " << first << " | " << ctx;
+    EXPECT_EQ(differing_bytes(to_host(dks), hks, &first), 0)
+        << "K scales, first at byte " << first << " | " << ctx;
+    EXPECT_EQ(differing_bytes(to_host(dvs), hvs, &first), 0)
+        << "V scales, first at byte " << first << " | " << ctx;
   }
 }
 
@@ -175,18 +184,20 @@ TEST_P(AppendExact, ByteExactToReference) {
   // pages (odd block size 5 makes a byte straddle two dims), plus head_dim 64 / block 16.
   for (const auto& [d, bs] : std::vector<std::pair<int, int>>{{128, 5}, {64, 16}, {256, 1}}) {
     AppendCase c = make_case(f, l, dt, d, bs,
-                             "append." + to_string(f) + "." + to_string(l) + "." + to_string(dt) + ".d" + std::to_string(d));
+                             "append." + to_string(f) + "." + to_string(l) + "." + to_string(dt) +
+                                 ".d" + std::to_string(d));
     check_append(c);
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(All, AppendExact,
-                         ::testing::Combine(::testing::ValuesIn(all_kv_formats()), ::testing::ValuesIn(all_kv_layouts()),
-                                            ::testing::Values(DType::kBF16, DType::kF16, DType::kF32)),
-                         [](const ::testing::TestParamInfo<std::tuple<KvFormat, KvLayout, DType>>& i) {
-                           return to_string(std::get<0>(i.param)) + "_" + to_string(std::get<1>(i.param)) + "_" +
-                                  to_string(std::get<2>(i.param));
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    All, AppendExact,
+    ::testing::Combine(::testing::ValuesIn(all_kv_formats()), ::testing::ValuesIn(all_kv_layouts()),
+                       ::testing::Values(DType::kBF16, DType::kF16, DType::kF32)),
+    [](const ::testing::TestParamInfo<std::tuple<KvFormat, KvLayout, DType>>& i) {
+      return to_string(std::get<0>(i.param)) + "_" + to_string(std::get<1>(i.param)) + "_" +
+             to_string(std::get<2>(i.param));
+    });
 
 // FP4 from bf16 at the head dims that pick the vector path's variants: 32 elements per
 // thread (head_dim % 32 == 0: one thread per row at 32, 16 at 512) and 16 (head_dim 16,
@@ -198,7 +209,8 @@ TEST_P(AppendFp4HeadDim, ByteExactToReference) {
   const auto [f, l, d] = GetParam();
   for (int bs : {1, 3, 16}) {
     AppendCase c = make_case(f, l, DType::kBF16, d, bs,
-                             "append.fp4_dim." + to_string(f) + "." + to_string(l) + ".d" + std::to_string(d) + ".b" + std::to_string(bs));
+                             "append.fp4_dim." + to_string(f) + "." + to_string(l) + ".d" +
+                                 std::to_string(d) + ".b" + std::to_string(bs));
     check_append(c);
   }
 }
@@ -213,11 +225,12 @@ std::vector<std::tuple<KvFormat, KvLayout, int>> fp4_head_dim_cases() {
   return v;
 }
 
-INSTANTIATE_TEST_SUITE_P(All, AppendFp4HeadDim, ::testing::ValuesIn(fp4_head_dim_cases()),
-                         [](const ::testing::TestParamInfo<std::tuple<KvFormat, KvLayout, int>>& i) {
-                           return to_string(std::get<0>(i.param)) + "_" + to_string(std::get<1>(i.param)) + "_d" +
-                                  std::to_string(std::get<2>(i.param));
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    All, AppendFp4HeadDim, ::testing::ValuesIn(fp4_head_dim_cases()),
+    [](const ::testing::TestParamInfo<std::tuple<KvFormat, KvLayout, int>>& i) {
+      return to_string(std::get<0>(i.param)) + "_" + to_string(std::get<1>(i.param)) + "_d" +
+             std::to_string(std::get<2>(i.param));
+    });
 
 // Inputs on the rounding boundaries of the vector path's division-free encoders
 // (gpu/quant/append_encode.h): FP32 values within +-8 ulps of s x (every FP8 code value and
@@ -242,13 +255,16 @@ std::vector<uint8_t> boundary_input(const AppendCase& c, float pool_scale, uint6
   auto fp8_point = [&](double cap) {  // a code value or a midpoint, <= cap
     for (;;) {
       const uint32_t code = static_cast<uint32_t>(rng() % (e5 ? 0x7B : 0x7E));
-      const double v0 = e5 ? e5m2_to_float(static_cast<uint8_t>(code)) : e4m3_to_float(static_cast<uint8_t>(code));
-      const double v1 = e5 ? e5m2_to_float(static_cast<uint8_t>(code + 1)) : e4m3_to_float(static_cast<uint8_t>(code + 1));
+      const double v0 = e5 ? e5m2_to_float(static_cast<uint8_t>(code))
+                           : e4m3_to_float(static_cast<uint8_t>(code));
+      const double v1 = e5 ? e5m2_to_float(static_cast<uint8_t>(code + 1))
+                           : e4m3_to_float(static_cast<uint8_t>(code + 1));
       const double m = (rng() & 1) ? v0 : 0.5 * (v0 + v1);
       if (m <= cap) return m;
     }
   };
-  const double e2m1_pts[] = {0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 3.5, 4.0, 5.0, 6.0, 7.0};
+  const double e2m1_pts[] = {0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 1.75, 2.0,
+                             2.5,  3.0, 3.5,  4.0, 5.0,  6.0, 7.0};
   for (size_t r = 0; r < x.size() / D; ++r) {
     float* row = x.data() + r * D;
     if (f == KvFormat::kFP8E4M3 || f == KvFormat::kFP8E5M2) {
@@ -263,7 +279,8 @@ std::vector<uint8_t> boundary_input(const AppendCase& c, float pool_scale, uint6
       const int G = c.g.scale_group();
       for (int g0 = 0; g0 < D; g0 += G) {
         // amax A pins the group's divisor; every other element stays below A.
-        const float A = nv ? 3.0f + static_cast<float>(rng() % 1000) * 0.01f : 1.9f * std::ldexp(1.0f, static_cast<int>(rng() % 9) - 4);
+        const float A = nv ? 3.0f + static_cast<float>(rng() % 1000) * 0.01f
+                           : 1.9f * std::ldexp(1.0f, static_cast<int>(rng() % 9) - 4);
         const float div = kv_fp4_block_scale(nv, A, pool_scale).div;
         row[g0] = A;
         for (int d = g0 + 1; d < g0 + G; ++d) {
@@ -273,7 +290,9 @@ std::vector<uint8_t> boundary_input(const AppendCase& c, float pool_scale, uint6
         }
       }
     } else {
-      for (int d = 0; d < D; ++d) row[d] = near(std::ldexp(1.0 + static_cast<double>(rng() % 1024) / 1024.0, static_cast<int>(rng() % 20) - 10));
+      for (int d = 0; d < D; ++d)
+        row[d] = near(std::ldexp(1.0 + static_cast<double>(rng() % 1024) / 1024.0,
+                                 static_cast<int>(rng() % 20) - 10));
     }
   }
   std::vector<uint8_t> out(x.size() * 4);
@@ -287,7 +306,8 @@ TEST_P(AppendBoundary, RoundingBoundariesAreByteExact) {
   KVLAB_SKIP_WITHOUT_GPU();
   const KvFormat f = GetParam();
   for (const auto& [d, bs] : std::vector<std::pair<int, int>>{{128, 16}, {64, 5}, {256, 3}}) {
-    AppendCase c = make_case(f, KvLayout::kNHD, DType::kF32, d, bs, "append.boundary." + to_string(f) + ".d" + std::to_string(d));
+    AppendCase c = make_case(f, KvLayout::kNHD, DType::kF32, d, bs,
+                             "append.boundary." + to_string(f) + ".d" + std::to_string(d));
     c.k_in = boundary_input(c, c.k_scale, 1);
     c.v_in = boundary_input(c, c.v_scale, 2);
     check_append(c);
@@ -295,7 +315,8 @@ TEST_P(AppendBoundary, RoundingBoundariesAreByteExact) {
   // The same points rounded to bf16 (the packed-bf16 FP4 encoder compares against the
   // thresholds rounded down to bf16): the bf16 neighbours of every boundary.
   for (const auto& [d, bs] : std::vector<std::pair<int, int>>{{128, 16}, {64, 5}}) {
-    AppendCase c = make_case(f, KvLayout::kNHD, DType::kBF16, d, bs, "append.boundary_bf16." + to_string(f) + ".d" + std::to_string(d));
+    AppendCase c = make_case(f, KvLayout::kNHD, DType::kBF16, d, bs,
+                             "append.boundary_bf16." + to_string(f) + ".d" + std::to_string(d));
     auto to_bf16 = [](const std::vector<uint8_t>& f32) {
       std::vector<uint8_t> out(f32.size() / 2);
       for (size_t i = 0; i < f32.size() / 4; ++i) {
@@ -313,9 +334,12 @@ TEST_P(AppendBoundary, RoundingBoundariesAreByteExact) {
 }
 
 INSTANTIATE_TEST_SUITE_P(All, AppendBoundary,
-                         ::testing::Values(KvFormat::kFP8E4M3, KvFormat::kFP8E5M2, KvFormat::kFP8E4M3PerToken, KvFormat::kNVFP4,
+                         ::testing::Values(KvFormat::kFP8E4M3, KvFormat::kFP8E5M2,
+                                           KvFormat::kFP8E4M3PerToken, KvFormat::kNVFP4,
                                            KvFormat::kMXFP4, KvFormat::kBF16),
-                         [](const ::testing::TestParamInfo<KvFormat>& i) { return to_string(i.param); });
+                         [](const ::testing::TestParamInfo<KvFormat>& i) {
+                           return to_string(i.param);
+                         });
 
 // Pool scales that pick the vector path's branches: 0.05 (the P9 bench's scale: bf16
 // inputs give quotients next to 25 * 2^k, FP8 rounding boundaries), the FP8 encoder's
@@ -336,9 +360,12 @@ TEST_P(AppendPoolScale, EveryEncoderBranchIsByteExact) {
 }
 
 INSTANTIATE_TEST_SUITE_P(All, AppendPoolScale,
-                         ::testing::Values(std::make_tuple(KvFormat::kFP8E4M3, 0.05f), std::make_tuple(KvFormat::kFP8E5M2, 0.05f),
-                                           std::make_tuple(KvFormat::kFP8E4M3, 0x1p-70f), std::make_tuple(KvFormat::kFP8E4M3, 0x1p125f),
-                                           std::make_tuple(KvFormat::kFP8E5M2, 0x1p-75f), std::make_tuple(KvFormat::kNVFP4, 0.05f),
+                         ::testing::Values(std::make_tuple(KvFormat::kFP8E4M3, 0.05f),
+                                           std::make_tuple(KvFormat::kFP8E5M2, 0.05f),
+                                           std::make_tuple(KvFormat::kFP8E4M3, 0x1p-70f),
+                                           std::make_tuple(KvFormat::kFP8E4M3, 0x1p125f),
+                                           std::make_tuple(KvFormat::kFP8E5M2, 0x1p-75f),
+                                           std::make_tuple(KvFormat::kNVFP4, 0.05f),
                                            std::make_tuple(KvFormat::kNVFP4, 1e-33f)),
                          [](const ::testing::TestParamInfo<std::tuple<KvFormat, float>>& i) {
                            return to_string(std::get<0>(i.param)) + "_" + std::to_string(i.index);
@@ -356,23 +383,28 @@ void expect_throw_containing(const std::function<void()>& f, const std::string& 
 
 TEST(AppendBadInput, SlotsAndArgumentsAreValidated) {
   KVLAB_SKIP_WITHOUT_GPU();
-  AppendCase c = make_case(KvFormat::kMXFP4, KvLayout::kSplitX, DType::kBF16, 64, 16, "append.bad_input");
-  thrust::device_vector<uint8_t> kin = to_device(c.k_in), vin = to_device(c.v_in), dk = to_device(c.k_pool),
-                                 dv = to_device(c.v_pool), dks = to_device(c.k_scales), dvs = to_device(c.v_scales);
+  AppendCase c =
+      make_case(KvFormat::kMXFP4, KvLayout::kSplitX, DType::kBF16, 64, 16, "append.bad_input");
+  thrust::device_vector<uint8_t> kin = to_device(c.k_in), vin = to_device(c.v_in),
+                                 dk = to_device(c.k_pool), dv = to_device(c.v_pool),
+                                 dks = to_device(c.k_scales), dvs = to_device(c.v_scales);
   auto run = [&](std::vector<int64_t> slots, gpu::SlotCheck check = gpu::SlotCheck::kValidate) {
     thrust::device_vector<int64_t> sl = to_device(slots);
-    gpu::append_kv(args_over(c, raw(kin), raw(vin), raw(sl), raw(dk), raw(dv), raw(dks), raw(dvs)), nullptr, check);
+    gpu::append_kv(args_over(c, raw(kin), raw(vin), raw(sl), raw(dk), raw(dv), raw(dks), raw(dvs)),
+                   nullptr, check);
     KVLAB_CUDA_CHECK(cudaDeviceSynchronize());
   };
   const int64_t num_slots = c.g.num_blocks * c.g.block_size;
   std::vector<int64_t> bad = c.slots;
   bad[3] = num_slots;
-  expect_throw_containing<InvalidArgument>([&] { run(bad); }, "slot_mapping[3] = " + std::to_string(num_slots));
+  expect_throw_containing<InvalidArgument>([&] { run(bad); },
+                                           "slot_mapping[3] = " + std::to_string(num_slots));
   bad[3] = -2;
   expect_throw_containing<InvalidArgument>([&] { run(bad); }, "slot_mapping[3] = -2");
   std::vector<int64_t> dup = c.slots;
   const auto first_real = std::find_if(dup.begin(), dup.end(), [](int64_t s) { return s >= 0; });
-  const auto second_real = std::find_if(first_real + 1, dup.end(), [](int64_t s) { return s >= 0; });
+  const auto second_real =
+      std::find_if(first_real + 1, dup.end(), [](int64_t s) { return s >= 0; });
   *second_real = *first_real;
   expect_throw_containing<InvalidArgument>([&] { run(dup); }, "written twice");
   // Many padding tokens are fine (-1 may repeat).
@@ -386,11 +418,32 @@ TEST(AppendBadInput, SlotsAndArgumentsAreValidated) {
   // Host-checkable arguments.
   thrust::device_vector<int64_t> sl = to_device(c.slots);
   AppendArgs a = args_over(c, raw(kin), raw(vin), raw(sl), raw(dk), raw(dv), raw(dks), raw(dvs));
-  { AppendArgs b = a; b.k = nullptr; expect_throw_containing<InvalidArgument>([&] { gpu::append_kv(b, nullptr); }, "non-null"); }
-  { AppendArgs b = a; b.kv.k_scales = nullptr; expect_throw_containing<InvalidArgument>([&] { gpu::append_kv(b, nullptr); }, "scales"); }
-  { AppendArgs b = a; b.in_dtype = static_cast<DType>(7); expect_throw_containing<InvalidArgument>([&] { gpu::append_kv(b, nullptr); }, "in_dtype"); }
-  { AppendArgs b = a; b.kv.geom.head_dim = 48; expect_throw_containing<InvalidArgument>([&] { gpu::append_kv(b, nullptr); }, "head_dim"); }
-  { AppendArgs b = a; b.num_tokens = 0; b.k = nullptr; EXPECT_NO_THROW(gpu::append_kv(b, nullptr)); }
+  {
+    AppendArgs b = a;
+    b.k = nullptr;
+    expect_throw_containing<InvalidArgument>([&] { gpu::append_kv(b, nullptr); }, "non-null");
+  }
+  {
+    AppendArgs b = a;
+    b.kv.k_scales = nullptr;
+    expect_throw_containing<InvalidArgument>([&] { gpu::append_kv(b, nullptr); }, "scales");
+  }
+  {
+    AppendArgs b = a;
+    b.in_dtype = static_cast<DType>(7);
+    expect_throw_containing<InvalidArgument>([&] { gpu::append_kv(b, nullptr); }, "in_dtype");
+  }
+  {
+    AppendArgs b = a;
+    b.kv.geom.head_dim = 48;
+    expect_throw_containing<InvalidArgument>([&] { gpu::append_kv(b, nullptr); }, "head_dim");
+  }
+  {
+    AppendArgs b = a;
+    b.num_tokens = 0;
+    b.k = nullptr;
+    EXPECT_NO_THROW(gpu::append_kv(b, nullptr));
+  }
 }
 
 }  // namespace

@@ -35,9 +35,9 @@ constexpr double kMinScaling = 1.5, kMaxScaling = 2.5;
 // the largest L2 of these GPUs, so no cache absorbs its writes).
 constexpr double kCopyVsCeilingLow = 0.5, kCopyVsCeilingHigh = 1.15;
 
-#define KVLAB_SKIP_WITHOUT_GPU_BENCH()                                                 \
-  do {                                                                                 \
-    if (!::kvlab::gpu::device_available()) GTEST_SKIP() << "no CUDA device present";  \
+#define KVLAB_SKIP_WITHOUT_GPU_BENCH()                                               \
+  do {                                                                               \
+    if (!::kvlab::gpu::device_available()) GTEST_SKIP() << "no CUDA device present"; \
   } while (0)
 
 gpu::bench::TimingOptions quick() {
@@ -50,13 +50,17 @@ gpu::bench::TimingOptions quick() {
 }
 
 // A known-size device-to-device copy, timed; returns (read + write) bytes per second.
-double timed_copy(size_t bytes, const gpu::bench::TimingOptions& opt, gpu::bench::Timing* t = nullptr) {
+double timed_copy(size_t bytes, const gpu::bench::TimingOptions& opt,
+                  gpu::bench::Timing* t = nullptr) {
   thrust::device_vector<unsigned int> src(bytes / 4), dst(bytes / 4);
   thrust::sequence(src.begin(), src.end(), 7u);  // never time on zeros
   const unsigned int* s = thrust::raw_pointer_cast(src.data());
   unsigned int* d = thrust::raw_pointer_cast(dst.data());
   const gpu::bench::Timing tm = gpu::bench::time_kernel(
-      [&](cudaStream_t st) { KVLAB_CUDA_CHECK(cudaMemcpyAsync(d, s, bytes, cudaMemcpyDeviceToDevice, st)); }, opt);
+      [&](cudaStream_t st) {
+        KVLAB_CUDA_CHECK(cudaMemcpyAsync(d, s, bytes, cudaMemcpyDeviceToDevice, st));
+      },
+      opt);
   if (t) *t = tm;
   return 2.0 * static_cast<double>(bytes) / (tm.median_us * 1e-6);
 }
@@ -64,7 +68,8 @@ double timed_copy(size_t bytes, const gpu::bench::TimingOptions& opt, gpu::bench
 }  // namespace
 
 TEST(BenchHarness, SummaryStatisticsAreNumpys) {
-  // numpy.percentile([9, 1, 3, 5, 4, 2, 8, 6], [25, 50, 75]) (linear interpolation): 2.75, 4.5, 6.5.
+  // numpy.percentile([9, 1, 3, 5, 4, 2, 8, 6], [25, 50, 75]) (linear
+  // interpolation): 2.75, 4.5, 6.5.
   const gpu::bench::Timing t = gpu::bench::summarize({9, 1, 3, 5, 4, 2, 8, 6}, 0.5);
   EXPECT_FLOAT_EQ(t.median_us, 4.5);
   EXPECT_FLOAT_EQ(t.q1_us, 2.75);

@@ -21,9 +21,9 @@ using exp::Point;
 using exp::Record;
 using exp::RunContext;
 
-#define KVLAB_SKIP_WITHOUT_GPU_KINDS()                                                 \
-  do {                                                                                 \
-    if (!::kvlab::gpu::device_available()) GTEST_SKIP() << "no CUDA device present";  \
+#define KVLAB_SKIP_WITHOUT_GPU_KINDS()                                               \
+  do {                                                                               \
+    if (!::kvlab::gpu::device_available()) GTEST_SKIP() << "no CUDA device present"; \
   } while (0)
 
 Point point_of(const std::string& kind, const std::map<std::string, std::string>& set) {
@@ -63,8 +63,11 @@ TEST(BenchKinds, DecodeEveryVersionValidatesThenTimes) {
   exp::Bench& b = exp::find_bench("decode_attention");
   for (const char* fmt : {"bf16", "fp8_e4m3", "nvfp4"})
     for (const auto& v : gpu::decode_versions()) {
-      const Point p = point_of("decode_attention", {{"kv_format", fmt}, {"batch", "3"}, {"context", "1031"},
-                                                    {"lengths", "mixed"}, {"version", v.name}});
+      const Point p = point_of("decode_attention", {{"kv_format", fmt},
+                                                    {"batch", "3"},
+                                                    {"context", "1031"},
+                                                    {"lengths", "mixed"},
+                                                    {"version", v.name}});
       const Record r = b.run(p, ctx);
       if (r.status == exp::Status::kSkipped) continue;  // the version's own reason
       ASSERT_EQ(r.status, exp::Status::kOk) << v.name << " " << fmt << ": " << r.reason;
@@ -86,13 +89,16 @@ TEST(BenchKinds, DecodeLargeBatchValidatesADocumentedSubsample) {
   ctx.timing = false;  // validation only (kvlab validate)
   exp::Bench& b = exp::find_bench("decode_attention");
   const std::string newest = gpu::decode_versions().back().name;
-  const Record r = b.run(point_of("decode_attention", {{"batch", "37"}, {"context", "300"}, {"version", newest}}), ctx);
+  const Record r = b.run(
+      point_of("decode_attention", {{"batch", "37"}, {"context", "300"}, {"version", newest}}),
+      ctx);
   ASSERT_EQ(r.status, exp::Status::kOk) << r.reason;
   EXPECT_EQ(metric(r, "validated_seqs"), 4);
   EXPECT_TRUE(std::isnan(metric(r, "median_us")));  // not timed
   bool documented = false;
   for (const auto& [k, v] : r.labels)
-    if (k == "validation") documented = v.find("sequences 0 ") == 0 && v.find(" 36 of 37") != std::string::npos;
+    if (k == "validation")
+      documented = v.find("sequences 0 ") == 0 && v.find(" 36 of 37") != std::string::npos;
   EXPECT_TRUE(documented);
 }
 
@@ -103,7 +109,8 @@ TEST(BenchKinds, AppendIsByteExactAndTimed) {
   for (const char* fmt : {"bf16", "fp8_e4m3_pt", "nvfp4", "mxfp4"})
     for (const char* layout : {"nhd", "split_x"}) {
       // 5000 tokens: larger than the validated case (4096), so both paths run.
-      const Record r = b.run(point_of("append", {{"kv_format", fmt}, {"layout", layout}, {"tokens", "5000"}}), ctx);
+      const Record r = b.run(
+          point_of("append", {{"kv_format", fmt}, {"layout", layout}, {"tokens", "5000"}}), ctx);
       ASSERT_EQ(r.status, exp::Status::kOk) << fmt << " " << layout << ": " << r.reason;
       EXPECT_EQ(metric(r, "differing_bytes"), 0);
       EXPECT_EQ(metric(r, "validated_tokens"), 4096);

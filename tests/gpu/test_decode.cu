@@ -45,8 +45,8 @@ struct DecodeConfig {
 
 std::string label(const DecodeConfig& c) {
   return to_string(c.layout) + "_" + to_string(c.format) + "_" + to_string(c.q_dtype) + "_d" +
-         std::to_string(c.head_dim) + "_b" + std::to_string(c.block_size) + "_h" + std::to_string(c.qo_heads) + "x" +
-         std::to_string(c.kv_heads);
+         std::to_string(c.head_dim) + "_b" + std::to_string(c.block_size) + "_h" +
+         std::to_string(c.qo_heads) + "x" + std::to_string(c.kv_heads);
 }
 
 ref::PagedCaseSpec spec_for(const DecodeConfig& c, const std::string& name) {
@@ -74,12 +74,16 @@ bool check_version(ref::PagedCase& c, DeviceCase& d, int version, const ref::Dec
   }
   EXPECT_EQ(r.guard_damage, "") << ctx;
   Checked ck;
-  EXPECT_TRUE(within_tolerance(r.o, tight.o, Op::kDecodeAttention, c.geom.format, c.spec.q_dtype, ctx, &ck.tight));
-  EXPECT_TRUE(within_tolerance(r.lse, tight.lse, Op::kDecodeLse, c.geom.format, c.spec.q_dtype, ctx));
+  EXPECT_TRUE(within_tolerance(r.o, tight.o, Op::kDecodeAttention, c.geom.format, c.spec.q_dtype,
+                               ctx, &ck.tight));
+  EXPECT_TRUE(
+      within_tolerance(r.lse, tight.lse, Op::kDecodeLse, c.geom.format, c.spec.q_dtype, ctx));
   if (orig) {
-    EXPECT_TRUE(within_tolerance(r.o, orig->o, Op::kDecodeAttentionVsBf16, c.geom.format, c.spec.q_dtype, ctx, &ck.orig));
-    std::printf("[vs-original] %-32s %-12s max_abs=%.3e rel_l2=%.3e\n", gpu::decode_version(version).name.c_str(),
-                to_string(c.geom.format).c_str(), ck.orig.max_abs, ck.orig.rel_l2);
+    EXPECT_TRUE(within_tolerance(r.o, orig->o, Op::kDecodeAttentionVsBf16, c.geom.format,
+                                 c.spec.q_dtype, ctx, &ck.orig));
+    std::printf("[vs-original] %-32s %-12s max_abs=%.3e rel_l2=%.3e\n",
+                gpu::decode_version(version).name.c_str(), to_string(c.geom.format).c_str(),
+                ck.orig.max_abs, ck.orig.rel_l2);
   }
   if (out) *out = ck;
   return true;
@@ -102,7 +106,8 @@ TEST(DecodeRegistry, VersionsInIdOrderWithNames) {
 std::vector<DecodeConfig> curated_configs() {
   const int head_dims[] = {64, 128, 256};
   const int blocks[] = {1, 8, 16, 32, 64, 128, 256};
-  const int groups[][2] = {{8, 8}, {8, 4}, {6, 2}, {8, 2}, {16, 2}, {8, 1}};  // g 1, 2, 3, 4, 8, MQA
+  const int groups[][2] = {{8, 8}, {8, 4},  {6, 2},
+                           {8, 2}, {16, 2}, {8, 1}};  // g 1, 2, 3, 4, 8, MQA
   std::vector<DecodeConfig> v;
   int i = 0;
   for (KvFormat f : all_kv_formats()) {
@@ -129,7 +134,8 @@ TEST_P(DecodeCurated, EveryVersionMatchesReference) {
   KVLAB_SKIP_WITHOUT_GPU();
   const DecodeConfig cfg = GetParam();
   ref::PagedCase c = ref::make_paged_case(spec_for(cfg, "decode.curated." + label(cfg)));
-  ASSERT_TRUE(c.spec.shuffle_pages && c.spec.poison_unused && c.spec.extra_blocks > 0 && c.spec.extra_table_columns > 0)
+  ASSERT_TRUE(c.spec.shuffle_pages && c.spec.poison_unused && c.spec.extra_blocks > 0 &&
+              c.spec.extra_table_columns > 0)
       << "the curated cases must exercise permuted, over-provisioned tables and poisoned slots";
   DeviceCase d(c);
   const ref::DecodeOutputs tight = ref::reference_decode(c);
@@ -141,7 +147,9 @@ TEST_P(DecodeCurated, EveryVersionMatchesReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Curated, DecodeCurated, ::testing::ValuesIn(curated_configs()),
-                         [](const ::testing::TestParamInfo<DecodeConfig>& i) { return label(i.param); });
+                         [](const ::testing::TestParamInfo<DecodeConfig>& i) {
+                           return label(i.param);
+                         });
 
 // ------------------------------------------------------------------ small cases
 // Every format x layout with short lengths (the reduced set compute-sanitizer runs):
@@ -160,14 +168,17 @@ TEST_P(DecodeSmall, EveryVersionMatchesReference) {
     DeviceCase dc(c);
     const ref::DecodeOutputs tight = ref::reference_decode(c);
     const ref::DecodeOutputs orig = ref::reference_decode_original(c);
-    for (const auto& v : gpu::decode_versions()) EXPECT_TRUE(check_version(c, dc, v.id, tight, &orig)) << v.name;
+    for (const auto& v : gpu::decode_versions())
+      EXPECT_TRUE(check_version(c, dc, v.id, tight, &orig)) << v.name;
   }
 }
 
 INSTANTIATE_TEST_SUITE_P(Small, DecodeSmall,
-                         ::testing::Combine(::testing::ValuesIn(all_kv_formats()), ::testing::ValuesIn(all_kv_layouts())),
+                         ::testing::Combine(::testing::ValuesIn(all_kv_formats()),
+                                            ::testing::ValuesIn(all_kv_layouts())),
                          [](const ::testing::TestParamInfo<std::tuple<KvFormat, KvLayout>>& i) {
-                           return to_string(std::get<0>(i.param)) + "_" + to_string(std::get<1>(i.param));
+                           return to_string(std::get<0>(i.param)) + "_" +
+                                  to_string(std::get<1>(i.param));
                          });
 
 // ------------------------------------------------------------------ edge cases
@@ -187,7 +198,8 @@ TEST(DecodeEdge, ExtremelyNegativeLogits) {
     double min_lse = 0;
     for (float x : tight.lse) min_lse = std::min<double>(min_lse, x);
     ASSERT_LT(min_lse, -1e4) << "the case must produce extremely negative logits";
-    for (const auto& v : gpu::decode_versions()) EXPECT_TRUE(check_version(c, d, v.id, tight, nullptr)) << v.name;
+    for (const auto& v : gpu::decode_versions())
+      EXPECT_TRUE(check_version(c, d, v.id, tight, nullptr)) << v.name;
   }
 }
 
@@ -208,7 +220,8 @@ TEST(DecodeEdge, LongContextSplitsAndSingleSplit) {
   EXPECT_GT(r4.workspace_bytes, 0u) << "v4 should split a single long sequence";
 
   // Many heads and sequences: v3 runs without splits (one launch, no workspace).
-  ref::PagedCaseSpec m = seeded_spec("decode.many_heads", KvLayout::kHND, KvFormat::kBF16, DType::kF16);
+  ref::PagedCaseSpec m =
+      seeded_spec("decode.many_heads", KvLayout::kHND, KvFormat::kBF16, DType::kF16);
   m.seq_lens = std::vector<int32_t>(40, 0);
   for (int i = 0; i < 40; ++i) m.seq_lens[i] = (i * 97) % 700;
   m.num_qo_heads = 32;
@@ -221,7 +234,8 @@ TEST(DecodeEdge, LongContextSplitsAndSingleSplit) {
   EXPECT_EQ(rm.workspace_bytes, 0u);
   const GpuDecodeRun rm4 = run_gpu_decode(cm, dm, 4);  // 40 x 32 items fill the GPU: no split
   EXPECT_EQ(rm4.workspace_bytes, 0u);
-  for (const auto& v : gpu::decode_versions()) EXPECT_TRUE(check_version(cm, dm, v.id, tm, nullptr)) << v.name;
+  for (const auto& v : gpu::decode_versions())
+    EXPECT_TRUE(check_version(cm, dm, v.id, tm, nullptr)) << v.name;
 }
 
 TEST(DecodeEdge, SequenceBoundBeyondSharedMemoryIsReported) {
@@ -266,7 +280,8 @@ TEST(DecodeEdge, RepeatedRunsAreBitwiseIdentical) {
     const GpuDecodeRun a = run_gpu_decode(c, d, v.id), b = run_gpu_decode(c, d, v.id);
     ASSERT_TRUE(a.supported) << a.reason;
     ASSERT_EQ(a.o.size(), b.o.size());
-    EXPECT_EQ(0, std::memcmp(a.o.data(), b.o.data(), a.o.size() * sizeof(float))) << v.name << " is not deterministic";
+    EXPECT_EQ(0, std::memcmp(a.o.data(), b.o.data(), a.o.size() * sizeof(float)))
+        << v.name << " is not deterministic";
     EXPECT_EQ(0, std::memcmp(a.lse.data(), b.lse.data(), a.lse.size() * sizeof(float))) << v.name;
   }
 }
@@ -313,17 +328,21 @@ TEST(DecodeEdge, PoolAbove2e31ElementsUses64BitOffsets) {
     ref::PagedCase c = ref::make_paged_case(s);
     const PageGeometry g = c.geom;
     const int64_t per_block = g.elements_per_block();
-    const int64_t shift = ((int64_t{1} << 31) + per_block - 1) / per_block;  // first page past 2^31 elements
+    const int64_t shift =
+        ((int64_t{1} << 31) + per_block - 1) / per_block;  // first page past 2^31 elements
     PageGeometry big = g;
     big.num_blocks = g.num_blocks + shift;
     ASSERT_GT(big.elements(), int64_t{1} << 31);
     size_t free_b = 0, total_b = 0;
     KVLAB_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
-    if (static_cast<size_t>(2 * big.bytes()) + (size_t{1} << 30) > free_b) GTEST_SKIP() << "needs " << 2 * big.bytes() << " bytes";
+    if (static_cast<size_t>(2 * big.bytes()) + (size_t{1} << 30) > free_b)
+      GTEST_SKIP() << "needs " << 2 * big.bytes() << " bytes";
     thrust::device_vector<uint8_t> kbig(big.bytes()), vbig(big.bytes());
     const size_t page_bytes = static_cast<size_t>(g.bytes_per_block());
-    KVLAB_CUDA_CHECK(cudaMemcpy(raw(kbig) + shift * page_bytes, c.k_pool.data(), c.k_pool.size(), cudaMemcpyHostToDevice));
-    KVLAB_CUDA_CHECK(cudaMemcpy(raw(vbig) + shift * page_bytes, c.v_pool.data(), c.v_pool.size(), cudaMemcpyHostToDevice));
+    KVLAB_CUDA_CHECK(cudaMemcpy(raw(kbig) + shift * page_bytes, c.k_pool.data(), c.k_pool.size(),
+                                cudaMemcpyHostToDevice));
+    KVLAB_CUDA_CHECK(cudaMemcpy(raw(vbig) + shift * page_bytes, c.v_pool.data(), c.v_pool.size(),
+                                cudaMemcpyHostToDevice));
     std::vector<int32_t> table = c.block_table;
     for (int32_t& e : table)
       if (e != ref::kTableSentinel) e += static_cast<int32_t>(shift);
@@ -347,8 +366,8 @@ TEST(DecodeEdge, PoolAbove2e31ElementsUses64BitOffsets) {
       l_dev.fetch(l_host);
       const std::string ctx = v.name + " big pool | " + c.describe();
       EXPECT_EQ(o_host.guard_damage() + l_host.guard_damage(), "") << ctx;
-      EXPECT_TRUE(within_tolerance(ref::to_float(o_host.data(), c.spec.q_dtype, o_host.elements()), tight.o,
-                                   Op::kDecodeAttention, g.format, c.spec.q_dtype, ctx));
+      EXPECT_TRUE(within_tolerance(ref::to_float(o_host.data(), c.spec.q_dtype, o_host.elements()),
+                                   tight.o, Op::kDecodeAttention, g.format, c.spec.q_dtype, ctx));
     }
   }
 }
@@ -361,7 +380,8 @@ struct BadInputCase {
   thrust::device_vector<float> lse;
   BadInputCase() : c(make()), d(c), o(c.o_elements()), lse(c.lse_elements()) {}
   static ref::PagedCase make() {
-    ref::PagedCaseSpec s = seeded_spec("decode.bad_input", KvLayout::kNHD, KvFormat::kFP8E4M3PerToken);
+    ref::PagedCaseSpec s =
+        seeded_spec("decode.bad_input", KvLayout::kNHD, KvFormat::kFP8E4M3PerToken);
     s.seq_lens = {5, 40};
     return ref::make_paged_case(s);
   }
@@ -388,28 +408,71 @@ TEST(DecodeBadInput, ArgumentsAreValidatedWithClearErrors) {
       thrust::device_vector<uint8_t> w(ws);
       gpu::decode_attention(a, id, raw(w), ws, nullptr);
     };
-    { DecodeArgs a = b.args(); a.q = nullptr; expect_throw_containing<InvalidArgument>([&] { run(a); }, "q is null"); }
-    { DecodeArgs a = b.args(); a.kv.k_scales = nullptr; expect_throw_containing<InvalidArgument>([&] { run(a); }, "k_scales"); }
-    { DecodeArgs a = b.args(); a.block_table = nullptr; expect_throw_containing<InvalidArgument>([&] { run(a); }, "block_table"); }
-    { DecodeArgs a = b.args(); a.num_qo_heads = 7; expect_throw_containing<InvalidArgument>([&] { run(a); }, "multiple of num_kv_heads"); }
-    { DecodeArgs a = b.args(); a.max_seq_len = a.max_blocks_per_seq * a.kv.geom.block_size + 1; expect_throw_containing<InvalidArgument>([&] { run(a); }, "max_seq_len"); }
-    { DecodeArgs a = b.args(); a.sm_scale = NAN; expect_throw_containing<InvalidArgument>([&] { run(a); }, "sm_scale"); }
-    { DecodeArgs a = b.args(); a.kv.geom.head_dim = 96; a.kv.geom.num_blocks = 1;
+    {
+      DecodeArgs a = b.args();
+      a.q = nullptr;
+      expect_throw_containing<InvalidArgument>([&] { run(a); }, "q is null");
+    }
+    {
+      DecodeArgs a = b.args();
+      a.kv.k_scales = nullptr;
+      expect_throw_containing<InvalidArgument>([&] { run(a); }, "k_scales");
+    }
+    {
+      DecodeArgs a = b.args();
+      a.block_table = nullptr;
+      expect_throw_containing<InvalidArgument>([&] { run(a); }, "block_table");
+    }
+    {
+      DecodeArgs a = b.args();
+      a.num_qo_heads = 7;
+      expect_throw_containing<InvalidArgument>([&] { run(a); }, "multiple of num_kv_heads");
+    }
+    {
+      DecodeArgs a = b.args();
+      a.max_seq_len = a.max_blocks_per_seq * a.kv.geom.block_size + 1;
+      expect_throw_containing<InvalidArgument>([&] { run(a); }, "max_seq_len");
+    }
+    {
+      DecodeArgs a = b.args();
+      a.sm_scale = NAN;
+      expect_throw_containing<InvalidArgument>([&] { run(a); }, "sm_scale");
+    }
+    {
+      DecodeArgs a = b.args();
+      a.kv.geom.head_dim = 96;
+      a.kv.geom.num_blocks = 1;
       expect_throw_containing<Unsupported>([&] { run(a); }, "unsupported head_dim 96");
-      EXPECT_NE(gpu::decode_unsupported_reason(a, id).find("unsupported head_dim 96"), std::string::npos); }
-    { DecodeArgs a = b.args(); a.q_dtype = DType::kF32; expect_throw_containing<Unsupported>([&] { run(a); }, "bf16 or f16"); }
-    { DecodeArgs a = b.args(); a.o = static_cast<char*>(a.o) + 2; expect_throw_containing<InvalidArgument>([&] { run(a); }, "aligned"); }
-    { DecodeArgs a = b.args(); a.kv.geom.format = static_cast<KvFormat>(42); expect_throw_containing<InvalidArgument>([&] { run(a); }, "format"); }
+      EXPECT_NE(gpu::decode_unsupported_reason(a, id).find("unsupported head_dim 96"),
+                std::string::npos);
+    }
+    {
+      DecodeArgs a = b.args();
+      a.q_dtype = DType::kF32;
+      expect_throw_containing<Unsupported>([&] { run(a); }, "bf16 or f16");
+    }
+    {
+      DecodeArgs a = b.args();
+      a.o = static_cast<char*>(a.o) + 2;
+      expect_throw_containing<InvalidArgument>([&] { run(a); }, "aligned");
+    }
+    {
+      DecodeArgs a = b.args();
+      a.kv.geom.format = static_cast<KvFormat>(42);
+      expect_throw_containing<InvalidArgument>([&] { run(a); }, "format");
+    }
     {
       DecodeArgs a = b.args();
       const size_t need = gpu::decode_workspace_bytes(a, id);
       if (need > 0) {
         thrust::device_vector<uint8_t> w(need);
-        expect_throw_containing<InvalidArgument>([&] { gpu::decode_attention(a, id, raw(w), need - 1, nullptr); }, "workspace");
+        expect_throw_containing<InvalidArgument>(
+            [&] { gpu::decode_attention(a, id, raw(w), need - 1, nullptr); }, "workspace");
       }
     }
   }
-  expect_throw_containing<InvalidArgument>([&] { gpu::decode_attention(b.args(), 9, nullptr, 0, nullptr); }, "unknown decode version 9");
+  expect_throw_containing<InvalidArgument>(
+      [&] { gpu::decode_attention(b.args(), 9, nullptr, 0, nullptr); }, "unknown decode version 9");
 }
 
 TEST(DecodeBadInput, TablesAreCheckedOnTheDeviceAndNeverReadOutOfRange) {
@@ -420,14 +483,17 @@ TEST(DecodeBadInput, TablesAreCheckedOnTheDeviceAndNeverReadOutOfRange) {
   std::vector<int32_t> table = b.c.block_table;
   table[1 * b.c.max_blocks_per_seq + 1] = static_cast<int32_t>(b.c.geom.num_blocks);
   b.d.block_table = to_device(table);
-  expect_throw_containing<InvalidArgument>([&] { gpu::validate_decode_tables(b.args(), nullptr); }, "block_table[1][1]");
+  expect_throw_containing<InvalidArgument>([&] { gpu::validate_decode_tables(b.args(), nullptr); },
+                                           "block_table[1][1]");
   // The kernels never read it: they report NaN for that sequence (and only that one).
   for (const auto& v : gpu::decode_versions()) {
     const GpuDecodeRun r = run_gpu_decode(b.c, b.d, v.id);
     ASSERT_TRUE(r.supported);
     const size_t per_seq = static_cast<size_t>(b.c.spec.num_qo_heads) * b.c.spec.head_dim;
-    for (size_t i = 0; i < per_seq; ++i) ASSERT_FALSE(std::isnan(r.o[i])) << v.name << " sequence 0 element " << i;
-    for (size_t i = per_seq; i < 2 * per_seq; ++i) ASSERT_TRUE(std::isnan(r.o[i])) << v.name << " sequence 1 element " << i;
+    for (size_t i = 0; i < per_seq; ++i)
+      ASSERT_FALSE(std::isnan(r.o[i])) << v.name << " sequence 0 element " << i;
+    for (size_t i = per_seq; i < 2 * per_seq; ++i)
+      ASSERT_TRUE(std::isnan(r.o[i])) << v.name << " sequence 1 element " << i;
     EXPECT_EQ(r.guard_damage, "");
   }
   // A length beyond the bound.
@@ -435,7 +501,8 @@ TEST(DecodeBadInput, TablesAreCheckedOnTheDeviceAndNeverReadOutOfRange) {
   std::vector<int32_t> lens = b.c.seq_lens;
   lens[0] = b.c.max_seq_len + 1;
   b.d.seq_lens = to_device(lens);
-  expect_throw_containing<InvalidArgument>([&] { gpu::validate_decode_tables(b.args(), nullptr); }, "seq_lens[0]");
+  expect_throw_containing<InvalidArgument>([&] { gpu::validate_decode_tables(b.args(), nullptr); },
+                                           "seq_lens[0]");
   for (const auto& v : gpu::decode_versions()) {
     const GpuDecodeRun r = run_gpu_decode(b.c, b.d, v.id);
     ASSERT_TRUE(r.supported);
@@ -449,10 +516,11 @@ TEST(DecodeBadInput, TablesAreCheckedOnTheDeviceAndNeverReadOutOfRange) {
 // closing note; also asserted through the tolerance table like every other case.
 TEST(DecodeReport, ErrorTableVersionByFormat) {
   KVLAB_SKIP_WITHOUT_GPU();
-  std::printf("\n%-32s %-12s %12s %12s %12s %12s\n", "version", "format", "max_abs", "rel_l2", "orig_max_abs",
-              "orig_rel_l2");
+  std::printf("\n%-32s %-12s %12s %12s %12s %12s\n", "version", "format", "max_abs", "rel_l2",
+              "orig_max_abs", "orig_rel_l2");
   for (KvFormat f : all_kv_formats()) {
-    ref::PagedCaseSpec s = seeded_spec(("decode.report." + to_string(f)).c_str(), KvLayout::kNHD, f);
+    ref::PagedCaseSpec s =
+        seeded_spec(("decode.report." + to_string(f)).c_str(), KvLayout::kNHD, f);
     s.num_qo_heads = 32;
     s.num_kv_heads = 8;
     s.seq_lens = ref::awkward_seq_lens(16, 3001);
@@ -463,8 +531,8 @@ TEST(DecodeReport, ErrorTableVersionByFormat) {
     for (const auto& v : gpu::decode_versions()) {
       Checked ck;
       if (!check_version(c, d, v.id, tight, &orig, &ck)) continue;
-      std::printf("%-32s %-12s %12.3e %12.3e %12.3e %12.3e\n", v.name.c_str(), to_string(f).c_str(), ck.tight.max_abs,
-                  ck.tight.rel_l2, ck.orig.max_abs, ck.orig.rel_l2);
+      std::printf("%-32s %-12s %12.3e %12.3e %12.3e %12.3e\n", v.name.c_str(), to_string(f).c_str(),
+                  ck.tight.max_abs, ck.tight.rel_l2, ck.orig.max_abs, ck.orig.rel_l2);
     }
   }
 }
@@ -479,7 +547,8 @@ class ExhaustiveDecode : public ::testing::TestWithParam<std::tuple<KvFormat, Kv
 
 TEST_P(ExhaustiveDecode, AllBlockSizesGroupsAndDtypes) {
   KVLAB_SKIP_WITHOUT_GPU();
-  if (!exhaustive_enabled()) GTEST_SKIP() << "set KVLAB_GPU_EXHAUSTIVE=1 to run the full cross product";
+  if (!exhaustive_enabled())
+    GTEST_SKIP() << "set KVLAB_GPU_EXHAUSTIVE=1 to run the full cross product";
   const auto [f, l, d] = GetParam();
   const int groups[][2] = {{4, 4}, {4, 2}, {6, 2}, {8, 2}, {16, 2}, {8, 1}};
   for (int bs : {1, 8, 16, 32, 64, 128, 256})
@@ -489,17 +558,19 @@ TEST_P(ExhaustiveDecode, AllBlockSizesGroupsAndDtypes) {
         ref::PagedCase c = ref::make_paged_case(spec_for(cfg, "decode.exhaustive." + label(cfg)));
         DeviceCase dc(c);
         const ref::DecodeOutputs tight = ref::reference_decode(c);
-        for (const auto& v : gpu::decode_versions()) EXPECT_TRUE(check_version(c, dc, v.id, tight, nullptr)) << v.name;
+        for (const auto& v : gpu::decode_versions())
+          EXPECT_TRUE(check_version(c, dc, v.id, tight, nullptr)) << v.name;
       }
 }
 
-INSTANTIATE_TEST_SUITE_P(All, ExhaustiveDecode,
-                         ::testing::Combine(::testing::ValuesIn(all_kv_formats()), ::testing::ValuesIn(all_kv_layouts()),
-                                            ::testing::Values(64, 128, 256)),
-                         [](const ::testing::TestParamInfo<std::tuple<KvFormat, KvLayout, int>>& i) {
-                           return to_string(std::get<0>(i.param)) + "_" + to_string(std::get<1>(i.param)) + "_d" +
-                                  std::to_string(std::get<2>(i.param));
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    All, ExhaustiveDecode,
+    ::testing::Combine(::testing::ValuesIn(all_kv_formats()), ::testing::ValuesIn(all_kv_layouts()),
+                       ::testing::Values(64, 128, 256)),
+    [](const ::testing::TestParamInfo<std::tuple<KvFormat, KvLayout, int>>& i) {
+      return to_string(std::get<0>(i.param)) + "_" + to_string(std::get<1>(i.param)) + "_d" +
+             std::to_string(std::get<2>(i.param));
+    });
 
 }  // namespace
 }  // namespace kvlab::test

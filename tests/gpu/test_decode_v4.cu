@@ -40,8 +40,10 @@ void expect_matches(ref::PagedCase& c, int version, const std::string& what) {
   const std::string ctx = gpu::decode_version(version).name + " " + what + " | " + c.describe();
   ASSERT_TRUE(r.supported) << ctx << ": " << r.reason;
   EXPECT_EQ(r.guard_damage, "") << ctx;
-  EXPECT_TRUE(within_tolerance(r.o, tight.o, Op::kDecodeAttention, c.geom.format, c.spec.q_dtype, ctx));
-  EXPECT_TRUE(within_tolerance(r.lse, tight.lse, Op::kDecodeLse, c.geom.format, c.spec.q_dtype, ctx));
+  EXPECT_TRUE(
+      within_tolerance(r.o, tight.o, Op::kDecodeAttention, c.geom.format, c.spec.q_dtype, ctx));
+  EXPECT_TRUE(
+      within_tolerance(r.lse, tight.lse, Op::kDecodeLse, c.geom.format, c.spec.q_dtype, ctx));
 }
 
 // Restores the default plan knobs when a test that changed them ends.
@@ -54,10 +56,11 @@ TEST(DecodeV4, GroupsAboveEightUseQueryTiles) {
   KVLAB_SKIP_WITHOUT_GPU();
   // group 16 (2 query tiles), 12 (a partial second tile), MQA with 32 heads (4 tiles).
   const int heads[][2] = {{32, 2}, {24, 2}, {32, 1}};
-  for (KvFormat f : {KvFormat::kBF16, KvFormat::kFP8E4M3, KvFormat::kFP8E4M3PerToken, KvFormat::kNVFP4,
-                     KvFormat::kMXFP4}) {
+  for (KvFormat f : {KvFormat::kBF16, KvFormat::kFP8E4M3, KvFormat::kFP8E4M3PerToken,
+                     KvFormat::kNVFP4, KvFormat::kMXFP4}) {
     for (const auto& h : heads) {
-      ref::PagedCaseSpec s = seeded_spec(("decode.v4.qtiles." + to_string(f)).c_str(), KvLayout::kHND, f);
+      ref::PagedCaseSpec s =
+          seeded_spec(("decode.v4.qtiles." + to_string(f)).c_str(), KvLayout::kHND, f);
       s.num_qo_heads = h[0];
       s.num_kv_heads = h[1];
       s.seq_lens = {1, 700, 33, 0, 257};
@@ -87,8 +90,10 @@ TEST(DecodeV4, PlanSplitsOnlyWhenTheGridIsNotFull) {
   DeviceCase dm(cm);
   thrust::device_vector<uint16_t> o1(c1.o_elements()), om(cm.o_elements());
   for (int v : mma_versions()) {
-    EXPECT_GT(gpu::decode_workspace_bytes(d1.decode_args(c1, raw(o1), nullptr), v), 0u) << "version " << v;
-    EXPECT_EQ(gpu::decode_workspace_bytes(dm.decode_args(cm, raw(om), nullptr), v), 0u) << "version " << v;
+    EXPECT_GT(gpu::decode_workspace_bytes(d1.decode_args(c1, raw(o1), nullptr), v), 0u)
+        << "version " << v;
+    EXPECT_EQ(gpu::decode_workspace_bytes(dm.decode_args(cm, raw(om), nullptr), v), 0u)
+        << "version " << v;
     expect_matches(c1, v, "batch 1");
     expect_matches(cm, v, "batch 600");
   }
@@ -105,12 +110,14 @@ TEST(DecodeV4, LongSequencesOfASkewedBatchAreCappedAndMerged) {
   s.num_qo_heads = 8;
   s.num_kv_heads = 2;
   s.seq_lens = std::vector<int32_t>(300, 0);
-  for (int i = 0; i < 300; ++i) s.seq_lens[i] = (i % 37 == 0) ? 4000 + 131 * (i / 37) : 1 + (i * 53) % 400;
+  for (int i = 0; i < 300; ++i)
+    s.seq_lens[i] = (i % 37 == 0) ? 4000 + 131 * (i / 37) : 1 + (i * 53) % 400;
   ref::PagedCase c = ref::make_paged_case(s);
   DeviceCase d(c);
   thrust::device_vector<uint16_t> o(c.o_elements());
   for (int v : mma_versions()) {
-    EXPECT_GT(gpu::decode_workspace_bytes(d.decode_args(c, raw(o), nullptr), v), 0u) << "the cap must split";
+    EXPECT_GT(gpu::decode_workspace_bytes(d.decode_args(c, raw(o), nullptr), v), 0u)
+        << "the cap must split";
     expect_matches(c, v, "skewed, capped");
   }
 }
@@ -118,7 +125,8 @@ TEST(DecodeV4, LongSequencesOfASkewedBatchAreCappedAndMerged) {
 TEST(DecodeV4, PlanKnobsDoNotChangeTheResult) {
   KVLAB_SKIP_WITHOUT_GPU();
   TuningGuard guard;
-  ref::PagedCaseSpec s = seeded_spec("decode.v4.knobs", KvLayout::kHND, KvFormat::kBF16, DType::kF16);
+  ref::PagedCaseSpec s =
+      seeded_spec("decode.v4.knobs", KvLayout::kHND, KvFormat::kBF16, DType::kF16);
   s.num_qo_heads = 16;
   s.num_kv_heads = 4;
   s.seq_lens = {3001, 17, 1500};
@@ -136,7 +144,8 @@ TEST(DecodeV4, HeadDim256EveryFormatWithF16Queries) {
   KVLAB_SKIP_WITHOUT_GPU();
   for (KvFormat f : all_kv_formats()) {
     for (KvLayout l : {KvLayout::kNHD, KvLayout::kSplitX}) {
-      ref::PagedCaseSpec s = seeded_spec(("decode.v4.d256." + to_string(f)).c_str(), l, f, DType::kF16);
+      ref::PagedCaseSpec s =
+          seeded_spec(("decode.v4.d256." + to_string(f)).c_str(), l, f, DType::kF16);
       s.head_dim = 256;
       s.num_qo_heads = 8;
       s.num_kv_heads = 2;

@@ -59,7 +59,8 @@ TEST(Dsv4Gpu, AllocatorReplaysTheHostAllocatorsDecisions) {
   int ooms = 0, double_frees = 0, unknown = 0;
   for (int step = 0; step < 400; ++step) {
     const int op = static_cast<int>(g() % 10);
-    if (op < 5 || step % 20 == 0) {  // acquire n; every 20th step more than is free: OutOfBlocks on both
+    if (op < 5 ||
+        step % 20 == 0) {  // acquire n; every 20th step more than is free: OutOfBlocks on both
       const int32_t n = step % 20 == 0 ? host.num_free() + 1 + static_cast<int32_t>(g() % 3)
                                        : static_cast<int32_t>(g() % 12);
       bool host_oom = false, dev_oom = false;
@@ -78,7 +79,8 @@ TEST(Dsv4Gpu, AllocatorReplaysTheHostAllocatorsDecisions) {
       ooms += host_oom;
       if (!host_oom) {
         const auto d = to_host(dst);
-        ASSERT_TRUE(std::equal(got.begin(), got.end(), d.begin())) << "step " << step << ": different ids";
+        ASSERT_TRUE(std::equal(got.begin(), got.end(), d.begin()))
+            << "step " << step << ": different ids";
         held.insert(held.end(), got.begin(), got.end());
       }
     } else if (op < 9) {  // release a random subset in random order
@@ -112,8 +114,9 @@ TEST(Dsv4Gpu, AllocatorReplaysTheHostAllocatorsDecisions) {
     ASSERT_EQ(dev.num_free(), host.num_free()) << "step " << step;
     ASSERT_EQ(dev.stack(nullptr), host.stack()) << "step " << step;
   }
-  std::printf("[dsv4] allocator replay: 400 ops, %d OOMs, %d double frees, %d unknown ids, identical\n", ooms,
-              double_frees, unknown);
+  std::printf(
+      "[dsv4] allocator replay: 400 ops, %d OOMs, %d double frees, %d unknown ids, identical\n",
+      ooms, double_frees, unknown);
   EXPECT_GT(ooms, 0);
   EXPECT_GT(double_frees, 0);
   EXPECT_GT(unknown, 0);
@@ -132,8 +135,10 @@ struct DeviceCache {
   void snapshot() {
     KVLAB_CUDA_CHECK(cudaDeviceSynchronize());
     host_arena.resize(dev->arena_bytes());
-    KVLAB_CUDA_CHECK(cudaMemcpy(host_arena.data(), dev->arena(), host_arena.size(), cudaMemcpyDeviceToHost));
-    host_views = sim::build_dsv4_views(schema, budget, sim::plan_dsv4_arena(schema, budget), host_arena.data());
+    KVLAB_CUDA_CHECK(
+        cudaMemcpy(host_arena.data(), dev->arena(), host_arena.size(), cudaMemcpyDeviceToHost));
+    host_views = sim::build_dsv4_views(schema, budget, sim::plan_dsv4_arena(schema, budget),
+                                       host_arena.data());
   }
 };
 
@@ -153,9 +158,18 @@ struct DeviceBatch {
   DVec<uint16_t> raw;
   DVec<float> kv, gate, ikv, igate, out, keys;
   explicit DeviceBatch(const LayerBatch& b)
-      : slots(b.slots), positions(b.positions), req_slots(b.req_slots), start_pos(b.start_pos),
-        token_offsets(b.token_offsets), entry_offsets(b.entry_offsets), first_entry(b.first_entry), raw(b.raw),
-        kv(b.kv), gate(b.gate), ikv(b.ikv), igate(b.igate) {}
+      : slots(b.slots),
+        positions(b.positions),
+        req_slots(b.req_slots),
+        start_pos(b.start_pos),
+        token_offsets(b.token_offsets),
+        entry_offsets(b.entry_offsets),
+        first_entry(b.first_entry),
+        raw(b.raw),
+        kv(b.kv),
+        gate(b.gate),
+        ikv(b.ikv),
+        igate(b.igate) {}
 };
 
 Dsv4AppendSwaArgs dev_swa_args(DeviceBatch& d, const LayerBatch& b) {
@@ -185,19 +199,22 @@ Dsv4StoreArgs dev_store_args(DeviceBatch& d, const LayerBatch& b, const float* e
 }
 
 // GPU step of one layer: ring append, compression, stores (mirror of host_layer_step).
-void device_layer_step(const sim::LayerCacheHandle& h, const sim::Dsv4LayerSchema& l, const LayerBatch& b,
-                       cudaStream_t stream) {
+void device_layer_step(const sim::LayerCacheHandle& h, const sim::Dsv4LayerSchema& l,
+                       const LayerBatch& b, cudaStream_t stream) {
   DeviceBatch d(b);
   h.write_swa(dev_swa_args(d, b), stream);
   if (l.has_classical) {
     d.out.resize(std::max<size_t>(1, static_cast<size_t>(b.num_entries) * l.head_dim));
     gpu::dsv4_compress(h.stream_view(), dev_compress_args(d, b, false, dptr(d.out)), stream);
-    gpu::dsv4_store_entries(h.read_classical_view(), h.num_slots(), dev_store_args(d, b, dptr(d.out)), stream);
+    gpu::dsv4_store_entries(h.read_classical_view(), h.num_slots(),
+                            dev_store_args(d, b, dptr(d.out)), stream);
   }
   if (l.has_indexer) {
     d.keys.resize(std::max<size_t>(1, static_cast<size_t>(b.num_entries) * l.indexer_dim));
-    gpu::dsv4_compress(h.indexer_stream_view(), dev_compress_args(d, b, true, dptr(d.keys)), stream);
-    gpu::dsv4_store_indexer_keys(h.read_indexer_view(), h.num_slots(), dev_store_args(d, b, dptr(d.keys)), stream);
+    gpu::dsv4_compress(h.indexer_stream_view(), dev_compress_args(d, b, true, dptr(d.keys)),
+                       stream);
+    gpu::dsv4_store_indexer_keys(h.read_indexer_view(), h.num_slots(),
+                                 dev_store_args(d, b, dptr(d.keys)), stream);
   }
   KVLAB_CUDA_CHECK(cudaStreamSynchronize(stream));
 }
@@ -239,7 +256,8 @@ const Dsv4Variant kVariants[] = {Dsv4Variant::seed004(), Dsv4Variant::public_v4(
 TEST(Dsv4Gpu, AppendSwaMatchesTheReferenceBytes) {
   SKIP_WITHOUT_GPU();
   for (auto var : kVariants) {
-    SCOPED_TRACE("variant " + to_string(var) + ", seed " + std::to_string(seed_for("dsv4.raw_token")));
+    SCOPED_TRACE("variant " + to_string(var) + ", seed " +
+                 std::to_string(seed_for("dsv4.raw_token")));
     const bool pos_mode = var.ring == Dsv4RingMode::kPosModWindow;
     for (bool prefill : {false, true}) {
       auto host = make_host_cache("test_mixed.ini", var, 128, 3, 1024);
@@ -272,11 +290,13 @@ TEST(Dsv4Gpu, AppendSwaMatchesTheReferenceBytes) {
       const auto& dv = dev.host_views[0].swa;
       for (int32_t s : slots) {
         EXPECT_EQ(hv.head[s], dv.head[s]) << "slot " << s;
-        EXPECT_EQ(ring_by_position(hv, s), ring_by_position(dv, s)) << "slot " << s << (prefill ? " prefill" : "");
+        EXPECT_EQ(ring_by_position(hv, s), ring_by_position(dv, s))
+            << "slot " << s << (prefill ? " prefill" : "");
         if (pos_mode || !prefill) {
           EXPECT_EQ(0, std::memcmp(hv.pos_row(s), dv.pos_row(s), 4 * hv.window())) << "slot " << s;
           for (int row = 0; row < hv.window(); ++row)
-            ASSERT_EQ(entry_bytes(hv.ring, s, row), entry_bytes(dv.ring, s, row)) << "slot " << s << " row " << row;
+            ASSERT_EQ(entry_bytes(hv.ring, s, row), entry_bytes(dv.ring, s, row))
+                << "slot " << s << " row " << row;
         }
       }
       if (!pos_mode && prefill) {
@@ -288,11 +308,14 @@ TEST(Dsv4Gpu, AppendSwaMatchesTheReferenceBytes) {
         int lost = 0;
         for (size_t r = 0; r < slots.size(); ++r) {
           const auto ring = ring_by_position(dev.host_views[0].swa, slots[r]);
-          for (int64_t p = std::max<int64_t>(0, pos[r] - 128); p < pos[r]; ++p) lost += ring.count(static_cast<int32_t>(p)) == 0;
+          for (int64_t p = std::max<int64_t>(0, pos[r] - 128); p < pos[r]; ++p)
+            lost += ring.count(static_cast<int32_t>(p)) == 0;
         }
-        std::printf("[dsv4] atomic head: after prefill launches + 1 decode token, %d in-window position(s) missing "
-                    "from the GPU rings (0 with pos %% window)\n",
-                    lost);
+        std::printf(
+            "[dsv4] atomic head: after prefill launches + 1 decode token, %d in-window position(s) "
+            "missing "
+            "from the GPU rings (0 with pos %% window)\n",
+            lost);
       }
     }
   }
@@ -328,7 +351,8 @@ TEST(Dsv4Gpu, AppendSwaFp8RoundTripDistribution) {
       v.ring.rows = W;
       v.ring.num_pages = S;
       v.mode = Dsv4RingMode::kPosModWindow;
-      DVec<uint8_t> data_d(fmt == Dsv4EntryFormat::kFp8PerToken ? tokens * nope : v.ring.bytes(), 0xFF);
+      DVec<uint8_t> data_d(fmt == Dsv4EntryFormat::kFp8PerToken ? tokens * nope : v.ring.bytes(),
+                           0xFF);
       DVec<uint16_t> rope_d(tokens * rope, 0xFFFF);
       DVec<float> inv_d(tokens);
       DVec<int32_t> pos_d(tokens, -1), head_d(S, 0), slots_d(slots), positions_d(positions);
@@ -338,7 +362,8 @@ TEST(Dsv4Gpu, AppendSwaFp8RoundTripDistribution) {
       v.ring.inv_scale = dptr(inv_d);
       v.pos = dptr(pos_d);
       v.head = dptr(head_d);
-      Dsv4AppendSwaArgs a{dptr(raw_d), dptr(slots_d), dptr(positions_d), static_cast<int32_t>(tokens)};
+      Dsv4AppendSwaArgs a{dptr(raw_d), dptr(slots_d), dptr(positions_d),
+                          static_cast<int32_t>(tokens)};
       gpu::dsv4_append_swa(v, a, nullptr);
       KVLAB_CUDA_CHECK(cudaDeviceSynchronize());
       // Read back and dequantize through the canonical host read.
@@ -364,11 +389,13 @@ TEST(Dsv4Gpu, AppendSwaFp8RoundTripDistribution) {
         }
       const auto sn = ref::roundtrip_stats(xn.data(), yn.data(), tokens, nope);
       const auto sa = ref::roundtrip_stats(xa.data(), ya.data(), tokens, D);
-      std::printf("[dsv4] append_swa FP8 round trip (%s, %s, %lld tokens): per-token rel L2 NoPE mean %.4f p99 %.4f "
-                  "max %.4f | full entry mean %.4f p99 %.4f (seed 004 claims < 0.036)\n",
-                  fmt == Dsv4EntryFormat::kFp8PerToken ? "fp8_per_token" : "fp8_ds_mla", data,
-                  static_cast<long long>(tokens), sn.rel_l2_mean, sn.rel_l2_p99, sn.rel_l2_max, sa.rel_l2_mean,
-                  sa.rel_l2_p99);
+      std::printf(
+          "[dsv4] append_swa FP8 round trip (%s, %s, %lld tokens): per-token rel L2 NoPE mean %.4f "
+          "p99 %.4f "
+          "max %.4f | full entry mean %.4f p99 %.4f (seed 004 claims < 0.036)\n",
+          fmt == Dsv4EntryFormat::kFp8PerToken ? "fp8_per_token" : "fp8_ds_mla", data,
+          static_cast<long long>(tokens), sn.rel_l2_mean, sn.rel_l2_p99, sn.rel_l2_max,
+          sa.rel_l2_mean, sa.rel_l2_p99);
       const Tolerance tol = tolerance(Op::kQuantRoundTrip, KvFormat::kFP8E4M3PerToken, DType::kF32);
       EXPECT_EQ(sn.nonfinite, 0);
       for (int64_t i = 0; i < tokens; ++i) {
@@ -388,7 +415,8 @@ TEST(Dsv4Gpu, CompressorChunkedEqualsOneShotAtEverySplitAndMatchesTheReference) 
     int ratio, dim;
     bool overlap;
   };
-  for (const Case c : {Case{"csa", 4, 512, true}, Case{"csa_indexer", 4, 128, true}, Case{"hca16", 16, 160, false}}) {
+  for (const Case c : {Case{"csa", 4, 512, true}, Case{"csa_indexer", 4, 128, true},
+                       Case{"hca16", 16, 160, false}}) {
     const int W = c.overlap ? 2 * c.dim : c.dim;
     const int32_t L = 53;
     const uint64_t seed = seed_for("dsv4.gpu.compressor");
@@ -399,17 +427,26 @@ TEST(Dsv4Gpu, CompressorChunkedEqualsOneShotAtEverySplitAndMatchesTheReference) 
     DVec<float> kv_d(kv), gate_d(gate), ape_d(ape);
     const int64_t n_entries = L / c.ratio;
     std::vector<float> ref_out(n_entries * c.dim);
-    ref::dsv4_compress_oneshot(kv.data(), gate.data(), ape.data(), L, c.ratio, c.dim, c.overlap, ref_out.data());
-    const int64_t a_floats = (c.overlap ? 2 : 1) * c.ratio * c.dim, b_floats = c.overlap ? c.ratio * c.dim : 0;
+    ref::dsv4_compress_oneshot(kv.data(), gate.data(), ape.data(), L, c.ratio, c.dim, c.overlap,
+                               ref_out.data());
+    const int64_t a_floats = (c.overlap ? 2 : 1) * c.ratio * c.dim,
+                  b_floats = c.overlap ? c.ratio * c.dim : 0;
     DVec<float> ka(2 * a_floats), za(2 * a_floats), kb(2 * b_floats + 1), zb(2 * b_floats + 1);
-    Dsv4StreamView st{c.ratio, c.dim, c.overlap, 2, dptr(ka), dptr(za), c.overlap ? dptr(kb) : nullptr,
+    Dsv4StreamView st{c.ratio,
+                      c.dim,
+                      c.overlap,
+                      2,
+                      dptr(ka),
+                      dptr(za),
+                      c.overlap ? dptr(kb) : nullptr,
                       c.overlap ? dptr(zb) : nullptr};
     DVec<float> out(n_entries * c.dim + 1);
     // Runs tokens [from, to) of slot 1 and appends the entries to *acc.
     auto call = [&](int32_t from, int32_t to, std::vector<float>* acc) {
       int32_t start = from, offs[2] = {0, to - from}, eoffs[2], slot = 1;
       ref::dsv4_plan_entries(&start, offs, 1, c.ratio, eoffs, nullptr);
-      DVec<int32_t> slot_d(1, slot), start_d(1, start), offs_d(offs, offs + 2), eoffs_d(eoffs, eoffs + 2);
+      DVec<int32_t> slot_d(1, slot), start_d(1, start), offs_d(offs, offs + 2),
+          eoffs_d(eoffs, eoffs + 2);
       Dsv4CompressArgs a;
       a.kv = dptr(kv_d) + static_cast<int64_t>(from) * W;
       a.gate = dptr(gate_d) + static_cast<int64_t>(from) * W;
@@ -466,12 +503,16 @@ TEST(Dsv4Gpu, StoreEntriesAndIndexerKeysMatchTheReferenceBytes) {
     b.num_entries = 215;
     const auto entries = bf16_gaussian(215 * l.head_dim, seed_for("dsv4.gpu.store"), 2.0f);
     const auto keys = bf16_gaussian(215 * l.indexer_dim, seed_for("dsv4.gpu.store.keys"), 2.0f);
-    ref::dsv4_store_entries(host.mgr->acquire(1).read_classical_view(), 2, store_args(b, entries.data()));
-    ref::dsv4_store_indexer_keys(host.mgr->acquire(1).read_indexer_view(), 2, store_args(b, keys.data()));
+    ref::dsv4_store_entries(host.mgr->acquire(1).read_classical_view(), 2,
+                            store_args(b, entries.data()));
+    ref::dsv4_store_indexer_keys(host.mgr->acquire(1).read_indexer_view(), 2,
+                                 store_args(b, keys.data()));
     DeviceBatch d(b);
     DVec<float> entries_d(entries), keys_d(keys);
-    gpu::dsv4_store_entries(dev.mgr->acquire(1).read_classical_view(), 2, dev_store_args(d, b, dptr(entries_d)), nullptr);
-    gpu::dsv4_store_indexer_keys(dev.mgr->acquire(1).read_indexer_view(), 2, dev_store_args(d, b, dptr(keys_d)), nullptr);
+    gpu::dsv4_store_entries(dev.mgr->acquire(1).read_classical_view(), 2,
+                            dev_store_args(d, b, dptr(entries_d)), nullptr);
+    gpu::dsv4_store_indexer_keys(dev.mgr->acquire(1).read_indexer_view(), 2,
+                                 dev_store_args(d, b, dptr(keys_d)), nullptr);
     dev.snapshot();
     // The whole arena (pools, keys, untouched 0xFF regions, block table) is byte-identical.
     const auto& hv = host.mgr->acquire(1).read_classical_view();
@@ -498,7 +539,8 @@ TEST(Dsv4Gpu, StoreEntriesAndIndexerKeysMatchTheReferenceBytes) {
 TEST(Dsv4Gpu, DecodeOverTheGpuCacheMatchesTheReference) {
   SKIP_WITHOUT_GPU();
   for (auto var : kVariants) {
-    SCOPED_TRACE("variant " + to_string(var) + ", seed " + std::to_string(seed_for("dsv4.raw_token")));
+    SCOPED_TRACE("variant " + to_string(var) + ", seed " +
+                 std::to_string(seed_for("dsv4.raw_token")));
     auto host = make_host_cache("test_mixed.ini", var, 128, 3, 1024);
     auto dev = make_device_cache(host);
     auto& m = *dev.mgr;
@@ -509,8 +551,8 @@ TEST(Dsv4Gpu, DecodeOverTheGpuCacheMatchesTheReference) {
     auto step = [&](const std::vector<int64_t>& counts) {
       for (size_t r = 0; r < ids.size(); ++r) m.append_tokens(ids[r], counts[r]);
       for (int32_t layer = 0; layer < host.schema.num_layers(); ++layer)
-        device_layer_step(m.acquire(layer), host.schema.layer(layer), make_batch(host.schema.layer(layer), ids, slots, pos, counts),
-                          nullptr);
+        device_layer_step(m.acquire(layer), host.schema.layer(layer),
+                          make_batch(host.schema.layer(layer), ids, slots, pos, counts), nullptr);
       for (size_t r = 0; r < ids.size(); ++r) pos[r] += counts[r];
     };
     // Prefill chunks of at most `window` tokens per slot per launch (append_swa's contract).
@@ -538,8 +580,9 @@ TEST(Dsv4Gpu, DecodeOverTheGpuCacheMatchesTheReference) {
       a.num_seqs = 3;
       a.num_heads = H;
       a.sm_scale = 1.0f / std::sqrt(static_cast<float>(D));
-      gpu::dsv4_decode_attention(h.read_swa_view(), h.kind() == sim::Dsv4LayerKind::kSWA ? nullptr : &h.read_classical_view(),
-                                 a, nullptr);
+      gpu::dsv4_decode_attention(
+          h.read_swa_view(),
+          h.kind() == sim::Dsv4LayerKind::kSWA ? nullptr : &h.read_classical_view(), a, nullptr);
       dev.snapshot();
       std::vector<uint16_t> o_ref(q.size());
       std::vector<float> lse_ref(3 * H);
@@ -549,7 +592,8 @@ TEST(Dsv4Gpu, DecodeOverTheGpuCacheMatchesTheReference) {
       a.request_slots = slots.data();
       a.positions = qpos.data();
       const auto& hv = dev.host_views[layer];
-      ref::dsv4_decode_attention(hv.swa, hv.kind == sim::Dsv4LayerKind::kSWA ? nullptr : &hv.classical, a);
+      ref::dsv4_decode_attention(hv.swa,
+                                 hv.kind == sim::Dsv4LayerKind::kSWA ? nullptr : &hv.classical, a);
       const auto o_gpu = to_host(o_d);
       const auto lse_gpu = to_host(lse_d);
       std::vector<float> og(o_gpu.size()), orf(o_ref.size());
@@ -559,12 +603,14 @@ TEST(Dsv4Gpu, DecodeOverTheGpuCacheMatchesTheReference) {
       }
       ErrorStats es, el;
       EXPECT_TRUE(check(og.data(), orf.data(), og.size(),
-                        tolerance(Op::kDecodeAttention, KvFormat::kFP8E4M3PerToken, DType::kBF16), &es))
+                        tolerance(Op::kDecodeAttention, KvFormat::kFP8E4M3PerToken, DType::kBF16),
+                        &es))
           << "layer " << layer << ": " << to_string(es);
       EXPECT_TRUE(check(lse_gpu.data(), lse_ref.data(), lse_gpu.size(),
                         tolerance(Op::kDecodeLse, KvFormat::kFP8E4M3PerToken, DType::kF32), &el))
           << "layer " << layer << ": " << to_string(el);
-      for (float x : orf) ASSERT_TRUE(std::isfinite(x)) << "layer " << layer << ": NaN read from an unwritten slot";
+      for (float x : orf)
+        ASSERT_TRUE(std::isfinite(x)) << "layer " << layer << ": NaN read from an unwritten slot";
     }
     // The GPU's rings hold exactly the reference rings' entries (host pipeline).
     auto& hm = *host.mgr;
@@ -573,7 +619,8 @@ TEST(Dsv4Gpu, DecodeOverTheGpuCacheMatchesTheReference) {
     auto host_step = [&](const std::vector<int64_t>& counts) {
       for (size_t r = 0; r < ids.size(); ++r) hm.append_tokens(ids[r], counts[r]);
       for (int32_t layer = 0; layer < host.schema.num_layers(); ++layer)
-        host_layer_step(hm.acquire(layer), host.schema.layer(layer), make_batch(host.schema.layer(layer), ids, slots, pos, counts));
+        host_layer_step(hm.acquire(layer), host.schema.layer(layer),
+                        make_batch(host.schema.layer(layer), ids, slots, pos, counts));
       for (size_t r = 0; r < ids.size(); ++r) pos[r] += counts[r];
     };
     host_step({100, 128, 5});
@@ -586,7 +633,8 @@ TEST(Dsv4Gpu, DecodeOverTheGpuCacheMatchesTheReference) {
       for (int32_t s : slots) {
         const auto hr = ring_by_position(hm.acquire(layer).read_swa_view(), s);
         const auto dr = ring_by_position(dev.host_views[layer].swa, s);
-        if (var.ring == Dsv4RingMode::kPosModWindow) EXPECT_EQ(hr, dr) << "layer " << layer << " slot " << s;
+        if (var.ring == Dsv4RingMode::kPosModWindow)
+          EXPECT_EQ(hr, dr) << "layer " << layer << " slot " << s;
         int common = 0;
         for (const auto& [p, bytes] : dr)
           if (hr.count(p)) {
@@ -613,7 +661,8 @@ TEST(Dsv4Gpu, AcquireAllocatesNothingAndWorksInsideACapturedGraph) {
   for (int32_t layer = 0; layer < 3; ++layer)
     device_layer_step(m.acquire(layer), host.schema.layer(layer),
                       make_batch(host.schema.layer(layer), ids, slots, pos, {128, 128}), nullptr);
-  for (auto id : ids) m.append_tokens(id, 3);  // blocks for the decode steps, allocated before capture
+  for (auto id : ids)
+    m.append_tokens(id, 3);  // blocks for the decode steps, allocated before capture
 
   // acquire(): 0 bytes of device memory.
   size_t free0 = 0, free1 = 0, total = 0;
@@ -647,7 +696,8 @@ TEST(Dsv4Gpu, AcquireAllocatesNothingAndWorksInsideACapturedGraph) {
     da.num_seqs = 2;
     da.num_heads = H;
     da.sm_scale = 1.0f / std::sqrt(static_cast<float>(D));
-    gpu::dsv4_decode_attention(h.read_swa_view(), layer == 0 ? nullptr : &h.read_classical_view(), da, stream);
+    gpu::dsv4_decode_attention(h.read_swa_view(), layer == 0 ? nullptr : &h.read_classical_view(),
+                               da, stream);
   }
   KVLAB_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
   cudaGraphExec_t exec;
@@ -701,7 +751,8 @@ TEST(Dsv4Gpu, AcquireAllocatesNothingAndWorksInsideACapturedGraph) {
     }
     ErrorStats es;
     EXPECT_TRUE(check(og.data(), orf.data(), og.size(),
-                      tolerance(Op::kDecodeAttention, KvFormat::kFP8E4M3PerToken, DType::kBF16), &es))
+                      tolerance(Op::kDecodeAttention, KvFormat::kFP8E4M3PerToken, DType::kBF16),
+                      &es))
         << "layer " << layer << ": " << to_string(es);
   }
   KVLAB_CUDA_CHECK(cudaGraphExecDestroy(exec));
@@ -713,7 +764,8 @@ TEST(Dsv4Gpu, AcquireAllocatesNothingAndWorksInsideACapturedGraph) {
 TEST(Dsv4Gpu, DeviceManagerLifecycleMirrorsTheHostManager) {
   SKIP_WITHOUT_GPU();
   // 4 slots of up to 64 tokens (4 blocks each) over 6 blocks: exhaustion is reachable.
-  auto host = make_host_cache("test_tiny.ini", Dsv4Variant::seed004(), 16, 4, 64, /*extra_blocks=*/-10);
+  auto host =
+      make_host_cache("test_tiny.ini", Dsv4Variant::seed004(), 16, 4, 64, /*extra_blocks=*/-10);
   ASSERT_EQ(host.budget.num_blocks, 6);
   auto dev = make_device_cache(host);
   std::mt19937_64 g(seed_for("dsv4.gpu.lifecycle"));
@@ -764,15 +816,19 @@ TEST(Dsv4Gpu, DeviceManagerLifecycleMirrorsTheHostManager) {
       ASSERT_EQ(h_oom, d_oom);
       ooms += h_oom;
     }
-    ASSERT_EQ(dev.dev->allocator().stack(nullptr), host.mgr->allocator().stack()) << "step " << step;
+    ASSERT_EQ(dev.dev->allocator().stack(nullptr), host.mgr->allocator().stack())
+        << "step " << step;
   }
   // Block tables agree row by row.
   for (int32_t s = 0; s < host.budget.max_requests; ++s) {
     std::vector<int32_t> row(host.budget.max_blocks_per_request);
-    KVLAB_CUDA_CHECK(cudaMemcpy(row.data(), dev.dev->block_table_row(s), 4 * row.size(), cudaMemcpyDeviceToHost));
+    KVLAB_CUDA_CHECK(cudaMemcpy(row.data(), dev.dev->block_table_row(s), 4 * row.size(),
+                                cudaMemcpyDeviceToHost));
     EXPECT_TRUE(std::equal(row.begin(), row.end(), host.host->block_table_row(s))) << "slot " << s;
   }
-  std::printf("[dsv4] device manager lifecycle: 200 ops, %d OOMs, allocators and block tables identical\n", ooms);
+  std::printf(
+      "[dsv4] device manager lifecycle: 200 ops, %d OOMs, allocators and block tables identical\n",
+      ooms);
   EXPECT_GT(ooms, 0);
 }
 
@@ -880,17 +936,22 @@ TEST(Dsv4Gpu, AppendSwaBandwidthAgainstCopy) {
     v.ring.inv_scale = dptr(inv_d);
     v.pos = dptr(pos_d);
     v.head = dptr(head_d);
-    const Dsv4AppendSwaArgs a{dptr(raw_d), dptr(slots_d), dptr(positions_d), static_cast<int32_t>(tokens)};
+    const Dsv4AppendSwaArgs a{dptr(raw_d), dptr(slots_d), dptr(positions_d),
+                              static_cast<int32_t>(tokens)};
     const auto t = median_ms([&] { gpu::dsv4_append_swa(v, a, nullptr); });
-    const double bytes = static_cast<double>(tokens) * (2.0 * D + dsv4_entry_bytes(fmt, nope, rope) + 4 + 8);
-    std::printf("[dsv4] append_swa %s: %lld tokens, median %.3f ms (spread %.3f), %.0f GB/s = %.1f%% of the measured "
-                "D2D copy (%.0f GB/s)\n",
-                fmt == Dsv4EntryFormat::kFp8PerToken ? "fp8_per_token" : "fp8_ds_mla", static_cast<long long>(tokens),
-                t.first, t.second, bytes / (t.first * 1e-3) / 1e9, 100.0 * bytes / (t.first * 1e-3) / copy_bw,
-                copy_bw / 1e9);
+    const double bytes =
+        static_cast<double>(tokens) * (2.0 * D + dsv4_entry_bytes(fmt, nope, rope) + 4 + 8);
+    std::printf(
+        "[dsv4] append_swa %s: %lld tokens, median %.3f ms (spread %.3f), %.0f GB/s = %.1f%% of "
+        "the measured "
+        "D2D copy (%.0f GB/s)\n",
+        fmt == Dsv4EntryFormat::kFp8PerToken ? "fp8_per_token" : "fp8_ds_mla",
+        static_cast<long long>(tokens), t.first, t.second, bytes / (t.first * 1e-3) / 1e9,
+        100.0 * bytes / (t.first * 1e-3) / copy_bw, copy_bw / 1e9);
     // The timed runs wrote what they should: the ring of the last slot holds its tokens.
     std::vector<int32_t> pos_h(W);
-    KVLAB_CUDA_CHECK(cudaMemcpy(pos_h.data(), dptr(pos_d) + (S - 1) * W, 4 * W, cudaMemcpyDeviceToHost));
+    KVLAB_CUDA_CHECK(
+        cudaMemcpy(pos_h.data(), dptr(pos_d) + (S - 1) * W, 4 * W, cudaMemcpyDeviceToHost));
     for (int r = 0; r < W; ++r) ASSERT_EQ(pos_h[r], r);
   }
   KVLAB_CUDA_CHECK(cudaEventDestroy(e0));

@@ -36,7 +36,8 @@ template <gpu::KvElem E>
 std::vector<float> device_decode_all(std::vector<uint32_t> words) {
   thrust::device_vector<uint32_t> in = to_device(words);
   thrust::device_vector<float> out(words.size() * gpu::kElemsPerWord<E>);
-  decode_words_kernel<E><<<static_cast<int>((words.size() + 127) / 128), 128>>>(raw(in), raw(out), static_cast<int>(words.size()));
+  decode_words_kernel<E><<<static_cast<int>((words.size() + 127) / 128), 128>>>(
+      raw(in), raw(out), static_cast<int>(words.size()));
   KVLAB_CUDA_CHECK(cudaDeviceSynchronize());
   return to_host(out);
 }
@@ -56,15 +57,18 @@ TEST(GpuDecoders, SixteenBitCodesMatchFormats) {
   const auto bf = device_decode_all<gpu::KvElem::kBF16>(words);
   const auto hf = device_decode_all<gpu::KvElem::kFP16>(words);
   for (uint32_t c = 0; c < 65536; ++c) {
-    ASSERT_TRUE(same_float(bf[c], bf16_bits_to_float(static_cast<uint16_t>(c)))) << "bf16 code " << c;
-    ASSERT_TRUE(same_float(hf[c], fp16_bits_to_float(static_cast<uint16_t>(c)))) << "fp16 code " << c;
+    ASSERT_TRUE(same_float(bf[c], bf16_bits_to_float(static_cast<uint16_t>(c))))
+        << "bf16 code " << c;
+    ASSERT_TRUE(same_float(hf[c], fp16_bits_to_float(static_cast<uint16_t>(c))))
+        << "fp16 code " << c;
   }
 }
 
 TEST(GpuDecoders, Fp8CodesMatchFormats) {
   KVLAB_SKIP_WITHOUT_GPU();
   std::vector<uint32_t> words;
-  for (uint32_t c = 0; c < 256; c += 4) words.push_back(c | ((c + 1) << 8) | ((c + 2) << 16) | ((c + 3) << 24));
+  for (uint32_t c = 0; c < 256; c += 4)
+    words.push_back(c | ((c + 1) << 8) | ((c + 2) << 16) | ((c + 3) << 24));
   const auto e4 = device_decode_all<gpu::KvElem::kE4M3>(words);
   const auto e5 = device_decode_all<gpu::KvElem::kE5M2>(words);
   for (uint32_t c = 0; c < 256; ++c) {
@@ -76,18 +80,23 @@ TEST(GpuDecoders, Fp8CodesMatchFormats) {
 TEST(GpuDecoders, Fp4NibblesMatchFormatsLowNibbleFirst) {
   KVLAB_SKIP_WITHOUT_GPU();
   std::vector<uint32_t> words;
-  for (uint32_t b = 0; b < 256; b += 4) words.push_back(b | ((b + 1) << 8) | ((b + 2) << 16) | ((b + 3) << 24));
+  for (uint32_t b = 0; b < 256; b += 4)
+    words.push_back(b | ((b + 1) << 8) | ((b + 2) << 16) | ((b + 3) << 24));
   const auto f = device_decode_all<gpu::KvElem::kE2M1>(words);
   for (uint32_t b = 0; b < 256; ++b) {
-    ASSERT_TRUE(same_float(f[2 * b], e2m1_to_float(fp4_lo(static_cast<uint8_t>(b))))) << "byte " << b << " low";
-    ASSERT_TRUE(same_float(f[2 * b + 1], e2m1_to_float(fp4_hi(static_cast<uint8_t>(b))))) << "byte " << b << " high";
+    ASSERT_TRUE(same_float(f[2 * b], e2m1_to_float(fp4_lo(static_cast<uint8_t>(b)))))
+        << "byte " << b << " low";
+    ASSERT_TRUE(same_float(f[2 * b + 1], e2m1_to_float(fp4_hi(static_cast<uint8_t>(b)))))
+        << "byte " << b << " high";
   }
 }
 
 TEST(Dispatch, ValueListsAndErrors) {
-  EXPECT_TRUE(gpu::head_dim_compiled(64) && gpu::head_dim_compiled(128) && gpu::head_dim_compiled(256));
+  EXPECT_TRUE(gpu::head_dim_compiled(64) && gpu::head_dim_compiled(128) &&
+              gpu::head_dim_compiled(256));
   EXPECT_FALSE(gpu::head_dim_compiled(96));
-  EXPECT_EQ(gpu::head_dim_unsupported_reason(96), "unsupported head_dim 96 (compiled: 64, 128, 256)");
+  EXPECT_EQ(gpu::head_dim_unsupported_reason(96),
+            "unsupported head_dim 96 (compiled: 64, 128, 256)");
   // Every compiled head_dim reaches its case; anything else throws Unsupported.
   for (int d : {64, 128, 256}) EXPECT_EQ(KVLAB_DISPATCH_HEAD_DIM(d, kD, [&] { return kD; }), d);
   try {
@@ -101,9 +110,12 @@ TEST(Dispatch, ValueListsAndErrors) {
     EXPECT_EQ(e, gpu::kv_elem_of(f));
     EXPECT_EQ(gpu::kv_elem_bits(e), kv_format_bits(f));
   }
-  EXPECT_THROW(KVLAB_DISPATCH_KV_ELEM(static_cast<KvFormat>(9), kE, [&] { return kE; }), InvalidArgument);
-  EXPECT_EQ(KVLAB_DISPATCH_ACT_DTYPE(DType::kF32, T, [&] { return static_cast<int>(sizeof(T)); }), 4);
-  EXPECT_EQ(KVLAB_DISPATCH_ACT_DTYPE(DType::kBF16, T, [&] { return static_cast<int>(sizeof(T)); }), 2);
+  EXPECT_THROW(KVLAB_DISPATCH_KV_ELEM(static_cast<KvFormat>(9), kE, [&] { return kE; }),
+               InvalidArgument);
+  EXPECT_EQ(KVLAB_DISPATCH_ACT_DTYPE(DType::kF32, T, [&] { return static_cast<int>(sizeof(T)); }),
+            4);
+  EXPECT_EQ(KVLAB_DISPATCH_ACT_DTYPE(DType::kBF16, T, [&] { return static_cast<int>(sizeof(T)); }),
+            2);
   EXPECT_THROW(KVLAB_DISPATCH_ACT_DTYPE(static_cast<DType>(5), T, [&] { return 0; }), Unsupported);
 }
 
@@ -139,25 +151,34 @@ TEST(DeviceTables, BlockTablesFromLengthsByScan) {
   gpu::shuffled_page_list(num_blocks, 99, raw(perm2), nullptr);
   EXPECT_EQ(to_host(perm2), hp) << "same seed, same permutation";
   for (bool shuffled : {false, true}) {
-    const int64_t used = gpu::build_block_tables(raw(dl), static_cast<int32_t>(lens.size()), bs, mbps, num_blocks,
-                                                 shuffled ? raw(perm) : nullptr, fill, raw(table), nullptr);
+    const int64_t used =
+        gpu::build_block_tables(raw(dl), static_cast<int32_t>(lens.size()), bs, mbps, num_blocks,
+                                shuffled ? raw(perm) : nullptr, fill, raw(table), nullptr);
     const std::vector<int32_t> t = to_host(table);
     int64_t k = 0;
     for (size_t s = 0; s < lens.size(); ++s) {
       const int pages = (lens[s] + bs - 1) / bs;
       for (int e = 0; e < mbps; ++e) {
-        const int32_t want = e < pages ? (shuffled ? hp[k + e] : static_cast<int32_t>(k + e)) : fill;
-        ASSERT_EQ(t[s * mbps + e], want) << "seq " << s << " entry " << e << " shuffled " << shuffled;
+        const int32_t want =
+            e < pages ? (shuffled ? hp[k + e] : static_cast<int32_t>(k + e)) : fill;
+        ASSERT_EQ(t[s * mbps + e], want)
+            << "seq " << s << " entry " << e << " shuffled " << shuffled;
       }
       k += pages;
     }
     EXPECT_EQ(used, k);
   }
   // Errors: a sequence longer than the table, more pages than the pool, a negative length.
-  EXPECT_THROW(gpu::build_block_tables(raw(dl), 8, bs, 10, num_blocks, nullptr, fill, raw(table), nullptr), InvalidArgument);
-  EXPECT_THROW(gpu::build_block_tables(raw(dl), 8, bs, mbps, 50, nullptr, fill, raw(table), nullptr), InvalidArgument);
+  EXPECT_THROW(
+      gpu::build_block_tables(raw(dl), 8, bs, 10, num_blocks, nullptr, fill, raw(table), nullptr),
+      InvalidArgument);
+  EXPECT_THROW(
+      gpu::build_block_tables(raw(dl), 8, bs, mbps, 50, nullptr, fill, raw(table), nullptr),
+      InvalidArgument);
   thrust::device_vector<int32_t> neg = to_device(std::vector<int32_t>{5, -1});
-  EXPECT_THROW(gpu::build_block_tables(raw(neg), 2, bs, mbps, num_blocks, nullptr, fill, raw(table), nullptr), InvalidArgument);
+  EXPECT_THROW(gpu::build_block_tables(raw(neg), 2, bs, mbps, num_blocks, nullptr, fill, raw(table),
+                                       nullptr),
+               InvalidArgument);
 }
 
 TEST(DeviceTables, ErrorSummaryOnDeviceMatchesHostCompare) {
@@ -177,7 +198,8 @@ TEST(DeviceTables, ErrorSummaryOnDeviceMatchesHostCompare) {
   out[11] = std::numeric_limits<float>::infinity();
   out[13] = -std::numeric_limits<float>::infinity();
   thrust::device_vector<float> dout = to_device(out), dref = to_device(ref);
-  const gpu::DeviceErrorSummary d = gpu::device_error_summary(raw(dout), raw(dref), static_cast<int64_t>(N), nullptr);
+  const gpu::DeviceErrorSummary d =
+      gpu::device_error_summary(raw(dout), raw(dref), static_cast<int64_t>(N), nullptr);
   const ErrorStats h = compare(out, ref);
   EXPECT_EQ(d.count, static_cast<int64_t>(N));
   EXPECT_EQ(d.max_abs, h.max_abs);

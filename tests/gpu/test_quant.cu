@@ -70,9 +70,10 @@ int64_t differing_floats(const std::vector<float>& a, const std::vector<float>& 
   return n;
 }
 
-void check_scheme(const ref::QuantScheme& sc, int64_t rows, int64_t cols, std::optional<float> tensor_scale = std::nullopt) {
-  const std::string ctx = "scheme " + sc.name() + " [" + ref::to_string(sc.spec()) + "] rows " + std::to_string(rows) +
-                          " cols " + std::to_string(cols);
+void check_scheme(const ref::QuantScheme& sc, int64_t rows, int64_t cols,
+                  std::optional<float> tensor_scale = std::nullopt) {
+  const std::string ctx = "scheme " + sc.name() + " [" + ref::to_string(sc.spec()) + "] rows " +
+                          std::to_string(rows) + " cols " + std::to_string(cols);
   ASSERT_EQ(tolerance(Op::kQuantBytes, KvFormat::kBF16, DType::kF32).atol, 0.0);
   const std::vector<float> x = make_data(rows, cols, "quant." + sc.name());
   const ref::QuantizedTensor q = sc.quantize(x.data(), rows, cols, tensor_scale);
@@ -81,28 +82,37 @@ void check_scheme(const ref::QuantScheme& sc, int64_t rows, int64_t cols, std::o
     const std::vector<uint8_t> want = pages == 0 ? sc.pack(q) : sc.pack_pages(q, pages);
     const int64_t n = gpu::quant_stream_bytes(sc, rows, cols, pages);
     ASSERT_EQ(n, static_cast<int64_t>(want.size())) << ctx;
-    thrust::device_vector<uint8_t> out(static_cast<size_t>(n) + 64, 0xAB);  // 64 canary bytes past the end
-    gpu::quantize(sc, raw(dx), rows, cols, raw(out), static_cast<size_t>(n), nullptr, tensor_scale, pages);
+    thrust::device_vector<uint8_t> out(static_cast<size_t>(n) + 64,
+                                       0xAB);  // 64 canary bytes past the end
+    gpu::quantize(sc, raw(dx), rows, cols, raw(out), static_cast<size_t>(n), nullptr, tensor_scale,
+                  pages);
     KVLAB_CUDA_CHECK(cudaDeviceSynchronize());
     std::vector<uint8_t> got = to_host(out);
-    for (size_t i = static_cast<size_t>(n); i < got.size(); ++i) ASSERT_EQ(got[i], 0xAB) << "wrote past the stream | " << ctx;
+    for (size_t i = static_cast<size_t>(n); i < got.size(); ++i)
+      ASSERT_EQ(got[i], 0xAB) << "wrote past the stream | " << ctx;
     got.resize(static_cast<size_t>(n));
     int64_t first = 0;
-    EXPECT_EQ(differing(got, want, &first), 0) << "first differing byte " << first << " (pages " << pages << ") | " << ctx;
+    EXPECT_EQ(differing(got, want, &first), 0)
+        << "first differing byte " << first << " (pages " << pages << ") | " << ctx;
 
     // Dequantize the reference stream on the GPU: bitwise equal to the reference.
-    const ref::QuantizedTensor back = pages == 0 ? sc.unpack(want.data(), want.size(), rows, cols)
-                                                 : sc.unpack_pages(want.data(), want.size(), rows, cols, pages);
+    const ref::QuantizedTensor back =
+        pages == 0 ? sc.unpack(want.data(), want.size(), rows, cols)
+                   : sc.unpack_pages(want.data(), want.size(), rows, cols, pages);
     const std::vector<float> ref_deq = sc.dequantize(back);
     thrust::device_vector<uint8_t> din = to_device(want);
-    thrust::device_vector<float> dout(static_cast<size_t>(rows * cols), std::numeric_limits<float>::quiet_NaN());
+    thrust::device_vector<float> dout(static_cast<size_t>(rows * cols),
+                                      std::numeric_limits<float>::quiet_NaN());
     gpu::dequantize(sc, raw(din), want.size(), rows, cols, raw(dout), nullptr, pages);
     KVLAB_CUDA_CHECK(cudaDeviceSynchronize());
-    EXPECT_EQ(differing_floats(to_host(dout), ref_deq, &first), 0) << "first differing float " << first << " | " << ctx;
+    EXPECT_EQ(differing_floats(to_host(dout), ref_deq, &first), 0)
+        << "first differing float " << first << " | " << ctx;
   }
 }
 
-int64_t cols_for(const ref::QuantScheme& sc) { return sc.spec().required_cols > 0 ? sc.spec().required_cols : 256; }
+int64_t cols_for(const ref::QuantScheme& sc) {
+  return sc.spec().required_cols > 0 ? sc.spec().required_cols : 256;
+}
 
 TEST(QuantExact, EveryPresetByteExact) {
   KVLAB_SKIP_WITHOUT_GPU();
@@ -167,18 +177,34 @@ TEST(QuantBadInput, ClearErrors) {
     }
     return "";
   };
-  EXPECT_NE(msg([&] { gpu::quantize(sc, raw(x), 10, 48, raw(out), out.size(), nullptr); }), "");  // 48 % 32 != 0
-  EXPECT_NE(msg([&] { gpu::quantize(sc, raw(x), 10, 64, raw(out), 10, nullptr); }).find("output bytes"), std::string::npos);
-  EXPECT_NE(msg([&] { gpu::quantize(sc, nullptr, 10, 64, raw(out), out.size(), nullptr); }).find("null"), std::string::npos);
-  EXPECT_NE(msg([&] { gpu::quantize(sc, raw(x), 10, 64, raw(out), out.size(), nullptr, 1.0f); }).find("no tensor scale"),
+  EXPECT_NE(msg([&] { gpu::quantize(sc, raw(x), 10, 48, raw(out), out.size(), nullptr); }),
+            "");  // 48 % 32 != 0
+  EXPECT_NE(
+      msg([&] { gpu::quantize(sc, raw(x), 10, 64, raw(out), 10, nullptr); }).find("output bytes"),
+      std::string::npos);
+  EXPECT_NE(
+      msg([&] { gpu::quantize(sc, nullptr, 10, 64, raw(out), out.size(), nullptr); }).find("null"),
+      std::string::npos);
+  EXPECT_NE(msg([&] {
+              gpu::quantize(sc, raw(x), 10, 64, raw(out), out.size(), nullptr, 1.0f);
+            }).find("no tensor scale"),
             std::string::npos);
   const ref::QuantScheme nv = ref::make_scheme("nvfp4");
-  EXPECT_NE(msg([&] { gpu::quantize(nv, raw(x), 10, 64, raw(out), out.size(), nullptr, -1.0f); }).find("finite and positive"),
+  EXPECT_NE(msg([&] {
+              gpu::quantize(nv, raw(x), 10, 64, raw(out), out.size(), nullptr, -1.0f);
+            }).find("finite and positive"),
             std::string::npos);
-  EXPECT_NE(msg([&] { gpu::quantize(sc, raw(x), 10, 64, raw(out), out.size(), nullptr, std::nullopt, -3); }).find("page_block_size"),
+  EXPECT_NE(msg([&] {
+              gpu::quantize(sc, raw(x), 10, 64, raw(out), out.size(), nullptr, std::nullopt, -3);
+            }).find("page_block_size"),
             std::string::npos);
-  EXPECT_NE(msg([&] { gpu::dequantize(sc, raw(out), 7, 10, 64, raw(x), nullptr); }).find("stream of"), std::string::npos);
-  EXPECT_NE(msg([&] { gpu::quantize(ref::make_scheme("fp8_ds_mla"), raw(x), 1, 256, raw(out), out.size(), nullptr); }).find("512"),
+  EXPECT_NE(
+      msg([&] { gpu::dequantize(sc, raw(out), 7, 10, 64, raw(x), nullptr); }).find("stream of"),
+      std::string::npos);
+  EXPECT_NE(msg([&] {
+              gpu::quantize(ref::make_scheme("fp8_ds_mla"), raw(x), 1, 256, raw(out), out.size(),
+                            nullptr);
+            }).find("512"),
             std::string::npos);
 }
 

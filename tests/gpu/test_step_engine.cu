@@ -26,9 +26,9 @@
 namespace kvlab {
 namespace {
 
-#define REQUIRE_GPU()                                                     \
-  do {                                                                    \
-    if (!gpu::device_available()) GTEST_SKIP() << "no CUDA device";       \
+#define REQUIRE_GPU()                                               \
+  do {                                                              \
+    if (!gpu::device_available()) GTEST_SKIP() << "no CUDA device"; \
   } while (0)
 
 struct Case {
@@ -70,8 +70,9 @@ struct RunStats {
 
 // Teacher-forced generation: `prompt` random steps, then the reference's greedy tokens.
 // Returns the GPU logits of every step (for cross-variant comparisons).
-std::vector<std::vector<float>> run_against_reference(gpu::DecodeEngine& e, ref::DecoderRef& r, const Case& cs,
-                                                      gpu::StepVariant v, int steps, int prompt, RunStats* st) {
+std::vector<std::vector<float>> run_against_reference(gpu::DecodeEngine& e, ref::DecoderRef& r,
+                                                      const Case& cs, gpu::StepVariant v, int steps,
+                                                      int prompt, RunStats* st) {
   const DecoderConfig& c = e.config();
   const Tolerance tol = tolerance(Op::kDecodeStepLogits, cs.format, DType::kF32);
   e.start(cs.batch);
@@ -88,8 +89,8 @@ std::vector<std::vector<float>> run_against_reference(gpu::DecodeEngine& e, ref:
     const std::vector<int32_t> gtok = e.sampled_tokens();
     ErrorStats es;
     const bool ok = check(got.data(), r.logits().data(), got.size(), tol, &es);
-    EXPECT_TRUE(ok) << name(cs) << " " << to_string(v) << " step " << s << " prompt seed " << seed << ": "
-                    << to_string(es);
+    EXPECT_TRUE(ok) << name(cs) << " " << to_string(v) << " step " << s << " prompt seed " << seed
+                    << ": " << to_string(es);
     st->max_abs = std::max(st->max_abs, es.max_abs);
     for (int b = 0; b < cs.batch; ++b) {
       const float* rr = r.logits().data() + size_t(b) * c.vocab;
@@ -100,8 +101,8 @@ std::vector<std::vector<float>> run_against_reference(gpu::DecodeEngine& e, ref:
       st->same_token += gtok[b] == want[b];
       if (margin > bound) {
         ++st->decisive;
-        EXPECT_EQ(gtok[b], want[b]) << name(cs) << " " << to_string(v) << " step " << s << " row " << b
-                                    << " margin " << margin << " > bound " << bound;
+        EXPECT_EQ(gtok[b], want[b]) << name(cs) << " " << to_string(v) << " step " << s << " row "
+                                    << b << " margin " << margin << " > bound " << bound;
       }
     }
     ++st->steps;
@@ -150,18 +151,22 @@ TEST(StepEngine, EveryVariantMatchesTheReference) {
     for (gpu::StepVariant v : gpu::all_step_variants()) {
       RunStats st;
       logits[v] = run_against_reference(*e, r, cs, v, steps, prompt, &st);
-      std::printf("%s %-13s attn v%d: %d steps x %d rows, max |dlogit| %.3g, decisive %d, same token %d\n",
-                  name(cs).c_str(), to_string(v), e->attn_version(), st.steps, cs.batch, st.max_abs, st.decisive,
-                  st.same_token);
+      std::printf(
+          "%s %-13s attn v%d: %d steps x %d rows, max |dlogit| %.3g, decisive %d, same token %d\n",
+          name(cs).c_str(), to_string(v), e->attn_version(), st.steps, cs.batch, st.max_abs,
+          st.decisive, st.same_token);
       // the bound must leave tokens to check: many for 16-bit caches (2 atol = 0.25 vs top-2
       // gaps of ~0.25 on average), some for FP8 (0.5); the FP4 bound (2) decides none
-      const int need = kv_format_bits(cs.format) == 16 ? st.rows / 8 : (kv_format_bits(cs.format) == 8 ? 1 : 0);
+      const int need =
+          kv_format_bits(cs.format) == 16 ? st.rows / 8 : (kv_format_bits(cs.format) == 8 ? 1 : 0);
       EXPECT_GE(st.decisive, need) << "the bound decides too few tokens to test anything";
     }
     // A graph replays the eager kernels: bitwise equal when the batch fills its bucket.
     if (e->bucket_for(cs.batch) == cs.batch) {
-      EXPECT_EQ(logits[gpu::StepVariant::kGraphFused], logits[gpu::StepVariant::kEagerFused]) << name(cs);
-      EXPECT_EQ(logits[gpu::StepVariant::kGraphUnfused], logits[gpu::StepVariant::kEagerUnfused]) << name(cs);
+      EXPECT_EQ(logits[gpu::StepVariant::kGraphFused], logits[gpu::StepVariant::kEagerFused])
+          << name(cs);
+      EXPECT_EQ(logits[gpu::StepVariant::kGraphUnfused], logits[gpu::StepVariant::kEagerUnfused])
+          << name(cs);
     }
     EXPECT_GE(e->graphs_captured(), 2);
   }
@@ -194,21 +199,23 @@ TEST(StepEngine, FreeRunningGreedyGenerationMatchesTheReference) {
       if (!live[b]) continue;
       const float* rr = r.logits().data() + size_t(b) * c.vocab;
       const auto [t1, t2] = top2(rr, c.vocab);
-      const bool decisive = double(rr[t1]) - rr[t2] > 2 * tol.atol + tol.rtol * (std::fabs(rr[t1]) + std::fabs(rr[t2]));
+      const bool decisive = double(rr[t1]) - rr[t2] >
+                            2 * tol.atol + tol.rtol * (std::fabs(rr[t1]) + std::fabs(rr[t2]));
       near_ties += decisive ? 0 : 1;
       if (gtok[b] == want[b]) {
         ++identical;
         continue;
       }
-      ASSERT_FALSE(decisive) << "row " << b << " step " << s << ": GPU token " << gtok[b] << ", reference " << want[b]
-                             << " at a margin beyond the logit bound";
+      ASSERT_FALSE(decisive) << "row " << b << " step " << s << ": GPU token " << gtok[b]
+                             << ", reference " << want[b] << " at a margin beyond the logit bound";
       live[b] = false;
       std::printf("row %d: diverged at a near-tie at step %d\n", b, s);
     }
     tok = want;
     e.step(gpu::StepVariant::kGraphFused, gpu::Sampling{});  // feeds back its own tokens
   }
-  std::printf("free-running: %d (row, step) tokens identical, %d near-ties passed\n", identical, near_ties);
+  std::printf("free-running: %d (row, step) tokens identical, %d near-ties passed\n", identical,
+              near_ties);
   EXPECT_GT(identical, 80);
 }
 
@@ -234,8 +241,8 @@ TEST(StepEngine, TopKSamplingMatchesTheReferenceSamplerOnTheSameLogits) {
       const auto lg = e.logits();
       const auto got = e.sampled_tokens();
       for (int b = 0; b < 3; ++b)
-        EXPECT_EQ(got[b], ref::top_k_token(lg.data() + size_t(b) * c.vocab, c.vocab, smp.top_k, smp.temperature,
-                                           smp.seed, b, s))
+        EXPECT_EQ(got[b], ref::top_k_token(lg.data() + size_t(b) * c.vocab, c.vocab, smp.top_k,
+                                           smp.temperature, smp.seed, b, s))
             << to_string(v) << " step " << s << " row " << b;
     }
   }

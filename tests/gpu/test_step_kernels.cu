@@ -32,9 +32,9 @@ namespace {
 
 namespace ks = gpu::step;
 
-#define REQUIRE_GPU()                                                     \
-  do {                                                                    \
-    if (!gpu::device_available()) GTEST_SKIP() << "no CUDA device";       \
+#define REQUIRE_GPU()                                               \
+  do {                                                              \
+    if (!gpu::device_available()) GTEST_SKIP() << "no CUDA device"; \
   } while (0)
 
 template <class T>
@@ -59,7 +59,8 @@ std::vector<float> gaussian(uint64_t seed, size_t n, float sd = 1.0f) {
 TEST(StepKernels, SyntheticWeightsMatchTheHostBits) {
   REQUIRE_GPU();
   const DecoderConfig c = decoder_preset("small");
-  for (auto t : {step::WeightTensor::kEmbedding, step::WeightTensor::kAttnNorm, step::WeightTensor::kWDown}) {
+  for (auto t : {step::WeightTensor::kEmbedding, step::WeightTensor::kAttnNorm,
+                 step::WeightTensor::kWDown}) {
     const int64_t n = 100003;  // prime
     const auto want = ref::synthetic_tensor(c, t, 2, n);
     const auto [scale, offset] = ref::synthetic_init(t, c);
@@ -75,11 +76,14 @@ TEST(StepKernels, FusedNormAndSwigluEqualTheirUnfusedChains) {
     const int m = 7;
     const uint64_t seed = test::seed_for("norm") + hidden;
     std::printf("hidden %d seed %llu\n", hidden, static_cast<unsigned long long>(seed));
-    const auto h0 = gaussian(seed, size_t(m) * hidden, 3.0f), y0 = gaussian(seed + 1, size_t(m) * hidden);
+    const auto h0 = gaussian(seed, size_t(m) * hidden, 3.0f),
+               y0 = gaussian(seed + 1, size_t(m) * hidden);
     std::vector<uint16_t> gamma(hidden);
-    for (int i = 0; i < hidden; ++i) gamma[i] = float_to_bf16_bits(1.0f + 0.01f * (i % 50), Saturation::kSatFinite);
+    for (int i = 0; i < hidden; ++i)
+      gamma[i] = float_to_bf16_bits(1.0f + 0.01f * (i % 50), Saturation::kSatFinite);
     thrust::device_vector<float> ha(h0), hb(h0), y(y0);
-    thrust::device_vector<uint16_t> g(gamma), xa(size_t(m) * hidden, 0xFFFF), xb(size_t(m) * hidden, 0x7FC1);
+    thrust::device_vector<uint16_t> g(gamma), xa(size_t(m) * hidden, 0xFFFF),
+        xb(size_t(m) * hidden, 0x7FC1);
     ks::add_rmsnorm(raw(ha), raw(y), raw(g), raw(xa), m, hidden, 1e-5f, nullptr);
     ks::residual_add(raw(hb), raw(y), m, hidden, nullptr);
     ks::rmsnorm(raw(hb), raw(g), raw(xb), m, hidden, 1e-5f, nullptr);
@@ -95,8 +99,10 @@ TEST(StepKernels, FusedNormAndSwigluEqualTheirUnfusedChains) {
     thrust::device_vector<float> gu(gu0), s(size_t(m) * f);
     thrust::device_vector<float> g(size_t(m) * f), u(size_t(m) * f);
     for (int r = 0; r < m; ++r) {  // the unfused path reads separate g and u buffers
-      thrust::copy(gu.begin() + size_t(r) * 2 * f, gu.begin() + size_t(r) * 2 * f + f, g.begin() + size_t(r) * f);
-      thrust::copy(gu.begin() + size_t(r) * 2 * f + f, gu.begin() + size_t(r + 1) * 2 * f, u.begin() + size_t(r) * f);
+      thrust::copy(gu.begin() + size_t(r) * 2 * f, gu.begin() + size_t(r) * 2 * f + f,
+                   g.begin() + size_t(r) * f);
+      thrust::copy(gu.begin() + size_t(r) * 2 * f + f, gu.begin() + size_t(r + 1) * 2 * f,
+                   u.begin() + size_t(r) * f);
     }
     thrust::device_vector<uint16_t> a(size_t(m) * f, 0xFFFF), b(size_t(m) * f, 0x7FC1);
     ks::swiglu(raw(gu), raw(a), m, f, nullptr);
@@ -180,8 +186,8 @@ TEST(StepKernels, RopeAppendIsByteExactToTheReferenceAppend) {
           init.v.assign(g.bytes(), 0xFF);
           init.ks.assign(g.scale_bytes(), 0xFF);
           init.vs.assign(g.scale_bytes(), 0xFF);
-          thrust::device_vector<uint8_t> dk(init.k), dv(init.v), dks(std::max<size_t>(init.ks.size(), 1)),
-              dvs(std::max<size_t>(init.vs.size(), 1));
+          thrust::device_vector<uint8_t> dk(init.k), dv(init.v),
+              dks(std::max<size_t>(init.ks.size(), 1)), dvs(std::max<size_t>(init.vs.size(), 1));
           thrust::copy(init.ks.begin(), init.ks.end(), dks.begin());
           thrust::copy(init.vs.begin(), init.vs.end(), dvs.begin());
           KvCacheView dview;
@@ -197,7 +203,8 @@ TEST(StepKernels, RopeAppendIsByteExactToTheReferenceAppend) {
           thrust::device_vector<int32_t> dp(pos);
           thrust::device_vector<int64_t> ds(slots);
           thrust::device_vector<uint16_t> dq(size_t(m) * q_heads * D, 0x7FC1);
-          ks::rope_append(raw(dx), qkv, q_heads, raw(dp), raw(ds), raw(dt), max_pos, raw(dq), dview, m, nullptr);
+          ks::rope_append(raw(dx), qkv, q_heads, raw(dp), raw(ds), raw(dt), max_pos, raw(dq), dview,
+                          m, nullptr);
 
           // reference: host RoPE (the same rotation) then ref::append_kv on the roped K/V
           std::vector<float> kin(size_t(m) * kv_heads * D), vin(size_t(m) * kv_heads * D);
@@ -208,16 +215,20 @@ TEST(StepKernels, RopeAppendIsByteExactToTheReferenceAppend) {
             for (int h = 0; h < q_heads + kv_heads; ++h)
               for (int i = 0; i < D / 2; ++i) {
                 float y0, y1;
-                step::rope_rotate(row[h * D + i], row[h * D + i + D / 2], cs[2 * i], cs[2 * i + 1], &y0, &y1);
+                step::rope_rotate(row[h * D + i], row[h * D + i + D / 2], cs[2 * i], cs[2 * i + 1],
+                                  &y0, &y1);
                 if (h < q_heads) {
-                  qwant[(size_t(r) * q_heads + h) * D + i] = float_to_bf16_bits(y0, Saturation::kSatFinite);
-                  qwant[(size_t(r) * q_heads + h) * D + i + D / 2] = float_to_bf16_bits(y1, Saturation::kSatFinite);
+                  qwant[(size_t(r) * q_heads + h) * D + i] =
+                      float_to_bf16_bits(y0, Saturation::kSatFinite);
+                  qwant[(size_t(r) * q_heads + h) * D + i + D / 2] =
+                      float_to_bf16_bits(y1, Saturation::kSatFinite);
                 } else {
                   kin[(size_t(r) * kv_heads + h - q_heads) * D + i] = y0;
                   kin[(size_t(r) * kv_heads + h - q_heads) * D + i + D / 2] = y1;
                 }
               }
-            for (int i = 0; i < kv_heads * D; ++i) vin[size_t(r) * kv_heads * D + i] = row[(q_heads + kv_heads) * D + i];
+            for (int i = 0; i < kv_heads * D; ++i)
+              vin[size_t(r) * kv_heads * D + i] = row[(q_heads + kv_heads) * D + i];
           }
           HostCache want = init;
           KvCacheView hview = dview;
@@ -234,8 +245,9 @@ TEST(StepKernels, RopeAppendIsByteExactToTheReferenceAppend) {
           a.kv = hview;
           ref::append_kv(a);
 
-          const std::string what = to_string(fmt) + "/" + to_string(layout) + " D" + std::to_string(D) + " bs" +
-                                   std::to_string(bs) + " seed " + std::to_string(seed);
+          const std::string what = to_string(fmt) + "/" + to_string(layout) + " D" +
+                                   std::to_string(D) + " bs" + std::to_string(bs) + " seed " +
+                                   std::to_string(seed);
           EXPECT_EQ(host(dq), qwant) << what;
           EXPECT_EQ(host(dk), want.k) << what;
           EXPECT_EQ(host(dv), want.v) << what;
@@ -268,12 +280,19 @@ TEST(StepKernels, RopeAppendRejectsBadArguments) {
   thrust::device_vector<float> x(8 * 64), t(64);
   thrust::device_vector<int32_t> p(1, 0);
   thrust::device_vector<int64_t> s(1, 0);
-  EXPECT_THROW(ks::rope_append(raw(x), 8 * 64, 4, raw(p), raw(s), raw(t), 1, nullptr, v, 1, nullptr), InvalidArgument);
+  EXPECT_THROW(
+      ks::rope_append(raw(x), 8 * 64, 4, raw(p), raw(s), raw(t), 1, nullptr, v, 1, nullptr),
+      InvalidArgument);
   v.k_scale = 1.0f;
-  EXPECT_THROW(ks::rope_append(raw(x), 8 * 64, 3, raw(p), raw(s), raw(t), 1, nullptr, v, 1, nullptr), InvalidArgument);
-  EXPECT_THROW(ks::rope_append(raw(x), 100, 4, raw(p), raw(s), raw(t), 1, nullptr, v, 1, nullptr), InvalidArgument);
+  EXPECT_THROW(
+      ks::rope_append(raw(x), 8 * 64, 3, raw(p), raw(s), raw(t), 1, nullptr, v, 1, nullptr),
+      InvalidArgument);
+  EXPECT_THROW(ks::rope_append(raw(x), 100, 4, raw(p), raw(s), raw(t), 1, nullptr, v, 1, nullptr),
+               InvalidArgument);
   v.geom.format = KvFormat::kFP8E4M3PerToken;  // needs scale arrays
-  EXPECT_THROW(ks::rope_append(raw(x), 8 * 64, 4, raw(p), raw(s), raw(t), 1, nullptr, v, 1, nullptr), InvalidArgument);
+  EXPECT_THROW(
+      ks::rope_append(raw(x), 8 * 64, 4, raw(p), raw(s), raw(t), 1, nullptr, v, 1, nullptr),
+      InvalidArgument);
 }
 
 TEST(StepKernels, SamplingMatchesTheReferenceSampler) {
@@ -299,23 +318,28 @@ TEST(StepKernels, SamplingMatchesTheReferenceSampler) {
     thrust::copy(hpos.begin(), hpos.end(), pos.begin());
     ks::sample_greedy(raw(d), vocab, vocab, m, raw(tok), nullptr);
     auto got = host(tok);
-    for (int r = 0; r < m; ++r) EXPECT_EQ(got[r], ref::greedy_token(logits.data() + size_t(r) * vocab, vocab)) << r;
+    for (int r = 0; r < m; ++r)
+      EXPECT_EQ(got[r], ref::greedy_token(logits.data() + size_t(r) * vocab, vocab)) << r;
     for (int k : {1, 2, 50, 1024}) {
       if (k > vocab) continue;
       for (float temp : {0.7f, 1.0f}) {
         ks::sample_top_k(raw(d), vocab, vocab, m, k, temp, seed, raw(pos), raw(tok), nullptr);
         got = host(tok);
         for (int r = 0; r < m; ++r)
-          EXPECT_EQ(got[r], ref::top_k_token(logits.data() + size_t(r) * vocab, vocab, k, temp, seed, r, hpos[r]))
+          EXPECT_EQ(got[r], ref::top_k_token(logits.data() + size_t(r) * vocab, vocab, k, temp,
+                                             seed, r, hpos[r]))
               << "row " << r << " k " << k << " temperature " << temp;
       }
     }
   }
   thrust::device_vector<float> d(10);
   thrust::device_vector<int32_t> tok(1), pos(1);
-  EXPECT_THROW(ks::sample_top_k(raw(d), 10, 10, 1, 11, 1.0f, 0, raw(pos), raw(tok), nullptr), InvalidArgument);
-  EXPECT_THROW(ks::sample_top_k(raw(d), 10, 10, 1, 0, 1.0f, 0, raw(pos), raw(tok), nullptr), InvalidArgument);
-  EXPECT_THROW(ks::sample_top_k(raw(d), 10, 10, 1, 2, 0.0f, 0, raw(pos), raw(tok), nullptr), InvalidArgument);
+  EXPECT_THROW(ks::sample_top_k(raw(d), 10, 10, 1, 11, 1.0f, 0, raw(pos), raw(tok), nullptr),
+               InvalidArgument);
+  EXPECT_THROW(ks::sample_top_k(raw(d), 10, 10, 1, 0, 1.0f, 0, raw(pos), raw(tok), nullptr),
+               InvalidArgument);
+  EXPECT_THROW(ks::sample_top_k(raw(d), 10, 10, 1, 2, 0.0f, 0, raw(pos), raw(tok), nullptr),
+               InvalidArgument);
 }
 
 TEST(StepKernels, PrepareAndAdvance) {

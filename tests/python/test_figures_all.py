@@ -186,7 +186,7 @@ def test_every_registered_version_has_its_own_fixed_color():
     names = set()
     for path in glob.glob(f"{ROOT}/gpu/attention/*.cu"):
         with open(path) as f:
-            names.update(re.findall(r'v\.info = \{\d+, "([a-z0-9_]+)"', f.read()))
+            names.update(re.findall(r'v\.info\s*=\s*\{\s*\d+,\s*"([a-z0-9_]+)"', f.read()))
     assert len(names) >= 6, names
     missing = sorted(n for n in names if n not in style.VERSION_COLORS)
     assert not missing, f"versions without a fixed color in analysis/style.py: {missing}"

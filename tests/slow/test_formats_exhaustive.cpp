@@ -96,20 +96,22 @@ void exhaustive_encode(const FormatModel& m, Enc enc) {
       got[1][0] = enc(-x, modes[0]);
       got[0][1] = fp4 ? want[0][1] : enc(x, modes[1]);  // E2M1 has one mode
       got[1][1] = fp4 ? want[1][1] : enc(-x, modes[1]);
-      if (got[0][0] != want[0][0] || got[1][0] != want[1][0] || got[0][1] != want[0][1] || got[1][1] != want[1][1]) {
+      if (got[0][0] != want[0][0] || got[1][0] != want[1][0] || got[0][1] != want[0][1] ||
+          got[1][1] != want[1][1]) {
         for (int neg = 0; neg < 2; ++neg)
           for (int i = 0; i < 2; ++i)
             if (got[neg][i] != want[neg][i]) {
               char buf[160];
-              std::snprintf(buf, sizeof buf, "%s %s: float bits 0x%08X -> got 0x%X, want 0x%X", m.name,
-                            i == 0 ? "satfinite" : "nonsat", float_bits(neg ? -x : x), got[neg][i], want[neg][i]);
+              std::snprintf(buf, sizeof buf, "%s %s: float bits 0x%08X -> got 0x%X, want 0x%X",
+                            m.name, i == 0 ? "satfinite" : "nonsat", float_bits(neg ? -x : x),
+                            got[neg][i], want[neg][i]);
               bad.add(buf);
             }
       }
     }
   });
   // Inf and every NaN pattern, both signs
-  for (uint32_t u = kPosInf; u != 0; ++u) {  // 0x7F800000 .. 0xFFFFFFFF, then wraps to 0
+  for (uint32_t u = kPosInf; u != 0; ++u) {    // 0x7F800000 .. 0xFFFFFFFF, then wraps to 0
     if (u > 0x7FFFFFFFu && u < 0xFF800000u) {  // negative finite: done above
       u = 0xFF7FFFFFu;
       continue;
@@ -119,7 +121,8 @@ void exhaustive_encode(const FormatModel& m, Enc enc) {
       const uint32_t want_s = oracle.encode(x, sat), got_s = enc(x, sat);
       if (got_s != want_s) {
         char buf[160];
-        std::snprintf(buf, sizeof buf, "%s special 0x%08X -> got 0x%X want 0x%X", m.name, u, got_s, want_s);
+        std::snprintf(buf, sizeof buf, "%s special 0x%08X -> got 0x%X want 0x%X", m.name, u, got_s,
+                      want_s);
         bad.add(buf);
       }
     }
@@ -131,16 +134,20 @@ void exhaustive_encode(const FormatModel& m, Enc enc) {
 }
 
 TEST(FormatsExhaustive, E4M3AllFloats) {
-  exhaustive_encode(kE4M3Model, [](float x, Saturation s) -> uint32_t { return float_to_e4m3(x, s); });
+  exhaustive_encode(kE4M3Model,
+                    [](float x, Saturation s) -> uint32_t { return float_to_e4m3(x, s); });
 }
 TEST(FormatsExhaustive, E5M2AllFloats) {
-  exhaustive_encode(kE5M2Model, [](float x, Saturation s) -> uint32_t { return float_to_e5m2(x, s); });
+  exhaustive_encode(kE5M2Model,
+                    [](float x, Saturation s) -> uint32_t { return float_to_e5m2(x, s); });
 }
 TEST(FormatsExhaustive, FP16AllFloats) {
-  exhaustive_encode(kFP16Model, [](float x, Saturation s) -> uint32_t { return float_to_fp16_bits(x, s); });
+  exhaustive_encode(kFP16Model,
+                    [](float x, Saturation s) -> uint32_t { return float_to_fp16_bits(x, s); });
 }
 TEST(FormatsExhaustive, BF16AllFloats) {
-  exhaustive_encode(kBF16Model, [](float x, Saturation s) -> uint32_t { return float_to_bf16_bits(x, s); });
+  exhaustive_encode(kBF16Model,
+                    [](float x, Saturation s) -> uint32_t { return float_to_bf16_bits(x, s); });
 }
 TEST(FormatsExhaustive, E2M1AllFloats) {
   exhaustive_encode(kE2M1Model, [](float x, Saturation) -> uint32_t { return float_to_e2m1(x); });
@@ -171,8 +178,8 @@ TEST(FormatsExhaustive, ExponentHelpersAndPow2RulesAllFloats) {
       const int want_floor = fl, want_ceil = xd == p ? fl : fl + 1;
       if (floor_log2(x) != want_floor || ceil_log2(x) != want_ceil) {
         char buf[128];
-        std::snprintf(buf, sizeof buf, "log2 of 0x%08X: floor %d (want %d) ceil %d (want %d)", u, floor_log2(x),
-                      want_floor, ceil_log2(x), want_ceil);
+        std::snprintf(buf, sizeof buf, "log2 of 0x%08X: floor %d (want %d) ceil %d (want %d)", u,
+                      floor_log2(x), want_floor, ceil_log2(x), want_ceil);
         bad.add(buf);
       }
       // ceil: the smallest 2^ce >= 2^-127 with x <= m 2^ce; OCP: oe + emax = floor(log2 x)
@@ -187,8 +194,9 @@ TEST(FormatsExhaustive, ExponentHelpersAndPow2RulesAllFloats) {
                                                 : oe + elem_emax(f) == want_floor;
         if (!covers || !minimal || !brackets) {
           char buf[128];
-          std::snprintf(buf, sizeof buf, "pow2 rules at 0x%08X format %d: ceil %d (covers %d minimal %d) ocp %d",
-                        u, static_cast<int>(f), ce, covers, minimal, oe);
+          std::snprintf(buf, sizeof buf,
+                        "pow2 rules at 0x%08X format %d: ceil %d (covers %d minimal %d) ocp %d", u,
+                        static_cast<int>(f), ce, covers, minimal, oe);
           bad.add(buf);
         }
       }

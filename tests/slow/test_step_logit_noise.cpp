@@ -48,13 +48,14 @@ TEST(StepLogitNoise, FloatVsDoubleAccumulationStaysWithinTheBound) {
           b.step(tok);
           ErrorStats es;
           EXPECT_TRUE(check(a.logits().data(), b.logits().data(), a.logits().size(), tol, &es))
-              << to_string(f) << " " << preset << " seed " << c.seed << " step " << t << ": " << to_string(es);
+              << to_string(f) << " " << preset << " seed " << c.seed << " step " << t << ": "
+              << to_string(es);
           worst = std::max(worst, es.max_abs);
           worst_nmse = std::max(worst_nmse, es.nmse);
         }
       }
-    std::printf("%-12s worst |dlogit| %.3g (atol %.3g), worst nmse %.3g (bound %.3g)\n", to_string(f).c_str(), worst,
-                tol.atol, worst_nmse, tol.nmse_max);
+    std::printf("%-12s worst |dlogit| %.3g (atol %.3g), worst nmse %.3g (bound %.3g)\n",
+                to_string(f).c_str(), worst, tol.atol, worst_nmse, tol.nmse_max);
   }
 }
 
