@@ -1,6 +1,6 @@
 // decode_step.cpp: benches "decode_step" and "step_gemm" (see decode_step.h).
 //
-// decode_step, per point: a DecodeEngine for (preset, KV format/layout, block size) sized
+// decode_step, per point: a DecodeStepExecutor for (preset, KV format/layout, block size) sized
 // for exactly (batch, context + steps); `context` tokens of synthetic K/V per sequence
 // (seeded rows through the RoPE+append kernel); the decode-attention version autotuned
 // for this shape (attn_version -1) or the given one. Validation before timing, same state:
@@ -41,7 +41,7 @@
 
 #include "gpu/bench/harness.h"
 #include "gpu/core/cuda_check.h"
-#include "gpu/runtime/decode_engine.h"
+#include "gpu/runtime/decode_step_executor.h"
 #include "gpu/step/gemm.h"
 #include "gpu/step/step_kernels.h"
 #endif
@@ -239,7 +239,7 @@ Record DecodeStepBench::run(const Point& p, RunContext& ctx) {
   const int context = static_cast<int>(p.integer("context"));
   const int steps = static_cast<int>(p.integer("steps"));
   const gpu::StepVariant variant = gpu::parse_step_variant(p.str("variant"));
-  gpu::EngineOptions o;
+  gpu::ExecutorOptions o;
   o.kv_format = parse_kv_format(p.str("kv_format"));
   o.kv_layout = parse_kv_layout(p.str("kv_layout"));
   o.block_size = static_cast<int>(p.integer("block_size"));
@@ -256,9 +256,9 @@ Record DecodeStepBench::run(const Point& p, RunContext& ctx) {
   // Validation against the CPU reference (small presets only: the reference is Eigen).
   double ref_max_abs = NAN;
   if (cfg.name != "llama3-8b") {
-    gpu::EngineOptions vo = o;
+    gpu::ExecutorOptions vo = o;
     vo.max_context = 8;
-    gpu::DecodeEngine ve(cfg, vo);
+    gpu::DecodeStepExecutor ve(cfg, vo);
     ref::StepCacheOptions rc;
     rc.format = vo.kv_format;
     rc.layout = vo.kv_layout;
@@ -284,7 +284,7 @@ Record DecodeStepBench::run(const Point& p, RunContext& ctx) {
     }
   }
 
-  gpu::DecodeEngine e(cfg, o);
+  gpu::DecodeStepExecutor e(cfg, o);
   e.start(batch);
   e.fill_synthetic_context(context, ctx.seed);
   const int attn = o.attn_version >= 0 ? e.attn_version() : e.autotune_attention(3);
@@ -462,10 +462,10 @@ Record StepGemmBench::run(const Point& p, RunContext& ctx) {
   int64_t n = 0, k = 0;
   for (const auto& sh : linear_shapes(cfg))
     if (sh.which == which) n = sh.n, k = sh.k;
-  gpu::EngineOptions o;
+  gpu::ExecutorOptions o;
   o.max_batch = m;
   o.max_context = 1;
-  gpu::DecodeEngine e(cfg, o);
+  gpu::DecodeStepExecutor e(cfg, o);
   e.prepare_linear(which, m);
   int layer = 0;
   gpu::bench::TimingOptions to = to_harness(ctx.timing_cfg, false);

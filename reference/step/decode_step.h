@@ -1,6 +1,6 @@
 // decode_step.h: the CPU reference of the synthetic decoder's full decode step (Eigen).
 //
-// The same model, cache and precision contract as the GPU engine (gpu/runtime/decode_engine.h),
+// The same model, cache and precision contract as the GPU engine (gpu/runtime/decode_step_executor.h),
 // written to be obviously right for small configs:
 //   - weights: the same BF16 bits (step_math.h's synthetic_weight_bf16 with synthetic_init's
 //     scale/offset per tensor), held as float matrices;

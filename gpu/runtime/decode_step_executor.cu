@@ -1,6 +1,6 @@
-// decode_engine.cu: DecodeEngine (see decode_engine.h): weights, cache, buffers, the step
-// in its four variants, CUDA-graph capture per batch bucket, timing helpers.
-#include "gpu/runtime/decode_engine.h"
+// decode_step_executor.cu: DecodeStepExecutor (see decode_step_executor.h): weights, cache,
+// buffers, the step in its four variants, CUDA-graph capture per batch bucket, timing helpers.
+#include "gpu/runtime/decode_step_executor.h"
 
 #include <thrust/device_vector.h>
 
@@ -112,7 +112,7 @@ struct WeightPlan {
   }
 };
 
-PageGeometry cache_geometry(const DecoderConfig& c, const EngineOptions& o) {
+PageGeometry cache_geometry(const DecoderConfig& c, const ExecutorOptions& o) {
   PageGeometry g;
   g.layout = o.kv_layout;
   g.format = o.kv_format;
@@ -128,7 +128,7 @@ size_t align256(size_t n) {
   return (n + 255) / 256 * 256;
 }
 
-void validate_options(const DecoderConfig& c, const EngineOptions& o) {
+void validate_options(const DecoderConfig& c, const ExecutorOptions& o) {
   validate(c);
   KVLAB_REQUIRE(o.max_batch >= 1 && o.max_batch <= 65535,
                 "engine max_batch " << o.max_batch << " outside [1, 65535]");
@@ -156,7 +156,7 @@ T* ptr(thrust::device_vector<T>& v) {
 
 }  // namespace
 
-struct DecodeEngine::Impl {
+struct DecodeStepExecutor::Impl {
   cudaStream_t stream = nullptr;
   std::unique_ptr<ks::CublasLinear> lin;
   WeightPlan wplan;
@@ -188,7 +188,7 @@ struct DecodeEngine::Impl {
   std::map<GraphKey, cudaGraphExec_t> graphs;
   cudaEvent_t ev0 = nullptr, ev1 = nullptr;
 
-  Impl(const DecoderConfig& c, const EngineOptions& o) : wplan(c), bplan(c, o.max_batch) {}
+  Impl(const DecoderConfig& c, const ExecutorOptions& o) : wplan(c), bplan(c, o.max_batch) {}
   ~Impl() {
     for (auto& g : graphs) cudaGraphExecDestroy(g.second);
     if (ev0) cudaEventDestroy(ev0);
@@ -218,7 +218,7 @@ struct DecodeEngine::Impl {
   }
   const uint16_t* w(int64_t off) const { return thrust::raw_pointer_cast(weights.data()) + off; }
 
-  DecodeArgs attn_args(const DecoderConfig& c, const EngineOptions& opt, int layer, int m) {
+  DecodeArgs attn_args(const DecoderConfig& c, const ExecutorOptions& opt, int layer, int m) {
     DecodeArgs a;
     a.q_dtype = DType::kBF16;
     a.q = ptr(q);
@@ -238,7 +238,7 @@ struct DecodeEngine::Impl {
 
 namespace {
 
-double state_bytes(const DecoderConfig& cfg, const EngineOptions& opt) {
+double state_bytes(const DecoderConfig& cfg, const ExecutorOptions& opt) {
   const PageGeometry g = cache_geometry(cfg, opt);
   const double cache = 2.0 * cfg.layers * (align256(g.bytes()) + align256(g.scale_bytes()));
   const double buffers =
@@ -246,7 +246,7 @@ double state_bytes(const DecoderConfig& cfg, const EngineOptions& opt) {
   return cache + buffers + 8.0 * opt.max_context * cfg.head_dim;
 }
 
-void require_fits(double need, const DecoderConfig& cfg, const EngineOptions& opt) {
+void require_fits(double need, const DecoderConfig& cfg, const ExecutorOptions& opt) {
   size_t free_b = 0, total_b = 0;
   KVLAB_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
   // 5% headroom for cuBLAS, attention workspaces and the synthetic-fill scratch
@@ -259,13 +259,14 @@ void require_fits(double need, const DecoderConfig& cfg, const EngineOptions& op
 
 }  // namespace
 
-double DecodeEngine::device_bytes_needed(const DecoderConfig& cfg, const EngineOptions& opt) {
+double DecodeStepExecutor::device_bytes_needed(const DecoderConfig& cfg,
+                                               const ExecutorOptions& opt) {
   validate_options(cfg, opt);
   return 2.0 * WeightPlan(cfg).total + state_bytes(cfg, opt) +
          double(ks::CublasLinear::kDefaultWorkspaceBytes);
 }
 
-DecodeEngine::DecodeEngine(const DecoderConfig& cfg, const EngineOptions& opt)
+DecodeStepExecutor::DecodeStepExecutor(const DecoderConfig& cfg, const ExecutorOptions& opt)
     : cfg_(cfg), opt_(opt) {
   validate_options(cfg, opt);
   {
@@ -302,8 +303,8 @@ DecodeEngine::DecodeEngine(const DecoderConfig& cfg, const EngineOptions& opt)
   allocate_state();
 }
 
-void DecodeEngine::reconfigure(int max_batch, int max_context) {
-  EngineOptions o = opt_;
+void DecodeStepExecutor::reconfigure(int max_batch, int max_context) {
+  ExecutorOptions o = opt_;
   o.max_batch = max_batch;
   o.max_context = max_context;
   o.graph_buckets.clear();
@@ -320,10 +321,10 @@ void DecodeEngine::reconfigure(int max_batch, int max_context) {
 
 // The per-shape state: RoPE table, KV cache, activation buffers, attention version and
 // workspace. Graphs are dropped (they bake the old buffers in).
-void DecodeEngine::allocate_state() {
+void DecodeStepExecutor::allocate_state() {
   Impl& I = *impl_;
   const DecoderConfig& cfg = cfg_;
-  const EngineOptions& opt = opt_;
+  const ExecutorOptions& opt = opt_;
   I.drop_graphs();
   I.bplan = BufferPlan(cfg, opt.max_batch);
 
@@ -392,33 +393,33 @@ void DecodeEngine::allocate_state() {
   KVLAB_CUDA_CHECK(cudaStreamSynchronize(I.stream));
 }
 
-DecodeEngine::~DecodeEngine() = default;
+DecodeStepExecutor::~DecodeStepExecutor() = default;
 
-int DecodeEngine::attn_version() const {
+int DecodeStepExecutor::attn_version() const {
   return impl_->attn_version;
 }
-int DecodeEngine::blocks_per_seq() const {
+int DecodeStepExecutor::blocks_per_seq() const {
   return impl_->bps;
 }
-cudaStream_t DecodeEngine::stream() const {
+cudaStream_t DecodeStepExecutor::stream() const {
   return impl_->stream;
 }
-int DecodeEngine::graphs_captured() const {
+int DecodeStepExecutor::graphs_captured() const {
   return static_cast<int>(impl_->graphs.size());
 }
-double DecodeEngine::weight_bytes() const {
+double DecodeStepExecutor::weight_bytes() const {
   return 2.0 * impl_->wplan.total;
 }
-double DecodeEngine::cache_bytes() const {
+double DecodeStepExecutor::cache_bytes() const {
   return static_cast<double>(impl_->cache.size());
 }
-KvCacheView DecodeEngine::cache_view(int layer) const {
+KvCacheView DecodeStepExecutor::cache_view(int layer) const {
   KVLAB_REQUIRE(layer >= 0 && layer < cfg_.layers,
                 "layer " << layer << " outside [0, " << cfg_.layers << ")");
   return impl_->views[layer];
 }
 
-void DecodeEngine::set_attn_version(int id) {
+void DecodeStepExecutor::set_attn_version(int id) {
   Impl& I = *impl_;
   decode_version(id);  // throws for an unknown id
   size_t ws = 0;
@@ -437,7 +438,7 @@ void DecodeEngine::set_attn_version(int id) {
   I.attn_version = id;
 }
 
-int DecodeEngine::bucket_for(int batch) const {
+int DecodeStepExecutor::bucket_for(int batch) const {
   KVLAB_REQUIRE(batch >= 1 && batch <= opt_.max_batch,
                 "batch " << batch << " outside [1, max_batch " << opt_.max_batch << "]");
   if (!opt_.graph_buckets.empty()) {
@@ -452,7 +453,7 @@ int DecodeEngine::bucket_for(int batch) const {
   return std::min(b, opt_.max_batch);
 }
 
-void DecodeEngine::start(int batch) {
+void DecodeStepExecutor::start(int batch) {
   KVLAB_REQUIRE(batch >= 1 && batch <= opt_.max_batch,
                 "start: batch " << batch << " outside [1, " << opt_.max_batch << "]");
   Impl& I = *impl_;
@@ -482,7 +483,7 @@ void DecodeEngine::start(int batch) {
   KVLAB_CUDA_CHECK(cudaStreamSynchronize(I.stream));
 }
 
-void DecodeEngine::rewind(int position) {
+void DecodeStepExecutor::rewind(int position) {
   KVLAB_REQUIRE(batch_ > 0, "rewind: no sequences (call start)");
   for (int r = 0; r < batch_; ++r)
     KVLAB_REQUIRE(position >= 0 && position <= positions_[r],
@@ -497,7 +498,7 @@ void DecodeEngine::rewind(int position) {
   KVLAB_CUDA_CHECK(cudaStreamSynchronize(I.stream));
 }
 
-void DecodeEngine::fill_synthetic_context(int context, uint64_t seed) {
+void DecodeStepExecutor::fill_synthetic_context(int context, uint64_t seed) {
   KVLAB_REQUIRE(batch_ > 0, "fill_synthetic_context: no sequences (call start)");
   KVLAB_REQUIRE(context >= 0 && context < opt_.max_context,
                 "fill_synthetic_context: context " << context << " outside [0, max_context "
@@ -548,8 +549,8 @@ void DecodeEngine::fill_synthetic_context(int context, uint64_t seed) {
 namespace {
 
 // The step body for m rows: every launch on I.stream, nothing allocated, no host sync.
-void enqueue_step(DecodeEngine::Impl& I, const DecoderConfig& c, const EngineOptions& opt, int m,
-                  bool fused, const Sampling& smp) {
+void enqueue_step(DecodeStepExecutor::Impl& I, const DecoderConfig& c, const ExecutorOptions& opt,
+                  int m, bool fused, const Sampling& smp) {
   cudaStream_t st = I.stream;
   const int H = c.hidden, F = c.ffn, V = c.vocab, D = c.head_dim;
   const int qd = c.q_dim(), kvd = c.kv_dim(), qkvd = c.qkv_dim();
@@ -633,7 +634,8 @@ void validate_sampling(const Sampling& s, int vocab) {
 
 }  // namespace
 
-void DecodeEngine::step(const std::vector<int32_t>& tokens, StepVariant v, const Sampling& s) {
+void DecodeStepExecutor::step(const std::vector<int32_t>& tokens, StepVariant v,
+                              const Sampling& s) {
   KVLAB_REQUIRE(batch_ > 0, "step: no sequences (call start)");
   KVLAB_REQUIRE(static_cast<int>(tokens.size()) == batch_,
                 "step: " << tokens.size() << " tokens for a batch of " << batch_);
@@ -647,7 +649,7 @@ void DecodeEngine::step(const std::vector<int32_t>& tokens, StepVariant v, const
   KVLAB_CUDA_CHECK(cudaStreamSynchronize(impl_->stream));  // `tokens` may go away after return
 }
 
-void DecodeEngine::step(StepVariant v, const Sampling& s) {
+void DecodeStepExecutor::step(StepVariant v, const Sampling& s) {
   KVLAB_REQUIRE(batch_ > 0, "step: no sequences (call start)");
   validate_sampling(s, cfg_.vocab);
   for (int r = 0; r < batch_; ++r)
@@ -700,7 +702,7 @@ void DecodeEngine::step(StepVariant v, const Sampling& s) {
   for (int r = 0; r < batch_; ++r) positions_[r] += 1;
 }
 
-double DecodeEngine::time_steps(StepVariant v, const Sampling& s, int steps) {
+double DecodeStepExecutor::time_steps(StepVariant v, const Sampling& s, int steps) {
   KVLAB_REQUIRE(steps >= 1, "time_steps: steps " << steps << " must be >= 1");
   Impl& I = *impl_;
   KVLAB_CUDA_CHECK(cudaEventRecord(I.ev0, I.stream));
@@ -712,7 +714,7 @@ double DecodeEngine::time_steps(StepVariant v, const Sampling& s, int steps) {
   return ms / steps;
 }
 
-void DecodeEngine::prepare_linear(Linear which, int m) {
+void DecodeStepExecutor::prepare_linear(Linear which, int m) {
   KVLAB_REQUIRE(m >= 1 && m <= opt_.max_batch,
                 "prepare_linear: M " << m << " outside [1, max_batch " << opt_.max_batch << "]");
   Impl& I = *impl_;
@@ -724,7 +726,7 @@ void DecodeEngine::prepare_linear(Linear which, int m) {
   KVLAB_CUDA_CHECK(cudaStreamSynchronize(I.stream));
 }
 
-void DecodeEngine::enqueue_linear(Linear which, int m, int layer) {
+void DecodeStepExecutor::enqueue_linear(Linear which, int m, int layer) {
   KVLAB_REQUIRE(m >= 1 && m <= opt_.max_batch,
                 "enqueue_linear: M " << m << " outside [1, max_batch " << opt_.max_batch << "]");
   KVLAB_REQUIRE(layer >= 0 && layer < cfg_.layers,
@@ -756,7 +758,7 @@ void DecodeEngine::enqueue_linear(Linear which, int m, int layer) {
   I.lin->forward(ptr(I.act), k, w, static_cast<int>(n), static_cast<int>(k), out, n, m);
 }
 
-int DecodeEngine::autotune_attention(int reps) {
+int DecodeStepExecutor::autotune_attention(int reps) {
   KVLAB_REQUIRE(batch_ > 0, "autotune_attention: no sequences (call start)");
   KVLAB_REQUIRE(reps >= 1, "autotune_attention: reps " << reps << " must be >= 1");
   Impl& I = *impl_;
@@ -792,11 +794,11 @@ int DecodeEngine::autotune_attention(int reps) {
   return best;
 }
 
-void DecodeEngine::synchronize() const {
+void DecodeStepExecutor::synchronize() const {
   KVLAB_CUDA_CHECK(cudaStreamSynchronize(impl_->stream));
 }
 
-std::vector<float> DecodeEngine::logits() const {
+std::vector<float> DecodeStepExecutor::logits() const {
   synchronize();
   std::vector<float> out(static_cast<size_t>(batch_) * cfg_.vocab);
   KVLAB_CUDA_CHECK(cudaMemcpy(out.data(), thrust::raw_pointer_cast(impl_->logits.data()),
@@ -804,7 +806,7 @@ std::vector<float> DecodeEngine::logits() const {
   return out;
 }
 
-std::vector<int32_t> DecodeEngine::sampled_tokens() const {
+std::vector<int32_t> DecodeStepExecutor::sampled_tokens() const {
   synchronize();
   std::vector<int32_t> out(batch_);
   KVLAB_CUDA_CHECK(cudaMemcpy(out.data(), thrust::raw_pointer_cast(impl_->tokens.data()),
@@ -820,19 +822,19 @@ std::vector<uint8_t> download(const void* p, size_t n) {
 }
 }  // namespace
 
-std::vector<uint8_t> DecodeEngine::k_pool(int layer) const {
+std::vector<uint8_t> DecodeStepExecutor::k_pool(int layer) const {
   synchronize();
   return download(cache_view(layer).k, impl_->geom.bytes());
 }
-std::vector<uint8_t> DecodeEngine::v_pool(int layer) const {
+std::vector<uint8_t> DecodeStepExecutor::v_pool(int layer) const {
   synchronize();
   return download(cache_view(layer).v, impl_->geom.bytes());
 }
-std::vector<uint8_t> DecodeEngine::k_scales(int layer) const {
+std::vector<uint8_t> DecodeStepExecutor::k_scales(int layer) const {
   synchronize();
   return download(cache_view(layer).k_scales, impl_->geom.scale_bytes());
 }
-std::vector<uint8_t> DecodeEngine::v_scales(int layer) const {
+std::vector<uint8_t> DecodeStepExecutor::v_scales(int layer) const {
   synchronize();
   return download(cache_view(layer).v_scales, impl_->geom.scale_bytes());
 }

@@ -1,4 +1,4 @@
-// test_step_engine.cu: the full GPU decode step (every variant) against the CPU reference.
+// test_decode_step_executor.cu: the full GPU decode step (every variant) against the CPU reference.
 //
 // Teacher forcing keeps the GPU and the reference on the same token sequence (a random
 // prompt, then the reference's greedy choices), so every step's logits are compared under
@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "gpu/core/device_info.h"
-#include "gpu/runtime/decode_engine.h"
+#include "gpu/runtime/decode_step_executor.h"
 #include "reference/core/error.h"
 #include "reference/layout/layout_names.h"
 #include "reference/metrics/tolerance.h"
@@ -45,7 +45,7 @@ std::string name(const Case& c) {
          std::to_string(c.block_size) + "/batch" + std::to_string(c.batch);
 }
 
-ref::StepCacheOptions cache_of(const gpu::EngineOptions& o) {
+ref::StepCacheOptions cache_of(const gpu::ExecutorOptions& o) {
   ref::StepCacheOptions c;
   c.format = o.kv_format;
   c.layout = o.kv_layout;
@@ -70,9 +70,10 @@ struct RunStats {
 
 // Teacher-forced generation: `prompt` random steps, then the reference's greedy tokens.
 // Returns the GPU logits of every step (for cross-variant comparisons).
-std::vector<std::vector<float>> run_against_reference(gpu::DecodeEngine& e, ref::DecoderRef& r,
-                                                      const Case& cs, gpu::StepVariant v, int steps,
-                                                      int prompt, RunStats* st) {
+std::vector<std::vector<float>> run_against_reference(gpu::DecodeStepExecutor& e,
+                                                      ref::DecoderRef& r, const Case& cs,
+                                                      gpu::StepVariant v, int steps, int prompt,
+                                                      RunStats* st) {
   const DecoderConfig& c = e.config();
   const Tolerance tol = tolerance(Op::kDecodeStepLogits, cs.format, DType::kF32);
   e.start(cs.batch);
@@ -130,7 +131,7 @@ TEST(StepEngine, EveryVariantMatchesTheReference) {
   int ran = 0;
   for (const Case& cs : cases) {
     const DecoderConfig c = decoder_preset(cs.preset);
-    gpu::EngineOptions o;
+    gpu::ExecutorOptions o;
     o.kv_format = cs.format;
     o.kv_layout = cs.layout;
     o.block_size = cs.block_size;
@@ -138,9 +139,9 @@ TEST(StepEngine, EveryVariantMatchesTheReference) {
     o.max_context = steps;
     o.k_scale = 0.02f;  // pool scales: unit-scale K/V over the FP8/FP4 range
     o.v_scale = 0.02f;
-    std::unique_ptr<gpu::DecodeEngine> e;
+    std::unique_ptr<gpu::DecodeStepExecutor> e;
     try {
-      e = std::make_unique<gpu::DecodeEngine>(c, o);
+      e = std::make_unique<gpu::DecodeStepExecutor>(c, o);
     } catch (const Unsupported& u) {
       std::printf("SKIP %s: %s\n", name(cs).c_str(), u.what());
       continue;
@@ -180,10 +181,10 @@ TEST(StepEngine, FreeRunningGreedyGenerationMatchesTheReference) {
   // else the tokens must be identical.
   REQUIRE_GPU();
   const DecoderConfig c = decoder_preset("small");
-  gpu::EngineOptions o;
+  gpu::ExecutorOptions o;
   o.max_batch = 4;
   o.max_context = 48;
-  gpu::DecodeEngine e(c, o);
+  gpu::DecodeStepExecutor e(c, o);
   ref::DecoderRef r(c, cache_of(o), o.max_batch, o.max_context);
   const Tolerance tol = tolerance(Op::kDecodeStepLogits, o.kv_format, DType::kF32);
   e.start(4);
@@ -222,10 +223,10 @@ TEST(StepEngine, FreeRunningGreedyGenerationMatchesTheReference) {
 TEST(StepEngine, TopKSamplingMatchesTheReferenceSamplerOnTheSameLogits) {
   REQUIRE_GPU();
   const DecoderConfig c = decoder_preset("tiny");
-  gpu::EngineOptions o;
+  gpu::ExecutorOptions o;
   o.max_batch = 4;
   o.max_context = 16;
-  gpu::DecodeEngine e(c, o);
+  gpu::DecodeStepExecutor e(c, o);
   e.start(3);
   gpu::Sampling smp;
   smp.top_k = 40;
@@ -251,11 +252,11 @@ TEST(StepEngine, TopKSamplingMatchesTheReferenceSamplerOnTheSameLogits) {
 TEST(StepEngine, SyntheticContextAndTimingPath) {
   REQUIRE_GPU();
   const DecoderConfig c = decoder_preset("tiny");
-  gpu::EngineOptions o;
+  gpu::ExecutorOptions o;
   o.max_batch = 8;
   o.max_context = 80;
   o.kv_layout = KvLayout::kHND;
-  gpu::DecodeEngine e(c, o);
+  gpu::DecodeStepExecutor e(c, o);
   e.start(5);
   e.fill_synthetic_context(60, 42);
   EXPECT_EQ(e.positions(), std::vector<int32_t>(5, 60));
@@ -279,10 +280,10 @@ TEST(StepEngine, SyntheticContextAndTimingPath) {
   EXPECT_EQ(e.batch(), 0);
   e.start(2);
   e.step({7, 9}, gpu::StepVariant::kEagerFused, {});
-  gpu::EngineOptions o2 = o;
+  gpu::ExecutorOptions o2 = o;
   o2.max_batch = 2;
   o2.max_context = 20;
-  gpu::DecodeEngine fresh(c, o2);
+  gpu::DecodeStepExecutor fresh(c, o2);
   fresh.start(2);
   fresh.step({7, 9}, gpu::StepVariant::kEagerFused, {});
   EXPECT_EQ(e.logits(), fresh.logits());
@@ -291,10 +292,10 @@ TEST(StepEngine, SyntheticContextAndTimingPath) {
 TEST(StepEngine, RejectsBadInput) {
   REQUIRE_GPU();
   const DecoderConfig c = decoder_preset("tiny");
-  gpu::EngineOptions o;
+  gpu::ExecutorOptions o;
   o.max_batch = 2;
   o.max_context = 3;
-  gpu::DecodeEngine e(c, o);
+  gpu::DecodeStepExecutor e(c, o);
   EXPECT_THROW(e.step({1, 2}, gpu::StepVariant::kEagerFused, {}), InvalidArgument);  // not started
   EXPECT_THROW(e.start(3), InvalidArgument);
   e.start(2);
@@ -311,18 +312,18 @@ TEST(StepEngine, RejectsBadInput) {
   EXPECT_THROW(e.rewind(4), InvalidArgument);
   EXPECT_THROW(e.fill_synthetic_context(3, 0), InvalidArgument);
   EXPECT_THROW(gpu::parse_step_variant("graph"), InvalidArgument);
-  gpu::EngineOptions huge = o;
+  gpu::ExecutorOptions huge = o;
   huge.max_batch = 0;
-  EXPECT_THROW(gpu::DecodeEngine(c, huge), InvalidArgument);
+  EXPECT_THROW(gpu::DecodeStepExecutor(c, huge), InvalidArgument);
   huge = o;
   huge.graph_buckets = {4};
-  EXPECT_THROW(gpu::DecodeEngine(c, huge), InvalidArgument);
+  EXPECT_THROW(gpu::DecodeStepExecutor(c, huge), InvalidArgument);
   huge = o;
   huge.max_batch = 65535;
   huge.max_context = 1 << 24;  // 2^36 blocks: beyond int32 block ids
-  EXPECT_THROW(gpu::DecodeEngine(c, huge), InvalidArgument);
+  EXPECT_THROW(gpu::DecodeStepExecutor(c, huge), InvalidArgument);
   huge.max_context = 1 << 16;  // 4.4 TB of KV cache: beyond any device's memory
-  EXPECT_THROW(gpu::DecodeEngine(c, huge), Unsupported);
+  EXPECT_THROW(gpu::DecodeStepExecutor(c, huge), Unsupported);
 }
 
 }  // namespace

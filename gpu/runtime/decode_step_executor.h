@@ -1,10 +1,11 @@
-// decode_engine.h: the synthetic decoder's full decode step on the GPU (host-includable).
+// decode_step_executor.h: the synthetic decoder's full decode step on the GPU (host-includable).
 //
-// One DecodeEngine holds a DecoderConfig's synthetic weights on the device (BF16, generated
-// there from the seed: reference/step/step_math.h), a paged KV cache per layer in kvlab's
-// layouts and formats, block tables taken from sim::BlockAllocator (the allocator the
-// serving simulation uses: one allocator, two clocks), and every activation buffer sized for
-// `max_batch` rows. A step is, per layer (the precision contract is in step_kernels.h):
+// One DecodeStepExecutor (the decode-step executor; sim::Engine is the serving simulation) holds a
+// DecoderConfig's synthetic weights on the device (BF16, generated there from the seed:
+// reference/step/step_math.h), a paged KV cache per layer in kvlab's layouts and formats, block
+// tables taken from sim::BlockAllocator (the allocator the serving simulation uses: one allocator,
+// two clocks), and every activation buffer sized for `max_batch` rows. A step is, per layer (the
+// precision contract is in step_kernels.h):
 //
 //   [add+]RMSNorm -> QKV GEMM -> RoPE + KV append/quantize -> decode attention (registry)
 //   -> O GEMM -> residual + RMSNorm -> gate/up GEMM -> SwiGLU -> down GEMM -> residual
@@ -61,7 +62,7 @@ struct Sampling {
   uint64_t seed = 0;
 };
 
-struct EngineOptions {
+struct ExecutorOptions {
   KvFormat kv_format = KvFormat::kBF16;
   KvLayout kv_layout = KvLayout::kNHD;
   int block_size = 16;
@@ -74,17 +75,17 @@ struct EngineOptions {
   float v_scale = 1.0f;
 };
 
-class DecodeEngine {
+class DecodeStepExecutor {
  public:
   // Validates (InvalidArgument), checks free device memory (Unsupported when the weights,
   // cache and buffers do not fit), allocates and generates the weights.
-  DecodeEngine(const DecoderConfig& cfg, const EngineOptions& opt);
-  ~DecodeEngine();
-  DecodeEngine(const DecodeEngine&) = delete;
-  DecodeEngine& operator=(const DecodeEngine&) = delete;
+  DecodeStepExecutor(const DecoderConfig& cfg, const ExecutorOptions& opt);
+  ~DecodeStepExecutor();
+  DecodeStepExecutor(const DecodeStepExecutor&) = delete;
+  DecodeStepExecutor& operator=(const DecodeStepExecutor&) = delete;
 
   // Device bytes the engine would allocate for (cfg, opt): weights, KV cache, buffers.
-  static double device_bytes_needed(const DecoderConfig& cfg, const EngineOptions& opt);
+  static double device_bytes_needed(const DecoderConfig& cfg, const ExecutorOptions& opt);
   // New max_batch / max_context: frees and reallocates the cache, buffers and graphs (the
   // weights stay); sequences must be started again. Unsupported when it does not fit.
   void reconfigure(int max_batch, int max_context);
@@ -136,17 +137,17 @@ class DecodeEngine {
   void set_attn_version(int id);  // drops captured graphs
   int graphs_captured() const;
   const DecoderConfig& config() const { return cfg_; }
-  const EngineOptions& options() const { return opt_; }
+  const ExecutorOptions& options() const { return opt_; }
   cudaStream_t stream() const;
   double weight_bytes() const;
   double cache_bytes() const;
 
-  struct Impl;  // device state (decode_engine.cu)
+  struct Impl;  // device state (decode_step_executor.cu)
 
  private:
   void allocate_state();
   DecoderConfig cfg_;
-  EngineOptions opt_;
+  ExecutorOptions opt_;
   int batch_ = 0;
   std::vector<int32_t> positions_;
   std::vector<int32_t> block_table_;
