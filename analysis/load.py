@@ -1,4 +1,4 @@
-"""Loading kvlab result files (schema "kvlab.results", version 1; see
+"""Loading kvlab result files (schema "kvlab.results", versions 1 and 2; see
 experiments/results/result_file.h for the layout).
 
 Only h5py, numpy and pandas: the HDF5 file is the whole interface to the C++ side.
@@ -13,7 +13,10 @@ import numpy as np
 import pandas as pd
 
 SCHEMA_NAME = "kvlab.results"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+# Versions this loader reads: 1 (no identity, no checksums) and 2 (analysis/result_integrity.py
+# verifies those).
+READABLE_SCHEMA_VERSIONS = (1, 2)
 # The column a merged index (load_many) adds: the file each row came from.
 FILE_COLUMN = "_file"
 
@@ -82,23 +85,37 @@ class Results:
         return float(self.attrs.get("copy_ceiling_bytes_per_s", 0.0) or 0.0)
 
 
+def _open_shared(path: str, timeout_s: float = 10.0):
+    """h5py.File(path, "r"), waiting while a kvlab writer holds the file's lock for the few
+    milliseconds it writes a commit in place (experiments/h5/durable.h): a reader then gets
+    "unable to lock file" from HDF5, never a torn file."""
+    import time
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return h5py.File(path, "r")
+        except OSError as e:
+            if "unable to lock file" in str(e) and time.monotonic() < deadline:
+                time.sleep(0.02)
+                continue
+            raise ResultFileError(f"{path} is not a readable HDF5 file: {e}") from None
+
+
 def load(path: str) -> Results:
     if not os.path.exists(path):
         raise ResultFileError(f"{path}: no such file")
     if os.path.exists(path + ".rollback"):
         raise ResultFileError(
             f"{path} has an interrupted commit ({path}.rollback): run `kvlab recover {path}` first")
-    try:
-        f = h5py.File(path, "r")
-    except OSError as e:
-        raise ResultFileError(f"{path} is not a readable HDF5 file: {e}") from None
+    f = _open_shared(path)
     with f:
         attrs = {k: _text(v) for k, v in f.attrs.items()}
         if attrs.get("kvlab_schema") != SCHEMA_NAME:
             raise ResultFileError(f"{path} is not a kvlab result file (kvlab_schema attribute missing)")
-        if attrs.get("schema_version") != SCHEMA_VERSION:
+        if attrs.get("schema_version") not in READABLE_SCHEMA_VERSIONS:
             raise ResultFileError(
-                f"{path} has schema_version {attrs.get('schema_version')}; this analysis reads {SCHEMA_VERSION}")
+                f"{path} has schema_version {attrs.get('schema_version')}; this analysis reads "
+                f"{', '.join(map(str, READABLE_SCHEMA_VERSIONS))}")
         index = read_table(f["index"])
         runs = read_table(f["runs"]) if "runs" in f else pd.DataFrame()
     return Results(path=path, attrs=attrs, index=index, runs=runs)
