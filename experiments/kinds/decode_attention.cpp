@@ -115,7 +115,8 @@ struct DecodeCase {
   std::string validation;  // how the check was done, for the record
 };
 
-std::unique_ptr<DecodeCase> build_case(const Point& p, const std::string& key, uint64_t seed) {
+std::unique_ptr<DecodeCase> build_case(const Point& p, const std::string& key, uint64_t seed,
+                                       int threads) {
   auto c = std::make_unique<DecodeCase>();
   c->key = key;
   const int kvh = static_cast<int>(p.integer("num_kv_heads")),
@@ -254,14 +255,19 @@ std::unique_ptr<DecodeCase> build_case(const Point& p, const std::string& key, u
   }
   std::vector<uint16_t> o16(hq_bits.size());
   c->ref_lse.resize(static_cast<size_t>(nv) * hq);
-  DecodeArgs h = c->base.decode_args(o16.data(), c->ref_lse.data());
-  h.q = hq_bits.data();
-  h.block_table = htable.data();
-  h.seq_lens = hlens.data();
-  h.num_seqs = nv;
-  h.max_blocks_per_seq = mbps;
-  h.max_seq_len = max_len;
-  if (nv > 0) ref::decode_attention(h);
+  // One reference call per validated sequence, on the point's CPU threads (the host reference
+  // is what makes a validation-heavy sweep slow; its sequences are independent).
+  parallel_for(nv, threads, [&](int i) {
+    const size_t si = static_cast<size_t>(i);
+    DecodeArgs h = c->base.decode_args(o16.data() + si * hq * d, c->ref_lse.data() + si * hq);
+    h.q = hq_bits.data() + si * hq * d;
+    h.block_table = htable.data() + si * mbps;
+    h.seq_lens = hlens.data() + si;
+    h.num_seqs = 1;
+    h.max_blocks_per_seq = mbps;
+    h.max_seq_len = max_len;
+    ref::decode_attention(h);
+  });
   c->ref_o = ref::to_float(o16.data(), DType::kBF16, o16.size());
   std::ostringstream os;
   os << "sequences";
@@ -364,7 +370,7 @@ class DecodeAttentionBench : public Bench {
     key += std::to_string(seed);
     if (!case_ || case_->key != key) {
       case_.reset();  // free the previous pools first
-      case_ = build_case(p, key, seed);
+      case_ = build_case(p, key, seed, ctx.cpu_threads);
     }
     DecodeCase& c = *case_;
     const int id = version_id(p.str("version"));

@@ -1,11 +1,14 @@
 // kind_util.h: small helpers the benches share to turn result vectors into traces.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <initializer_list>
 #include <limits>
 #include <string>
+#include <thread>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -30,6 +33,30 @@ std::function<std::string(const std::string&)> known_by(Lookup lookup) {
     }
     return "";
   };
+}
+
+// Runs fn(i) for i in [0, n) on up to `threads` threads (the calling one included): the CPU
+// reference work of one point, sized per worker (RunContext::cpu_threads = cores / workers).
+template <class Fn>
+void parallel_for(int n, int threads, Fn fn) {
+  const int t = std::max(1, std::min(threads, n));
+  if (t <= 1) {
+    for (int i = 0; i < n; ++i) fn(i);
+    return;
+  }
+  std::vector<std::thread> pool;
+  std::vector<std::exception_ptr> errors(static_cast<size_t>(t));
+  for (int w = 0; w < t; ++w)
+    pool.emplace_back([&, w] {
+      try {
+        for (int i = w; i < n; i += t) fn(i);
+      } catch (...) {
+        errors[static_cast<size_t>(w)] = std::current_exception();
+      }
+    });
+  for (auto& th : pool) th.join();
+  for (auto& e : errors)
+    if (e) std::rethrow_exception(e);
 }
 
 // A tensor a CPU kind allocates (the product of these integer axes) must stay below

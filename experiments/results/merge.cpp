@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <map>
@@ -322,10 +323,18 @@ MergeResult merge_results(const std::vector<std::string>& inputs, const std::str
     for (const auto& in : ins) {
       in_runs.push_back(in->file.is_group("runs") ? h5::Table::open(in->file, "runs") : h5::Table());
       if (!in->file.is_group("runs")) continue;
-      for (const auto& c : in_runs.back().columns())
-        if (std::none_of(run_cols.begin(), run_cols.end(),
-                         [&](const auto& x) { return x.name == c.name; }))
+      for (const auto& c : in_runs.back().columns()) {
+        auto it = std::find_if(run_cols.begin(), run_cols.end(),
+                               [&](const auto& x) { return x.name == c.name; });
+        if (it == run_cols.end()) {
           run_cols.push_back(c);
+        } else if ((it->type == h5::Type::kString) != (c.type == h5::Type::kString)) {
+          throw ResultFileError("merge: /runs column '" + c.name +
+                                "' is text in one input and numeric in another");
+        } else if (it->type != c.type && it->type != h5::Type::kString) {
+          it->type = h5::Type::kFloat64;  // integers in one input, floats in another
+        }
+      }
     }
     if (std::none_of(run_cols.begin(), run_cols.end(),
                      [](const auto& c) { return c.name == kRowCrc; }))
@@ -386,11 +395,14 @@ MergeResult merge_results(const std::vector<std::string>& inputs, const std::str
     fail_cleanup();
     throw;
   } catch (const h5::Error& e) {
-    // The inputs were verified: what fails now is writing the output (disk full, quota).
+    // The inputs were verified: what fails now is writing the output. HDF5 names the system's
+    // errno when the disk refused (full, quota, size limit): an I/O failure.
     fail_cleanup();
-    throw IoError(std::string("merge: cannot write ") + out + ": " + e.what() +
-                      " (nothing was replaced)",
-                  EIO);
+    const std::string msg = e.what();
+    const auto at = msg.find("errno = ");
+    const std::string what = "merge: cannot write " + out + ": " + msg + " (nothing was replaced)";
+    if (at != std::string::npos) throw IoError(what, std::atoi(msg.c_str() + at + 8));
+    throw kvlab::Error(what);
   } catch (...) {
     fail_cleanup();
     throw;

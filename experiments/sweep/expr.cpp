@@ -119,10 +119,13 @@ class Parser {
   }
   NodeP parse_not() {
     skip();
-    Nest guard(*this);
-    if (word("not")) return mk(N::kNot, parse_not());
+    if (word("not")) {
+      Nest guard(*this);
+      return mk(N::kNot, parse_not());
+    }
     if (i_ < t_.size() && t_[i_] == '!' && (i_ + 1 >= t_.size() || t_[i_ + 1] != '=')) {
       ++i_;
+      Nest guard(*this);
       return mk(N::kNot, parse_not());
     }
     return parse_cmp();
@@ -161,8 +164,10 @@ class Parser {
     }
   }
   NodeP parse_unary() {
-    Nest guard(*this);
-    if (word("-")) return mk(N::kNeg, parse_unary());
+    if (word("-")) {
+      Nest guard(*this);
+      return mk(N::kNeg, parse_unary());
+    }
     return parse_atom();
   }
   NodeP parse_atom() {
