@@ -450,10 +450,12 @@ size_t DurableFile::commit_in_place(uint64_t new_size) {
   try {
     write_all(jfd, jb.data(), jb.size(), 0, "write " + jp);
     sync_fd(jfd, opt_.fsync, jp);
-  } catch (...) {
+  } catch (const IoError& e) {
     ::close(jfd);
     unlink(jp.c_str());  // the file was not touched: the commit simply did not happen
-    throw;
+    throw IoError(std::string(e.what()) + " (nothing of this commit reached " + path_ +
+                      ": it holds the previous commit)",
+                  e.error_number());
   }
   ::close(jfd);
   sync_dir_of(path_, opt_.fsync);

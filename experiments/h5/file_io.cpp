@@ -49,11 +49,23 @@ std::string resolve_output_path(const std::string& path, const std::string& what
   std::string target = path;
   if (S_ISLNK(l.st_mode)) {
     char* real = realpath(path.c_str(), nullptr);
-    if (!real)
-      throw InvalidArgument(what + " " + path + " is a symlink whose target does not exist (" +
-                            errno_text(errno) + "); give the target path itself");
-    target = real;
-    std::free(real);
+    if (real) {
+      target = real;
+      std::free(real);
+    } else {
+      // A link to a file still to be made: its target, when the target's folder exists.
+      char buf[4096];
+      const ssize_t n = readlink(path.c_str(), buf, sizeof buf - 1);
+      std::string link = n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string();
+      if (!link.empty() && link[0] != '/') link = dir_of(path) + "/" + link;
+      struct stat d {};
+      if (link.empty() || lstat(link.c_str(), &d) == 0 || stat(dir_of(link).c_str(), &d) != 0 ||
+          !S_ISDIR(d.st_mode))
+        throw InvalidArgument(what + " " + path +
+                              " is a dangling symlink (its target and the target's folder do "
+                              "not exist); give the target path itself");
+      return link;
+    }
   }
   struct stat st {};
   if (stat(target.c_str(), &st) != 0)

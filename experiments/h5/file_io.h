@@ -36,9 +36,10 @@ constexpr int kExitBadInput = 2;  // bad input: nothing already written was touc
 constexpr int kExitIoError = 3;   // the system failed to read or write a file
 
 // The path an output file is written at. A symlink is followed to its target (so the link
-// stays a link and the result lands where it points); a dangling link, a FIFO, a socket, a
-// device or a directory is bad input (InvalidArgument), refused before anything is opened.
-// A path that does not exist yet is returned unchanged.
+// stays a link and the result lands where it points; a link to a file still to be made, in a
+// folder that exists, too); a dangling link into a missing folder, a FIFO, a socket, a device
+// or a directory is bad input (InvalidArgument), refused before anything is opened. A path
+// that does not exist yet is returned unchanged.
 std::string resolve_output_path(const std::string& path, const std::string& what);
 // An input file must exist and be a regular file (after symlinks): never a FIFO, which
 // would block the open forever. InvalidArgument otherwise.

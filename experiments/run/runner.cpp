@@ -147,6 +147,11 @@ void fold_worker_files(const std::string& out, const SweepOptions& opt, std::ost
   if (!opt.resume)
     throw ResultFileError(shards_dir(out) + " holds the worker files of an interrupted run: give " +
                           "--resume to continue it (their points count as done)");
+  for (const auto& f : shards) {
+    const h5::Recovery r = h5::DurableFile::recover(f);  // a worker killed mid-commit
+    if (r != h5::Recovery::kNone) os << opt.log_prefix << "[resume] " << f << ": " << h5::to_string(r) << "\n";
+  }
+  if (file_exists(out)) h5::DurableFile::recover(out);
   std::vector<std::string> inputs;
   if (file_exists(out)) inputs.push_back(out);
   inputs.insert(inputs.end(), shards.begin(), shards.end());

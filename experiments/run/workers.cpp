@@ -288,9 +288,10 @@ int run_workers(const SweepSpec& spec, const std::vector<Point>& all, const Swee
   std::vector<const Point*> todo;
   for (const auto& p : all)
     if (!done.count(p.key())) todo.push_back(&p);
-  os << "[workers] " << all.size() << " points, " << (all.size() - todo.size())
-     << " already in " << out << (old.empty() ? "" : " and " + std::to_string(old.size()) + " worker files")
-     << ", " << todo.size() << " to run\n";
+  os << "[workers] " << all.size() << " points, " << (all.size() - todo.size()) << " already done ("
+     << (exists(out) ? "in " + out : std::string("no ") + out)
+     << (old.empty() ? "" : ", " + std::to_string(old.size()) + " worker files of an earlier run")
+     << "), " << todo.size() << " to run\n";
 
   // Chunks: consecutive points sharing a case key stay together; longest first.
   struct Chunk {
