@@ -497,13 +497,14 @@ bool print_check(const std::string& path, std::ostream& out, bool strict) {
       fatal = std::string("cannot be opened (") + e.what() + ")";
     }
   }
+  // What a damaged file holds may be any bytes: printed as valid UTF-8 (file_io.h utf8_safe).
   if (!fatal.empty()) {
-    out << path << ": DAMAGED: " << fatal << "\n";
+    out << path << ": DAMAGED: " << utf8_safe(fatal) << "\n";
     return false;
   }
   if (!c.ok()) {
     out << path << ": DAMAGED: " << c.verification.damaged << " problems\n";
-    for (const auto& p : c.verification.problems) out << "  " << p << "\n";
+    for (const auto& p : c.verification.problems) out << "  " << utf8_safe(p) << "\n";
     if (c.verification.damaged > static_cast<int64_t>(c.verification.problems.size()))
       out << "  ... (" << (c.verification.damaged - static_cast<int64_t>(c.verification.problems.size()))
           << " more)\n";
@@ -599,7 +600,7 @@ int cli_main(int argc, const char* const* argv, std::ostream& out, std::ostream&
     err << "kvlab " << cmd << ": error: " << e.what() << " (see kvlab " << cmd << " --help)\n";
     return kExitBadInput;
   } catch (const InvalidArgument& e) {
-    err << "kvlab " << cmd << ": error: " << e.what() << "\n";
+    err << "kvlab " << cmd << ": error: " << utf8_safe(e.what()) << "\n";
     return kExitBadInput;
   } catch (const Unsupported& e) {
     err << "kvlab " << cmd << ": error: " << e.what() << "\n";
