@@ -17,6 +17,7 @@
 #include "experiments/calibrate/calibrate.h"
 #include "experiments/h5/durable.h"
 #include "experiments/h5/h5.h"
+#include "experiments/model/model_cli.h"
 #include "experiments/results/merge.h"
 #include "experiments/results/provenance.h"
 #include "experiments/results/result_file.h"
@@ -40,6 +41,7 @@ const char* kSubcommands[][2] = {
     {"calibrate", "fit the decode-attention cost model to measured timings: fidelity table"},
     {"merge", "merge shard result files into one"},
     {"recover", "undo an interrupted commit of a result file"},
+    {"model", "real models: import a GGUF, info, generate, dump K/V (kvlab model --help)"},
 };
 
 void usage(std::ostream& os) {
@@ -463,6 +465,7 @@ int cli_main(int argc, const char* const* argv, std::ostream& out, std::ostream&
     if (cmd == "calibrate") return cmd_calibrate(args, full, out);
     if (cmd == "merge") return cmd_merge(args, out);
     if (cmd == "recover") return cmd_recover(args, out);
+    if (cmd == "model") return cmd_model(args, out, err);
     err << "kvlab: unknown subcommand '" << cmd << "'\n";
     usage(err);
     return kExitBadInput;

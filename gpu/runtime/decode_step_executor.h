@@ -34,6 +34,7 @@
 
 #include "reference/attention/args.h"
 #include "reference/step/decoder_config.h"
+#include "reference/step/decoder_weights.h"
 
 namespace kvlab::gpu {
 
@@ -73,6 +74,9 @@ struct ExecutorOptions {
   std::vector<int> graph_buckets;  // empty: 1, 2, 4, ... and max_batch
   float k_scale = 1.0f;            // pool scales of kFP8E4M3 / kFP8E5M2 / kNVFP4 caches
   float v_scale = 1.0f;
+  // Per-layer pool scales (empty: k_scale / v_scale for every layer; else one per layer), e.g.
+  // calibrated from a real model's K/V amax.
+  std::vector<float> layer_k_scales, layer_v_scales;
 };
 
 class DecodeStepExecutor {
@@ -80,6 +84,11 @@ class DecodeStepExecutor {
   // Validates (InvalidArgument), checks free device memory (Unsupported when the weights,
   // cache and buffers do not fit), allocates and generates the weights.
   DecodeStepExecutor(const DecoderConfig& cfg, const ExecutorOptions& opt);
+  // The same with the given weights uploaded instead of generated (a real model's, read by
+  // experiments/model/model_file.h; validate(weights, cfg) must hold). A tied LM head is
+  // uploaded as a copy of the embedding.
+  DecodeStepExecutor(const DecoderConfig& cfg, const ExecutorOptions& opt,
+                     const DecoderWeights& weights);
   ~DecodeStepExecutor();
   DecodeStepExecutor(const DecodeStepExecutor&) = delete;
   DecodeStepExecutor& operator=(const DecodeStepExecutor&) = delete;
@@ -146,6 +155,7 @@ class DecodeStepExecutor {
 
  private:
   void allocate_state();
+  void init(const DecoderWeights* weights);
   DecoderConfig cfg_;
   ExecutorOptions opt_;
   int batch_ = 0;
