@@ -14,6 +14,7 @@
 #include "experiments/model/model_eval.h"
 #include "experiments/model/model_file.h"
 #include "reference/core/error.h"
+#include "reference/metrics/tolerance.h"
 #include "reference/step/decode_step.h"
 
 extern char** environ;
@@ -138,6 +139,11 @@ int run_generate(const std::vector<std::string>& args, std::ostream& out) {
              "CPU reference (BF16 KV cache): prompt_logits [prompt, vocab] teacher-forced on the "
              "text's first tokens; generated [steps] greedy tokens (generated[0] = argmax of the "
              "last prompt row); step_logits [steps, vocab]: the logits after feeding generated[i]");
+  // The tolerance an independent implementation's logits must meet (the decode-step entry of
+  // the tolerance table for a BF16 cache: a different accumulation order, same roundings).
+  const Tolerance tol = tolerance(Op::kDecodeStepLogits, KvFormat::kBF16, DType::kF32);
+  f.set_attr("tolerance_nmse_max", tol.nmse_max);
+  f.set_attr("tolerance_atol", tol.atol);
   f.write("prompt_tokens", ptoks);
   f.write("prompt_logits", prompt_logits, {uint64_t(prompt), uint64_t(cfg.vocab)});
   f.write("generated", gen);
