@@ -156,14 +156,16 @@ def test_a_planted_error_is_caught(model_file):
 
 
 # ------------------------------------------------------------------------- bad input (exit 2)
-def tiny_gguf(path, arch="llama", int8=False, truncate=0):
+def tiny_gguf(path, arch="llama", int8=False, truncate=0, hidden=32, layers=1):
+    """A small random Llama GGUF (gguf-py's writer): `layers` layers, 2 query heads, 1 KV head of
+    hidden/2 dims, FFN 2*hidden, a byte-ish vocabulary of 97 tokens."""
     import gguf
 
     w = gguf.GGUFWriter(str(path), arch)
-    w.add_block_count(1)
-    w.add_context_length(64)
-    w.add_embedding_length(32)
-    w.add_feed_forward_length(64)
+    w.add_block_count(layers)
+    w.add_context_length(512)
+    w.add_embedding_length(hidden)
+    w.add_feed_forward_length(2 * hidden)
     w.add_head_count(2)
     w.add_head_count_kv(1)
     w.add_rope_freq_base(10000.0)
@@ -181,12 +183,14 @@ def tiny_gguf(path, arch="llama", int8=False, truncate=0):
             w.add_tensor(name, (a * 10).astype(np.int8))  # GGUF type I8: nothing reads it
         else:
             w.add_tensor(name, a)
-    t("token_embd.weight", (len(toks), 32))
-    t("output_norm.weight", (32,))
-    for n, s in [("attn_norm", (32,)), ("attn_q", (32, 32)), ("attn_k", (16, 32)),
-                 ("attn_v", (16, 32)), ("attn_output", (32, 32)), ("ffn_norm", (32,)),
-                 ("ffn_gate", (64, 32)), ("ffn_up", (64, 32)), ("ffn_down", (32, 64))]:
-        t(f"blk.0.{n}.weight", s)
+    H, F, K = hidden, 2 * hidden, hidden // 2
+    t("token_embd.weight", (len(toks), H))
+    t("output_norm.weight", (H,))
+    for layer in range(layers):
+        for n, s in [("attn_norm", (H,)), ("attn_q", (H, H)), ("attn_k", (K, H)),
+                     ("attn_v", (K, H)), ("attn_output", (H, H)), ("ffn_norm", (H,)),
+                     ("ffn_gate", (F, H)), ("ffn_up", (F, H)), ("ffn_down", (H, F))]:
+            t(f"blk.{layer}.{n}.weight", s)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
