@@ -5,7 +5,9 @@
 # experiments/model/gpu_stage_prepare.sh (carried: ~8 MB). Writes $OUT/real_model/:
 #   gpu_tests.log        RealKv.* (append byte-exact and every decode version within tolerance on
 #                        the real K/V/queries of SmolLM2 layers 0 and 29, every KV format) and the
-#                        decode-step executor tests
+#                        executor tests: StepEngine.* (synthetic) and RealModelExecutor.* (uploaded
+#                        weights bit-equal to generated ones; the slice on the GPU vs the CPU
+#                        reference, 64 teacher-forced positions per KV format)
 #   model_gpu.h5         experiments/configs/real_model_gpu.ini: model_quality of the 2-layer slice
 #                        for BF16 / FP8 (per tensor, per token) / NVFP4 KV, engine gpu and cpu
 #   sweep.log, summary.txt
