@@ -54,21 +54,36 @@ class ModelQualityBench : public Bench {
   std::vector<AxisSpec> axes() const override {
     const std::vector<std::string> schemes = ref::scheme_names();
     return {
-        {"model", AxisType::kString, "build/model/smollm2-135m.h5", {},
+        {"model",
+         AxisType::kString,
+         "build/model/smollm2-135m.h5",
+         {},
          "kvlab model file (kvlab model import)"},
         {"text", AxisType::kString, "gpl3", {}, "study text of the model file"},
         {"context", AxisType::kInt, "1024", {}, "tokens of the text run (context - 1 predictions)"},
-        {"engine", AxisType::kEnum, "cpu", {"cpu", "gpu"},
+        {"engine",
+         AxisType::kEnum,
+         "cpu",
+         {"cpu", "gpu"},
          "cpu: the CPU reference decode step; gpu: the GPU decode-step executor"},
         {"k_format", AxisType::kEnum, "bf16", schemes, "K storage: scheme preset"},
         {"v_format", AxisType::kEnum, "bf16", schemes, "V storage: scheme preset"},
         {"group_size", AxisType::kInt, "0", {}, "values per scale (0: the presets')"},
         {"scale_rule", AxisType::kEnum, "preset", kRules, "scale rule override"},
-        {"hadamard", AxisType::kInt, "0", {},
+        {"hadamard",
+         AxisType::kInt,
+         "0",
+         {},
          "Walsh-Hadamard rotation of each run of n values before quantizing (0: none)"},
-        {"bf16_layers", AxisType::kString, "none", {},
-         "layers kept in BF16 (comma list of ids, 'last', or none)"},
-        {"pool_scale", AxisType::kEnum, "calibrated", {"calibrated", "unit"},
+        {"bf16_layers",
+         AxisType::kString,
+         "none",
+         {},
+         "layers kept in BF16: ids joined by +, 'last', or none (e.g. 0+last)"},
+        {"pool_scale",
+         AxisType::kEnum,
+         "calibrated",
+         {"calibrated", "unit"},
          "static pool/tensor scales: RN(amax/max) of the BF16 run's K/V per layer, or 1"},
     };
   }
@@ -128,7 +143,8 @@ class ModelQualityBench : public Bench {
     const KvChoice choice = choice_of(p, c.layers);
     // Calibrated scales always come from the CPU reference's BF16 run (one definition for both
     // engines); the baseline distributions from the point's own engine.
-    const bool calibrate = choice.pool_scale == "calibrated" && needs_tensor_scale(choice, c.head_dim);
+    const bool calibrate =
+        choice.pool_scale == "calibrated" && needs_tensor_scale(choice, c.head_dim);
     std::shared_ptr<const TeacherForced> amax_run;
     if (calibrate) amax_run = baseline_run(*m, text, context, Engine::kCpu);
     const KvPlan plan = plan_kv(c, choice, amax_run ? amax_run->k_amax : std::vector<float>{},

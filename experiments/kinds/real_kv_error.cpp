@@ -44,18 +44,27 @@ class RealKvErrorBench : public Bench {
   }
   std::vector<AxisSpec> axes() const override {
     return {
-        {"model", AxisType::kString, "build/model/smollm2-135m.h5", {},
+        {"model",
+         AxisType::kString,
+         "build/model/smollm2-135m.h5",
+         {},
          "kvlab model file (kvlab model import)"},
         {"text", AxisType::kString, "gpl3", {}, "study text of the model file"},
         {"tokens", AxisType::kInt, "512", {}, "tokens of the text run through the model"},
-        {"tensor", AxisType::kEnum, "k_post_rope", {"k_pre_rope", "k_post_rope", "v"},
+        {"tensor",
+         AxisType::kEnum,
+         "k_post_rope",
+         {"k_pre_rope", "k_post_rope", "v"},
          "which activation: K before RoPE, K after RoPE (cached), V"},
         {"layer", AxisType::kInt, "-1", {}, "decoder layer (-1: every layer, one trace row each)"},
         {"scheme", AxisType::kEnum, "fp8_e4m3_per_token", ref::scheme_names(),
          "preset of reference/quant/schemes.h"},
         {"group_size", AxisType::kInt, "0", {}, "values per scale (0: the preset's)"},
         {"scale_rule", AxisType::kEnum, "preset", kRules, "scale rule override"},
-        {"hadamard", AxisType::kInt, "0", {},
+        {"hadamard",
+         AxisType::kInt,
+         "0",
+         {},
          "Walsh-Hadamard rotation of each run of n values before quantizing (0: none)"},
     };
   }
@@ -153,8 +162,7 @@ class RealKvErrorBench : public Bench {
       t_ratio.push_back(ratio);
     }
     const int64_t all_rows = rows * static_cast<int64_t>(layers.size());
-    const ref::RoundTripStats st =
-        ref::roundtrip_stats(all_x.data(), all_y.data(), all_rows, D);
+    const ref::RoundTripStats st = ref::roundtrip_stats(all_x.data(), all_y.data(), all_rows, D);
     Record r;
     r.metric("rel_l2_mean", st.rel_l2_mean);
     r.metric("rel_l2_p50", st.rel_l2_p50);
@@ -183,13 +191,13 @@ class RealKvErrorBench : public Bench {
                            .add("channel_amax_ratio", t_ratio, "",
                                 "max / median over channels of the channel max |x|")
                            .take());
-    r.traces.push_back(TableTrace("channels",
-                                  "per layer and channel (head * head_dim + dim) of the input")
-                           .add("layer", ch_layer)
-                           .add("channel", ch_index)
-                           .add("amax", ch_amax, "", "max |x| over the tokens")
-                           .add("rms", ch_rms, "", "root mean square over the tokens")
-                           .take());
+    r.traces.push_back(
+        TableTrace("channels", "per layer and channel (head * head_dim + dim) of the input")
+            .add("layer", ch_layer)
+            .add("channel", ch_index)
+            .add("amax", ch_amax, "", "max |x| over the tokens")
+            .add("rms", ch_rms, "", "root mean square over the tokens")
+            .take());
     return r;
   }
 };

@@ -127,8 +127,8 @@ int run_generate(const std::vector<std::string>& args, std::ostream& out) {
   const std::vector<float> prompt_logits = r.logits();
   std::vector<int32_t> gen;
   std::vector<float> gen_logits;
-  int32_t next = ref::greedy_token(prompt_logits.data() + static_cast<size_t>(prompt - 1) * cfg.vocab,
-                                   cfg.vocab);
+  int32_t next = ref::greedy_token(
+      prompt_logits.data() + static_cast<size_t>(prompt - 1) * cfg.vocab, cfg.vocab);
   for (int s = 0; s < steps; ++s) {
     gen.push_back(next);
     next = r.step({next})[0];
@@ -149,8 +149,7 @@ int run_generate(const std::vector<std::string>& args, std::ostream& out) {
   f.write("generated", gen);
   if (steps > 0) f.write("step_logits", gen_logits, {uint64_t(steps), uint64_t(cfg.vocab)});
   f.close();
-  out << "wrote " << c.out << ": " << prompt << " prompt tokens, " << steps
-      << " greedy tokens\n";
+  out << "wrote " << c.out << ": " << prompt << " prompt tokens, " << steps << " greedy tokens\n";
   return 0;
 }
 

@@ -118,7 +118,9 @@ const char* to_string(Engine e) {
 std::vector<int> parse_layer_list(const std::string& text, int layers) {
   std::vector<int> out;
   if (text.empty() || text == "none") return out;
-  std::stringstream ss(text);
+  std::string norm = text;
+  std::replace(norm.begin(), norm.end(), '+', ',');  // '+' inside sweep axis values
+  std::stringstream ss(norm);
   std::string item;
   while (std::getline(ss, item, ',')) {
     int l = -1;
@@ -163,14 +165,14 @@ KvPlan plan_kv(const DecoderConfig& c, const KvChoice& choice, const std::vector
   vs->check_cols(c.head_dim);
   const bool calibrated = choice.pool_scale == "calibrated";
   if (calibrated && (has_tensor_scale(ks->spec()) || has_tensor_scale(vs->spec())))
-    KVLAB_REQUIRE(static_cast<int>(k_amax.size()) == c.layers &&
-                      static_cast<int>(v_amax.size()) == c.layers,
-                  "plan_kv: calibrated scales need the per-layer amax of the BF16 run");
+    KVLAB_REQUIRE(
+        static_cast<int>(k_amax.size()) == c.layers && static_cast<int>(v_amax.size()) == c.layers,
+        "plan_kv: calibrated scales need the per-layer amax of the BF16 run");
   KvPlan plan;
   plan.k_spec = ref::to_string(ks->spec());
   plan.v_spec = ref::to_string(vs->spec());
-  const bool overrides = choice.group_size != 0 || choice.scale_rule != "preset" ||
-                         choice.hadamard > 0;
+  const bool overrides =
+      choice.group_size != 0 || choice.scale_rule != "preset" || choice.hadamard > 0;
   auto pf = paged_presets().find(choice.k_format);
   const bool paged = choice.k_format == choice.v_format && pf != paged_presets().end() &&
                      (!overrides || unscaled(choice.k_format));
@@ -178,9 +180,8 @@ KvPlan plan_kv(const DecoderConfig& c, const KvChoice& choice, const std::vector
   plan.paged_format = paged ? pf->second : KvFormat::kBF16;
   plan.is_baseline = true;
   for (int l = 0; l < c.layers; ++l) {
-    const bool keep_bf16 =
-        std::find(choice.bf16_layers.begin(), choice.bf16_layers.end(), l) !=
-        choice.bf16_layers.end();
+    const bool keep_bf16 = std::find(choice.bf16_layers.begin(), choice.bf16_layers.end(), l) !=
+                           choice.bf16_layers.end();
     ref::LayerKvSpec s;
     double row_bytes = 0;
     if (keep_bf16 || (paged && plan.paged_format == KvFormat::kBF16)) {
@@ -254,8 +255,9 @@ TeacherForced teacher_forced(const ModelFile& m, const std::vector<int32_t>& tok
     }
   } else {
 #if defined(KVLAB_HAVE_CUDA)
-    KVLAB_UNSUPPORTED_IF(!plan.paged, "the GPU executor runs paged cache formats only (K and V "
-                                      "in one paged format, no group/rule/Hadamard override)");
+    KVLAB_UNSUPPORTED_IF(!plan.paged,
+                         "the GPU executor runs paged cache formats only (K and V "
+                         "in one paged format, no group/rule/Hadamard override)");
     for (const auto& s : plan.layers)
       KVLAB_UNSUPPORTED_IF(s.format != plan.paged_format,
                            "the GPU executor runs one cache format for every layer (no BF16 "
@@ -292,8 +294,8 @@ std::shared_ptr<const TeacherForced> baseline_run(const ModelFile& m, const std:
                                                   int context, Engine engine) {
   static std::mutex mu;
   static std::map<std::string, std::shared_ptr<const TeacherForced>> cache;
-  const std::string key = m.path + "|" + text + "|" + std::to_string(context) + "|" +
-                          to_string(engine);
+  const std::string key =
+      m.path + "|" + text + "|" + std::to_string(context) + "|" + to_string(engine);
   std::lock_guard<std::mutex> lock(mu);
   auto it = cache.find(key);
   if (it != cache.end()) return it->second;

@@ -35,23 +35,24 @@ namespace kvlab::exp {
 struct KvChoice {
   std::string k_format = "bf16";  // scheme preset names (reference/quant/schemes.h)
   std::string v_format = "bf16";
-  int group_size = 0;                // 0: the preset's
-  std::string scale_rule = "preset";  // or exact, ceil_pow2, ocp_floor, e4m3_rounded
-  int hadamard = -1;                 // -1: the preset's; 0: none; n: rotate runs of n values
-  std::vector<int> bf16_layers;      // layers stored in BF16 whatever the formats
+  int group_size = 0;                     // 0: the preset's
+  std::string scale_rule = "preset";      // or exact, ceil_pow2, ocp_floor, e4m3_rounded
+  int hadamard = -1;                      // -1: the preset's; 0: none; n: rotate runs of n values
+  std::vector<int> bf16_layers;           // layers stored in BF16 whatever the formats
   std::string pool_scale = "calibrated";  // or "unit"
 };
 
-// Parses "none" / "" / "0,1,29" (layer ids; "last" = the last layer). Throws InvalidArgument.
+// Parses "none" / "" / "0+1+29" or "0,1,29" (layer ids; "last" = the last layer; '+' is the
+// separator inside sweep axis values, where ',' separates values). Throws InvalidArgument.
 std::vector<int> parse_layer_list(const std::string& text, int layers);
 
 struct KvPlan {
   std::vector<ref::LayerKvSpec> layers;
-  bool paged = false;               // every layer a paged format, one format for all
+  bool paged = false;  // every layer a paged format, one format for all
   KvFormat paged_format = KvFormat::kBF16;
-  std::string k_spec, v_spec;       // the schemes' full specs (to_string(SchemeSpec))
-  double bytes_per_token = 0;       // K + V storage of all layers, scales included
-  bool is_baseline = false;         // every layer BF16 (the reference run itself)
+  std::string k_spec, v_spec;  // the schemes' full specs (to_string(SchemeSpec))
+  double bytes_per_token = 0;  // K + V storage of all layers, scales included
+  bool is_baseline = false;    // every layer BF16 (the reference run itself)
 };
 
 // Throws InvalidArgument for unknown presets / overrides the schemes reject for this head_dim.
@@ -65,10 +66,10 @@ bool needs_tensor_scale(const KvChoice& choice, int head_dim);
 // Per-position results of one teacher-forced run (positions 0 .. context - 2, each predicting
 // the next token of the text).
 struct TeacherForced {
-  std::vector<double> nll;      // -log q_i(token i+1)
-  std::vector<int32_t> top1;    // argmax of q_i (lowest id on ties)
-  std::vector<double> kld;      // KL(p_i || q_i) against the baseline (when one was given)
-  std::vector<float> logprobs;  // [context - 1, vocab] (kept only for a baseline)
+  std::vector<double> nll;            // -log q_i(token i+1)
+  std::vector<int32_t> top1;          // argmax of q_i (lowest id on ties)
+  std::vector<double> kld;            // KL(p_i || q_i) against the baseline (when one was given)
+  std::vector<float> logprobs;        // [context - 1, vocab] (kept only for a baseline)
   std::vector<float> k_amax, v_amax;  // per layer: max |K| (post-RoPE) and |V| before storage
   double seconds = 0;
 };

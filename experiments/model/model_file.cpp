@@ -70,8 +70,7 @@ std::vector<uint16_t> read_weight(const h5::Group& g, const std::string& name, i
                               << " bytes, " << enc << " [" << rows << ", " << cols << "] needs "
                               << rows * (cols / 32) * bb);
   for (int64_t i = 0; i < rows; ++i)
-    dequantize_blocks_bf16(enc, blocks.data() + i * (cols / 32) * bb, cols,
-                           out.data() + i * cols);
+    dequantize_blocks_bf16(enc, blocks.data() + i * (cols / 32) * bb, cols, out.data() + i * cols);
   return out;
 }
 
@@ -128,7 +127,6 @@ void dequantize_blocks_bf16(const std::string& encoding, const uint8_t* blocks, 
   }
 }
 
-
 namespace {
 
 DecoderConfig config_of(const h5::File& f, const std::string& path, int64_t* context_length) {
@@ -182,8 +180,8 @@ ModelFile read_model_file(const std::string& path) {
       char name[32];
       std::snprintf(name, sizeof name, "layer_%02d", l);
       KVLAB_REQUIRE(wg.is_group(name), "model file " << path << ": /weights/" << name
-                                                     << " is missing (config says "
-                                                     << c.layers << " layers)");
+                                                     << " is missing (config says " << c.layers
+                                                     << " layers)");
       const h5::Group lg = wg.open_group(name);
       DecoderWeights::Layer L;
       L.attn_norm = read_weight(lg, "attn_norm", 1, H, path);
@@ -217,10 +215,9 @@ ModelFile read_model_file(const std::string& path) {
         t.tokenizer = ds.has_attr("tokenizer") ? ds.attr_string("tokenizer") : "";
         t.bytes = ds.has_attr("bytes") ? ds.attr_int("bytes") : 0;
         for (int32_t id : t.tokens)
-          KVLAB_REQUIRE(id >= 0 && id < c.vocab, "model file " << path << ": text " << name
-                                                               << " holds token " << id
-                                                               << " outside [0, " << c.vocab
-                                                               << ")");
+          KVLAB_REQUIRE(id >= 0 && id < c.vocab, "model file "
+                                                     << path << ": text " << name << " holds token "
+                                                     << id << " outside [0, " << c.vocab << ")");
         m.texts.emplace(name, std::move(t));
       }
     }
@@ -247,8 +244,8 @@ void check_model_file(const std::string& path, const std::string& text, int64_t 
                                                    << " asked for");
       return;
     }
-  throw InvalidArgument("model file '" + path + "' has no text '" + text + "' (it has: " +
-                        (known.empty() ? std::string("none") : known) + ")");
+  throw InvalidArgument("model file '" + path + "' has no text '" + text +
+                        "' (it has: " + (known.empty() ? std::string("none") : known) + ")");
 }
 
 std::shared_ptr<const ModelFile> load_model_cached(const std::string& path) {
@@ -269,8 +266,8 @@ const ModelText& model_text(const ModelFile& m, const std::string& name) {
   if (it != m.texts.end()) return it->second;
   std::string known;
   for (const auto& t : m.texts) known += (known.empty() ? "" : ", ") + t.first;
-  throw InvalidArgument("model file '" + m.path + "' has no text '" + name + "' (it has: " +
-                        (known.empty() ? std::string("none") : known) + ")");
+  throw InvalidArgument("model file '" + m.path + "' has no text '" + name +
+                        "' (it has: " + (known.empty() ? std::string("none") : known) + ")");
 }
 
 }  // namespace kvlab::exp

@@ -49,8 +49,8 @@ template <class W>
 MatrixF linear(const MatrixF& x, const W& w, bool double_acc) {
   auto rows = [&](int64_t r0, int64_t n) -> MatrixF {
     if (!double_acc) return x.middleRows(r0, n) * w.transpose();
-    const MatrixD y = x.middleRows(r0, n).template cast<double>() *
-                      w.template cast<double>().transpose();
+    const MatrixD y =
+        x.middleRows(r0, n).template cast<double>() * w.template cast<double>().transpose();
     return y.template cast<float>();
   };
   if (x.rows() <= kGemmRowChunk) return rows(0, x.rows());
@@ -186,8 +186,8 @@ DecoderRef::DecoderRef(const DecoderConfig& cfg, const DecoderWeights& weights,
   KVLAB_REQUIRE(cache.block_size >= 1,
                 "DecoderRef: block_size " << cache.block_size << " must be >= 1");
   KVLAB_REQUIRE(cache.layers.empty() || static_cast<int>(cache.layers.size()) == cfg.layers,
-                "DecoderRef: " << cache.layers.size() << " per-layer KV specs for "
-                               << cfg.layers << " layers (give none or one per layer)");
+                "DecoderRef: " << cache.layers.size() << " per-layer KV specs for " << cfg.layers
+                               << " layers (give none or one per layer)");
   bps_ = (max_context + cache.block_size - 1) / cache.block_size;
   for (int l = 0; l < cfg.layers; ++l) {
     LayerKvSpec s;
@@ -326,8 +326,8 @@ void DecoderRef::store_kv(int l, int seq, int pos0, int rows, const float* k, co
   std::vector<int64_t> slots(rows);
   for (int i = 0; i < rows; ++i) {
     const int p = pos0 + i;
-    slots[i] = static_cast<int64_t>(block_table_[static_cast<size_t>(seq) * bps_ + p / B]) * B +
-               p % B;
+    slots[i] =
+        static_cast<int64_t>(block_table_[static_cast<size_t>(seq) * bps_ + p / B]) * B + p % B;
   }
   AppendArgs ap;
   ap.in_dtype = DType::kF32;
@@ -378,8 +378,7 @@ std::vector<int32_t> DecoderRef::step(const std::vector<int32_t>& tokens, int to
   return out;
 }
 
-void DecoderRef::forward_sequence(const std::vector<int32_t>& tokens,
-                                  const KvObserver& observer) {
+void DecoderRef::forward_sequence(const std::vector<int32_t>& tokens, const KvObserver& observer) {
   KVLAB_REQUIRE(batch_ > 0, "DecoderRef::forward_sequence: no sequences (call start)");
   const int n = static_cast<int>(tokens.size());
   KVLAB_REQUIRE(n >= 1, "DecoderRef::forward_sequence: no tokens");

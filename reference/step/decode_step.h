@@ -1,7 +1,7 @@
 // decode_step.h: the CPU reference of the decoder's full decode step (Eigen).
 //
-// The same model, cache and precision contract as the GPU engine (gpu/runtime/decode_step_executor.h),
-// written to be obviously right for small configs:
+// The same model, cache and precision contract as the GPU engine
+// (gpu/runtime/decode_step_executor.h), written to be obviously right for small configs:
 //   - weights: BF16 bits from a DecoderWeights (decoder_weights.h): the synthetic ones
 //     (step_math.h's synthetic_weight_bf16 with synthetic_init's scale/offset per tensor) or a
 //     real model's (experiments/model/model_file.h), held as float matrices;
@@ -72,7 +72,7 @@ int32_t top_k_token(const float* logits, int vocab, int k, float temperature, ui
 // How one layer stores its K and V.
 struct LayerKvSpec {
   KvFormat format = KvFormat::kBF16;  // the paged cache's format (when no schemes are set)
-  float k_scale = 1.0f;  // pool scale of FP8/NVFP4 pages, or a scheme's tensor scale
+  float k_scale = 1.0f;               // pool scale of FP8/NVFP4 pages, or a scheme's tensor scale
   float v_scale = 1.0f;
   // Scheme-coded storage (both set, or neither): every appended (token, head) row of K (V) is
   // quantized with k_scheme (v_scheme) and kept dequantized (float). Per-tensor and two-level
@@ -107,9 +107,8 @@ class DecoderRef {
   DecoderRef(const DecoderConfig& cfg, const StepCacheOptions& cache, int max_batch,
              int max_context, bool double_accumulate = false);
   // The same with the given weights (validate(weights, cfg) must hold).
-  DecoderRef(const DecoderConfig& cfg, const DecoderWeights& weights,
-             const StepCacheOptions& cache, int max_batch, int max_context,
-             bool double_accumulate = false);
+  DecoderRef(const DecoderConfig& cfg, const DecoderWeights& weights, const StepCacheOptions& cache,
+             int max_batch, int max_context, bool double_accumulate = false);
 
   // Starts `batch` sequences at position 0. block_table: int32 [max_batch or batch,
   // blocks_per_seq] (row r = sequence r); every entry a sequence uses must be a valid,

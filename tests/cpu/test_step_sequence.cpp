@@ -77,8 +77,8 @@ TEST(StepSequence, TeacherForcingEqualsDecodeSteps) {
     ASSERT_EQ(a.size(), b.size());
     ErrorStats es;
     const Tolerance tol = tolerance(Op::kDecodeStepLogits, f, DType::kF32);
-    EXPECT_TRUE(check(b.data(), a.data(), a.size(), tol, &es)) << to_string(f) << ": "
-                                                               << to_string(es);
+    EXPECT_TRUE(check(b.data(), a.data(), a.size(), tol, &es))
+        << to_string(f) << ": " << to_string(es);
     // and the same K/V pages: a prefill is the decode steps' cache, not just close logits
     ref::DecoderRef r1(c, cache_of(f), 1, 37), r2(c, cache_of(f), 1, 37);
     r1.start(1, iota_table(r1.blocks_per_seq()));
@@ -123,7 +123,8 @@ TEST(StepSequence, GivenWeightsEqualTheSyntheticConstructor) {
   DecoderWeights tied = w;
   tied.lm_head.clear();
   w.lm_head = w.embedding;
-  ref::DecoderRef d1(c, w, cache_of(KvFormat::kBF16), 1, 9), d2(c, tied, cache_of(KvFormat::kBF16), 1, 9);
+  ref::DecoderRef d1(c, w, cache_of(KvFormat::kBF16), 1, 9),
+      d2(c, tied, cache_of(KvFormat::kBF16), 1, 9);
   d1.start(1, iota_table(d1.blocks_per_seq()));
   d2.start(1, iota_table(d2.blocks_per_seq()));
   d1.forward_sequence(toks);
@@ -205,7 +206,8 @@ TEST(StepSequence, ObserverSeesPreAndPostRopeKeys) {
     ASSERT_NE(q, nullptr);
     diff_pos0 = 0;
     for (int i = 0; i < c.kv_dim(); ++i) diff_pos0 += std::fabs(kp[i] - k[i]);
-    for (int i = 0; i < c.kv_dim(); ++i) diff_pos4 += std::fabs(kp[4 * c.kv_dim() + i] - k[4 * c.kv_dim() + i]);
+    for (int i = 0; i < c.kv_dim(); ++i)
+      diff_pos4 += std::fabs(kp[4 * c.kv_dim() + i] - k[4 * c.kv_dim() + i]);
   });
   EXPECT_EQ(calls, c.layers);
   EXPECT_EQ(diff_pos0, 0.0);  // RoPE at position 0 is the identity
@@ -267,7 +269,7 @@ TEST(ModelFileBlocks, DequantizeAsGgufPyDoes) {
   std::memcpy(b41.data() + 2, &one, 2);
   for (int j = 0; j < 16; ++j) b41[4 + j] = 0x31;  // q = 1 (low), 3 (high)
   exp::dequantize_blocks_bf16("q4_1", b41.data(), 32, out.data());
-  EXPECT_EQ(bf16_bits_to_float(out[0]), 1.0f);              // 1 + 2^-8: tie, to even
+  EXPECT_EQ(bf16_bits_to_float(out[0]), 1.0f);               // 1 + 2^-8: tie, to even
   EXPECT_EQ(bf16_bits_to_float(out[16]), 1.0f + 1.0f / 64);  // 1 + 3 * 2^-8 -> 1 + 2^-6
   EXPECT_THROW(exp::dequantize_blocks_bf16("q5_k", b41.data(), 32, out.data()), InvalidArgument);
 }

@@ -38,8 +38,8 @@ using test::to_host;
 
 struct RealLayer {
   int layer = 0, tokens = 0, kv_heads = 0, q_heads = 0, head_dim = 0;
-  std::vector<float> k, v;   // [tokens, kv_heads, head_dim]
-  std::vector<uint16_t> q;   // [tokens, q_heads, head_dim] BF16 bits
+  std::vector<float> k, v;  // [tokens, kv_heads, head_dim]
+  std::vector<uint16_t> q;  // [tokens, q_heads, head_dim] BF16 bits
 };
 
 std::vector<RealLayer> load_dump(std::string* why) {
@@ -95,8 +95,8 @@ TEST(RealKv, AppendAndDecodeOnRealActivations) {
   for (const RealLayer& L : layers) {
     for (KvFormat f : all_kv_formats()) {
       for (KvLayout lay : {KvLayout::kNHD, KvLayout::kHND}) {
-        const std::string ctx = "layer " + std::to_string(L.layer) + " " + to_string(f) + "/" +
-                                to_string(lay);
+        const std::string ctx =
+            "layer " + std::to_string(L.layer) + " " + to_string(f) + "/" + to_string(lay);
         PageGeometry g;
         g.layout = lay;
         g.format = f;
@@ -108,8 +108,12 @@ TEST(RealKv, AppendAndDecodeOnRealActivations) {
             hvs(g.scale_bytes());
         std::vector<int64_t> slots(L.tokens);
         for (int i = 0; i < L.tokens; ++i) slots[i] = i;
-        KvCacheView hv_view{g, hk.data(), hv.data(), hks.empty() ? nullptr : hks.data(),
-                            hvs.empty() ? nullptr : hvs.data(), pool_scale(f, amax_of(L.k)),
+        KvCacheView hv_view{g,
+                            hk.data(),
+                            hv.data(),
+                            hks.empty() ? nullptr : hks.data(),
+                            hvs.empty() ? nullptr : hvs.data(),
+                            pool_scale(f, amax_of(L.k)),
                             pool_scale(f, amax_of(L.v))};
         AppendArgs ha;
         ha.in_dtype = DType::kF32;
@@ -147,7 +151,8 @@ TEST(RealKv, AppendAndDecodeOnRealActivations) {
         std::vector<uint16_t> q(static_cast<size_t>(S) * L.q_heads * L.head_dim);
         for (int s = 0; s < S; ++s) {
           lens[s] = std::max(1, L.tokens * (s + 1) / S);
-          for (int b = 0; b < g.num_blocks; ++b) table[static_cast<size_t>(s) * g.num_blocks + b] = b;
+          for (int b = 0; b < g.num_blocks; ++b)
+            table[static_cast<size_t>(s) * g.num_blocks + b] = b;
           const size_t row = static_cast<size_t>(lens[s] - 1) * L.q_heads * L.head_dim;
           std::copy_n(L.q.begin() + row, static_cast<size_t>(L.q_heads) * L.head_dim,
                       q.begin() + static_cast<size_t>(s) * L.q_heads * L.head_dim);
