@@ -82,7 +82,7 @@ class RealKvErrorBench : public Bench {
         {"amax", "", "max |x| of the input"},
         {"channel_amax_ratio", "",
          "max over channels of max|x| / median over channels of max|x| (outlier channels)"},
-        {"layers", "", "layers measured"},
+        {"layers_measured", "", "layers measured"},
     };
   }
   void check_point(const Point& p) const override {
@@ -176,7 +176,7 @@ class RealKvErrorBench : public Bench {
     r.metric("bits_per_value", 8.0 * bpt / D);
     r.metric("amax", *std::max_element(t_amax.begin(), t_amax.end()));
     r.metric("channel_amax_ratio", ratio_max);
-    r.metric("layers", static_cast<double>(layers.size()));
+    r.metric("layers_measured", static_cast<double>(layers.size()));
     r.label("scheme_spec", ref::to_string(scheme.spec()));
     r.label("model_name", m->name);
     r.label("text_sha256", model_text(*m, p.str("text")).sha256);

@@ -123,7 +123,7 @@ where = k_format == v_format
         scheme = ix["scheme"].asstr()[()]
         status = ix["status"].asstr()[()]
         rel = ix["rel_l2_mean"][()]
-        layers = ix["layers"][()]
+        layers = ix["layers_measured"][()]
         real = kind == "real_kv_error"
         assert set(status[real & (scheme == "fp8_ds_mla")]) == {"skipped"}  # needs 512 columns
         ok = real & (status == "ok")
