@@ -178,6 +178,8 @@ def model_quality_vs_decode(r: Results, perf_path: str = DEFAULT_PERF):
         raise Skip(f"no perf file {perf_path}")
     perf = load(perf_path)
     times = _perf_times(perf)
+    keep = ["text", "k_format", "dppl", "kld_mean", "context", "model_name", "model_slice"]
+    df = df[[c for c in keep if c in df.columns]]  # a mixed result file has other kinds' columns
     df = df.assign(kv_format=df["k_format"].map(PAGED_FORMAT)).merge(times, on="kv_format")
     if df.empty:
         raise Skip("no cache format in both the quality rows and the perf file")
@@ -212,9 +214,9 @@ def _layer_errors(r: Results, df: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for _, row in df.iterrows():
         t = r.trace(row, "layers")
-        lab = row["scheme"] + (f" g{int(row['group_size'])}" if int(row["group_size"]) else "") + \
-            (f" {row['scale_rule']}" if row["scale_rule"] != "preset" else "") + \
-            (f" H{int(row['hadamard'])}" if int(row["hadamard"]) else "")
+        g, h = int(float(row["group_size"])), int(float(row["hadamard"]))
+        lab = row["scheme"] + (f" g{g}" if g else "") + \
+            (f" {row['scale_rule']}" if row["scale_rule"] != "preset" else "") + (f" H{h}" if h else "")
         for _, tr in t.iterrows():
             rows.append({"tensor": row["tensor"], "label": lab, "layer": int(tr["layer"]),
                          "rel_l2_mean": tr["rel_l2_mean"]})
@@ -228,7 +230,7 @@ def real_kv_error_per_layer(r: Results):
     df = r.ok("real_kv_error")
     if df.empty:
         raise Skip("no real_kv_error rows")
-    df = df[df["layer"] == -1]
+    df = df[pd.to_numeric(df["layer"], errors="coerce") == -1]  # a mixed file's column: text
     if df.empty:
         raise Skip("no real_kv_error rows over every layer (layer = -1)")
     e = _layer_errors(r, df)
@@ -249,7 +251,7 @@ def real_kv_error_per_layer(r: Results):
         ax.set_title({"k_pre_rope": "K before RoPE", "k_post_rope": "K after RoPE (cached)",
                       "v": "V"}[tensor], fontsize=7)
     fig.colorbar(im, ax=axes, label="mean relative L2 error", shrink=0.8)
-    tokens = int(df["tokens"].iloc[0])
+    tokens = int(float(df["tokens"].iloc[0]))
     style.title(fig, "Quantization error of a real model's K and V, per layer",
                 f"{df['model_name'].iloc[0] if 'model_name' in df.columns else ''}, {df['text'].iloc[0]}, "
                 f"{tokens} tokens, BF16-KV run; one scale set per (token, head) row of the scheme")
@@ -263,7 +265,7 @@ def real_k_channels(r: Results):
     df = r.ok("real_kv_error")
     if df.empty:
         raise Skip("no real_kv_error rows")
-    df = df[df["layer"] == -1]
+    df = df[pd.to_numeric(df["layer"], errors="coerce") == -1]
     panels = []
     for tensor, name in (("k_pre_rope", "K before RoPE"), ("k_post_rope", "K after RoPE"), ("v", "V")):
         d = df[df["tensor"] == tensor]
@@ -285,7 +287,7 @@ def real_k_channels(r: Results):
     fig.colorbar(im, ax=axes, label="max |x| over tokens", shrink=0.8)
     d0 = df.iloc[0]
     style.title(fig, "Channel statistics of a real model's K and V: outlier channels",
-                f"{d0.get('model_name', '')}, {d0['text']}, {int(d0['tokens'])} tokens, BF16-KV run")
+                f"{d0.get('model_name', '')}, {d0['text']}, {int(float(d0['tokens']))} tokens, BF16-KV run")
     return fig
 
 
