@@ -59,6 +59,10 @@ class NumpyLlama:
         D = self.head_dim
         inv = self.theta ** (-np.arange(0, D, 2, dtype=np.float64) / D)   # [D/2]
         self.inv_freq = inv
+        self.reset()
+
+    def reset(self):
+        """Empties the cache: the next forward() starts at position 0."""
         self.k_cache = [None] * self.layers
         self.v_cache = [None] * self.layers
         self.pos = 0

