@@ -194,7 +194,7 @@ def model_quality_vs_decode(r: Results, perf_path: str = DEFAULT_PERF):
                 y = max(row[metric], 1e-7) if metric == "kld_mean" else row[metric]
                 ax.scatter(row["median_us"], y, color=style.format_color(row["kv_format"]), marker=mk,
                            s=26, label=f"{row['kv_format']}")
-                ax.annotate(row["kv_format"], (row["median_us"], y), fontsize=5, xytext=(3, 2),
+                ax.annotate(row["kv_format"], (row["median_us"], y), fontsize=6, xytext=(3, 2),
                             textcoords="offset points")
             ax.scatter([], [], color="0.4", marker=mk, label=f"text {text}")
         ax.set_xlabel("decode-attention time (µs, H100, best version)")
@@ -203,7 +203,7 @@ def model_quality_vs_decode(r: Results, perf_path: str = DEFAULT_PERF):
             ax.set_yscale("log")
     style.legend_below(fig, ncol=4)
     t0 = df.iloc[0]
-    style.title(fig, "Decode time vs model quality per KV-cache format",
+    style.title(fig, "Decode time (H100) vs a real model's quality, per KV-cache format",
                 f"time: {os.path.basename(perf_path)}, {style.device(perf) or 'H100'}, batch "
                 f"{int(t0['perf_batch'])} x context {int(t0['perf_context'])}, head_dim {style.value(t0['perf_head_dim'])}; "
                 f"quality: {_model_detail(df)}")
@@ -245,7 +245,7 @@ def real_kv_error_per_layer(r: Results):
         im = ax.imshow(m.to_numpy(), aspect="auto", cmap="viridis",
                        norm=LogNorm(vmin=max(vmin, 1e-6), vmax=vmax))
         ax.grid(False)
-        ax.set_yticks(range(len(labels)), labels, fontsize=5)
+        ax.set_yticks(range(len(labels)), labels, fontsize=6)
         ax.set_xticks(range(0, m.shape[1], max(1, m.shape[1] // 15)))
         ax.set_xlabel("layer")
         ax.set_title({"k_pre_rope": "K before RoPE", "k_post_rope": "K after RoPE (cached)",

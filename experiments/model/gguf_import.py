@@ -237,6 +237,26 @@ def tensor_payload(t, permute_heads: int = 0, keep_rows=None):
     return enc, np.ascontiguousarray(data), rows, cols
 
 
+def check_tensor_types(tensors) -> None:
+    """Every tensor is a native block type or one gguf-py dequantizes (probed on one zero block),
+    before anything else is done."""
+    import gguf
+    import numpy as np
+
+    probed = {}
+    for name, t in tensors.items():
+        tt = t.tensor_type
+        if tt.name in NATIVE_BLOCKS or tt in probed:
+            continue
+        _, type_size = gguf.GGML_QUANT_SIZES[tt]
+        try:
+            gguf.quants.dequantize(np.zeros((1, type_size), dtype=np.uint8), tt)
+            probed[tt] = True
+        except NotImplementedError as e:
+            raise BadInput(f"tensor {name}: unsupported tensor type {tt.name} (gguf-py cannot "
+                           f"dequantize it: {e})") from e
+
+
 def write_weight(group, name: str, t, **kw):
     enc, data, rows, cols = tensor_payload(t, **kw)
     if rows == 1 and len(t.shape) == 1:
@@ -305,6 +325,7 @@ def import_gguf(args) -> dict:
         if need not in tensors:
             raise BadInput(f"GGUF has no tensor '{need}'")
     cfg = read_config(reader, tensors)
+    check_tensor_types(tensors)
     L = cfg["layers"]
     for layer in range(L):
         for part in ("attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_norm",

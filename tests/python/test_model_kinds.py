@@ -6,23 +6,12 @@ import h5py
 import numpy as np
 import pytest
 
-from tests.python.test_model_forward import tiny_gguf
+from tests.python import model_fixtures
 
 
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory, kvlab_bin):
-    import subprocess
-    d = tmp_path_factory.mktemp("tiny")
-    txt = d / "a.txt"
-    txt.write_text("he wow! " * 60)
-    txt2 = d / "b.txt"
-    txt2.write_text("wow he, he! " * 40)
-    src = tiny_gguf(d / "tiny.gguf", hidden=128, layers=2)   # head_dim 64
-    out = d / "tiny.h5"
-    r = subprocess.run([kvlab_bin, "model", "import", str(src), "--out", str(out), "--text",
-                        f"a={txt}", "--text", f"b={txt2}"], capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
-    return out
+    return model_fixtures.tiny_model(kvlab_bin, tmp_path_factory.mktemp("tiny"))
 
 
 def ini(model, body):
