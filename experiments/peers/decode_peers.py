@@ -441,27 +441,36 @@ def cmd_crosscheck(a) -> int:
 
 # ----------------------------------------------------------------------------- prewarm
 def cmd_prewarm(a) -> int:
-    """Builds FlashInfer's JIT modules for the configurations the peers use (BF16 and FP8
-    KV; tensor-core and CUDA-core paths; head_dim 128), on a tiny case, so that the timed
-    run finds them compiled. No timing."""
+    """Compiles FlashInfer's JIT modules for the configurations the peers use (BF16 and FP8
+    KV; tensor-core (batch prefill, fa2) and CUDA-core (batch decode) paths; head_dim 128)
+    with the same arguments BatchDecodeWithPagedKVCacheWrapper.plan passes, so the timed run
+    finds them built. Compiles only: no CUDA context, nothing runs on the GPU (set
+    FLASHINFER_CUDA_ARCH_LIST, e.g. "9.0a", identically here and in the peers run)."""
+    import concurrent.futures as cf
     import torch
-    import flashinfer
-    ws = torch.zeros(16 << 20, dtype=torch.uint8, device="cuda")
+    from flashinfer.jit import gen_batch_decode_module, gen_batch_prefill_module
+    from flashinfer.utils import PosEncodingMode
+    posenc = PosEncodingMode["NONE"].value
+    specs = []
     for fmt in a.formats.split(","):
-        kv_dtype = getattr(torch, FLASHINFER_FORMATS[fmt])
-        for tc in (True, False):
-            t0 = time.monotonic()
-            w = flashinfer.BatchDecodeWithPagedKVCacheWrapper(ws, "NHD", use_tensor_cores=tc)
-            kvh, group, d, bs = 8, 4, a.head_dim, 16
-            w.plan(torch.tensor([0, 1], dtype=torch.int32, device="cuda"),
-                   torch.tensor([0], dtype=torch.int32, device="cuda"),
-                   torch.tensor([bs], dtype=torch.int32, device="cuda"), kvh * group, kvh, d, bs,
-                   pos_encoding_mode="NONE", q_data_type=torch.bfloat16, kv_data_type=kv_dtype)
-            kc = torch.randn(1, bs, kvh, d, device="cuda", dtype=torch.bfloat16).to(kv_dtype)
-            q = torch.randn(1, kvh * group, d, device="cuda", dtype=torch.bfloat16)
-            w.run(q, (kc, kc))
-            torch.cuda.synchronize()
-            log(f"[prewarm] flashinfer {fmt} {'tensor-core' if tc else 'cuda-core'}: {time.monotonic() - t0:.1f} s")
+        if fmt not in FLASHINFER_FORMATS:
+            raise BadInput(f"--formats: {fmt} is not one of {', '.join(FLASHINFER_FORMATS)}")
+        kv = getattr(torch, FLASHINFER_FORMATS[fmt])
+        args = (torch.bfloat16, kv, torch.bfloat16, torch.int32, a.head_dim, a.head_dim, posenc, False, False)
+        specs.append((f"{fmt} cuda-core", gen_batch_decode_module(*args)))
+        specs.append((f"{fmt} tensor-core", gen_batch_prefill_module("fa2", *args, False)))
+
+    def build(item):
+        name, spec = item
+        t0 = time.monotonic()
+        try:
+            spec.build(verbose=False)
+            return f"[prewarm] flashinfer {name}: built in {time.monotonic() - t0:.1f} s"
+        except Exception as e:  # the peers run will try again and record the failure per row
+            return f"[prewarm] flashinfer {name}: FAILED after {time.monotonic() - t0:.1f} s: {e}"
+    with cf.ThreadPoolExecutor(max_workers=len(specs)) as ex:
+        for msg in ex.map(build, specs):
+            log(msg)
     return 0
 
 

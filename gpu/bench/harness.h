@@ -9,7 +9,10 @@
 //           grid-stride over one buffer, cold L2;
 //   copy C: cudaMemcpyAsync device to device and a 16-byte load/store kernel (2, 4 in flight;
 //           2, 4 or as many blocks per SM as fit), counting read + write bytes, cold L2.
-// A ceiling is the best median bandwidth over its kernels.
+// A ceiling is the best bandwidth over its kernels, each taken at the fast edge of its noise
+// band (bytes / first-quartile time): a row is judged against it with the slow edge of its own
+// band (bytes / third-quartile time, experiments/bench record_timing), so noise alone never
+// makes a row "beat the ceiling".
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -71,13 +74,13 @@ void fill_words(void* p, uint64_t bytes, cudaStream_t stream = nullptr);
 struct KernelBandwidth {
   MemKernel kernel;
   Timing timing;
-  double bytes_per_s = 0;  // read: bytes / median; copy: 2 x bytes / median
+  double bytes_per_s = 0;  // read: bytes / median; copy: 2 x bytes / median (<= the ceiling)
 };
 
 struct Ceilings {
   uint64_t bytes = 0;           // buffer size used
-  double read_bytes_per_s = 0;  // R: the best read kernel
-  double copy_bytes_per_s = 0;  // C: the best copy, (read + write) / time
+  double read_bytes_per_s = 0;  // R: the best read kernel, bytes / its q1 time
+  double copy_bytes_per_s = 0;  // C: the best copy, (read + write) / its q1 time
   Timing read, copy;            // the timings of the best kernels
   MemKernel read_best, copy_best;
   std::vector<KernelBandwidth> kernels;  // every kernel measured
