@@ -11,9 +11,10 @@ device), and prints:
      tensor-core / CUDA-core (each its best layout), the working set (the bytes the call must
      move) and the excess over the bandwidth floor in us, and where kvlab is behind the best
      peer by how much;
-  2. the targets (gpu/attention/TUNING.md): K1-K7 and P9, each with the figure and whether it
+  2. the grid: % of the read ceiling of kvlab's best version per format, batch and context;
+  3. the targets (gpu/attention/TUNING.md): K1-K7 and P9, each with the figure and whether it
      holds;
-  3. loudly, every timing that is not a result: rows recorded as "timing invalid" and rows
+  4. first and loudly, every timing that is not a result: rows recorded as "timing invalid" and rows
      that beat the run's read ceiling.
 Only ok rows are results; every number is read from the files.
 """
@@ -146,6 +147,24 @@ def main(argv) -> int:
         emit("")
         emit("kvlab vs peers, same shapes (us; 8 KV heads, d 128 unless the shape says; eager unless 'graph'):")
         table(emit, hdr, rows, a.markdown)
+
+    # ---- 1b: the grid: % of R of kvlab's best version per format, batch and context.
+    if not a.targets_only:
+        g = uniform(kv)
+        g = g[(g["gqa_group"] == 4) & (g["block_size"] == 16) & (g["graph"] == "off")]
+        if not g.empty:
+            ctxs = sorted(g["context"].unique())
+            rows = []
+            for fmt in sorted(g["kv_format"].unique()):
+                for b in sorted(g[g["kv_format"] == fmt]["batch"].unique()):
+                    cells = []
+                    for c in ctxs:
+                        x = best(g[(g["kv_format"] == fmt) & (g["batch"] == b) & (g["context"] == c)])
+                        cells.append("" if x is None else f"{x['pct_read_ceiling']:.1f}")
+                    rows.append([f"{fmt} {int(b)}"] + cells)
+            emit("")
+            emit("% of R, kvlab's best version per shape (GQA 4, page 16, eager):")
+            table(emit, ["format, batch \\ context"] + [str(int(c)) for c in ctxs], rows, a.markdown)
 
     # ---- 2: the targets.
     tg = []
