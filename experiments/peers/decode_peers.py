@@ -174,7 +174,10 @@ class Peers:
         except Exception as e:  # a backend that refuses this shape or mode: recorded, not fatal
             msg = str(e).strip().splitlines()[0][:240] if str(e).strip() else ""
             row.update(status="skipped", reason=f"{type(e).__name__}: {msg}")
-            self.torch.cuda.synchronize()
+            try:
+                self.torch.cuda.synchronize()
+            except Exception as e2:  # a sticky device error: nothing after it can be trusted
+                raise RuntimeError(f"the device failed after {row['version']}: {e2}") from e
         row["seconds"] = time.monotonic() - t0
         return row
 
@@ -307,17 +310,34 @@ def cmd_peers(a) -> int:
         log(f"[peers] flashinfer {getattr(peers.flashinfer, '__version__', '?')}")
     else:
         log(f"[peers] {peers.flashinfer_error}")
-    out, seen_sdpa = [], set()
+    out, seen_sdpa, broken = [], set(), ""
     for shape in shapes_of(rows):
         got = []
         sk = (shape["batch"], shape["context"], shape["gqa_group"], shape["num_kv_heads"], shape["head_dim"],
               shape["kv_format"], shape["lengths"], shape["graph"])
+        names = []
         if "sdpa" in only and sk not in seen_sdpa:  # contiguous KV: one row per shape, any layout/page
             seen_sdpa.add(sk)
-            got += peers.sdpa_rows(shape)
+            names += [("sdpa", "peer:sdpa_" + s) for s in sdpa]
         if "flashinfer" in only:
-            got += peers.flashinfer_rows(shape)
-        torch.cuda.empty_cache()
+            names += [("flashinfer", "peer:flashinfer_tc"), ("flashinfer", "peer:flashinfer_cc")]
+        if broken:  # the device failed: the rest is recorded, not run (the file is still written)
+            got = [peer_row(dict(shape, layout="contiguous", block_size=0) if kind == "sdpa" else shape, v,
+                            status="skipped", reason=f"not run: the device failed earlier ({broken})")
+                   for kind, v in names]
+        else:
+            try:
+                if any(kind == "sdpa" for kind, _ in names):
+                    got += peers.sdpa_rows(shape)
+                if "flashinfer" in only:
+                    got += peers.flashinfer_rows(shape)
+                torch.cuda.empty_cache()
+            except RuntimeError as e:
+                broken = str(e).splitlines()[0][:200]
+                log(f"ERROR: {broken}: the remaining peers are recorded as not run")
+                got = [peer_row(dict(shape, layout="contiguous", block_size=0) if kind == "sdpa" else shape, v,
+                                status="skipped", reason=f"not run: the device failed ({broken})")
+                       for kind, v in names]
         for r in got:
             print_row(r)
         out += got
