@@ -72,23 +72,23 @@ std::string fmt(const char* f, double v) {
 std::string mib(double bytes) { return fmt("%.0f MiB", bytes / (1 << 20)); }
 
 // One sentence: how the samples of `t` were taken.
-std::string how_timed(const gpu::bench::Timing& t, double bytes) {
+std::string how_timed(const Timing& t, double bytes) {
   std::string s;
   switch (t.flush) {
-    case gpu::bench::L2Flush::kReadAllocate:
+    case L2Flush::kReadAllocate:
       s = "cold L2: " + mib(static_cast<double>(t.flush_bytes)) +
           " read with ld.global.cg (allocating) before each call";
       break;
-    case gpu::bench::L2Flush::kReadStreaming:
+    case L2Flush::kReadStreaming:
       s = "NOT cold: evict-first streaming flush of " + mib(static_cast<double>(t.flush_bytes)) +
           " (test control)";
       break;
-    case gpu::bench::L2Flush::kSelf:
+    case L2Flush::kSelf:
       s = "cold: each call streams " + fmt("%.3g", bytes / 1e9) + " GB (" +
           fmt("%.0f", t.l2_bytes ? bytes / static_cast<double>(t.l2_bytes) : 0.0) +
           "x L2) between two uses of any byte";
       break;
-    case gpu::bench::L2Flush::kNone:
+    case L2Flush::kNone:
       s = "warm L2: calls back to back";
       break;
   }
@@ -102,7 +102,7 @@ std::string how_timed(const gpu::bench::Timing& t, double bytes) {
 
 }  // namespace
 
-void record_timing(Record* r, const gpu::bench::Timing& t, const TimedBytes& b,
+void record_timing(Record* r, const Timing& t, const TimedBytes& b,
                    const RunContext& ctx) {
   if (t.reps == 0) return;  // not timed: the columns stay NaN
   const bool read = b.ceiling == CeilingKind::kRead;
@@ -133,7 +133,7 @@ void record_timing(Record* r, const gpu::bench::Timing& t, const TimedBytes& b,
   r->metric("exceeds_ceiling", have_ceiling ? (exceeds ? 1.0 : 0.0) : NAN);
   const bool invalid = exceeds && t.cold_l2;
   r->metric("timing_valid", invalid ? 0.0 : 1.0);
-  r->label("flush", gpu::bench::to_string(t.flush));
+  r->label("flush", to_string(t.flush));
   r->label("timing", how_timed(t, b.bytes));
   r->traces.push_back(samples_trace("samples_us", "every timed sample (us per call)", t.samples_us));
   if (invalid && r->status == Status::kOk) {

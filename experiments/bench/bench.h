@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "experiments/h5/h5.h"
-#include "gpu/bench/timing.h"
+#include "reference/core/timing.h"
 
 namespace kvlab::exp {
 
@@ -100,8 +100,8 @@ struct Record {
 };
 
 // The options of the GPU timing harness: a sweep's [timing] section sets them (one struct
-// for the config and the harness; gpu/bench/timing.h states the rules).
-using TimingConfig = gpu::bench::TimingOptions;
+// for the config and the harness; reference/core/timing.h states the rules).
+using TimingConfig = TimingOptions;
 
 // What a bench may use while running: seeds, timing options and the measured ceilings.
 struct RunContext {
@@ -166,7 +166,7 @@ struct TimedBytes {
 // ceiling is too low. Such a record becomes failed ("timing invalid: ..."), its numbers kept
 // for diagnosis, timing_valid 0. Warm rows may legitimately beat a DRAM ceiling (L2 hits):
 // flagged, still valid.
-void record_timing(Record* r, const gpu::bench::Timing& t, const TimedBytes& b,
+void record_timing(Record* r, const Timing& t, const TimedBytes& b,
                    const RunContext& ctx);
 // The metric declarations of record_timing's columns (append them to a bench's metrics()).
 std::vector<MetricSpec> timing_metric_specs(CeilingKind ceiling);

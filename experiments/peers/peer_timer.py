@@ -1,6 +1,6 @@
 """peer_timer: times a CUDA callable from Python by the rules of kvlab's C++ harness.
 
-The rules are gpu/bench/timing.h's, applied here to PyTorch / FlashInfer calls so that a peer
+The rules are reference/core/timing.h's, applied here to PyTorch / FlashInfer calls so that a peer
 and a kvlab kernel are timed alike:
   - CUDA events around each timed call on the caller's current torch stream, after
     `warmup` untimed calls;

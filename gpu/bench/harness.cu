@@ -1,5 +1,5 @@
 // harness.cu: the CUDA timing harness, the cold-L2 flush and the bandwidth ceilings (see
-// harness.h, timing.h and l2_flush.cuh).
+// harness.h, reference/core/timing.h and l2_flush.cuh).
 #include "gpu/bench/harness.h"
 
 #include <thrust/device_vector.h>

@@ -1,5 +1,5 @@
 // harness.h: the CUDA timing harness and the bandwidth ceilings (host-includable: no device
-// code here). The rules of a timing are in gpu/bench/timing.h; the flush kernel in
+// code here). The rules of a timing are in reference/core/timing.h; the flush kernel in
 // gpu/bench/l2_flush.cuh.
 //
 // Ceilings, measured on the device in the same run, each the best of several kernels, so
@@ -22,9 +22,17 @@
 #include <string>
 #include <vector>
 
-#include "gpu/bench/timing.h"
+#include "reference/core/timing.h"
 
 namespace kvlab::gpu::bench {
+
+// The types and rules of reference/core/timing.h, under the harness's names.
+using kvlab::L2Flush;
+using kvlab::sampling_done;
+using kvlab::summarize;
+using kvlab::Timing;
+using kvlab::TimingOptions;
+using kvlab::to_string;
 
 // Times `launch` (which enqueues the work once on the given stream) by the rules of
 // timing.h. Throws kvlab::CudaError on CUDA failures (including a launch error inside

@@ -1,5 +1,5 @@
 // test_timing_record.cpp: the one timing recorder (experiments/bench/bench.h record_timing)
-// and the rules of gpu/bench/timing.h, on CPU: every timed row says how it was timed, the
+// and the rules of reference/core/timing.h, on CPU: every timed row says how it was timed, the
 // bandwidth columns follow from the bytes and the ceiling, a missing ceiling is NaN (never
 // 0), a cold row beating its ceiling becomes an invalid (failed) record while a warm one is
 // only flagged, and the sampling loop's stopping rule is the documented one.
@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "experiments/bench/bench.h"
-#include "gpu/bench/timing.h"
+#include "reference/core/timing.h"
 
 namespace kvlab::test {
 namespace {
@@ -18,8 +18,8 @@ namespace {
 using exp::CeilingKind;
 using exp::Record;
 using exp::RunContext;
-using gpu::bench::L2Flush;
-using gpu::bench::Timing;
+using kvlab::L2Flush;
+using kvlab::Timing;
 
 double metric(const Record& r, const std::string& name) {
   int found = 0;
@@ -40,7 +40,7 @@ std::string label(const Record& r, const std::string& name) {
 Timing cold_timing() {
   std::vector<float> s;
   for (int i = 0; i < 10; ++i) s.push_back(100.0f + i);
-  Timing t = gpu::bench::summarize(s, 0.05);
+  Timing t = kvlab::summarize(s, 0.05);
   t.cold_l2 = true;
   t.flush = L2Flush::kReadAllocate;
   t.flush_bytes = uint64_t{200} << 20;
@@ -176,32 +176,32 @@ TEST(TimingRecord, MetricSpecsCoverEveryRecordedColumn) {
 }
 
 TEST(TimingRules, StoppingRuleChecksEveryFiveSamplesAfterMinReps) {
-  gpu::bench::TimingOptions o;
+  kvlab::TimingOptions o;
   o.min_reps = 10;
   o.max_reps = 23;
   o.target_rel_iqr = 0.02;
   o.max_seconds = 100;
   Timing t;
   std::vector<float> flat(9, 5.0f);
-  EXPECT_FALSE(gpu::bench::sampling_done(flat, 0, o, &t));  // below min_reps
+  EXPECT_FALSE(kvlab::sampling_done(flat, 0, o, &t));  // below min_reps
   flat.push_back(5.0f);
-  EXPECT_TRUE(gpu::bench::sampling_done(flat, 0, o, &t));  // 10 samples, IQR 0
+  EXPECT_TRUE(kvlab::sampling_done(flat, 0, o, &t));  // 10 samples, IQR 0
   EXPECT_TRUE(t.converged);
   std::vector<float> noisy;
   for (int i = 0; i < 11; ++i) noisy.push_back(i % 2 ? 10.0f : 5.0f);
-  EXPECT_FALSE(gpu::bench::sampling_done(noisy, 0, o, &t));  // 11: not a multiple of 5
+  EXPECT_FALSE(kvlab::sampling_done(noisy, 0, o, &t));  // 11: not a multiple of 5
   while (noisy.size() < 15) noisy.push_back(7.0f);
-  EXPECT_FALSE(gpu::bench::sampling_done(noisy, 0, o, &t));  // checked, not converged
+  EXPECT_FALSE(kvlab::sampling_done(noisy, 0, o, &t));  // checked, not converged
   EXPECT_FALSE(t.converged);
-  EXPECT_TRUE(gpu::bench::sampling_done(noisy, 101, o, &t));  // out of time
+  EXPECT_TRUE(kvlab::sampling_done(noisy, 101, o, &t));  // out of time
   while (noisy.size() < 23) noisy.push_back(noisy.size() % 2 ? 10.0f : 5.0f);
-  EXPECT_TRUE(gpu::bench::sampling_done(noisy, 0, o, &t));  // out of samples
+  EXPECT_TRUE(kvlab::sampling_done(noisy, 0, o, &t));  // out of samples
   EXPECT_EQ(t.reps, 23);
 }
 
 TEST(TimingRules, QuantilesAreNumpysLinearInterpolation) {
   // numpy.percentile([9, 1, 3, 5, 4, 2, 8, 6], [25, 50, 75]) = 2.75, 4.5, 6.5.
-  const Timing t = gpu::bench::summarize({9, 1, 3, 5, 4, 2, 8, 6}, 0.5);
+  const Timing t = kvlab::summarize({9, 1, 3, 5, 4, 2, 8, 6}, 0.5);
   EXPECT_FLOAT_EQ(t.q1_us, 2.75);
   EXPECT_FLOAT_EQ(t.median_us, 4.5);
   EXPECT_FLOAT_EQ(t.q3_us, 6.5);

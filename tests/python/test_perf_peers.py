@@ -1,5 +1,5 @@
 """The peer tooling's CPU side: peer_timer's statistics, stopping rule, flush size and invalid
-rule are the C++ harness's (gpu/bench/timing.h, experiments/bench/bench.cpp record_timing: the
+rule are the C++ harness's (reference/core/timing.h, experiments/bench/bench.cpp record_timing: the
 same cases as tests/cpu/test_timing_record.cpp); peer_results writes files analysis.load reads
 like kvlab's; target_table.py turns a sweep file and a peer file into the comparison and the
 targets, flagging where kvlab is behind and every invalid timing; decode_peers.py refuses bad

@@ -1,6 +1,7 @@
 // timing.h: what a timing is and how it is taken: the options of the GPU timing harness and
-// the statistics it reports. Plain C++ (no CUDA): the driver's configs, its result records and
-// CPU tests use the same types as gpu/bench/harness.cu.
+// the statistics it reports. Plain C++ (no CUDA), here at the bottom of the layers so that the
+// harness that takes timings (gpu/bench/harness.cu) and the driver that records them
+// (experiments/bench/bench.h record_timing, a sweep's [timing] section) share one definition.
 //
 // The rules (the harness applies them; experiments/peers/peer_timer.py applies the same ones
 // to the peers, so kvlab and its peers are timed alike):
@@ -26,7 +27,7 @@
 #include <string>
 #include <vector>
 
-namespace kvlab::gpu::bench {
+namespace kvlab {
 
 // The options of one timed configuration; a sweep's [timing] section sets them.
 struct TimingOptions {
@@ -116,4 +117,4 @@ inline bool sampling_done(const std::vector<float>& samples, double wall_seconds
   return summary->converged || out;
 }
 
-}  // namespace kvlab::gpu::bench
+}  // namespace kvlab
