@@ -1,6 +1,7 @@
 // bench.cpp: Point accessors, status names and the one timing recorder.
 #include "experiments/bench/bench.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 
@@ -108,10 +109,13 @@ void record_timing(Record* r, const Timing& t, const TimedBytes& b,
   const bool read = b.ceiling == CeilingKind::kRead;
   const double ceiling = read ? ctx.read_ceiling_bytes_per_s : ctx.copy_ceiling_bytes_per_s;
   const bool have_ceiling = ceiling > 0;
+  // No DRAM traffic (reads, writes or a mix: an append reads more than it writes, so it may
+  // beat the copy ceiling) moves faster than the best of the run's read and copy kernels.
+  const double bound = std::max(ctx.read_ceiling_bytes_per_s, ctx.copy_ceiling_bytes_per_s);
   const double bps = t.median_us > 0 ? b.bytes / (t.median_us * 1e-6) : NAN;
   const double bps_slow = t.q3_us > 0 ? b.bytes / (t.q3_us * 1e-6) : NAN;
   const double floor_us = have_ceiling ? b.bytes / ceiling * 1e6 : NAN;
-  const bool exceeds = have_ceiling && bps_slow > ceiling;
+  const bool exceeds = bound > 0 && bps_slow > bound;
   r->metric("median_us", t.median_us);
   r->metric("q1_us", t.q1_us);
   r->metric("q3_us", t.q3_us);
@@ -130,7 +134,7 @@ void record_timing(Record* r, const Timing& t, const TimedBytes& b,
   r->metric("pct_datasheet", ctx.peak_bytes_per_s > 0 ? 100 * bps / ctx.peak_bytes_per_s : NAN);
   r->metric("floor_us", floor_us);
   r->metric("excess_us", have_ceiling ? t.median_us - floor_us : NAN);
-  r->metric("exceeds_ceiling", have_ceiling ? (exceeds ? 1.0 : 0.0) : NAN);
+  r->metric("exceeds_ceiling", bound > 0 ? (exceeds ? 1.0 : 0.0) : NAN);
   const bool invalid = exceeds && t.cold_l2;
   r->metric("timing_valid", invalid ? 0.0 : 1.0);
   r->label("flush", to_string(t.flush));
@@ -140,10 +144,11 @@ void record_timing(Record* r, const Timing& t, const TimedBytes& b,
     r->status = Status::kFailed;
     r->reason = "timing invalid: a cold-L2 call moved its " + fmt("%.4g", b.bytes / 1e6) +
                 " MB at " + fmt("%.4g", bps / 1e12) + " TB/s (slower quartile " +
-                fmt("%.4g", bps_slow / 1e12) + " TB/s), above the " + (read ? "read" : "copy") +
-                " ceiling " + fmt("%.4g", ceiling / 1e12) +
-                " TB/s measured in this run: the flush left bytes in L2, or the ceiling is too "
-                "low";
+                fmt("%.4g", bps_slow / 1e12) + " TB/s), above the best DRAM bandwidth of this run " +
+                fmt("%.4g", bound / 1e12) + " TB/s (read ceiling " +
+                fmt("%.4g", ctx.read_ceiling_bytes_per_s / 1e12) + ", copy ceiling " +
+                fmt("%.4g", ctx.copy_ceiling_bytes_per_s / 1e12) +
+                "): the flush left bytes in L2, or the ceilings are too low";
   }
 }
 
@@ -170,7 +175,8 @@ std::vector<MetricSpec> timing_metric_specs(CeilingKind ceiling) {
       {"floor_us", "us", "working_set_bytes / " + c},
       {"excess_us", "us", "median - floor_us: the time above the bandwidth floor"},
       {"exceeds_ceiling", "",
-       "1 when working_set_bytes / q3 beats " + c + " (a cold row then is invalid)"},
+       "1 when working_set_bytes / q3 beats the best of the read and copy ceilings (a cold row "
+       "then is invalid)"},
       {"timing_valid", "", "0 for a cold row that beats its ceiling (recorded as failed)"},
   };
 }

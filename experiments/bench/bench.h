@@ -160,10 +160,11 @@ struct TimedBytes {
 //   vs ceiling   bytes_per_s (implied bandwidth: working set / median), ceiling_bytes_per_s,
 //                pct_read_ceiling or pct_copy_ceiling, pct_datasheet, floor_us (bytes / ceiling),
 //                excess_us (median - floor_us), exceeds_ceiling (1 when even the slower
-//                quartile beats the ceiling), timing_valid
+//                quartile beats the best DRAM bandwidth of the run, max(R, C): no traffic,
+//                read, write or mixed, may), timing_valid
 // NaN wherever the run measured no ceiling (or the device reports no datasheet figure).
-// A cold row that exceeds its ceiling is no result: the flush left bytes in L2 or the
-// ceiling is too low. Such a record becomes failed ("timing invalid: ..."), its numbers kept
+// A cold row that exceeds max(R, C) is no result: the flush left bytes in L2 or the
+// ceilings are too low. Such a record becomes failed ("timing invalid: ..."), its numbers kept
 // for diagnosis, timing_valid 0. Warm rows may legitimately beat a DRAM ceiling (L2 hits):
 // flagged, still valid.
 void record_timing(Record* r, const Timing& t, const TimedBytes& b,

@@ -94,12 +94,13 @@ def main(argv) -> int:
     cold_beyond = beyond[beyond["cold_l2"] != 0]
     if len(invalid) or len(cold_beyond):
         emit(f"!!! CEILING EXCEEDED / TIMING INVALID: {len(invalid)} rows recorded as timing invalid, "
-             f"{len(cold_beyond)} cold rows beat R; R or the flush is wrong and every % of R is suspect:")
+             f"{len(cold_beyond)} cold rows beat the run's best DRAM bandwidth (max of R and C); a ceiling or the flush is "
+             f"wrong and every % of a ceiling is suspect:")
         for _, r in invalid.iterrows():
             emit(f"!!!   {r['key']}: {r['reason']}")
     warm_beyond = beyond[beyond["cold_l2"] == 0]
     if len(warm_beyond):
-        emit(f"note: {len(warm_beyond)} warm-L2 rows beat R (L2 hits; they are labelled warm)")
+        emit(f"note: {len(warm_beyond)} warm-L2 rows beat the DRAM bound (L2 hits; they are labelled warm)")
 
     def best(d):
         d = d[d["median_us"] == d["median_us"]]

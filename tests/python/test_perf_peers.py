@@ -83,7 +83,12 @@ def test_record_timing_matches_the_cpp_recorder():
     assert "cold L2: 200 MiB" in row["timing"] and row["flush"] == "read_allocate"
     bad = peer_timer.record_timing({"status": "ok"}, cold(), 330e6, 3.04e12, "read")
     assert bad["status"] == "failed" and bad["reason"].startswith("timing invalid: ")
-    assert "read ceiling 3.04 TB/s" in bad["reason"] and bad["timing_valid"] == 0.0
+    assert "best DRAM bandwidth of this run 3.04 TB/s" in bad["reason"] and bad["timing_valid"] == 0.0
+    # A copy-bound row may beat C but not R (reads and writes mixed); beyond both: invalid.
+    app = peer_timer.record_timing({"status": "ok"}, cold(), 320e6, 2.9e12, "copy", 0.0, 3.1e12)
+    assert app["status"] == "ok" and app["pct_copy_ceiling"] > 100 and app["exceeds_ceiling"] == 0.0
+    app = peer_timer.record_timing({"status": "ok"}, cold(), 320e6, 2.9e12, "copy", 0.0, 2.95e12)
+    assert app["status"] == "failed" and "copy ceiling 2.9" in app["reason"]
     noise = peer_timer.record_timing({"status": "ok"}, cold(), 320e6, 3.05e12, "read")
     assert noise["status"] == "ok" and noise["pct_read_ceiling"] > 100
     none = peer_timer.record_timing({"status": "ok"}, cold(), 300e6, 0.0, "read")
