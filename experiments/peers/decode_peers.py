@@ -11,7 +11,8 @@ times on every shape of it, with peer_timer.PeerTimer (the same flush kernel, by
 warm-up and stopping rule as gpu/bench):
   peer:sdpa_cudnn      PyTorch scaled_dot_product_attention, cuDNN backend, on contiguous
                        BF16 KV: q [batch, qo_heads, 1, d], k/v [batch, kv_heads, context, d],
-                       GQA through enable_gqa (layout "contiguous", block_size 0: no pages)
+                       GQA through enable_gqa (layout "contiguous"; block_size is the kvlab
+                       row's, for the cost model's sake: contiguous KV has no pages)
   peer:sdpa_flash      the same, FlashAttention backend (--sdpa picks the backends)
   peer:flashinfer_tc   FlashInfer BatchDecodeWithPagedKVCacheWrapper, use_tensor_cores=True
   peer:flashinfer_cc   the same, use_tensor_cores=False (its CUDA-core decode kernels)
@@ -186,7 +187,7 @@ class Peers:
     def sdpa_rows(self, shape: dict) -> list:
         torch = self.torch
         names = ["sdpa_" + s for s in self.sdpa]
-        base = dict(shape, layout="contiguous", block_size=0)
+        base = dict(shape, layout="contiguous")
         why = None
         if shape["kv_format"] != "bf16":
             why = f"SDPA takes no quantized KV ({shape['kv_format']})"
@@ -324,7 +325,7 @@ def cmd_peers(a) -> int:
         if "flashinfer" in only:
             names += [("flashinfer", "peer:flashinfer_tc"), ("flashinfer", "peer:flashinfer_cc")]
         if broken:  # the device failed: the rest is recorded, not run (the file is still written)
-            got = [peer_row(dict(shape, layout="contiguous", block_size=0) if kind == "sdpa" else shape, v,
+            got = [peer_row(dict(shape, layout="contiguous") if kind == "sdpa" else shape, v,
                             status="skipped", reason=f"not run: the device failed earlier ({broken})")
                    for kind, v in names]
         else:
@@ -337,7 +338,7 @@ def cmd_peers(a) -> int:
             except RuntimeError as e:
                 broken = str(e).splitlines()[0][:200]
                 log(f"ERROR: {broken}: the remaining peers are recorded as not run")
-                got = [peer_row(dict(shape, layout="contiguous", block_size=0) if kind == "sdpa" else shape, v,
+                got = [peer_row(dict(shape, layout="contiguous") if kind == "sdpa" else shape, v,
                                 status="skipped", reason=f"not run: the device failed ({broken})")
                        for kind, v in names]
         for r in got:

@@ -148,11 +148,11 @@ def perf_files(tmp_path):
         decode_row("K3", "v4_mma_decode", 1, 32768, "bf16", 20.0),
     ]
     peers = [
-        decode_row("K2", "peer:sdpa_cudnn", 64, 8192, "bf16", 730.0, layout="contiguous", block=0),
+        decode_row("K2", "peer:sdpa_cudnn", 64, 8192, "bf16", 730.0, layout="contiguous"),
         decode_row("K2", "peer:flashinfer_tc", 64, 8192, "bf16", 750.0),
         decode_row("K2", "peer:flashinfer_cc", 64, 8192, "bf16", 780.0, layout="hnd"),
         decode_row("K2", "peer:flashinfer_tc", 64, 8192, "fp8_e4m3", 520.0),
-        decode_row("K3", "peer:sdpa_cudnn", 1, 32768, "bf16", 55.0, layout="contiguous", block=0),
+        decode_row("K3", "peer:sdpa_cudnn", 1, 32768, "bf16", 55.0, layout="contiguous"),
         decode_row("K3", "peer:flashinfer_cc", 1, 32768, "bf16", 0, status="skipped", reason="JIT failed"),
     ]
     return write(tmp_path / "sweep.h5", kv), write(tmp_path / "peers.h5", peers)
@@ -233,3 +233,19 @@ def test_peer_shapes_follow_the_sweep_rows(perf_files):
     assert len(keys) == len(set(keys)) == 6
     assert shapes[0]["min_bytes"] == pytest.approx(2.0 * 64 * 8192 * 8 * 128 * 2 + 2.0 * 64 * 32 * 128 * 2)
     assert np.isfinite(shapes[0]["min_bytes"])
+
+
+def test_peer_files_calibrate_like_kvlab_files(run, tmp_path):
+    """experiments/calibrate/make_fidelity.sh calibrates each peer of a peer file: the peer rows
+    (contiguous SDPA included) are shapes the cost model accepts."""
+    rows = []
+    for b, c in ((1, 2048), (1, 8192), (8, 8192), (64, 8192), (4, 32768)):
+        kv_bytes = 2.0 * b * c * 8 * 128 * 2
+        for version, layout in (("peer:sdpa_cudnn", "contiguous"), ("peer:flashinfer_tc", "nhd")):
+            rows.append(decode_row("K1_grid", version, b, c, "bf16", 6.0 + kv_bytes / 2.9e12 * 1e6, layout=layout))
+    peers = write(tmp_path / "peers.h5", rows)
+    for version in ("peer:sdpa_cudnn", "peer:flashinfer_tc"):
+        out = tmp_path / (version.replace(":", "_") + ".h5")
+        r = run("calibrate", peers, "--version", version, "--no-rows", "--out", out)
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert load(str(out)).index["status"].tolist() == ["ok"]
