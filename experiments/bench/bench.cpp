@@ -70,7 +70,9 @@ std::string fmt(const char* f, double v) {
   return b;
 }
 
-std::string mib(double bytes) { return fmt("%.0f MiB", bytes / (1 << 20)); }
+std::string mib(double bytes) {
+  return fmt("%.0f MiB", bytes / (1 << 20));
+}
 
 // One sentence: how the samples of `t` were taken.
 std::string how_timed(const Timing& t, double bytes) {
@@ -103,8 +105,7 @@ std::string how_timed(const Timing& t, double bytes) {
 
 }  // namespace
 
-void record_timing(Record* r, const Timing& t, const TimedBytes& b,
-                   const RunContext& ctx) {
+void record_timing(Record* r, const Timing& t, const TimedBytes& b, const RunContext& ctx) {
   if (t.reps == 0) return;  // not timed: the columns stay NaN
   const bool read = b.ceiling == CeilingKind::kRead;
   const double ceiling = read ? ctx.read_ceiling_bytes_per_s : ctx.copy_ceiling_bytes_per_s;
@@ -130,7 +131,8 @@ void record_timing(Record* r, const Timing& t, const TimedBytes& b,
   r->metric("working_set_bytes", b.bytes);
   r->metric("bytes_per_s", bps);
   r->metric("ceiling_bytes_per_s", have_ceiling ? ceiling : NAN);
-  r->metric(read ? "pct_read_ceiling" : "pct_copy_ceiling", have_ceiling ? 100 * bps / ceiling : NAN);
+  r->metric(read ? "pct_read_ceiling" : "pct_copy_ceiling",
+            have_ceiling ? 100 * bps / ceiling : NAN);
   r->metric("pct_datasheet", ctx.peak_bytes_per_s > 0 ? 100 * bps / ctx.peak_bytes_per_s : NAN);
   r->metric("floor_us", floor_us);
   r->metric("excess_us", have_ceiling ? t.median_us - floor_us : NAN);
@@ -139,15 +141,16 @@ void record_timing(Record* r, const Timing& t, const TimedBytes& b,
   r->metric("timing_valid", invalid ? 0.0 : 1.0);
   r->label("flush", to_string(t.flush));
   r->label("timing", how_timed(t, b.bytes));
-  r->traces.push_back(samples_trace("samples_us", "every timed sample (us per call)", t.samples_us));
+  r->traces.push_back(
+      samples_trace("samples_us", "every timed sample (us per call)", t.samples_us));
   if (invalid && r->status == Status::kOk) {
     r->status = Status::kFailed;
     r->reason = "timing invalid: a cold-L2 call moved its " + fmt("%.4g", b.bytes / 1e6) +
                 " MB at " + fmt("%.4g", bps / 1e12) + " TB/s (slower quartile " +
-                fmt("%.4g", bps_slow / 1e12) + " TB/s), above the best DRAM bandwidth of this run " +
-                fmt("%.4g", bound / 1e12) + " TB/s (read ceiling " +
-                fmt("%.4g", ctx.read_ceiling_bytes_per_s / 1e12) + ", copy ceiling " +
-                fmt("%.4g", ctx.copy_ceiling_bytes_per_s / 1e12) +
+                fmt("%.4g", bps_slow / 1e12) +
+                " TB/s), above the best DRAM bandwidth of this run " + fmt("%.4g", bound / 1e12) +
+                " TB/s (read ceiling " + fmt("%.4g", ctx.read_ceiling_bytes_per_s / 1e12) +
+                ", copy ceiling " + fmt("%.4g", ctx.copy_ceiling_bytes_per_s / 1e12) +
                 "): the flush left bytes in L2, or the ceilings are too low";
   }
 }

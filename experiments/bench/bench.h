@@ -138,7 +138,6 @@ class Bench {
   virtual double estimate_seconds(const Point& p, const RunContext& ctx) const = 0;
 };
 
-
 // ------------------------------------------------------------------ recording a timing
 // Which measured ceiling bounds a timed operation.
 enum class CeilingKind {
@@ -167,8 +166,7 @@ struct TimedBytes {
 // ceilings are too low. Such a record becomes failed ("timing invalid: ..."), its numbers kept
 // for diagnosis, timing_valid 0. Warm rows may legitimately beat a DRAM ceiling (L2 hits):
 // flagged, still valid.
-void record_timing(Record* r, const Timing& t, const TimedBytes& b,
-                   const RunContext& ctx);
+void record_timing(Record* r, const Timing& t, const TimedBytes& b, const RunContext& ctx);
 // The metric declarations of record_timing's columns (append them to a bench's metrics()).
 std::vector<MetricSpec> timing_metric_specs(CeilingKind ceiling);
 

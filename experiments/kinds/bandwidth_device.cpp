@@ -102,8 +102,12 @@ Record run_bandwidth(const Point& p, RunContext& ctx) {
   return r;
 }
 #else
-std::string bandwidth_kernel_unsupported(const Point&) { return ""; }
-Record run_bandwidth(const Point&, RunContext&) { throw Unsupported("built without CUDA"); }
+std::string bandwidth_kernel_unsupported(const Point&) {
+  return "";
+}
+Record run_bandwidth(const Point&, RunContext&) {
+  throw Unsupported("built without CUDA");
+}
 #endif
 
 }  // namespace kvlab::exp

@@ -22,7 +22,8 @@ constexpr int kThreads = KVLAB_L2_FLUSH_THREADS;
 // Reads of the ceiling set: the body of l2_flush.cuh with another cache operator or depth.
 template <int kLoad, int kDepth>
 __global__ void __launch_bounds__(kThreads)
-    read_kernel(const uint4* __restrict__ p, unsigned long long n, unsigned int* __restrict__ sink) {
+    read_kernel(const uint4* __restrict__ p, unsigned long long n,
+                unsigned int* __restrict__ sink) {
   kvlab_read_body<kLoad, kDepth>(p, n, sink);
 }
 
@@ -68,16 +69,16 @@ void launch_read(int depth, int blocks_per_sm, const uint4* p, unsigned long lon
                  unsigned int* sink, cudaStream_t s) {
   switch (depth) {
     case 2:
-      read_kernel<kLoad, 2><<<grid_for(read_kernel<kLoad, 2>, blocks_per_sm, n), kThreads, 0, s>>>(
-          p, n, sink);
+      read_kernel<kLoad, 2>
+          <<<grid_for(read_kernel<kLoad, 2>, blocks_per_sm, n), kThreads, 0, s>>>(p, n, sink);
       break;
     case 4:
-      read_kernel<kLoad, 4><<<grid_for(read_kernel<kLoad, 4>, blocks_per_sm, n), kThreads, 0, s>>>(
-          p, n, sink);
+      read_kernel<kLoad, 4>
+          <<<grid_for(read_kernel<kLoad, 4>, blocks_per_sm, n), kThreads, 0, s>>>(p, n, sink);
       break;
     case 8:
-      read_kernel<kLoad, 8><<<grid_for(read_kernel<kLoad, 8>, blocks_per_sm, n), kThreads, 0, s>>>(
-          p, n, sink);
+      read_kernel<kLoad, 8>
+          <<<grid_for(read_kernel<kLoad, 8>, blocks_per_sm, n), kThreads, 0, s>>>(p, n, sink);
       break;
     default:
       throw Error("read kernel depth " + std::to_string(depth) + " is not compiled (2, 4, 8)");
@@ -178,8 +179,7 @@ uint64_t l2_flush_bytes(uint64_t l2_bytes) {
 
 Timing time_kernel(const std::function<void(cudaStream_t)>& launch, const TimingOptions& opt,
                    cudaStream_t stream) {
-  return time_kernel(launch, opt, opt.cold_l2 ? L2Flush::kReadAllocate : L2Flush::kNone, 0,
-                     stream);
+  return time_kernel(launch, opt, opt.cold_l2 ? L2Flush::kReadAllocate : L2Flush::kNone, 0, stream);
 }
 
 Timing time_kernel(const std::function<void(cudaStream_t)>& launch, const TimingOptions& opt,
@@ -244,7 +244,9 @@ Timing time_kernel(const std::function<void(cudaStream_t)>& launch, const Timing
 
 // ------------------------------------------------------------------ bandwidth kernels
 
-const char* to_string(MemOp op) { return op == MemOp::kRead ? "read" : "copy"; }
+const char* to_string(MemOp op) {
+  return op == MemOp::kRead ? "read" : "copy";
+}
 
 const char* to_string(MemLoad load) {
   switch (load) {

@@ -61,8 +61,8 @@ enum class MemLoad {
 struct MemKernel {
   MemOp op = MemOp::kRead;
   MemLoad load = MemLoad::kPlain;
-  int depth = 4;          // 16-byte loads in flight per thread per iteration (kernels)
-  int blocks_per_sm = 0;  // 0: as many as fit (occupancy)
+  int depth = 4;             // 16-byte loads in flight per thread per iteration (kernels)
+  int blocks_per_sm = 0;     // 0: as many as fit (occupancy)
   std::string name() const;  // e.g. "read_nc_d8_b4", "copy_memcpy"
 };
 const char* to_string(MemOp op);

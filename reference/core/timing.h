@@ -71,12 +71,12 @@ struct Timing {
   int reps = 0;
   bool converged = false;  // rel_iqr reached the target
   // How it was timed.
-  bool cold_l2 = false;        // no byte of the call was in L2 when it started
-  bool graph = false;          // CUDA-graph replay
-  int calls_per_sample = 1;    // calls bracketed by one pair of events (graph, warm: > 1)
+  bool cold_l2 = false;      // no byte of the call was in L2 when it started
+  bool graph = false;        // CUDA-graph replay
+  int calls_per_sample = 1;  // calls bracketed by one pair of events (graph, warm: > 1)
   L2Flush flush = L2Flush::kNone;
-  uint64_t flush_bytes = 0;    // bytes the flush read before each call (0: none)
-  uint64_t l2_bytes = 0;       // the device's L2 size
+  uint64_t flush_bytes = 0;       // bytes the flush read before each call (0: none)
+  uint64_t l2_bytes = 0;          // the device's L2 size
   std::vector<float> samples_us;  // per call
 };
 

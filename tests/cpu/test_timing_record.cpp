@@ -93,8 +93,8 @@ TEST(TimingRecord, MissingCeilingIsNanNeverZero) {
   Record r;
   exp::record_timing(&r, cold_timing(), {300e6, CeilingKind::kRead}, context(0, 0));
   EXPECT_EQ(r.status, exp::Status::kOk);
-  for (const char* m : {"ceiling_bytes_per_s", "pct_read_ceiling", "floor_us", "excess_us",
-                        "exceeds_ceiling"})
+  for (const char* m :
+       {"ceiling_bytes_per_s", "pct_read_ceiling", "floor_us", "excess_us", "exceeds_ceiling"})
     EXPECT_TRUE(std::isnan(metric(r, m))) << m;
   EXPECT_DOUBLE_EQ(metric(r, "timing_valid"), 1);
   EXPECT_GT(metric(r, "bytes_per_s"), 0);

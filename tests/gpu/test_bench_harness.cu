@@ -159,8 +159,8 @@ TEST(BenchHarness, CeilingsAreTheBestOfSeveralKernels) {
   for (const auto& k : c.kernels) {
     EXPECT_GT(k.bytes_per_s, 0) << k.kernel.name();
     EXPECT_TRUE(k.timing.cold_l2) << k.kernel.name();
-    const double best = k.kernel.op == gpu::bench::MemOp::kRead ? c.read_bytes_per_s
-                                                                : c.copy_bytes_per_s;
+    const double best =
+        k.kernel.op == gpu::bench::MemOp::kRead ? c.read_bytes_per_s : c.copy_bytes_per_s;
     EXPECT_LE(k.bytes_per_s, best) << k.kernel.name();
   }
   EXPECT_EQ(c.read_best.op, gpu::bench::MemOp::kRead);

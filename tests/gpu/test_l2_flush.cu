@@ -98,8 +98,8 @@ TEST(L2Flush, ReadAllocateFlushLeavesNoWorkingSetInL2) {
     fc.ratio = (tw.median_us - tt.median_us) / floor_us;
     fc.implied_bytes_per_s = static_cast<double>(kWorkingSetBytes) / (tw.median_us * 1e-6);
     std::printf("[flush] %-30s %12.0f %10.3f %12.3f %12.4g %8.3f\n", fc.name.c_str(),
-                tw.flush_bytes / 1048576.0, fc.t_ws_us, fc.t_tiny_us,
-                fc.implied_bytes_per_s / 1e12, fc.ratio);
+                tw.flush_bytes / 1048576.0, fc.t_ws_us, fc.t_tiny_us, fc.implied_bytes_per_s / 1e12,
+                fc.ratio);
     ::testing::Test::RecordProperty("ratio " + fc.name, std::to_string(fc.ratio));
   }
   std::fflush(stdout);
