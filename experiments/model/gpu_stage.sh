@@ -35,11 +35,12 @@ python3 - "$dir/model_gpu.h5" > "$dir/summary.txt" 2>&1 <<'PY'
 import sys, h5py
 f = h5py.File(sys.argv[1], "r"); ix = f["index"]
 col = lambda c: [x.decode() if isinstance(x, bytes) else x for x in ix[c][()]]
-rows = zip(col("engine"), col("k_format"), col("status"), col("bytes_per_token"), col("ppl"),
-           col("dppl"), col("kld_mean"), col("top1_agree"), col("run_seconds"))
-print(f"{'engine':6} {'K=V format':22} {'status':7} {'B/token':>8} {'ppl':>9} {'dppl':>9} {'KLD':>9} {'top1':>6} {'s':>6}")
-for e, k, s, b, p, d, kl, t, sec in rows:
-    print(f"{e:6} {k:22} {s:7} {b:8.0f} {p:9.4f} {d:9.4f} {kl:9.2e} {t:6.3f} {sec:6.1f}")
+rows = zip(col("text"), col("engine"), col("k_format"), col("status"), col("bytes_per_token"),
+           col("ppl"), col("dppl_rel"), col("kld_mean"), col("top1_agree"), col("run_seconds"))
+print("2-layer slice of SmolLM2-135M (its perplexity is not a language model's: compare engines)")
+print(f"{'text':8} {'engine':6} {'K=V format':20} {'status':7} {'B/token':>7} {'ppl':>11} {'dPPL %':>7} {'KLD':>9} {'top1':>6} {'s':>5}")
+for x, e, k, s, b, p, d, kl, t, sec in rows:
+    print(f"{x:8} {e:6} {k:20} {s:7} {b:7.0f} {p:11.5g} {d:7.3f} {kl:9.2e} {t:6.3f} {sec:5.1f}")
 PY
 grep -E "^\[  (PASSED|FAILED|  SKIPPED)|tests ran" "$dir/gpu_tests.log" | tail -5
 echo "gpu_tests rc=$tests_rc  sweep rc=$sweep_rc  $(( $(date +%s) - start )) s"
