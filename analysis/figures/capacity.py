@@ -36,6 +36,7 @@ def capacity_vs_block(r: Results):
                 if dv.empty:
                     continue
                 ax.plot(dv["block_size"], dv["max_seqs"], color=style.format_color(fmt), ls=ctx_style[ctx],
+                        gid=f"{fmt} KV, context {style.value(ctx)} tokens",
                         marker=ctx_marker[ctx], ms=2.5)
         style.log2_axis(ax.xaxis, df["block_size"].unique())
         ax.set_yscale("log")

@@ -2,6 +2,7 @@
 of a title, the order formats are listed in, peers versus kernel versions."""
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
 
@@ -43,3 +44,31 @@ PEER_PREFIX = "peer:"
 
 def _is_peer(version) -> bool:
     return str(version).startswith(PEER_PREFIX)
+
+
+def rate_quartiles(d: pd.DataFrame, x: str, rate: str, bytes_col: str, q1: str = "q1_us",
+                   q3: str = "q3_us") -> pd.DataFrame:
+    """Per x: the median of `rate` (bytes per second) and its quartile band from the timing
+    quartiles of the same rows (low = bytes / q3 time, high = bytes / q1 time, medians over
+    the rows of one x). lo / hi are NaN where the rows lack the quartiles."""
+    g = d.groupby(x, as_index=False)[rate].median()
+    if {bytes_col, q1, q3} <= set(d.columns) and d[[bytes_col, q1, q3]].notna().all(axis=None):
+        b = d.assign(_lo=d[bytes_col] / (d[q3] * 1e-6), _hi=d[bytes_col] / (d[q1] * 1e-6))
+        band = b.groupby(x, as_index=False)[["_lo", "_hi"]].median()
+        g = g.merge(band, on=x, how="left").rename(columns={"_lo": "lo", "_hi": "hi"})
+    else:
+        g = g.assign(lo=np.nan, hi=np.nan)
+    return g.sort_values(x)
+
+
+def plot_with_quartiles(ax, x, y, lo, hi, scale: float = 1.0, **kw):
+    """A line with quartile error bars where lo / hi are known (else a plain line)."""
+    x, y, lo, hi = (np.asarray(v, dtype=float) for v in (x, y, lo, hi))
+    if np.isfinite(lo).all() and np.isfinite(hi).all() and len(y):
+        err = np.vstack([np.maximum(y - lo, 0), np.maximum(hi - y, 0)]) * scale
+        c = ax.errorbar(x, y * scale, yerr=err, capsize=1.5, elinewidth=0.6, capthick=0.6, **kw)
+        # The label on the data line, as for a plain line (legends and readers find it there).
+        c.lines[0].set_label(kw.get("label", ""))
+        c.set_label("_" + str(kw.get("label", "")))
+        return c
+    return ax.plot(x, y * scale, **kw)

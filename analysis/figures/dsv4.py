@@ -55,9 +55,11 @@ def capacity_vs_compression(r: Results):
                     ["max_seqs", "dense_max_seqs"]].median().sort_values(x)
                 if dv.empty:
                     continue
-                ax.plot(dv[x], dv["max_seqs"], color=colors[ctx], **_variant_style(var, vi))
+                ax.plot(dv[x], dv["max_seqs"], color=colors[ctx], gid=f"{var} storage, context {style.value(ctx)}",
+                        **_variant_style(var, vi))
                 if vi == 0:
-                    ax.plot(dv[x], dv["dense_max_seqs"], ls="--", lw=0.8, color=colors[ctx])
+                    ax.plot(dv[x], dv["dense_max_seqs"], ls="--", lw=0.8, color=colors[ctx],
+                            gid=f"dense BF16 baseline, context {style.value(ctx)}")
         style.log2_axis(ax.xaxis, d[x].unique())
         ax.set_yscale("log")
         style.plain_log(ax.yaxis)
@@ -97,11 +99,11 @@ def compression_error_vs_ratio(r: Results):
             dd = d[d["dist"] == dist]
             c = style.dist_color(dist)
             f32 = dd.groupby("ratio", as_index=False)["attn_rel_l2_fp32"].median().sort_values("ratio")
-            ax.plot(f32["ratio"], f32["attn_rel_l2_fp32"], color=c, lw=1.0)
+            ax.plot(f32["ratio"], f32["attn_rel_l2_fp32"], color=c, lw=1.0, gid=f"{dist}, FP32 entries")
             for vi, var in enumerate(variants):
                 dv = dd[dd["variant"] == var].groupby("ratio", as_index=False)["attn_rel_l2"].median()
                 st = _variant_style(var, vi)
-                ax.plot(dv["ratio"], dv["attn_rel_l2"], ls="", marker=st["marker"], ms=st.get("ms", 4),
+                ax.plot(dv["ratio"], dv["attn_rel_l2"], ls="", marker=st["marker"], ms=st.get("ms", 4), gid=f"{dist}, {var} storage",
                         color=c, mfc="none" if st["marker"] in "o^sD" else c)
         style.log2_axis(ax.xaxis, d["ratio"].unique())
         ax.set_yscale("log")
@@ -117,7 +119,9 @@ def compression_error_vs_ratio(r: Results):
             for layer in layers:
                 dv = df[(df["dist"] == dist) & (df["variant"] == var) & (df["layer"] == layer)].groupby(
                     "ratio", as_index=False)["attn_storage_rel_l2"].median()
-                ax.plot(dv["ratio"], dv["attn_storage_rel_l2"], color=style.dist_color(dist), ls=st["ls"],
+                # Layers apart by line style (the variant owns the marker, the distribution the color).
+                ax.plot(dv["ratio"], dv["attn_storage_rel_l2"], color=style.dist_color(dist), ls=layer_ls[layer],
+                        gid=f"{dist}, {var} storage, {layer.upper()}",
                         marker=st["marker"], ms=st.get("ms", 4), mfc="none" if st["marker"] in "o^sD" else None)
     style.log2_axis(ax.xaxis, df["ratio"].unique())
     ax.set_yscale("log")
@@ -138,7 +142,7 @@ def compression_error_vs_ratio(r: Results):
                     "topk_recall"].median()
                 if dv.empty:
                     continue
-                ax.plot(dv["ratio"], dv["topk_recall"], color=style.dist_color(dist), ls=st["ls"],
+                ax.plot(dv["ratio"], dv["topk_recall"], color=style.dist_color(dist), ls=st["ls"], gid=f"{dist}, {var} storage",
                         marker=st["marker"], ms=st.get("ms", 4), mfc="none" if st["marker"] in "o^sD" else None)
         style.log2_axis(ax.xaxis, rec["ratio"].unique())
         lo = float(rec["topk_recall"].min())
@@ -153,6 +157,9 @@ def compression_error_vs_ratio(r: Results):
         st = _variant_style(var, vi)
         proxies.append((Line2D([], [], color="k", ls=st["ls"], marker=st["marker"], ms=st.get("ms", 4),
                                mfc="none" if st["marker"] in "o^sD" else None), f"{var} storage (top: markers)"))
+    if len(layers) > 1:
+        proxies += [(Line2D([], [], color="k", ls=layer_ls[lay], lw=1.0), f"{lay.upper()} (storage-loss panel)")
+                    for lay in layers]
     # Rows: the distributions, then the entry kinds (while they fit in a row).
     style.legend_below(fig, [], extra=proxies, ncol=min(4, max(len(dists), 1 + len(variants))))
     shape = style.constants(df, ["queries", "heads"], {"queries": lambda v: f"{style.value(v)} queries",

@@ -10,7 +10,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from analysis import style  # noqa: E402
-from analysis.figures.common import Skip, _format_sorted, _is_peer, _join, _need  # noqa: E402
+from analysis.figures.common import plot_with_quartiles, rate_quartiles, Skip, _format_sorted, _is_peer, _join, _need  # noqa: E402
 from analysis.load import Results  # noqa: E402
 from analysis.style import paper  # noqa: E402
 
@@ -78,13 +78,12 @@ def decode_bandwidth(r: Results):
         d = cells[(fi, bi)]
         versions = sorted(d["version"].unique(), key=lambda v: (_is_peer(v), str(v)))
         for version in versions:
-            dv = d[d["version"] == version].groupby("context", as_index=False)["bytes_per_s"].median()
-            if _is_peer(version):
-                st = dict(ls="--", marker="x", lw=1.0, ms=3.5)
-            else:
-                st = dict(ls="-", marker="o")
-            ax.plot(dv["context"], dv["bytes_per_s"] / 1e12, color=style.version_color(version), label=str(version),
-                    **st)
+            dv = rate_quartiles(d[d["version"] == version], "context", "bytes_per_s", "min_bytes")
+            st = dict(ls="--" if _is_peer(version) else "-", marker=style.version_marker(version),
+                      lw=1.0 if _is_peer(version) else None, ms=3.5)
+            plot_with_quartiles(ax, dv["context"], dv["bytes_per_s"], dv["lo"], dv["hi"], 1e-12,
+                                color=style.version_color(version), label=str(version),
+                                **{k: v for k, v in st.items() if v is not None})
         if r.read_ceiling > 0:
             ax.axhline(_tb(r.read_ceiling), color="k", ls="--", lw=0.8,
                        label=f"measured read ceiling ({_tb(r.read_ceiling):.2f} TB/s)")
@@ -146,8 +145,13 @@ def append_bandwidth(r: Results):
             pkey = pkey if isinstance(pkey, tuple) else (pkey,)
             ax.set_title(", ".join(fmt[k](v) for k, v in zip(vary, pkey)))
         if len(tokens) == 1:
-            med = d.groupby(key)["bytes_per_s"].median().reindex(formats) / 1e12
-            bars = ax.bar(range(len(formats)), med.values, color=[style.format_color(f) for f in formats], width=0.6)
+            q = rate_quartiles(d, key, "bytes_per_s", "append_bytes").set_index(key).reindex(formats)
+            med = q["bytes_per_s"] / 1e12
+            yerr = None
+            if q[["lo", "hi"]].notna().all(axis=None):
+                yerr = np.vstack([(q["bytes_per_s"] - q["lo"]).clip(lower=0), (q["hi"] - q["bytes_per_s"]).clip(lower=0)]) / 1e12
+            bars = ax.bar(range(len(formats)), med.values, color=[style.format_color(f) for f in formats], width=0.6,
+                          yerr=yerr, capsize=2, error_kw=dict(elinewidth=0.6, capthick=0.6))
             ax.set_xticks(range(len(formats)), formats, rotation=30, ha="right")
             ax.grid(axis="x", visible=False)
             ax.set_xlabel("KV storage format")
@@ -159,11 +163,11 @@ def append_bandwidth(r: Results):
                                     textcoords="offset points", ha="center", va="bottom", fontsize=6)
         else:
             for f in formats:
-                dd = d[d[key] == f].groupby("tokens", as_index=False)["bytes_per_s"].median()
+                dd = rate_quartiles(d[d[key] == f], "tokens", "bytes_per_s", "append_bytes")
                 if dd.empty:
                     continue
-                ax.plot(dd["tokens"], dd["bytes_per_s"] / 1e12, marker=style.format_marker(f),
-                        color=style.format_color(f), label=str(f))
+                plot_with_quartiles(ax, dd["tokens"], dd["bytes_per_s"], dd["lo"], dd["hi"], 1e-12,
+                                    marker=style.format_marker(f), color=style.format_color(f), label=str(f))
             style.log2_axis(ax.xaxis, tokens, tokens=True)
             ax.set_xlabel("tokens appended per call")
         if r.copy_ceiling > 0:
