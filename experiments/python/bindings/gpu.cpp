@@ -105,6 +105,50 @@ void decode_attention(KVLAB_PY_DECODE_PARAMS, int version, const OptArray& works
   gpu::decode_attention(a, version, ws, ws_bytes, as_stream(stream));
 }
 
+// A decode call checked once and launched many times (timed loops, CUDA-graph capture):
+// holds its arrays (so the tensors stay alive) and the argument struct; run() only launches.
+struct PreparedDecode {
+  std::vector<Array> keep;
+  DecodeArgs args;
+  int version = 0;
+  void* workspace = nullptr;
+  size_t workspace_bytes = 0;
+  uintptr_t stream = 0;
+  int device = -1;
+
+  void run() const {
+    DeviceGuard guard(device);
+    gpu::decode_attention(args, version, workspace, workspace_bytes, as_stream(stream));
+  }
+};
+
+PreparedDecode prepare_decode(KVLAB_PY_DECODE_PARAMS, int version, const OptArray& workspace,
+                              uintptr_t stream) {
+  KVLAB_PY_DECODE_BUILD;
+  gpu::decode_version(version);
+  PreparedDecode p;
+  p.args = a;
+  p.version = version;
+  p.stream = stream;
+  p.device = c.device_id();
+  const size_t need = gpu::decode_workspace_bytes(a, version);
+  if (workspace) {
+    p.workspace = c.check_rank(*workspace, "workspace", Elem::kU8, 1);
+    p.workspace_bytes = workspace->nbytes();
+    p.keep.push_back(*workspace);
+  }
+  KVLAB_REQUIRE(p.workspace_bytes >= need,
+                "version " << gpu::decode_version(version).name << " needs a " << need
+                           << "-byte workspace for this shape, got " << p.workspace_bytes
+                           << " (size it with decode_workspace_bytes)");
+  const std::string why = gpu::decode_unsupported_reason(a, version);
+  KVLAB_UNSUPPORTED_IF(!why.empty(), why);
+  for (const Array* x : {&q, &out, &k_cache, &v_cache, &block_table, &seq_lens}) p.keep.push_back(*x);
+  for (const OptArray* x : {&lse, &k_scales, &v_scales})
+    if (*x) p.keep.push_back(**x);
+  return p;
+}
+
 void validate_tables(KVLAB_PY_DECODE_PARAMS, uintptr_t stream) {
   KVLAB_PY_DECODE_BUILD;
   DeviceGuard guard(c.device_id());
@@ -178,6 +222,12 @@ void bind_gpu(nb::module_& m) {
   m.def("decode_unsupported_reason", &unsupported_reason, KVLAB_PY_DECODE_ARGS,
         nb::arg("version"));
   m.def("decode_attention", &decode_attention, KVLAB_PY_DECODE_ARGS, nb::arg("version"),
+        nb::arg("workspace").none(), nb::arg("stream"));
+  nb::class_<PreparedDecode>(m, "PreparedDecode")
+      .def("run", &PreparedDecode::run, "launch the prepared decode on its stream")
+      .def_ro("version", &PreparedDecode::version)
+      .def_ro("stream", &PreparedDecode::stream);
+  m.def("prepare_decode_attention", &prepare_decode, KVLAB_PY_DECODE_ARGS, nb::arg("version"),
         nb::arg("workspace").none(), nb::arg("stream"));
   m.def("validate_decode_tables", &validate_tables, KVLAB_PY_DECODE_ARGS, nb::arg("stream"));
   m.def("append_kv", &append_kv, nb::arg("k"), nb::arg("v"), nb::arg("slot_mapping"),

@@ -119,6 +119,39 @@ def decode_attention(q, k_cache, v_cache, block_table, seq_lens, *, version="aut
     return out
 
 
+class PreparedDecode:
+    """A decode call checked once and launched by run() (or calling it) with nothing but the
+    launch: for timed loops and CUDA-graph capture (FlashInfer's plan / run split). It holds
+    its tensors; their contents may change between runs, their shapes and addresses may not.
+    `out` is the output tensor every run writes."""
+
+    def __init__(self, native, out, version):
+        self._native = native
+        self.out = out
+        self.version = version
+
+    def run(self):
+        self._native.run()
+        return self.out
+
+    __call__ = run
+
+
+def prepare_decode_attention(q, k_cache, v_cache, block_table, seq_lens, *, version="auto", kv_format=None,
+                             layout="nhd", k_scales=None, v_scales=None, k_scale=1.0, v_scale=1.0, sm_scale=None,
+                             max_seq_len=0, q_dtype=None, out=None, lse=None, workspace=None, stream=None):
+    """decode_attention's checks now, its launches later: returns a PreparedDecode whose
+    run() launches on `stream` (default: the current stream at preparation). A version that
+    does not handle the configuration raises kvlab.Unsupported here."""
+    if out is None:
+        out = _arrays.empty(q, q.shape, _common.q_kind(q, q_dtype) or "u16")
+    kw, s = _decode_kwargs(q, k_cache, v_cache, block_table, seq_lens, out, lse, kv_format, layout, k_scales,
+                           v_scales, k_scale, v_scale, sm_scale, max_seq_len, q_dtype, stream)
+    vid = resolve_version(version)
+    p = _gpu().prepare_decode_attention(version=vid, workspace=_arrays.exchange(workspace, s), stream=s, **kw)
+    return PreparedDecode(p, out, vid)
+
+
 def append_kv(k, v, slot_mapping, k_cache, v_cache, *, kv_format=None, layout="nhd", k_scales=None, v_scales=None,
               k_scale=1.0, v_scale=1.0, in_dtype=None, check_slots=False, stream=None):
     """Append / quantize-on-write into the paged cache, byte-exact to kvlab.ref.append_kv.
