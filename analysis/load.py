@@ -32,7 +32,7 @@ def load_many(paths: list[str]) -> Results:
                               "; ".join(f"{p}: {d}" for p, d in devices.items() if d) +
                               "): draw them separately")
     r = combine(sets)
-    if named and not _device_of(r.attrs):
+    if named and not _device_of(sets[0].attrs):
         # A GPU file merged into a CPU-only first file: the measured rows' device is the GPU's.
         src = next(s.attrs for s in sets if _device_of(s.attrs))
         for k in ("device_name", "device_present", "device_peak_bytes_per_s", "read_ceiling_bytes_per_s",

@@ -239,6 +239,7 @@ def title(fig, what: str, detail: str = ""):
     if detail:
         lines += textwrap.wrap(detail, chars, break_on_hyphens=False)
     fig.suptitle("\n".join(lines), fontsize=RC["figure.titlesize"])
+    fig.kvlab_title = (what, detail)  # for the caption file (analysis/figures: caption())
 
 
 # ---- provenance ---------------------------------------------------------------------------------

@@ -85,7 +85,8 @@ def names() -> list:
 
 def caption(fig, fn, r: Results) -> str:
     """The caption of a figure: its title, its description, its sources."""
-    title = fig.get_suptitle().replace("\n", " ").strip()
+    what, detail = getattr(fig, "kvlab_title", (fig.get_suptitle().replace("\n", " ").strip(), ""))
+    title = f"{what.rstrip('.')}. {detail}" if detail else what
     doc = " ".join((fn.__doc__ or "").split())
     files = getattr(r, "paths", None) or [r.path]
     commit = str(r.attrs.get("git_commit", "") or "")

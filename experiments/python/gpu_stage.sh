@@ -6,7 +6,7 @@
 # BIN: a folder with the stripped `kvlab` binary. KVLAB_WHEELS (default: BIN, then .whl/ of the
 # checkout): the kvlab wheel built for that machine's Python (kvlab-*-cp312-abi3-*.whl, from
 # `pip wheel . -w .whl` with Python 3.12) and, where pytest is not installed, its wheels
-# (pytest, pluggy, iniconfig, packaging). Runs from the repository root; writes every log
+# (pytest, pluggy, iniconfig, packaging, pygments). Runs from the repository root; writes every log
 # under $OUT/python/ (default OUT=./gpu-out); prints a summary table last. Steps:
 #   1. pip install the wheel (no network: --no-index --no-deps) into $OUT/python/site;
 #   2. the GPU test suite tests/python/test_kvlab_gpu.py (kvlab.ops vs kvlab.ref and vs
@@ -47,7 +47,7 @@ install_wheel() {
   [ -n "$wheel" ] || { echo "no kvlab-*.whl in ${KVLAB_WHEELS:-} $BIN $PWD/.whl"; return 2; }
   echo "wheel: $wheel"
   local extra=()
-  $py -c "import pytest" 2>/dev/null || extra=($(ls "$wheeldir"/{pytest,pluggy,iniconfig,packaging}-*.whl 2>/dev/null))
+  $py -c "import pytest" 2>/dev/null || extra=($(ls "$wheeldir"/{pytest,pluggy,iniconfig,packaging,pygments}-*.whl 2>/dev/null))
   $py -m pip install --no-index --no-deps --target "$site" "$wheel" "${extra[@]}" ||
     $py -m pip install --no-index --no-deps --break-system-packages --target "$site" "$wheel" "${extra[@]}"
   PYTHONPATH="$site" $py -c "import kvlab, kvlab._native as n; m = n.native(); print('installed', kvlab.__file__, 'cuda', m.has_cuda)"
