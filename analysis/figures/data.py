@@ -133,7 +133,7 @@ def figure_data(fig, name: str = "") -> pd.DataFrame:
 
 def overplotted(fig) -> list:
     """Pairs of series in one panel that a reader cannot tell apart: the same color, line
-    style and marker, or exactly the same points. Returns [(panel title, series a, series b,
+    style and marker over overlapping x ranges, or exactly the same points. Returns [(panel title, series a, series b,
     why)]."""
     bad = []
     for ax in fig.axes:
@@ -153,7 +153,9 @@ def overplotted(fig) -> list:
             for other, (ostyle, odata) in seen.items():
                 if other == name:
                     continue
-                if ostyle == style:
+                ox = np.asarray(odata[0], float)
+                overlap = min(ox.max(), x.max()) >= max(ox.min(), x.min())
+                if ostyle == style and overlap:  # side by side on the x axis is no overplotting
                     bad.append((ax.get_title(), other, name, f"same style {style}"))
                 elif odata == data:
                     bad.append((ax.get_title(), other, name, "identical points"))

@@ -112,15 +112,14 @@ def compression_error_vs_ratio(r: Results):
         ax.set_ylabel("attention rel. L2 error\nvs uncompressed cache")
         ax.set_title(f"{layer.upper()}: compression + storage")
     ax = axes[len(layers)]
-    layer_ls = {layer: ls for layer, ls in zip(layers, ["-", "--", ":", "-."])}
     for dist in dists:
         for vi, var in enumerate(variants):
             st = _variant_style(var, vi)
             for layer in layers:
                 dv = df[(df["dist"] == dist) & (df["variant"] == var) & (df["layer"] == layer)].groupby(
                     "ratio", as_index=False)["attn_storage_rel_l2"].median()
-                # Layers apart by line style (the variant owns the marker, the distribution the color).
-                ax.plot(dv["ratio"], dv["attn_storage_rel_l2"], color=style.dist_color(dist), ls=layer_ls[layer],
+                # CSA and HCA ratios do not overlap on the x axis: one style per (distribution, variant).
+                ax.plot(dv["ratio"], dv["attn_storage_rel_l2"], color=style.dist_color(dist), ls=st["ls"],
                         gid=f"{dist}, {var} storage, {layer.upper()}",
                         marker=st["marker"], ms=st.get("ms", 4), mfc="none" if st["marker"] in "o^sD" else None)
     style.log2_axis(ax.xaxis, df["ratio"].unique())
@@ -157,9 +156,6 @@ def compression_error_vs_ratio(r: Results):
         st = _variant_style(var, vi)
         proxies.append((Line2D([], [], color="k", ls=st["ls"], marker=st["marker"], ms=st.get("ms", 4),
                                mfc="none" if st["marker"] in "o^sD" else None), f"{var} storage (top: markers)"))
-    if len(layers) > 1:
-        proxies += [(Line2D([], [], color="k", ls=layer_ls[lay], lw=1.0), f"{lay.upper()} (storage-loss panel)")
-                    for lay in layers]
     # Rows: the distributions, then the entry kinds (while they fit in a row).
     style.legend_below(fig, [], extra=proxies, ncol=min(4, max(len(dists), 1 + len(variants))))
     shape = style.constants(df, ["queries", "heads"], {"queries": lambda v: f"{style.value(v)} queries",

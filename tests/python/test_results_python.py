@@ -215,6 +215,7 @@ def test_overplotting_is_detected():
     ax.plot([1, 2], [3, 4], color="C0", label="a")
     ax.plot([1, 2], [3, 5], color="C0", label="b")   # same style: indistinguishable
     ax.plot([1, 2], [3, 4], color="C1", label="c")   # same points as a
+    ax.plot([5, 6], [3, 5], color="C0", label="d")   # a's style, but beside it: fine
     bad = overplotted(fig)
     assert {(a, b) for _, a, b, _ in bad} == {("a", "b"), ("a", "c")}
     plt.close(fig)
