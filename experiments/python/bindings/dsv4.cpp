@@ -101,20 +101,22 @@ Dsv4SwaView swa_view(Checker& c, const nb::handle& ring) {
   return v;
 }
 
-Dsv4ClassicalView pool_view(Checker& c, const nb::handle& pool) {
+// Each attribute is read once: on the GPU side it holds a DLPack capsule, which can be
+// consumed only once. num_slots: the block table's rows (requests), when asked for.
+Dsv4ClassicalView pool_view(Checker& c, const nb::handle& pool, int64_t* num_slots = nullptr) {
   Dsv4ClassicalView v;
   v.pool = entry_pages(c, pool, "pool");
   const Array bt = arr(pool, "block_table");
   c.check_rank(bt, "pool.block_table", Elem::kI32, 2);
+  if (num_slots) *num_slots = dim(bt, 0);
   v.block_table = static_cast<const int32_t*>(bt.data());
   v.max_blocks_per_request = static_cast<int32_t>(dim(bt, 1));
   v.ratio = val<int32_t>(pool, "ratio");
   KVLAB_REQUIRE(v.ratio >= 1, "pool.ratio must be >= 1, got " << v.ratio);
   return v;
 }
-int64_t pool_slots(const nb::handle& pool) { return dim(arr(pool, "block_table"), 0); }
 
-Dsv4IndexerView indexer_view(Checker& c, const nb::handle& keys) {
+Dsv4IndexerView indexer_view(Checker& c, const nb::handle& keys, int64_t* num_slots) {
   Dsv4IndexerView v;
   v.format = parse_dsv4_indexer_format(val<std::string>(keys, "indexer_format"));
   const Array codes = arr(keys, "codes");
@@ -131,6 +133,7 @@ Dsv4IndexerView indexer_view(Checker& c, const nb::handle& keys) {
   v.tensor_scale = val<float>(keys, "tensor_scale");
   const Array bt = arr(keys, "block_table");
   c.check_rank(bt, "keys.block_table", Elem::kI32, 2);
+  *num_slots = dim(bt, 0);
   v.block_table = static_cast<const int32_t*>(bt.data());
   v.max_blocks_per_request = static_cast<int32_t>(dim(bt, 1));
   v.ratio = val<int32_t>(keys, "ratio");
@@ -313,9 +316,10 @@ void bind_dsv4_ref(nb::module_& m) {
       [](nb::handle pool, const Array& entries, const Array& slots, const Array& first_entry,
          const Array& entry_offsets) {
         Checker c(Where::kHost);
-        const Dsv4ClassicalView v = pool_view(c, pool);
+        int64_t num_slots = 0;
+        const Dsv4ClassicalView v = pool_view(c, pool, &num_slots);
         const Dsv4StoreArgs a = store_args(c, entries, v.pool.head_dim(), slots, first_entry, entry_offsets);
-        ref::dsv4_store_entries(v, pool_slots(pool), a);
+        ref::dsv4_store_entries(v, num_slots, a);
       },
       nb::arg("pool"), nb::arg("entries"), nb::arg("request_slots"), nb::arg("first_entry"),
       nb::arg("entry_offsets"));
@@ -324,9 +328,10 @@ void bind_dsv4_ref(nb::module_& m) {
       [](nb::handle keys, const Array& entries, const Array& slots, const Array& first_entry,
          const Array& entry_offsets) {
         Checker c(Where::kHost);
-        const Dsv4IndexerView v = indexer_view(c, keys);
+        int64_t num_slots = 0;
+        const Dsv4IndexerView v = indexer_view(c, keys, &num_slots);
         const Dsv4StoreArgs a = store_args(c, entries, v.dim, slots, first_entry, entry_offsets);
-        ref::dsv4_store_indexer_keys(v, pool_slots(keys), a);
+        ref::dsv4_store_indexer_keys(v, num_slots, a);
       },
       nb::arg("keys"), nb::arg("entries"), nb::arg("request_slots"), nb::arg("first_entry"),
       nb::arg("entry_offsets"));
@@ -392,10 +397,11 @@ void bind_dsv4_gpu(nb::module_& m) {
       [](nb::handle pool, const Array& entries, const Array& slots, const Array& first_entry,
          const Array& entry_offsets, uintptr_t stream) {
         Checker c(Where::kDevice);
-        const Dsv4ClassicalView v = pool_view(c, pool);
+        int64_t num_slots = 0;
+        const Dsv4ClassicalView v = pool_view(c, pool, &num_slots);
         const Dsv4StoreArgs a = store_args(c, entries, v.pool.head_dim(), slots, first_entry, entry_offsets);
         Current dev(c.device_id());
-        gpu::dsv4_store_entries(v, pool_slots(pool), a, as_stream(stream));
+        gpu::dsv4_store_entries(v, num_slots, a, as_stream(stream));
       },
       nb::arg("pool"), nb::arg("entries"), nb::arg("request_slots"), nb::arg("first_entry"),
       nb::arg("entry_offsets"), nb::arg("stream"));
@@ -404,10 +410,11 @@ void bind_dsv4_gpu(nb::module_& m) {
       [](nb::handle keys, const Array& entries, const Array& slots, const Array& first_entry,
          const Array& entry_offsets, uintptr_t stream) {
         Checker c(Where::kDevice);
-        const Dsv4IndexerView v = indexer_view(c, keys);
+        int64_t num_slots = 0;
+        const Dsv4IndexerView v = indexer_view(c, keys, &num_slots);
         const Dsv4StoreArgs a = store_args(c, entries, v.dim, slots, first_entry, entry_offsets);
         Current dev(c.device_id());
-        gpu::dsv4_store_indexer_keys(v, pool_slots(keys), a, as_stream(stream));
+        gpu::dsv4_store_indexer_keys(v, num_slots, a, as_stream(stream));
       },
       nb::arg("keys"), nb::arg("entries"), nb::arg("request_slots"), nb::arg("first_entry"),
       nb::arg("entry_offsets"), nb::arg("stream"));
