@@ -242,6 +242,19 @@ def title(fig, what: str, detail: str = ""):
     fig.kvlab_title = (what, detail)  # for the caption file (analysis/figures: caption())
 
 
+def plot_with_quartiles(ax, x, y, lo, hi, scale: float = 1.0, **kw):
+    """A line with quartile error bars where lo / hi are known (else a plain line)."""
+    x, y, lo, hi = (np.asarray(v, dtype=float) for v in (x, y, lo, hi))
+    if np.isfinite(lo).all() and np.isfinite(hi).all() and len(y):
+        err = np.vstack([np.maximum(y - lo, 0), np.maximum(hi - y, 0)]) * scale
+        c = ax.errorbar(x, y * scale, yerr=err, capsize=1.5, elinewidth=0.6, capthick=0.6, **kw)
+        # The label on the data line, as for a plain line (legends and readers find it there).
+        c.lines[0].set_label(kw.get("label", ""))
+        c.set_label("_" + str(kw.get("label", "")))
+        return c
+    return ax.plot(x, y * scale, **kw)
+
+
 # ---- provenance ---------------------------------------------------------------------------------
 def device(r) -> str:
     """The device a measurement ran on, from the file's provenance ('' when the file has none)."""

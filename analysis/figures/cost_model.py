@@ -144,7 +144,7 @@ def simulated_vs_measured(r: Results):
     if "lengths" in meas.columns:  # the roofline rows model uniform lengths only
         meas = meas[meas["lengths"].fillna("uniform") == "uniform"]
     # One index holds every kind's columns: keep the measurement's own before the join.
-    meas = meas[DECODE_SHAPE + ["version", "median_us"] + [c for c in ("layout",) if c in meas.columns]]
+    meas = meas[DECODE_SHAPE + ["version", "median_us"] + [c for c in ("layout", "q1_us", "q3_us") if c in meas.columns]]
     if pred.empty:
         raise Skip("no roofline points with op=decode_attention")
     cols = DECODE_SHAPE + ["predicted_s"] + (["ceiling"] if "ceiling" in pred.columns else [])
@@ -159,7 +159,12 @@ def simulated_vs_measured(r: Results):
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(style.DOUBLE_COLUMN_IN, 3.0), layout="constrained")
     for version, d in j.groupby("version"):
         c = style.version_color(version)
-        a1.scatter(d["predicted_s"] * 1e6, d["measured_s"] * 1e6, s=10, color=c, label=str(version))
+        # The measured median with its timing quartiles where the rows have them.
+        has_q = {"q1_us", "q3_us"} <= set(d.columns) and d[["q1_us", "q3_us"]].notna().all(axis=None)
+        style.plot_with_quartiles(a1, d["predicted_s"] * 1e6, d["measured_s"] * 1e6,
+                                  d["q1_us"] if has_q else d["measured_s"] * np.nan,
+                                  d["q3_us"] if has_q else d["measured_s"] * np.nan,
+                                  ls="", marker="o", ms=2.5, color=c, label=str(version))
         dd = d.assign(ratio=d["measured_s"] / d["predicted_s"]).groupby("context", as_index=False)["ratio"].median()
         a2.plot(dd["context"], dd["ratio"], marker="o", color=c, label=str(version))
     lo = float(min(j["predicted_s"].min(), j["measured_s"].min()) * 1e6) / 1.3

@@ -262,3 +262,18 @@ def test_the_readme_example_is_the_script_the_gpu_stage_runs():
     readme = open(os.path.join(ROOT, "README.md")).read()
     assert "```python\n" + script + "\n```" in readme
     compile(script, "example_flashinfer.py", "exec")
+
+
+def test_step_time_has_quartile_bars_when_the_rows_have_them():
+    from analysis import step_figures
+    rows = [dict(kind="decode_step", status="ok", preset="small", kv_format="bf16", context=64, batch=b,
+                 variant=v, step_us=100.0 * b, step_us_q1=90.0 * b, step_us_q3=120.0 * b, predicted_us=50.0 * b)
+            for b in (1, 8, 64) for v in ("eager_unfused", "graph_fused")]
+    res = kvresults.ResultSet(path="synthetic.h5", attrs={"device_name": "H100", "device_present": 1},
+                              index=pd.DataFrame(rows))
+    fig = step_figures.step_time_vs_batch(res)
+    bars = figure_data(fig)
+    bars = bars[(bars["artist"] == "errorbar") & (bars["series"] == "graph_fused")].sort_values("x")
+    assert np.allclose(bars["y"], [0.1, 0.8, 6.4]) and np.allclose(bars["y_low"], [0.09, 0.72, 5.76])
+    assert np.allclose(bars["y_high"], [0.12, 0.96, 7.68])
+    plt_close(fig)
