@@ -164,9 +164,10 @@ def simulated_vs_measured(r: Results):
         style.plot_with_quartiles(a1, d["predicted_s"] * 1e6, d["measured_s"] * 1e6,
                                   d["q1_us"] if has_q else d["measured_s"] * np.nan,
                                   d["q3_us"] if has_q else d["measured_s"] * np.nan,
-                                  ls="", marker="o", ms=2.5, color=c, label=str(version))
+                                  ls="", marker=style.version_marker(version), ms=3, mfc="none", color=c,
+                                  label=str(version))
         dd = d.assign(ratio=d["measured_s"] / d["predicted_s"]).groupby("context", as_index=False)["ratio"].median()
-        a2.plot(dd["context"], dd["ratio"], marker="o", color=c, label=str(version))
+        a2.plot(dd["context"], dd["ratio"], marker=style.version_marker(version), color=c, label=str(version))
     lo = float(min(j["predicted_s"].min(), j["measured_s"].min()) * 1e6) / 1.3
     hi = float(max(j["predicted_s"].max(), j["measured_s"].max()) * 1e6) * 1.3
     a1.plot([lo, hi], [lo, hi], color="k", lw=0.8, ls="--", label="measured = predicted")
