@@ -159,13 +159,13 @@ def simulated_vs_measured(r: Results):
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(style.DOUBLE_COLUMN_IN, 3.0), layout="constrained")
     for version, d in j.groupby("version"):
         c = style.version_color(version)
-        # The measured median with its timing quartiles where the rows have them.
-        has_q = {"q1_us", "q3_us"} <= set(d.columns) and d[["q1_us", "q3_us"]].notna().all(axis=None)
-        style.plot_with_quartiles(a1, d["predicted_s"] * 1e6, d["measured_s"] * 1e6,
-                                  d["q1_us"] if has_q else d["measured_s"] * np.nan,
-                                  d["q3_us"] if has_q else d["measured_s"] * np.nan,
-                                  ls="", marker=style.version_marker(version), ms=3, mfc="none", color=c,
-                                  label=str(version))
+        # The measured medians, with their timing quartiles as bars where the rows have them.
+        a1.scatter(d["predicted_s"] * 1e6, d["measured_s"] * 1e6, s=12, marker=style.version_marker(version),
+                   facecolors="none", edgecolors=c, linewidths=0.8, label=str(version))
+        if {"q1_us", "q3_us"} <= set(d.columns) and d[["q1_us", "q3_us"]].notna().all(axis=None):
+            y = d["measured_s"] * 1e6
+            a1.errorbar(d["predicted_s"] * 1e6, y, yerr=[(y - d["q1_us"]).clip(lower=0), (d["q3_us"] - y).clip(lower=0)],
+                        fmt="none", ecolor=c, elinewidth=0.6, capsize=1.5, capthick=0.6)
         dd = d.assign(ratio=d["measured_s"] / d["predicted_s"]).groupby("context", as_index=False)["ratio"].median()
         a2.plot(dd["context"], dd["ratio"], marker=style.version_marker(version), color=c, label=str(version))
     lo = float(min(j["predicted_s"].min(), j["measured_s"].min()) * 1e6) / 1.3

@@ -65,7 +65,12 @@ def figure_data(fig, name: str = "") -> pd.DataFrame:
         for c in ax.containers:
             if isinstance(c, ErrorbarContainer):
                 line, _caps, bars = c.lines
-                if line is None:
+                if line is None:  # bars without a data line (fmt="none"): the points are another artist
+                    for coll in bars:
+                        skip.add(id(coll))
+                        for seg in coll.get_segments():
+                            rows.append({**base, "series": _series_name(coll), "artist": "errorbar", "x": seg[0][0],
+                                         "y_low": min(seg[0][1], seg[-1][1]), "y_high": max(seg[0][1], seg[-1][1])})
                     continue
                 skip.add(id(line))
                 x, y = np.asarray(line.get_xdata(), float), np.asarray(line.get_ydata(), float)

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Two timers, one kernel: kvlab's decode attention timed by the C++ harness (a `kvlab sweep`
 point, gpu/bench) and, on the same shape, from Python through kvlab.ops with the peer timer
-of experiments/peers/decode_peers.py (the timer PyTorch SDPA and FlashInfer are measured
-with). If both timers flush L2 and count the same way, their medians agree; a ratio away from
+of experiments/peers/peer_timer.py (PeerTimer: the timer PyTorch SDPA and FlashInfer are
+measured with, by the C++ harness's rules and flush kernel; it needs torch and CuPy). If both timers flush L2 and count the same way, their medians agree; a ratio away from
 1 means one of them, not the kernel, is off, and every kvlab-vs-peer comparison inherits it.
 
     python3 experiments/python/timing_crosscheck.py --kvlab build/experiments/kvlab --out DIR
@@ -18,7 +18,6 @@ quartile bars, and the ratio) and DIR/cpp.h5 (the C++ points); prints the table 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import subprocess
 import sys
@@ -28,13 +27,12 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 HEAD_DIM, KV_HEADS, GQA, BLOCK = 128, 8, 4, 16
 
 
-def peer_timer_module():
-    """experiments/peers/decode_peers.py, imported from its path (it is a script)."""
-    path = os.path.join(ROOT, "experiments", "peers", "decode_peers.py")
-    spec = importlib.util.spec_from_file_location("decode_peers", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+def peer_timer(config_text: str):
+    """The peers' timer (experiments/peers/peer_timer.py: the C++ harness's flush kernel,
+    events and stopping rule), with the [timing] options of the C++ run's own config."""
+    sys.path.insert(0, os.path.join(ROOT, "experiments", "peers"))
+    from peer_timer import PeerTimer, TimingOptions
+    return PeerTimer(TimingOptions.from_config_text(config_text))
 
 
 def cpp_times(kvlab_bin, version, shapes, out_dir):
@@ -54,6 +52,7 @@ def cpp_times(kvlab_bin, version, shapes, out_dir):
     if r.returncode != 0:
         raise SystemExit(f"kvlab sweep failed ({r.returncode}):\n{r.stdout}\n{r.stderr}")
     df = kvlab.load(h5, kind="decode_attention")
+    config_text = str(df.attrs["provenance"].get("config_text", ""))
     out = {}
     for _, row in df.iterrows():
         if row["status"] != "ok":
@@ -61,16 +60,14 @@ def cpp_times(kvlab_bin, version, shapes, out_dir):
         out[(int(row["batch"]), int(row["context"]))] = dict(median_us=row["median_us"], q1_us=row["q1_us"],
                                                              q3_us=row["q3_us"], reps=row["reps"],
                                                              timing=row.get("timing", ""))
-    return out, h5
+    return out, config_text
 
 
-def python_times(version, shapes):
+def python_times(version, shapes, config_text):
     import torch
 
     import kvlab
-    peers = peer_timer_module()
-    props = torch.cuda.get_device_properties(0)
-    timer = peers.Timer(torch, getattr(props, "L2_cache_size", 50 << 20))
+    timer = peer_timer(config_text)
     out = {}
     for b, ctx in shapes:
         g = torch.Generator(device="cuda").manual_seed(1000 + b + ctx)
@@ -145,8 +142,8 @@ def main(argv=None) -> int:
         b, _, c = s.partition("x")
         shapes.append((int(b), int(c)))
     os.makedirs(a.out, exist_ok=True)
-    cpp, _ = cpp_times(a.kvlab, version, shapes, a.out)
-    py = python_times(version, shapes)
+    cpp, config_text = cpp_times(a.kvlab, version, shapes, a.out)
+    py = python_times(version, shapes, config_text)
     device = torch.cuda.get_device_name(0)
     rows = []
     for b, ctx in shapes:
