@@ -120,7 +120,7 @@ where = k_format == v_format
         assert (rel[ok & (scheme == "mxfp4")] > rel[ok & (scheme == "fp8_e4m3_per_token")].max()).all()
         assert set(layers[ok & (scheme != "bf16")]) == {2} and set(layers[ok & (scheme == "bf16")]) == {1}
     figs = tmp_path / "figs"
-    from analysis import model_figures
+    from analysis.figures import model as model_figures
     assert model_figures.main([str(out), "--out", str(figs)]) == 0
     for name in ("model_quality_pareto", "model_quality_vs_decode", "real_kv_error_per_layer",
                  "real_k_channels"):

@@ -1,10 +1,10 @@
 """Real-model figures and tables (benches model_quality and real_kv_error).
 
-    python3 -m analysis.model_figures RESULTS.h5 [--out DIR] [--perf data/perf/h100_perf_sweep.h5]
+    python3 -m analysis.figures.model RESULTS.h5 [--out DIR] [--perf data/perf/h100_perf_sweep.h5]
 
 Prints the quality table (format K/V | group | rotation | bytes per token | dPPL | KLD | top-1
-agreement, per text and engine) and with --out writes the figures; analysis.figures makes the
-same figures as part of the standard set.
+agreement, per text and engine) as Markdown and with --out writes the figures; analysis.figures
+makes the same figures as part of the standard set.
 
   model_quality_pareto      bytes per token vs KL divergence and vs dPPL, one marker per K/V
                             format (and rotation / group / scale-rule variant), per text
@@ -32,19 +32,16 @@ import pandas as pd  # noqa: E402
 from matplotlib.colors import LogNorm  # noqa: E402
 
 from analysis import style  # noqa: E402
+from analysis.figures.common import Skip  # noqa: E402
 from analysis.load import ResultFileError, Results, load  # noqa: E402
 from analysis.style import paper  # noqa: E402
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DEFAULT_PERF = os.path.join(ROOT, "data", "perf", "h100_perf_sweep.h5")
 # Scheme presets of model_quality that are a paged cache format of the perf sweep.
 PAGED_FORMAT = {"bf16": "bf16", "fp16": "fp16", "fp8_e4m3_per_tensor": "fp8_e4m3",
                 "fp8_e5m2_per_tensor": "fp8_e5m2", "fp8_e4m3_per_token": "fp8_e4m3_per_token",
                 "nvfp4": "nvfp4", "mxfp4": "mxfp4"}
-
-
-class Skip(Exception):
-    """No data for this figure."""
 
 
 def _fmt_label(row) -> str:
@@ -299,21 +296,8 @@ FIGURES = [
 ]
 
 
-def figures_for(skip_cls):
-    """FIGURES for another figure list whose "no data" exception is skip_cls (analysis.figures)."""
-    def wrap(fn):
-        def g(r):
-            try:
-                return fn(r)
-            except Skip as e:
-                raise skip_cls(str(e)) from None
-        g.__doc__ = fn.__doc__
-        return g
-    return [(name, wrap(fn)) for name, fn in FIGURES]
-
-
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python3 -m analysis.model_figures", description=__doc__,
+    ap = argparse.ArgumentParser(prog="python3 -m analysis.figures.model", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("results")
     ap.add_argument("--out", default="", help="directory for the figures (PNG and PDF)")
@@ -322,7 +306,7 @@ def main(argv=None) -> int:
     try:
         r = load(a.results)
     except ResultFileError as e:
-        print(f"analysis.model_figures: error: {e}", file=sys.stderr)
+        print(f"analysis.figures.model: error: {e}", file=sys.stderr)
         return 2
     try:
         print(markdown(quality_table(r)))
