@@ -46,6 +46,13 @@ uint64_t step_decision_hash(const Engine& engine, const std::vector<Request>& re
   return fold(h, static_cast<uint64_t>(engine.batch_shape().swap_bytes));
 }
 
+StepTiming ReplayExecutor::execute(const StepBatch& batch, std::vector<int32_t>* sampled) {
+  KVLAB_REQUIRE(next_ < d_.size(), "ReplayExecutor: step " << next_ << " has no recorded duration ("
+                                                            << d_.size() << " recorded)");
+  sampled->assign(batch.sample_rows.size(), 0);
+  return StepTiming{d_[next_++], -1};
+}
+
 ServingRun run_serving(const EngineConfig& cfg, const std::vector<Request>& requests,
                        StepExecutor* executor, std::shared_ptr<const StepTimeModel> model,
                        const ServingRunOptions& options) {

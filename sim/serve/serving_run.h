@@ -50,6 +50,23 @@ class StepExecutor {
   virtual int32_t max_blocks_per_seq() const = 0;
 };
 
+// Replays given step durations (e.g. a measured run's) with no model behind them: a run
+// driven by it with include_host_time off takes exactly the decisions of the run the
+// durations came from (the engine is deterministic); sampled tokens are 0.
+class ReplayExecutor : public StepExecutor {
+ public:
+  ReplayExecutor(std::vector<double> durations_s, int32_t max_blocks_per_seq)
+      : d_(std::move(durations_s)), max_blocks_(max_blocks_per_seq) {}
+  StepTiming execute(const StepBatch& batch, std::vector<int32_t>* sampled) override;
+  int32_t vocab() const override { return 1; }
+  int32_t max_blocks_per_seq() const override { return max_blocks_; }
+
+ private:
+  std::vector<double> d_;
+  size_t next_ = 0;
+  int32_t max_blocks_;
+};
+
 struct ServingRunOptions {
   // Real runs: the engine's step duration is the host wall time of the whole step, the
   // scheduling and batch building included (what a client of the server sees). Off: the
