@@ -32,7 +32,7 @@ import pandas as pd  # noqa: E402
 from matplotlib.colors import LogNorm  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 
-from analysis import step_figures, style  # noqa: E402
+from analysis import serving_figures, step_figures, style  # noqa: E402
 from analysis.load import ResultFileError, Results, load_many  # noqa: E402
 from analysis.style import paper  # noqa: E402
 
@@ -927,6 +927,7 @@ FIGURES = [
     ("compression_error_vs_ratio", compression_error_vs_ratio),
 ]
 FIGURES += step_figures.figures_for(Skip)  # decode step (issue #8)
+FIGURES += serving_figures.figures_for(Skip)  # serving runs vs the simulator
 
 
 def save(fig, out: str, name: str, formats=("png", "pdf")) -> list:

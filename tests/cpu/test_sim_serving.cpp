@@ -28,6 +28,7 @@
 #include "sim/engine/engine.h"
 #include "sim/serve/serving_run.h"
 #include "sim/serve/step_batch.h"
+#include "sim/serve/synthetic_step.h"
 #include "sim/workload/workload.h"
 
 namespace kvlab::sim {
@@ -288,6 +289,75 @@ TEST(SimServing, ARealClockIncludesTheHostWork) {
   EngineConfig thin = cfg;
   thin.trace_every = 2;
   EXPECT_THROW(run_serving(thin, reqs, nullptr, linear_model()), InvalidArgument);
+}
+
+TEST(SimServing, ReplayOfMeasuredDurationsReproducesTheRun) {
+  const std::vector<Request> reqs = poisson(50, 30, 64, 32, 21);
+  EngineConfig cfg = config(30, 8, 40);
+  CheckingExecutor ex(reqs, cfg, linear_model(1.17), 16);
+  const ServingRun real = run_serving(cfg, reqs, &ex, nullptr, exact_clock());
+  ReplayExecutor replay(real.duration_s, 16);
+  const ServingRun again = run_serving(cfg, reqs, &replay, nullptr, exact_clock());
+  EXPECT_TRUE(compare_decisions(real, again, reqs).identical());
+  EXPECT_EQ(real.result.summary.mean_ttft_s, again.result.summary.mean_ttft_s);
+  ReplayExecutor short_replay(std::vector<double>(3, 0.01), 16);
+  EXPECT_THROW(run_serving(cfg, reqs, &short_replay, nullptr, exact_clock()), InvalidArgument);
+}
+
+TEST(SimServing, ScaledWorkloadsKeepTheirShape) {
+  WorkloadSpec w;
+  w.seed = 3;
+  w.num_requests = 5;
+  w.prompt = LengthDist::lognormal(600, 0.9, 8, 16000);
+  w.output = LengthDist::uniform(16, 256);
+  w.num_prefix_groups = 2;
+  w.shared_prefix_tokens = 1024;
+  const WorkloadSpec s = scale_lengths(w, 0.125);
+  EXPECT_EQ(s.prompt.median, 75);
+  EXPECT_EQ(s.prompt.min, 1);
+  EXPECT_EQ(s.prompt.max, 2000);
+  EXPECT_EQ(s.prompt.sigma, 0.9);
+  EXPECT_EQ(s.output.min, 2);
+  EXPECT_EQ(s.output.max, 32);
+  EXPECT_EQ(s.shared_prefix_tokens, 128);
+  EXPECT_NO_THROW(s.validate());
+  EXPECT_THROW(scale_lengths(w, 0), InvalidArgument);
+  EXPECT_THROW(scale_lengths(w, NAN), InvalidArgument);
+  w.prompt = LengthDist::fixed(100);
+  EXPECT_EQ(scale_lengths(w, 0.5).prompt.value, 50);
+}
+
+TEST(SimServing, SyntheticStepsCarryTheEnginesShape) {
+  SyntheticStep s;
+  s.decode_seqs = 2;
+  s.decode_context = 5;
+  s.prefill_seqs = 1;
+  s.prefill_tokens = 4;
+  s.prefill_context = 3;
+  s.prefill_samples = false;
+  EXPECT_EQ(synthetic_step_blocks(s, 4), 2 * 2 + 2);
+  const StepBatch b = synthetic_step_batch(s, 4, 10, 3, 100);
+  EXPECT_EQ(b.num_decode, 2);
+  EXPECT_EQ(b.q_start, (std::vector<int32_t>{0, 1, 2, 6}));
+  EXPECT_EQ(b.seq_lens, (std::vector<int32_t>{6, 6, 7}));
+  EXPECT_EQ(b.positions, (std::vector<int32_t>{5, 5, 3, 4, 5, 6}));
+  EXPECT_EQ(b.sample_rows, (std::vector<int32_t>{0, 1}));  // the chunk does not end its prompt
+  EXPECT_EQ(b.block_table, (std::vector<int32_t>{0, 1, -1, 2, 3, -1, 4, 5, -1}));
+  EXPECT_EQ(b.slots[0], slot_of(1, 1, 4));
+  EXPECT_EQ(b.slots[5], slot_of(5, 2, 4));
+  // The engine's accounting (engine.cpp add_to_batch) of the same sequences.
+  EXPECT_EQ(b.shape.num_decode_seqs, 2);
+  EXPECT_EQ(b.shape.decode_context_tokens, 12);
+  EXPECT_EQ(b.shape.num_prefill_seqs, 1);
+  EXPECT_EQ(b.shape.prefill_tokens, 4);
+  EXPECT_EQ(b.shape.prefill_attn_pairs, 4.0 * 3 + 0.5 * 4 * 5);
+  EXPECT_EQ(b.shape.prefill_context_tokens, 7);
+  EXPECT_EQ(b.shape.num_sampled, 2);
+  EXPECT_EQ(b.max_q_len, 4);
+  EXPECT_THROW(synthetic_step_batch(s, 4, 5, 3, 100), InvalidArgument);  // pool too small
+  EXPECT_THROW(synthetic_step_batch(s, 4, 10, 1, 100), InvalidArgument);  // table too narrow
+  s.prefill_tokens = 1;
+  EXPECT_THROW(s.validate(), InvalidArgument);
 }
 
 // ---------------------------------------------------------------- the step model
