@@ -14,7 +14,7 @@
 //               (never to this run), with leave-one-out errors on the calibration steps
 //   per step    the model's time for every measured step's own shape (the step residual)
 // Record: measured vs predicted mean TTFT, TPOT, end-to-end latency, throughput (finished
-// output tokens / makespan), preemption counts, with relative errors and the targets
+// output tokens / makespan), preemption counts, with relative errors and the fidelity targets
 // (TPOT and throughput within 5 %, TTFT within 10 %, preemptions within 10 %); the decision
 // comparison (identical steps, first divergence and whether the clocks explain it); traces
 // `requests` (per request, both runs), `steps` (per measured step: shape, measured and

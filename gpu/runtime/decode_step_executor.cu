@@ -956,6 +956,16 @@ void DecodeStepExecutor::ensure_serving_buffers() {
                        "serving: the paged prefill kernel reads bf16 caches; kv_format is "
                            << to_string(opt_.kv_format));
   const int64_t R = opt_.max_batch;
+  // A serving step runs decode attention over any number of rows up to max_batch: size the
+  // workspace for every one of them (split-KV plans need not grow monotonically with rows).
+  size_t ws = I.attn_ws_bytes;
+  for (int m = 1; m <= opt_.max_batch; ++m)
+    ws = std::max(ws, decode_workspace_bytes(I.attn_args(cfg_, opt_, 0, m), I.attn_version));
+  if (ws > I.attn_ws_bytes) {
+    I.drop_graphs();
+    I.attn_ws.resize(ws);
+    I.attn_ws_bytes = ws;
+  }
   const ServingLayout L = serving_layout(R, R, R, R, I.bps);
   I.srv_arena.assign(static_cast<size_t>(L.total), 0);
   I.srv_sampled.assign(static_cast<size_t>(R), 0);
