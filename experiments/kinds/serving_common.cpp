@@ -124,7 +124,7 @@ std::vector<sim::StepPartsRecord> read_serving_step_records(const std::string& p
   const auto preset = str("preset"), graph = str("graph");
   const auto layers = num("layers"), block = num("block_size"), seqs = num("max_num_seqs");
   const auto nd = num("num_decode_seqs"), dctx = num("decode_context_tokens"),
-             np = num("num_prefill_seqs"), pt = num("prefill_tokens"),
+             np = num("num_prefill_seqs"), pt = num("prefill_tokens_total"),
              pairs = num("prefill_attn_pairs"), pctx = num("prefill_context_tokens"),
              ns = num("num_sampled"), rws = num("rows"), lmr = num("lm_rows"),
              step = num("step_us"), gemm = num("gemm_us"), lm = num("lm_head_us"),

@@ -91,7 +91,7 @@ class ServingStepBench : public Bench {
         {"num_decode_seqs", "", "sim StepShape: decode sequences"},
         {"decode_context_tokens", "", "sim StepShape: keys attended by them"},
         {"num_prefill_seqs", "", "sim StepShape: prefill chunks"},
-        {"prefill_tokens", "", "sim StepShape: tokens in the chunks"},
+        {"prefill_tokens_total", "", "sim StepShape: tokens in all the chunks"},
         {"prefill_attn_pairs", "", "sim StepShape: causal (query, key) pairs of the chunks"},
         {"prefill_context_tokens", "", "sim StepShape: keys read by the chunks"},
         {"num_sampled", "", "sim StepShape: sequences sampling a token"},
@@ -229,7 +229,7 @@ Record ServingStepBench::run(const Point& p, RunContext& ctx) {
   r.metric("num_decode_seqs", static_cast<double>(b.shape.num_decode_seqs));
   r.metric("decode_context_tokens", static_cast<double>(b.shape.decode_context_tokens));
   r.metric("num_prefill_seqs", static_cast<double>(b.shape.num_prefill_seqs));
-  r.metric("prefill_tokens", static_cast<double>(b.shape.prefill_tokens));
+  r.metric("prefill_tokens_total", static_cast<double>(b.shape.prefill_tokens));
   r.metric("prefill_attn_pairs", b.shape.prefill_attn_pairs);
   r.metric("prefill_context_tokens", static_cast<double>(b.shape.prefill_context_tokens));
   r.metric("num_sampled", static_cast<double>(b.shape.num_sampled));

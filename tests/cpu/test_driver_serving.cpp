@@ -108,7 +108,7 @@ void write_calibration(const std::string& path, const std::string& preset = "tin
         {"num_decode_seqs", double(s.num_decode_seqs)},
         {"decode_context_tokens", double(s.decode_context_tokens)},
         {"num_prefill_seqs", double(s.num_prefill_seqs)},
-        {"prefill_tokens", double(s.prefill_tokens)},
+        {"prefill_tokens_total", double(s.prefill_tokens)},
         {"prefill_attn_pairs", s.prefill_attn_pairs},
         {"prefill_context_tokens", double(s.prefill_context_tokens)},
         {"num_sampled", double(s.num_sampled)}};
@@ -120,6 +120,7 @@ void write_calibration(const std::string& path, const std::string& preset = "tin
   for (int nd : {0, 3, 8})
     for (int chunk : {16, 48, 100})
       for (int prefix : {0, 200}) add(nd, 100, 1, chunk, prefix, false);
+  add(4, 100, 2, 32, 50, false);  // two chunks: the shape's token total is not the chunk axis
   rf->end_run(index, 0);
 }
 
@@ -128,7 +129,10 @@ TEST(DriverServing, CalibrationRecordsAreReadAndFitted) {
   write_calibration(path);
   const ServingExecutorConfig c = serving_executor_config(point_of("serving", kExec));
   const auto recs = read_serving_step_records(path, c);
-  ASSERT_EQ(recs.size(), 10u + 18u);
+  ASSERT_EQ(recs.size(), 10u + 18u + 1u);
+  EXPECT_EQ(recs.back().shape.prefill_tokens, 64);
+  EXPECT_EQ(recs.back().shape.num_prefill_seqs, 2);
+  EXPECT_EQ(recs.back().rows, 68);
   sim::ServingStepModelConfig mc;
   mc.graph_buckets = sim::default_graph_buckets(16);
   const sim::ServingStepFit fit = sim::fit_serving_step_model(recs, mc);
@@ -161,7 +165,7 @@ TEST(DriverServing, ServingKindRunsThePipelineOnTheRooflineClock) {
   Record r = b.run(p, ctx);
   ASSERT_EQ(r.status, Status::kOk) << r.reason;
   std::map<std::string, double> m(r.metrics.begin(), r.metrics.end());
-  EXPECT_EQ(m["calibration_records"], 28);
+  EXPECT_EQ(m["calibration_records"], 29);
   EXPECT_LT(m["calibration_median_error_loo"], 0.05);
   EXPECT_EQ(m["replay_identical"], 1);
   EXPECT_EQ(m["decisions_first_divergence"], -1);  // all at once: clock-independent decisions
