@@ -106,8 +106,8 @@ class PrefillAttentionBench : public Bench {
   double estimate_seconds(const Point& p, const RunContext& ctx) const override {
     const double pairs = double(p.integer("batch")) * p.integer("chunk") *
                          (p.integer("prefix") + 0.5 * p.integer("chunk"));
-    const double flops = 4.0 * pairs * p.integer("num_kv_heads") * p.integer("gqa_group") *
-                         p.integer("head_dim");
+    const double flops =
+        4.0 * pairs * p.integer("num_kv_heads") * p.integer("gqa_group") * p.integer("head_dim");
     return 0.3 + ctx.timing_cfg.max_reps * flops / 2e14;
   }
   Record run(const Point& p, RunContext& ctx) override;
@@ -147,7 +147,8 @@ Record PrefillAttentionBench::run(const Point& p, RunContext& ctx) {
   std::vector<int32_t> perm(static_cast<size_t>(g.num_blocks));
   std::iota(perm.begin(), perm.end(), 0);
   std::shuffle(perm.begin(), perm.end(), std::mt19937_64(seed));
-  std::vector<int32_t> q_start(static_cast<size_t>(batch) + 1), seq_lens(static_cast<size_t>(batch), len);
+  std::vector<int32_t> q_start(static_cast<size_t>(batch) + 1),
+      seq_lens(static_cast<size_t>(batch), len);
   for (int s = 0; s <= batch; ++s) q_start[static_cast<size_t>(s)] = s * chunk;
 
   PagedPrefillArgs a;
@@ -210,9 +211,12 @@ Record PrefillAttentionBench::run(const Point& p, RunContext& ctx) {
     hg.num_blocks = pages;
     std::vector<uint8_t> hk(static_cast<size_t>(hg.bytes())), hv(hk.size());
     for (int pg = 0; pg < pages; ++pg) {
-      const size_t src = static_cast<size_t>(perm[static_cast<size_t>(s) * pages + pg]) * page_bytes;
-      KVLAB_CUDA_CHECK(cudaMemcpy(hk.data() + pg * page_bytes, k.p + src, page_bytes, cudaMemcpyDeviceToHost));
-      KVLAB_CUDA_CHECK(cudaMemcpy(hv.data() + pg * page_bytes, v.p + src, page_bytes, cudaMemcpyDeviceToHost));
+      const size_t src =
+          static_cast<size_t>(perm[static_cast<size_t>(s) * pages + pg]) * page_bytes;
+      KVLAB_CUDA_CHECK(
+          cudaMemcpy(hk.data() + pg * page_bytes, k.p + src, page_bytes, cudaMemcpyDeviceToHost));
+      KVLAB_CUDA_CHECK(
+          cudaMemcpy(hv.data() + pg * page_bytes, v.p + src, page_bytes, cudaMemcpyDeviceToHost));
     }
     // Rows r0..r1-1 of the chunk: a chunk of r1 - r0 queries over prefix + r1 keys.
     std::vector<uint16_t> hq_rows(static_cast<size_t>(r1 - r0) * hq * D);
@@ -244,7 +248,8 @@ Record PrefillAttentionBench::run(const Point& p, RunContext& ctx) {
     got.insert(got.end(), of.begin() + off, of.begin() + off + static_cast<int64_t>(ro.size()));
     want_lse.insert(want_lse.end(), rl.begin(), rl.end());
     const int64_t loff = (int64_t{s} * chunk + r0) * hq;
-    got_lse.insert(got_lse.end(), hl.begin() + loff, hl.begin() + loff + static_cast<int64_t>(rl.size()));
+    got_lse.insert(got_lse.end(), hl.begin() + loff,
+                   hl.begin() + loff + static_cast<int64_t>(rl.size()));
     validated += r1 - r0;
   }
   ErrorStats es, el;
@@ -258,24 +263,24 @@ Record PrefillAttentionBench::run(const Point& p, RunContext& ctx) {
   r.metric("nonfinite_out", static_cast<double>(nonfinite));
   const double pairs = double(batch) * (double(chunk) * prefix + 0.5 * double(chunk) * (chunk + 1));
   const double flops = 4.0 * pairs * hq * D;
-  const double bytes = 2.0 * 2.0 * double(q_elems) + 2.0 * double(batch) * len * g.num_kv_heads * D *
-                                                           (kv_format_bits(g.format) / 8.0);
+  const double bytes = 2.0 * 2.0 * double(q_elems) + 2.0 * double(batch) * len * g.num_kv_heads *
+                                                         D * (kv_format_bits(g.format) / 8.0);
   r.metric("flops", flops);
   r.metric("min_bytes", bytes);
   r.label("version", p.str("version"));
   if (nonfinite > 0 || !ok_o || !ok_l) {
     r.status = Status::kFailed;
     r.reason = nonfinite > 0 ? std::to_string(nonfinite) + " non-finite outputs"
-               : !ok_o      ? "O vs reference: " +
-                                explain_failure(es, tolerance(Op::kPrefillAttention, g.format, qd))
-                            : "LSE vs reference: " +
-                                explain_failure(el, tolerance(Op::kDecodeLse, g.format, DType::kF32));
+               : !ok_o       ? "O vs reference: " +
+                             explain_failure(es, tolerance(Op::kPrefillAttention, g.format, qd))
+                       : "LSE vs reference: " +
+                             explain_failure(el, tolerance(Op::kDecodeLse, g.format, DType::kF32));
     return r;
   }
   if (!ctx.timing) return r;
-  const gpu::bench::Timing t = gpu::bench::time_kernel(
-      [&](cudaStream_t s) { gpu::prefill_attention(a, version, s); },
-      to_harness(ctx.timing_cfg, false));
+  const gpu::bench::Timing t =
+      gpu::bench::time_kernel([&](cudaStream_t s) { gpu::prefill_attention(a, version, s); },
+                              to_harness(ctx.timing_cfg, false));
   r.metric("median_us", t.median_us);
   r.metric("q1_us", t.q1_us);
   r.metric("q3_us", t.q3_us);

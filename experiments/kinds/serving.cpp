@@ -170,25 +170,50 @@ class ServingBench : public Bench {
   }
   std::vector<AxisSpec> axes() const override {
     std::vector<AxisSpec> a = serving_executor_axes();
-    a.push_back({"workload", AxisType::kString, "chat_poisson", {},
+    a.push_back({"workload",
+                 AxisType::kString,
+                 "chat_poisson",
+                 {},
                  "data/workloads spec name or a path to a .cfg spec"});
-    a.push_back({"load", AxisType::kString, "-", {},
+    a.push_back({"load",
+                 AxisType::kString,
+                 "-",
+                 {},
                  "the load level's name (tables and figures group by it; no effect on the run)"});
     a.push_back({"num_requests", AxisType::kInt, "0", {}, "requests (0 = the workload's)"});
-    a.push_back({"rate", AxisType::kFloat, "0", {}, "arrival rate, requests/s (0 = the workload's)"});
+    a.push_back(
+        {"rate", AxisType::kFloat, "0", {}, "arrival rate, requests/s (0 = the workload's)"});
     a.push_back({"workload_seed", AxisType::kInt, "0", {}, "workload seed (0 = the workload's)"});
-    a.push_back({"length_scale", AxisType::kFloat, "1", {},
+    a.push_back({"length_scale",
+                 AxisType::kFloat,
+                 "1",
+                 {},
                  "every token length of the workload times this (a smaller replica)"});
-    a.push_back({"kv_blocks", AxisType::kInt, "4096", {},
+    a.push_back({"kv_blocks",
+                 AxisType::kInt,
+                 "4096",
+                 {},
                  "the engine's KV blocks (<= pool_blocks): the capacity that causes preemption"});
-    a.push_back({"watermark", AxisType::kFloat, "0.01", {},
+    a.push_back({"watermark",
+                 AxisType::kFloat,
+                 "0.01",
+                 {},
                  "fraction of blocks an admission must leave free"});
-    a.push_back({"prefix_caching", AxisType::kEnum, "off", {"off", "on"},
+    a.push_back({"prefix_caching",
+                 AxisType::kEnum,
+                 "off",
+                 {"off", "on"},
                  "share full prompt blocks by content hash"});
-    a.push_back({"calibration", AxisType::kString, "none", {},
+    a.push_back({"calibration",
+                 AxisType::kString,
+                 "none",
+                 {},
                  "result file with serving_step points of this executor (the prediction's model); "
                  "none: sim's roofline (graph launch model)"});
-    a.push_back({"executor", AxisType::kEnum, "gpu", {"gpu", "roofline"},
+    a.push_back({"executor",
+                 AxisType::kEnum,
+                 "gpu",
+                 {"gpu", "roofline"},
                  "gpu: the measured run; roofline: sim's roofline clock stands in for the GPU (a "
                  "pipeline test without a GPU, not a measurement)"});
     return a;
@@ -204,11 +229,10 @@ class ServingBench : public Bench {
         {"makespan_predicted_s", "s", "predicted engine clock at the end"},
     };
     for (const char* k : {"mean_ttft_s", "mean_tpot_s", "mean_e2e_s", "throughput_tok_s",
-                          "p50_ttft_s", "p99_ttft_s", "p50_tpot_s", "p99_tpot_s",
-                          "preemptions"}) {
-      const std::string unit = std::string(k) == "preemptions"          ? ""
+                          "p50_ttft_s", "p99_ttft_s", "p50_tpot_s", "p99_tpot_s", "preemptions"}) {
+      const std::string unit = std::string(k) == "preemptions"        ? ""
                                : std::string(k) == "throughput_tok_s" ? "tok/s"
-                                                                        : "s";
+                                                                      : "s";
       m.push_back({std::string("measured_") + k, unit, "measured run"});
       m.push_back({std::string("predicted_") + k, unit, "predicted run"});
       m.push_back({std::string("error_") + k, "", "(predicted - measured) / measured"});
@@ -318,8 +342,9 @@ Record ServingBench::run(const Point& p, RunContext&) {
     // Eager launch model on the "measured" side, so the two clocks differ.
     meas = sim::run_serving(ec, reqs, nullptr, roofline(c.decoder, sim::LaunchMode::kEager));
     max_blocks = static_cast<int32_t>((c.max_context + c.block_size - 1) / c.block_size);
-    clock = "sim roofline, eager launch model (executor = roofline: a pipeline test, not a "
-            "measurement)";
+    clock =
+        "sim roofline, eager launch model (executor = roofline: a pipeline test, not a "
+        "measurement)";
   }
   // Replay: the engine fed the measured durations must decide exactly alike.
   sim::ReplayExecutor replay_ex(meas.duration_s, max_blocks);
@@ -361,12 +386,11 @@ Record ServingBench::run(const Point& p, RunContext&) {
   r.metric("target_throughput_held",
            held(rel(ps.output_tokens_per_s, ms.output_tokens_per_s), 0.05));
   r.metric("target_ttft_held", held(rel(ps.mean_ttft_s, ms.mean_ttft_s), 0.10));
-  r.metric("target_preemptions_held",
-           ms.num_preemptions == 0 && ps.num_preemptions == 0
-               ? 1.0
-               : held(rel(static_cast<double>(ps.num_preemptions),
-                          static_cast<double>(ms.num_preemptions)),
-                      0.10));
+  r.metric("target_preemptions_held", ms.num_preemptions == 0 && ps.num_preemptions == 0
+                                          ? 1.0
+                                          : held(rel(static_cast<double>(ps.num_preemptions),
+                                                     static_cast<double>(ms.num_preemptions)),
+                                                 0.10));
   r.metric("decisions_identical_steps", static_cast<double>(dc.identical_steps));
   r.metric("decisions_first_divergence", static_cast<double>(dc.first_divergence));
   r.metric("decisions_explained", dc.explained() ? 1.0 : 0.0);
@@ -387,7 +411,8 @@ Record ServingBench::run(const Point& p, RunContext&) {
     r.metric("elasticity_mean_tpot", elasticity(&sim::SimSummary::mean_tpot_s));
     r.metric("elasticity_throughput", elasticity(&sim::SimSummary::output_tokens_per_s));
     int64_t lo = ps.num_preemptions, hi = ps.num_preemptions;
-    for (const auto& [f, s] : band) lo = std::min(lo, s.num_preemptions), hi = std::max(hi, s.num_preemptions);
+    for (const auto& [f, s] : band)
+      lo = std::min(lo, s.num_preemptions), hi = std::max(hi, s.num_preemptions);
     r.metric("preemptions_band_min", static_cast<double>(lo));
     r.metric("preemptions_band_max", static_cast<double>(hi));
   }
@@ -401,7 +426,8 @@ Record ServingBench::run(const Point& p, RunContext&) {
     pstep[k] = model->step_cost(meas.shapes[k]).total_s;
     resid[k] = rel(pstep[k], meas.duration_s[k]);
     abs_resid[k] = std::fabs(resid[k]);
-    const bool g = c.graph && meas.shapes[k].prefill_tokens == 0 && meas.shapes[k].num_decode_seqs > 0;
+    const bool g =
+        c.graph && meas.shapes[k].prefill_tokens == 0 && meas.shapes[k].num_decode_seqs > 0;
     graph_flag[k] = g ? 1 : 0;
     (g ? rg : re).push_back(resid[k]);
   }
@@ -413,11 +439,12 @@ Record ServingBench::run(const Point& p, RunContext&) {
   std::vector<double> devfrac(n);
   for (size_t k = 0; k < n; ++k) devfrac[k] = meas.device_s[k] / meas.duration_s[k];
   r.metric("mean_device_fraction", mean_finite(devfrac));
-  r.metric("graph_steps", static_cast<double>(std::accumulate(graph_flag.begin(), graph_flag.end(), 0)));
-  r.metric("prefix_hit_rate_measured",
-           ms.prefix_query_tokens > 0 ? static_cast<double>(ms.prefix_hit_tokens) /
-                                            static_cast<double>(ms.prefix_query_tokens)
-                                      : 0.0);
+  r.metric("graph_steps",
+           static_cast<double>(std::accumulate(graph_flag.begin(), graph_flag.end(), 0)));
+  r.metric("prefix_hit_rate_measured", ms.prefix_query_tokens > 0
+                                           ? static_cast<double>(ms.prefix_hit_tokens) /
+                                                 static_cast<double>(ms.prefix_query_tokens)
+                                           : 0.0);
   r.metric("calibration_records", static_cast<double>(cal.size()));
   r.metric("calibration_median_error_loo", cal.empty() ? kNaN : fit.median_abs_rel_error_loo);
   r.metric("calibration_max_error_loo", cal.empty() ? kNaN : fit.max_abs_rel_error_loo);

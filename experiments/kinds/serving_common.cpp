@@ -21,14 +21,26 @@ std::vector<AxisSpec> serving_executor_axes() {
        "decoder shape (weights synthetic: step time does not depend on their values)"},
       {"layers", AxisType::kInt, "0", {}, "decoder layers (0: the preset's)"},
       {"block_size", AxisType::kInt, "16", {}, "tokens per KV block"},
-      {"pool_blocks", AxisType::kInt, "4096", {},
+      {"pool_blocks",
+       AxisType::kInt,
+       "4096",
+       {},
        "KV blocks of the executor's pool (the engine may use fewer: kv_blocks)"},
-      {"max_num_seqs", AxisType::kInt, "64", {},
+      {"max_num_seqs",
+       AxisType::kInt,
+       "64",
+       {},
        "sequences per step at most (the engine's limit; CUDA-graph buckets up to it)"},
-      {"max_num_batched_tokens", AxisType::kInt, "512", {},
+      {"max_num_batched_tokens",
+       AxisType::kInt,
+       "512",
+       {},
        "token rows per step at most (the engine's budget; chunked prefill)"},
       {"max_context", AxisType::kInt, "4096", {}, "tokens per sequence at most"},
-      {"graph", AxisType::kEnum, "on", {"on", "off"},
+      {"graph",
+       AxisType::kEnum,
+       "on",
+       {"on", "off"},
        "decode-only steps as CUDA graphs of their batch bucket (mixed steps run eager)"},
   };
 }
@@ -109,7 +121,8 @@ std::vector<sim::StepPartsRecord> read_serving_step_records(const std::string& p
   for (size_t i = 0; i < t.rows(); ++i)
     if (kind[i] == "serving_step" && status[i] == "ok") rows.push_back(i);
   if (rows.empty())
-    throw InvalidArgument("calibration: " + path + " holds no ok serving_step point (run `kvlab sweep` "
+    throw InvalidArgument("calibration: " + path +
+                          " holds no ok serving_step point (run `kvlab sweep` "
                           "with a serving_step study first)");
   auto num = [&](const char* col) {
     if (!t.has_column(col))

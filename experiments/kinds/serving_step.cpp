@@ -63,13 +63,22 @@ class ServingStepBench : public Bench {
   std::vector<AxisSpec> axes() const override {
     std::vector<AxisSpec> a = serving_executor_axes();
     a.push_back({"decode_seqs", AxisType::kInt, "8", {}, "sequences decoding one token"});
-    a.push_back({"decode_context", AxisType::kInt, "512", {},
+    a.push_back({"decode_context",
+                 AxisType::kInt,
+                 "512",
+                 {},
                  "cached tokens of each decode sequence before its token"});
     a.push_back({"prefill_seqs", AxisType::kInt, "0", {}, "sequences computing a prompt chunk"});
     a.push_back({"prefill_tokens", AxisType::kInt, "0", {}, "tokens per chunk (>= 2)"});
-    a.push_back({"prefill_context", AxisType::kInt, "0", {},
+    a.push_back({"prefill_context",
+                 AxisType::kInt,
+                 "0",
+                 {},
                  "cached tokens before each chunk (a later chunk of a long prompt)"});
-    a.push_back({"prefill_samples", AxisType::kEnum, "on", {"on", "off"},
+    a.push_back({"prefill_samples",
+                 AxisType::kEnum,
+                 "on",
+                 {"on", "off"},
                  "the chunks end their prompts (each samples a token)"});
     return a;
   }

@@ -143,8 +143,8 @@ __global__ void __launch_bounds__(kThreads)
   constexpr int kNTiles = kN / 8;   // n-tiles of 8 keys in S
   constexpr int kDTiles = kD / 8;   // n-tiles of 8 dims in O
   extern __shared__ __align__(16) uint16_t smem[];
-  uint16_t* q_s = smem;                         // [kTileRows][kRow]
-  uint16_t* kv_s = smem + kTileRows * kRow;     // 2 stages x (K [kN][kRow], V [kN][kRow])
+  uint16_t* q_s = smem;                      // [kTileRows][kRow]
+  uint16_t* kv_s = smem + kTileRows * kRow;  // 2 stages x (K [kN][kRow], V [kN][kRow])
 
   const int seq = blockIdx.y, kv_head = blockIdx.z;
   const int q0 = p.q_start[seq];
@@ -171,8 +171,8 @@ __global__ void __launch_bounds__(kThreads)
       const bool valid = tok < tile_tokens && r < p.tokens_per_tile * G;
       const uint16_t* src = p.q;
       if (valid)
-        src = p.q + (static_cast<int64_t>(q0 + tok0 + tok) * p.num_qo_heads + kv_head * G + r % G) *
-                        kD +
+        src = p.q +
+              (static_cast<int64_t>(q0 + tok0 + tok) * p.num_qo_heads + kv_head * G + r % G) * kD +
               ch * 8;
       cp_async16(q_s + r * kRow + ch * 8, src, valid);
     }
@@ -284,8 +284,8 @@ __global__ void __launch_bounds__(kThreads)
       for (int d = 0; d < kDTiles; d += 2) {
         uint32_t b[4];
         const int m = lane / 8;
-        mma::ldmatrix_x4_trans(b, v_s + (kk * 16 + (m % 2) * 8 + lane % 8) * kRow + d * 8 +
-                                      (m / 2) * 8);
+        mma::ldmatrix_x4_trans(
+            b, v_s + (kk * 16 + (m % 2) * 8 + lane % 8) * kRow + d * 8 + (m / 2) * 8);
         mma::mma16816<kF16>(o_acc[d], ah, b[0], b[1]);
         mma::mma16816<kF16>(o_acc[d], al, b[0], b[1]);
         mma::mma16816<kF16>(o_acc[d + 1], ah, b[2], b[3]);
@@ -299,12 +299,13 @@ __global__ void __launch_bounds__(kThreads)
   for (int i = 0; i < 2; ++i) {
     if (!row_valid[i]) continue;
     const int r = warp * 16 + g + 8 * i;
-    const int64_t row = static_cast<int64_t>(q0 + tok0 + r / G) * p.num_qo_heads + kv_head * G +
-                        r % G;
+    const int64_t row =
+        static_cast<int64_t>(q0 + tok0 + r / G) * p.num_qo_heads + kv_head * G + r % G;
     const float inv = 1.0f / l_run[i];
     uint32_t* out = reinterpret_cast<uint32_t*>(p.o + row * kD);
     for (int d = 0; d < kDTiles; ++d)
-      out[(d * 8 + 2 * t4) / 2] = mma::pack2<kF16>(o_acc[d][2 * i] * inv, o_acc[d][2 * i + 1] * inv);
+      out[(d * 8 + 2 * t4) / 2] =
+          mma::pack2<kF16>(o_acc[d][2 * i] * inv, o_acc[d][2 * i + 1] * inv);
     if (p.lse != nullptr && t4 == 0) p.lse[row] = m_run[i] * kLn2 + logf(l_run[i]);
   }
 }
@@ -316,9 +317,9 @@ cudaError_t launch_prefill(const PrefillParams& p, int num_seqs, int num_kv_head
   const size_t smem = smem_bytes<kD>();
   static bool configured = false;  // one attribute call per instance, outside any capture
   if (!configured) {
-    const cudaError_t e = cudaFuncSetAttribute(prefill_paged_flash_mma_kernel<kD, kF16>,
-                                               cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                               static_cast<int>(smem));
+    const cudaError_t e =
+        cudaFuncSetAttribute(prefill_paged_flash_mma_kernel<kD, kF16>,
+                             cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
     if (e != cudaSuccess) return e;
     configured = true;
   }

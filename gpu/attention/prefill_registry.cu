@@ -71,7 +71,8 @@ void validate_prefill_args(const PagedPrefillArgs& a) {
   KVLAB_REQUIRE(a.kv.k != nullptr && a.kv.v != nullptr, w << "null K or V pool");
   KVLAB_REQUIRE(a.q_start != nullptr && a.seq_lens != nullptr && a.block_table != nullptr,
                 w << "null q_start, seq_lens or block_table");
-  KVLAB_REQUIRE(a.max_blocks_per_seq > 0, w << "max_blocks_per_seq must be positive with sequences");
+  KVLAB_REQUIRE(a.max_blocks_per_seq > 0,
+                w << "max_blocks_per_seq must be positive with sequences");
   KVLAB_REQUIRE(aligned(a.q, 16) && aligned(a.o, 16), w << "q and o must be 16-byte aligned");
   KVLAB_REQUIRE(aligned(a.kv.k, 16) && aligned(a.kv.v, 16),
                 w << "kv.k and kv.v must be 16-byte aligned");

@@ -486,10 +486,10 @@ int DecodeStepExecutor::bucket_for(int batch) const {
 void DecodeStepExecutor::start(int batch) {
   KVLAB_REQUIRE(batch >= 1 && batch <= opt_.max_batch,
                 "start: batch " << batch << " outside [1, " << opt_.max_batch << "]");
-  KVLAB_REQUIRE(opt_.pool_blocks == 0,
-                "start: a serving pool (pool_blocks " << opt_.pool_blocks
-                                                      << ") takes its block tables from "
-                                                         "serving_step, not per-sequence blocks");
+  KVLAB_REQUIRE(opt_.pool_blocks == 0, "start: a serving pool (pool_blocks "
+                                           << opt_.pool_blocks
+                                           << ") takes its block tables from "
+                                              "serving_step, not per-sequence blocks");
   Impl& I = *impl_;
   // A fresh allocator per start: every sequence reserves its blocks for max_context tokens.
   I.table.reset();
@@ -866,11 +866,11 @@ ServingLayout serving_layout(int64_t rows, int64_t dec_rows, int64_t np, int64_t
 // What one serving step runs (host-known, fixed for a captured graph).
 struct ServingDims {
   bool graph = false;  // a CUDA-graph bucket: every row decode, the LM head over every row
-  int rows = 0;       // token rows through every layer
-  int nd = 0;         // decode rows [0, nd) (graph: the bucket, padding rows included)
-  int np = 0;         // prefill sequences (rows [nd, rows))
-  int sampled = 0;    // gathered rows for the LM head (0: the LM head runs over every row)
-  int max_q_len = 0;  // longest prefill chunk
+  int rows = 0;        // token rows through every layer
+  int nd = 0;          // decode rows [0, nd) (graph: the bucket, padding rows included)
+  int np = 0;          // prefill sequences (rows [nd, rows))
+  int sampled = 0;     // gathered rows for the LM head (0: the LM head runs over every row)
+  int max_q_len = 0;   // longest prefill chunk
   ServingLayout L;
 };
 
@@ -983,16 +983,15 @@ ServingDims serving_dims(const DecodeStepExecutor& e, const sim::StepBatch& b, b
   KVLAB_REQUIRE(rows <= o.max_batch,
                 "serving_step: " << rows << " token rows, the executor holds " << o.max_batch);
   KVLAB_REQUIRE(b.max_blocks_per_seq == e.blocks_per_seq(),
-                "serving_step: block tables of " << b.max_blocks_per_seq
-                                                 << " columns, the executor has "
-                                                 << e.blocks_per_seq());
-  KVLAB_REQUIRE(static_cast<int>(b.q_start.size()) == ns + 1 && b.q_start.back() == rows &&
-                    static_cast<int>(b.seq_lens.size()) == ns &&
-                    static_cast<int64_t>(b.block_table.size()) ==
-                        int64_t{ns} * b.max_blocks_per_seq &&
-                    static_cast<int>(b.positions.size()) == rows &&
-                    static_cast<int>(b.slots.size()) == rows && nd <= ns && nd <= rows,
-                "serving_step: inconsistent batch arrays");
+                "serving_step: block tables of "
+                    << b.max_blocks_per_seq << " columns, the executor has " << e.blocks_per_seq());
+  KVLAB_REQUIRE(
+      static_cast<int>(b.q_start.size()) == ns + 1 && b.q_start.back() == rows &&
+          static_cast<int>(b.seq_lens.size()) == ns &&
+          static_cast<int64_t>(b.block_table.size()) == int64_t{ns} * b.max_blocks_per_seq &&
+          static_cast<int>(b.positions.size()) == rows &&
+          static_cast<int>(b.slots.size()) == rows && nd <= ns && nd <= rows,
+      "serving_step: inconsistent batch arrays");
   for (int i = 0; i < rows; ++i)
     KVLAB_REQUIRE(b.positions[i] >= 0 && b.positions[i] < o.max_context && b.tokens[i] >= 0 &&
                       b.tokens[i] < e.config().vocab && b.slots[i] >= 0 &&
@@ -1032,18 +1031,19 @@ void pack_serving(const sim::StepBatch& b, const ServingDims& d, int bps, int32_
   }
   for (int s = 0; s < nd; ++s) {
     h[d.L.seq_lens + s] = b.seq_lens[static_cast<size_t>(s)];
-    std::copy(b.block_table.begin() + int64_t{s} * bps, b.block_table.begin() + int64_t{s + 1} * bps,
-              h + d.L.table + int64_t{s} * bps);
+    std::copy(b.block_table.begin() + int64_t{s} * bps,
+              b.block_table.begin() + int64_t{s + 1} * bps, h + d.L.table + int64_t{s} * bps);
   }
   for (int j = 0; j < d.np; ++j) {
     const int s = nd + j;
     h[d.L.pf_q_start + j] = b.q_start[static_cast<size_t>(s)] - nd;
     h[d.L.pf_seq_lens + j] = b.seq_lens[static_cast<size_t>(s)];
-    std::copy(b.block_table.begin() + int64_t{s} * bps, b.block_table.begin() + int64_t{s + 1} * bps,
-              h + d.L.pf_table + int64_t{j} * bps);
+    std::copy(b.block_table.begin() + int64_t{s} * bps,
+              b.block_table.begin() + int64_t{s + 1} * bps, h + d.L.pf_table + int64_t{j} * bps);
   }
   if (d.np > 0) h[d.L.pf_q_start + d.np] = rows - nd;
-  for (int k = 0; k < d.sampled; ++k) h[d.L.sample_rows + k] = b.sample_rows[static_cast<size_t>(k)];
+  for (int k = 0; k < d.sampled; ++k)
+    h[d.L.sample_rows + k] = b.sample_rows[static_cast<size_t>(k)];
   // Table entries past a sequence's pages are -1 (never read): keep them in range anyway.
   for (int64_t i = d.L.table; i < d.L.table + int64_t{nd} * bps; ++i) h[i] = std::max(h[i], 0);
   for (int64_t i = d.L.pf_table; i < d.L.pf_table + int64_t{d.np} * bps; ++i)
@@ -1209,7 +1209,8 @@ DecodeStepExecutor::ServingPartTimes DecodeStepExecutor::time_serving_parts(
     });
   if (d.np > 0)
     t.prefill_attn_ms = median_ms([&] {
-      for (int l = 0; l < c.layers; ++l) prefill_attention(prefill_args(I, c, opt_, d, l), 0, I.stream);
+      for (int l = 0; l < c.layers; ++l)
+        prefill_attention(prefill_args(I, c, opt_, d, l), 0, I.stream);
     });
   return t;
 }

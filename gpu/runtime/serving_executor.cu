@@ -11,8 +11,8 @@ namespace kvlab::gpu {
 
 GpuServingExecutor::GpuServingExecutor(const DecoderConfig& cfg, const ServingExecutorOptions& opt)
     : opt_(opt) {
-  KVLAB_REQUIRE(opt.pool_blocks >= 1, "serving executor: pool_blocks " << opt.pool_blocks
-                                                                       << " must be >= 1");
+  KVLAB_REQUIRE(opt.pool_blocks >= 1,
+                "serving executor: pool_blocks " << opt.pool_blocks << " must be >= 1");
   KVLAB_REQUIRE(opt.max_rows >= 1 && opt.max_seqs >= 1 && opt.max_context >= 1,
                 "serving executor: max_rows " << opt.max_rows << ", max_seqs " << opt.max_seqs
                                               << ", max_context " << opt.max_context

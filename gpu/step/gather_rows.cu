@@ -24,12 +24,13 @@ __global__ void gather_rows_kernel(const uint16_t* __restrict__ in, int64_t ld_i
 
 }  // namespace
 
-void gather_rows_16bit(const uint16_t* in, int64_t ld_in, const int32_t* rows, uint16_t* out,
-                       int m, int cols, cudaStream_t stream) {
+void gather_rows_16bit(const uint16_t* in, int64_t ld_in, const int32_t* rows, uint16_t* out, int m,
+                       int cols, cudaStream_t stream) {
   KVLAB_REQUIRE(m >= 0 && cols >= 1 && ld_in >= cols,
                 "gather_rows_16bit: m " << m << ", cols " << cols << ", ld_in " << ld_in);
   if (m == 0) return;
-  KVLAB_REQUIRE(in != nullptr && rows != nullptr && out != nullptr, "gather_rows_16bit: null pointer");
+  KVLAB_REQUIRE(in != nullptr && rows != nullptr && out != nullptr,
+                "gather_rows_16bit: null pointer");
   const bool vec = cols % 8 == 0 && ld_in % 8 == 0 && reinterpret_cast<uintptr_t>(in) % 16 == 0 &&
                    reinterpret_cast<uintptr_t>(out) % 16 == 0;
   gather_rows_kernel<<<m, 128, 0, stream>>>(in, ld_in, rows, out, cols, vec);

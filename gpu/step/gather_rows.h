@@ -13,7 +13,7 @@
 
 namespace kvlab::gpu::step {
 
-void gather_rows_16bit(const uint16_t* in, int64_t ld_in, const int32_t* rows, uint16_t* out,
-                       int m, int cols, cudaStream_t stream);
+void gather_rows_16bit(const uint16_t* in, int64_t ld_in, const int32_t* rows, uint16_t* out, int m,
+                       int cols, cudaStream_t stream);
 
 }  // namespace kvlab::gpu::step

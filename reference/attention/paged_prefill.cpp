@@ -35,8 +35,8 @@ DecodeArgs as_decode_args(const PagedPrefillArgs& a) {
 
 void validate_prefill_paged(const PagedPrefillArgs& a, bool check_outputs) {
   const char* w = "paged_prefill_attention: ";
-  KVLAB_REQUIRE(a.max_q_len >= 0, w << "max_q_len must be >= 0 (0 = the table's bound), got "
-                                    << a.max_q_len);
+  KVLAB_REQUIRE(a.max_q_len >= 0,
+                w << "max_q_len must be >= 0 (0 = the table's bound), got " << a.max_q_len);
   if (a.num_seqs > 0) {
     KVLAB_REQUIRE(a.q_start != nullptr, w << "null q_start for " << a.num_seqs << " sequences");
     KVLAB_REQUIRE(a.seq_lens != nullptr, w << "null seq_lens for " << a.num_seqs << " sequences");

@@ -13,13 +13,13 @@ namespace kvlab::ref {
 
 PagedPrefillCase make_paged_prefill_case(const PagedPrefillCaseSpec& spec) {
   const auto& lens = spec.cache.seq_lens;
-  KVLAB_REQUIRE(spec.q_lens.size() == lens.size(),
-                "prefill case: " << spec.q_lens.size() << " q_lens for " << lens.size()
-                                 << " sequences");
+  KVLAB_REQUIRE(spec.q_lens.size() == lens.size(), "prefill case: " << spec.q_lens.size()
+                                                                    << " q_lens for " << lens.size()
+                                                                    << " sequences");
   for (size_t s = 0; s < lens.size(); ++s)
     KVLAB_REQUIRE(spec.q_lens[s] >= 0 && spec.q_lens[s] <= lens[s],
-                  "prefill case: q_lens[" << s << "] = " << spec.q_lens[s] << " outside [0, seq_len "
-                                          << lens[s] << "]");
+                  "prefill case: q_lens[" << s << "] = " << spec.q_lens[s]
+                                          << " outside [0, seq_len " << lens[s] << "]");
   KVLAB_REQUIRE(std::isfinite(spec.q_scale),
                 "prefill case: q_scale " << spec.q_scale << " is not finite");
   PagedPrefillCase c;

@@ -61,7 +61,8 @@ Features features(const StepShape& s, bool graph, const ServingStepModelConfig& 
 }
 
 std::array<double, 3> decode_features(const StepShape& s) {
-  return {1.0, static_cast<double>(s.num_decode_seqs), static_cast<double>(s.decode_context_tokens)};
+  return {1.0, static_cast<double>(s.num_decode_seqs),
+          static_cast<double>(s.decode_context_tokens)};
 }
 std::array<double, 4> prefill_features(const StepShape& s) {
   return {static_cast<double>(s.num_prefill_seqs), static_cast<double>(s.prefill_tokens),
@@ -134,17 +135,17 @@ void validate_record(const StepPartsRecord& r, const ServingStepModelConfig& cfg
     KVLAB_REQUIRE(std::isfinite(v) && v >= 0, w << "a part time " << v << " s is negative or NaN");
   KVLAB_REQUIRE(s.total_tokens() > 0, w << "an empty step");
   KVLAB_REQUIRE((s.num_decode_seqs > 0) == (r.decode_attn_s > 0),
-                w << "decode attention time " << r.decode_attn_s << " s for "
-                  << s.num_decode_seqs << " decode sequences");
+                w << "decode attention time " << r.decode_attn_s << " s for " << s.num_decode_seqs
+                  << " decode sequences");
   KVLAB_REQUIRE((s.prefill_tokens > 0) == (r.prefill_attn_s > 0),
-                w << "prefill attention time " << r.prefill_attn_s << " s for "
-                  << s.prefill_tokens << " prefill tokens");
+                w << "prefill attention time " << r.prefill_attn_s << " s for " << s.prefill_tokens
+                  << " prefill tokens");
   if (r.graph) {
     KVLAB_REQUIRE(s.prefill_tokens == 0, w << "a CUDA-graph step with prefill tokens");
     const int64_t b = graph_bucket(cfg.graph_buckets, s.num_decode_seqs);
-    KVLAB_REQUIRE(r.rows == b && r.lm_rows == b,
-                  w << "graph step of " << s.num_decode_seqs << " sequences ran " << r.rows << "/"
-                    << r.lm_rows << " rows, the bucket is " << b);
+    KVLAB_REQUIRE(r.rows == b && r.lm_rows == b, w << "graph step of " << s.num_decode_seqs
+                                                   << " sequences ran " << r.rows << "/"
+                                                   << r.lm_rows << " rows, the bucket is " << b);
   } else {
     KVLAB_REQUIRE(r.rows == s.total_tokens() && r.lm_rows == s.num_sampled,
                   w << "eager step ran " << r.rows << "/" << r.lm_rows << " rows for "
@@ -190,7 +191,8 @@ ServingStepModel fit_model(const std::vector<const StepPartsRecord*>& recs,
       p.gemm_s = m.gemm.at(f.rows);
       p.lm_head_s = f.lm_rows > 0 && !m.lm_head.empty() ? m.lm_head.at(f.lm_rows) : 0.0;
       p.decode_attn_s = r->shape.num_decode_seqs > 0 ? dot(m.decode, decode_features(r->shape)) : 0;
-      p.prefill_attn_s = r->shape.prefill_tokens > 0 ? dot(m.prefill, prefill_features(r->shape)) : 0;
+      p.prefill_attn_s =
+          r->shape.prefill_tokens > 0 ? dot(m.prefill, prefill_features(r->shape)) : 0;
       rx.push_back(rest_features(f, graph));
       ry.push_back(r->total_s - p.total());
       rw.push_back(1.0 / r->total_s);
@@ -238,15 +240,15 @@ StepCost ServingStepModel::step_cost(const StepShape& s) const {
 std::string ServingStepModel::describe() const {
   std::ostringstream os;
   os.precision(4);
-  os << "gemm table " << gemm.x.size() << " rows (" << (gemm.x.empty() ? 0 : gemm.x.front())
-     << ".." << (gemm.x.empty() ? 0 : gemm.x.back()) << "); lm_head table " << lm_head.x.size()
-     << " rows; decode attention " << decode[0] * 1e6 << " us + " << decode[1] * 1e6
-     << " us/seq + " << decode[2] * 1e9 << " ns/key; prefill attention " << prefill[0] * 1e6
-     << " us/seq + " << prefill[1] * 1e6 << " us/token + " << prefill[2] * 1e12 << " ps/pair + "
-     << prefill[3] * 1e9 << " ns/key; rest graph " << rest_graph[0] * 1e6 << " us + "
-     << rest_graph[1] * 1e6 << " us/row + " << rest_graph[3] * 1e6 << " us/seq; rest eager "
-     << rest_eager[0] * 1e6 << " us + " << rest_eager[1] * 1e6 << " us/row + "
-     << rest_eager[2] * 1e6 << " us/sampled + " << rest_eager[3] * 1e6 << " us/seq";
+  os << "gemm table " << gemm.x.size() << " rows (" << (gemm.x.empty() ? 0 : gemm.x.front()) << ".."
+     << (gemm.x.empty() ? 0 : gemm.x.back()) << "); lm_head table " << lm_head.x.size()
+     << " rows; decode attention " << decode[0] * 1e6 << " us + " << decode[1] * 1e6 << " us/seq + "
+     << decode[2] * 1e9 << " ns/key; prefill attention " << prefill[0] * 1e6 << " us/seq + "
+     << prefill[1] * 1e6 << " us/token + " << prefill[2] * 1e12 << " ps/pair + " << prefill[3] * 1e9
+     << " ns/key; rest graph " << rest_graph[0] * 1e6 << " us + " << rest_graph[1] * 1e6
+     << " us/row + " << rest_graph[3] * 1e6 << " us/seq; rest eager " << rest_eager[0] * 1e6
+     << " us + " << rest_eager[1] * 1e6 << " us/row + " << rest_eager[2] * 1e6 << " us/sampled + "
+     << rest_eager[3] * 1e6 << " us/seq";
   return os.str();
 }
 

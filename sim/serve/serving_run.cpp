@@ -48,7 +48,7 @@ uint64_t step_decision_hash(const Engine& engine, const std::vector<Request>& re
 
 StepTiming ReplayExecutor::execute(const StepBatch& batch, std::vector<int32_t>* sampled) {
   KVLAB_REQUIRE(next_ < d_.size(), "ReplayExecutor: step " << next_ << " has no recorded duration ("
-                                                            << d_.size() << " recorded)");
+                                                           << d_.size() << " recorded)");
   sampled->assign(batch.sample_rows.size(), 0);
   return StepTiming{d_[next_++], -1};
 }
@@ -58,9 +58,9 @@ ServingRun run_serving(const EngineConfig& cfg, const std::vector<Request>& requ
                        const ServingRunOptions& options) {
   KVLAB_REQUIRE(executor != nullptr || model != nullptr,
                 "run_serving: give an executor (a real run) or a step-time model (a prediction)");
-  KVLAB_REQUIRE(cfg.trace_every == 1,
-                "run_serving: trace_every must be 1 (one trace row per step), got "
-                    << cfg.trace_every);
+  KVLAB_REQUIRE(
+      cfg.trace_every == 1,
+      "run_serving: trace_every must be 1 (one trace row per step), got " << cfg.trace_every);
   Engine engine(cfg, model);
   engine.reset(requests);
   ServingRun run;
@@ -92,8 +92,8 @@ ServingRun run_serving(const EngineConfig& cfg, const std::vector<Request>& requ
     KVLAB_REQUIRE(std::isfinite(tm.wall_s) && tm.wall_s >= 0,
                   "run_serving: the executor reported a step time of " << tm.wall_s << " s");
     for (size_t k = 0; k < sampled.size(); ++k)
-      history.append_generated(
-          batch.seq_request[static_cast<size_t>(batch.sample_seqs[k])], sampled[k]);
+      history.append_generated(batch.seq_request[static_cast<size_t>(batch.sample_seqs[k])],
+                               sampled[k]);
     const double duration = options.include_host_time ? seconds_since(t0) : tm.wall_s;
     engine.complete(duration);
     run.duration_s.push_back(duration);
@@ -104,12 +104,11 @@ ServingRun run_serving(const EngineConfig& cfg, const std::vector<Request>& requ
   }
   run.result = engine.results();
   const StepTrace& st = run.result.steps;
-  KVLAB_REQUIRE(st.size() == run.decision_hash.size(),
-                "run_serving: " << st.size() << " trace rows for " << run.decision_hash.size()
-                                << " steps");
+  KVLAB_REQUIRE(
+      st.size() == run.decision_hash.size(),
+      "run_serving: " << st.size() << " trace rows for " << run.decision_hash.size() << " steps");
   for (size_t k = 0; k < st.size(); ++k)
-    run.decision_hash[k] =
-        fold(run.decision_hash[k], static_cast<uint64_t>(st.num_preempted[k]));
+    run.decision_hash[k] = fold(run.decision_hash[k], static_cast<uint64_t>(st.num_preempted[k]));
   if (executor != nullptr) {
     run.generated.resize(requests.size());
     for (size_t r = 0; r < requests.size(); ++r)

@@ -75,7 +75,7 @@ struct ServingRunOptions {
 };
 
 struct ServingRun {
-  SimResult result;                    // the engine's results on this run's clock
+  SimResult result;                     // the engine's results on this run's clock
   std::vector<uint64_t> decision_hash;  // per step (see the file header)
   std::vector<StepShape> shapes;        // per step
   std::vector<double> duration_s;       // per step: what complete() was given
@@ -99,9 +99,9 @@ uint64_t step_decision_hash(const Engine& engine, const std::vector<Request>& re
 // Step-by-step comparison of two decision sequences.
 struct DecisionComparison {
   int64_t steps_a = 0, steps_b = 0;
-  int64_t identical_steps = 0;     // steps k with equal hashes (both runs long enough)
-  int64_t first_divergence = -1;   // first step k with different hashes (or where one run
-                                   // ended), -1 when the sequences are identical
+  int64_t identical_steps = 0;    // steps k with equal hashes (both runs long enough)
+  int64_t first_divergence = -1;  // first step k with different hashes (or where one run
+                                  // ended), -1 when the sequences are identical
   bool identical() const { return first_divergence < 0; }
   // At the first divergence: each run's clock when the step was scheduled and the number of
   // requests that had arrived by then.

@@ -30,15 +30,15 @@ int64_t TokenHistory::known(int32_t r) const {
 int32_t TokenHistory::token(int32_t r, int64_t position) const {
   const Request& q = (*reqs_)[static_cast<size_t>(r)];
   KVLAB_REQUIRE(position >= 0 && position < known(r),
-                "TokenHistory: request " << q.id << " has no token at position " << position
-                                         << " (" << known(r) << " known)");
+                "TokenHistory: request " << q.id << " has no token at position " << position << " ("
+                                         << known(r) << " known)");
   if (position >= q.prompt_tokens)
     return gen_[static_cast<size_t>(r)][static_cast<size_t>(position - q.prompt_tokens)];
   // Shared-prefix content is identified by its group, the rest by the request id (the same
   // identity the engine's prefix-cache hashes use).
   const bool shared = position < q.shared_prefix_tokens;
-  const uint64_t owner = shared ? (static_cast<uint64_t>(q.prefix_group) << 1) | 1u
-                                : static_cast<uint64_t>(q.id) << 1;
+  const uint64_t owner =
+      shared ? (static_cast<uint64_t>(q.prefix_group) << 1) | 1u : static_cast<uint64_t>(q.id) << 1;
   return static_cast<int32_t>(mix64(owner ^ mix64(static_cast<uint64_t>(position))) %
                               static_cast<uint64_t>(vocab_));
 }
@@ -49,8 +49,8 @@ void TokenHistory::append_generated(int32_t r, int32_t token) {
   gen_[static_cast<size_t>(r)].push_back(token);
 }
 
-void build_step_batch(const Engine& engine, const TokenHistory& history,
-                      int32_t max_blocks_per_seq, StepBatch* out) {
+void build_step_batch(const Engine& engine, const TokenHistory& history, int32_t max_blocks_per_seq,
+                      StepBatch* out) {
   KVLAB_REQUIRE(out != nullptr, "build_step_batch: null output");
   const std::vector<ScheduledSeq>& batch = engine.batch();
   std::vector<int32_t> table;
@@ -81,10 +81,10 @@ void build_step_batch(const Engine& engine, const TokenHistory& history,
     const size_t i = order[k];
     const ScheduledSeq& s = batch[i];
     const int64_t known = history.known(s.request);
-    KVLAB_REQUIRE(s.start + s.num_tokens <= known,
-                  "build_step_batch: request index " << s.request << " computes tokens "
-                                                     << s.start << ".." << s.start + s.num_tokens
-                                                     << " but only " << known << " are known");
+    KVLAB_REQUIRE(s.start + s.num_tokens <= known, "build_step_batch: request index "
+                                                       << s.request << " computes tokens "
+                                                       << s.start << ".." << s.start + s.num_tokens
+                                                       << " but only " << known << " are known");
     b.seq_request.push_back(s.request);
     b.seq_lens.push_back(lens[i]);
     b.block_table.insert(b.block_table.end(),

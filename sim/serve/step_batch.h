@@ -33,20 +33,20 @@
 namespace kvlab::sim {
 
 struct StepBatch {
-  int32_t num_decode = 0;             // decode sequences = rows [0, num_decode)
-  std::vector<int32_t> seq_request;   // [num_seqs] engine request index, execution order
-  std::vector<int32_t> q_start;       // [num_seqs + 1] first row of each sequence
-  std::vector<int32_t> seq_lens;      // [num_seqs] tokens cached after the step
-  int32_t max_blocks_per_seq = 0;     // columns of block_table
-  std::vector<int32_t> block_table;   // [num_seqs, max_blocks_per_seq], -1 past the last page
-  std::vector<int32_t> tokens;        // [num_rows] input token ids
-  std::vector<int32_t> positions;     // [num_rows]
-  std::vector<int64_t> slots;         // [num_rows] cache slot of each row's K/V
-  std::vector<int32_t> sample_rows;   // rows whose logits are sampled, ascending
-  std::vector<int32_t> sample_seqs;   // the sequence (execution-order index) of each
-  int32_t max_q_len = 0;              // longest prefill chunk (0 without prefill)
-  int32_t max_seq_len = 0;            // longest seq_lens entry
-  StepShape shape;                    // the engine's shape of the same step
+  int32_t num_decode = 0;            // decode sequences = rows [0, num_decode)
+  std::vector<int32_t> seq_request;  // [num_seqs] engine request index, execution order
+  std::vector<int32_t> q_start;      // [num_seqs + 1] first row of each sequence
+  std::vector<int32_t> seq_lens;     // [num_seqs] tokens cached after the step
+  int32_t max_blocks_per_seq = 0;    // columns of block_table
+  std::vector<int32_t> block_table;  // [num_seqs, max_blocks_per_seq], -1 past the last page
+  std::vector<int32_t> tokens;       // [num_rows] input token ids
+  std::vector<int32_t> positions;    // [num_rows]
+  std::vector<int64_t> slots;        // [num_rows] cache slot of each row's K/V
+  std::vector<int32_t> sample_rows;  // rows whose logits are sampled, ascending
+  std::vector<int32_t> sample_seqs;  // the sequence (execution-order index) of each
+  int32_t max_q_len = 0;             // longest prefill chunk (0 without prefill)
+  int32_t max_seq_len = 0;           // longest seq_lens entry
+  StepShape shape;                   // the engine's shape of the same step
 
   int32_t num_seqs() const { return static_cast<int32_t>(seq_request.size()); }
   int32_t num_prefill() const { return num_seqs() - num_decode; }
@@ -74,7 +74,7 @@ class TokenHistory {
 // The scheduled step of `engine` (between schedule() and complete()) as a StepBatch.
 // InvalidArgument when a sequence needs more than max_blocks_per_seq blocks, or when the
 // history disagrees with the engine (a sequence computing past its known tokens).
-void build_step_batch(const Engine& engine, const TokenHistory& history,
-                      int32_t max_blocks_per_seq, StepBatch* out);
+void build_step_batch(const Engine& engine, const TokenHistory& history, int32_t max_blocks_per_seq,
+                      StepBatch* out);
 
 }  // namespace kvlab::sim

@@ -11,13 +11,11 @@
 namespace kvlab::sim {
 
 void SyntheticStep::validate() const {
-  KVLAB_REQUIRE(decode_seqs >= 0 && prefill_seqs >= 0 && decode_context >= 0 &&
-                    prefill_context >= 0,
-                "synthetic step: negative count or context (decode " << decode_seqs << " x "
-                                                                     << decode_context
-                                                                     << ", prefill "
-                                                                     << prefill_seqs << " x "
-                                                                     << prefill_context << ")");
+  KVLAB_REQUIRE(
+      decode_seqs >= 0 && prefill_seqs >= 0 && decode_context >= 0 && prefill_context >= 0,
+      "synthetic step: negative count or context (decode " << decode_seqs << " x " << decode_context
+                                                           << ", prefill " << prefill_seqs << " x "
+                                                           << prefill_context << ")");
   KVLAB_REQUIRE(prefill_seqs == 0 || prefill_tokens >= 2,
                 "synthetic step: prefill_tokens " << prefill_tokens
                                                   << " must be >= 2 (one token is a decode row)");
@@ -34,11 +32,11 @@ int64_t synthetic_step_blocks(const SyntheticStep& s, int32_t block_size) {
 StepBatch synthetic_step_batch(const SyntheticStep& s, int32_t block_size, int64_t pool_blocks,
                                int32_t max_blocks_per_seq, int32_t vocab) {
   s.validate();
-  KVLAB_REQUIRE(block_size >= 1 && vocab >= 1, "synthetic step: block_size " << block_size
-                                                                             << ", vocab " << vocab);
+  KVLAB_REQUIRE(block_size >= 1 && vocab >= 1,
+                "synthetic step: block_size " << block_size << ", vocab " << vocab);
   const int64_t need = synthetic_step_blocks(s, block_size);
-  KVLAB_REQUIRE(need <= pool_blocks, "synthetic step: needs " << need << " blocks, the pool has "
-                                                              << pool_blocks);
+  KVLAB_REQUIRE(need <= pool_blocks,
+                "synthetic step: needs " << need << " blocks, the pool has " << pool_blocks);
   BlockAllocator alloc(pool_blocks);
   Rng rng(s.seed ^ 0x5717E5CEull);
   StepBatch b;
@@ -60,8 +58,8 @@ StepBatch synthetic_step_batch(const SyntheticStep& s, int32_t block_size, int64
       const int32_t pos = cached + t;
       b.tokens.push_back(static_cast<int32_t>(rng.next_u64() % static_cast<uint64_t>(vocab)));
       b.positions.push_back(pos);
-      b.slots.push_back(slot_of(ids[static_cast<size_t>(pos / block_size)], pos % block_size,
-                                block_size));
+      b.slots.push_back(
+          slot_of(ids[static_cast<size_t>(pos / block_size)], pos % block_size, block_size));
     }
     b.q_start.push_back(static_cast<int32_t>(b.tokens.size()));
     if (samples) {

@@ -17,7 +17,7 @@ namespace kvlab::sim {
 
 struct SyntheticStep {
   int32_t decode_seqs = 0;
-  int32_t decode_context = 0;   // cached tokens before the decoded one
+  int32_t decode_context = 0;  // cached tokens before the decoded one
   int32_t prefill_seqs = 0;
   int32_t prefill_tokens = 0;   // chunk size (>= 2: a one-token chunk is a decode row)
   int32_t prefill_context = 0;  // cached tokens before the chunk

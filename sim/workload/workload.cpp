@@ -86,7 +86,8 @@ WorkloadSpec scale_lengths(WorkloadSpec spec, double factor) {
   KVLAB_REQUIRE(std::isfinite(factor) && factor > 0,
                 "length_scale " << factor << " must be finite and > 0");
   auto scaled = [&](int64_t v) {
-    return std::max<int64_t>(1, static_cast<int64_t>(std::llround(static_cast<double>(v) * factor)));
+    return std::max<int64_t>(1,
+                             static_cast<int64_t>(std::llround(static_cast<double>(v) * factor)));
   };
   for (LengthDist* d : {&spec.prompt, &spec.output}) {
     if (d->kind == LengthDistKind::kFixed) d->value = scaled(d->value);
@@ -94,8 +95,8 @@ WorkloadSpec scale_lengths(WorkloadSpec spec, double factor) {
     d->max = std::max(d->min, scaled(d->max));
     d->median *= factor;
   }
-  spec.shared_prefix_tokens = static_cast<int32_t>(
-      std::llround(static_cast<double>(spec.shared_prefix_tokens) * factor));
+  spec.shared_prefix_tokens =
+      static_cast<int32_t>(std::llround(static_cast<double>(spec.shared_prefix_tokens) * factor));
   return spec;
 }
 

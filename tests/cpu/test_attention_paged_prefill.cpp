@@ -48,7 +48,8 @@ void decode_rows(ref::PagedPrefillCase& c, std::vector<float>* o, std::vector<fl
       const int32_t row_len = len - nq + i + 1;
       a.q = c.q.data() + (static_cast<size_t>(c.q_start[s]) + i) * Hq * D;
       a.seq_lens = &row_len;
-      a.block_table = c.cache.block_table.data() + static_cast<size_t>(s) * c.cache.max_blocks_per_seq;
+      a.block_table =
+          c.cache.block_table.data() + static_cast<size_t>(s) * c.cache.max_blocks_per_seq;
       a.num_seqs = 1;
       std::vector<double> od(static_cast<size_t>(Hq) * D), ld(static_cast<size_t>(Hq));
       ref::decode_attention_exact(a, od.data(), ld.data());
@@ -108,8 +109,8 @@ TEST(PagedPrefillReference, EmptyBatchAndEmptyChunks) {
 }
 
 TEST(PagedPrefillReference, BadInputIsRejectedWithTheReason) {
-  auto s = spec_of("paged_prefill.bad", KvLayout::kNHD, KvFormat::kBF16, DType::kBF16, 4, 2, 64,
-                   16, {20, 33}, {4, 10});
+  auto s = spec_of("paged_prefill.bad", KvLayout::kNHD, KvFormat::kBF16, DType::kBF16, 4, 2, 64, 16,
+                   {20, 33}, {4, 10});
   ref::PagedPrefillCase c = ref::make_paged_prefill_case(s);
   std::vector<uint16_t> o(static_cast<size_t>(c.o_elements()));
   auto expect_bad = [&](PagedPrefillArgs a, const std::string& needle) {

@@ -37,8 +37,9 @@ Point point_of(const std::string& kind, const std::map<std::string, std::string>
 }
 
 const std::map<std::string, std::string> kExec = {
-    {"preset", "tiny"},        {"pool_blocks", "256"}, {"max_num_seqs", "16"},
-    {"max_num_batched_tokens", "128"}, {"max_context", "512"}, {"graph", "on"}};
+    {"preset", "tiny"},     {"pool_blocks", "256"},
+    {"max_num_seqs", "16"}, {"max_num_batched_tokens", "128"},
+    {"max_context", "512"}, {"graph", "on"}};
 
 std::map<std::string, std::string> with(std::map<std::string, std::string> m,
                                         const std::map<std::string, std::string>& more) {
@@ -51,11 +52,11 @@ double truth(const sim::StepShape& s, bool graph, int64_t rows, int64_t lm_rows,
              double* lm, double* dec, double* pre) {
   *gemm = 1e-3 + 2e-6 * static_cast<double>(rows);
   *lm = lm_rows > 0 ? 1e-4 + 1e-6 * static_cast<double>(lm_rows) : 0;
-  *dec = s.num_decode_seqs > 0 ? 5e-5 + 1e-6 * s.num_decode_seqs + 2e-9 * s.decode_context_tokens
-                               : 0;
-  *pre = s.prefill_tokens > 0 ? 2e-5 * s.num_prefill_seqs + 1e-7 * s.prefill_tokens +
-                                    4e-11 * s.prefill_attn_pairs
-                              : 0;
+  *dec =
+      s.num_decode_seqs > 0 ? 5e-5 + 1e-6 * s.num_decode_seqs + 2e-9 * s.decode_context_tokens : 0;
+  *pre = s.prefill_tokens > 0
+             ? 2e-5 * s.num_prefill_seqs + 1e-7 * s.prefill_tokens + 4e-11 * s.prefill_attn_pairs
+             : 0;
   const double rest = graph ? 2e-4 + 1e-6 * rows : 6e-4 + 3e-6 * rows + 1e-6 * lm_rows;
   return *gemm + *lm + *dec + *pre + rest;
 }
@@ -177,15 +178,19 @@ TEST(DriverServing, ServingKindRunsThePipelineOnTheRooflineClock) {
   EXPECT_NE(l["clock_measured"].find("not a measurement"), std::string::npos);
   std::vector<std::string> traces;
   for (const auto& t : r.traces) traces.push_back(t.name);
-  EXPECT_EQ(traces, (std::vector<std::string>{"requests", "steps", "steps_predicted", "calibration"}));
+  EXPECT_EQ(traces,
+            (std::vector<std::string>{"requests", "steps", "steps_predicted", "calibration"}));
 }
 
 TEST(DriverServing, BadInputIsRejectedBeforeRunning) {
   const Bench& b = find_bench("serving");
   auto bad = [&](const std::map<std::string, std::string>& more, const std::string& needle) {
     try {
-      b.check_point(point_of(
-          "serving", with(with(kExec, {{"executor", "roofline"}, {"kv_blocks", "100"}, {"length_scale", "0.05"}, {"num_requests", "50"}}), more)));
+      b.check_point(point_of("serving", with(with(kExec, {{"executor", "roofline"},
+                                                          {"kv_blocks", "100"},
+                                                          {"length_scale", "0.05"},
+                                                          {"num_requests", "50"}}),
+                                             more)));
       ADD_FAILURE() << "no error for " << needle;
     } catch (const InvalidArgument& e) {
       EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
@@ -201,13 +206,14 @@ TEST(DriverServing, BadInputIsRejectedBeforeRunning) {
   const Bench& s = find_bench("serving_step");
   EXPECT_THROW(s.check_point(point_of("serving_step", with(kExec, {{"decode_seqs", "200"}}))),
                InvalidArgument);  // rows above the budget
-  EXPECT_THROW(s.check_point(point_of("serving_step", with(kExec, {{"decode_seqs", "8"},
-                                                                   {"decode_context", "600"}}))),
+  EXPECT_THROW(s.check_point(point_of(
+                   "serving_step", with(kExec, {{"decode_seqs", "8"}, {"decode_context", "600"}}))),
                InvalidArgument);  // longer than max_context
-  EXPECT_THROW(s.check_point(point_of("serving_step", with(kExec, {{"decode_seqs", "0"},
-                                                                   {"prefill_seqs", "1"},
-                                                                   {"prefill_tokens", "1"}}))),
-               InvalidArgument);  // a one-token chunk
+  EXPECT_THROW(
+      s.check_point(point_of(
+          "serving_step",
+          with(kExec, {{"decode_seqs", "0"}, {"prefill_seqs", "1"}, {"prefill_tokens", "1"}}))),
+      InvalidArgument);  // a one-token chunk
 }
 
 }  // namespace

@@ -97,7 +97,8 @@ class CheckingExecutor : public StepExecutor {
         const auto key = std::make_pair(r, pos);
         const auto it = fed_.find(key);
         if (it != fed_.end()) {
-          EXPECT_EQ(it->second, b.tokens[static_cast<size_t>(row)]) << "request " << r << " pos " << pos;
+          EXPECT_EQ(it->second, b.tokens[static_cast<size_t>(row)])
+              << "request " << r << " pos " << pos;
           if (it->second == b.tokens[static_cast<size_t>(row)]) ++replayed;
         }
         fed_[key] = b.tokens[static_cast<size_t>(row)];
@@ -127,7 +128,8 @@ class CheckingExecutor : public StepExecutor {
       const int32_t s = b.sample_seqs[k];
       EXPECT_EQ(row, b.q_start[s + 1] - 1) << "a sequence samples at its last row";
       sampled->push_back((b.seq_request[static_cast<size_t>(s)] * 7919 +
-                          b.positions[static_cast<size_t>(row)] * 31) % vocab());
+                          b.positions[static_cast<size_t>(row)] * 31) %
+                         vocab());
     }
     return StepTiming{model_->step_cost(b.shape).total_s, -1};
   }
@@ -141,9 +143,9 @@ class CheckingExecutor : public StepExecutor {
   EngineConfig cfg_;
   std::shared_ptr<const StepTimeModel> model_;
   int32_t max_blocks_;
-  std::map<std::pair<int32_t, int32_t>, int32_t> fed_;       // (request, position) -> token
-  std::map<int64_t, std::pair<int32_t, int32_t>> kv_;        // slot -> (token, position)
-  TokenHistory prompts_;                                     // prompt tokens only
+  std::map<std::pair<int32_t, int32_t>, int32_t> fed_;  // (request, position) -> token
+  std::map<int64_t, std::pair<int32_t, int32_t>> kv_;   // slot -> (token, position)
+  TokenHistory prompts_;                                // prompt tokens only
 };
 
 ServingRunOptions exact_clock() {
@@ -354,7 +356,7 @@ TEST(SimServing, SyntheticStepsCarryTheEnginesShape) {
   EXPECT_EQ(b.shape.prefill_context_tokens, 7);
   EXPECT_EQ(b.shape.num_sampled, 2);
   EXPECT_EQ(b.max_q_len, 4);
-  EXPECT_THROW(synthetic_step_batch(s, 4, 5, 3, 100), InvalidArgument);  // pool too small
+  EXPECT_THROW(synthetic_step_batch(s, 4, 5, 3, 100), InvalidArgument);   // pool too small
   EXPECT_THROW(synthetic_step_batch(s, 4, 10, 1, 100), InvalidArgument);  // table too narrow
   s.prefill_tokens = 1;
   EXPECT_THROW(s.validate(), InvalidArgument);
@@ -378,10 +380,10 @@ StepPartsRecord truth_record(const StepShape& s, bool graph, const ServingStepMo
   r.lm_head_s = r.lm_rows > 0 ? 5e-4 + 2e-6 * static_cast<double>(r.lm_rows) : 0.0;
   r.decode_attn_s =
       s.num_decode_seqs > 0 ? 2e-4 + 1e-6 * s.num_decode_seqs + 3e-9 * s.decode_context_tokens : 0;
-  r.prefill_attn_s = s.prefill_tokens > 0 ? 3e-5 * s.num_prefill_seqs + 2e-7 * s.prefill_tokens +
-                                                5e-11 * s.prefill_attn_pairs +
-                                                1e-9 * s.prefill_context_tokens
-                                          : 0;
+  r.prefill_attn_s = s.prefill_tokens > 0
+                         ? 3e-5 * s.num_prefill_seqs + 2e-7 * s.prefill_tokens +
+                               5e-11 * s.prefill_attn_pairs + 1e-9 * s.prefill_context_tokens
+                         : 0;
   const double rest = graph ? 3e-4 + 1e-6 * r.rows + 2e-6 * s.num_decode_seqs
                             : 9e-4 + 2e-6 * r.rows + 1e-6 * r.lm_rows +
                                   3e-6 * (s.num_decode_seqs + s.num_prefill_seqs);
@@ -404,7 +406,8 @@ StepShape shape(int64_t nd, int64_t ctx, int64_t np, int64_t chunk, int64_t pref
 std::vector<StepPartsRecord> truth_records(const ServingStepModelConfig& c) {
   std::vector<StepPartsRecord> v;
   for (int64_t b : {1, 2, 3, 4, 8, 12, 16, 24, 32})
-    for (int64_t ctx : {64, 512, 2048}) v.push_back(truth_record(shape(b, ctx, 0, 0, 0, false), true, c));
+    for (int64_t ctx : {64, 512, 2048})
+      v.push_back(truth_record(shape(b, ctx, 0, 0, 0, false), true, c));
   for (int64_t chunk : {16, 64, 128, 256})
     for (int64_t prefix : {0, 300, 1500})
       for (int64_t nd : {0, 4, 16})

@@ -42,7 +42,8 @@ ref::PagedPrefillCaseSpec spec_for(const PrefillConfig& c, const char* name) {
   s.cache.num_kv_heads = c.kv_heads;
   s.cache.keep_original = false;
   s.cache.seq_lens.clear();
-  for (size_t i = 0; i < c.q_lens.size(); ++i) s.cache.seq_lens.push_back(c.prefix[i] + c.q_lens[i]);
+  for (size_t i = 0; i < c.q_lens.size(); ++i)
+    s.cache.seq_lens.push_back(c.prefix[i] + c.q_lens[i]);
   s.q_lens = c.q_lens;
   return s;
 }
@@ -102,7 +103,12 @@ std::vector<PrefillConfig> curated() {
   std::vector<PrefillConfig> v;
   // llama3-8b's attention shape (GQA 4, d128, block 16): a whole prompt of several tiles,
   // chunks after prefixes (awkward sizes), a one-token chunk, an empty chunk.
-  v.push_back({KvLayout::kNHD, KvFormat::kBF16, 128, 16, 32, 8,
+  v.push_back({KvLayout::kNHD,
+               KvFormat::kBF16,
+               128,
+               16,
+               32,
+               8,
                {0, 512, 15, 17, 1000, 3, 0},
                {300, 64, 1, 33, 17, 0, 16}});
   v.push_back({KvLayout::kHND, KvFormat::kBF16, 128, 16, 32, 8, {0, 2053}, {97, 129}});
@@ -150,10 +156,9 @@ TEST(PrefillPaged, LargeLogitsAndLongRowsStayWithinTolerance) {
 
 TEST(PrefillPaged, UnsupportedConfigurationsSayWhy) {
   KVLAB_SKIP_WITHOUT_GPU();
-  for (auto [layout, format, q] :
-       {std::tuple{KvLayout::kNHD, KvFormat::kFP8E4M3, DType::kBF16},
-        std::tuple{KvLayout::kSplitX, KvFormat::kBF16, DType::kBF16},
-        std::tuple{KvLayout::kNHD, KvFormat::kBF16, DType::kF16}}) {
+  for (auto [layout, format, q] : {std::tuple{KvLayout::kNHD, KvFormat::kFP8E4M3, DType::kBF16},
+                                   std::tuple{KvLayout::kSplitX, KvFormat::kBF16, DType::kBF16},
+                                   std::tuple{KvLayout::kNHD, KvFormat::kBF16, DType::kF16}}) {
     PrefillConfig cfg{layout, format, 128, 16, 8, 2, {3}, {5}};
     ref::PagedPrefillCaseSpec s = spec_for(cfg, "prefill.unsupported");
     s.cache.q_dtype = q;

@@ -50,18 +50,18 @@ class CheckedExecutor : public sim::StepExecutor {
       ref::DecoderRef& rf = ref_of(r);
       // Teacher-force the reference up to this position with the run's own tokens.
       while (fed_[r] <= pos) {
-        const int32_t tok =
-            fed_[r] < reqs_[static_cast<size_t>(r)].prompt_tokens
-                ? history_.token(r, fed_[r])
-                : generated_[r][static_cast<size_t>(fed_[r] - reqs_[static_cast<size_t>(r)].prompt_tokens)];
+        const int32_t tok = fed_[r] < reqs_[static_cast<size_t>(r)].prompt_tokens
+                                ? history_.token(r, fed_[r])
+                                : generated_[r][static_cast<size_t>(
+                                      fed_[r] - reqs_[static_cast<size_t>(r)].prompt_tokens)];
         rf.step({tok});
         ++fed_[r];
       }
       const std::vector<float> got(logits.begin() + static_cast<int64_t>(k * V),
                                    logits.begin() + static_cast<int64_t>((k + 1) * V));
-      EXPECT_TRUE(within_tolerance(got, rf.logits(), Op::kDecodeStepLogits, KvFormat::kBF16,
-                                   DType::kF32,
-                                   "request " + std::to_string(r) + " position " + std::to_string(pos)));
+      EXPECT_TRUE(
+          within_tolerance(got, rf.logits(), Op::kDecodeStepLogits, KvFormat::kBF16, DType::kF32,
+                           "request " + std::to_string(r) + " position " + std::to_string(pos)));
       ++checked;
       generated_[r].push_back((*sampled)[k]);
     }
@@ -137,12 +137,12 @@ void serve_and_check(bool prefix, bool graph) {
   if (graph) EXPECT_GT(ex.graph_steps, 0);
   if (prefix) EXPECT_GT(s.prefix_hit_tokens, 0);
   EXPECT_EQ(ex.checked, s.output_tokens) << "every sampled token checked";
-  std::printf("[serving] prefix %d graph %d: %lld steps, %lld preemptions, %lld prefix-hit tokens, "
-              "%lld graph steps, %lld mixed steps, %lld tokens checked\n",
-              prefix, graph, static_cast<long long>(s.num_steps),
-              static_cast<long long>(s.num_preemptions),
-              static_cast<long long>(s.prefix_hit_tokens), static_cast<long long>(ex.graph_steps),
-              static_cast<long long>(ex.mixed_steps), static_cast<long long>(ex.checked));
+  std::printf(
+      "[serving] prefix %d graph %d: %lld steps, %lld preemptions, %lld prefix-hit tokens, "
+      "%lld graph steps, %lld mixed steps, %lld tokens checked\n",
+      prefix, graph, static_cast<long long>(s.num_steps), static_cast<long long>(s.num_preemptions),
+      static_cast<long long>(s.prefix_hit_tokens), static_cast<long long>(ex.graph_steps),
+      static_cast<long long>(ex.mixed_steps), static_cast<long long>(ex.checked));
 }
 
 TEST(ServingExecutor, ChunkedPrefillPreemptionAndGraphsMatchTheReference) {
