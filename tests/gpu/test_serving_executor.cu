@@ -99,7 +99,7 @@ std::vector<sim::Request> workload(int n, int groups, int shared, uint64_t seed)
   w.seed = seed;
   w.num_requests = n;
   w.arrival.kind = sim::ArrivalKind::kPoisson;
-  w.arrival.rate = 400;  // ~ a few steps apart on the GPU
+  w.arrival.rate = 4000;  // all within a few GPU steps of the tiny decoder: they run together
   w.prompt = sim::LengthDist::uniform(3, 40);
   w.output = sim::LengthDist::uniform(1, 12);
   w.num_prefix_groups = groups;
