@@ -10,8 +10,9 @@
 // output must be finite; the last rows of sequence 0's chunk (the most keys) and the first
 // rows of the last sequence's chunk are compared with the reference computed on the host
 // over the same bytes (the sequence's pages downloaded), as a chunk of those rows over the
-// keys they see. Timing: the sweep's [timing] options (cold L2). FLOPs: 4 * heads * head_dim
-// per causal (query, key) pair; bytes: Q + O + the K/V of every attended token once.
+// keys they see. Timing: the sweep's [timing] options (cold L2), recorded by record_timing
+// (experiments/bench/bench.h) against the read ceiling with the bytes below. FLOPs: 4 * heads *
+// head_dim per causal (query, key) pair; bytes: Q + O + the K/V of every attended token once.
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -78,7 +79,8 @@ class PrefillAttentionBench : public Bench {
     };
   }
   std::vector<MetricSpec> metrics() const override {
-    return {
+    std::vector<MetricSpec> m = timing_metric_specs(CeilingKind::kRead);
+    const std::vector<MetricSpec> own = {
         {"max_abs_err", "", "max |O - reference| over the validated rows"},
         {"nmse", "", "normalized MSE of the same comparison"},
         {"lse_max_abs_err", "", "max |LSE - reference|"},
@@ -86,15 +88,11 @@ class PrefillAttentionBench : public Bench {
         {"nonfinite_out", "", "non-finite outputs anywhere (must be 0)"},
         {"flops", "FLOP", "4 * heads * head_dim per causal (query, key) pair"},
         {"min_bytes", "B", "Q + O + the K/V of every attended token, once"},
-        {"median_us", "us", "median time of one call"},
-        {"q1_us", "us", "first quartile"},
-        {"q3_us", "us", "third quartile"},
-        {"rel_iqr", "", "IQR / median"},
-        {"reps", "", "timed calls"},
         {"tflops", "TFLOP/s", "flops / median"},
         {"pct_datasheet_flops", "%", "tflops / the GPU table's dense BF16 rate"},
-        {"bytes_per_s", "B/s", "min_bytes / median"},
     };
+    m.insert(m.begin(), own.begin(), own.end());
+    return m;
   }
   bool needs_gpu() const override { return true; }
   std::string unsupported_reason(const Point& p, const RunContext&) const override {
@@ -281,11 +279,7 @@ Record PrefillAttentionBench::run(const Point& p, RunContext& ctx) {
   const gpu::bench::Timing t =
       gpu::bench::time_kernel([&](cudaStream_t s) { gpu::prefill_attention(a, version, s); },
                               to_harness(ctx.timing_cfg, false));
-  r.metric("median_us", t.median_us);
-  r.metric("q1_us", t.q1_us);
-  r.metric("q3_us", t.q3_us);
-  r.metric("rel_iqr", t.rel_iqr);
-  r.metric("reps", t.reps);
+  record_timing(&r, t, {bytes, CeilingKind::kRead}, ctx);
   const double sec = t.median_us * 1e-6;
   const double tf = sec > 0 ? flops / sec / 1e12 : 0.0;
   r.metric("tflops", tf);
@@ -297,9 +291,6 @@ Record PrefillAttentionBench::run(const Point& p, RunContext& ctx) {
     }
   r.metric("pct_datasheet_flops", 100.0 * tf * 1e12 / sim::gpu_spec(gpu).bf16_flops);
   r.label("gpu_spec", gpu);
-  r.metric("bytes_per_s", sec > 0 ? bytes / sec : 0.0);
-  r.traces.push_back(
-      samples_trace("median_us_samples", "every timed call, microseconds [samples]", t.samples_us));
   return r;
 }
 #else

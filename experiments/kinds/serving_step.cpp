@@ -10,7 +10,8 @@
 //     decode part and its prefill part run alone (eager), tolerance decode_step_logits;
 //   - a decode-only step with graph on: the graph replay vs its eager twin (same tolerance).
 // Timing: the [timing] section's warm-up and stopping rule over whole steps (host wall clock
-// from upload to the sampled tokens on the host, as the serving run measures its steps), and
+// from upload to the sampled tokens on the host, as the serving run measures its steps;
+// recorded by record_timing against the read ceiling with the weights + attended KV), and
 // the median device time; then the parts alone, in the same state, the same number of
 // repetitions: every layer's GEMMs at the step's rows, the LM head at its sampled rows (a
 // graph step: the bucket's rows), every layer's decode and prefill attention. The index row
@@ -23,6 +24,7 @@
 #include "experiments/kinds/kind_util.h"
 #include "experiments/kinds/serving_common.h"
 #include "reference/core/error.h"
+#include "reference/step/decoder_config.h"
 #include "reference/metrics/tolerance.h"
 #include "sim/serve/synthetic_step.h"
 
@@ -83,11 +85,11 @@ class ServingStepBench : public Bench {
     return a;
   }
   std::vector<MetricSpec> metrics() const override {
-    return {
+    std::vector<MetricSpec> m = timing_metric_specs(CeilingKind::kRead);
+    const std::vector<MetricSpec> own = {
         {"step_us", "us", "median host wall time of the whole step (upload to sampled tokens)"},
         {"step_us_q1", "us", "first quartile"},
         {"step_us_q3", "us", "third quartile"},
-        {"rel_iqr", "", "IQR / median of the step samples"},
         {"samples", "", "timed steps"},
         {"device_us", "us", "median device time of the step (events around it)"},
         {"gemm_us", "us", "every layer's linear layers at the step's rows, alone (median)"},
@@ -107,6 +109,8 @@ class ServingStepBench : public Bench {
         {"check_max_abs", "", "max |logit| difference of the validation (batching / graph)"},
         {"check_nmse", "", "NMSE of the same comparison"},
     };
+    m.insert(m.begin(), own.begin(), own.end());
+    return m;
   }
   bool needs_gpu() const override { return true; }
   void check_point(const Point& p) const override {
@@ -203,29 +207,38 @@ Record ServingStepBench::run(const Point& p, RunContext& ctx) {
                                             : "mixed step vs its parts run alone: ") +
                           explain_failure(es, tol));
 
-  // Timing: whole steps, then the parts in the same state.
+  // Timing: whole steps (the harness's stopping rule), then the parts in the same state.
   const TimingConfig& t = ctx.timing_cfg;
   std::vector<float> wall_us, dev_us;
+  gpu::bench::Timing tm;
   for (int i = 0; i < t.warmup; ++i) ex.execute(b, &tok);
   const auto t0 = std::chrono::steady_clock::now();
-  for (int i = 0; i < std::max(t.max_reps, 1); ++i) {
+  for (;;) {
     const sim::StepTiming st = ex.execute(b, &tok);
     wall_us.push_back(static_cast<float>(st.wall_s * 1e6));
     dev_us.push_back(static_cast<float>(st.device_s * 1e6));
     const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (i + 1 >= t.min_reps &&
-        (gpu::bench::summarize(wall_us, t.target_rel_iqr).converged || el > t.max_seconds))
-      break;
+    if (gpu::bench::sampling_done(wall_us, el, t, &tm)) break;
   }
-  const gpu::bench::Timing tm = gpu::bench::summarize(wall_us, t.target_rel_iqr);
   const gpu::bench::Timing td = gpu::bench::summarize(dev_us, t.target_rel_iqr);
   const auto parts = ex.time_parts(b, std::max(3, static_cast<int>(wall_us.size())));
+  // How it was timed: host wall clock of whole steps, no flush; the weights alone stream
+  // far more than L2 between two uses of a byte (cold by construction).
+  const double step_bytes =
+      2.0 * static_cast<double>(step_weight_elements(c.decoder)) +
+      kv_bytes_per_token(c.decoder, KvFormat::kBF16) *
+          static_cast<double>(b.shape.decode_context_tokens + b.shape.prefill_context_tokens);
+  tm.graph = graph;
+  tm.calls_per_sample = 1;
+  tm.l2_bytes = gpu::bench::device_l2_bytes();
+  tm.cold_l2 = step_bytes > static_cast<double>(gpu::bench::l2_flush_bytes(tm.l2_bytes));
+  tm.flush = tm.cold_l2 ? gpu::bench::L2Flush::kSelf : gpu::bench::L2Flush::kNone;
 
   Record r;
+  record_timing(&r, tm, {step_bytes, CeilingKind::kRead}, ctx);
   r.metric("step_us", tm.median_us);
   r.metric("step_us_q1", tm.q1_us);
   r.metric("step_us_q3", tm.q3_us);
-  r.metric("rel_iqr", tm.rel_iqr);
   r.metric("samples", tm.reps);
   r.metric("device_us", td.median_us);
   r.metric("gemm_us", parts.gemm_ms * 1e3);
@@ -245,8 +258,6 @@ Record ServingStepBench::run(const Point& p, RunContext& ctx) {
   r.metric("check_max_abs", es.max_abs);
   r.metric("check_nmse", es.nmse);
   r.label("executor", c.key());
-  r.traces.push_back(samples_trace("step_us_samples",
-                                   "every timed step: host wall microseconds [samples]", wall_us));
   return r;
 }
 #else
