@@ -39,7 +39,7 @@ note "device: $(tail -1 "$dir/nvidia_smi.csv")"
 
 # 1. Validation first (fail fast, but keep going: the runs below are still informative).
 note "gpu_tests (prefill kernel, serving executor vs the CPU reference)"
-timeout 40 "$BIN/gpu_tests" --gtest_filter='PrefillRegistry.*:PrefillPaged.*:ServingExecutor.*' \
+timeout 35 "$BIN/gpu_tests" --gtest_filter='PrefillRegistry.*:PrefillPaged.*:ServingExecutor.*' \
   > "$dir/gpu_tests.log" 2>&1
 tests_rc=$?
 [ $tests_rc -eq 0 ] || { rc=1; note "gpu_tests FAILED (rc $tests_rc): see gpu_tests.log"; \
@@ -47,21 +47,21 @@ tests_rc=$?
 
 # 2. The prefill kernel, validated and timed like every kernel.
 note "prefill kernel sweep"
-timeout 25 "$BIN/kvlab" sweep experiments/configs/prefill.ini --out "$dir/prefill.h5" \
+timeout 33 "$BIN/kvlab" sweep experiments/configs/prefill.ini --out "$dir/prefill.h5" \
   --progress plain > "$dir/prefill.log" 2>&1
 prefill_rc=$?
 [ $prefill_rc -eq 0 ] || { rc=1; note "prefill sweep rc $prefill_rc: see prefill.log"; tail -5 "$dir/prefill.log"; }
 
 # 3. The serving step model's calibration (never the runs it predicts).
 note "serving step calibration sweep"
-timeout 75 "$BIN/kvlab" sweep experiments/configs/serving_calibration.ini --out "$dir/calibration.h5" \
+timeout 67 "$BIN/kvlab" sweep experiments/configs/serving_calibration.ini --out "$dir/calibration.h5" \
   --progress plain > "$dir/calibration.log" 2>&1
 cal_rc=$?
 [ $cal_rc -eq 0 ] || { rc=1; note "calibration sweep rc $cal_rc: see calibration.log"; tail -5 "$dir/calibration.log"; }
 
 # 4. Eight serving runs on the GPU and their predictions.
 note "serving runs"
-timeout 130 "$BIN/kvlab" sweep experiments/configs/serving.ini --out "$dir/serving.h5" \
+timeout 125 "$BIN/kvlab" sweep experiments/configs/serving.ini --out "$dir/serving.h5" \
   --axis "calibration=$dir/calibration.h5" --progress plain > "$dir/serving.log" 2>&1
 serve_rc=$?
 [ $serve_rc -eq 0 ] || { rc=1; note "serving sweep rc $serve_rc: see serving.log"; tail -5 "$dir/serving.log"; }
@@ -74,7 +74,7 @@ note "tables and figures"
   echo "gpu_tests rc=$tests_rc, prefill rc=$prefill_rc, calibration rc=$cal_rc, serving rc=$serve_rc, $(( $(date +%s) - start )) s"
   grep -E "^\[  (PASSED|FAILED)|tests ran|\[serving\]" "$dir/gpu_tests.log" | tail -12
   echo
-  timeout 10 python3 - "$dir/prefill.h5" "$dir/calibration.h5" <<'PY'
+  timeout 8 python3 - "$dir/prefill.h5" "$dir/calibration.h5" <<'PY'
 import sys
 from analysis.load import load
 try:
@@ -99,7 +99,7 @@ try:
 except Exception as e:
     print(f"calibration table: {e}")
 PY
-  python3 - "$dir/serving.h5" <<'PY'
+  timeout 6 python3 - "$dir/serving.h5" <<'PY'
 import sys
 from analysis.load import load
 try:
@@ -116,7 +116,7 @@ except Exception as e:
 PY
   timeout 12 python3 -m analysis.serving_figures "$dir/serving.h5" --out "$dir/figures" > "$dir/figures.log" 2>&1
   echo
-  timeout 8 python3 -m analysis.serving_figures "$dir/serving.h5" --markdown 2>&1
+  timeout 9 python3 -m analysis.serving_figures "$dir/serving.h5" --markdown 2>&1
 } > "$dir/summary.md" 2>&1
 note "done"
 cat "$dir/summary.md"
