@@ -4,8 +4,8 @@
 # runs and their predictions, the fidelity table printed last.
 #   bash experiments/serving/gpu_stage.sh BIN        (from the repository root; $OUT set)
 # BIN holds the stripped binaries kvlab and gpu_tests (nothing else is needed: the configs,
-# data/workloads and analysis/ travel in the tree). Budget: 300 s hard (the timeouts below sum
-# to 300), about 4 minutes expected. Writes $OUT/serving/:
+# data/workloads and analysis/ travel in the tree). Budget: 295 s hard (the sum of the timeouts
+# below), about 3.5 minutes expected. Writes $OUT/serving/:
 #   gpu_tests.log      PrefillRegistry.*, PrefillPaged.* (the prefill kernel vs the reference:
 #                      awkward chunks and prefixes, NaN in unused slots, guard regions) and
 #                      ServingExecutor.* (GPU serving runs of a tiny decoder, every sampled
