@@ -69,8 +69,11 @@ std::array<double, 4> prefill_features(const StepShape& s) {
           s.prefill_attn_pairs, static_cast<double>(s.prefill_context_tokens)};
 }
 std::array<double, 4> rest_features(const Features& f, bool graph) {
-  // In a graph step rows == lm_rows: one of the two columns carries them.
-  return {1.0, f.rows, graph ? 0.0 : f.lm_rows, f.seqs};
+  // A graph step runs every row of its bucket alike (rows == lm_rows; padding rows too), so
+  // its rest depends on the bucket alone: a per-sequence column would be collinear with rows
+  // in calibration steps that fill their bucket, and split between the two at random.
+  if (graph) return {1.0, f.rows, 0.0, 0.0};
+  return {1.0, f.rows, f.lm_rows, f.seqs};
 }
 
 // Weighted least squares y ~ X c (rows weighted by w); with nonneg, a negative coefficient

@@ -18,9 +18,9 @@
 //   prefill_attention   c1 * prefill sequences + c2 * chunk tokens + c3 * causal (query, key)
 //                       pairs (tensor-core work) + c4 * keys read
 //   rest                everything else (norms, RoPE + append, SwiGLU, embedding, sampling,
-//                       launch gaps, uploads, the host's share): per launch mode (CUDA graph or
-//                       eager) r0 + r1 * rows + r2 * lm_rows + r3 * sequences, fitted to the
-//                       measured total minus the measured parts
+//                       launch gaps, uploads, the host's share), fitted to the measured total
+//                       minus the model's parts: CUDA graph r0 + r1 * bucket rows; eager
+//                       r0 + r1 * rows + r2 * lm_rows + r3 * sequences
 // In a CUDA-graph step, rows and lm_rows are the bucket's (padding rows run too).
 // Linear coefficients: least squares on relative error (Eigen); a coefficient that comes out
 // negative (unphysical) drops its term and the rest are refitted. Leave-one-out refits every
@@ -81,6 +81,7 @@ class ServingStepModel : public StepTimeModel {
   std::array<double, 3> decode{};   // [intercept, per sequence, per attended key]
   std::array<double, 4> prefill{};  // [per sequence, per token, per causal pair, per key read]
   std::array<double, 4> rest_graph{}, rest_eager{};  // [intercept, rows, lm_rows, sequences]
+                                                     // (graph: lm_rows and sequences unused)
 
   // Whether the executor runs this step as a graph, and its rows / LM-head rows.
   bool is_graph(const StepShape& s) const;

@@ -384,7 +384,7 @@ StepPartsRecord truth_record(const StepShape& s, bool graph, const ServingStepMo
                          ? 3e-5 * s.num_prefill_seqs + 2e-7 * s.prefill_tokens +
                                5e-11 * s.prefill_attn_pairs + 1e-9 * s.prefill_context_tokens
                          : 0;
-  const double rest = graph ? 3e-4 + 1e-6 * r.rows + 2e-6 * s.num_decode_seqs
+  const double rest = graph ? 3e-4 + 1e-6 * r.rows
                             : 9e-4 + 2e-6 * r.rows + 1e-6 * r.lm_rows +
                                   3e-6 * (s.num_decode_seqs + s.num_prefill_seqs);
   r.total_s = r.gemm_s + r.lm_head_s + r.decode_attn_s + r.prefill_attn_s + rest;
