@@ -39,7 +39,7 @@
 
 #if defined(KVLAB_HAVE_CUDA)
 #include "gpu/attention/decode.h"
-#include "gpu/attention/v4_tuning.h"
+#include "gpu/attention/decode_plan.h"
 #include "gpu/quant/append.h"
 #include "gpu/bench/harness.h"
 #include "gpu/core/device_buffer.h"
@@ -93,15 +93,16 @@ struct RunResult {
   std::vector<float> o, lse;
 };
 
-RunResult run(ref::PagedCase& c, DevCase& d, int version) {
+RunResult run(ref::PagedCase& c, DevCase& d, int version,
+              const gpu::DecodeTuning& tuning = gpu::DecodeTuning{}) {
   RunResult r;
-  r.reason = gpu::decode_unsupported_reason(d.args, version);
+  r.reason = gpu::decode_unsupported_reason(d.args, version, tuning);
   if (!r.reason.empty()) return r;
   r.supported = true;
-  const size_t ws = gpu::decode_workspace_bytes(d.args, version);
+  const size_t ws = gpu::decode_workspace_bytes(d.args, version, tuning);
   gpu::DeviceBuffer w(ws);
   d.o.fill_bytes(0xFF);
-  gpu::decode_attention(d.args, version, w.data(), ws, nullptr);
+  gpu::decode_attention(d.args, version, tuning, w.data(), ws, nullptr);
   KVLAB_CUDA_CHECK(cudaDeviceSynchronize());
   const auto o16 = d.o.download<uint16_t>();
   r.o = ref::to_float(o16.data(), c.spec.q_dtype, o16.size());
@@ -223,11 +224,12 @@ ref::PagedCaseSpec bench_spec(const BenchPoint& pt, uint64_t seed) {
   return s;
 }
 
-// Version names: "4" or "v4"; plan variants of v4+: "4:waves=N", "4:chunk=MiB", "4:nopdl".
+// Version names: "4" or "v4"; plan variants of v4+: "4:waves=N", "4:chunk=MiB", "4:nopdl",
+// "4:splits=N" (gpu::DecodeTuning, passed to every call).
 struct VersionSel {
   int id = 0;
   std::string label;
-  gpu::V4Tuning tuning;
+  gpu::DecodeTuning tuning;
 };
 std::vector<VersionSel> parse_versions(const std::string& list) {
   std::vector<VersionSel> out;
@@ -250,8 +252,11 @@ std::vector<VersionSel> parse_versions(const std::string& list) {
         v.tuning.max_chunk_bytes = static_cast<int64_t>(std::stod(opt.substr(6)) * (1 << 20));
       else if (opt == "nopdl")
         v.tuning.pdl = false;
+      else if (opt.rfind("splits=", 0) == 0)
+        v.tuning.num_splits = std::stoi(opt.substr(7));
       else
-        KVLAB_REQUIRE(false, "unknown version option '" << opt << "' (waves=N, chunk=MiB, nopdl)");
+        KVLAB_REQUIRE(
+            false, "unknown version option '" << opt << "' (waves=N, chunk=MiB, nopdl, splits=N)");
       v.label += ":" + opt;
     }
     out.push_back(v);
@@ -347,8 +352,7 @@ class Bench {
     ref::PagedCase vc = ref::make_paged_case(vs);
     DevCase vd(vc);
     const ref::DecodeOutputs tight = ref::reference_decode(vc);
-    gpu::v4_tuning() = ver.tuning;
-    const RunResult r = run(vc, vd, ver.id);
+    const RunResult r = run(vc, vd, ver.id, ver.tuning);
     Validation v;
     ErrorStats st;
     v.ok = r.supported &&
@@ -428,29 +432,27 @@ class Bench {
     for (const auto& ver : versions) {
       BenchRow row;
       row.pt = pt, row.version = ver.label, row.bytes = bytes;
-      gpu::v4_tuning() = ver.tuning;
-      const std::string why = gpu::decode_unsupported_reason(a, ver.id);
+      const std::string why = gpu::decode_unsupported_reason(a, ver.id, ver.tuning);
       if (!why.empty()) {
         row.status = "skipped", row.reason = why;
         rows.push_back(row);
         continue;
       }
       const Validation val = validate(pt, ver);
-      gpu::v4_tuning() = ver.tuning;
       row.rel_l2 = val.rel_l2;
       if (!val.ok) {
         row.status = "failed", row.reason = "validation failed";
         rows.push_back(row);
         continue;
       }
-      const size_t ws = gpu::decode_workspace_bytes(a, ver.id);
+      const size_t ws = gpu::decode_workspace_bytes(a, ver.id, ver.tuning);
       gpu::DeviceBuffer w(std::max<size_t>(ws, 16));
       gpu::bench::TimingOptions o = opt_;
       o.graph = pt.graph;
       o.cold_l2 = !pt.graph;
       // The full-size launch must produce finite outputs (a cheap whole-batch sanity check).
       dout.fill_bytes(0xFF);
-      gpu::decode_attention(a, ver.id, w.data(), ws, nullptr);
+      gpu::decode_attention(a, ver.id, ver.tuning, w.data(), ws, nullptr);
       KVLAB_CUDA_CHECK(cudaDeviceSynchronize());
       const auto o16 = dout.download<uint16_t>();
       const std::vector<float> of = ref::to_float(o16.data(), DType::kBF16, o16.size());
@@ -463,7 +465,10 @@ class Bench {
         continue;
       }
       const auto tm = gpu::bench::time_kernel(
-          [&](cudaStream_t st_) { gpu::decode_attention(a, ver.id, w.data(), ws, st_); }, o);
+          [&](cudaStream_t st_) {
+            gpu::decode_attention(a, ver.id, ver.tuning, w.data(), ws, st_);
+          },
+          o);
       row.status = "ok";
       row.median_us = tm.median_us, row.q1_us = tm.q1_us, row.q3_us = tm.q3_us,
       row.rel_iqr = tm.rel_iqr, row.reps = tm.reps;
@@ -472,7 +477,6 @@ class Bench {
       row.pct_sheet = sheet_ > 0 ? 100 * row.gbps * 1e9 / sheet_ : 0;
       rows.push_back(row);
     }
-    gpu::v4_tuning() = gpu::V4Tuning{};
     return rows;
   }
 
