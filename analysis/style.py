@@ -62,6 +62,8 @@ VERSION_COLORS = {
     "v3_flash_decoding": "#1f77b4",
     "v4_mma_decode": "#ff7f0e",
     "v5_mma_decode_2stage": "#2ca02c",
+    "v6_stream_k_decode": "#843c39",
+    "auto": "#000000",  # version = auto (the kernels' per-shape pick)
     "peer:sdpa_cudnn": "#d62728",
     "peer:sdpa_flash": "#9467bd",
     "peer:sdpa_efficient": "#7f7f7f",
