@@ -12,7 +12,8 @@
 #   smoke.log                 DecodeV6 smoke tests (first, in their own process: a fault of
 #                             the new kernel cannot take the other suites with it)
 #   tests.log                 every decode test suite, all versions (Curated, Small, Edge,
-#                             Registry, BadInput, V4, V6)
+#                             Registry, BadInput, V4, V6), and the decode step (whose default
+#                             attention version is the highest id that supports the cache: v6)
 #   memcheck.log racecheck.log  compute-sanitizer on small cases (v6-focused + Small bf16)
 #   perf_v45.h5 perf_v6.h5    experiments/configs/perf_kernels.ini: v4+v5, then v6+auto
 #   sweep_*.log               their logs
@@ -53,7 +54,7 @@ V6_OK=$?
 
 # 2. The decode suites over every registered version.
 step tests 45 "$BIN/gpu_tests" \
-  --gtest_filter='Curated/*:Small/*:DecodeEdge.*:DecodeRegistry.*:DecodeBadInput.*:DecodeV4.*:DecodeV6.*'
+  --gtest_filter='Curated/*:Small/*:DecodeEdge.*:DecodeRegistry.*:DecodeBadInput.*:DecodeV4.*:DecodeV6.*:StepEngine.EveryVariantMatchesTheReference'
 
 # 3. compute-sanitizer on small cases.
 step memcheck 35 compute-sanitizer --tool memcheck --print-limit 10 --error-exitcode 1 "$BIN/gpu_tests" \
