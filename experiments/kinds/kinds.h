@@ -21,5 +21,6 @@ std::unique_ptr<Bench> make_model_quality_bench();
 std::unique_ptr<Bench> make_decode_attention_bench();
 std::unique_ptr<Bench> make_append_bench();
 std::unique_ptr<Bench> make_bandwidth_bench();
+std::unique_ptr<Bench> make_prefill_attention_bench();
 
 }  // namespace kvlab::exp
