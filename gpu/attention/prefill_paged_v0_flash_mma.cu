@@ -47,7 +47,7 @@
 #include <string>
 
 #include "gpu/attention/prefill_impl.h"
-#include "gpu/attention/v4_mma_ptx.cuh"
+#include "gpu/attention/mma_ptx.cuh"
 #include "gpu/core/cuda_check.h"
 #include "gpu/dispatch.cuh"
 #include "reference/layout/layout_names.h"
