@@ -16,9 +16,11 @@
 #include "experiments/bench/registry.h"
 #include "experiments/build_info.h"
 #include "experiments/calibrate/calibrate.h"
+#include "experiments/cli/summary.h"
 #include "experiments/h5/durable.h"
 #include "experiments/h5/file_io.h"
 #include "experiments/h5/h5.h"
+#include "experiments/model/model_cli.h"
 #include "experiments/results/merge.h"
 #include "experiments/results/provenance.h"
 #include "experiments/results/result_file.h"
@@ -53,6 +55,8 @@ const char* kSubcommands[][2] = {
     {"merge", "merge shard result files into one"},
     {"check", "verify result files: schema, sweep identity, every checksum"},
     {"recover", "undo an interrupted commit of a result file, then check it"},
+    {"model", "real models: import a GGUF, info, generate, dump K/V (kvlab model --help)"},
+    {"summary", "the results of a file as a short table (Markdown, JSON)"},
 };
 
 void usage(std::ostream& os) {
@@ -198,6 +202,8 @@ int cmd_sweep(const std::vector<std::string>& args, const std::vector<std::strin
       validate_only ? "also keep the records in this HDF5 file"
                     : "result file (default: the config's `out`)");
   add_sweep_selection(d);
+  d.add_options()("markdown", po::value<std::string>(), "also write the results summary (Markdown) here")(
+      "json", po::value<std::string>(), "also write the results summary (JSON) here");
   d.add_options()("dry-run,n", "list the points and a time estimate; run nothing")(
       "progress", po::value<std::string>()->default_value("auto"), "auto | bar | plain | none")(
       "log-prefix", po::value<std::string>()->default_value(""),
@@ -301,8 +307,16 @@ int cmd_sweep(const std::vector<std::string>& args, const std::vector<std::strin
     if (opt.workers > 1 && vm.count("shard"))
       throw InvalidArgument("--shard and --workers/--gpus do not combine");
   }
+  const std::string md = vm.count("markdown") ? vm["markdown"].as<std::string>() : "";
+  const std::string js = vm.count("json") ? vm["json"].as<std::string>() : "";
+  check_summary_outputs(md, js);
+  const bool worker = !opt.serve_identity.empty() || !opt.log_prefix.empty();
   // A worker's stdout is its pipe to the parent: its log goes to stderr.
-  const int rc = run_sweep(spec, opt, opt.serve_identity.empty() ? out : std::cerr);
+  const int rc = run_sweep(spec, opt, worker ? std::cerr : out);
+  // Workers leave the summary to the parent, which reads the merged file; a run that was
+  // refused or failed to write has no file to summarize.
+  if (!opt.dry_run && !worker && rc != kExitBadInput && rc != kExitIoError)
+    summary_after_sweep(opt.out.empty() ? spec.out : opt.out, md, js, out);
   if (!temp_out.empty()) unlink(temp_out.c_str());
   return rc;
 }
@@ -590,6 +604,8 @@ int cli_main(int argc, const char* const* argv, std::ostream& out, std::ostream&
     if (cmd == "merge") return cmd_merge(args, out);
     if (cmd == "recover") return cmd_recover(args, out);
     if (cmd == "check") return cmd_check(args, out);
+    if (cmd == "model") return cmd_model(args, out, err);
+    if (cmd == "summary") return cmd_summary(args, out);
     err << "kvlab: unknown subcommand '" << cmd << "'\n";
     usage(err);
     return kExitBadInput;

@@ -19,10 +19,15 @@
 // entries mod 64 (the pages are identical copies). Which sequences were checked is in the
 // record (validated_seqs, label `validation`). A failing check ends the point as failed,
 // untimed.
-// Timing (gpu/bench, the sweep's [timing] options; CUDA-graph replay with graph = on):
-// median / quartiles / IQR of the samples; bandwidth from the minimum bytes: Q + the
-// attended K and V at storage precision + their per-token / block scales + O; as % of the
-// read ceiling measured at the start of the run and of the device's datasheet peak.
+// version = auto: gpu::choose_decode (gpu/attention/decode_auto.h) picks the version and
+// split for the point's shape from the calibration table; the row records the pick
+// (picked_version, picked_splits, label `picked` with the basis). num_splits forces a split
+// count (0: the version's or auto's own plan).
+// Timing (gpu/bench, the sweep's [timing] options; CUDA-graph replay with graph = on),
+// recorded by record_timing (experiments/bench/bench.h): median / quartiles / IQR of the
+// samples, how they were taken, and the bandwidth of the minimum bytes (Q + the attended K
+// and V at storage precision + their per-token / block scales + O, the working set) as % of
+// the read ceiling measured at the start of the run and of the device's datasheet peak.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -43,6 +48,7 @@
 #if defined(KVLAB_HAVE_CUDA)
 #include "experiments/run/gpu_hooks.h"
 #include "gpu/attention/decode.h"
+#include "gpu/attention/decode_auto.h"
 #include "gpu/bench/harness.h"
 #include "gpu/core/device_buffer.h"
 #include "gpu/core/device_tables.h"
@@ -295,7 +301,10 @@ class DecodeAttentionBench : public Bench {
     version.type = AxisType::kEnum;
     for (const auto& v : gpu::decode_versions()) version.choices.push_back(v.name);
     version.default_value = version.choices.empty() ? "" : version.choices.back();  // the newest
-    version.doc += " (default: the newest; all = every version)";
+    version.choices.push_back("auto");
+    version.doc +=
+        " (default: the newest; auto: picked per shape from the calibration table; all = every "
+        "version and auto)";
 #else
     version.doc += " (built without CUDA: any name, recorded as skipped)";
 #endif
@@ -323,6 +332,10 @@ class DecodeAttentionBench : public Bench {
          "off",
          {"off", "on"},
          "time by CUDA-graph replay (launch-bound points; also when [timing] graph = true)"},
+        AxisSpec{"num_splits", AxisType::kInt, "0", {},
+                 "plan knob: forced KV splits per item (v4, v5) or persistent blocks per item "
+                 "(v6); 0: the version's (or auto's) plan"}
+            .range(0, 1000000),
         version,
     };
   }
@@ -335,26 +348,21 @@ class DecodeAttentionBench : public Bench {
     return key;
   }
   std::vector<MetricSpec> metrics() const override {
-    return {{"median_us", "us", "median time per call"},
-            {"q1_us", "us", "first quartile"},
-            {"q3_us", "us", "third quartile"},
-            {"rel_iqr", "", "(q3 - q1) / median"},
-            {"min_us", "us", "fastest sample"},
-            {"reps", "", "timed samples"},
-            {"converged", "", "1 when rel_iqr reached the [timing] target"},
-            {"min_bytes", "B", "Q + attended K/V at storage precision + scales + O"},
-            {"bytes_per_s", "B/s", "min_bytes / median"},
-            {"pct_read_ceiling", "%", "bytes_per_s / the read ceiling measured in this run"},
-            {"pct_datasheet", "%", "bytes_per_s / the device's datasheet peak"},
-            {"max_abs_err", "", "validated outputs: max |gpu - reference|"},
-            {"rel_l2", "", "validated outputs: ||gpu - reference|| / ||reference||"},
-            {"nmse", "", "validated outputs: normalized MSE"},
-            {"max_ulp", "", "validated outputs: max distance in BF16 ULPs"},
-            {"violations", "", "validated outputs outside the tolerance table's bound"},
-            {"lse_max_abs_err", "", "validated LSE: max |gpu - reference|"},
-            {"nonfinite_out", "", "non-finite values in the whole output (every sequence)"},
-            {"validated_seqs", "", "sequences compared with the reference"},
-            {"guards_intact", "", "1 when the guard regions around O and LSE are untouched"}};
+    std::vector<MetricSpec> m = {
+        {"min_bytes", "B", "Q + attended K/V at storage precision + scales + O"},
+        {"max_abs_err", "", "validated outputs: max |gpu - reference|"},
+        {"rel_l2", "", "validated outputs: ||gpu - reference|| / ||reference||"},
+        {"nmse", "", "validated outputs: normalized MSE"},
+        {"max_ulp", "", "validated outputs: max distance in BF16 ULPs"},
+        {"violations", "", "validated outputs outside the tolerance table's bound"},
+        {"lse_max_abs_err", "", "validated LSE: max |gpu - reference|"},
+        {"nonfinite_out", "", "non-finite values in the whole output (every sequence)"},
+        {"validated_seqs", "", "sequences compared with the reference"},
+        {"guards_intact", "", "1 when the guard regions around O and LSE are untouched"},
+        {"picked_version", "", "version = auto: the registry id it ran"},
+        {"picked_splits", "", "version = auto: the split it forced (0: the version's plan)"}};
+    for (auto& t : timing_metric_specs(CeilingKind::kRead)) m.push_back(std::move(t));
+    return m;
   }
   double estimate_seconds(const Point& p, const RunContext& ctx) const override {
     const double tokens = static_cast<double>(p.integer("batch")) * p.integer("context");
@@ -366,23 +374,35 @@ class DecodeAttentionBench : public Bench {
     const uint64_t seed = ctx.seed * 1000003ull + static_cast<uint64_t>(p.integer("seed"));
     std::string key;
     for (const auto& [a, v] : p.axes)
-      if (a != "version" && a != "graph") key += a + "=" + v + ",";
+      if (a != "version" && a != "graph" && a != "num_splits") key += a + "=" + v + ",";
     key += std::to_string(seed);
     if (!case_ || case_->key != key) {
       case_.reset();  // free the previous pools first
       case_ = build_case(p, key, seed, ctx.cpu_threads);
     }
     DecodeCase& c = *case_;
-    const int id = version_id(p.str("version"));
-    const std::string why = gpu::decode_unsupported_reason(c.args, id);
+    gpu::DecodeTuning tuning;
+    tuning.num_splits = static_cast<int>(p.integer("num_splits"));
+    const bool is_auto = p.str("version") == "auto";
+    int id = -1;
+    std::string picked;
+    if (is_auto) {
+      const gpu::DecodeChoice ch = gpu::choose_decode(c.args);
+      id = ch.version;
+      if (tuning.num_splits == 0) tuning = ch.tuning;
+      picked = gpu::decode_version(id).name + ": " + ch.basis;
+    } else {
+      id = version_id(p.str("version"));
+    }
+    const std::string why = gpu::decode_unsupported_reason(c.args, id, tuning);
     if (!why.empty()) return Record::skipped(why);
-    const size_t ws = gpu::decode_workspace_bytes(c.args, id);
+    const size_t ws = gpu::decode_workspace_bytes(c.args, id, tuning);
     gpu::DeviceBuffer work(ws);
 
     // Validate: one launch, outputs pre-filled with NaN.
     c.o.fill_bytes(0xFF);
     c.lse.fill_bytes(0xFF);
-    gpu::decode_attention(c.args, id, work.data(), ws, nullptr);
+    gpu::decode_attention(c.args, id, tuning, work.data(), ws, nullptr);
     KVLAB_CUDA_CHECK(cudaDeviceSynchronize());
     const int hq = c.args.num_qo_heads, d = c.args.kv.geom.head_dim;
     const auto o16 = c.o.download<uint16_t>();
@@ -416,6 +436,11 @@ class DecodeAttentionBench : public Bench {
     r.metric("guards_intact", guards ? 1.0 : 0.0);
     r.metric("min_bytes", c.bytes);
     r.label("validation", c.validation);
+    if (is_auto) {
+      r.metric("picked_version", id);
+      r.metric("picked_splits", tuning.num_splits);
+      r.label("picked", picked);
+    }
     std::string fail;
     if (!ok_o)
       fail = "O: " + explain_failure(st, tol);
@@ -435,24 +460,9 @@ class DecodeAttentionBench : public Bench {
 
     // Time the same configuration.
     const gpu::bench::Timing t = gpu::bench::time_kernel(
-        [&](cudaStream_t s) { gpu::decode_attention(c.args, id, work.data(), ws, s); },
+        [&](cudaStream_t s) { gpu::decode_attention(c.args, id, tuning, work.data(), ws, s); },
         to_harness(ctx.timing_cfg, p.str("graph") == "on" || ctx.timing_cfg.graph));
-    const double bps = t.median_us > 0 ? c.bytes / (t.median_us * 1e-6) : 0;
-    r.metric("median_us", t.median_us);
-    r.metric("q1_us", t.q1_us);
-    r.metric("q3_us", t.q3_us);
-    r.metric("rel_iqr", t.rel_iqr);
-    r.metric("min_us", t.min_us);
-    r.metric("reps", t.reps);
-    r.metric("converged", t.converged ? 1.0 : 0.0);
-    r.metric("bytes_per_s", bps);
-    r.metric("pct_read_ceiling",
-             ctx.read_ceiling_bytes_per_s > 0 ? 100 * bps / ctx.read_ceiling_bytes_per_s : NAN);
-    r.metric("pct_datasheet", ctx.peak_bytes_per_s > 0 ? 100 * bps / ctx.peak_bytes_per_s : NAN);
-    r.label("timing", std::string(t.cold_l2 ? "cold L2" : "warm L2") +
-                          (t.graph ? ", CUDA graph" : ", eager"));
-    r.traces.push_back(
-        samples_trace("samples_us", "every timed sample (us per call)", t.samples_us));
+    record_timing(&r, t, {c.bytes, CeilingKind::kRead}, ctx);
     return r;
 #else
     (void)p;

@@ -34,6 +34,8 @@
 
 #include "reference/attention/args.h"
 #include "reference/step/decoder_config.h"
+#include "reference/step/decoder_weights.h"
+#include "sim/serve/step_batch.h"
 
 namespace kvlab::gpu {
 
@@ -73,6 +75,14 @@ struct ExecutorOptions {
   std::vector<int> graph_buckets;  // empty: 1, 2, 4, ... and max_batch
   float k_scale = 1.0f;            // pool scales of kFP8E4M3 / kFP8E5M2 / kNVFP4 caches
   float v_scale = 1.0f;
+  // Per-layer pool scales (empty: k_scale / v_scale for every layer; else one per layer), e.g.
+  // calibrated from a real model's K/V amax.
+  std::vector<float> layer_k_scales, layer_v_scales;
+  // Serving: > 0 makes the cache ONE pool of pool_blocks blocks whose block tables the caller
+  // gives with every step (serving_step: the tables sim::Engine's allocator hands out), with
+  // max_batch token rows per step and ceil(max_context / block_size) table columns. 0: every
+  // sequence reserves ceil(max_context / block_size) blocks at start() (the decode benches).
+  int pool_blocks = 0;
 };
 
 class DecodeStepExecutor {
@@ -80,6 +90,11 @@ class DecodeStepExecutor {
   // Validates (InvalidArgument), checks free device memory (Unsupported when the weights,
   // cache and buffers do not fit), allocates and generates the weights.
   DecodeStepExecutor(const DecoderConfig& cfg, const ExecutorOptions& opt);
+  // The same with the given weights uploaded instead of generated (a real model's, read by
+  // experiments/model/model_file.h; validate(weights, cfg) must hold). A tied LM head is
+  // uploaded as a copy of the embedding.
+  DecodeStepExecutor(const DecoderConfig& cfg, const ExecutorOptions& opt,
+                     const DecoderWeights& weights);
   ~DecodeStepExecutor();
   DecodeStepExecutor(const DecodeStepExecutor&) = delete;
   DecodeStepExecutor& operator=(const DecodeStepExecutor&) = delete;
@@ -116,6 +131,34 @@ class DecodeStepExecutor {
   // picks the fastest (ms per call over `reps` calls) and returns its id.
   int autotune_attention(int reps);
 
+  // ---- Serving (pool_blocks > 0): one step scheduled by sim::Engine ----------------------
+  // Executes `batch` (sim/serve/step_batch.h: decode rows first, then prefill chunks): its
+  // rows, positions, slots, lengths and tables go up in one copy; the fused step runs every
+  // row through the GEMMs, RoPE + append into the pool, decode attention (registry) over the
+  // decode rows and paged prefill attention (prefill.h) over the chunks; the LM head and
+  // greedy sampling run over the sampled rows; the sampled tokens come back into *sampled
+  // (one per batch.sample_rows entry; synchronizes). With use_graph a decode-only batch
+  // replays the CUDA graph of its bucket (padding rows: position -1, slot -1, length 0),
+  // captured by warm_up_serving(). Returns the device milliseconds between the step's first
+  // and last operation. InvalidArgument for a batch that does not fit the options.
+  double serving_step(const sim::StepBatch& batch, bool use_graph, std::vector<int32_t>* sampled);
+  // Captures the serving graph of every bucket (use_graph) and runs one eager mixed step, so a
+  // measured run pays neither capture nor first-launch costs. Leaves the pool's contents
+  // undefined (a run writes every slot before reading it).
+  void warm_up_serving(bool use_graph);
+  // The parts of the last serving_step's batch again, alone and in its state, `reps` times
+  // each (median milliseconds over all layers): the calibration of sim's serving step model.
+  struct ServingPartTimes {
+    int rows = 0, lm_rows = 0;  // rows the GEMMs and the LM head ran (graph: the bucket)
+    double gemm_ms = 0, lm_head_ms = 0, decode_attn_ms = 0, prefill_attn_ms = 0;
+  };
+  ServingPartTimes time_serving_parts(const sim::StepBatch& batch, bool use_graph, int reps);
+  // Logits [sampled rows, vocab] of the last serving_step, in batch.sample_rows order.
+  std::vector<float> serving_logits(const sim::StepBatch& batch) const;
+  bool serving_graph_for(const sim::StepBatch& batch, bool use_graph) const {
+    return use_graph && batch.decode_only() && batch.num_decode > 0;
+  }
+
   void synchronize() const;
   std::vector<float> logits() const;            // [batch, vocab] of the last step
   std::vector<int32_t> sampled_tokens() const;  // [batch]
@@ -146,6 +189,8 @@ class DecodeStepExecutor {
 
  private:
   void allocate_state();
+  void init(const DecoderWeights* weights);
+  void ensure_serving_buffers();
   DecoderConfig cfg_;
   ExecutorOptions opt_;
   int batch_ = 0;
