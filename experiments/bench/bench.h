@@ -54,7 +54,9 @@ struct AxisSpec {
   int64_t min = 0;
   int64_t max = std::numeric_limits<int32_t>::max();
   bool pow2 = false;
-  double lo = 0, hi = std::numeric_limits<double>::infinity();
+  // A float axis that declares no range still has a finite one: a value whose text the
+  // canonical form would round (2^63 as 9.22e18) is refused, not run as another value.
+  double lo = 0, hi = 1e12;
   bool lo_open = false;
   std::function<std::string(const std::string&)> check;
 

@@ -125,12 +125,18 @@ def test_a_file_written_from_python_carries_the_same_integrity_data(run, small_r
     """A peer writer's file (schema-1 layout from h5py, no groups) sealed by the helper is
     accepted by `kvlab check` and `kvlab merge`, and a changed byte in it is found."""
     sys.path.insert(0, os.path.join(ROOT, "experiments", "peers"))
-    import decode_peers
+    import peer_results
     rows = [dict(target="K1", layout="contiguous", kv_format="bf16", lengths="uniform", graph="off",
                  version="peer:sdpa", head_dim=128, block_size=16, num_kv_heads=8, gqa_group=4, batch=b,
                  context=4096, seed=0, status="ok", reason="", median_us=10.0 + b) for b in (1, 2, 4)]
     peer = tmp_path / "peer.h5"
-    decode_peers.write_h5(str(peer), rows, {"device": "H100"}, ["decode_peers.py"], "2026-01-01T00:00:00Z")
+    axes = ["target", "layout", "kv_format", "lengths", "graph", "version", "head_dim", "block_size",
+            "num_kv_heads", "gqa_group", "batch", "context", "seed"]
+    numeric = {"head_dim", "block_size", "num_kv_heads", "gqa_group", "batch", "context", "seed"}
+    for r in rows:
+        r.update(study="peers", kind="decode_attention")
+    peer_results.write_result_file(str(peer), rows, {"device_name": "H100"}, axes, numeric, ["median_us"], [],
+                                   run={"started_utc": "2026-01-01T00:00:00Z", "argv": "test"}, seal=False)
     r = run("check", peer)
     assert r.returncode == 0 and "NOT VERIFIED" in r.stdout, r.stdout
     assert run("check", "--strict", peer).returncode == 1
@@ -147,6 +153,11 @@ def test_a_file_written_from_python_carries_the_same_integrity_data(run, small_r
     with h5py.File(peer, "r+") as f:
         f["index/median_us"][1] = 99.0
     assert run("check", peer).returncode == 1 and not ri.verify(str(peer)).ok
+    # The peer writer seals by default: its files verify as written.
+    sealed = tmp_path / "sealed.h5"
+    peer_results.write_result_file(str(sealed), rows, {"device_name": "H100"}, axes, numeric, ["median_us"], [])
+    r = run("check", "--strict", sealed)
+    assert r.returncode == 0 and "intact" in r.stdout, r.stdout
 
 
 def test_output_paths_are_followed_or_refused(run, small_config, tmp_path):
