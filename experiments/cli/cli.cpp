@@ -503,6 +503,8 @@ bool print_check(const std::string& path, std::ostream& out, bool strict) {
             "): run `kvlab recover " + path + "`";
   } else if (!h5::File::is_hdf5(path)) {
     fatal = "not an HDF5 file (its header is damaged or it is not a result file)";
+  } else if (const std::string crash = probe_result_file(path); !crash.empty()) {
+    fatal = crash;
   } else {
     try {
       const h5::File f = h5::File::open(path);

@@ -75,6 +75,8 @@ std::unique_ptr<Input> open_input(const std::string& path, const MergeOptions& o
     throw ResultFileError("merge: " + path + " is not an HDF5 file (corrupt or truncated)");
   auto in = std::make_unique<Input>();
   in->path = path;
+  const std::string crash = probe_result_file(path);
+  if (!crash.empty()) throw ResultFileError("merge: " + path + " is damaged: " + crash);
   try {
     in->file = h5::File::open(path);
   } catch (const h5::Error& e) {

@@ -1,7 +1,12 @@
 // result_file.cpp: the kvlab result file (see result_file.h for the schema).
 #include "experiments/results/result_file.h"
 
+#include <cerrno>
+#include <csignal>
 #include <cstdio>
+#include <cstring>
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "experiments/bench/registry.h"
@@ -91,6 +96,31 @@ void ResultFile::check_schema(const h5::File& f, const std::string& path) {
                           std::to_string(kSchemaVersion));
   if (!f.is_group("index"))
     throw ResultFileError(path + " lacks /index: not a complete kvlab result file");
+}
+
+std::string probe_result_file(const std::string& path) {
+  const pid_t pid = fork();
+  if (pid < 0) return "";  // no probe possible: the in-process check still runs
+  if (pid == 0) {
+    // The child reads only and leaves by _exit: no HDF5 close, no atexit handler, no core file.
+    const struct rlimit no_core {0, 0};
+    setrlimit(RLIMIT_CORE, &no_core);
+    signal(SIGPIPE, SIG_DFL);
+    try {
+      const h5::File f = h5::File::open(path);
+      (void)check_result_file(f, path);
+    } catch (...) {
+    }
+    _exit(0);
+  }
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0)
+    if (errno != EINTR) return "";
+  if (WIFSIGNALED(status))
+    return std::string("the HDF5 library crashed reading it (signal ") +
+           std::to_string(WTERMSIG(status)) + ", " + strsignal(WTERMSIG(status)) +
+           "): its internal structures are damaged";
+  return "";
 }
 
 FileCheck check_result_file(const h5::File& f, const std::string& path) {
@@ -227,6 +257,9 @@ std::unique_ptr<ResultFile> ResultFile::open(const std::string& path, h5::Durabl
     throw ResultFileError(
         path + " is not an HDF5 file (corrupt or truncated header); it was left untouched");
   {
+    const std::string crash = probe_result_file(path);
+    if (!crash.empty())
+      throw ResultFileError(path + " is damaged: " + crash + "; it was left untouched");
     // Read-only first: a file of another schema is never opened for writing.
     h5::File ro;
     try {

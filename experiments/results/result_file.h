@@ -105,6 +105,12 @@ struct FileCheck {
 // Verifies a result file opened by the caller: the schema, the root attributes, the identity,
 // every index row and the group it names, the /runs rows. Reports, never throws for damage.
 FileCheck check_result_file(const h5::File& f, const std::string& path);
+// Opens and checks the file at `path` in a forked child first: "" when the child finished
+// (intact or not), else why it died. The HDF5 library can crash on damaged internal structures
+// (seen: a SIGSEGV in its global heap reader on a few changed bytes), so every reader of an
+// existing file (check, recover, --resume, merge, worker files) probes it before opening it
+// in-process: a crash becomes a report of damage, never a crash of kvlab.
+std::string probe_result_file(const std::string& path);
 
 class ResultFile {
  public:

@@ -140,6 +140,9 @@ class LineReader {
 // A verified result file's keys; its identity must equal `id` unless allow_mixed.
 std::set<std::string> verified_keys(const std::string& path, const SweepIdentity& id,
                                     bool allow_mixed) {
+  const std::string crash = probe_result_file(path);
+  if (!crash.empty())
+    throw ResultFileError(path + " is damaged: " + crash + "; nothing was written");
   h5::File f;
   try {
     f = h5::File::open(path);

@@ -121,6 +121,29 @@ def test_check_recover_and_the_python_helper_agree(run, small_results, tmp_path)
     assert data(bad) == before
 
 
+def test_damage_that_crashes_the_hdf5_library_is_reported_not_crashed_on(run, small_config, small_results,
+                                                                        tmp_path):
+    """A huge object size in the global heap that holds the string cells makes HDF5 1.10 read
+    past its buffer (SIGSEGV in H5HG_read): check, recover, --resume and merge probe the file in a
+    child process and report the damage with their usual exit codes, the file untouched."""
+    import struct
+    b = bytearray(data(small_results))
+    gcol = b.find(b"GCOL")
+    assert gcol > 0
+    struct.pack_into("<Q", b, gcol + 24, 0x7FFFFFFF)  # object 1: index, refcount, reserved, size
+    bad = tmp_path / "heap.h5"
+    bad.write_bytes(bytes(b))
+    r = run("check", bad)
+    assert r.returncode == 1 and "DAMAGED" in r.stdout and "crashed" in r.stdout, r.stdout + r.stderr
+    r = run("recover", bad)
+    assert r.returncode == 1 and "damaged" in r.stdout.lower(), r.stdout + r.stderr
+    r = run("sweep", small_config, "--out", bad, "--resume", "--progress", "none", "--no-fsync")
+    assert r.returncode == 2 and "crashed" in r.stderr, r.stderr
+    r = run("merge", "--out", tmp_path / "m.h5", small_results, bad)
+    assert r.returncode == 2 and "crashed" in r.stderr and not os.path.exists(tmp_path / "m.h5"), r.stderr
+    assert data(bad) == bytes(b)
+
+
 def test_a_file_written_from_python_carries_the_same_integrity_data(run, small_results, tmp_path):
     """A peer writer's file (schema-1 layout from h5py, no groups) sealed by the helper is
     accepted by `kvlab check` and `kvlab merge`, and a changed byte in it is found."""
