@@ -103,6 +103,7 @@ class Table:
         self.corrupt = self.corrupt_harmless = self.corrupt_detected = 0
         self.bytes_before = self.bytes_after = None
         self.bytes_note = ""
+        self.bytes_growth = None
         self.failures = []
 
     def fail(self, what):
@@ -505,8 +506,8 @@ def section_disk(t: Table, work):
 
 
 # ---- bytes per point ------------------------------------------------------------------------------
-def run_io(cfg_args, out, env):
-    r = kvlab("sweep", *cfg_args, "--out", out, "--progress", "none", env=env, timeout=3600)
+def run_io(cfg_args, out, env, extra=()):
+    r = kvlab("sweep", *cfg_args, "--out", out, "--progress", "none", *extra, env=env, timeout=3600)
     if r.returncode != 0:
         raise RuntimeError(r.stderr)
     with h5py.File(out, "r") as f:
@@ -535,6 +536,19 @@ def section_bytes(t: Table, work, full):
                     f"{res['auto'][1]} points, a {res['auto'][2] / 1e6:.1f} MB file")
     if not t.bytes_after < t.bytes_before / 5:
         t.fail(f"in-place commits wrote {t.bytes_after:.0f} B per point, the whole-file rewrite {t.bytes_before:.0f}")
+    # O(point), not O(file): the same points in a file 4x as long cost the same per point.
+    per = {}
+    for hi in (800, 3200):
+        cfg = os.path.join(d, f"flow{hi}.ini")
+        with open(cfg, "w") as f:
+            f.write(FLOW_INI.format(hi=hi))
+        written, points, size = run_io([cfg], os.path.join(d, f"flow{hi}.h5"), dict(os.environ), ("--no-fsync",))
+        per[hi] = written / points
+        print(f"[bytes] in place, {points} points, file {size / 1e6:.1f} MB: {per[hi] / 1e3:.1f} KB per point",
+              flush=True)
+    t.bytes_growth = per[3200] / per[800]
+    if t.bytes_growth > 1.5:
+        t.fail(f"bytes per point grow with the file: {per[800]:.0f} B at 300 points, {per[3200]:.0f} B at 1200")
 
 
 def main(argv):
@@ -573,7 +587,8 @@ def main(argv):
               f"unused bytes) |")
     if "bytes" in sections:
         print(f"| bytes written per point, before and after | {t.bytes_before / 1e3:.1f} KB -> "
-              f"{t.bytes_after / 1e3:.1f} KB ({t.bytes_note}) |")
+              f"{t.bytes_after / 1e3:.1f} KB ({t.bytes_note}); in place, a 4x longer file: "
+              f"{t.bytes_growth:.2f}x per point |")
     if t.failures:
         print(f"\n{len(t.failures)} FAILURES:")
         for f in t.failures:
