@@ -70,9 +70,11 @@ void check_output_dir(const std::string& out) {
   struct stat st {};
   if (stat(dir.c_str(), &st) != 0) return;  // created later by make_parent_dirs
   if (!S_ISDIR(st.st_mode))
-    throw ResultFileError("cannot create the output directory " + dir + ": it is not a directory");
+    throw ResultFileError("cannot write the result file " + out + ": its output directory " + dir +
+                          " is not a directory");
   if (access(dir.c_str(), W_OK | X_OK) != 0)
-    throw ResultFileError("the output directory " + dir + " is not writable");
+    throw ResultFileError("cannot write the result file " + out + ": its output directory " + dir +
+                          " is not writable");
 }
 
 int default_threads(int workers) {
