@@ -12,7 +12,7 @@
 #include <cmath>
 
 #include "gpu/core/cuda_check.h"
-#include "gpu/step/kv_store.cuh"
+#include "gpu/quant/append.cuh"
 #include "reference/core/error.h"
 #include "reference/formats/formats.h"
 #include "reference/layout/layout_names.h"
