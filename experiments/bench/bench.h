@@ -145,4 +145,16 @@ class Bench {
   virtual double estimate_seconds(const Point& p, const RunContext& ctx) const = 0;
 };
 
+// The seed of a point's inputs: the run seed (the config's `seed`, --seed) mixed with the
+// point's own `seed` axis, so that one run seed gives every point its own inputs and a
+// point's inputs change with either. (calibrate/decode_records.cpp recomputes the inputs of
+// recorded decode_attention points with it.)
+inline uint64_t mix_seed(uint64_t run_seed, int64_t point_seed) {
+  return run_seed * 1000003ull + static_cast<uint64_t>(point_seed);
+}
+// mix_seed of the run and the point's `seed` axis.
+inline uint64_t point_seed(const RunContext& ctx, const Point& p) {
+  return mix_seed(ctx.seed, p.integer("seed"));
+}
+
 }  // namespace kvlab::exp

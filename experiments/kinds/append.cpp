@@ -255,7 +255,7 @@ class AppendBench : public Bench {
   }
   Record run(const Point& p, RunContext& ctx) override {
 #if defined(KVLAB_HAVE_CUDA)
-    const uint64_t seed = ctx.seed * 1000003ull + static_cast<uint64_t>(p.integer("seed"));
+    const uint64_t seed = point_seed(ctx, p);
     const int64_t tokens = p.integer("tokens");
     const int64_t nv = std::min(tokens, kMaxValidatedTokens);
     // Byte-exactness on the host-checkable case (the point itself when small enough).

@@ -203,7 +203,7 @@ class CompressionErrorBench : public Bench {
               nq = static_cast<int>(p.integer("queries"));
     const Dsv4Variant var = dsv4_variant_of(p);
     const sim::Dsv4CacheSchema sc = schema(p);
-    const uint64_t seed = ctx.seed * 1000003ull + static_cast<uint64_t>(p.integer("seed"));
+    const uint64_t seed = point_seed(ctx, p);
     const int width = csa ? 2 * d : d;
 
     // Latents, lanes and gates.

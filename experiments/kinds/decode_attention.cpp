@@ -359,7 +359,7 @@ class DecodeAttentionBench : public Bench {
   }
   Record run(const Point& p, RunContext& ctx) override {
 #if defined(KVLAB_HAVE_CUDA)
-    const uint64_t seed = ctx.seed * 1000003ull + static_cast<uint64_t>(p.integer("seed"));
+    const uint64_t seed = point_seed(ctx, p);
     std::string key;
     for (const auto& [a, v] : p.axes)
       if (a != "version" && a != "graph") key += a + "=" + v + ",";

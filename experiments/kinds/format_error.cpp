@@ -129,7 +129,7 @@ class FormatErrorBench : public Bench {
     const Codec c = codec(p.str("format"));
     const Saturation sat =
         p.str("saturation") == "satfinite" ? Saturation::kSatFinite : Saturation::kNonSaturating;
-    const uint64_t seed = ctx.seed * 1000003ull + static_cast<uint64_t>(p.integer("seed"));
+    const uint64_t seed = point_seed(ctx, p);
     const Eigen::MatrixXf x = make_input(p.str("dist"), tokens, dim, seed);
     const float amax = x.cwiseAbs().maxCoeff();
     const float scale = p.str("scaling") == "amax" && amax > 0 ? amax / c.max_finite : 1.0f;

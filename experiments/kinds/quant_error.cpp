@@ -92,7 +92,7 @@ class QuantErrorBench : public Bench {
     const int64_t tokens = p.integer("tokens");
     const int32_t heads = static_cast<int32_t>(p.integer("heads")),
                   dim = static_cast<int32_t>(p.integer("head_dim"));
-    const uint64_t seed = ctx.seed * 1000003ull + static_cast<uint64_t>(p.integer("seed"));
+    const uint64_t seed = point_seed(ctx, p);
     const std::vector<float> x =
         ref::synth_kv(ref::synth_preset(p.str("dist"), tokens, heads, dim, seed));
     const int64_t rows = tokens * heads;
