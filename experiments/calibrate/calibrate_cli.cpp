@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "experiments/calibrate/calibrate.h"
-#include "experiments/bench/registry.h"
+#include "experiments/cli/registry.h"
 #include "experiments/h5/durable.h"
 #include "experiments/h5/h5.h"
 #include "experiments/results/result_file.h"

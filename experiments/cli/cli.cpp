@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "experiments/bench/registry.h"
-#include "experiments/build_info.h"
+#include "experiments/cli/registry.h"
+#include "experiments/results/build_info.h"
 #include "experiments/calibrate/calibrate.h"
 #include "experiments/h5/durable.h"
 #include "experiments/h5/h5.h"

@@ -17,7 +17,7 @@
 
 #include "experiments/cli/cli.h"
 #include "experiments/h5/h5.h"
-#include "experiments/run/gpu_hooks.h"
+#include "experiments/device/device.h"
 #include "reference/attention/attention.h"
 #include "reference/attention/paged_case.h"
 #include "reference/formats/formats.h"

@@ -40,7 +40,7 @@
 #include "reference/synth/synth.h"
 
 #if defined(KVLAB_HAVE_CUDA)
-#include "experiments/run/gpu_hooks.h"
+#include "experiments/device/device.h"
 #include "gpu/attention/decode.h"
 #include "gpu/bench/harness.h"
 #include "gpu/core/device_buffer.h"

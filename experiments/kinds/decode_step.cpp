@@ -26,7 +26,7 @@
 #include <numeric>
 #include <random>
 
-#include "experiments/run/gpu_hooks.h"
+#include "experiments/device/device.h"
 #include "reference/core/error.h"
 #include "reference/layout/layout_names.h"
 #include "reference/metrics/tolerance.h"

@@ -23,7 +23,7 @@
 #include <unistd.h>
 
 #include "experiments/calibrate/calibrate.h"
-#include "experiments/kinds/kind_util.h"
+#include "experiments/bench/table_trace.h"
 #include "experiments/kinds/kinds.h"
 #include "reference/core/error.h"
 #include "reference/layout/layout_names.h"

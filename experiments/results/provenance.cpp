@@ -5,7 +5,7 @@
 
 #include <ctime>
 
-#include "experiments/build_info.h"
+#include "experiments/results/build_info.h"
 #include "kvlab_git_info.h"  // generated at build time (experiments/cmake/git_info.cmake)
 
 #if defined(KVLAB_HAVE_CUDA)

@@ -4,7 +4,7 @@
 #include <cstdio>
 #include <unistd.h>
 
-#include "experiments/bench/registry.h"
+#include "experiments/cli/registry.h"
 #include "experiments/results/provenance.h"
 #include "experiments/sweep/values.h"
 

@@ -18,11 +18,11 @@
 #include <set>
 #include <sstream>
 
-#include "experiments/bench/registry.h"
+#include "experiments/cli/registry.h"
 #include "experiments/h5/durable.h"
 #include "experiments/results/merge.h"
 #include "experiments/results/result_file.h"
-#include "experiments/run/gpu_hooks.h"
+#include "experiments/device/device.h"
 #include "experiments/run/progress.h"
 #include "experiments/sweep/values.h"
 #include "reference/core/error.h"

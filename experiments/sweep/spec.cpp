@@ -9,7 +9,7 @@
 #include <set>
 #include <sstream>
 
-#include "experiments/bench/registry.h"
+#include "experiments/cli/registry.h"
 #include "experiments/sweep/values.h"
 #include "reference/core/error.h"
 

@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "experiments/bench/registry.h"
+#include "experiments/cli/registry.h"
 #include "experiments/calibrate/calibrate.h"
 #include "experiments/cli/cli.h"
 #include "experiments/h5/h5.h"

@@ -8,7 +8,7 @@
 #include <set>
 #include <string>
 
-#include "experiments/bench/registry.h"
+#include "experiments/cli/registry.h"
 #include "reference/core/error.h"
 #include "sim/core/text.h"
 #include "sim/cost/gpu_spec.h"

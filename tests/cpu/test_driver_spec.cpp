@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "experiments/bench/registry.h"
+#include "experiments/cli/registry.h"
 #include "experiments/sweep/expr.h"
 #include "experiments/sweep/spec.h"
 #include "experiments/sweep/values.h"

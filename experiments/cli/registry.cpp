@@ -1,5 +1,5 @@
 // registry.cpp: the list of benches (see registry.h).
-#include "experiments/bench/registry.h"
+#include "experiments/cli/registry.h"
 
 #include "experiments/calibrate/calibrate.h"
 #include "experiments/kinds/decode_step.h"

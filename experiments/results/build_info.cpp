@@ -1,4 +1,4 @@
-#include "experiments/build_info.h"
+#include "experiments/results/build_info.h"
 
 #if defined(KVLAB_HAVE_CUDA)
 #include <cuda_runtime_api.h>

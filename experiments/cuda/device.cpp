@@ -1,5 +1,5 @@
 // gpu_hooks.cpp: the driver's calls into the GPU side (see gpu_hooks.h).
-#include "experiments/run/gpu_hooks.h"
+#include "experiments/device/device.h"
 
 #include "experiments/results/provenance.h"
 
