@@ -1,7 +1,7 @@
 // bench.cpp: Point accessors and status names.
 #include "experiments/bench/bench.h"
 
-#include "experiments/sweep/values.h"
+#include "experiments/bench/number_text.h"
 #include "reference/core/error.h"
 
 namespace kvlab::exp {

@@ -262,7 +262,7 @@ int cmd_sweep(const std::vector<std::string>& args, const std::vector<std::strin
     if (opt.workers > 1 && vm.count("shard"))
       throw InvalidArgument("--shard and --workers/--gpus do not combine");
   }
-  const int rc = run_sweep(spec, opt, out);
+  const int rc = run_sweep(spec, registered_kinds(), opt, out);
   if (!temp_out.empty()) unlink(temp_out.c_str());
   return rc;
 }
@@ -344,7 +344,7 @@ int cmd_simulate(const std::vector<std::string>& args, const std::vector<std::st
     }
   std::vector<Point> points;
   try {
-    points = expand(spec);
+    points = expand(spec, registered_kinds());
   } catch (const InvalidArgument& e) {
     std::string m = e.what();  // overrides are reported as --axis by expand(); here they are --set
     if (const auto at = m.find("--axis"); at != std::string::npos) m.replace(at, 6, "--set");
@@ -370,7 +370,7 @@ int cmd_simulate(const std::vector<std::string>& args, const std::vector<std::st
   opt.fsync = vm.count("no-fsync") == 0;
   opt.progress = vm["progress"].as<std::string>();
   out << "simulate: " << points.front().describe() << "\n";
-  const int rc = run_sweep(spec, opt, out);
+  const int rc = run_sweep(spec, registered_kinds(), opt, out);
   // The headline numbers, read back from the file (what a reader of the file sees).
   h5::File f = h5::File::open(opt.out);
   const h5::Table index = h5::Table::open(f, "index");

@@ -1,15 +1,14 @@
-// registry.cpp: the list of benches (see registry.h).
+// registry.cpp: the list of point kinds (see registry.h).
 #include "experiments/cli/registry.h"
 
 #include "experiments/calibrate/calibrate.h"
 #include "experiments/kinds/decode_step.h"
 #include "experiments/kinds/kinds.h"
-#include "reference/core/error.h"
 
 namespace kvlab::exp {
 
-const std::vector<std::unique_ptr<Bench>>& benches() {
-  static const std::vector<std::unique_ptr<Bench>> list = [] {
+const KindList& registered_kinds() {
+  static const KindList list = [] {
     std::vector<std::unique_ptr<Bench>> v;
     v.push_back(make_quant_error_bench());
     v.push_back(make_format_error_bench());
@@ -20,25 +19,20 @@ const std::vector<std::unique_ptr<Bench>>& benches() {
     v.push_back(make_compression_error_bench());
     v.push_back(make_decode_attention_bench());
     v.push_back(make_append_bench());
-    v.push_back(make_decode_step_bench()), v.push_back(make_step_gemm_bench());  // issue #8
-    v.push_back(make_calibrate_bench());  // issue #6 fidelity (experiments/calibrate)
-    return v;
+    v.push_back(make_decode_step_bench());  // the full decode step on the GPU
+    v.push_back(make_step_gemm_bench());    // one linear layer of that step
+    v.push_back(make_calibrate_bench());    // the cost model's fidelity (experiments/calibrate)
+    return KindList(std::move(v));
   }();
   return list;
 }
 
-std::vector<std::string> bench_names() {
-  std::vector<std::string> n;
-  for (const auto& b : benches()) n.push_back(b->name());
-  return n;
+const std::vector<std::unique_ptr<Bench>>& benches() {
+  return registered_kinds().all();
 }
 
 Bench& find_bench(const std::string& name) {
-  for (const auto& b : benches())
-    if (b->name() == name) return *b;
-  std::string all;
-  for (const auto& n : bench_names()) all += (all.empty() ? "" : ", ") + n;
-  throw InvalidArgument("unknown kind '" + name + "' (known kinds: " + all + ")");
+  return registered_kinds().find(name);
 }
 
 }  // namespace kvlab::exp

@@ -18,7 +18,6 @@
 #include <set>
 #include <sstream>
 
-#include "experiments/cli/registry.h"
 #include "experiments/h5/durable.h"
 #include "experiments/results/merge.h"
 #include "experiments/results/result_file.h"
@@ -180,13 +179,14 @@ void parse_shard(const std::string& text, int* k, int* n) {
   *n = static_cast<int>(b);
 }
 
-int run_sweep(const SweepSpec& spec, const SweepOptions& opt, std::ostream& os) {
-  std::vector<Point> all = expand(spec);
+int run_sweep(const SweepSpec& spec, const KindList& kinds, const SweepOptions& opt,
+              std::ostream& os) {
+  std::vector<Point> all = expand(spec, kinds);
   // Bad input of any point (every shard checks every point: the same verdict everywhere)
   // ends the run before the output is touched.
   for (const auto& p : all) {
     try {
-      find_bench(p.kind).check_point(p);
+      kinds.find(p.kind).check_point(p);
     } catch (const InvalidArgument& e) {
       throw InvalidArgument("[" + p.study + "] " + p.kind + " point " + std::to_string(p.index) +
                             ": " + e.what());
@@ -208,7 +208,7 @@ int run_sweep(const SweepSpec& spec, const SweepOptions& opt, std::ostream& os) 
     std::map<std::string, std::pair<int64_t, double>> per_study;
     double total = 0;
     for (const auto& p : points) {
-      Bench& b = find_bench(p.kind);
+      Bench& b = kinds.find(p.kind);
       std::string note;
 #if defined(KVLAB_HAVE_CUDA)
       if (b.needs_gpu() && !ctx.device_present) note = " (skipped: no device)";
@@ -265,11 +265,11 @@ int run_sweep(const SweepSpec& spec, const SweepOptions& opt, std::ostream& os) 
     rf = ResultFile::create(out, meta, dopt);
   }
 
-  std::vector<const Bench*> kinds;
+  std::vector<const Bench*> used;
   std::set<std::string> seen;
   for (const auto& st : spec.studies)
-    if (seen.insert(st.kind).second) kinds.push_back(&find_bench(st.kind));
-  rf->declare(kinds);
+    if (seen.insert(st.kind).second) used.push_back(&kinds.find(st.kind));
+  rf->declare(used);
 
   const std::set<std::string> done = rf->finished_keys();
   std::vector<const Point*> todo;
@@ -282,7 +282,7 @@ int run_sweep(const SweepSpec& spec, const SweepOptions& opt, std::ostream& os) 
 
   rf->begin_run(meta, resumed);
   bool need_gpu = false;
-  for (const Point* p : todo) need_gpu |= find_bench(p->kind).needs_gpu();
+  for (const Point* p : todo) need_gpu |= kinds.find(p->kind).needs_gpu();
   if (need_gpu && ctx.device_present && opt.timing) {
     std::string note;
     if (measure_ceilings(&ctx, &note)) {
@@ -300,7 +300,7 @@ int run_sweep(const SweepSpec& spec, const SweepOptions& opt, std::ostream& os) 
   double est_total = 0;
   std::vector<double> est(todo.size());
   for (size_t i = 0; i < todo.size(); ++i) {
-    Bench& b = find_bench(todo[i]->kind);
+    Bench& b = kinds.find(todo[i]->kind);
     est[i] = (b.needs_gpu() && !ctx.device_present) ? 1e-3 : b.estimate_seconds(*todo[i], ctx);
     est_total += est[i];
   }
@@ -311,13 +311,13 @@ int run_sweep(const SweepSpec& spec, const SweepOptions& opt, std::ostream& os) 
   for (size_t i = 0; i < todo.size(); ++i) {
     if (g_stop_signal) break;
     const Point& p = *todo[i];
-    Bench& b = find_bench(p.kind);
+    Bench& b = kinds.find(p.kind);
     const std::string what = p.study + " " + p.describe();
     progress.start_point(what, est[i]);
     const auto t0 = std::chrono::steady_clock::now();
     Record r = run_one(b, p, ctx);
     r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    rf->write_point(p, r);
+    rf->write_point(p, b, r);
     ++n_run;
     (r.status == Status::kOk ? n_ok : r.status == Status::kSkipped ? n_skip : n_fail) += 1;
     progress.finish_point(to_string(r.status), p.key(), r.reason, est[i]);

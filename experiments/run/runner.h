@@ -34,8 +34,10 @@ struct SweepOptions {
 // Parses "k/N" (0 <= k < N); throws InvalidArgument naming the text.
 void parse_shard(const std::string& text, int* k, int* n);
 
-// Returns the process exit code: 0 all points ok or skipped, 1 some failed, 130/143
-// interrupted. Bad input throws (the caller maps it to exit code 2).
-int run_sweep(const SweepSpec& spec, const SweepOptions& opt, std::ostream& out);
+// Runs the points of `spec`, whose studies name kinds of `kinds`. Returns the process exit
+// code: 0 all points ok or skipped, 1 some failed, 130/143 interrupted. Bad input throws
+// (the caller maps it to exit code 2).
+int run_sweep(const SweepSpec& spec, const KindList& kinds, const SweepOptions& opt,
+              std::ostream& out);
 
 }  // namespace kvlab::exp

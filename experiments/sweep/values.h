@@ -12,7 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "reference/core/strings.h"  // trim
+#include "experiments/bench/number_text.h"  // parse_int, parse_float, canonical_number
+#include "reference/core/strings.h"         // trim
 
 namespace kvlab::exp {
 
@@ -23,10 +24,5 @@ std::pair<std::string, std::string> split_assignment(const std::string& text,
                                                      const std::string& what);
 
 std::vector<std::string> split(const std::string& s, char sep);
-
-// Canonical text of numbers (so "16", "16.0" and "0x10" identify the same point).
-bool parse_int(const std::string& s, long long* out);
-bool parse_float(const std::string& s, double* out);
-std::string canonical_number(double v);
 
 }  // namespace kvlab::exp

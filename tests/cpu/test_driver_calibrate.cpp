@@ -128,7 +128,7 @@ void write_results(const std::string& path, const std::vector<SynthPoint>& pts, 
     r.metric("min_bytes",
              fs.min_bytes_factor *
                  kind_min_bytes(sp.format, lens, 8, 8 * static_cast<int>(sp.gqa_group), 128));
-    rf->write_point(p, r);
+    rf->write_point(p, b, r);
   }
   rf->end_run(index, 0);
   rf.reset();

@@ -82,7 +82,7 @@ TEST(DriverSpec, ExpandCartesianZipConstraint) {
       "zip = tokens, head_dim\nwhere = format == 'e4m3' or tokens < 32\n",
       "test");
   EXPECT_EQ(s.seed, 5u);
-  const auto pts = expand(s);
+  const auto pts = expand(s, registered_kinds());
   ASSERT_EQ(pts.size(), 5u);  // 2 formats x 3 zipped pairs, minus (e2m1, 32)
   EXPECT_EQ(pts[0].str("format"), "e4m3");
   EXPECT_EQ(pts[0].integer("tokens"), 8);
@@ -97,21 +97,23 @@ TEST(DriverSpec, ExpandCartesianZipConstraint) {
             "f/"
             "format_error:format=e4m3,scaling=amax,saturation=satfinite,dist=gaussian,tokens=8,"
             "head_dim=16,seed=0");
-  EXPECT_EQ(fingerprint(pts), fingerprint(expand(s)));
+  EXPECT_EQ(fingerprint(pts), fingerprint(expand(s, registered_kinds())));
 }
 
 TEST(DriverSpec, OverridesAndSelection) {
   SweepSpec s = parse_sweep(
       "[a]\nkind = format_error\nformat = e4m3\n[b]\nkind = quant_error\nscheme = mxfp4\n", "t");
   s.overrides = {"tokens=4,8"};  // both kinds have tokens
-  auto pts = expand(s);
+  auto pts = expand(s, registered_kinds());
   EXPECT_EQ(pts.size(), 4u);
   s.overrides = {"a.format=all"};
-  EXPECT_EQ(expand(s).size(), 5u + 1u);
+  EXPECT_EQ(expand(s, registered_kinds()).size(), 5u + 1u);
   s.overrides = {"nope=1"};
-  EXPECT_NE(error_of([&] { expand(s); }).find("unknown axis 'nope'"), std::string::npos);
+  EXPECT_NE(error_of([&] { expand(s, registered_kinds()); }).find("unknown axis 'nope'"),
+            std::string::npos);
   s.overrides = {"c.tokens=1"};
-  EXPECT_NE(error_of([&] { expand(s); }).find("unknown study 'c'"), std::string::npos);
+  EXPECT_NE(error_of([&] { expand(s, registered_kinds()); }).find("unknown study 'c'"),
+            std::string::npos);
   s.overrides = {};
   select_studies(&s, "b");
   ASSERT_EQ(s.studies.size(), 1u);
@@ -121,7 +123,7 @@ TEST(DriverSpec, OverridesAndSelection) {
 
 TEST(DriverSpec, ConfigErrorsNameTheProblem) {
   auto err = [](const std::string& text) {
-    return error_of([&] { expand(parse_sweep(text, "cfg.ini")); });
+    return error_of([&] { expand(parse_sweep(text, "cfg.ini"), registered_kinds()); });
   };
   EXPECT_NE(err("[a]\nkind = format_error\nnot a key value line\n").find("malformed config"),
             std::string::npos);
@@ -166,6 +168,6 @@ TEST(DriverSpec, EveryBenchDeclaresConsistentAxes) {
       EXPECT_FALSE(names.count(m.name)) << b->name() << ": metric " << m.name << " is also an axis";
     // Default points expand and describe themselves.
     SweepSpec s = parse_sweep("[x]\nkind = " + b->name() + "\n", "t");
-    EXPECT_EQ(expand(s).size(), 1u) << b->name();
+    EXPECT_EQ(expand(s, registered_kinds()).size(), 1u) << b->name();
   }
 }
