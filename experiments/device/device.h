@@ -1,21 +1,43 @@
-// gpu_hooks.h: what the driver needs from the GPU side, callable from CUDA-free code.
-// Without CUDA (or without a device) these report that and do nothing.
+// device.h: everything the driver does on a GPU, behind CUDA-free declarations.
+//
+// The driver's layers (kinds/, run/, results/, cli/, tools/) call only these and include
+// nothing from gpu/. Two libraries implement them, and a build links exactly one:
+//   experiments/cuda/  the CUDA backend (library kvlab_exp_cuda, CUDA builds): the kernels of
+//                      gpu/ and the runtime layer gpu/runtime/;
+//   experiments/stub/  the stub library (kvlab_exp_stub, CPU-only builds): every entry
+//                      reports "built without CUDA" (the answers below say how).
+// This is Ginkgo's model of a core above its backends with stubs for the backends not
+// built, in place of #if blocks scattered over the driver.
 #pragma once
 
+#include <cstdint>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "experiments/bench/bench.h"
-
-#if defined(KVLAB_HAVE_CUDA)
-#include "gpu/bench/harness.h"
-#endif
+#include "reference/dsv4/args.h"
+#include "reference/dsv4/views.h"
 
 namespace kvlab::exp {
 
-#if defined(KVLAB_HAVE_CUDA)
-// The harness options of a sweep's [timing] section; graph: CUDA-graph replay.
-gpu::bench::TimingOptions to_harness(const TimingConfig& t, bool graph);
-#endif
+// ---- the build and the device ----------------------------------------------------------
+// Whether this binary has the CUDA backend (false: the stub library).
+bool built_with_cuda();
+// The CUDA runtime version the binary was built with ("13.0"; "" without CUDA).
+std::string cuda_runtime_version();
+
+struct DeviceSummary {
+  bool present = false;
+  std::string error;  // why there is none ("built without CUDA", the driver's message)
+  int count = 0;
+  std::string name;
+  int sm_count = 0, sm_clock_khz = 0, mem_clock_khz = 0, mem_bus_bits = 0, l2_bytes = 0;
+  double peak_bytes_per_s = 0;
+  uint64_t global_mem_bytes = 0;
+};
+// The first device (present false and the reason in `error` when there is none).
+DeviceSummary device_summary();
 
 // Fills ctx->device_present / device_name / peak_bytes_per_s.
 void probe_device(RunContext* ctx);
@@ -26,5 +48,37 @@ bool measure_ceilings(RunContext* ctx, std::string* note);
 // through the tolerance table. 1 pass, 0 fail (why in *detail), -1 not run (why: built
 // without CUDA, no device).
 int gpu_self_check(std::string* detail);
+
+// ---- the GPU halves of the GPU kinds ---------------------------------------------------
+// kinds/gpu_kinds.cpp declares the kinds (axes, metrics, checks, estimates); each run()
+// calls its entry below, which validates the point against the CPU reference and then times
+// it with ctx's [timing] options, as experiments/cuda/<kind>.cpp describes. The runner
+// records points of GPU kinds as skipped without a device, so the stubs (which throw
+// Unsupported("built without CUDA"): a skipped point) are reached only by direct calls.
+
+// State a kind keeps from one point to the next (the decode_attention kind's device pools,
+// reused by consecutive points that differ only in version or graph mode).
+class DeviceState {
+ public:
+  virtual ~DeviceState() = default;
+};
+
+// The names of the registered GPU decode versions (gpu/attention/decode.h), oldest first;
+// empty without CUDA.
+std::vector<std::string> decode_version_names();
+Record run_decode_attention(const Point& p, RunContext& ctx, std::unique_ptr<DeviceState>* state);
+// At most this many tokens of an append point are checked byte for byte against the host
+// reference (larger points check a case of this many tokens of the same shape class).
+constexpr int64_t kAppendValidatedTokens = 4096;
+Record run_append(const Point& p, RunContext& ctx);
+Record run_decode_step(const Point& p, RunContext& ctx);
+Record run_step_gemm(const Point& p, RunContext& ctx);
+
+// ---- tools ------------------------------------------------------------------------------
+// kvlab_dsv4_report --gpu: the GPU append_swa kernel over a host ring. `ring` points at
+// host arrays (its data, RoPE, inverse scales, positions and heads) and `args` at host raw
+// tokens, slots and positions; they are copied to the device, appended there, and the
+// ring's data, RoPE and inverse-scale arrays copied back over the host ones.
+void dsv4_append_swa_on_device(const Dsv4SwaView& ring, const Dsv4AppendSwaArgs& args);
 
 }  // namespace kvlab::exp

@@ -75,11 +75,7 @@ void make_parent_dirs(const std::string& path) {
 
 Record run_one(Bench& b, const Point& p, RunContext& ctx) {
   if (b.needs_gpu() && !ctx.device_present) {
-#if defined(KVLAB_HAVE_CUDA)
-    return Record::skipped("no device");
-#else
-    return Record::skipped("built without CUDA");
-#endif
+    return Record::skipped(built_with_cuda() ? "no device" : "built without CUDA");
   }
   try {
     const std::string why = b.unsupported_reason(p, ctx);
@@ -210,11 +206,8 @@ int run_sweep(const SweepSpec& spec, const KindList& kinds, const SweepOptions& 
     for (const auto& p : points) {
       Bench& b = kinds.find(p.kind);
       std::string note;
-#if defined(KVLAB_HAVE_CUDA)
-      if (b.needs_gpu() && !ctx.device_present) note = " (skipped: no device)";
-#else
-      if (b.needs_gpu() && !ctx.device_present) note = " (skipped: built without CUDA)";
-#endif
+      if (b.needs_gpu() && !ctx.device_present)
+        note = built_with_cuda() ? " (skipped: no device)" : " (skipped: built without CUDA)";
       else if (auto why = b.unsupported_reason(p, ctx); !why.empty())
         note = " (skipped: " + why + ")";
       const double est = note.empty() ? b.estimate_seconds(p, ctx) : 0.0;

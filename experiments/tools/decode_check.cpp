@@ -37,7 +37,6 @@
 #include "reference/metrics/metrics.h"
 #include "reference/metrics/tolerance.h"
 
-#if defined(KVLAB_HAVE_CUDA)
 #include "gpu/attention/decode.h"
 #include "gpu/attention/v4_tuning.h"
 #include "gpu/quant/append.h"
@@ -45,12 +44,10 @@
 #include "gpu/core/device_buffer.h"
 #include "gpu/core/device_info.h"
 #include "gpu/core/device_tables.h"
-#endif
 
 namespace po = boost::program_options;
 using namespace kvlab;
 
-#if defined(KVLAB_HAVE_CUDA)
 namespace {
 
 // A PagedCase copied to the device.
@@ -640,7 +637,6 @@ int bench_main(uint64_t seed, const std::string& suite_name, const std::string& 
 }
 
 }  // namespace
-#endif
 
 int main(int argc, char** argv) {
   po::options_description desc(
@@ -684,7 +680,6 @@ int main(int argc, char** argv) {
                     .c_str());
     return vm.count("help") ? 0 : 2;
   }
-#if defined(KVLAB_HAVE_CUDA)
   if (!gpu::device_available()) {
     std::fprintf(stderr, "kvlab_decode_check: no CUDA device\n");
     return 1;
@@ -705,8 +700,4 @@ int main(int argc, char** argv) {
     return 1;
   }
   return failures == 0 ? 0 : 1;
-#else
-  std::fprintf(stderr, "kvlab_decode_check: built without CUDA (KVLAB_CUDA=OFF)\n");
-  return 1;
-#endif
 }
