@@ -61,8 +61,7 @@ def _join(*parts) -> str:
 
 
 # The order formats are listed in (widest first); others follow alphabetically.
-FORMAT_ORDER = ["fp32", "fp16", "bf16", "fp8_e5m2", "e5m2", "fp8_e4m3", "e4m3", "fp8_e4m3_pt", "mxfp8", "nvfp4",
-                "mxfp4", "e2m1"]
+FORMAT_ORDER = ["fp32", "fp16", "bf16", "fp8_e5m2", "fp8_e4m3", "fp8_e4m3_pt", "mxfp8", "nvfp4", "mxfp4", "fp4_e2m1"]
 
 
 def _format_sorted(names) -> list:
@@ -763,7 +762,7 @@ def waste_vs_block_size(r: Results):
 
 
 VARIANT_STYLES = {"public_v4": dict(marker="o", ls="-", ms=4, mfc=None),
-                  "seed004": dict(marker="x", ls=":", ms=5, mfc=None)}
+                  "per_token_scales": dict(marker="x", ls=":", ms=5, mfc=None)}
 
 
 def _variant_style(v, i) -> dict:

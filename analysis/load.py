@@ -17,6 +17,38 @@ SCHEMA_VERSION = 1
 # The column a merged index (load_many) adds: the file each row came from.
 FILE_COLUMN = "_file"
 
+# One spelling per format (reference/layout/layout_names.h): files written before the names
+# were unified hold older spellings, mapped here, as a file is read, to the canonical name.
+# FORMAT_ALIASES is format_name_aliases() of reference/layout/layout_names.cpp
+# (tests/python/test_names.py checks that they agree).
+FORMAT_ALIASES = {
+    "fp8_e4m3_per_tensor": "fp8_e4m3",
+    "e4m3": "fp8_e4m3",
+    "fp8_e4m3_per_token": "fp8_e4m3_pt",
+    "fp8_e5m2_per_tensor": "fp8_e5m2",
+    "e5m2": "fp8_e5m2",
+    "e2m1": "fp4_e2m1",
+}
+# The DSV4 storage bundle's older name (reference/dsv4/variant_names.h).
+VARIANT_ALIASES = {"seed004": "per_token_scales"}
+# Index columns that hold format names (kv_format, quant_error's scheme, format_error's format)
+# or DSV4 bundle names.
+_NAME_COLUMNS = {"kv_format": FORMAT_ALIASES, "scheme": FORMAT_ALIASES, "format": FORMAT_ALIASES,
+                 "variant": VARIANT_ALIASES}
+
+
+def canonical_format(name):
+    """The canonical spelling of a format name (any other value unchanged)."""
+    return FORMAT_ALIASES.get(name, name) if isinstance(name, str) else name
+
+
+def canonical_names(index: pd.DataFrame) -> pd.DataFrame:
+    """index with every format / variant name column in its canonical spelling."""
+    for col, aliases in _NAME_COLUMNS.items():
+        if col in index.columns and index[col].dtype == object:
+            index[col] = index[col].map(lambda v, a=aliases: a.get(v, v) if isinstance(v, str) else v)
+    return index
+
 
 class ResultFileError(Exception):
     """The file cannot be used: missing, not HDF5, another schema, interrupted commit."""
@@ -99,7 +131,7 @@ def load(path: str) -> Results:
         if attrs.get("schema_version") != SCHEMA_VERSION:
             raise ResultFileError(
                 f"{path} has schema_version {attrs.get('schema_version')}; this analysis reads {SCHEMA_VERSION}")
-        index = read_table(f["index"])
+        index = canonical_names(read_table(f["index"]))
         runs = read_table(f["runs"]) if "runs" in f else pd.DataFrame()
     return Results(path=path, attrs=attrs, index=index, runs=runs)
 

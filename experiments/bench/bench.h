@@ -28,6 +28,9 @@ struct AxisSpec {
   std::string default_value;         // used when a study does not list the axis
   std::vector<std::string> choices;  // kEnum: the allowed values ("all" expands to them)
   std::string doc;
+  // kEnum: older spellings a config or the command line may still use, each with the choice it
+  // names (the expanded point holds the choice: one spelling in every result file).
+  std::vector<std::pair<std::string, std::string>> aliases{};
   bool numeric() const { return type == AxisType::kInt || type == AxisType::kFloat; }
 };
 

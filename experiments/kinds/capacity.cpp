@@ -16,12 +16,6 @@
 namespace kvlab::exp {
 namespace {
 
-std::vector<std::string> format_names() {
-  std::vector<std::string> v;
-  for (KvFormat f : all_kv_formats()) v.push_back(to_string(f));
-  return v;
-}
-
 class CapacityBench : public Bench {
  public:
   std::string name() const override { return "capacity"; }
@@ -34,7 +28,8 @@ class CapacityBench : public Bench {
         {"model", AxisType::kEnum, "llama3.1-8b", sim::model_preset_names(),
          "model preset (sim/model)"},
         {"gpu", AxisType::kString, "H100", {}, "GPU of data/gpus/gpus.csv"},
-        {"kv_format", AxisType::kEnum, "bf16", format_names(), "KV storage format"},
+        {"kv_format", AxisType::kEnum, "bf16", kv_format_names(), "KV storage format",
+         format_name_aliases()},
         {"block_size", AxisType::kInt, "16", {}, "tokens per KV block"},
         {"context", AxisType::kInt, "4096", {}, "tokens per sequence"},
         {"gpu_mem_util", AxisType::kFloat, "0.9", {}, "fraction of GPU memory the engine may use"},

@@ -24,17 +24,6 @@
 namespace kvlab::exp {
 namespace {
 
-std::vector<std::string> format_names() {
-  std::vector<std::string> v;
-  for (KvFormat f : all_kv_formats()) v.push_back(to_string(f));
-  return v;
-}
-std::vector<std::string> layout_names() {
-  std::vector<std::string> v;
-  for (KvLayout l : all_kv_layouts()) v.push_back(to_string(l));
-  return v;
-}
-
 // ---------------------------------------------------------------------------- decode_attention
 class DecodeAttentionBench : public Bench {
  public:
@@ -58,8 +47,9 @@ class DecodeAttentionBench : public Bench {
       version.doc += " (built without CUDA: any name, recorded as skipped)";
     }
     return {
-        {"layout", AxisType::kEnum, "nhd", layout_names(), "KV page layout (kv_layout.h)"},
-        {"kv_format", AxisType::kEnum, "bf16", format_names(), "KV storage format"},
+        {"layout", AxisType::kEnum, "nhd", kv_layout_names(), "KV page layout (kv_layout.h)"},
+        {"kv_format", AxisType::kEnum, "bf16", kv_format_names(), "KV storage format",
+         format_name_aliases()},
         {"head_dim", AxisType::kInt, "128", {}, "head dimension"},
         {"block_size", AxisType::kInt, "16", {}, "tokens per page"},
         {"num_kv_heads", AxisType::kInt, "8", {}, "KV heads"},
@@ -141,8 +131,9 @@ class AppendBench : public Bench {
   bool needs_gpu() const override { return true; }
   std::vector<AxisSpec> axes() const override {
     return {
-        {"kv_format", AxisType::kEnum, "bf16", format_names(), "KV storage format"},
-        {"layout", AxisType::kEnum, "nhd", layout_names(), "KV page layout"},
+        {"kv_format", AxisType::kEnum, "bf16", kv_format_names(), "KV storage format",
+         format_name_aliases()},
+        {"layout", AxisType::kEnum, "nhd", kv_layout_names(), "KV page layout"},
         {"head_dim", AxisType::kInt, "128", {}, "head dimension"},
         {"num_kv_heads", AxisType::kInt, "8", {}, "KV heads"},
         {"block_size", AxisType::kInt, "16", {}, "tokens per page"},
@@ -210,8 +201,9 @@ class DecodeStepBench : public Bench {
          "eager unfused, eager fused, or captured as a CUDA graph per batch bucket"},
         {"batch", AxisType::kInt, "1", {}, "sequences decoding one token each"},
         {"context", AxisType::kInt, "1024", {}, "tokens already in each sequence's cache"},
-        {"kv_format", AxisType::kEnum, "bf16", format_names(), "KV-cache storage format"},
-        {"kv_layout", AxisType::kEnum, "nhd", layout_names(), "KV-cache layout"},
+        {"kv_format", AxisType::kEnum, "bf16", kv_format_names(), "KV-cache storage format",
+         format_name_aliases()},
+        {"kv_layout", AxisType::kEnum, "nhd", kv_layout_names(), "KV-cache layout"},
         {"block_size", AxisType::kInt, "16", {}, "tokens per cache page"},
         {"top_k", AxisType::kInt, "0", {}, "sampling: 0 greedy, k >= 1 top-k at temperature 1"},
         {"attn_version",

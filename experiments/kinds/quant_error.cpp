@@ -10,6 +10,7 @@
 
 #include "experiments/kinds/kinds.h"
 #include "reference/core/error.h"
+#include "reference/layout/layout_names.h"
 #include "reference/quant/roundtrip.h"
 #include "reference/quant/schemes.h"
 #include "reference/synth/synth.h"
@@ -37,8 +38,8 @@ class QuantErrorBench : public Bench {
   }
   std::vector<AxisSpec> axes() const override {
     return {
-        {"scheme", AxisType::kEnum, "fp8_e4m3_per_token", ref::scheme_names(),
-         "preset of reference/quant/schemes.h"},
+        {"scheme", AxisType::kEnum, "fp8_e4m3_pt", ref::scheme_names(),
+         "preset of reference/quant/schemes.h", format_name_aliases()},
         {"group_size",
          AxisType::kInt,
          "0",

@@ -36,8 +36,6 @@ class RooflineBench : public Bench {
            "intensity, bound";
   }
   std::vector<AxisSpec> axes() const override {
-    std::vector<std::string> formats;
-    for (KvFormat f : all_kv_formats()) formats.push_back(to_string(f));
     return {
         {"gpu", AxisType::kString, "H100", {}, "GPU of data/gpus/gpus.csv"},
         {"op", AxisType::kEnum, "decode_attention", {"decode_attention", "gemm"}, "operation"},
@@ -54,7 +52,8 @@ class RooflineBench : public Bench {
         {"gqa_group", AxisType::kInt, "4", {}, "decode: query heads per KV head"},
         {"head_dim", AxisType::kInt, "128", {}, "decode: head dimension"},
         {"block_size", AxisType::kInt, "16", {}, "decode: tokens per KV block"},
-        {"kv_format", AxisType::kEnum, "bf16", formats, "decode: KV storage format"},
+        {"kv_format", AxisType::kEnum, "bf16", kv_format_names(), "decode: KV storage format",
+         format_name_aliases()},
         {"n", AxisType::kInt, "4096", {}, "gemm: output columns"},
         {"k", AxisType::kInt, "4096", {}, "gemm: reduction length"},
         {"weight_bits", AxisType::kInt, "16", {}, "gemm: bits per weight (16, 8, 4)"},

@@ -39,12 +39,6 @@
 namespace kvlab::exp {
 namespace {
 
-std::vector<std::string> kv_format_names() {
-  std::vector<std::string> v;
-  for (KvFormat f : all_kv_formats()) v.push_back(to_string(f));
-  return v;
-}
-
 bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() &&
          s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
@@ -150,7 +144,8 @@ class SimulateBench : public Bench {
         {"model", AxisType::kEnum, "llama3.1-8b", sim::model_preset_names(),
          "model preset (sim/model)"},
         {"gpu", AxisType::kString, "H100", {}, "GPU of data/gpus/gpus.csv (memory and roofline)"},
-        {"kv_format", AxisType::kEnum, "bf16", kv_format_names(), "KV storage format"},
+        {"kv_format", AxisType::kEnum, "bf16", kv_format_names(), "KV storage format",
+         format_name_aliases()},
         {"block_size", AxisType::kInt, "16", {}, "tokens per KV block"},
         {"kv_gib",
          AxisType::kFloat,

@@ -97,10 +97,13 @@ std::vector<std::string> axis_values(const AxisSpec& a, const std::string& text,
       if (!parse_float(v, &x)) throw InvalidArgument(what + ": '" + v + "' is not a finite number");
       out.push_back(canonical_number(x));
     } else if (a.type == AxisType::kEnum) {
-      if (std::find(a.choices.begin(), a.choices.end(), v) == a.choices.end())
+      std::string choice = v;
+      for (const auto& [alias, canonical] : a.aliases)
+        if (v == alias) choice = canonical;
+      if (std::find(a.choices.begin(), a.choices.end(), choice) == a.choices.end())
         throw InvalidArgument(what + ": unknown value '" + v + "' (allowed: " + join(a.choices) +
                               ", or all)");
-      out.push_back(v);
+      out.push_back(choice);
     } else {
       if (v.find_first_of("=,;") != std::string::npos)
         throw InvalidArgument(what + ": value '" + v + "' may not contain '=', ',' or ';'");
@@ -325,6 +328,17 @@ std::vector<Point> expand(const SweepSpec& spec, const KindList& kinds) {
                          [&](const AxisSpec& s) { return s.name == id; }))
           throw InvalidArgument(where + ": constraint '" + c.text() + "' names unknown axis '" +
                                 id + "'");
+    // The points hold each enum axis's canonical value: a constraint's text literals in an
+    // older spelling (AxisSpec::aliases) compare as the value they name.
+    std::map<std::string, std::string> alias_of;
+    for (const auto& a : specs)
+      for (const auto& [alias, canonical] : a.aliases) alias_of[alias] = canonical;
+    std::vector<Expr> constraints;
+    for (const auto& c : st.constraints)
+      constraints.push_back(c.map_text([&](const std::string& t) {
+        const auto it = alias_of.find(t);
+        return it == alias_of.end() ? t : it->second;
+      }));
 
     struct Dim {
       std::vector<std::string> axes;
@@ -355,7 +369,7 @@ std::vector<Point> expand(const SweepSpec& spec, const KindList& kinds) {
         for (const auto& a : dims[d].axes) chosen[a] = values[a][idx[d]];
       for (const auto& a : specs) p.axes.emplace_back(a.name, chosen[a.name]);
       bool ok = true;
-      for (const auto& c : st.constraints) {
+      for (const auto& c : constraints) {
         ok = c.eval([&](const std::string& id) -> ExprValue {
           auto a = std::find_if(specs.begin(), specs.end(),
                                 [&](const AxisSpec& s) { return s.name == id; });

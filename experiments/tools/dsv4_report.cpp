@@ -46,7 +46,7 @@ void bytes_table(const sim::Dsv4ModelStack& stack) {
       stack.rope_dim, stack.indexer_dim, stack.window, stack.csa_ratio, stack.hca_ratio);
   std::printf("%-10s %9s %12s %10s %10s %10s %12s %12s %9s %9s\n", "variant", "context", "B/token",
               "paged", "rings", "streams", "bf16 dense", "bf16 struct", "vs dense", "vs struct");
-  for (auto var : {Dsv4Variant::seed004(), Dsv4Variant::public_v4()}) {
+  for (auto var : {Dsv4Variant::per_token_scales(), Dsv4Variant::public_v4()}) {
     sim::Dsv4CacheConfig c;
     c.variant = var;
     const auto sc = sim::build_dsv4_schema(stack, c);

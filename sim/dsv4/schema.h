@@ -44,7 +44,7 @@ constexpr int64_t kDsv4ArenaBuffersPerLayer = 18;
 
 struct Dsv4CacheConfig {
   int32_t block_tokens = 128;  // BLOCK_SIZE_ORIGINAL_TOKENS: a multiple of every ratio
-  Dsv4Variant variant = Dsv4Variant::seed004();
+  Dsv4Variant variant = Dsv4Variant::per_token_scales();
   // NVFP4 indexer keys (seed variant) need a fixed FP32 tensor scale for a cache that
   // streams: block scales are E4M3 codes of RN(RN(amax/6) / t). 1.0 covers |key| <= 2688.
   float indexer_tensor_scale = 1.0f;

@@ -77,25 +77,26 @@ TEST(DriverSpec, Expressions) {
 
 TEST(DriverSpec, ExpandCartesianZipConstraint) {
   SweepSpec s = parse_sweep(
-      "seed = 5\n[f]\nkind = format_error\nformat = e4m3,e2m1\ntokens = 8,16,32\nhead_dim = "
+      "seed = 5\n[f]\nkind = format_error\nformat = fp8_e4m3,fp4_e2m1\ntokens = 8,16,32\nhead_dim "
+      "= "
       "16,32,64\n"
-      "zip = tokens, head_dim\nwhere = format == 'e4m3' or tokens < 32\n",
+      "zip = tokens, head_dim\nwhere = format == 'fp8_e4m3' or tokens < 32\n",
       "test");
   EXPECT_EQ(s.seed, 5u);
   const auto pts = expand(s, registered_kinds());
-  ASSERT_EQ(pts.size(), 5u);  // 2 formats x 3 zipped pairs, minus (e2m1, 32)
-  EXPECT_EQ(pts[0].str("format"), "e4m3");
+  ASSERT_EQ(pts.size(), 5u);  // 2 formats x 3 zipped pairs, minus (fp4_e2m1, 32)
+  EXPECT_EQ(pts[0].str("format"), "fp8_e4m3");
   EXPECT_EQ(pts[0].integer("tokens"), 8);
   EXPECT_EQ(pts[0].integer("head_dim"), 16);
   EXPECT_EQ(pts[2].integer("tokens"), 32);
   EXPECT_EQ(pts[2].integer("head_dim"), 64);
-  EXPECT_EQ(pts[4].str("format"), "e2m1");
+  EXPECT_EQ(pts[4].str("format"), "fp4_e2m1");
   EXPECT_EQ(pts[4].integer("tokens"), 16);
   for (size_t i = 0; i < pts.size(); ++i) EXPECT_EQ(pts[i].index, static_cast<int64_t>(i));
   EXPECT_EQ(pts[0].str("dist"), "gaussian");  // the bench's default
   EXPECT_EQ(pts[0].key(),
             "f/"
-            "format_error:format=e4m3,scaling=amax,saturation=satfinite,dist=gaussian,tokens=8,"
+            "format_error:format=fp8_e4m3,scaling=amax,saturation=satfinite,dist=gaussian,tokens=8,"
             "head_dim=16,seed=0");
   EXPECT_EQ(fingerprint(pts), fingerprint(expand(s, registered_kinds())));
 }
