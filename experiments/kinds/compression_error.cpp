@@ -36,7 +36,7 @@
 #include "reference/dsv4/entry_quant.h"
 #include "reference/quant/roundtrip.h"
 #include "reference/synth/synth.h"
-#include "sim/dsv4/model_stack.h"
+#include "sim/dsv4/dsv4_model_stack.h"
 #include "sim/dsv4/schema.h"
 
 namespace kvlab::exp {

@@ -33,7 +33,7 @@
 #include <vector>
 
 #include "reference/dsv4/variant.h"
-#include "sim/dsv4/model_stack.h"
+#include "sim/dsv4/dsv4_model_stack.h"
 
 namespace kvlab::sim {
 

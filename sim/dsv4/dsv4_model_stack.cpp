@@ -1,4 +1,4 @@
-#include "sim/dsv4/model_stack.h"
+#include "sim/dsv4/dsv4_model_stack.h"
 
 #include <fstream>
 #include <map>

@@ -1,4 +1,4 @@
-// model_stack.h: the layer stack of a DeepSeek-V4-style model, as the KV cache sees it.
+// dsv4_model_stack.h: the layer stack of a DeepSeek-V4-style model, as the KV cache sees it.
 //
 // A layer is one of three kinds (DESIGN.md, seed 004):
 //   SWA  sliding window only: a ring of `window` raw tokens, no compressed pool
