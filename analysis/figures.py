@@ -473,7 +473,7 @@ def _fidelity(r: Results, cal: pd.DataFrame):
             a3.text(0.03, 0.97 - 0.075 * (li + 1), f"{short} {np.median(e):.1f} %", transform=a3.transAxes,
                     ha="left", va="top", fontsize=5.5, color=_CDF_STYLES[key]["color"])
         a3.text(0.03, 0.97, "median |error|:", transform=a3.transAxes, ha="left", va="top", fontsize=5.5)
-        a3.axvline(10, color="#d62728", lw=0.8, ls="--", label="10 % (issue #6 target for the median)")
+        a3.axvline(10, color="#d62728", lw=0.8, ls="--", label="10 % (the fidelity target for the median)")
         a3.axhline(0.5, color="0.7", lw=0.5)
         a3.set_xscale("log")
         style.plain_log(a3.xaxis)
@@ -925,7 +925,7 @@ FIGURES = [
     ("capacity_vs_compression_ratio", capacity_vs_compression),
     ("compression_error_vs_ratio", compression_error_vs_ratio),
 ]
-FIGURES += step_figures.figures_for(Skip)  # decode step (issue #8)
+FIGURES += step_figures.figures_for(Skip)  # the full decode step (decode_step, step_gemm)
 
 
 def save(fig, out: str, name: str, formats=("png", "pdf")) -> list:

@@ -6,7 +6,7 @@
 // (a reason when not: the point is recorded as "skipped" with it), runs it, and writes
 // the Record: status, summary metrics (one column each in the index table), declared
 // bytes and FLOPs, and bulk traces under the point's own HDF5 group. Validation against
-// the reference and timing of the same configuration are one record (DESIGN.md).
+// the reference and timing of the same configuration are one record (experiments/README.md).
 #pragma once
 
 #include <cstdint>

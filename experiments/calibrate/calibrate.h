@@ -1,6 +1,6 @@
 // calibrate.h: `kvlab calibrate`: the sim's decode-attention cost model fitted to measured
-// GPU timings, and the fidelity table (issue #6: predicted vs measured decode-attention time
-// on the H100, target median error <= 10 %).
+// GPU timings, and the fidelity table (predicted vs measured decode-attention time on the
+// H100; the target is a median error of at most 10 %).
 //
 //   kvlab calibrate RESULTS.h5 [more.h5 ...] [--gpu auto|NAME] [--version best|NAME]
 //                   [--holdout EXPR] [--out CAL.h5]

@@ -141,7 +141,7 @@ void print_table(const std::string& out_path, std::ostream& os, bool rows) {
                   num("pooled_fixed_us"), num("pooled_efficiency"));
     os << line;
     std::snprintf(line, sizeof line,
-                  "issue #6 target (median error <= 10 %%): calibrated leave-one-out %.1f %%: %s\n",
+                  "fidelity target (median error <= 10 %%): calibrated leave-one-out %.1f %%: %s\n",
                   100 * num("err_loo_median"), num("err_loo_median") <= 0.10 ? "met" : "NOT met");
     os << line;
   }

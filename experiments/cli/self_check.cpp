@@ -151,7 +151,7 @@ bool self_check(std::ostream& out) {
                std::to_string(1 << f.bits) + " codes",
            bad == 0, bad ? std::to_string(bad) + " codes differ" : "");
   }
-  // Rounding: midpoints go to the even code (DESIGN.md: 0.75 -> 1, 2.5 -> 2, 5 -> 4 in E2M1).
+  // Rounding: midpoints go to the even code (0.75 -> 1, 2.5 -> 2, 5 -> 4 in E2M1; formats.h).
   const bool ties = e2m1_to_float(float_to_e2m1(0.75f)) == 1.0f &&
                     e2m1_to_float(float_to_e2m1(2.5f)) == 2.0f &&
                     e2m1_to_float(float_to_e2m1(5.0f)) == 4.0f;

@@ -1,8 +1,8 @@
 // decode_attention.cpp: the GPU half of the kind "decode_attention" (declared in
 // experiments/kinds/gpu_kinds.cpp): every registered GPU decode version
 // (gpu/attention/decode.h) on a paged KV cache, validated against kvlab::ref::decode_attention
-// through the tolerance table, then timed (gpu/bench), in one record (DESIGN.md: validate
-// before timing, in the same run).
+// through the tolerance table, then timed (gpu/bench), in one record (experiments/README.md:
+// validate before timing, in the same run).
 //
 // The cache of a point (shared by the consecutive points that differ only in version or
 // graph mode: `version` is the last axis):
@@ -52,7 +52,7 @@ constexpr int kBasePages = 64;    // distinct pages of real data, repeated over 
 constexpr int kMaxValidated = 4;  // sequences compared with the host reference
 
 // The sequence lengths of a point: `context` each, or seeded uniform in [min(1024, context),
-// context] (a skewed batch, DESIGN.md P4).
+// context] (a skewed batch, target P4 of gpu/README.md).
 std::vector<int32_t> lengths_of(const Point& p, uint64_t seed) {
   const int64_t batch = p.integer("batch"), ctx = p.integer("context");
   std::vector<int32_t> lens(static_cast<size_t>(batch), static_cast<int32_t>(ctx));

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The closing table of issue #4 from one result file: every DESIGN.md target P1-P9, the
+"""The decode targets' table from one result file: every target P1-P9 of gpu/README.md, the
 measured figure (the best kvlab version on each target shape), the best peer on the same
 shape, and whether the target holds.
 

@@ -1,6 +1,5 @@
 // decode_check.cpp (kvlab_decode_check): the GPU decode versions' validation table and a
-// first timing of them, printed as plain text (the closing table of issue #3; the numbers
-// behind gpu/attention/TUNING.md).
+// first timing of them, printed as plain text (the numbers behind gpu/attention/TUNING.md).
 //
 //   kvlab_decode_check --validate   version x format: max |error| and relative L2 against the
 //                                   reference over the same dequantized cache, and against
@@ -9,7 +8,8 @@
 //   kvlab_decode_check --time       median time (cold L2, CUDA events, harness of gpu/bench)
 //                                   of the chosen versions (--versions, plan variants of v4+
 //                                   included) over a suite of points (--suite targets: the
-//                                   shapes of DESIGN.md P1-P8; grid: batch x context x format),
+//                                   shapes of targets P1-P8, gpu/README.md; grid: batch x
+//                                   context x format),
 //                                   with the floor bytes over time as % of the read ceiling
 //                                   measured in the same run and of the datasheet figure;
 //                                   CUDA-graph replay for the launch-bound P8 points; --append
@@ -649,7 +649,7 @@ int main(int argc, char** argv) {
       "time",
       "time versions (--versions) on a suite of points (--suite), validated first; prints a table")(
       "suite", po::value<std::string>(&suite_name),
-      "targets (DESIGN.md P1-P8 shapes), grid (batch x context x format), all, small "
+      "targets (the P1-P8 shapes of gpu/README.md), grid (batch x context x format), all, small "
       "(latency-bound targets + P1 64x8k), none (with --append: P9 only), profile (P1 fp8 + bf16)")(
       "versions", po::value<std::string>(&versions),
       "comma list of version ids; v4+ plan variants as ID:waves=N, ID:chunk=MiB, ID:nopdl (default "

@@ -147,7 +147,7 @@ void fp8_roundtrip(int64_t n, uint64_t seed, bool gpu) {
   std::printf(
       "\n== append_swa FP8 round trip: %lld tokens of %d dims, per-token relative L2 vs the BF16 "
       "input "
-      "(seed 004 claims < 3.6%%)\n",
+      "(the per_token_scales design states < 3.6%%)\n",
       static_cast<long long>(n), D);
   std::vector<int32_t> slots(n), positions(n);
   for (int64_t i = 0; i < n; ++i) {

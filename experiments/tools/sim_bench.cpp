@@ -1,5 +1,5 @@
-// sim_bench.cpp (kvlab_sim_bench): speed of the serving simulation and the closing tables
-// of issue #6, printed as plain text.
+// sim_bench.cpp (kvlab_sim_bench): speed of the serving simulation and its tables (waste,
+// capacity), printed as plain text.
 //
 //   kvlab_sim_bench --speed          engine steps per second at batch 256 on one core
 //   kvlab_sim_bench --waste          last-block waste vs block size (PagedAttention trend)

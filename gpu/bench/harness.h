@@ -1,6 +1,6 @@
 // harness.h: the CUDA timing harness (host-includable: no device code here).
 //
-// How a kernel is timed (DESIGN.md "Measuring"):
+// How a kernel is timed (gpu/README.md, "Measuring"):
 //   - CUDA events around each launch on one stream, after `warmup` untimed launches;
 //   - cold L2: before every timed launch a flush kernel writes a buffer of max(2 x L2,
 //     64 MiB) (the events bracket only the measured launch), so every launch reads its

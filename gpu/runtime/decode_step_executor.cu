@@ -721,7 +721,7 @@ void DecodeStepExecutor::prepare_linear(Linear which, int m) {
   int64_t k = 0;
   for (const auto& sh : linear_shapes(cfg_))
     if (sh.which == which) k = sh.k;
-  // random BF16 input rows (never zeros: see DESIGN.md)
+  // random BF16 input rows: a timed GEMM never reads zeros (gpu/README.md, "Measuring")
   ks::fill_synthetic_bf16(ptr(I.act), int64_t{m} * k, 0xC0FFEEull, 7, 1.0f, 0.0f, I.stream);
   KVLAB_CUDA_CHECK(cudaStreamSynchronize(I.stream));
 }

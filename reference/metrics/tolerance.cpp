@@ -256,7 +256,7 @@ const Row kRows[] = {
      F(KvFormat::kFP8E4M3PerToken),
      kAny,
      {kInf, 0, p2(-8) + p2(-16), false,
-      "per-token E4M3 (seed 004): as fp8_e4m3 with s = token amax / 448; NMSE <= 2^-8 + 2^-16 "
+      "per-token E4M3: as fp8_e4m3 with s = token amax / 448; NMSE <= 2^-8 + 2^-16 "
       "per token; elementwise bound scale-dependent (checked by refquant's tests)."}},
     {Op::kQuantRoundTrip,
      F(KvFormat::kFP8E5M2),
