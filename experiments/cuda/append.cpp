@@ -239,19 +239,8 @@ Record run_append(const Point& p, RunContext& ctx) {
   const gpu::bench::Timing t = gpu::bench::time_kernel(
       [&](cudaStream_t s) { gpu::append_kv(dbig.args, s, gpu::SlotCheck::kTrusted); },
       to_harness(ctx.timing_cfg, p.str("graph") == "on" || ctx.timing_cfg.graph));
-  const double bps = t.median_us > 0 ? bytes / (t.median_us * 1e-6) : 0;
-  r.metric("median_us", t.median_us);
-  r.metric("q1_us", t.q1_us);
-  r.metric("q3_us", t.q3_us);
-  r.metric("rel_iqr", t.rel_iqr);
-  r.metric("reps", t.reps);
-  r.metric("converged", t.converged ? 1.0 : 0.0);
   r.metric("append_bytes", bytes);
-  r.metric("bytes_per_s", bps);
-  r.metric("pct_copy_ceiling",
-           ctx.copy_ceiling_bytes_per_s > 0 ? 100 * bps / ctx.copy_ceiling_bytes_per_s : NAN);
-  r.metric("pct_datasheet", ctx.peak_bytes_per_s > 0 ? 100 * bps / ctx.peak_bytes_per_s : NAN);
-  r.traces.push_back(samples_trace("samples_us", "every timed sample (us per call)", t.samples_us));
+  record_timing(&r, t, {bytes, CeilingKind::kCopy}, ctx);
   return r;
 }
 

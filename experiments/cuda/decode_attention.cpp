@@ -20,10 +20,11 @@
 // entries mod 64 (the pages are identical copies). Which sequences were checked is in the
 // record (validated_seqs, label `validation`). A failing check ends the point as failed,
 // untimed.
-// Timing (gpu/bench, the sweep's [timing] options; CUDA-graph replay with graph = on):
-// median / quartiles / IQR of the samples; bandwidth from the minimum bytes: Q + the
-// attended K and V at storage precision + their per-token / block scales + O; as % of the
-// read ceiling measured at the start of the run and of the device's datasheet peak.
+// Timing (gpu/bench, the sweep's [timing] options; CUDA-graph replay with graph = on),
+// recorded by record_timing (experiments/bench/bench.h): median / quartiles / IQR of the
+// samples, how they were taken, and the bandwidth of the minimum bytes (Q + the attended K
+// and V at storage precision + their per-token / block scales + O, the working set) as % of
+// the read ceiling measured at the start of the run and of the device's datasheet peak.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -52,7 +53,7 @@ constexpr int kBasePages = 64;    // distinct pages of real data, repeated over 
 constexpr int kMaxValidated = 4;  // sequences compared with the host reference
 
 // The sequence lengths of a point: `context` each, or seeded uniform in [min(1024, context),
-// context] (a skewed batch, target P4 of gpu/README.md).
+// context] (a skewed batch).
 std::vector<int32_t> lengths_of(const Point& p, uint64_t seed) {
   const int64_t batch = p.integer("batch"), ctx = p.integer("context");
   std::vector<int32_t> lens(static_cast<size_t>(batch), static_cast<int32_t>(ctx));
@@ -337,21 +338,7 @@ Record run_decode_attention(const Point& p, RunContext& ctx, std::unique_ptr<Dev
   const gpu::bench::Timing t = gpu::bench::time_kernel(
       [&](cudaStream_t s) { gpu::decode_attention(c.args, id, work.data(), ws, s); },
       to_harness(ctx.timing_cfg, p.str("graph") == "on" || ctx.timing_cfg.graph));
-  const double bps = t.median_us > 0 ? c.bytes / (t.median_us * 1e-6) : 0;
-  r.metric("median_us", t.median_us);
-  r.metric("q1_us", t.q1_us);
-  r.metric("q3_us", t.q3_us);
-  r.metric("rel_iqr", t.rel_iqr);
-  r.metric("min_us", t.min_us);
-  r.metric("reps", t.reps);
-  r.metric("converged", t.converged ? 1.0 : 0.0);
-  r.metric("bytes_per_s", bps);
-  r.metric("pct_read_ceiling",
-           ctx.read_ceiling_bytes_per_s > 0 ? 100 * bps / ctx.read_ceiling_bytes_per_s : NAN);
-  r.metric("pct_datasheet", ctx.peak_bytes_per_s > 0 ? 100 * bps / ctx.peak_bytes_per_s : NAN);
-  r.label("timing",
-          std::string(t.cold_l2 ? "cold L2" : "warm L2") + (t.graph ? ", CUDA graph" : ", eager"));
-  r.traces.push_back(samples_trace("samples_us", "every timed sample (us per call)", t.samples_us));
+  record_timing(&r, t, {c.bytes, CeilingKind::kRead}, ctx);
   return r;
 }
 

@@ -76,26 +76,19 @@ class DecodeAttentionBench : public Bench {
     };
   }
   std::vector<MetricSpec> metrics() const override {
-    return {{"median_us", "us", "median time per call"},
-            {"q1_us", "us", "first quartile"},
-            {"q3_us", "us", "third quartile"},
-            {"rel_iqr", "", "(q3 - q1) / median"},
-            {"min_us", "us", "fastest sample"},
-            {"reps", "", "timed samples"},
-            {"converged", "", "1 when rel_iqr reached the [timing] target"},
-            {"min_bytes", "B", "Q + attended K/V at storage precision + scales + O"},
-            {"bytes_per_s", "B/s", "min_bytes / median"},
-            {"pct_read_ceiling", "%", "bytes_per_s / the read ceiling measured in this run"},
-            {"pct_datasheet", "%", "bytes_per_s / the device's datasheet peak"},
-            {"max_abs_err", "", "validated outputs: max |gpu - reference|"},
-            {"rel_l2", "", "validated outputs: ||gpu - reference|| / ||reference||"},
-            {"nmse", "", "validated outputs: normalized MSE"},
-            {"max_ulp", "", "validated outputs: max distance in BF16 ULPs"},
-            {"violations", "", "validated outputs outside the tolerance table's bound"},
-            {"lse_max_abs_err", "", "validated LSE: max |gpu - reference|"},
-            {"nonfinite_out", "", "non-finite values in the whole output (every sequence)"},
-            {"validated_seqs", "", "sequences compared with the reference"},
-            {"guards_intact", "", "1 when the guard regions around O and LSE are untouched"}};
+    std::vector<MetricSpec> m = {
+        {"min_bytes", "B", "Q + attended K/V at storage precision + scales + O"},
+        {"max_abs_err", "", "validated outputs: max |gpu - reference|"},
+        {"rel_l2", "", "validated outputs: ||gpu - reference|| / ||reference||"},
+        {"nmse", "", "validated outputs: normalized MSE"},
+        {"max_ulp", "", "validated outputs: max distance in BF16 ULPs"},
+        {"violations", "", "validated outputs outside the tolerance table's bound"},
+        {"lse_max_abs_err", "", "validated LSE: max |gpu - reference|"},
+        {"nonfinite_out", "", "non-finite values in the whole output (every sequence)"},
+        {"validated_seqs", "", "sequences compared with the reference"},
+        {"guards_intact", "", "1 when the guard regions around O and LSE are untouched"}};
+    for (auto& t : timing_metric_specs(CeilingKind::kRead)) m.push_back(std::move(t));
+    return m;
   }
   void check_point(const Point& p) const override {
     for (const char* a : {"head_dim", "block_size", "num_kv_heads", "gqa_group"})
@@ -148,20 +141,12 @@ class AppendBench : public Bench {
     };
   }
   std::vector<MetricSpec> metrics() const override {
-    return {
-        {"median_us", "us", "median time per call"},
-        {"q1_us", "us", "first quartile"},
-        {"q3_us", "us", "third quartile"},
-        {"rel_iqr", "", "(q3 - q1) / median"},
-        {"reps", "", "timed samples"},
-        {"converged", "", "1 when rel_iqr reached the [timing] target"},
+    std::vector<MetricSpec> m = {
         {"append_bytes", "B", "K/V read + slots read + K/V written with scales"},
-        {"bytes_per_s", "B/s", "append_bytes / median"},
-        {"pct_copy_ceiling", "%",
-         "bytes_per_s / the copy ceiling (read + write) measured in this run"},
-        {"pct_datasheet", "%", "bytes_per_s / the device's datasheet peak"},
         {"differing_bytes", "", "pool and scale bytes that differ from the reference (exact: 0)"},
         {"validated_tokens", "", "tokens of the byte-exactness check"}};
+    for (auto& t : timing_metric_specs(CeilingKind::kCopy)) m.push_back(std::move(t));
+    return m;
   }
   void check_point(const Point& p) const override {
     for (const char* a : {"head_dim", "num_kv_heads", "block_size"})
@@ -215,17 +200,14 @@ class DecodeStepBench : public Bench {
     };
   }
   std::vector<MetricSpec> metrics() const override {
-    return {
-        {"step_us", "us", "median time of one decode step"},
-        {"step_us_q1", "us", "first quartile"},
-        {"step_us_q3", "us", "third quartile"},
-        {"rel_iqr", "", "IQR / median of the samples"},
-        {"samples", "", "timed samples"},
+    std::vector<MetricSpec> m = {
+        {"step_us", "us", "median time of one decode step (= median_us)"},
+        {"step_us_q1", "us", "first quartile (= q1_us)"},
+        {"step_us_q3", "us", "third quartile (= q3_us)"},
+        {"samples", "", "timed samples (= reps)"},
         {"tokens_per_s", "1/s", "batch / step time"},
         {"weight_bytes", "B", "weights read per step (all but the embedding table)"},
         {"kv_bytes", "B", "KV cache bytes attended per step (storage format, scales included)"},
-        {"bytes_per_s", "B/s", "(weight + KV bytes) / step time"},
-        {"pct_read_ceiling", "%", "bytes_per_s / the run's measured read ceiling"},
         {"flops", "FLOP", "GEMM + attention FLOPs of one step"},
         {"predicted_us", "us", "sim cost model: roofline step time, eager or graph launch model"},
         {"predicted_gemm_us", "us", "sim: GEMM part"},
@@ -238,6 +220,8 @@ class DecodeStepBench : public Bench {
         {"bitwise_eager_twin", "",
          "1 when a graph variant's logits equal its eager twin's bitwise (-1: not applicable)"},
     };
+    for (auto& t : timing_metric_specs(CeilingKind::kRead)) m.push_back(std::move(t));
+    return m;
   }
   bool needs_gpu() const override { return true; }
   std::string unsupported_reason(const Point& p, const RunContext&) const override {
@@ -284,15 +268,13 @@ class StepGemmBench : public Bench {
     };
   }
   std::vector<MetricSpec> metrics() const override {
-    return {
-        {"time_us", "us", "median time of one GEMM (cold L2)"},
-        {"rel_iqr", "", "IQR / median"},
+    std::vector<MetricSpec> m = {
+        {"time_us", "us", "median time of one GEMM, cold L2 (= median_us)"},
         {"gemm_n", "", "output features N"},
         {"gemm_k", "", "input features K"},
         {"flops", "FLOP", "2 M N K"},
         {"bytes", "B", "weights + input + FP32 output, each once"},
         {"tflops", "TFLOP/s", "achieved"},
-        {"bytes_per_s", "B/s", "achieved"},
         {"intensity", "FLOP/B", "flops / bytes"},
         {"predicted_us", "us", "sim roofline: measured read ceiling, datasheet BF16 rate"},
         {"predicted_us_measured_rate", "us", "sim roofline: measured read ceiling and matrix rate"},
@@ -302,6 +284,8 @@ class StepGemmBench : public Bench {
         {"matmul_tflops_measured", "TFLOP/s", "8192^3 BF16 GEMM on this device"},
         {"read_ceiling", "B/s", "the run's measured read ceiling"},
     };
+    for (auto& t : timing_metric_specs(CeilingKind::kRead)) m.push_back(std::move(t));
+    return m;
   }
   bool needs_gpu() const override { return true; }
   std::string unsupported_reason(const Point& p, const RunContext&) const override {
