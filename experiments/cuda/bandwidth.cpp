@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "experiments/run/gpu_hooks.h"
+#include "experiments/cuda/timing.h"
 #include "gpu/bench/harness.h"
 #include "gpu/core/cuda_check.h"
 #include "gpu/core/device_buffer.h"
