@@ -1,22 +1,16 @@
-// bandwidth_device.cpp: the GPU half of the "bandwidth" kind (see bandwidth_device.h and
-// bandwidth.cpp).
-#include "experiments/kinds/bandwidth_device.h"
-
-#include "reference/core/error.h"
-
-#if defined(KVLAB_HAVE_CUDA)
+// bandwidth.cpp: the GPU half of the kind "bandwidth" (declared in
+// experiments/kinds/bandwidth.cpp; the entries in experiments/device/device.h).
 #include <cstdint>
 #include <vector>
 
 #include "experiments/cuda/timing.h"
+#include "experiments/device/device.h"
 #include "gpu/bench/harness.h"
 #include "gpu/core/cuda_check.h"
 #include "gpu/core/device_buffer.h"
-#endif
+#include "reference/core/error.h"
 
 namespace kvlab::exp {
-
-#if defined(KVLAB_HAVE_CUDA)
 namespace {
 
 constexpr uint64_t kWholeCheckBytes = 64 << 20;  // copies up to this size: compared whole
@@ -101,13 +95,5 @@ Record run_bandwidth(const Point& p, RunContext& ctx) {
   r.label("kernel", k.name());
   return r;
 }
-#else
-std::string bandwidth_kernel_unsupported(const Point&) {
-  return "";
-}
-Record run_bandwidth(const Point&, RunContext&) {
-  throw Unsupported("built without CUDA");
-}
-#endif
 
 }  // namespace kvlab::exp

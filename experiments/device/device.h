@@ -73,6 +73,11 @@ constexpr int64_t kAppendValidatedTokens = 4096;
 Record run_append(const Point& p, RunContext& ctx);
 Record run_decode_step(const Point& p, RunContext& ctx);
 Record run_step_gemm(const Point& p, RunContext& ctx);
+// The bandwidth kind: "" when the point's memory kernel (op, load, depth) is compiled, else why
+// not; and the point itself: validates (a copy's destination equals its source) and times the
+// kernel over `mib` MiB with ctx's [timing] options (Unsupported without device memory).
+std::string bandwidth_kernel_unsupported(const Point& p);
+Record run_bandwidth(const Point& p, RunContext& ctx);
 
 // ---- tools ------------------------------------------------------------------------------
 // kvlab_dsv4_report --gpu: the GPU append_swa kernel over a host ring. `ring` points at

@@ -62,6 +62,12 @@ Record run_decode_step(const Point&, RunContext&) {
 Record run_step_gemm(const Point&, RunContext&) {
   not_built();
 }
+std::string bandwidth_kernel_unsupported(const Point&) {
+  return "";  // the point is then skipped by run_bandwidth, with the reason
+}
+Record run_bandwidth(const Point&, RunContext&) {
+  not_built();
+}
 
 void dsv4_append_swa_on_device(const Dsv4SwaView&, const Dsv4AppendSwaArgs&) {
   not_built();
