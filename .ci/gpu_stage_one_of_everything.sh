@@ -16,12 +16,12 @@
 #   2. memcheck / racecheck   compute-sanitizer finds no invalid access and no shared-memory
 #              race in the row writer (AppendRow: shared-memory stage, nibble atomics), append's
 #              row path (split-x) and the fused RoPE + append;
-#   3. kvlab   `kvlab info` passes its GPU check and a small sweep of the four GPU kinds
-#              (decode_attention, append, decode_step, step_gemm) runs through
+#   3. kvlab   `kvlab info` passes its GPU check and a small sweep of the five GPU kinds
+#              (decode_attention, append, decode_step, step_gemm, bandwidth) runs through
 #              experiments/device/device.h -> experiments/cuda/ with every point ok or skipped
 #              for a stated reason (exit code 0).
 # Logs: $OUT/one_of_everything/{tests,memcheck,racecheck,info,sweep}.log, sweep.h5. The summary
-# table is printed last. Time limits (s): T_TESTS 75, T_MEM 35, T_RACE 15, T_KVLAB 45.
+# table is printed last. Time limits (s): T_TESTS 70, T_MEM 30, T_RACE 15, T_KVLAB 60.
 set -u
 BIN=${1:?usage: gpu_stage_one_of_everything.sh BIN_DIR}
 OUT=${OUT:-./gpu_out}
@@ -42,10 +42,10 @@ step() {  # step NAME SECONDS LOG CMD...: runs CMD under timeout, records rc and
 }
 
 TESTS='*Append*:*Decode*:StepKernels.*:StepEngine.*:Dsv4Gpu.*:DeviceTables.*:GpuDecoders.*:QuantExact.*:BenchKinds.*-*Exhaustive*'
-step tests "${T_TESTS:-75}" "$D/tests.log" "$BIN/gpu_tests" --gtest_filter="$TESTS"
+step tests "${T_TESTS:-70}" "$D/tests.log" "$BIN/gpu_tests" --gtest_filter="$TESTS"
 
 MEM='AppendRow.*:All/AppendExact.ByteExactToReference/nvfp4_split_x_bf16:All/AppendExact.ByteExactToReference/fp8_e4m3_pt_split_x_f32:StepKernels.RopeAppendIsByteExactToTheReferenceAppend:DeviceTables.*'
-step memcheck "${T_MEM:-35}" "$D/memcheck.log" compute-sanitizer --tool memcheck --print-limit 5 \
+step memcheck "${T_MEM:-30}" "$D/memcheck.log" compute-sanitizer --tool memcheck --print-limit 5 \
   "$BIN/gpu_tests" --gtest_filter="$MEM"
 step racecheck "${T_RACE:-15}" "$D/racecheck.log" compute-sanitizer --tool racecheck --print-limit 5 \
   "$BIN/gpu_tests" --gtest_filter='AppendRow.*'
@@ -82,6 +82,12 @@ context = 100
 kind = step_gemm
 preset = tiny
 batch = 1, 64
+[bw]
+kind = bandwidth
+op = read, copy
+load = nc, memcpy
+where = op == 'copy' or load != 'memcpy'
+mib = 256
 EOF
 t0=$SECONDS
 "$BIN/kvlab" info > "$D/info.log" 2>&1
@@ -90,7 +96,7 @@ info_rc=$?
 grep -q "\[PASS\] GPU decode vs reference" "$D/info.log" || { [ "$info_rc" = 0 ] && info_rc=1; }
 rows+=("kvlab info|$info_rc|$((SECONDS - t0))|$D/info.log")
 rm -f "$D/sweep.h5"
-step "kvlab sweep" "${T_KVLAB:-45}" "$D/sweep.log" "$BIN/kvlab" sweep "$D/sweep.ini" \
+step "kvlab sweep" "${T_KVLAB:-60}" "$D/sweep.log" "$BIN/kvlab" sweep "$D/sweep.ini" \
   --out "$D/sweep.h5" --progress plain --no-fsync
 
 echo
