@@ -181,7 +181,8 @@ int cmd_sweep(const std::vector<std::string>& args, const std::vector<std::strin
       validate_only ? "also keep the records in this HDF5 file"
                     : "result file (default: the config's `out`)");
   add_sweep_selection(d);
-  d.add_options()("markdown", po::value<std::string>(), "also write the results summary (Markdown) here")(
+  d.add_options()("markdown", po::value<std::string>(),
+                  "also write the results summary (Markdown) here")(
       "json", po::value<std::string>(), "also write the results summary (JSON) here");
   d.add_options()("dry-run,n", "list the points and a time estimate; run nothing")(
       "progress", po::value<std::string>()->default_value("auto"), "auto | bar | plain | none")(

@@ -14,8 +14,8 @@
 //            UE8M0 scales; RoPE dims BF16) and are read back (Dsv4EntryPages::load)
 //   decode   `queries` queries of `heads` heads at position t = tokens - 1 see every entry
 //            0 .. (t+1)/ratio - 1 plus the raw rows of the window (t - window, t]
-//            (reference/README.md, "The DSV4 substrate"); attention by ref::prefill_attention_exact (float64, non-causal
-//            over the given keys), sm_scale = 1/sqrt(D)
+//            (reference/README.md, "The DSV4 substrate"); attention by ref::prefill_attention_exact
+//            (float64, non-causal over the given keys), sm_scale = 1/sqrt(D)
 //   truth    the same queries over all `tokens` raw latents, unquantized
 // Reported: attention error of the stored cache and of the FP32 (unquantized) compressed
 // cache against the truth, so that compression loss and storage loss separate; the entry

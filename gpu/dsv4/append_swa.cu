@@ -7,8 +7,8 @@
 //      (per_token_scales), kPosModWindow: position % window with head = max(head,
 //      position + 1) (public_v4) — and writes the position metadata;
 //   3. the block quantizes NoPE BF16 -> FP8 E4M3 with the per-token FP32 inverse scale
-//      (per_token_scales) or per-tile UE8M0 scales (public_v4's fp8_ds_mla), and copies the RoPE dims as BF16
-//      (exact: a BF16 input round-trips through float unchanged).
+//      (per_token_scales) or per-tile UE8M0 scales (public_v4's fp8_ds_mla), and copies the RoPE
+//      dims as BF16 (exact: a BF16 input round-trips through float unchanged).
 // Runtime parameters (format, ring mode, dims) cost nothing here: one instance.
 #include "gpu/core/cuda_check.h"
 #include "gpu/dsv4/dsv4_kernels.h"

@@ -112,7 +112,8 @@ const char* kWhyVsOrigFp4 =
     "sanity bound (FP4 E2M1 with block scales, u = 2^-2): measured rel_l2 0.10-0.13, max |err| "
     "<= 3.3u; bound 8u + u|ref|, nmse <= u^2.";
 
-// Full decode step (reference/step/decode_step.h vs gpu/runtime/decode_step_executor.h): logits in f32.
+// Full decode step (reference/step/decode_step.h vs gpu/runtime/decode_step_executor.h): logits in
+// f32.
 const char* kWhyStepLogits =
     "full decode step logits (f32), GPU vs the CPU reference or two GPU variants, teacher-forced "
     "on the same tokens. Both round the same fp32 quantities to bf16 activations and to the "

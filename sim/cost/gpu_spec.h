@@ -2,8 +2,9 @@
 //
 // Every figure is a datasheet number (cited in the CSV), in SI base units here (bytes,
 // bytes/s, FLOP/s). Measured ceilings (the gpus.csv columns measured_*: the ceilings of
-// gpu/README.md, "Measuring", measured on that device) sit beside them; the cost model uses the measured read ceiling for memory-bound
-// operations when one is present and the caller allows it (CostModelConfig).
+// gpu/README.md, "Measuring", measured on that device) sit beside them; the cost model uses the
+// measured read ceiling for memory-bound operations when one is present and the caller allows it
+// (CostModelConfig).
 #pragma once
 
 #include <cstdint>
