@@ -39,7 +39,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from analysis import step_figures, style  # noqa: E402
+from analysis import serving_figures, step_figures, style  # noqa: E402
 from analysis.figures.data import figure_data  # noqa: E402
 from analysis.figures import capacity, cost_model, dsv4, gpu, quant, serving  # noqa: E402
 from analysis.figures.common import PEER_PREFIX, Skip  # noqa: E402,F401  (re-exported)
@@ -50,6 +50,7 @@ MODULES = [quant, gpu, capacity, cost_model, serving, dsv4]
 
 FIGURES = [entry for m in MODULES for entry in m.FIGURES]
 FIGURES += step_figures.figures_for(Skip)
+FIGURES += serving_figures.figures_for(Skip)  # GPU serving runs vs the simulator
 
 # The figure functions under their historical names (callers and tests use these).
 quant_error_heatmap = quant.quant_error_heatmap

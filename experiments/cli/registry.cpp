@@ -4,6 +4,7 @@
 #include "experiments/calibrate/calibrate.h"
 #include "experiments/kinds/decode_step.h"
 #include "experiments/kinds/kinds.h"
+#include "experiments/kinds/serving_common.h"
 
 namespace kvlab::exp {
 
@@ -23,6 +24,9 @@ const KindList& registered_kinds() {
     v.push_back(make_decode_step_bench());  // the full decode step on the GPU
     v.push_back(make_step_gemm_bench());    // one linear layer of that step
     v.push_back(make_calibrate_bench());    // the cost model's fidelity (experiments/calibrate)
+    v.push_back(make_prefill_attention_bench());
+    v.push_back(make_serving_step_bench());
+    v.push_back(make_serving_bench());
     return KindList(std::move(v));
   }();
   return list;

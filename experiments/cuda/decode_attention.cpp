@@ -20,6 +20,10 @@
 // entries mod 64 (the pages are identical copies). Which sequences were checked is in the
 // record (validated_seqs, label `validation`). A failing check ends the point as failed,
 // untimed.
+// version = auto: gpu::choose_decode (gpu/attention/decode_auto.h) picks the version and
+// split for the point's shape from the calibration table; the row records the pick
+// (picked_version, picked_splits, label `picked` with the basis). num_splits forces a split
+// count (0: the version's or auto's own plan).
 // Timing (gpu/bench, the sweep's [timing] options; CUDA-graph replay with graph = on),
 // recorded by record_timing (experiments/bench/bench.h): median / quartiles / IQR of the
 // samples, how they were taken, and the bandwidth of the minimum bytes (Q + the attended K
@@ -35,6 +39,7 @@
 #include "experiments/cuda/timing.h"
 #include "experiments/device/device.h"
 #include "gpu/attention/decode.h"
+#include "gpu/attention/decode_auto.h"
 #include "gpu/bench/harness.h"
 #include "gpu/core/device_buffer.h"
 #include "gpu/core/device_tables.h"
@@ -264,7 +269,7 @@ Record run_decode_attention(const Point& p, RunContext& ctx, std::unique_ptr<Dev
   const uint64_t seed = point_seed(ctx, p);
   std::string key;
   for (const auto& [a, v] : p.axes)
-    if (a != "version" && a != "graph") key += a + "=" + v + ",";
+    if (a != "version" && a != "graph" && a != "num_splits") key += a + "=" + v + ",";
   key += std::to_string(seed);
   auto* cached = dynamic_cast<DecodeCase*>(state->get());
   if (!cached || cached->key != key) {
@@ -274,16 +279,28 @@ Record run_decode_attention(const Point& p, RunContext& ctx, std::unique_ptr<Dev
     *state = std::move(fresh);
   }
   DecodeCase& c = *cached;
-  const int id = version_id(p.str("version"));
-  const std::string why = gpu::decode_unsupported_reason(c.args, id);
+  gpu::DecodeTuning tuning;
+  tuning.num_splits = static_cast<int>(p.integer("num_splits"));
+  const bool is_auto = p.str("version") == "auto";
+  int id = -1;
+  std::string picked;
+  if (is_auto) {
+    const gpu::DecodeChoice ch = gpu::choose_decode(c.args);
+    id = ch.version;
+    if (tuning.num_splits == 0) tuning = ch.tuning;
+    picked = gpu::decode_version(id).name + ": " + ch.basis;
+  } else {
+    id = version_id(p.str("version"));
+  }
+  const std::string why = gpu::decode_unsupported_reason(c.args, id, tuning);
   if (!why.empty()) return Record::skipped(why);
-  const size_t ws = gpu::decode_workspace_bytes(c.args, id);
+  const size_t ws = gpu::decode_workspace_bytes(c.args, id, tuning);
   gpu::DeviceBuffer work(ws);
 
   // Validate: one launch, outputs pre-filled with NaN.
   c.o.fill_bytes(0xFF);
   c.lse.fill_bytes(0xFF);
-  gpu::decode_attention(c.args, id, work.data(), ws, nullptr);
+  gpu::decode_attention(c.args, id, tuning, work.data(), ws, nullptr);
   KVLAB_CUDA_CHECK(cudaDeviceSynchronize());
   const int hq = c.args.num_qo_heads, d = c.args.kv.geom.head_dim;
   const auto o16 = c.o.download<uint16_t>();
@@ -317,6 +334,11 @@ Record run_decode_attention(const Point& p, RunContext& ctx, std::unique_ptr<Dev
   r.metric("guards_intact", guards ? 1.0 : 0.0);
   r.metric("min_bytes", c.bytes);
   r.label("validation", c.validation);
+  if (is_auto) {
+    r.metric("picked_version", id);
+    r.metric("picked_splits", tuning.num_splits);
+    r.label("picked", picked);
+  }
   std::string fail;
   if (!ok_o)
     fail = "O: " + explain_failure(st, tol);
@@ -336,7 +358,7 @@ Record run_decode_attention(const Point& p, RunContext& ctx, std::unique_ptr<Dev
 
   // Time the same configuration.
   const gpu::bench::Timing t = gpu::bench::time_kernel(
-      [&](cudaStream_t s) { gpu::decode_attention(c.args, id, work.data(), ws, s); },
+      [&](cudaStream_t s) { gpu::decode_attention(c.args, id, tuning, work.data(), ws, s); },
       to_harness(ctx.timing_cfg, p.str("graph") == "on" || ctx.timing_cfg.graph));
   record_timing(&r, t, {c.bytes, CeilingKind::kRead}, ctx);
   return r;

@@ -42,7 +42,10 @@ class DecodeAttentionBench : public Bench {
       version.type = AxisType::kEnum;
       version.choices = versions;
       version.default_value = versions.back();  // the newest
-      version.doc += " (default: the newest; all = every version)";
+      version.choices.push_back("auto");
+      version.doc +=
+          " (default: the newest; auto: picked per shape from the calibration table; all = every "
+          "version and auto)";
     } else {
       version.doc += " (built without CUDA: any name, recorded as skipped)";
     }
@@ -72,6 +75,12 @@ class DecodeAttentionBench : public Bench {
          "off",
          {"off", "on"},
          "time by CUDA-graph replay (launch-bound points; also when [timing] graph = true)"},
+        {"num_splits",
+         AxisType::kInt,
+         "0",
+         {},
+         "plan knob: forced KV splits per item (v4, v5) or persistent blocks per item (v6); 0: "
+         "the version's (or auto's) plan"},
         version,
     };
   }
@@ -86,7 +95,9 @@ class DecodeAttentionBench : public Bench {
         {"lse_max_abs_err", "", "validated LSE: max |gpu - reference|"},
         {"nonfinite_out", "", "non-finite values in the whole output (every sequence)"},
         {"validated_seqs", "", "sequences compared with the reference"},
-        {"guards_intact", "", "1 when the guard regions around O and LSE are untouched"}};
+        {"guards_intact", "", "1 when the guard regions around O and LSE are untouched"},
+        {"picked_version", "", "version = auto: the registry id it ran"},
+        {"picked_splits", "", "version = auto: the split it forced (0: the version's plan)"}};
     for (auto& t : timing_metric_specs(CeilingKind::kRead)) m.push_back(std::move(t));
     return m;
   }
@@ -99,6 +110,9 @@ class DecodeAttentionBench : public Bench {
                             p.str("context"));
     if (p.integer("context") > INT32_MAX)
       throw InvalidArgument("context " + p.str("context") + " exceeds int32");
+    if (p.integer("num_splits") < 0 || p.integer("num_splits") > 1000000)
+      throw InvalidArgument("num_splits must be in [0, 1000000] (0: the plan), got " +
+                            p.str("num_splits"));
   }
   double estimate_seconds(const Point& p, const RunContext& ctx) const override {
     const double tokens = static_cast<double>(p.integer("batch")) * p.integer("context");
