@@ -31,7 +31,7 @@
 #if defined(KVLAB_HAVE_CUDA)
 #include <cuda_runtime_api.h>
 
-#include "experiments/run/gpu_hooks.h"
+#include "experiments/cuda/timing.h"
 #include "gpu/attention/prefill.h"
 #include "gpu/bench/harness.h"
 #include "gpu/core/device_buffer.h"
