@@ -18,6 +18,9 @@
 #include "experiments/bench/bench.h"
 #include "reference/dsv4/args.h"
 #include "reference/dsv4/views.h"
+#include "reference/step/decoder_config.h"
+#include "sim/serve/serving_run.h"
+#include "sim/serve/synthetic_step.h"
 
 namespace kvlab::exp {
 
@@ -78,6 +81,38 @@ Record run_step_gemm(const Point& p, RunContext& ctx);
 // kernel over `mib` MiB with ctx's [timing] options (Unsupported without device memory).
 std::string bandwidth_kernel_unsupported(const Point& p);
 Record run_bandwidth(const Point& p, RunContext& ctx);
+// The prefill_attention kind: the registered GPU paged-prefill versions (empty without CUDA)
+// and a point: validated against ref::paged_prefill_attention, then timed.
+std::vector<std::string> prefill_version_names();
+Record run_prefill_attention(const Point& p, RunContext& ctx);
+
+// ---- the serving kinds (kinds/serving.cpp, kinds/serving_step.cpp) ---------------------
+// What the GPU serving executor (gpu/runtime/serving_executor.h) is built for: the values of
+// the kinds' executor axes (kinds/serving_common.h).
+struct ServingExecutorConfig {
+  DecoderConfig decoder;
+  int32_t block_size = 16;
+  int32_t pool_blocks = 0;
+  int32_t max_num_seqs = 0;
+  int32_t max_num_batched_tokens = 0;
+  int32_t max_context = 0;
+  bool graph = true;
+  // "llama3-8b L32 ... bs16 pool4096 seqs64 rows512 ctx2048 graph"
+  std::string key() const {
+    return to_string(decoder) + " bs" + std::to_string(block_size) + " pool" +
+           std::to_string(pool_blocks) + " seqs" + std::to_string(max_num_seqs) + " rows" +
+           std::to_string(max_num_batched_tokens) + " ctx" + std::to_string(max_context) +
+           (graph ? " graph" : " eager");
+  }
+};
+// The process's GPU serving executor for c, built (or rebuilt when c differs from the last
+// one), as the control plane's step executor (sim/serve/serving_run.h: the same engine drives
+// it and the prediction).
+sim::StepExecutor& serving_executor(const ServingExecutorConfig& c);
+// serving_step's GPU half: the synthetic step s on c's executor, validated (the mixed step
+// against its parts run alone, or a CUDA-graph replay against its eager twin), then timed.
+Record run_serving_step(const Point& p, RunContext& ctx, const ServingExecutorConfig& c,
+                        const sim::SyntheticStep& s);
 
 // ---- tools ------------------------------------------------------------------------------
 // kvlab_dsv4_report --gpu: the GPU append_swa kernel over a host ring. `ring` points at

@@ -7,6 +7,7 @@
 //   append            the append / quantize-on-write kernel per format x layout
 //   decode_step       the synthetic decoder's whole step (kinds/decode_step.h)
 //   step_gemm         one linear layer of that step vs batch (kinds/decode_step.h)
+//   prefill_attention every registered GPU paged chunked-prefill version
 #include <algorithm>
 #include <cmath>
 #include <memory>
@@ -312,6 +313,70 @@ class StepGemmBench : public Bench {
   Record run(const Point& p, RunContext& ctx) override { return run_step_gemm(p, ctx); }
 };
 
+// ---------------------------------------------------------------------------- prefill_attention
+class PrefillAttentionBench : public Bench {
+ public:
+  std::string name() const override { return "prefill_attention"; }
+  std::string summary() const override {
+    return "GPU paged chunked-prefill attention versions: validated against the reference, timed";
+  }
+  std::vector<AxisSpec> axes() const override {
+    AxisSpec version{"version", AxisType::kString, "any", {}, "prefill version"};
+    const std::vector<std::string> versions = prefill_version_names();
+    if (!versions.empty()) {
+      version.type = AxisType::kEnum;
+      version.choices = versions;
+      version.default_value = versions.front();
+    } else {
+      version.doc += " (built without CUDA: any name, recorded as skipped)";
+    }
+    return {
+        {"batch", AxisType::kInt, "1", {}, "sequences"},
+        {"chunk", AxisType::kInt, "512", {}, "query tokens per sequence (its prompt chunk)"},
+        {"prefix", AxisType::kInt, "0", {}, "cached tokens before each chunk"},
+        {"num_kv_heads", AxisType::kInt, "8", {}, "KV heads"},
+        {"gqa_group", AxisType::kInt, "4", {}, "query heads per KV head"},
+        {"head_dim", AxisType::kInt, "128", {}, "head dimension"},
+        {"block_size", AxisType::kInt, "16", {}, "tokens per page"},
+        {"layout", AxisType::kEnum, "nhd", kv_layout_names(), "KV layout"},
+        {"kv_format", AxisType::kEnum, "bf16", kv_format_names(), "KV storage format",
+         format_name_aliases()},
+        version,
+    };
+  }
+  std::vector<MetricSpec> metrics() const override {
+    std::vector<MetricSpec> m = timing_metric_specs(CeilingKind::kRead);
+    const std::vector<MetricSpec> own = {
+        {"max_abs_err", "", "max |O - reference| over the validated rows"},
+        {"nmse", "", "normalized MSE of the same comparison"},
+        {"lse_max_abs_err", "", "max |LSE - reference|"},
+        {"validated_rows", "", "query rows compared with the host reference"},
+        {"nonfinite_out", "", "non-finite outputs anywhere (must be 0)"},
+        {"flops", "FLOP", "4 * heads * head_dim per causal (query, key) pair"},
+        {"min_bytes", "B", "Q + O + the K/V of every attended token, once"},
+        {"tflops", "TFLOP/s", "flops / median"},
+        {"pct_datasheet_flops", "%", "tflops / the GPU table's dense BF16 rate"},
+    };
+    m.insert(m.begin(), own.begin(), own.end());
+    return m;
+  }
+  bool needs_gpu() const override { return true; }
+  std::string unsupported_reason(const Point& p, const RunContext&) const override {
+    for (const char* a : {"batch", "chunk", "num_kv_heads", "gqa_group", "head_dim", "block_size"})
+      if (p.integer(a) < 1) return std::string(a) + " must be >= 1";
+    if (p.integer("prefix") < 0) return "prefix must be >= 0";
+    return "";
+  }
+  double estimate_seconds(const Point& p, const RunContext& ctx) const override {
+    const double pairs = double(p.integer("batch")) * p.integer("chunk") *
+                         (p.integer("prefix") + 0.5 * p.integer("chunk"));
+    const double flops =
+        4.0 * pairs * p.integer("num_kv_heads") * p.integer("gqa_group") * p.integer("head_dim");
+    return 0.3 + ctx.timing_cfg.max_reps * flops / 2e14;
+  }
+  Record run(const Point& p, RunContext& ctx) override { return run_prefill_attention(p, ctx); }
+};
+
 }  // namespace
 
 std::unique_ptr<Bench> make_decode_attention_bench() {
@@ -325,6 +390,9 @@ std::unique_ptr<Bench> make_decode_step_bench() {
 }
 std::unique_ptr<Bench> make_step_gemm_bench() {
   return std::make_unique<StepGemmBench>();
+}
+std::unique_ptr<Bench> make_prefill_attention_bench() {
+  return std::make_unique<PrefillAttentionBench>();
 }
 
 }  // namespace kvlab::exp

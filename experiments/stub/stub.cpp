@@ -68,6 +68,19 @@ std::string bandwidth_kernel_unsupported(const Point&) {
 Record run_bandwidth(const Point&, RunContext&) {
   not_built();
 }
+std::vector<std::string> prefill_version_names() {
+  return {};
+}
+Record run_prefill_attention(const Point&, RunContext&) {
+  not_built();
+}
+sim::StepExecutor& serving_executor(const ServingExecutorConfig&) {
+  not_built();
+}
+Record run_serving_step(const Point&, RunContext&, const ServingExecutorConfig&,
+                        const sim::SyntheticStep&) {
+  not_built();
+}
 
 void dsv4_append_swa_on_device(const Dsv4SwaView&, const Dsv4AppendSwaArgs&) {
   not_built();
