@@ -6,7 +6,8 @@
 //   - the block-scaled schemes round-trip seeded Gaussian KV within the table's bound;
 //   - paged decode attention equals causal prefill attention of the same sequences (two
 //     independent float64 references, kReferenceCrossCheck);
-//   - with CUDA and a device: one GPU decode version against the reference (run/gpu_hooks.cpp);
+//   - with CUDA and a device: one GPU decode version against the reference
+//     (experiments/cuda/device.cpp);
 //   - the HDF5 layer writes and reads back in memory.
 #include <cmath>
 #include <cstdint>

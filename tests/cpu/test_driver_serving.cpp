@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "experiments/bench/registry.h"
+#include "experiments/cli/registry.h"
 #include "experiments/h5/h5.h"
 #include "experiments/kinds/serving_common.h"
 #include "experiments/results/result_file.h"
