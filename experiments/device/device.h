@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -18,7 +19,9 @@
 #include "experiments/bench/bench.h"
 #include "reference/dsv4/args.h"
 #include "reference/dsv4/views.h"
+#include "reference/formats/formats.h"
 #include "reference/step/decoder_config.h"
+#include "reference/step/decoder_weights.h"
 #include "sim/serve/serving_run.h"
 #include "sim/serve/synthetic_step.h"
 
@@ -113,6 +116,17 @@ sim::StepExecutor& serving_executor(const ServingExecutorConfig& c);
 // against its parts run alone, or a CUDA-graph replay against its eager twin), then timed.
 Record run_serving_step(const Point& p, RunContext& ctx, const ServingExecutorConfig& c,
                         const sim::SyntheticStep& s);
+
+// ---- real models (experiments/model/model_eval.h) ------------------------------------
+// The GPU engine of a teacher-forced run: the decode-step executor (gpu/runtime/
+// decode_step_executor.h) over the weights w, one sequence whose paged cache holds `format`
+// (per-layer pool scales k_scales / v_scales, one per layer), fed tokens[0], tokens[1], ...
+// one decode step each (eager, fused) for the first `steps` tokens; after token i it calls
+// row(i, logits) with the step's [vocab] logits. Unsupported when there is no device.
+void decode_logits_on_device(const DecoderConfig& c, const DecoderWeights& w, KvFormat format,
+                             const std::vector<float>& k_scales, const std::vector<float>& v_scales,
+                             int max_context, const std::vector<int32_t>& tokens, int steps,
+                             const std::function<void(int, const float*)>& row);
 
 // ---- tools ------------------------------------------------------------------------------
 // kvlab_dsv4_report --gpu: the GPU append_swa kernel over a host ring. `ring` points at

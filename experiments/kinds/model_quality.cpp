@@ -16,6 +16,7 @@
 #include <cmath>
 
 #include "experiments/bench/table_trace.h"
+#include "experiments/device/device.h"
 #include "experiments/kinds/kinds.h"
 #include "experiments/model/model_eval.h"
 #include "reference/core/error.h"
@@ -122,9 +123,7 @@ class ModelQualityBench : public Bench {
       return e.what();
     }
     if (engine_of(p) == Engine::kGpu) {
-#if !defined(KVLAB_HAVE_CUDA)
-      return "built without CUDA";
-#endif
+      if (!built_with_cuda()) return "built without CUDA";
       if (!ctx.device_present) return "no device";
     }
     return "";

@@ -82,6 +82,13 @@ Record run_serving_step(const Point&, RunContext&, const ServingExecutorConfig&,
   not_built();
 }
 
+void decode_logits_on_device(const DecoderConfig&, const DecoderWeights&, KvFormat,
+                             const std::vector<float>&, const std::vector<float>&, int,
+                             const std::vector<int32_t>&, int,
+                             const std::function<void(int, const float*)>&) {
+  not_built();
+}
+
 void dsv4_append_swa_on_device(const Dsv4SwaView&, const Dsv4AppendSwaArgs&) {
   not_built();
 }
