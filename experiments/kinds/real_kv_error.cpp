@@ -18,6 +18,7 @@
 #include "experiments/kinds/kinds.h"
 #include "experiments/model/model_eval.h"
 #include "reference/core/error.h"
+#include "reference/layout/layout_names.h"
 #include "reference/quant/roundtrip.h"
 #include "reference/quant/schemes.h"
 
@@ -57,8 +58,8 @@ class RealKvErrorBench : public Bench {
          {"k_pre_rope", "k_post_rope", "v"},
          "which activation: K before RoPE, K after RoPE (cached), V"},
         {"layer", AxisType::kInt, "-1", {}, "decoder layer (-1: every layer, one trace row each)"},
-        {"scheme", AxisType::kEnum, "fp8_e4m3_per_token", ref::scheme_names(),
-         "preset of reference/quant/schemes.h"},
+        {"scheme", AxisType::kEnum, "fp8_e4m3_pt", ref::scheme_names(),
+         "preset of reference/quant/schemes.h", format_name_aliases()},
         {"group_size", AxisType::kInt, "0", {}, "values per scale (0: the preset's)"},
         {"scale_rule", AxisType::kEnum, "preset", kRules, "scale rule override"},
         {"hadamard",

@@ -25,9 +25,9 @@ const std::map<std::string, KvFormat>& paged_presets() {
   static const std::map<std::string, KvFormat> m = {
       {"bf16", KvFormat::kBF16},
       {"fp16", KvFormat::kFP16},
-      {"fp8_e4m3_per_tensor", KvFormat::kFP8E4M3},
-      {"fp8_e5m2_per_tensor", KvFormat::kFP8E5M2},
-      {"fp8_e4m3_per_token", KvFormat::kFP8E4M3PerToken},
+      {"fp8_e4m3", KvFormat::kFP8E4M3},
+      {"fp8_e5m2", KvFormat::kFP8E5M2},
+      {"fp8_e4m3_pt", KvFormat::kFP8E4M3PerToken},
       {"nvfp4", KvFormat::kNVFP4},
       {"mxfp4", KvFormat::kMXFP4},
   };

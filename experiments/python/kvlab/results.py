@@ -206,9 +206,10 @@ FORMAT_ALIASES = {
 }
 # The DSV4 storage bundle's older name (reference/dsv4/variant_names.h).
 VARIANT_ALIASES = {"seed004": "per_token_scales"}
-# Index columns that hold format names (kv_format, quant_error's scheme, format_error's format)
-# or DSV4 bundle names.
+# Index columns that hold format names (kv_format, quant_error's and real_kv_error's scheme,
+# format_error's format, model_quality's k_format / v_format) or DSV4 bundle names.
 _NAME_COLUMNS = {"kv_format": FORMAT_ALIASES, "scheme": FORMAT_ALIASES, "format": FORMAT_ALIASES,
+                 "k_format": FORMAT_ALIASES, "v_format": FORMAT_ALIASES,
                  "variant": VARIANT_ALIASES}
 
 
