@@ -29,7 +29,7 @@
 #              here that their own stage shows too is not a failure of the move.
 # Logs: $OUT/one_of_everything/{tests,memcheck,racecheck,info,sweep,serving}.log, sweep.h5,
 # serving.h5. The summary table is printed last. Time limits (s): T_TESTS 70, T_MEM 30,
-# T_RACE 15, T_KVLAB 45, T_SERVING 20 (3 minutes in all).
+# T_RACE 15, T_KVLAB 40, T_SERVING 20 (at most 175 s, plus kvlab info).
 set -u
 BIN=${1:?usage: gpu_stage_one_of_everything.sh BIN_DIR}
 OUT=${OUT:-./gpu_out}
@@ -109,7 +109,7 @@ info_rc=$?
 grep -q "\[PASS\] GPU decode vs reference" "$D/info.log" || { [ "$info_rc" = 0 ] && info_rc=1; }
 rows+=("kvlab info|$info_rc|$((SECONDS - t0))|$D/info.log")
 rm -f "$D/sweep.h5"
-step "kvlab sweep" "${T_KVLAB:-45}" "$D/sweep.log" "$BIN/kvlab" sweep "$D/sweep.ini" \
+step "kvlab sweep" "${T_KVLAB:-40}" "$D/sweep.log" "$BIN/kvlab" sweep "$D/sweep.ini" \
   --out "$D/sweep.h5" --progress plain --no-fsync
 
 cat > "$D/serving.ini" <<'EOF'
