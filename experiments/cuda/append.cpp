@@ -26,6 +26,7 @@
 #include "experiments/device/device.h"
 #include "gpu/bench/harness.h"
 #include "gpu/core/device_buffer.h"
+#include "gpu/core/device_info.h"
 #include "gpu/quant/append.h"
 #include "reference/core/dtype.h"
 #include "reference/core/error.h"
@@ -228,12 +229,7 @@ Record run_append(const Point& p, RunContext& ctx) {
   AppendProblem big = nv == tokens ? std::move(small) : make_problem(p, tokens, seed, &small);
   const double need = static_cast<double>(big.k.size() + big.v.size() + 8 * big.slots.size()) +
                       2.0 * static_cast<double>(big.geom.bytes() + big.geom.scale_bytes());
-  size_t free_b = 0, total_b = 0;
-  KVLAB_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
-  if (need > 0.8 * static_cast<double>(free_b))
-    throw Unsupported("inputs and pools need " + std::to_string(need / (1 << 30)) +
-                      " GiB of device memory, " + std::to_string(free_b / double(1 << 30)) +
-                      " GiB are free");
+  gpu::require_free_memory(need, 0.8, "the point's K/V inputs and pools");
   DeviceAppend dbig(big);
   const double bytes = append_bytes(big);
   const gpu::bench::Timing t = gpu::bench::time_kernel(

@@ -42,6 +42,7 @@
 #include "gpu/attention/decode_auto.h"
 #include "gpu/bench/harness.h"
 #include "gpu/core/device_buffer.h"
+#include "gpu/core/device_info.h"
 #include "gpu/core/device_tables.h"
 #include "reference/attention/attention.h"
 #include "reference/attention/paged_case.h"
@@ -144,12 +145,7 @@ std::unique_ptr<DecodeCase> build_case(const Point& p, const std::string& key, u
   const size_t pb = static_cast<size_t>(c->base.geom.bytes_per_block());
   const size_t sb = static_cast<size_t>(c->base.geom.scale_bytes() / c->base.geom.num_blocks);
   const double need = 2.0 * static_cast<double>(g.bytes() + g.scale_bytes());
-  size_t free_b = 0, total_b = 0;
-  KVLAB_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
-  if (need > 0.8 * static_cast<double>(free_b))
-    throw Unsupported("the pools need " + std::to_string(need / (1 << 30)) +
-                      " GiB of device memory, " + std::to_string(free_b / double(1 << 30)) +
-                      " GiB are free");
+  gpu::require_free_memory(need, 0.8, "the point's K/V pools");
 
   // Pools: the base pages, then doubling device copies (page p = base page p mod base_pages).
   auto fill = [&](gpu::DeviceBuffer& dst, const std::vector<uint8_t>& src, size_t unit) {
