@@ -217,7 +217,10 @@ const Row kRows[] = {
      T(DType::kF16),
      {p2(-12), p2(-10), p2(-22), false, kWhyGpuF16, "", kGpuDecodeCmd}},
 
-    {Op::kDecodeLse, kAny, kAny, {p2(-12), p2(-16), p2(-30), false, kWhyLse, kCheckData, kCheckCmd}},
+    {Op::kDecodeLse,
+     kAny,
+     kAny,
+     {p2(-12), p2(-16), p2(-30), false, kWhyLse, kCheckData, kCheckCmd}},
 
     {Op::kOnlineSoftmaxMerge,
      kAny,
@@ -505,7 +508,8 @@ std::string to_string(Op op) {
 const std::vector<ToleranceRow>& tolerance_rows() {
   static const std::vector<ToleranceRow> rows = [] {
     std::vector<ToleranceRow> v;
-    for (const Row& r : kRows) v.push_back({r.op, r.format, r.dtype, r.min_layers, r.max_layers, r.tol});
+    for (const Row& r : kRows)
+      v.push_back({r.op, r.format, r.dtype, r.min_layers, r.max_layers, r.tol});
     return v;
   }();
   return rows;

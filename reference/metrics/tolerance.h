@@ -22,7 +22,7 @@ enum class Op {
   kDecodeAttentionVsBf16,  // quantized-cache decode vs reference over the original data (loose,
                            // recorded)
   kDecodeLse,              // the log-sum-exp output
-  kPrefillAttention,       // no row yet: a GPU prefill kernel brings its measured rows
+  kPrefillAttention,
   kOnlineSoftmaxMerge,   // split-KV merge vs two-pass softmax
   kQuantRoundTrip,       // quantize -> dequantize vs input (per-token relative L2)
   kQuantBytes,           // quantizer bytes vs reference: exact (0 differing bytes)
@@ -33,6 +33,8 @@ enum class Op {
                          // prefill, decode vs an independent dense computation), one
                          // rounded to out_dtype, the other kept in f32
 };
+// kPrefillAttention has no row yet (tolerance() says why): a GPU prefill kernel brings its
+// rows, with the measurement behind them.
 constexpr int kNumOps = 11;
 const std::vector<Op>& all_ops();
 

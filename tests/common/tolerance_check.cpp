@@ -17,8 +17,8 @@ namespace {
 // line), so a test run is also a measurement of the error behind each row (failing checks
 // are planted errors that a test expects to be rejected, or real failures: not data);
 // tests/tolerance/summarize_log.py folds the lines per row.
-void log_check(const std::vector<float>& out, const std::vector<float>& ref, Op op,
-               KvFormat format, DType out_dtype, const Tolerance& tol, const ErrorStats& s) {
+void log_check(const std::vector<float>& out, const std::vector<float>& ref, Op op, KvFormat format,
+               DType out_dtype, const Tolerance& tol, const ErrorStats& s) {
   const char* path = std::getenv("KVLAB_TOLERANCE_LOG");
   if (!path || !*path) return;
   double needed = 0;

@@ -112,7 +112,8 @@ TEST(ToleranceTeeth, DecodeRowsRejectPlantedDecodeBugs) {
   for (DType qd : {DType::kBF16, DType::kF16}) {
     ref::PagedCase c = small_case("teeth.decode", KvFormat::kBF16, qd);
     const DecodeBugs b = decode_bugs(c);
-    const std::vector<float> ref_o = rounded(b.good.o, qd), ref_lse = rounded(b.good.lse, DType::kF32);
+    const std::vector<float> ref_o = rounded(b.good.o, qd),
+                             ref_lse = rounded(b.good.lse, DType::kF32);
     // The GPU rows: the same cache, the output rounded to the Q dtype.
     std::vector<Tolerance> same_cache = {tolerance(Op::kDecodeAttention, KvFormat::kBF16, qd)};
     for (KvFormat lossless : {KvFormat::kBF16, KvFormat::kFP16})
@@ -215,9 +216,12 @@ TEST(ToleranceTeeth, VsOriginalRowsRejectPlantedEncoderBugs) {
 // K-cache-like data otherwise): an encoder one mantissa bit short fails the tensor or a row.
 TEST(ToleranceTeeth, RoundTripRowsRejectAnEncoderOneBitShort) {
   const std::vector<std::pair<std::string, KvFormat>> presets = {
-      {"fp8_e4m3_per_tensor", KvFormat::kFP8E4M3}, {"fp8_e5m2_per_tensor", KvFormat::kFP8E5M2},
-      {"fp8_e4m3_per_token", KvFormat::kFP8E4M3PerToken}, {"nvfp4", KvFormat::kNVFP4},
-      {"mxfp4", KvFormat::kMXFP4}, {"mxfp4_hadamard", KvFormat::kMXFP4}};
+      {"fp8_e4m3_per_tensor", KvFormat::kFP8E4M3},
+      {"fp8_e5m2_per_tensor", KvFormat::kFP8E5M2},
+      {"fp8_e4m3_per_token", KvFormat::kFP8E4M3PerToken},
+      {"nvfp4", KvFormat::kNVFP4},
+      {"mxfp4", KvFormat::kMXFP4},
+      {"mxfp4_hadamard", KvFormat::kMXFP4}};
   const int64_t tokens = 512;
   const int32_t heads = 2, cols = 128;
   for (const auto& [name, f] : presets) {
@@ -334,9 +338,11 @@ TEST(ToleranceTeeth, StepLogitRowsRejectAWrongModel) {
         if (r.op != Op::kDecodeStepLogits || r.format != static_cast<int>(f)) continue;
         int rejected = 0;
         for (int s = 0; s < steps; ++s) rejected += rejects(got[s], want[s], r.tol);
-        std::printf("%-12s layers %2d-%-2d %-18s rejected at %d of %d steps\n", to_string(f).c_str(),
-                    r.min_layers, r.max_layers,
-                    wrong == &seed ? "other weight seed" : wrong == &rope ? "rope base 500" : "a layer left out",
+        std::printf("%-12s layers %2d-%-2d %-18s rejected at %d of %d steps\n",
+                    to_string(f).c_str(), r.min_layers, r.max_layers,
+                    wrong == &seed   ? "other weight seed"
+                    : wrong == &rope ? "rope base 500"
+                                     : "a layer left out",
                     rejected, steps);
         const int need = wrong == &rope ? steps / 2 : steps;
         EXPECT_GE(rejected, need) << to_string(f) << " layers " << r.min_layers << "-"

@@ -110,12 +110,13 @@ void round_trip(std::vector<Line>* out) {
         const std::vector<float> x =
             ref::synth_kv(ref::synth_preset(dist, tokens, heads, cols, 0x70131ull + seed));
         const std::vector<float> y = s.roundtrip(x.data(), tokens * heads, cols);
-        for (int64_t r = 0; r < tokens * heads; ++r) fold(&l, y.data() + r * cols, x.data() + r * cols, cols);
+        for (int64_t r = 0; r < tokens * heads; ++r)
+          fold(&l, y.data() + r * cols, x.data() + r * cols, cols);
         ++l.cases;
       }
       out->push_back(l);
-      std::fprintf(stderr, "round trip %-20s %-12s worst row nmse %.3e max_abs %.3e\n", name.c_str(),
-                   dist.c_str(), l.worst_nmse, l.max_abs);
+      std::fprintf(stderr, "round trip %-20s %-12s worst row nmse %.3e max_abs %.3e\n",
+                   name.c_str(), dist.c_str(), l.worst_nmse, l.max_abs);
     }
   }
   // DeepSeek-V4 entries (reference/dsv4/entry_quant.h): the NoPE part of each stored entry
@@ -180,9 +181,13 @@ void decode_vs_original(std::vector<Line>* out) {
   };
   const std::vector<Dataset> sets = {
       {"awkward_seq_lens(16, 3001), head_dim 64/128/256, seeds 0-3",
-       ref::awkward_seq_lens(16, 3001), {64, 128, 256}, 4},
+       ref::awkward_seq_lens(16, 3001),
+       {64, 128, 256},
+       4},
       {"lengths 0 1 2 15 16 17 33 97 600, head_dim 64/128, seeds 0-15",
-       {0, 1, 2, 15, 16, 17, 33, 97, 600}, {64, 128}, 16}};
+       {0, 1, 2, 15, 16, 17, 33, 97, 600},
+       {64, 128},
+       16}};
   for (KvFormat f : all_kv_formats())
     for (DType qd : {DType::kBF16, DType::kF16})
       for (const Dataset& ds : sets) {
@@ -213,9 +218,9 @@ void decode_vs_original(std::vector<Line>* out) {
             ++l.cases;
           }
         out->push_back(l);
-        std::fprintf(stderr, "vs original %-12s %-5s %-8.8s max_abs %.3e needed atol %.3e nmse %.3e\n",
-                     l.format.c_str(), l.dtype.c_str(), ds.name, l.max_abs, l.needed_atol,
-                     l.worst_nmse);
+        std::fprintf(
+            stderr, "vs original %-12s %-5s %-8.8s max_abs %.3e needed atol %.3e nmse %.3e\n",
+            l.format.c_str(), l.dtype.c_str(), ds.name, l.max_abs, l.needed_atol, l.worst_nmse);
       }
 }
 
