@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "reference/attention/attention.h"
+#include "reference/attention/parallel.h"
 #include "reference/core/error.h"
 #include "reference/formats/formats.h"
 #include "reference/layout/layout_names.h"
@@ -17,32 +18,57 @@ namespace {
 
 using step::WeightTensor;
 using MatrixF = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-using MatrixD = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 
 float bf16_round(float x) {
   return bf16_bits_to_float(float_to_bf16_bits(x, Saturation::kSatFinite));
 }
 
+// The tensor's BF16 weights as floats, generated in fixed chunks spread over threads (each
+// element is a pure function of its index: the result does not depend on the thread count).
+void fill_tensor(const DecoderConfig& c, WeightTensor t, int layer, float* out, int64_t n) {
+  const auto [scale, offset] = synthetic_init(t, c);
+  const uint64_t stream = step::weight_stream(t, layer);
+  constexpr int64_t kChunk = int64_t{1} << 20;
+  parallel_for((n + kChunk - 1) / kChunk, n * 8, [&](int64_t chunk) {
+    const int64_t end = std::min(n, (chunk + 1) * kChunk);
+    for (int64_t i = chunk * kChunk; i < end; ++i)
+      out[i] = bf16_bits_to_float(step::synthetic_weight_bf16(c.seed, stream, i, scale, offset));
+  });
+}
+
 MatrixF tensor_matrix(const DecoderConfig& c, WeightTensor t, int layer, int64_t rows,
                       int64_t cols) {
-  const std::vector<uint16_t> bits = synthetic_tensor(c, t, layer, rows * cols);
   MatrixF m(rows, cols);
-  for (int64_t i = 0; i < rows * cols; ++i) m.data()[i] = bf16_bits_to_float(bits[i]);
+  fill_tensor(c, t, layer, m.data(), rows * cols);
   return m;
 }
 
 std::vector<float> tensor_vector(const DecoderConfig& c, WeightTensor t, int layer, int64_t n) {
-  const std::vector<uint16_t> bits = synthetic_tensor(c, t, layer, n);
   std::vector<float> v(n);
-  for (int64_t i = 0; i < n; ++i) v[i] = bf16_bits_to_float(bits[i]);
+  fill_tensor(c, t, layer, v.data(), n);
   return v;
 }
 
-// y[M, N] = x[M, K] W[N, K]^T, accumulated in float or double.
+// y[M, N] = x[M, K] W[N, K]^T (W row-major), accumulated in float (Eigen) or double. The
+// output features go in fixed blocks of kLinearBlock rows of W, spread over threads: the
+// blocks, and so every rounding, do not depend on the thread count (the llama3-8b shape
+// reads 32 GB of float weights per step: one thread would take seconds).
+constexpr int64_t kLinearBlock = 256;
+MatrixF linear(const MatrixF& x, const float* w, int64_t n, int64_t k, bool double_acc) {
+  MatrixF y(x.rows(), n);
+  const int64_t blocks = (n + kLinearBlock - 1) / kLinearBlock;
+  parallel_for(blocks, x.rows() * n * k, [&](int64_t b) {
+    const int64_t r0 = b * kLinearBlock, rn = std::min(kLinearBlock, n - r0);
+    const Eigen::Map<const MatrixF> wb(w + r0 * k, rn, k);
+    if (double_acc)
+      y.middleCols(r0, rn) = (x.cast<double>() * wb.cast<double>().transpose()).cast<float>();
+    else
+      y.middleCols(r0, rn).noalias() = x * wb.transpose();
+  });
+  return y;
+}
 MatrixF linear(const MatrixF& x, const MatrixF& w, bool double_acc) {
-  if (!double_acc) return x * w.transpose();
-  const MatrixD y = x.cast<double>() * w.cast<double>().transpose();
-  return y.cast<float>();
+  return linear(x, w.data(), w.rows(), w.cols(), double_acc);
 }
 
 // RMSNorm of each row of h with gain g, rounded to BF16 (the GEMM input). The mean of squares
@@ -330,8 +356,7 @@ std::vector<int32_t> DecoderRef::step(const std::vector<int32_t>& tokens, int to
     h += linear(act, L.wdown, double_acc_);
     xn = rmsnorm_bf16(h, l + 1 < c.layers ? layers_[l + 1].attn_norm : final_norm_, c.rms_eps);
   }
-  const Eigen::Map<const MatrixF> wlm(lm_head_.data(), c.vocab, H);
-  const MatrixF logits = linear(xn, wlm, double_acc_);
+  const MatrixF logits = linear(xn, lm_head_.data(), c.vocab, H, double_acc_);
   logits_.assign(logits.data(), logits.data() + static_cast<size_t>(M) * c.vocab);
 
   std::vector<int32_t> out(M);
