@@ -1,0 +1,128 @@
+#!/usr/bin/env bash
+# gpu_stage.sh: the tests-with-teeth GPU stage (run on the GPU machine, from the repository
+# root):
+#
+#   bash tests/gpu_stage.sh BIN        # BIN: gpu_tests, kvlab, gpu_mutants.tar.xz (stripped)
+#
+# BIN/gpu_mutants.tar.xz is made on the build machine from the same tree as the binaries:
+#   bash tests/mutation/pack_gpu_mutants.sh build BIN
+#
+# Steps (logs and data under $OUT/teeth/; about 4 minutes of device time on an H100):
+#   1. gpu_tests, every GPU test (the fixed checks: the 40k-token result asserted, all six
+#      decode-step cases required, bench kinds that may skip only where the registry
+#      declines, the llama3-8b step against the CPU reference), with KVLAB_TOLERANCE_LOG:
+#      every table check of the run is logged and folded into gpu_checks.csv (the decode,
+#      LSE, vs-original and compressor rows measured on the GPU);
+#   2. kvlab validate experiments/configs/tolerance.ini -> h100_tolerance.h5: the decode-step
+#      logits vs the CPU reference at 1-32 layers and in every KV format, and every decode
+#      version vs the reference (the data the GPU rows are tightened with);
+#   3. the GPU mutants: each packed mutant binary against its tests -> gpu_mutants.json;
+#   4. a summary table (last lines of the output).
+# Exit code: 0 when every step passed (each step's own status is in the table).
+set -uo pipefail
+
+BIN="${1:?usage: bash tests/gpu_stage.sh BIN (folder with gpu_tests, kvlab, gpu_mutants.tar.xz)}"
+BIN="$(cd "$BIN" && pwd)"
+OUT="${OUT:-/tmp/kvlab-out}"
+S="$OUT/teeth"
+mkdir -p "$S"
+cd "$(dirname "$0")/.."
+export LD_LIBRARY_PATH="/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+PY=python3
+
+declare -A status seconds
+step() {  # step NAME TIMEOUT_S COMMAND...
+  local name=$1 limit=$2
+  shift 2
+  local t0=$SECONDS
+  echo "[teeth] $name: $*"
+  timeout "$limit" "$@" > "$S/$name.log" 2>&1
+  local rc=$?
+  seconds[$name]=$((SECONDS - t0))
+  status[$name]=$([ $rc -eq 0 ] && echo ok || echo "FAIL($rc)")
+  tail -3 "$S/$name.log"
+}
+
+# 1. Every GPU test, table checks logged.
+rm -f "$S/gpu_tolerance_log.csv"
+KVLAB_TOLERANCE_LOG="$S/gpu_tolerance_log.csv" step gpu_tests 150 "$BIN/gpu_tests"
+if [ -s "$S/gpu_tolerance_log.csv" ]; then
+  $PY tests/tolerance/summarize_log.py "$S/gpu_tolerance_log.csv" --out "$S/gpu_checks.csv" \
+    --dataset "every check of gpu_tests on this device" > /dev/null
+fi
+
+# 2. The tolerance measurement (validation only).
+rm -f "$S/h100_tolerance.h5"
+step tolerance 150 "$BIN/kvlab" validate experiments/configs/tolerance.ini \
+  --out "$S/h100_tolerance.h5" --progress plain
+
+# 3. GPU mutants.
+if [ -f "$BIN/gpu_mutants.tar.xz" ]; then
+  M="$(mktemp -d /tmp/kvlab-gpu-mutants-XXXX)"
+  tar -C "$M" -xJf "$BIN/gpu_mutants.tar.xz"
+  step mutants 150 $PY tests/mutation/run_mutants.py --run-packed "$M/gpu_mutants" --bin "$BIN" \
+    --logs "$S/mutants" --json "$S/gpu_mutants.json"
+  rm -rf "$M"
+else
+  status[mutants]="MISSING: $BIN/gpu_mutants.tar.xz"
+  seconds[mutants]=0
+fi
+
+# 4. Summary.
+{
+  echo
+  echo "== teeth GPU stage summary ($(date -u +%FT%TZ), $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1))"
+  printf '%-10s %-14s %6s  %s\n' step status seconds detail
+  printf '%-10s %-14s %6s  %s\n' gpu_tests "${status[gpu_tests]}" "${seconds[gpu_tests]}" \
+    "$(grep -E '^\[  (PASSED|FAILED)  \]' "$S/gpu_tests.log" | tr '\n' ' ')"
+  printf '%-10s %-14s %6s  %s\n' tolerance "${status[tolerance]}" "${seconds[tolerance]}" \
+    "$S/h100_tolerance.h5"
+  printf '%-10s %-14s %6s  %s\n' mutants "${status[mutants]}" "${seconds[mutants]:-0}" \
+    "$(grep -E '^gpu: ' "$S/mutants.log" 2>/dev/null)"
+  $PY - "$S" <<'EOF' || echo "(no tolerance summary: $?)"
+import json, os, sys
+s = sys.argv[1]
+try:
+    import h5py, numpy as np
+    with h5py.File(os.path.join(s, "h100_tolerance.h5"), "r") as f:
+        ix = f["index"][()]
+        cols = ix.dtype.names
+        def col(n):
+            v = ix[n]
+            return [x.decode() if isinstance(x, bytes) else x for x in v]
+        kind, status = col("kind"), col("status")
+        print("decode_step vs the CPU reference (max |dlogit| / worst NMSE per step):")
+        rows = {}
+        for i in range(len(kind)):
+            if kind[i] != "decode_step":
+                continue
+            key = (col("preset")[i], int(col("layers")[i]), col("kv_format")[i])
+            if status[i] != "ok":
+                print(f"  {key}: {status[i]} {col('reason')[i][:120]}")
+                continue
+            a, n = float(col("ref_max_abs")[i]), float(col("ref_nmse")[i])
+            old = rows.get(key, (0.0, 0.0))
+            rows[key] = (max(old[0], a), max(old[1], n))
+        for (p, l, fmt), (a, n) in sorted(rows.items()):
+            print(f"  {p:<10} layers {l:>2} {fmt:<12} {a:9.4f} {n:10.3e}")
+        dec = [i for i in range(len(kind)) if kind[i] == "decode_attention"]
+        ok = [i for i in dec if status[i] == "ok"]
+        if ok:
+            print(f"decode_attention: {len(ok)}/{len(dec)} ok, worst max_abs_err "
+                  f"{max(float(col('max_abs_err')[i]) for i in ok):.3e}, worst nmse "
+                  f"{max(float(col('nmse')[i]) for i in ok):.3e}, worst lse "
+                  f"{max(float(col('lse_max_abs_err')[i]) for i in ok):.3e}")
+except Exception as e:  # the summary must not hide the table above
+    print(f"(tolerance file not summarized: {e})")
+p = os.path.join(s, "gpu_mutants.json")
+if os.path.exists(p):
+    res = json.load(open(p))
+    for r in res:
+        print(f"  mutant {r['id']:<36} {r['result']:<9} {r.get('killed_by') or r.get('detail', '')}"[:150])
+EOF
+} | tee "$S/summary.txt"
+
+for k in gpu_tests tolerance mutants; do
+  [ "${status[$k]:-}" = ok ] || exit 1
+done
+exit 0
