@@ -99,12 +99,10 @@ TEST(DriverKinds, QuantErrorRecordsTheRoundTripOfItsData) {
   RunContext ctx;
   ctx.seed = 77;
   for (const char* scheme : {"nvfp4", "fp8_e4m3_per_token"}) {
-    const Record r = run("quant_error", {{"scheme", scheme},
-                                         {"dist", "kcache"},
-                                         {"tokens", "64"},
-                                         {"heads", "2"},
-                                         {"seed", "3"}},
-                         ctx);
+    const Record r = run(
+        "quant_error",
+        {{"scheme", scheme}, {"dist", "kcache"}, {"tokens", "64"}, {"heads", "2"}, {"seed", "3"}},
+        ctx);
     ASSERT_EQ(r.status, Status::kOk) << r.reason;
     const int64_t rows = 128, cols = 128;
     const std::vector<float> x =
