@@ -40,7 +40,7 @@ NEEDED = ["label", "version", "kv_format", "lengths", "graph", "batch", "context
 HOLDOUT_NOTES = {
     "context >= 32768": "extrapolate to long contexts",
     "batch >= 64": "extrapolate to large batches",
-    "study == 'P4' || study == 'P6' || study == 'P7'": "mixed lengths, block size, GQA group",
+    "lengths == 'mixed' || block_size != 16 || gqa_group != 4": "mixed lengths, block size, GQA group",
     "graph == 'on'": "no CUDA-graph record fitted: the eager overhead is used",
     "kv_format == 'nvfp4'": "format not fitted: the fallback efficiency is used",
 }

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "experiments/h5/h5.h"
+#include "reference/core/timing.h"
 
 namespace kvlab::exp {
 
@@ -98,17 +99,9 @@ struct Record {
   }
 };
 
-// Options of the GPU timing harness, set by the [timing] section of a config.
-struct TimingConfig {
-  int warmup = 3;
-  int min_reps = 10;
-  int max_reps = 200;
-  double target_rel_iqr = 0.02;  // stop once IQR/median is below this
-  double max_seconds = 2.0;      // per timed configuration
-  bool cold_l2 = true;
-  bool graph = false;    // CUDA-graph replay for launch-bound points
-  int graph_calls = 20;  // calls captured per graph
-};
+// The options of the GPU timing harness: a sweep's [timing] section sets them (one struct
+// for the config and the harness; reference/core/timing.h states the rules).
+using TimingConfig = TimingOptions;
 
 // What a bench may use while running: seeds, timing options and the measured ceilings.
 struct RunContext {
@@ -144,5 +137,37 @@ class Bench {
   // A rough wall-time estimate (for --dry-run and the ETA before the first points finish).
   virtual double estimate_seconds(const Point& p, const RunContext& ctx) const = 0;
 };
+
+// ------------------------------------------------------------------ recording a timing
+// Which measured ceiling bounds a timed operation.
+enum class CeilingKind {
+  kRead,  // the read ceiling R (reads dominate: decode attention, GEMMs, decode steps)
+  kCopy,  // the copy ceiling C, counting read + write bytes (append, copies)
+};
+
+// The bytes a timed call must move from or to DRAM: its working set and the floor's bytes
+// (Q + attended KV + scales + O for decode attention; read + write for an append).
+struct TimedBytes {
+  double bytes = 0;
+  CeilingKind ceiling = CeilingKind::kRead;
+};
+
+// Records a timing into `r`, the same columns for every timed kind:
+//   statistics   median_us, q1_us, q3_us, rel_iqr, min_us, reps, converged, samples_us (trace)
+//   how timed    cold_l2 (1/0), calls_per_sample, flush_bytes, l2_bytes, working_set_bytes,
+//                labels `flush` (read_allocate | none | self) and `timing` (one sentence)
+//   vs ceiling   bytes_per_s (implied bandwidth: working set / median), ceiling_bytes_per_s,
+//                pct_read_ceiling or pct_copy_ceiling, pct_datasheet, floor_us (bytes / ceiling),
+//                excess_us (median - floor_us), exceeds_ceiling (1 when even the slower
+//                quartile beats the best DRAM bandwidth of the run, max(R, C): no traffic,
+//                read, write or mixed, may), timing_valid
+// NaN wherever the run measured no ceiling (or the device reports no datasheet figure).
+// A cold row that exceeds max(R, C) is no result: the flush left bytes in L2 or the
+// ceilings are too low. Such a record becomes failed ("timing invalid: ..."), its numbers kept
+// for diagnosis, timing_valid 0. Warm rows may legitimately beat a DRAM ceiling (L2 hits):
+// flagged, still valid.
+void record_timing(Record* r, const Timing& t, const TimedBytes& b, const RunContext& ctx);
+// The metric declarations of record_timing's columns (append them to a bench's metrics()).
+std::vector<MetricSpec> timing_metric_specs(CeilingKind ceiling);
 
 }  // namespace kvlab::exp

@@ -20,6 +20,7 @@ const std::vector<std::unique_ptr<Bench>>& benches() {
     v.push_back(make_compression_error_bench());
     v.push_back(make_decode_attention_bench());
     v.push_back(make_append_bench());
+    v.push_back(make_bandwidth_bench());
     v.push_back(make_decode_step_bench()), v.push_back(make_step_gemm_bench());  // issue #8
     v.push_back(make_calibrate_bench());  // issue #6 fidelity (experiments/calibrate)
     return v;

@@ -76,7 +76,7 @@ fi
 holdouts=(
   "context >= 32768"
   "batch >= 64"
-  "study == 'P4' || study == 'P6' || study == 'P7'"
+  "lengths == 'mixed' || block_size != 16 || gqa_group != 4"
   "graph == 'on'"
   "kv_format == 'nvfp4'"
 )

@@ -224,20 +224,12 @@ class AppendBench : public Bench {
     };
   }
   std::vector<MetricSpec> metrics() const override {
-    return {
-        {"median_us", "us", "median time per call"},
-        {"q1_us", "us", "first quartile"},
-        {"q3_us", "us", "third quartile"},
-        {"rel_iqr", "", "(q3 - q1) / median"},
-        {"reps", "", "timed samples"},
-        {"converged", "", "1 when rel_iqr reached the [timing] target"},
+    std::vector<MetricSpec> m = {
         {"append_bytes", "B", "K/V read + slots read + K/V written with scales"},
-        {"bytes_per_s", "B/s", "append_bytes / median"},
-        {"pct_copy_ceiling", "%",
-         "bytes_per_s / the copy ceiling (read + write) measured in this run"},
-        {"pct_datasheet", "%", "bytes_per_s / the device's datasheet peak"},
         {"differing_bytes", "", "pool and scale bytes that differ from the reference (exact: 0)"},
         {"validated_tokens", "", "tokens of the byte-exactness check"}};
+    for (auto& t : timing_metric_specs(CeilingKind::kCopy)) m.push_back(std::move(t));
+    return m;
   }
   void check_point(const Point& p) const override {
     for (const char* a : {"head_dim", "num_kv_heads", "block_size"})
@@ -302,20 +294,8 @@ class AppendBench : public Bench {
     const gpu::bench::Timing t = gpu::bench::time_kernel(
         [&](cudaStream_t s) { gpu::append_kv(dbig.args, s, gpu::SlotCheck::kTrusted); },
         to_harness(ctx.timing_cfg, p.str("graph") == "on" || ctx.timing_cfg.graph));
-    const double bps = t.median_us > 0 ? bytes / (t.median_us * 1e-6) : 0;
-    r.metric("median_us", t.median_us);
-    r.metric("q1_us", t.q1_us);
-    r.metric("q3_us", t.q3_us);
-    r.metric("rel_iqr", t.rel_iqr);
-    r.metric("reps", t.reps);
-    r.metric("converged", t.converged ? 1.0 : 0.0);
     r.metric("append_bytes", bytes);
-    r.metric("bytes_per_s", bps);
-    r.metric("pct_copy_ceiling",
-             ctx.copy_ceiling_bytes_per_s > 0 ? 100 * bps / ctx.copy_ceiling_bytes_per_s : NAN);
-    r.metric("pct_datasheet", ctx.peak_bytes_per_s > 0 ? 100 * bps / ctx.peak_bytes_per_s : NAN);
-    r.traces.push_back(
-        samples_trace("samples_us", "every timed sample (us per call)", t.samples_us));
+    record_timing(&r, t, {bytes, CeilingKind::kCopy}, ctx);
     return r;
 #else
     (void)p;

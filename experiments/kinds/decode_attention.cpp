@@ -21,10 +21,11 @@
 // copied back from the device (with their scales) through the device table's entries. Which
 // sequences were checked is in the record (validated_seqs, label `validation`). A failing
 // check ends the point as failed, untimed.
-// Timing (gpu/bench, the sweep's [timing] options; CUDA-graph replay with graph = on):
-// median / quartiles / IQR of the samples; bandwidth from the minimum bytes: Q + the
-// attended K and V at storage precision + their per-token / block scales + O; as % of the
-// read ceiling measured at the start of the run and of the device's datasheet peak.
+// Timing (gpu/bench, the sweep's [timing] options; CUDA-graph replay with graph = on),
+// recorded by record_timing (experiments/bench/bench.h): median / quartiles / IQR of the
+// samples, how they were taken, and the bandwidth of the minimum bytes (Q + the attended K
+// and V at storage precision + their per-token / block scales + O, the working set) as % of
+// the read ceiling measured at the start of the run and of the device's datasheet peak.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -375,26 +376,19 @@ class DecodeAttentionBench : public Bench {
     };
   }
   std::vector<MetricSpec> metrics() const override {
-    return {{"median_us", "us", "median time per call"},
-            {"q1_us", "us", "first quartile"},
-            {"q3_us", "us", "third quartile"},
-            {"rel_iqr", "", "(q3 - q1) / median"},
-            {"min_us", "us", "fastest sample"},
-            {"reps", "", "timed samples"},
-            {"converged", "", "1 when rel_iqr reached the [timing] target"},
-            {"min_bytes", "B", "Q + attended K/V at storage precision + scales + O"},
-            {"bytes_per_s", "B/s", "min_bytes / median"},
-            {"pct_read_ceiling", "%", "bytes_per_s / the read ceiling measured in this run"},
-            {"pct_datasheet", "%", "bytes_per_s / the device's datasheet peak"},
-            {"max_abs_err", "", "validated outputs: max |gpu - reference|"},
-            {"rel_l2", "", "validated outputs: ||gpu - reference|| / ||reference||"},
-            {"nmse", "", "validated outputs: normalized MSE"},
-            {"max_ulp", "", "validated outputs: max distance in BF16 ULPs"},
-            {"violations", "", "validated outputs outside the tolerance table's bound"},
-            {"lse_max_abs_err", "", "validated LSE: max |gpu - reference|"},
-            {"nonfinite_out", "", "non-finite values in the whole output (every sequence)"},
-            {"validated_seqs", "", "sequences compared with the reference"},
-            {"guards_intact", "", "1 when the guard regions around O and LSE are untouched"}};
+    std::vector<MetricSpec> m = {
+        {"min_bytes", "B", "Q + attended K/V at storage precision + scales + O"},
+        {"max_abs_err", "", "validated outputs: max |gpu - reference|"},
+        {"rel_l2", "", "validated outputs: ||gpu - reference|| / ||reference||"},
+        {"nmse", "", "validated outputs: normalized MSE"},
+        {"max_ulp", "", "validated outputs: max distance in BF16 ULPs"},
+        {"violations", "", "validated outputs outside the tolerance table's bound"},
+        {"lse_max_abs_err", "", "validated LSE: max |gpu - reference|"},
+        {"nonfinite_out", "", "non-finite values in the whole output (every sequence)"},
+        {"validated_seqs", "", "sequences compared with the reference"},
+        {"guards_intact", "", "1 when the guard regions around O and LSE are untouched"}};
+    for (auto& t : timing_metric_specs(CeilingKind::kRead)) m.push_back(std::move(t));
+    return m;
   }
   void check_point(const Point& p) const override {
     for (const char* a : {"head_dim", "block_size", "num_kv_heads", "gqa_group"})
@@ -487,22 +481,7 @@ class DecodeAttentionBench : public Bench {
     const gpu::bench::Timing t = gpu::bench::time_kernel(
         [&](cudaStream_t s) { gpu::decode_attention(c.args, id, work.data(), ws, s); },
         to_harness(ctx.timing_cfg, p.str("graph") == "on" || ctx.timing_cfg.graph));
-    const double bps = t.median_us > 0 ? c.bytes / (t.median_us * 1e-6) : 0;
-    r.metric("median_us", t.median_us);
-    r.metric("q1_us", t.q1_us);
-    r.metric("q3_us", t.q3_us);
-    r.metric("rel_iqr", t.rel_iqr);
-    r.metric("min_us", t.min_us);
-    r.metric("reps", t.reps);
-    r.metric("converged", t.converged ? 1.0 : 0.0);
-    r.metric("bytes_per_s", bps);
-    r.metric("pct_read_ceiling",
-             ctx.read_ceiling_bytes_per_s > 0 ? 100 * bps / ctx.read_ceiling_bytes_per_s : NAN);
-    r.metric("pct_datasheet", ctx.peak_bytes_per_s > 0 ? 100 * bps / ctx.peak_bytes_per_s : NAN);
-    r.label("timing", std::string(t.cold_l2 ? "cold L2" : "warm L2") +
-                          (t.graph ? ", CUDA graph" : ", eager"));
-    r.traces.push_back(
-        samples_trace("samples_us", "every timed sample (us per call)", t.samples_us));
+    record_timing(&r, t, {c.bytes, CeilingKind::kRead}, ctx);
     return r;
 #else
     (void)p;

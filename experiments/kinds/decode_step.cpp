@@ -197,17 +197,14 @@ class DecodeStepBench : public Bench {
     };
   }
   std::vector<MetricSpec> metrics() const override {
-    return {
-        {"step_us", "us", "median time of one decode step"},
-        {"step_us_q1", "us", "first quartile"},
-        {"step_us_q3", "us", "third quartile"},
-        {"rel_iqr", "", "IQR / median of the samples"},
-        {"samples", "", "timed samples"},
+    std::vector<MetricSpec> m = {
+        {"step_us", "us", "median time of one decode step (= median_us)"},
+        {"step_us_q1", "us", "first quartile (= q1_us)"},
+        {"step_us_q3", "us", "third quartile (= q3_us)"},
+        {"samples", "", "timed samples (= reps)"},
         {"tokens_per_s", "1/s", "batch / step time"},
         {"weight_bytes", "B", "weights read per step (all but the embedding table)"},
         {"kv_bytes", "B", "KV cache bytes attended per step (storage format, scales included)"},
-        {"bytes_per_s", "B/s", "(weight + KV bytes) / step time"},
-        {"pct_read_ceiling", "%", "bytes_per_s / the run's measured read ceiling"},
         {"flops", "FLOP", "GEMM + attention FLOPs of one step"},
         {"predicted_us", "us", "sim cost model: roofline step time, eager or graph launch model"},
         {"predicted_gemm_us", "us", "sim: GEMM part"},
@@ -223,6 +220,8 @@ class DecodeStepBench : public Bench {
         {"bitwise_eager_twin", "",
          "1 when a graph variant's logits equal its eager twin's bitwise (-1: not applicable)"},
     };
+    for (auto& t : timing_metric_specs(CeilingKind::kRead)) m.push_back(std::move(t));
+    return m;
   }
   bool needs_gpu() const override { return true; }
   std::string unsupported_reason(const Point& p, const RunContext&) const override {
@@ -362,8 +361,10 @@ Record DecodeStepBench::run(const Point& p, RunContext& ctx) {
       return Record::failed("a CUDA-graph replay differs from its eager twin (bitwise)");
   }
 
-  // Timing: median of samples, each `steps` back-to-back steps from the same state.
+  // Timing: median of samples, each `steps` back-to-back steps from the same state, with the
+  // harness's stopping rule.
   std::vector<float> samples;
+  gpu::bench::Timing tm;
   if (ctx.timing) {
     const TimingConfig& t = ctx.timing_cfg;
     for (int i = 0; i < t.warmup; ++i) {
@@ -371,19 +372,14 @@ Record DecodeStepBench::run(const Point& p, RunContext& ctx) {
       e.time_steps(variant, smp, steps);
     }
     const auto t0 = std::chrono::steady_clock::now();
-    for (int i = 0; i < t.max_reps; ++i) {
+    for (;;) {
       e.rewind(context);
       samples.push_back(static_cast<float>(1e3 * e.time_steps(variant, smp, steps)));
       const double el =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      if (i + 1 >= t.min_reps &&
-          (gpu::bench::summarize(samples, t.target_rel_iqr).converged || el > t.max_seconds))
-        break;
+      if (gpu::bench::sampling_done(samples, el, t, &tm)) break;
     }
   }
-  const gpu::bench::Timing tm = samples.empty()
-                                    ? gpu::bench::Timing{}
-                                    : gpu::bench::summarize(samples, ctx.timing_cfg.target_rel_iqr);
 
   // Bytes and FLOPs of one step; the cost model's prediction.
   const double weight_bytes = 2.0 * step_weight_elements(cfg);
@@ -402,18 +398,24 @@ Record DecodeStepBench::run(const Point& p, RunContext& ctx) {
   shape.num_sampled = batch;
   const sim::StepCost pc = model.step(shape);
 
-  r.metric("step_us", tm.median_us);
-  r.metric("step_us_q1", tm.q1_us);
-  r.metric("step_us_q3", tm.q3_us);
-  r.metric("rel_iqr", tm.rel_iqr);
-  r.metric("samples", tm.reps);
-  r.metric("tokens_per_s", tm.median_us > 0 ? batch / (tm.median_us * 1e-6) : 0.0);
+  // How it was timed: no flush; a step whose bytes exceed the flush's own size streams
+  // them between any two uses of a byte (cold by construction), a smaller one runs warm.
+  tm.graph = gpu::is_graph(variant);
+  tm.calls_per_sample = steps;
+  tm.l2_bytes = gpu::bench::device_l2_bytes();
+  const double step_bytes = weight_bytes + kv_bytes;
+  tm.cold_l2 = step_bytes > static_cast<double>(gpu::bench::l2_flush_bytes(tm.l2_bytes));
+  tm.flush = tm.cold_l2 ? gpu::bench::L2Flush::kSelf : gpu::bench::L2Flush::kNone;
+  record_timing(&r, tm, {step_bytes, CeilingKind::kRead}, ctx);
+  if (tm.reps > 0) {
+    r.metric("step_us", tm.median_us);
+    r.metric("step_us_q1", tm.q1_us);
+    r.metric("step_us_q3", tm.q3_us);
+    r.metric("samples", tm.reps);
+    r.metric("tokens_per_s", tm.median_us > 0 ? batch / (tm.median_us * 1e-6) : NAN);
+  }
   r.metric("weight_bytes", weight_bytes);
   r.metric("kv_bytes", kv_bytes);
-  const double bps = tm.median_us > 0 ? (weight_bytes + kv_bytes) / (tm.median_us * 1e-6) : 0.0;
-  r.metric("bytes_per_s", bps);
-  r.metric("pct_read_ceiling",
-           ctx.read_ceiling_bytes_per_s > 0 ? 100.0 * bps / ctx.read_ceiling_bytes_per_s : 0.0);
   r.metric("flops", flops);
   r.metric("predicted_us", pc.total_s * 1e6);
   r.metric("predicted_gemm_us", pc.gemm_s * 1e6);
@@ -428,12 +430,6 @@ Record DecodeStepBench::run(const Point& p, RunContext& ctx) {
   r.metric("bitwise_eager_twin", bitwise);
   r.label("gpu_spec", gpu_used);
   r.label("buckets_graph", std::to_string(e.bucket_for(batch)));
-  Trace tr;
-  tr.name = "step_us_samples";
-  tr.doc = "every timed sample: microseconds per step [samples]";
-  std::vector<double> sd(samples.begin(), samples.end());
-  tr.array = h5::ColumnData::of(sd);
-  r.traces.push_back(std::move(tr));
   return r;
 }
 #else
@@ -467,15 +463,13 @@ class StepGemmBench : public Bench {
     };
   }
   std::vector<MetricSpec> metrics() const override {
-    return {
-        {"time_us", "us", "median time of one GEMM (cold L2)"},
-        {"rel_iqr", "", "IQR / median"},
+    std::vector<MetricSpec> m = {
+        {"time_us", "us", "median time of one GEMM, cold L2 (= median_us)"},
         {"gemm_n", "", "output features N"},
         {"gemm_k", "", "input features K"},
         {"flops", "FLOP", "2 M N K"},
         {"bytes", "B", "weights + input + FP32 output, each once"},
         {"tflops", "TFLOP/s", "achieved"},
-        {"bytes_per_s", "B/s", "achieved"},
         {"intensity", "FLOP/B", "flops / bytes"},
         {"predicted_us", "us", "sim roofline: measured read ceiling, datasheet BF16 rate"},
         {"predicted_us_measured_rate", "us", "sim roofline: measured read ceiling and matrix rate"},
@@ -485,6 +479,8 @@ class StepGemmBench : public Bench {
         {"matmul_tflops_measured", "TFLOP/s", "8192^3 BF16 GEMM on this device"},
         {"read_ceiling", "B/s", "the run's measured read ceiling"},
     };
+    for (auto& t : timing_metric_specs(CeilingKind::kRead)) m.push_back(std::move(t));
+    return m;
   }
   bool needs_gpu() const override { return true; }
   std::string unsupported_reason(const Point& p, const RunContext&) const override {
@@ -536,14 +532,13 @@ Record StepGemmBench::run(const Point& p, RunContext& ctx) {
   const sim::OpCost pred_m = sim::gemm_cost(gm, to_string(which), m, n, k, 16, mc);
   const double s = tm.median_us * 1e-6;
   Record r;
+  record_timing(&r, tm, {bytes, CeilingKind::kRead}, ctx);
   r.metric("time_us", tm.median_us);
-  r.metric("rel_iqr", tm.rel_iqr);
   r.metric("gemm_n", double(n));
   r.metric("gemm_k", double(k));
   r.metric("flops", flops);
   r.metric("bytes", bytes);
-  r.metric("tflops", s > 0 ? flops / s / 1e12 : 0.0);
-  r.metric("bytes_per_s", s > 0 ? bytes / s : 0.0);
+  r.metric("tflops", s > 0 ? flops / s / 1e12 : NAN);
   r.metric("intensity", flops / bytes);
   r.metric("predicted_us", pred.seconds * 1e6);
   r.metric("predicted_us_measured_rate", pred_m.seconds * 1e6);
@@ -551,10 +546,8 @@ Record StepGemmBench::run(const Point& p, RunContext& ctx) {
   r.metric("ridge_batch", double(ridge_batch(g, n, k)));
   r.metric("ridge_batch_measured_rate", double(ridge_batch(gm, n, k)));
   r.metric("matmul_tflops_measured", rate / 1e12);
-  r.metric("read_ceiling", ctx.read_ceiling_bytes_per_s);
+  r.metric("read_ceiling", ctx.read_ceiling_bytes_per_s > 0 ? ctx.read_ceiling_bytes_per_s : NAN);
   r.label("gpu_spec", gpu_used);
-  r.traces.push_back(samples_trace(
-      "time_us_samples", "every timed sample: microseconds per GEMM [samples]", tm.samples_us));
   return r;
 }
 #else

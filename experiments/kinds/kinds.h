@@ -17,5 +17,6 @@ std::unique_ptr<Bench> make_compression_error_bench();
 // GPU benches (recorded as skipped without a device or without CUDA).
 std::unique_ptr<Bench> make_decode_attention_bench();
 std::unique_ptr<Bench> make_append_bench();
+std::unique_ptr<Bench> make_bandwidth_bench();
 
 }  // namespace kvlab::exp

@@ -1,350 +1,538 @@
 #!/usr/bin/env python3
-"""Peers of kvlab's decode attention, timed on the same shapes in the same run.
+"""Peers of kvlab's decode attention, timed on the shapes of a kvlab sweep by kvlab's rules.
 
-    python3 experiments/peers/decode_peers.py --kvlab-csv decode.csv --out perf.h5 [--csv peers.csv]
-    python3 experiments/peers/decode_peers.py --kvlab-h5 results/perf.h5 --out results/peers.h5
+    python3 experiments/peers/decode_peers.py peers --kvlab-h5 perf_sweep.h5 --out perf_peers.h5
+    python3 experiments/peers/decode_peers.py crosscheck --kvlab-h5 timer_check.h5 --out crosscheck.h5
+    python3 experiments/peers/decode_peers.py prewarm      # FlashInfer's JIT modules, no timing
 
-Reads the rows that `kvlab_decode_check --time --csv decode.csv` wrote (or the points of a
-`kvlab sweep experiments/configs/perf.ini` result file): their shapes, the measured read /
-copy ceilings and the device; times the peers on every uniform-length BF16 point of the
-same shapes, and writes a result file in the kvlab HDF5 schema
-(experiments/results/result_file.h: schema "kvlab.results" version 1, root provenance
-attributes, an /index table with one row per (point, version), a /runs table), with the
-axes and metric names of the `decode_attention` sweep kind, so analysis/ reads kvlab rows
-and peer rows alike. Peer rows have version "peer:NAME".
+peers: reads the decode_attention rows of a `kvlab sweep` result file (e.g. of
+experiments/configs/perf.ini), its read ceiling, datasheet figure and [timing] section, and
+times on every shape of it, with peer_timer.PeerTimer (the same flush kernel, bytes, events,
+warm-up and stopping rule as gpu/bench):
+  peer:sdpa_cudnn      PyTorch scaled_dot_product_attention, cuDNN backend, on contiguous
+                       BF16 KV: q [batch, qo_heads, 1, d], k/v [batch, kv_heads, context, d],
+                       GQA through enable_gqa (layout "contiguous"; block_size is the kvlab
+                       row's, for the cost model's sake: contiguous KV has no pages)
+  peer:sdpa_flash      the same, FlashAttention backend (--sdpa picks the backends)
+  peer:flashinfer_tc   FlashInfer BatchDecodeWithPagedKVCacheWrapper, use_tensor_cores=True
+  peer:flashinfer_cc   the same, use_tensor_cores=False (its CUDA-core decode kernels)
+FlashInfer runs on paged caches of the kvlab row's layout (NHD [pages, block, kv_heads, d] or
+HND [pages, kv_heads, block, d], separate K and V pools), page size and format (BF16, or FP8
+E4M3 with unit K/V scales: FlashInfer 0.5.3 applies a non-unit v_scale as an extra
+elementwise kernel on O, which this comparison does not charge it), built by kvlab's
+page-table rule: the pool holds exactly the pages the batch needs, handed out as one seeded
+random permutation, sequence after sequence. Inputs are seeded N(0, 1) (never zeros).
+Each peer is validated before it is timed: relative L2 of the first <= 4 sequences' outputs
+against float32 math over the same inputs (the same FP8 values for FP8), bound
+PEER_REL_L2_MAX. Rows keep the kvlab schema and the kvlab row's study, axes and working set
+(min_bytes), with version "peer:NAME"; what cannot run is recorded as skipped with the reason
+(other KV formats, mixed lengths, a backend's refusal, the time budget). A cold peer row that
+beats the run's best DRAM bandwidth (max of its read and copy ceilings) is recorded as failed ("timing invalid"), printed as a WARNING, and
+counted in the file's attribute ceiling_exceeded_rows.
 
-Peers (PyTorch scaled_dot_product_attention on contiguous KV, one query token):
-  peer:sdpa_cudnn     SDPBackend.CUDNN_ATTENTION
-  peer:sdpa_flash     SDPBackend.FLASH_ATTENTION
-  peer:sdpa_efficient SDPBackend.EFFICIENT_ATTENTION
-  q [batch, heads, 1, 128], k/v [batch, kv_heads, context, 128] bf16, GQA through
-  enable_gqa=True; a backend that refuses GQA gets K/V repeated per query head (the row's
-  version then ends in "+repeat": it reads every KV byte `group` times, the bytes counted
-  stay the floor, as for kvlab).
-Not run: FlashInfer's paged decode. The GPU machine has no network; flashinfer-python
-compiles its kernels just in time (minutes of nvcc per configuration on the device) and
-its ahead-of-time kernel wheel is far larger than the 64 MiB a device call may carry.
-Skipped points (recorded with the reason): FP8 / FP4 KV (SDPA takes no quantized KV),
-mixed lengths (contiguous SDPA would pad every sequence to the longest), block sizes other
-than 16 (contiguous KV has no pages: one row per shape).
+crosscheck: the two-timer check. For the bandwidth rows of a kvlab file whose operation the
+Python side can issue identically (read with load cg, depth 4: the flush kernel of
+gpu/bench/l2_flush.cuh on the row's grid; copy with load memcpy: cudaMemcpyAsync), times the
+same operation through PeerTimer and compares the medians: |python / kvlab - 1| must be at
+most --tol (2 %). Exit 1 otherwise.
 
-Timing as kvlab's harness: CUDA events around each call, cold L2 (a 2 x L2 buffer is
-rewritten before every timed call), >= 10 reps until the relative IQR <= 2 % (<= 200 reps,
-<= 2 s), median and quartiles; CUDA-graph replay (20 calls per graph, warm L2) for the
-launch-bound points kvlab timed that way. Every peer row is validated first: relative L2
-against a float32 math computation of the same inputs (first <= 4 sequences).
+Exit codes: 0 ok, 1 a cross-check disagreed or the peers failed to run at all, 2 bad input.
 """
 from __future__ import annotations
 
 import argparse
-import csv
-import datetime as _dt
 import math
 import os
-import socket
 import sys
+import time
 
 import numpy as np
 
-SCHEMA_NAME = "kvlab.results"
-SCHEMA_VERSION = 1
-HEAD_DIM = 128
-KV_HEADS = 8
-AXES_STR = ["layout", "kv_format", "lengths", "graph", "version"]
-AXES_NUM = ["head_dim", "block_size", "num_kv_heads", "gqa_group", "batch", "context", "seed"]
-METRICS = ["median_us", "q1_us", "q3_us", "rel_iqr", "min_us", "reps", "converged", "bytes_per_s",
-           "pct_read_ceiling", "pct_datasheet", "rel_l2", "min_bytes"]
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from peer_results import ROOT, device_attrs, load_results, utc_now, write_result_file  # noqa: E402
+from peer_timer import PeerTimer, TimingOptions, record_timing  # noqa: E402
+
+# A peer is validated against float32 math over its own inputs: BF16 output rounding alone
+# gives ~4e-3; a wrong layout, page table or scale gives ~1. Tighter than any real bug, far
+# above rounding.
+PEER_REL_L2_MAX = 2e-2
+VALIDATED_SEQS = 4
+FLASHINFER_FORMATS = {"bf16": "bfloat16", "fp8_e4m3": "float8_e4m3fn"}
+DECODE_AXES = ["layout", "kv_format", "head_dim", "block_size", "num_kv_heads", "gqa_group", "batch", "context",
+               "lengths", "seed", "graph", "version"]
+DECODE_NUMERIC = {"head_dim", "block_size", "num_kv_heads", "gqa_group", "batch", "context", "seed"}
+TIMING_METRICS = ["median_us", "q1_us", "q3_us", "rel_iqr", "min_us", "reps", "converged", "cold_l2",
+                  "calls_per_sample", "flush_bytes", "l2_bytes", "working_set_bytes", "bytes_per_s",
+                  "ceiling_bytes_per_s", "pct_read_ceiling", "pct_copy_ceiling", "pct_datasheet", "floor_us",
+                  "excess_us", "exceeds_ceiling", "timing_valid"]
+PEER_METRICS = TIMING_METRICS + ["min_bytes", "rel_l2", "validated_seqs"]
+PEER_LABELS = ["flush", "timing", "validation"]
 
 
-def read_kvlab_csv(path):
-    meta = {}
-    with open(path) as f:
-        first = f.readline()
-        if first.startswith("#"):
-            for tok in first[1:].strip().split(";"):
-                k, _, v = tok.partition("=")
-                meta[k] = v
-        rows = list(csv.DictReader(f))
-    return meta, rows
+class BadInput(Exception):
+    pass
 
 
-def floor_bytes(batch, ctx, group):
-    # bf16 K and V of every attended token of every KV head + Q + O (as kvlab counts it).
-    return 2.0 * batch * ctx * KV_HEADS * HEAD_DIM * 2 + 2.0 * batch * KV_HEADS * group * HEAD_DIM * 2
+def log(msg: str) -> None:
+    print(msg, flush=True)
 
 
-class Timer:
-    def __init__(self, torch, device_l2_bytes):
-        self.torch = torch
-        self.flush_buf = torch.empty(max(2 * device_l2_bytes, 64 << 20), dtype=torch.uint8, device="cuda")
-
-    def time(self, fn, graph=False, target_rel_iqr=0.02, min_reps=10, max_reps=200, max_seconds=2.0):
-        torch = self.torch
-        for _ in range(3):
-            fn()
-        torch.cuda.synchronize()
-        calls = 1
-        if graph:
-            calls = 20
-            g = torch.cuda.CUDAGraph()
-            s = torch.cuda.Stream()
-            s.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(s):
-                fn()
-                with torch.cuda.graph(g, stream=s):
-                    for _ in range(calls):
-                        fn()
-            torch.cuda.current_stream().wait_stream(s)
-            torch.cuda.synchronize()
-            run = g.replay
-        else:
-            run = fn
-        samples = []
-        t0 = _dt.datetime.now()
-        while True:
-            if not graph:
-                self.flush_buf.add_(1)  # cold L2: rewrite 2 x L2 before the timed call
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record()
-            run()
-            b.record()
-            b.synchronize()
-            samples.append(a.elapsed_time(b) * 1000.0 / calls)
-            n = len(samples)
-            if n >= min_reps:
-                q1, med, q3 = np.percentile(samples, [25, 50, 75])
-                if (q3 - q1) / med <= target_rel_iqr or n >= max_reps or \
-                        (_dt.datetime.now() - t0).total_seconds() > max_seconds:
-                    break
-        q1, med, q3 = np.percentile(samples, [25, 50, 75])
-        return dict(median_us=med, q1_us=q1, q3_us=q3, rel_iqr=(q3 - q1) / med, min_us=min(samples),
-                    reps=len(samples), converged=float((q3 - q1) / med <= target_rel_iqr))
+# ----------------------------------------------------------------------------- inputs
+def read_sweep(path: str):
+    """(results, decode rows as dicts) of a kvlab sweep file."""
+    try:
+        res = load_results(path)
+    except Exception as e:  # analysis.load.ResultFileError and h5py errors: bad input
+        raise BadInput(str(e)) from None
+    idx = res.index
+    if idx.empty or "kind" not in idx.columns:
+        return res, []
+    rows = idx[(idx["kind"] == "decode_attention") & (idx["status"] != "skipped")]
+    return res, [r.to_dict() for _, r in rows.iterrows()]
 
 
-def run_peers(points, ceilings, max_gib, log):
-    import torch
-    import torch.nn.functional as F
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
-    props = torch.cuda.get_device_properties(0)
-    timer = Timer(torch, getattr(props, "L2_cache_size", 50 << 20))
-    backends = [("sdpa_cudnn", SDPBackend.CUDNN_ATTENTION), ("sdpa_flash", SDPBackend.FLASH_ATTENTION),
-                ("sdpa_efficient", SDPBackend.EFFICIENT_ATTENTION)]
-    rows = []
-    gen = torch.Generator(device="cuda")
-    for pt in points:
-        b, ctx, grp = pt["batch"], pt["context"], pt["gqa_group"]
-        base = dict(pt)
-        why = None
-        if pt["kv_format"] != "bf16":
-            why = "SDPA takes no quantized KV (" + pt["kv_format"] + ")"
-        elif pt["lengths"] != "uniform":
-            why = "contiguous SDPA would pad every sequence to the longest"
-        elif pt["block_size"] != 16:
-            why = "contiguous KV has no pages (timed once, at block 16)"
-        elif 2.0 * floor_bytes(b, ctx, grp) > max_gib * (1 << 30):
-            why = "K+V exceed the --max-gib budget"
-        if why:
-            for name, _ in backends:
-                rows.append(dict(base, version="peer:" + name, status="skipped", reason=why))
-            continue
-        gen.manual_seed(1234 + b * 7 + ctx)
-        hq = KV_HEADS * grp
-        q = torch.randn(b, hq, 1, HEAD_DIM, device="cuda", dtype=torch.bfloat16, generator=gen)
-        k = torch.randn(b, KV_HEADS, ctx, HEAD_DIM, device="cuda", dtype=torch.bfloat16, generator=gen)
-        v = torch.randn(b, KV_HEADS, ctx, HEAD_DIM, device="cuda", dtype=torch.bfloat16, generator=gen)
-        nval = min(b, 4)
-        qr, kr, vr = (x[:nval].float() for x in (q, k, v))
-        ref = torch.softmax((qr.view(nval, KV_HEADS, grp, HEAD_DIM) @ kr.transpose(-1, -2)) / math.sqrt(HEAD_DIM),
-                            dim=-1) @ vr
-        ref = ref.reshape(nval, hq, 1, HEAD_DIM)
-        del qr, kr, vr
-        nbytes = floor_bytes(b, ctx, grp)
-        for name, be in backends:
-            row = dict(base, version="peer:" + name, min_bytes=nbytes)
-            variants = [("", lambda: F.scaled_dot_product_attention(q, k, v, enable_gqa=True))]
-            if grp > 1:
-                variants.append(("+repeat", None))
-            done = False
-            err = ""
-            for suffix, fn in variants:
-                if fn is None:
-                    kk = k.repeat_interleave(grp, dim=1)
-                    vv = v.repeat_interleave(grp, dim=1)
-                    fn = (lambda kk=kk, vv=vv: F.scaled_dot_product_attention(q, kk, vv))
-                try:
-                    with sdpa_kernel([be]):
-                        out = fn()
-                        torch.cuda.synchronize()
-                        rel = (torch.linalg.vector_norm(out[:nval].float() - ref) /
-                               torch.linalg.vector_norm(ref)).item()
-                        t = timer.time(fn, graph=pt["graph"] == "on")
-                    bps = nbytes / (t["median_us"] * 1e-6)
-                    row.update(t, version="peer:" + name + suffix, status="ok" if rel < 2e-2 else "failed",
-                               reason="" if rel < 2e-2 else f"rel_l2 {rel:.2e} vs float32 math", rel_l2=rel,
-                               bytes_per_s=bps, pct_read_ceiling=100 * bps / ceilings["read"],
-                               pct_datasheet=100 * bps / ceilings["sheet"] if ceilings["sheet"] else float("nan"))
-                    done = True
-                    break
-                except Exception as e:  # a backend that refuses this shape: recorded, not fatal
-                    err = (err + " | " if err else "") + f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"
-                    torch.cuda.synchronize()
-            if not done:
-                row.update(status="skipped", reason=err)
-            rows.append(row)
-            log(row)
-        del q, k, v, ref
-        torch.cuda.empty_cache()
-    return rows
-
-
-def write_h5(path, rows, meta, argv, run_start):
-    import h5py
-    if os.path.exists(path):
-        os.remove(path)
-    with h5py.File(path, "w") as f:
-        a = f.attrs
-        a["kvlab_schema"] = SCHEMA_NAME
-        a["schema_version"] = np.int64(SCHEMA_VERSION)
-        a["created_utc"] = _dt.datetime.utcnow().isoformat() + "Z"
-        a["argv"] = " ".join(argv)
-        a["sweep_name"] = "perf"
-        a["config_path"] = ""
-        a["config_text"] = ""
-        a["shard"] = "0/1"
-        a["points_planned"] = np.int64(len(rows))
-        a["host"] = socket.gethostname()
-        a["device_name"] = meta.get("device", "")
-        a["read_ceiling_bytes_per_s"] = float(meta.get("read_ceiling", 0) or 0)
-        a["copy_ceiling_bytes_per_s"] = float(meta.get("copy_ceiling", 0) or 0)
-        a["datasheet_bytes_per_s"] = float(meta.get("datasheet", 0) or 0)
-        a["git_commit"] = meta.get("git", "")
-        str_t = h5py.string_dtype("utf-8")
-
-        def table(name, cols):
-            g = f.create_group(name)
-            g.attrs.create("columns", data=list(cols.keys()), dtype=str_t)
-            for c, vals in cols.items():
-                if vals and isinstance(vals[0], str):
-                    g.create_dataset(c, data=np.array(vals, dtype=object), dtype=str_t, maxshape=(None,), chunks=True)
-                else:
-                    g.create_dataset(c, data=np.array(vals, dtype=np.float64), maxshape=(None,), chunks=True)
-
-        cols = {"point": [float(i) for i in range(len(rows))]}
-        keys = []
-        for r in rows:
-            keys.append(",".join(f"{k}={r.get(k)}" for k in AXES_STR[:-1] + AXES_NUM) + ",version=" + r["version"])
-        cols["key"] = keys
-        cols["study"] = ["perf"] * len(rows)
-        cols["kind"] = ["append" if r.get("target") == "P9" else "decode_attention" for r in rows]
-        cols["status"] = [r.get("status", "") for r in rows]
-        cols["reason"] = [r.get("reason", "") or "" for r in rows]
-        cols["seconds"] = [float("nan")] * len(rows)
-        cols["group"] = [""] * len(rows)
-        for c in AXES_STR:
-            cols[c] = [str(r.get(c, "")) for r in rows]
-        for c in AXES_NUM:
-            cols[c] = [float(r.get(c, float("nan"))) for r in rows]
-        for c in METRICS:
-            cols[c] = [float(r.get(c, float("nan")) if r.get(c, "") != "" else float("nan")) for r in rows]
-        cols["target"] = [r.get("target", "") for r in rows]
-        table("index", cols)
-        table("runs", {"start": [run_start], "end": [_dt.datetime.utcnow().isoformat() + "Z"],
-                       "argv": [" ".join(argv)], "points_run": [float(len(rows))],
-                       "points_failed": [float(sum(r.get("status") == "failed" for r in rows))]})
-
-
-def read_kvlab_h5(path):
-    """Shapes and ceilings of a `kvlab sweep` result file (its decode_attention rows)."""
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
-    from analysis.load import load
-    res = load(path)
-    meta = {"device": res.attrs.get("device_name", ""), "read_ceiling": res.read_ceiling,
-            "copy_ceiling": res.copy_ceiling, "datasheet": 0.0, "git": res.attrs.get("git_commit", "")}
-    idx = res.index[res.index["kind"] == "decode_attention"]
-    rows = []
-    for _, r in idx.iterrows():
-        if r.get("head_dim", HEAD_DIM) != HEAD_DIM or r.get("num_kv_heads", KV_HEADS) != KV_HEADS:
-            continue  # the peers here are built for 8 KV heads x d128
-        rows.append(dict(target=str(r.get("study", "")), layout=str(r["layout"]), kv_format=str(r["kv_format"]),
-                         lengths=str(r["lengths"]), graph=str(r["graph"]), version=str(r["version"]),
-                         head_dim=HEAD_DIM, block_size=int(r["block_size"]), num_kv_heads=KV_HEADS,
-                         gqa_group=int(r["gqa_group"]), batch=int(r["batch"]), context=int(r["context"]), seed=0))
-        if "pct_datasheet" in r and r["bytes_per_s"] == r["bytes_per_s"] and r["pct_datasheet"] > 0:
-            meta["datasheet"] = float(r["bytes_per_s"] / (r["pct_datasheet"] / 100.0))
-    return meta, rows
-
-
-def kvlab_rows(csv_rows, meta):
-    out = []
-    for r in csv_rows:
-        ok = r["status"] == "ok"
-        med = float(r["median_us"]) if ok else float("nan")
-        out.append(dict(
-            target=r["target"], layout=r["layout"], kv_format=r["kv_format"], lengths=r["lengths"],
-            graph="on" if r["graph"] == "1" else "off", version=r["version"], head_dim=HEAD_DIM,
-            block_size=int(r["block_size"]), num_kv_heads=KV_HEADS, gqa_group=int(r["gqa_group"]),
-            batch=int(r["batch"]), context=int(r["context"]), seed=0, status=r["status"], reason=r["reason"],
-            median_us=med, q1_us=float(r["q1_us"]) if ok else float("nan"),
-            q3_us=float(r["q3_us"]) if ok else float("nan"), rel_iqr=float(r["rel_iqr"]) if ok else float("nan"),
-            reps=float(r["reps"]), bytes_per_s=float(r["gbps"]) * 1e9 if ok else float("nan"),
-            pct_read_ceiling=float(r["pct_ceiling"]) if ok else float("nan"),
-            pct_datasheet=float(r["pct_datasheet"]) if ok else float("nan"),
-            rel_l2=float(r["rel_l2"]), min_bytes=float(r["bytes"])))
-    return out
-
-
-def main(argv):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    src = ap.add_mutually_exclusive_group(required=True)
-    src.add_argument("--kvlab-csv", help="rows of kvlab_decode_check --time --csv (copied into --out with the peers)")
-    src.add_argument("--kvlab-h5", help="a `kvlab sweep` result file (e.g. of experiments/configs/perf.ini): its "
-                                        "decode_attention shapes and ceilings; --out then holds the peer rows only")
-    ap.add_argument("--out", required=True, help="HDF5 result file to write (kvlab schema)")
-    ap.add_argument("--csv", help="also write the peer rows as CSV")
-    ap.add_argument("--max-gib", type=float, default=24.0)
-    ap.add_argument("--no-peers", action="store_true", help="only convert the kvlab rows")
-    args = ap.parse_args(argv[1:])
-    start = _dt.datetime.utcnow().isoformat() + "Z"
-    if args.kvlab_csv:
-        meta, crow = read_kvlab_csv(args.kvlab_csv)
-        rows = kvlab_rows(crow, meta)
-    else:
-        meta, rows = read_kvlab_h5(args.kvlab_h5)
-    ceil = {"read": float(meta.get("read_ceiling", 0) or 0), "sheet": float(meta.get("datasheet", 0) or 0)}
-    # The distinct shapes kvlab timed (one peer row per shape and backend).
-    seen, points = set(), []
+def shapes_of(rows: list) -> list:
+    """The distinct peer shapes, in sweep order: (study, batch, context, lengths, kv_format,
+    layout, block_size, gqa_group, num_kv_heads, head_dim, graph) with the kvlab min_bytes."""
+    seen, out = set(), []
     for r in rows:
-        if r["target"] == "P9":
-            continue
-        k = (r["target"], r["batch"], r["context"], r["lengths"], r["kv_format"], r["gqa_group"], r["block_size"], r["graph"])
+        k = (r["batch"], r["context"], r["lengths"], r["kv_format"], r["layout"], r["block_size"],
+             r["gqa_group"], r["num_kv_heads"], r["head_dim"], r["graph"])
         if k in seen:
             continue
         seen.add(k)
-        pt = {kk: r[kk] for kk in ("target", "batch", "context", "lengths", "kv_format", "gqa_group",
-                                   "block_size", "graph", "head_dim", "num_kv_heads", "seed")}
-        pt["layout"] = "contiguous"  # SDPA reads [batch, kv_heads, context, head_dim]
-        points.append(pt)
+        out.append(dict(study=r["study"], batch=int(r["batch"]), context=int(r["context"]), lengths=str(r["lengths"]),
+                        kv_format=str(r["kv_format"]), layout=str(r["layout"]), block_size=int(r["block_size"]),
+                        gqa_group=int(r["gqa_group"]), num_kv_heads=int(r["num_kv_heads"]),
+                        head_dim=int(r["head_dim"]), graph=str(r["graph"]), seed=int(r.get("seed", 0) or 0),
+                        min_bytes=float(r.get("min_bytes", float("nan")))))
+    return out
 
-    def log(row):
-        if row.get("status") == "ok":
-            print(f"{row['target']:5s} {row['batch']}x{row['context']} g{row['gqa_group']} {row['version']:26s} "
-                  f"{row['median_us']:10.1f} us {row['rel_iqr']:.3f} {row['bytes_per_s'] / 1e9:8.1f} GB/s "
-                  f"{row['pct_read_ceiling']:5.1f}% rel_l2={row['rel_l2']:.1e}", flush=True)
+
+def peer_row(shape: dict, version: str, **kw) -> dict:
+    row = {k: shape[k] for k in ("study", "batch", "context", "lengths", "kv_format", "layout", "block_size",
+                                 "gqa_group", "num_kv_heads", "head_dim", "graph", "seed", "min_bytes")}
+    row.update(kind="decode_attention", version=version, status="ok", reason="")
+    row.update(kw)
+    return row
+
+
+# ----------------------------------------------------------------------------- reference
+def reference_attention(torch, q, k, v):
+    """float32 math: q [n, hq, d], k/v [n, L, kvh, d] -> o [n, hq, d]."""
+    n, hq, d = q.shape
+    kvh = k.shape[2]
+    qf = q.float().view(n, kvh, hq // kvh, d)
+    kf = k.float().permute(0, 2, 3, 1)  # [n, kvh, d, L]
+    vf = v.float().permute(0, 2, 1, 3)  # [n, kvh, L, d]
+    s = torch.matmul(qf, kf) / math.sqrt(d)
+    return torch.matmul(torch.softmax(s, dim=-1), vf).reshape(n, hq, d)
+
+
+def rel_l2(torch, got, want) -> float:
+    got = got.float()
+    if not bool(torch.isfinite(got).all()):
+        return float("inf")
+    return float(torch.linalg.vector_norm(got - want) / torch.linalg.vector_norm(want))
+
+
+# ----------------------------------------------------------------------------- the peers
+class Peers:
+    def __init__(self, timer: PeerTimer, ceiling: float, copy_ceiling: float, peak: float, sdpa: list,
+                 deadline: float):
+        import torch
+        self.torch, self.timer, self.ceiling, self.copy_ceiling, self.peak = torch, timer, ceiling, copy_ceiling, peak
+        self.sdpa, self.deadline = sdpa, deadline
+        self.flashinfer, self.flashinfer_error = None, ""
+        try:
+            import flashinfer
+            self.flashinfer = flashinfer
+        except Exception as e:  # not installed here: every FlashInfer row says so
+            self.flashinfer_error = f"flashinfer not importable: {type(e).__name__}: {str(e).splitlines()[0][:200]}"
+        self.workspace = None
+
+    def out_of_time(self) -> bool:
+        return time.monotonic() > self.deadline
+
+    def _timed(self, row: dict, fn, graph: bool, nval: int, rel: float) -> dict:
+        row.update(rel_l2=rel, validated_seqs=float(nval),
+                   validation=f"sequences 0..{nval - 1}: relative L2 vs float32 math over the same inputs")
+        if not rel < PEER_REL_L2_MAX:
+            row.update(status="failed", reason=f"validation failed: rel_l2 {rel:.3g} >= {PEER_REL_L2_MAX}")
+            return row
+        t = self.timer.time(fn, graph=graph)
+        record_timing(row, t, row["min_bytes"], self.ceiling, "read", self.peak, self.copy_ceiling)
+        return row
+
+    def _guard(self, row: dict, body) -> dict:
+        """Runs body(row); a refusal (exception) becomes a skipped row with the reason."""
+        if self.out_of_time():
+            row.update(status="skipped", reason="not run: the peers' time budget ran out")
+            return row
+        t0 = time.monotonic()
+        try:
+            body(row)
+        except Exception as e:  # a backend that refuses this shape or mode: recorded, not fatal
+            msg = str(e).strip().splitlines()[0][:240] if str(e).strip() else ""
+            row.update(status="skipped", reason=f"{type(e).__name__}: {msg}")
+            try:
+                self.torch.cuda.synchronize()
+            except Exception as e2:  # a sticky device error: nothing after it can be trusted
+                raise RuntimeError(f"the device failed after {row['version']}: {e2}") from e
+        row["seconds"] = time.monotonic() - t0
+        return row
+
+    # -- cuDNN / FlashAttention SDPA on contiguous KV ---------------------------------------
+    def sdpa_rows(self, shape: dict) -> list:
+        torch = self.torch
+        names = ["sdpa_" + s for s in self.sdpa]
+        base = dict(shape, layout="contiguous")
+        why = None
+        if shape["kv_format"] != "bf16":
+            why = f"SDPA takes no quantized KV ({shape['kv_format']})"
+        elif shape["lengths"] != "uniform":
+            why = "mixed lengths: contiguous SDPA would pad every sequence to the longest"
+        if why:
+            return [peer_row(base, "peer:" + n, status="skipped", reason=why) for n in names]
+        import torch.nn.functional as F
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+        b, L, kvh, d = shape["batch"], shape["context"], shape["num_kv_heads"], shape["head_dim"]
+        hq = kvh * shape["gqa_group"]
+        gen = torch.Generator(device="cuda")
+        gen.manual_seed(1234 + 7 * b + L + 131 * shape["gqa_group"])
+        q = torch.randn(b, hq, 1, d, device="cuda", dtype=torch.bfloat16, generator=gen)
+        k = torch.randn(b, kvh, L, d, device="cuda", dtype=torch.bfloat16, generator=gen)
+        v = torch.randn(b, kvh, L, d, device="cuda", dtype=torch.bfloat16, generator=gen)
+        nval = min(b, VALIDATED_SEQS)
+        want = reference_attention(torch, q[:nval, :, 0], k[:nval].transpose(1, 2), v[:nval].transpose(1, 2))
+        rows = []
+        backends = {"cudnn": SDPBackend.CUDNN_ATTENTION, "flash": SDPBackend.FLASH_ATTENTION,
+                    "efficient": SDPBackend.EFFICIENT_ATTENTION}
+        for s in self.sdpa:
+            row = peer_row(base, "peer:sdpa_" + s)
+
+            def body(row, s=s):
+                with sdpa_kernel([backends[s]]):
+                    fn = (lambda: F.scaled_dot_product_attention(q, k, v, enable_gqa=True))
+                    out = fn()
+                    torch.cuda.synchronize()
+                    self._timed(row, fn, shape["graph"] == "on", nval, rel_l2(torch, out[:nval, :, 0], want))
+            rows.append(self._guard(row, body))
+        del q, k, v, want
+        return rows
+
+    # -- FlashInfer's paged decode ----------------------------------------------------------
+    def flashinfer_rows(self, shape: dict) -> list:
+        torch = self.torch
+        names = ["flashinfer_tc", "flashinfer_cc"]
+        why = None
+        if self.flashinfer is None:
+            why = self.flashinfer_error
+        elif shape["kv_format"] not in FLASHINFER_FORMATS:
+            why = f"FlashInfer 0.5.3's paged decode takes BF16 or FP8 E4M3 KV, not {shape['kv_format']}"
+        elif shape["layout"] not in ("nhd", "hnd"):
+            why = f"FlashInfer's paged KV is NHD or HND, not {shape['layout']}"
+        elif shape["lengths"] != "uniform":
+            why = "mixed lengths: kvlab's seeded lengths are not reproduced on the Python side"
+        if why:
+            return [peer_row(shape, "peer:" + n, status="skipped", reason=why) for n in names]
+        b, L, kvh, d, bs = (shape["batch"], shape["context"], shape["num_kv_heads"], shape["head_dim"],
+                            shape["block_size"])
+        hq = kvh * shape["gqa_group"]
+        per_seq = (L + bs - 1) // bs
+        pages = max(1, b * per_seq)
+        gen = torch.Generator(device="cuda")
+        gen.manual_seed(4321 + 7 * b + L + 131 * shape["gqa_group"] + bs)
+        kv_dtype = getattr(torch, FLASHINFER_FORMATS[shape["kv_format"]])
+        nhd = shape["layout"] == "nhd"
+        page_shape = (pages, bs, kvh, d) if nhd else (pages, kvh, bs, d)
+
+        def pool():
+            x = torch.randn(page_shape, device="cuda", dtype=torch.bfloat16, generator=gen)
+            return x if kv_dtype == torch.bfloat16 else x.to(kv_dtype)
+        k_cache, v_cache = pool(), pool()
+        q = torch.randn(b, hq, d, device="cuda", dtype=torch.bfloat16, generator=gen)
+        # kvlab's page-table rule: one seeded permutation of the pages, sequence after sequence.
+        perm = torch.randperm(pages, generator=torch.Generator().manual_seed(0x7AB1E + pages)).to(torch.int32)
+        indices = perm[: b * per_seq].cuda()
+        indptr = (torch.arange(b + 1, dtype=torch.int32) * per_seq).cuda()
+        last = torch.full((b,), (L - 1) % bs + 1 if L > 0 else 0, dtype=torch.int32).cuda()
+        nval = min(b, VALIDATED_SEQS)
+
+        def gathered(cache):  # [nval, L, kvh, d] of the first nval sequences, as stored
+            pg = cache[indices[: nval * per_seq].long()].float()
+            if not nhd:
+                pg = pg.permute(0, 2, 1, 3)
+            return pg.reshape(nval, per_seq * bs, kvh, d)[:, :L]
+        want = reference_attention(torch, q[:nval], gathered(k_cache), gathered(v_cache))
+        if self.workspace is None:
+            self.workspace = torch.zeros(128 << 20, dtype=torch.uint8, device="cuda")
+        out = torch.empty_like(q)
+        rows = []
+        for name, tc in (("flashinfer_tc", True), ("flashinfer_cc", False)):
+            row = peer_row(shape, "peer:" + name)
+
+            def body(row, tc=tc):
+                w = self.flashinfer.BatchDecodeWithPagedKVCacheWrapper(self.workspace, "NHD" if nhd else "HND",
+                                                                       use_tensor_cores=tc)
+                w.plan(indptr, indices, last, hq, kvh, d, bs, pos_encoding_mode="NONE",
+                       q_data_type=torch.bfloat16, kv_data_type=kv_dtype)
+                fn = (lambda: w.run(q, (k_cache, v_cache), out=out))
+                fn()
+                torch.cuda.synchronize()
+                self._timed(row, fn, shape["graph"] == "on", nval, rel_l2(torch, out[:nval], want))
+            rows.append(self._guard(row, body))
+        del k_cache, v_cache, q, want, out
+        return rows
+
+
+def cmd_peers(a) -> int:
+    res, rows = read_sweep(a.kvlab_h5)
+    if not rows:
+        raise BadInput(f"{a.kvlab_h5} has no decode_attention rows to take shapes from")
+    ceiling = float(res.attrs.get("read_ceiling_bytes_per_s", 0) or 0)
+    copy_ceiling = float(res.attrs.get("copy_ceiling_bytes_per_s", 0) or 0)
+    peak = float(res.attrs.get("device_peak_bytes_per_s", 0) or 0)
+    opts = TimingOptions.from_config_text(str(res.attrs.get("config_text", "")))
+    if a.max_seconds is not None:
+        opts.max_seconds = a.max_seconds
+    sdpa = [s for s in a.sdpa.split(",") if s]
+    for s in sdpa:
+        if s not in ("cudnn", "flash", "efficient"):
+            raise BadInput(f"--sdpa: unknown backend '{s}' (allowed: cudnn, flash, efficient)")
+    only = set(a.only.split(",")) if a.only else {"sdpa", "flashinfer"}
+    start = utc_now()
+    import torch
+    timer = PeerTimer(opts)
+    deadline = time.monotonic() + a.budget_s if a.budget_s else float("inf")
+    peers = Peers(timer, ceiling, copy_ceiling, peak, sdpa, deadline)
+    log(f"[peers] {len(rows)} kvlab rows; read ceiling {ceiling / 1e12:.4g} TB/s; flush {timer.flush_bytes >> 20} MiB "
+        f"(L2 {timer.l2_bytes >> 20} MiB); timing {opts}")
+    if peers.flashinfer is not None:
+        log(f"[peers] flashinfer {getattr(peers.flashinfer, '__version__', '?')}")
+    else:
+        log(f"[peers] {peers.flashinfer_error}")
+    out, seen_sdpa, broken = [], set(), ""
+    for shape in shapes_of(rows):
+        got = []
+        sk = (shape["batch"], shape["context"], shape["gqa_group"], shape["num_kv_heads"], shape["head_dim"],
+              shape["kv_format"], shape["lengths"], shape["graph"])
+        names = []
+        if "sdpa" in only and sk not in seen_sdpa:  # contiguous KV: one row per shape, any layout/page
+            seen_sdpa.add(sk)
+            names += [("sdpa", "peer:sdpa_" + s) for s in sdpa]
+        if "flashinfer" in only:
+            names += [("flashinfer", "peer:flashinfer_tc"), ("flashinfer", "peer:flashinfer_cc")]
+        if broken:  # the device failed: the rest is recorded, not run (the file is still written)
+            got = [peer_row(dict(shape, layout="contiguous") if kind == "sdpa" else shape, v,
+                            status="skipped", reason=f"not run: the device failed earlier ({broken})")
+                   for kind, v in names]
         else:
-            print(f"{row['target']:5s} {row['batch']}x{row['context']} g{row['gqa_group']} {row['version']:26s} "
-                  f"{row['status']}: {row.get('reason', '')}", flush=True)
+            try:
+                if any(kind == "sdpa" for kind, _ in names):
+                    got += peers.sdpa_rows(shape)
+                if "flashinfer" in only:
+                    got += peers.flashinfer_rows(shape)
+                torch.cuda.empty_cache()
+            except RuntimeError as e:
+                broken = str(e).splitlines()[0][:200]
+                log(f"ERROR: {broken}: the remaining peers are recorded as not run")
+                got = [peer_row(dict(shape, layout="contiguous") if kind == "sdpa" else shape, v,
+                                status="skipped", reason=f"not run: the device failed ({broken})")
+                       for kind, v in names]
+        for r in got:
+            print_row(r)
+        out += got
+    exceeded = [r for r in out if r.get("exceeds_ceiling") == 1.0]
+    for r in exceeded:
+        log(f"WARNING: {r['version']} {r['batch']}x{r['context']} {r['kv_format']} moved "
+            f"{r['bytes_per_s'] / 1e12:.4g} TB/s, beyond the best DRAM bandwidth {max(ceiling, copy_ceiling) / 1e12:.4g} "
+            f"TB/s of this run "
+            f"({'cold: recorded as invalid' if r.get('cold_l2') == 1.0 else 'warm L2'})")
+    attrs = device_attrs(res)
+    attrs.update(argv=" ".join(sys.argv), sweep_name="peers", config_path="", config_text=str(res.attrs.get(
+        "config_text", "")), peer_source=os.path.abspath(a.kvlab_h5), peer_source_commit=str(res.attrs.get(
+            "git_commit", "")), ceiling_exceeded_rows=np.int64(len(exceeded)),
+        peer_timing=str(opts), peer_flush_bytes=np.int64(timer.flush_bytes),
+        peer_software=software_versions(torch, peers.flashinfer))
+    write_result_file(a.out, out, attrs, DECODE_AXES, DECODE_NUMERIC, PEER_METRICS, PEER_LABELS,
+                      run=dict(started_utc=start, argv=" ".join(sys.argv), resumed=0,
+                               device_name=str(res.attrs.get("device_name", "")),
+                               read_ceiling_bytes_per_s=ceiling,
+                               copy_ceiling_bytes_per_s=float(res.attrs.get("copy_ceiling_bytes_per_s", 0) or 0)))
+    n = {s: sum(r["status"] == s for r in out) for s in ("ok", "skipped", "failed")}
+    log(f"[peers] wrote {a.out}: {len(out)} peer rows (ok {n['ok']}, skipped {n['skipped']}, failed {n['failed']}); "
+        f"{len(exceeded)} beyond the run's best DRAM bandwidth")
+    return 1 if n["ok"] == 0 else 0
 
-    peer = [] if args.no_peers else run_peers(points, ceil, args.max_gib, log)
-    if args.csv:
-        with open(args.csv, "w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=sorted({k for r in peer for k in r}))
-            w.writeheader()
-            w.writerows(peer)
-    kept = rows if args.kvlab_csv else []  # a sweep's own rows stay in its file
-    write_h5(args.out, kept + peer, meta, argv, start)
-    print(f"wrote {args.out}: {len(kept)} kvlab rows, {len(peer)} peer rows")
+
+def software_versions(torch, flashinfer) -> str:
+    parts = [f"torch {torch.__version__}", f"cuda {torch.version.cuda}",
+             f"cudnn {torch.backends.cudnn.version()}"]
+    if flashinfer is not None:
+        parts.append(f"flashinfer {getattr(flashinfer, '__version__', '?')}")
+    try:
+        import cupy
+        parts.append(f"cupy {cupy.__version__}")
+    except Exception:
+        pass
+    return "; ".join(parts)
+
+
+def print_row(r: dict) -> None:
+    shape = f"{r['study']:10s} {r['batch']}x{r['context']} g{r['gqa_group']} {r['kv_format']:9s} {r['layout']:10s} " \
+            f"b{r['block_size']:<3d} graph={r['graph']:3s} {r['version']:20s}"
+    if r["status"] == "ok":
+        log(f"{shape} {r['median_us']:10.2f} us  iqr {r['rel_iqr']:.3f}  {r['bytes_per_s'] / 1e12:6.3f} TB/s "
+            f"{r['pct_read_ceiling']:5.1f} % of R  excess {r['excess_us']:8.2f} us  rel_l2 {r['rel_l2']:.1e}")
+    else:
+        log(f"{shape} {r['status']}: {r.get('reason', '')}")
+
+
+# ----------------------------------------------------------------------------- cross-check
+BANDWIDTH_AXES = ["op", "load", "depth", "blocks_per_sm", "mib"]
+BANDWIDTH_NUMERIC = {"depth", "blocks_per_sm", "mib"}
+
+
+def cmd_crosscheck(a) -> int:
+    try:
+        res = load_results(a.kvlab_h5)
+    except Exception as e:
+        raise BadInput(str(e)) from None
+    idx = res.index
+    rows = [] if idx.empty else [r.to_dict() for _, r in idx[(idx["kind"] == "bandwidth") &
+                                                             (idx["status"] == "ok")].iterrows()]
+    if not rows:
+        raise BadInput(f"{a.kvlab_h5} has no timed bandwidth rows to cross-check")
+    opts = TimingOptions.from_config_text(str(res.attrs.get("config_text", "")))
+    start = utc_now()
+    import torch
+    timer = PeerTimer(opts)
+    out, worst = [], 0.0
+    log(f"[crosscheck] the same operation through gpu/bench (kvlab sweep) and peer_timer.py; tolerance {a.tol:.1%}")
+    for r in rows:
+        row = {c: r[c] for c in BANDWIDTH_AXES}
+        row.update(study=r["study"], kind="bandwidth", status="ok", reason="", kvlab_median_us=r["median_us"])
+        nbytes = int(r["mib"]) << 20
+        if r["op"] == "read" and r["load"] == "cg" and int(r["depth"]) == timer.consts["KVLAB_L2_FLUSH_DEPTH"]:
+            if int(r["blocks_per_sm"]) <= 0:
+                row.update(status="skipped", reason="blocks_per_sm 0 (occupancy) is resolved in C++ only: give it")
+                out.append(row)
+                continue
+            buf = torch.arange(1, nbytes // 4 + 1, dtype=torch.int32, device="cuda")
+            fn = (lambda buf=buf, r=r: timer.read(buf.data_ptr(), nbytes, int(r["blocks_per_sm"])))
+            moved = float(nbytes)
+        elif r["op"] == "copy" and r["load"] == "memcpy":
+            buf = torch.arange(1, nbytes // 4 + 1, dtype=torch.int32, device="cuda")
+            dst = torch.empty_like(buf)
+            fn = (lambda buf=buf, dst=dst: timer.memcpy(dst.data_ptr(), buf.data_ptr(), nbytes))
+            moved = 2.0 * nbytes
+        else:
+            row.update(status="skipped", reason=f"{r['op']} {r['load']} d{r['depth']}: its kernel exists in C++ only")
+            out.append(row)
+            continue
+        t = timer.time(fn, graph=False)
+        ceiling_name = "copy" if r["op"] == "copy" else "read"
+        other_name = "read" if ceiling_name == "copy" else "copy"
+        ceiling = float(res.attrs.get(f"{ceiling_name}_ceiling_bytes_per_s", 0) or 0)
+        record_timing(row, t, moved, ceiling, ceiling_name, float(res.attrs.get("device_peak_bytes_per_s", 0) or 0),
+                      float(res.attrs.get(f"{other_name}_ceiling_bytes_per_s", 0) or 0))
+        diff = row["median_us"] / r["median_us"] - 1.0
+        row["rel_diff_vs_kvlab"] = diff
+        worst = max(worst, abs(diff))
+        if abs(diff) > a.tol:
+            row.update(status="failed", reason=f"python {row['median_us']:.3f} us vs kvlab {r['median_us']:.3f} us: "
+                                               f"{diff:+.2%}, beyond {a.tol:.0%}")
+        log(f"[crosscheck] {r['op']:4s} {r['load']:6s} d{int(r['depth'])} b{int(r['blocks_per_sm'])} "
+            f"{int(r['mib']):5d} MiB: kvlab {r['median_us']:9.3f} us (iqr {r['rel_iqr']:.3f}), python "
+            f"{row['median_us']:9.3f} us (iqr {row['rel_iqr']:.3f}): {diff:+.2%} "
+            f"{'ok' if abs(diff) <= a.tol else 'DISAGREE'}")
+        out.append(row)
+        del buf
+    attrs = device_attrs(res)
+    attrs.update(argv=" ".join(sys.argv), sweep_name="timer_crosscheck", config_path="",
+                 config_text=str(res.attrs.get("config_text", "")), peer_source=os.path.abspath(a.kvlab_h5),
+                 crosscheck_tolerance=float(a.tol), crosscheck_worst=float(worst),
+                 peer_software=software_versions(torch, None))
+    write_result_file(a.out, out, attrs, BANDWIDTH_AXES, BANDWIDTH_NUMERIC,
+                      TIMING_METRICS + ["kvlab_median_us", "rel_diff_vs_kvlab"], ["flush", "timing"],
+                      run=dict(started_utc=start, argv=" ".join(sys.argv), resumed=0))
+    checked = [r for r in out if r["status"] != "skipped"]
+    bad = [r for r in checked if r["status"] == "failed"]
+    log(f"[crosscheck] {len(checked)} operations compared, worst difference {worst:.2%}: "
+        f"{'AGREE' if checked and not bad else 'DISAGREE'} within {a.tol:.0%}")
+    return 0 if checked and not bad else 1
+
+
+# ----------------------------------------------------------------------------- prewarm
+def cmd_prewarm(a) -> int:
+    """Compiles FlashInfer's JIT modules for the configurations the peers use (BF16 and FP8
+    KV; tensor-core (batch prefill, fa2) and CUDA-core (batch decode) paths; head_dim 128)
+    with the same arguments BatchDecodeWithPagedKVCacheWrapper.plan passes, so the timed run
+    finds them built. Compiles only: no CUDA context, nothing runs on the GPU (set
+    FLASHINFER_CUDA_ARCH_LIST, e.g. "9.0a", identically here and in the peers run)."""
+    import concurrent.futures as cf
+    import torch
+    from flashinfer.jit import gen_batch_decode_module, gen_batch_prefill_module
+    from flashinfer.utils import PosEncodingMode
+    posenc = PosEncodingMode["NONE"].value
+    specs = []
+    for fmt in a.formats.split(","):
+        if fmt not in FLASHINFER_FORMATS:
+            raise BadInput(f"--formats: {fmt} is not one of {', '.join(FLASHINFER_FORMATS)}")
+        kv = getattr(torch, FLASHINFER_FORMATS[fmt])
+        args = (torch.bfloat16, kv, torch.bfloat16, torch.int32, a.head_dim, a.head_dim, posenc, False, False)
+        specs.append((f"{fmt} cuda-core", gen_batch_decode_module(*args)))
+        specs.append((f"{fmt} tensor-core", gen_batch_prefill_module("fa2", *args, False)))
+
+    def build(item):
+        name, spec = item
+        t0 = time.monotonic()
+        try:
+            spec.build(verbose=False)
+            return f"[prewarm] flashinfer {name}: built in {time.monotonic() - t0:.1f} s"
+        except Exception as e:  # the peers run will try again and record the failure per row
+            return f"[prewarm] flashinfer {name}: FAILED after {time.monotonic() - t0:.1f} s: {e}"
+    with cf.ThreadPoolExecutor(max_workers=len(specs)) as ex:
+        for msg in ex.map(build, specs):
+            log(msg)
     return 0
+
+
+def main(argv) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("peers", help="time the peers on the shapes of a kvlab sweep file")
+    p.add_argument("--kvlab-h5", required=True, help="a `kvlab sweep` result file with decode_attention rows")
+    p.add_argument("--out", required=True, help="HDF5 result file to write (kvlab schema; replaced)")
+    p.add_argument("--sdpa", default="cudnn,flash", help="SDPA backends: cudnn, flash, efficient (default cudnn,flash)")
+    p.add_argument("--only", default="", help="sdpa and/or flashinfer (default both)")
+    p.add_argument("--budget-s", type=float, default=0.0,
+                   help="stop starting peers after this many seconds (the rest are recorded as skipped)")
+    p.add_argument("--max-seconds", type=float, default=None,
+                   help="override [timing] max_seconds of the sweep file")
+    c = sub.add_parser("crosscheck", help="time a kvlab file's bandwidth operations from Python and compare")
+    c.add_argument("--kvlab-h5", required=True)
+    c.add_argument("--out", required=True)
+    c.add_argument("--tol", type=float, default=0.02, help="allowed |python / kvlab - 1| (default 0.02)")
+    w = sub.add_parser("prewarm", help="compile FlashInfer's JIT modules (no timing)")
+    w.add_argument("--formats", default="bf16,fp8_e4m3")
+    w.add_argument("--head-dim", type=int, default=128)
+    a = ap.parse_args(argv[1:])
+    try:
+        if a.cmd == "peers":
+            if a.budget_s < 0:
+                raise BadInput("--budget-s must be >= 0")
+            return cmd_peers(a)
+        if a.cmd == "crosscheck":
+            if not 0 < a.tol < 1:
+                raise BadInput("--tol must be in (0, 1)")
+            return cmd_crosscheck(a)
+        return cmd_prewarm(a)
+    except BadInput as e:
+        print(f"decode_peers.py: error: {e}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -1,58 +1,122 @@
 #!/usr/bin/env bash
-# h100_perf_run.sh: the one GPU-machine run behind gpu/attention/TUNING.md's tables:
-# validation of the decode versions, then kvlab's timing suite and the peers on the same
-# shapes, everything written under OUT (default ./perf_out).
+# h100_perf_run.sh: the one reproduction command for kvlab's performance numbers on an H100
+# (gpu/attention/TUNING.md, gpu/step/NOTES.md, experiments/calibrate/FIDELITY.md, data/perf/).
 #
-#   experiments/peers/h100_perf_run.sh BIN_DIR [MODE]
-#     BIN_DIR  holds gpu_tests and kvlab_decode_check built with -DCMAKE_CUDA_ARCHITECTURES=90
-#              (static Boost), and this folder's decode_peers.py
-#     MODE     validate | targets | grid | all (default all = validate + targets (VERSIONS)
-#              + grid (GRID_VERSIONS) + peers)
-# Output: OUT/{tests.log,sanitize.log}, OUT/decode.csv (kvlab rows),
-# OUT/decode.log, OUT/perf.h5 (kvlab + peer rows, the kvlab result schema), OUT/peers.log,
-# OUT/sweep.h5 + sweep.log (SWEEP_ONLY); the closing summary table is printed last.
+#   OUT=/some/dir WHEELS=/path/to/wheels experiments/peers/h100_perf_run.sh BIN
+#
+# Run from the repository root. BIN holds the binaries built with -DCMAKE_CUDA_ARCHITECTURES=90:
+# gpu_tests and kvlab. WHEELS (optional) holds flashinfer_python-0.5.3 and its dependencies
+# (apache_tvm_ffi, einops, nvidia_cudnn_frontend, nvidia_ml_py); without it the FlashInfer
+# rows are recorded as skipped. python3 must have torch, cupy, h5py, pandas, numpy.
+# Steps (each bounded; the whole stage by STAGE_S seconds, default 400), all output in
+# $OUT/fair_timing/:
+#   0. in the background, niced: FlashInfer wheels installed into a scratch folder and its four
+#      JIT modules compiled (CPU only: no GPU context)             prewarm.log      ~60-80 s CPU
+#   1. the flush-validity test and the harness tests (gpu_tests L2Flush.*, BenchHarness.*)
+#                                                                   flush_test.log   ~20 s
+#   2. the two-timer cross-check: kvlab sweep timer_check.ini, then decode_peers.py crosscheck
+#                                                timer_check.h5, crosscheck.h5, crosscheck.log ~20 s
+#   3. kvlab sweep experiments/configs/perf.ini (347 points)      perf_sweep.h5, perf_sweep.log ~90 s
+#   4. the peers on perf_sweep.h5's shapes (cuDNN / FlashAttention SDPA, FlashInfer tensor-core and
+#      CUDA-core)                                                   perf_peers.h5, peers.log ~70 s
+#   5. kvlab sweep experiments/configs/decode_step.ini              step_sweep.h5, step_sweep.log
+#      (the rest of the budget, ~120 s wanted; a cut sweep resumes with
+#       `kvlab sweep experiments/configs/decode_step.ini --resume --out step_sweep.h5`)
+#   6. experiments/peers/target_table.py perf_sweep.h5 perf_peers.h5   table.md, table.txt
+# The summary (flush test, cross-check, ceilings, table of targets) is printed last.
 set -u
-# Stage time limits (seconds) come from T_TESTS, T_MEM, T_RACE, T_BENCH, T_PEERS.
-BIN=${1:?usage: h100_perf_run.sh BIN_DIR [MODE]}
-MODE=${2:-all}
+BIN=${1:?usage: h100_perf_run.sh BIN (a folder with gpu_tests and kvlab)}
+BIN=$(cd "$BIN" && pwd)
 OUT=${OUT:-./perf_out}
-mkdir -p "$OUT"
+D="$OUT/fair_timing"
+mkdir -p "$D"
+STAGE_S=${STAGE_S:-400}
+T0=$(date +%s)
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader
+export PYTHONUNBUFFERED=1
+export FLASHINFER_CUDA_ARCH_LIST=${FLASHINFER_CUDA_ARCH_LIST:-9.0a}  # prewarm and peers: the same flags
+export FLASHINFER_WORKSPACE_BASE=${FLASHINFER_WORKSPACE_BASE:-/tmp/kvlab_flashinfer}
+PY=${PYTHON:-python3}
+PEERS=experiments/peers/decode_peers.py
 rc=0
-if [[ $MODE == validate || $MODE == all ]]; then
-  timeout ${T_TESTS:-100} "$BIN/gpu_tests" --gtest_filter="${TESTS:-Decode*:Curated/*:Small/*:All/AppendExact*:AppendBadInput*:BenchKinds*:BenchHarness*}" > "$OUT/tests.log" 2>&1 || rc=1
-  grep -E "^\[  PASSED|^\[  FAILED|tests ran" "$OUT/tests.log" | tail -25
-  grep -B1 -A5 "Failure$" "$OUT/tests.log" | cut -c1-300 | head -${FAIL_LINES:-40}
-  timeout ${T_MEM:-50} compute-sanitizer --tool memcheck --print-limit 5 "$BIN/gpu_tests" \
-    --gtest_filter='Small/DecodeSmall.*nhd*:Small/DecodeSmall.*split_x*:DecodeV4.GroupsAboveEight*:All/AppendExact.*_nhd_*' > "$OUT/sanitize.log" 2>&1 || rc=1
-  grep -E "ERROR SUMMARY|PASSED|FAILED" "$OUT/sanitize.log" | tail -4
-  timeout ${T_RACE:-40} compute-sanitizer --tool racecheck --print-limit 5 "$BIN/gpu_tests" \
-    --gtest_filter='Small/DecodeSmall.*/bf16_nhd:Small/DecodeSmall.*/fp8_e4m3_hnd:Small/DecodeSmall.*/nvfp4_hnd:Small/DecodeSmall.*/mxfp4_split_x:All/AppendExact.*nvfp4_nhd*' >> "$OUT/sanitize.log" 2>&1 || rc=1
-  grep -E "RACECHECK SUMMARY" "$OUT/sanitize.log" | tail -2
+elapsed() { echo $(( $(date +%s) - T0 )); }
+left() { echo $(( STAGE_S - $(elapsed) )); }
+# cap WANT RESERVE: seconds for a step: at most WANT, leaving RESERVE for the steps after it.
+cap() { local c=$(( $(left) - $2 )); (( c > $1 )) && c=$1; (( c < 5 )) && c=5; echo $c; }
+step() { echo "[stage $(elapsed) s] $*" | tee -a "$D/stage.log"; }
+
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader \
+  | tee "$D/device.txt"
+
+# 0. FlashInfer: wheels and JIT modules, in the background (CPU only, niced).
+SITE=/tmp/kvlab_peer_site
+if [[ -n "${WHEELS:-}" && -d "${WHEELS}" ]]; then
+  (
+    $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" \
+      "$WHEELS"/flashinfer_python-*.whl "$WHEELS"/apache_tvm_ffi-*.whl "$WHEELS"/einops-*.whl \
+      "$WHEELS"/nvidia_cudnn_frontend-*.whl "$WHEELS"/nvidia_ml_py-*.whl && echo "[prewarm] wheels installed" &&
+      PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}" MAX_JOBS=3 nice -n 10 $PY "$PEERS" prewarm
+  ) > "$D/prewarm.log" 2>&1 &
+  PREWARM=$!
+  export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
+else
+  echo "WHEELS not set: FlashInfer rows will be recorded as skipped" | tee "$D/prewarm.log"
+  PREWARM=
 fi
-if [[ $MODE == targets || $MODE == grid || $MODE == all ]]; then
-  suite=$MODE
-  [[ $MODE == all ]] && suite=targets
-  timeout ${T_BENCH:-150} "$BIN/kvlab_decode_check" --time --suite "$suite" --versions "${VERSIONS:-3,4,5}" --csv "$OUT/decode.csv" --append \
-    > "$OUT/decode.log" 2>&1 || rc=1
-  if [[ $MODE == all ]]; then  # the grid: only the best versions (GRID_VERSIONS)
-    timeout ${T_GRID:-120} "$BIN/kvlab_decode_check" --time --suite grid --versions "${GRID_VERSIONS:-4,5}" --csv "$OUT/grid.csv" \
-      >> "$OUT/decode.log" 2>&1 || rc=1
-    grep -v '^#\|^target,' "$OUT/grid.csv" >> "$OUT/decode.csv" && rm -f "$OUT/grid.csv"
-  fi
-  PYTHONUNBUFFERED=1 timeout ${T_PEERS:-60} python3 "$BIN/decode_peers.py" --kvlab-csv "$OUT/decode.csv" --out "$OUT/perf.h5" \
-    > "$OUT/peers.log" 2>&1 || rc=1
-  grep -v "^P\|^grid\|^tgt" "$OUT/decode.log" | head -5
-  sed -n '/^summary/,/^device/p' "$OUT/decode.log"
-  grep -E " ok|GB/s" "$OUT/peers.log" | grep peer | awk '{print "  peer:", $0}' | cut -c1-150
-  tail -1 "$OUT/peers.log"
+
+# 1. The flush-validity test (and the harness's own tests).
+step "1 flush-validity test"
+timeout -k 10 "$(cap 60 300)" "$BIN/gpu_tests" --gtest_filter='L2Flush.*:BenchHarness.*' \
+  > "$D/flush_test.log" 2>&1 || rc=1
+
+# 2. The two-timer cross-check.
+step "2 two-timer cross-check"
+rm -f "$D/timer_check.h5"
+timeout -s TERM -k 20 "$(cap 30 280)" "$BIN/kvlab" sweep experiments/configs/timer_check.ini \
+  --out "$D/timer_check.h5" --progress plain > "$D/crosscheck.log" 2>&1 || rc=1
+timeout -k 10 "$(cap 45 260)" $PY "$PEERS" crosscheck --kvlab-h5 "$D/timer_check.h5" --out "$D/crosscheck.h5" \
+  >> "$D/crosscheck.log" 2>&1 || rc=1
+
+# 3. kvlab's decode versions on the targets' shapes and the grid.
+step "3 kvlab sweep perf.ini"
+rm -f "$D/perf_sweep.h5"
+timeout -s TERM -k 30 "$(cap 150 200)" "$BIN/kvlab" sweep experiments/configs/perf.ini --out "$D/perf_sweep.h5" \
+  --progress plain > "$D/perf_sweep.log" 2>&1 || rc=1
+
+# 4. The peers on the same shapes (after the JIT prewarm, which has had steps 1-3 to finish).
+step "4 peers"
+if [[ -n "$PREWARM" ]]; then
+  for _ in $(seq 1 "$(cap 60 180)"); do kill -0 "$PREWARM" 2>/dev/null || break; sleep 1; done
+  kill -0 "$PREWARM" 2>/dev/null && echo "[prewarm] still compiling: the peers wait on its locks" >> "$D/prewarm.log"
 fi
-# The same benchmark as a kvlab sweep (experiments/configs/perf.ini), for the studies in
-# SWEEP_ONLY (e.g. P8,P9); needs BIN/kvlab and the repository root as working directory.
-if [[ -n "${SWEEP_ONLY:-}" && -x "$BIN/kvlab" ]]; then
-  timeout ${T_SWEEP:-60} "$BIN/kvlab" sweep "${SWEEP_CONFIG:-experiments/configs/perf.ini}" --only "$SWEEP_ONLY" --out "$OUT/sweep.h5" \
-    > "$OUT/sweep.log" 2>&1 || rc=1
-  tail -3 "$OUT/sweep.log"
-fi
+PEER_CAP=$(cap 130 60)
+timeout -k 15 $(( PEER_CAP + 20 )) $PY "$PEERS" peers --kvlab-h5 "$D/perf_sweep.h5" --out "$D/perf_peers.h5" \
+  --budget-s $(( PEER_CAP - 15 )) > "$D/peers.log" 2>&1 || rc=1
+
+# 5. The full decode step (resumable: a cut run continues with --resume).
+step "5 kvlab sweep decode_step.ini"
+rm -f "$D/step_sweep.h5"
+timeout -s TERM -k 20 "$(cap 200 25)" "$BIN/kvlab" sweep experiments/configs/decode_step.ini \
+  --out "$D/step_sweep.h5" --progress plain > "$D/step_sweep.log" 2>&1 || rc=1
+[[ -n "$PREWARM" ]] && kill "$PREWARM" 2>/dev/null
+
+# 6. The table.
+step "6 table"
+TABLE_IN=("$D/perf_sweep.h5")
+[[ -f "$D/perf_peers.h5" ]] && TABLE_IN+=("$D/perf_peers.h5")
+$PY experiments/peers/target_table.py "${TABLE_IN[@]}" --markdown > "$D/table.md" 2>&1 || rc=1
+$PY experiments/peers/target_table.py "${TABLE_IN[@]}" > "$D/table.txt" 2>&1 || rc=1
+step "done, rc $rc"
+
+# Summary (last).
+{
+  echo "==== fair_timing: $(elapsed) s, rc $rc; files in $D"
+  grep -E "^\[flush\]|^\[ceilings\]|^\[  (PASSED|FAILED) |FAILED  \]" "$D/flush_test.log" | cut -c1-160
+  grep -E "^\[crosscheck\]" "$D/crosscheck.log" | cut -c1-170
+  grep -E "\[ceilings\]|^done:|FAILED|interrupted" "$D/perf_sweep.log" | cut -c1-200 | head -12
+  grep -E "^\[prewarm\]" "$D/prewarm.log" | cut -c1-160
+  grep -E "^\[peers\]|^WARNING" "$D/peers.log" | cut -c1-200 | head -12
+  grep -E "^done:|interrupted" "$D/step_sweep.log" | cut -c1-200
+  sed -n '/^!!!/p;/^targets:/,$p' "$D/table.txt"
+} | tee "$D/summary.txt"
 exit $rc

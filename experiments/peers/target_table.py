@@ -1,12 +1,22 @@
 #!/usr/bin/env python3
-"""The closing table of issue #4 from one result file: every DESIGN.md target P1-P9, the
-measured figure (the best kvlab version on each target shape), the best peer on the same
-shape, and whether the target holds.
+"""kvlab vs its peers on the same shapes, and the performance targets, from result files only.
 
-    python3 experiments/peers/target_table.py results/perf.h5 [more.h5 ...] [--markdown]
+    python3 experiments/peers/target_table.py perf_sweep.h5 perf_peers.h5 [--markdown] [--targets-only]
 
-Reads only the HDF5 result file (analysis.load): rows of kind decode_attention / append
-written by experiments/peers/decode_peers.py (or by `kvlab sweep experiments/configs/perf.ini`).
+Reads the decode_attention / append rows of a `kvlab sweep` file (experiments/configs/perf.ini)
+and the peer rows experiments/peers/decode_peers.py wrote for it (any number of files of one
+device), and prints:
+  1. the comparison: one line per shape (batch x context, GQA group, page size, KV format, CUDA
+     graph or eager): kvlab's best version (over versions and layouts), cuDNN SDPA, FlashInfer
+     tensor-core / CUDA-core (each its best layout), the working set (the bytes the call must
+     move) and the excess over the bandwidth floor in us, and where kvlab is behind the best
+     peer by how much;
+  2. the grid: % of the read ceiling of kvlab's best version per format, batch and context;
+  3. the targets (gpu/attention/TUNING.md): K1-K7 and P9, each with the figure and whether it
+     holds;
+  4. first and loudly, every timing that is not a result: rows recorded as "timing invalid" and rows
+     that beat the run's read ceiling.
+Only ok rows are results; every number is read from the files.
 """
 from __future__ import annotations
 
@@ -15,124 +25,260 @@ import math
 import os
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
-from analysis.load import load  # noqa: E402
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, ROOT)
+from analysis.load import ResultFileError, load  # noqa: E402
 
-MUST = {"P1": 90, "P2": 80, "P3": 75, "P4": 70}
+PEERS = {"cudnn": "peer:sdpa_cudnn", "fi_tc": "peer:flashinfer_tc", "fi_cc": "peer:flashinfer_cc"}
+SHAPE = ["batch", "context", "gqa_group", "block_size", "kv_format", "graph"]
 
 
-def main(argv):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("h5", nargs="+", help="result files (kvlab rows and peer rows; the first one's ceilings)")
-    ap.add_argument("--markdown", action="store_true")
-    a = ap.parse_args(argv[1:])
+def load_rows(paths):
     import pandas as pd
-    files = [load(p) for p in a.h5]
-    r = files[0]
-    df = pd.concat([x.index for x in files], ignore_index=True)
-    if "target" not in df.columns:  # a `kvlab sweep` file: the study names the target
-        df["target"] = df["study"]
-    df["target"] = df["target"].fillna(df.get("study"))
-    ok = df[df["status"] == "ok"].copy()
+    files = [load(p) for p in paths]
+    frames = []
+    for f in files:
+        if f.index.empty:
+            continue
+        frames.append(f.index.assign(_file=f.path))
+    df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    return files, df
+
+
+def us(x) -> str:
+    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.1f}"
+
+
+def main(argv) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("h5", nargs="+", help="result files: the kvlab sweep first, then peer files")
+    ap.add_argument("--markdown", action="store_true", help="markdown tables")
+    ap.add_argument("--targets-only", action="store_true")
+    a = ap.parse_args(argv[1:])
+    try:
+        files, df = load_rows(a.h5)
+    except ResultFileError as e:
+        print(f"target_table.py: error: {e}", file=sys.stderr)
+        return 2
+    if df.empty or "kind" not in df.columns:
+        print("target_table.py: error: no rows in the given files", file=sys.stderr)
+        return 2
+    head = files[0]
+    R = head.read_ceiling
+    C = head.copy_ceiling
+    for col in ("version", "reason", "layout", "lengths", "graph"):
+        if col not in df.columns:
+            df[col] = ""
+    for col in ("exceeds_ceiling", "cold_l2", "excess_us", "floor_us", "min_bytes", "pct_read_ceiling",
+                "pct_copy_ceiling", "tokens"):
+        if col not in df.columns:
+            df[col] = float("nan")
+    df["version"] = df["version"].fillna("").astype(str)
+    dec = df[df["kind"] == "decode_attention"].copy()
+    ok = dec[dec["status"] == "ok"]
     kv = ok[~ok["version"].str.startswith("peer:")]
     peers = ok[ok["version"].str.startswith("peer:")]
+    uniform = (lambda d: d[d["lengths"] == "uniform"]) if "lengths" in dec.columns else (lambda d: d)
 
-    def best(target, batch, ctx, fmt="bf16", group=4, block=16, layout=None, graph=None):
-        m = kv[(kv["target"] == target) & (kv["batch"] == batch) & (kv["context"] == ctx) & (kv["kv_format"] == fmt)
-               & (kv["gqa_group"] == group) & (kv["block_size"] == block)]
-        if layout:
-            m = m[m["layout"] == layout]
-        if graph:
-            m = m[m["graph"] == graph]
-        return None if m.empty else m.loc[m["median_us"].idxmin()]
+    out = []
 
-    def best_peer(batch, ctx, group=4, graph=None):
-        m = peers[(peers["batch"] == batch) & (peers["context"] == ctx) & (peers["gqa_group"] == group)]
-        if graph:
-            m = m[m["graph"] == graph]
-        return None if m.empty else m.loc[m["median_us"].idxmin()]
+    def emit(line=""):
+        out.append(line)
 
-    lines = []
+    emit(f"device: {head.attrs.get('device_name', '?')}; read ceiling R {R / 1e12:.4g} TB/s, copy ceiling "
+         f"{C / 1e12:.4g} TB/s (datasheet {float(head.attrs.get('device_peak_bytes_per_s', 0) or 0) / 1e12:.4g} TB/s)")
 
-    def row(tid, shape, meas, peer, holds):
-        lines.append((tid, shape, meas, peer, holds))
+    # ---- 3 first: what is not a result, loudly.
+    invalid = df[(df["status"] == "failed") & df["reason"].astype(str).str.startswith("timing invalid")]
+    beyond = df[df["exceeds_ceiling"] == 1]
+    cold_beyond = beyond[beyond["cold_l2"] != 0]
+    if len(invalid) or len(cold_beyond):
+        emit(f"!!! CEILING EXCEEDED / TIMING INVALID: {len(invalid)} rows recorded as timing invalid, "
+             f"{len(cold_beyond)} cold rows beat the run's best DRAM bandwidth (max of R and C); a ceiling or the flush is "
+             f"wrong and every % of a ceiling is suspect:")
+        for _, r in invalid.iterrows():
+            emit(f"!!!   {r['key']}: {r['reason']}")
+    warm_beyond = beyond[beyond["cold_l2"] == 0]
+    if len(warm_beyond):
+        emit(f"note: {len(warm_beyond)} warm-L2 rows beat the DRAM bound (L2 hits; they are labelled warm)")
 
-    def fmt_pct(x):
-        return f"{x['pct_read_ceiling']:.1f} % ({x['median_us']:.1f} us, {x['version']}, {x['layout']})"
+    def best(d):
+        d = d[d["median_us"] == d["median_us"]]
+        return None if d.empty else d.loc[d["median_us"].idxmin()]
 
-    def fmt_peer(p):
-        return "-" if p is None else f"{p['pct_read_ceiling']:.1f} % ({p['median_us']:.1f} us, {p['version'][5:]})"
+    def sel(d, shape):
+        m = d
+        for k, v in shape.items():
+            if k in m.columns:
+                m = m[m[k] == v]
+        return m
 
-    shapes = {"P1": [(64, 8192), (64, 32768)], "P2": [(1, 32768), (1, 131072), (4, 32768)],
-              "P3": [(8, 2048), (8, 8192), (16, 2048), (16, 4096), (16, 8192)], "P4": [(32, 65536)]}
-    for tid, lst in shapes.items():
-        for b, c in lst:
-            x = best(tid, b, c)
-            p = best_peer(b, c) if tid != "P4" else None
-            shape = f"{b} x {'1k-64k mixed' if tid == 'P4' else str(c // 1024) + 'k'} bf16"
-            if x is None:
-                row(tid, shape, "not measured", fmt_peer(p), "n/a")
+    # ---- 1: the comparison table.
+    if not a.targets_only:
+        shapes = uniform(kv)[SHAPE].drop_duplicates().sort_values(["kv_format", "graph", "batch", "context",
+                                                                  "gqa_group", "block_size"])
+        hdr = ["shape", "format", "kvlab best (version, layout)", "cuDNN", "FlashInfer TC / CC", "working set",
+               "excess us (kvlab / best peer)", "kvlab vs best peer"]
+        rows = []
+        for _, s in shapes.iterrows():
+            sh = {k: s[k] for k in SHAPE}
+            x = best(sel(uniform(kv), sh))
+            cud = best(sel(peers[peers["version"] == PEERS["cudnn"]], {k: sh[k] for k in SHAPE if k != "block_size"}))
+            ftc = best(sel(peers[peers["version"] == PEERS["fi_tc"]], sh))
+            fcc = best(sel(peers[peers["version"] == PEERS["fi_cc"]], sh))
+            ps = [p for p in (cud, ftc, fcc) if p is not None]
+            bp = min(ps, key=lambda p: p["median_us"]) if ps else None
+            if bp is None:
+                verdict = "no peer"
             else:
-                row(tid, shape, fmt_pct(x), fmt_peer(p), "yes" if x["pct_read_ceiling"] >= MUST[tid] else "NO")
-    # P5: FP8 vs BF16 on the same shape (each the best version)
-    for tid, lst in shapes.items():
-        for b, c in lst:
-            x16, x8 = best(tid, b, c, "bf16"), best(tid, b, c, "fp8_e4m3")
-            if x16 is None or x8 is None:
-                continue
-            ratio = x16["median_us"] / x8["median_us"]
-            shape = f"{b} x {c // 1024}k ({tid})"
-            row("P5", shape, f"{ratio:.2f}x ({x8['median_us']:.1f} vs {x16['median_us']:.1f} us; fp8 {x8['pct_read_ceiling']:.1f} %)",
-                "- (no FP8 KV in SDPA)", "yes" if ratio >= 1.7 else ("no (never slower)" if ratio >= 1 else "NO (slower)"))
-    # P6: block 16/32/64 vs 128 on P1 64 x 8k, each version separately (the best one shown)
-    for blk in (16, 32, 64):
-        xb, x128 = best("P6" if blk != 16 else "P1", 64, 8192, block=blk), best("P6", 64, 8192, block=128)
-        if xb is None or x128 is None:
-            continue
-        d = 100 * (xb["median_us"] / x128["median_us"] - 1)
-        row("P6", f"block {blk} vs 128, 64 x 8k", f"{d:+.1f} % ({xb['median_us']:.1f} vs {x128['median_us']:.1f} us)", "-",
-            "yes" if abs(d) <= 3 else "NO")
-    x1 = best("P6", 64, 8192, block=1)
-    if x1 is not None and best("P6", 64, 8192, block=128) is not None:
-        d = 100 * (x1["median_us"] / best("P6", 64, 8192, block=128)["median_us"] - 1)
-        row("P6", "block 1 vs 128 (info)", f"{d:+.1f} %", "-", "(not a target)")
-    # P7: groups 1, 4, 8: each KV byte once per group => the same time for every group
-    x4 = best("P1", 64, 8192)
-    for g in (1, 8):
-        xg = best("P7", 64, 8192, group=g)
-        p = best_peer(64, 8192, group=g)
-        if xg is None or x4 is None:
-            continue
-        d = 100 * (xg["median_us"] / x4["median_us"] - 1)
-        row("P7", f"group {g} vs 4, 64 x 8k", f"{d:+.1f} % time; {xg['pct_read_ceiling']:.1f} % of R counting bytes once",
-            fmt_peer(p), "yes" if abs(d) <= 3 else "NO")
-    # P8
-    for c in (512, 1024):
-        for f8 in ("bf16", "fp8_e4m3"):
-            x = best("P8", 1, c, f8, graph="on")
-            if x is None:
-                continue
-            p = best_peer(1, c, graph="on") if f8 == "bf16" else None
-            row("P8", f"1 x {c} {f8}, CUDA graph", f"{x['median_us']:.1f} us ({x['version']})",
-                "-" if p is None else f"{p['median_us']:.1f} us ({p['version'][5:]})", "yes" if x["median_us"] <= 15 else "NO")
-    # P9
-    ap9 = ok[ok["target"] == "P9"]
-    for _, x in ap9.iterrows():  # decode_check rows carry the % of copy in pct_read_ceiling; sweep rows in pct_copy_ceiling
-        pct = x["pct_copy_ceiling"] if "pct_copy_ceiling" in x and x["pct_copy_ceiling"] == x["pct_copy_ceiling"] else x["pct_read_ceiling"]
-        row("P9", f"append 64k tokens {x['kv_format']}", f"{pct:.1f} % of copy ({x['median_us']:.1f} us)", "-",
-            "yes" if pct >= 80 else "NO")
+                d = x["median_us"] / bp["median_us"] - 1
+                who = bp["version"][5:]
+                verdict = f"BEHIND {who} by {100 * d:.1f} %" if d > 0 else f"ahead of {who} by {-100 * d:.1f} %"
+            shape = (f"{int(sh['batch'])} x {int(sh['context'])}" + (f" g{int(sh['gqa_group'])}" if sh['gqa_group'] != 4
+                     else "") + (f" p{int(sh['block_size'])}" if sh['block_size'] != 16 else "") +
+                     (" graph" if sh["graph"] == "on" else ""))
+            rows.append([shape, sh["kv_format"], f"{x['median_us']:.1f} ({x['version']}, {x['layout']})",
+                         us(cud["median_us"]) if cud is not None else "-",
+                         f"{us(ftc['median_us'] if ftc is not None else None)} / "
+                         f"{us(fcc['median_us'] if fcc is not None else None)}",
+                         f"{x['min_bytes'] / 1e6:.1f} MB",
+                         f"{x['excess_us']:.1f} / {us(bp['excess_us']) if bp is not None else '-'}"
+                         if 'excess_us' in x and x['excess_us'] == x['excess_us'] else "-",
+                         verdict])
+        emit("")
+        emit("kvlab vs peers, same shapes (us; 8 KV heads, d 128 unless the shape says; eager unless 'graph'):")
+        table(emit, hdr, rows, a.markdown)
 
-    dev = r.attrs.get("device_name", "?")
-    print(f"device: {dev}; read ceiling {r.read_ceiling / 1e12:.3f} TB/s, copy {r.copy_ceiling / 1e12:.3f} TB/s")
-    if a.markdown:
-        print("| target | shape | measured | best peer, same shape | holds |")
-        print("|---|---|---|---|---|")
-        for t in lines:
-            print("| " + " | ".join(t) + " |")
-    else:
-        for t in lines:
-            print(f"{t[0]:3s} {t[1]:30s} {t[2]:58s} {t[3]:36s} {t[4]}")
+    # ---- 1b: the grid: % of R of kvlab's best version per format, batch and context.
+    if not a.targets_only:
+        g = uniform(kv)
+        g = g[(g["gqa_group"] == 4) & (g["block_size"] == 16) & (g["graph"] == "off")]
+        if not g.empty:
+            ctxs = sorted(g["context"].unique())
+            rows = []
+            for fmt in sorted(g["kv_format"].unique()):
+                for b in sorted(g[g["kv_format"] == fmt]["batch"].unique()):
+                    cells = []
+                    for c in ctxs:
+                        x = best(g[(g["kv_format"] == fmt) & (g["batch"] == b) & (g["context"] == c)])
+                        cells.append("" if x is None else f"{x['pct_read_ceiling']:.1f}")
+                    rows.append([f"{fmt} {int(b)}"] + cells)
+            emit("")
+            emit("% of R, kvlab's best version per shape (GQA 4, page 16, eager):")
+            table(emit, ["format, batch \\ context"] + [str(int(c)) for c in ctxs], rows, a.markdown)
+
+    # ---- 2: the targets.
+    tg = []
+
+    def target(tid, what, figure, holds):
+        tg.append([tid, what, figure, holds])
+
+    def kb(**sh):
+        return best(sel(uniform(kv), dict(dict(gqa_group=4, block_size=16, graph="off"), **sh)))
+
+    def peer_best(fmt, **sh):
+        m = sel(peers[peers["version"].isin([PEERS["fi_tc"], PEERS["fi_cc"]] + ([PEERS["cudnn"]] if fmt == "bf16"
+                                                                                else []))],
+                dict(dict(gqa_group=4, graph="off", kv_format=fmt), **sh))
+        m = m[(m["block_size"] == sh.get("block_size", 16)) | (m["version"] == PEERS["cudnn"])]
+        return best(m)
+
+    grid = uniform(kv)
+    grid = grid[(grid["kv_format"] == "bf16") & (grid["gqa_group"] == 4) & (grid["block_size"] == 16) &
+                (grid["graph"] == "off")][["batch", "context"]].drop_duplicates()
+    behind = []
+    for _, g in grid.iterrows():
+        x, p = kb(batch=g["batch"], context=g["context"], kv_format="bf16"), peer_best("bf16", batch=g["batch"],
+                                                                                       context=g["context"])
+        if x is not None and p is not None and x["median_us"] > p["median_us"]:
+            behind.append(f"{int(g['batch'])}x{int(g['context'])} ({x['median_us']:.1f} vs {p['version'][5:]} "
+                          f"{p['median_us']:.1f})")
+    n_cmp = sum(1 for _, g in grid.iterrows() if peer_best("bf16", batch=g["batch"], context=g["context"]) is not None)
+    target("K1", "BF16 paged decode <= 1.00x the best peer, every grid point",
+           f"{n_cmp - len(behind)} of {n_cmp} points" + ("; behind at " + ", ".join(behind) if behind else ""),
+           "n/a" if n_cmp == 0 else ("yes" if not behind else "NO"))
+    for b, c in ((64, 8192), (64, 32768)):
+        x = kb(batch=b, context=c, kv_format="bf16")
+        target("K2", f"{b} x {c // 1024}k BF16, >= 97 % of R",
+               "not measured" if x is None else f"{x['pct_read_ceiling']:.1f} % ({x['median_us']:.1f} us, {x['version']})",
+               "n/a" if x is None else ("yes" if x["pct_read_ceiling"] >= 97 else "NO"))
+    k3 = uniform(kv)
+    k3 = k3[(k3["kv_format"] == "bf16") & (k3["batch"] <= 4) & (k3["context"] >= 32768) & (k3["graph"] == "off")]
+    for (b, c), _ in k3.groupby(["batch", "context"]):
+        x = kb(batch=b, context=c, kv_format="bf16")
+        if x is not None:
+            target("K3", f"{int(b)} x {int(c) // 1024}k BF16, >= 88 % of R",
+                   f"{x['pct_read_ceiling']:.1f} % ({x['median_us']:.1f} us, {x['version']})",
+                   "yes" if x["pct_read_ceiling"] >= 88 else "NO")
+    fp8 = uniform(kv)
+    fp8 = fp8[(fp8["kv_format"] == "fp8_e4m3") & (fp8["gqa_group"] == 4) & (fp8["block_size"] == 16) &
+              (fp8["graph"] == "off")][["batch", "context"]].drop_duplicates()
+    for _, g in fp8.sort_values(["batch", "context"]).iterrows():
+        b, c = g["batch"], g["context"]
+        x8, x16 = kb(batch=b, context=c, kv_format="fp8_e4m3"), kb(batch=b, context=c, kv_format="bf16")
+        p8 = peer_best("fp8_e4m3", batch=b, context=c)
+        if x8 is None:
+            continue
+        if x16 is not None and b >= 16 and c >= 8192:
+            r = x16["median_us"] / x8["median_us"]
+            target("K4", f"{int(b)} x {int(c) // 1024}k FP8 >= 1.85x own BF16", f"{r:.2f}x ({x8['median_us']:.1f} vs "
+                   f"{x16['median_us']:.1f} us)", "yes" if r >= 1.85 else "NO")
+        if p8 is not None:
+            r = p8["median_us"] / x8["median_us"]
+            target("K4", f"{int(b)} x {int(c) // 1024}k FP8 >= 1.2x FlashInfer FP8",
+                   f"{r:.2f}x ({x8['median_us']:.1f} vs {p8['version'][5:]} {p8['median_us']:.1f} us)",
+                   "yes" if r >= 1.2 else "NO")
+    nv = uniform(kv)
+    nv = nv[(nv["kv_format"] == "nvfp4") & (nv["batch"] >= 16) & (nv["context"] >= 8192) & (nv["graph"] == "off")]
+    for (b, c), _ in nv.groupby(["batch", "context"]):
+        x4, x16 = kb(batch=b, context=c, kv_format="nvfp4"), kb(batch=b, context=c, kv_format="bf16")
+        if x4 is not None and x16 is not None:
+            r = x16["median_us"] / x4["median_us"]
+            target("K5", f"{int(b)} x {int(c) // 1024}k NVFP4 >= 3.0x own BF16", f"{r:.2f}x", "yes" if r >= 3.0 else "NO")
+    for graph, bound in (("off", 5.0), ("on", 3.0)):
+        x = best(sel(uniform(kv), dict(batch=1, context=512, kv_format="bf16", gqa_group=4, block_size=16, graph=graph)))
+        if x is not None:
+            cold = "cold" if x.get("cold_l2", 1) == 1 else "WARM"
+            target("K6", f"1 x 512 BF16 {'CUDA graph' if graph == 'on' else 'eager'}, {cold}, <= {bound:g} us",
+                   f"{x['median_us']:.2f} us ({x['version']}; floor {x.get('floor_us', float('nan')):.2f}, excess "
+                   f"{x.get('excess_us', float('nan')):.2f})", "yes" if x["median_us"] <= bound else "NO")
+    k7 = uniform(kv)
+    k7 = k7[(k7["kv_format"] == "bf16") & (k7["batch"] == 64) & (k7["context"] == 8192) & (k7["graph"] == "off")]
+    for axis, base in (("block_size", 16), ("gqa_group", 4), ("layout", "nhd")):
+        fixed = {"block_size": 16, "gqa_group": 4}
+        fixed.pop(axis, None)
+        m = sel(k7, fixed)
+        if m[axis].nunique() < 2:
+            continue
+        per = {v: best(m[m[axis] == v]) for v in sorted(m[axis].unique(), key=str)}
+        top = min(p["median_us"] for p in per.values())
+        worst = max(per.items(), key=lambda kv_: kv_[1]["median_us"])
+        d = 100 * (worst[1]["median_us"] / top - 1)
+        target("K7", f"64 x 8k BF16, {axis} {', '.join(str(v) for v in per)}: within 3 % of the best",
+               f"worst {axis}={worst[0]}: +{d:.1f} %", "yes" if d <= 3 else "NO")
+    app = df[(df["kind"] == "append") & (df["status"] == "ok")]
+    for _, x in app.iterrows():
+        pct = x.get("pct_copy_ceiling", float("nan"))
+        target("P9", f"append {int(x['tokens'])} tokens {x['kv_format']}, >= 90 % of copy",
+               f"{pct:.1f} % ({x['median_us']:.1f} us)", "yes" if pct >= 90 else "NO")
+    emit("")
+    emit("targets:")
+    table(emit, ["target", "what", "measured", "holds"], tg, a.markdown)
+    print("\n".join(out))
     return 0
+
+
+def table(emit, hdr, rows, markdown):
+    if markdown:
+        emit("| " + " | ".join(hdr) + " |")
+        emit("|" + "---|" * len(hdr))
+        for r in rows:
+            emit("| " + " | ".join(str(c) for c in r) + " |")
+        return
+    w = [max(len(str(h)), *(len(str(r[i])) for r in rows)) if rows else len(str(h)) for i, h in enumerate(hdr)]
+    emit("  ".join(str(h).ljust(w[i]) for i, h in enumerate(hdr)))
+    for r in rows:
+        emit("  ".join(str(c).ljust(w[i]) for i, c in enumerate(r)))
 
 
 if __name__ == "__main__":

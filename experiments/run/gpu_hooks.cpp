@@ -17,15 +17,8 @@ namespace kvlab::exp {
 
 #if defined(KVLAB_HAVE_CUDA)
 gpu::bench::TimingOptions to_harness(const TimingConfig& t, bool graph) {
-  gpu::bench::TimingOptions o;
-  o.warmup = t.warmup;
-  o.min_reps = t.min_reps;
-  o.max_reps = t.max_reps;
-  o.target_rel_iqr = t.target_rel_iqr;
-  o.max_seconds = t.max_seconds;
-  o.cold_l2 = t.cold_l2;
+  gpu::bench::TimingOptions o = t;  // the same struct: only the point's graph mode differs
   o.graph = graph;
-  o.graph_calls = t.graph_calls;
   return o;
 }
 #endif

@@ -1,19 +1,18 @@
-// harness.h: the CUDA timing harness (host-includable: no device code here).
+// harness.h: the CUDA timing harness and the bandwidth ceilings (host-includable: no device
+// code here). The rules of a timing are in reference/core/timing.h; the flush kernel in
+// gpu/bench/l2_flush.cuh.
 //
-// How a kernel is timed (DESIGN.md "Measuring"):
-//   - CUDA events around each launch on one stream, after `warmup` untimed launches;
-//   - cold L2: before every timed launch a flush kernel writes a buffer of max(2 x L2,
-//     64 MiB) (the events bracket only the measured launch), so every launch reads its
-//     bytes from DRAM; without cold_l2 the launches run back to back (warm L2);
-//   - repetition until the relative IQR (IQR / median) is at most target_rel_iqr, with at
-//     least min_reps and at most max_reps samples or max_seconds of wall time;
-//   - reported: median, quartiles, IQR, min, mean and every sample;
-//   - CUDA-graph replay (graph = true) for launch-bound points: `graph_calls` launches are
-//     captured into one graph; each sample is one replay divided by graph_calls (warm L2:
-//     a flush inside the graph would be timed too).
-// Ceilings, measured on the device in the same run: a large sequential read (16-byte
-// loads, grid-stride, a reduction kept live so nothing is optimized away) and a
-// device-to-device copy counting read + write bytes.
+// Ceilings, measured on the device in the same run, each the best of several kernels, so
+// that no kernel of the run should beat them:
+//   read R: 16-byte loads (ld.global.cg, plain ld.global, non-coherent ld.global.nc) x
+//           loads in flight per thread (2, 4, 8) x blocks per SM (1, 2, 4, as many as fit),
+//           grid-stride over one buffer, cold L2;
+//   copy C: cudaMemcpyAsync device to device and a 16-byte load/store kernel (2, 4 in flight;
+//           2, 4 or as many blocks per SM as fit), counting read + write bytes, cold L2.
+// A ceiling is the best bandwidth over its kernels, each taken at the fast edge of its noise
+// band (bytes / first-quartile time): a row is judged against it with the slow edge of its own
+// band (bytes / third-quartile time, experiments/bench record_timing), so noise alone never
+// makes a row "beat the ceiling".
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -23,45 +22,80 @@
 #include <string>
 #include <vector>
 
+#include "reference/core/timing.h"
+
 namespace kvlab::gpu::bench {
 
-struct TimingOptions {
-  int warmup = 3;
-  int min_reps = 10;
-  int max_reps = 200;
-  double target_rel_iqr = 0.02;
-  double max_seconds = 2.0;
-  bool cold_l2 = true;
-  bool graph = false;
-  int graph_calls = 20;
-};
+// The types and rules of reference/core/timing.h, under the harness's names.
+using kvlab::L2Flush;
+using kvlab::sampling_done;
+using kvlab::summarize;
+using kvlab::Timing;
+using kvlab::TimingOptions;
+using kvlab::to_string;
 
-struct Timing {
-  double median_us = 0, q1_us = 0, q3_us = 0, iqr_us = 0, rel_iqr = 0;
-  double min_us = 0, mean_us = 0;
-  int reps = 0;
-  bool converged = false;  // rel_iqr reached the target
-  bool cold_l2 = false;
-  bool graph = false;
-  std::vector<float> samples_us;
-};
-
-// Times `launch` (which enqueues the work once on the given stream). Throws
-// kvlab::CudaError on CUDA failures (including a launch error inside `launch`).
+// Times `launch` (which enqueues the work once on the given stream) by the rules of
+// timing.h. Throws kvlab::CudaError on CUDA failures (including a launch error inside
+// `launch`).
 Timing time_kernel(const std::function<void(cudaStream_t)>& launch, const TimingOptions& opt,
                    cudaStream_t stream = nullptr);
 
-// Summary statistics of samples (also used by tests and the CPU side).
-Timing summarize(std::vector<float> samples_us, double target_rel_iqr);
+// The same loop with an explicit flush between calls (used when opt.cold_l2; kNone and kSelf
+// flush nothing) of flush_bytes (0: l2_flush_bytes of the device). For the flush test and
+// its controls; results go through the overload above.
+Timing time_kernel(const std::function<void(cudaStream_t)>& launch, const TimingOptions& opt,
+                   L2Flush flush, uint64_t flush_bytes, cudaStream_t stream);
+
+// The current device's L2 size and the bytes the flush reads for it (l2_flush.cuh's rule).
+uint64_t device_l2_bytes();
+uint64_t l2_flush_bytes(uint64_t l2_bytes);
+
+// One bandwidth kernel: a read of a buffer or a copy between two.
+enum class MemOp { kRead, kCopy };
+enum class MemLoad {
+  kCg,     // read: ld.global.cg (depth 4 at the flush grid is exactly the flush kernel)
+  kPlain,  // read: ld.global; copy: ld.global + st.global
+  kNc,     // read: ld.global.nc
+  kMemcpy  // copy: cudaMemcpyAsync device to device
+};
+struct MemKernel {
+  MemOp op = MemOp::kRead;
+  MemLoad load = MemLoad::kPlain;
+  int depth = 4;             // 16-byte loads in flight per thread per iteration (kernels)
+  int blocks_per_sm = 0;     // 0: as many as fit (occupancy)
+  std::string name() const;  // e.g. "read_nc_d8_b4", "copy_memcpy"
+};
+const char* to_string(MemOp op);
+const char* to_string(MemLoad load);
+// "" when the kernel exists (compiled depths: read 2, 4, 8; copy 2, 4), else why not.
+std::string mem_kernel_unsupported(const MemKernel& k);
+// The kernels a ceiling is the best of.
+std::vector<MemKernel> ceiling_kernels(MemOp op);
+// Enqueues one pass over `bytes` (a multiple of 16): read src, or copy src to dst. `sink`
+// (4 bytes, reads only) receives nothing in practice; it keeps the loads live.
+void launch_mem_kernel(const MemKernel& k, const void* src, void* dst, uint64_t bytes,
+                       unsigned int* sink, cudaStream_t stream);
+
+// Fills p [bytes / 4] with the words 1, 2, 3, ... (distinct, non-zero: never time on zeros).
+void fill_words(void* p, uint64_t bytes, cudaStream_t stream = nullptr);
+
+struct KernelBandwidth {
+  MemKernel kernel;
+  Timing timing;
+  double bytes_per_s = 0;  // read: bytes / median; copy: 2 x bytes / median (<= the ceiling)
+};
 
 struct Ceilings {
   uint64_t bytes = 0;           // buffer size used
-  double read_bytes_per_s = 0;  // sequential read
-  double copy_bytes_per_s = 0;  // device-to-device copy, (read + write) / time
-  Timing read, copy;
+  double read_bytes_per_s = 0;  // R: the best read kernel, bytes / its q1 time
+  double copy_bytes_per_s = 0;  // C: the best copy, (read + write) / its q1 time
+  Timing read, copy;            // the timings of the best kernels
+  MemKernel read_best, copy_best;
+  std::vector<KernelBandwidth> kernels;  // every kernel measured
 };
 
-// Measures both ceilings with buffers of `bytes` (0: min(1 GiB, free memory / 4)).
+// Measures both ceilings with buffers of `bytes` (0: min(1 GiB, free memory / 4)), cold L2,
+// with opt's statistics (at most 50 samples and 0.5 s per kernel).
 Ceilings measure_ceilings(const TimingOptions& opt, uint64_t bytes = 0);
 
 }  // namespace kvlab::gpu::bench

@@ -1,7 +1,8 @@
 // test_bench_harness.cu: the GPU timing harness (gpu/bench/harness.h) measures something
 // sane: its statistics are numpy's, the ceilings are positive and physically plausible,
 // the timing of a device copy of known size agrees with its bytes and scales with them, and
-// CUDA-graph replay and cold-L2 timing run. GPU tests skip without a device; the statistics
+// CUDA-graph replay (cold: one call per replay; warm: graph_calls) and cold-L2 timing run,
+// and each ceiling is the best of its kernels. GPU tests skip without a device; the statistics
 // test runs everywhere.
 //
 // The plausibility bounds below are not accuracy tolerances (the tolerance table is for
@@ -12,6 +13,7 @@
 #include <thrust/sequence.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstdint>
 #include <vector>
 
@@ -124,16 +126,47 @@ TEST(BenchHarness, GraphReplayTimesOneCall) {
   gpu::bench::TimingOptions opt = quick();
   opt.graph = true;
   opt.graph_calls = 10;
-  gpu::bench::Timing eager, graph;
-  const double bw_graph = timed_copy(size_t{256} << 20, opt, &graph);
+  gpu::bench::Timing eager, graph_cold, graph_warm;
+  // Cold: a graph of one call, replayed after each flush (outside the graph).
+  const double bw_graph_cold = timed_copy(size_t{256} << 20, opt, &graph_cold);
+  // Warm: a graph of graph_calls back-to-back calls.
+  opt.cold_l2 = false;
+  const double bw_graph_warm = timed_copy(size_t{256} << 20, opt, &graph_warm);
   opt.graph = false;
-  opt.cold_l2 = false;  // graph samples run warm; compare like with like
   const double bw_eager = timed_copy(size_t{256} << 20, opt, &eager);
-  EXPECT_TRUE(graph.graph);
-  EXPECT_FALSE(graph.cold_l2);
-  // Per-call time, not per replay: both time the same 256 MiB copy (within the scaling band).
-  EXPECT_GT(bw_graph, bw_eager / (kMaxScaling / kMinScaling));
-  EXPECT_LT(bw_graph, bw_eager * (kMaxScaling / kMinScaling));
+  EXPECT_TRUE(graph_cold.graph);
+  EXPECT_TRUE(graph_cold.cold_l2);
+  EXPECT_EQ(graph_cold.calls_per_sample, 1);
+  EXPECT_EQ(graph_cold.flush, gpu::bench::L2Flush::kReadAllocate);
+  EXPECT_TRUE(graph_warm.graph);
+  EXPECT_FALSE(graph_warm.cold_l2);
+  EXPECT_EQ(graph_warm.calls_per_sample, 10);
+  EXPECT_EQ(graph_warm.flush, gpu::bench::L2Flush::kNone);
+  // Per-call time, not per replay: all time the same 256 MiB copy (within the scaling band).
+  for (double bw : {bw_graph_cold, bw_graph_warm}) {
+    EXPECT_GT(bw, bw_eager / (kMaxScaling / kMinScaling));
+    EXPECT_LT(bw, bw_eager * (kMaxScaling / kMinScaling));
+  }
+}
+
+// The read ceiling is the best of its kernels: every kernel measured, the best one named.
+TEST(BenchHarness, CeilingsAreTheBestOfSeveralKernels) {
+  KVLAB_SKIP_WITHOUT_GPU_BENCH();
+  const gpu::bench::Ceilings c = gpu::bench::measure_ceilings(quick(), size_t{256} << 20);
+  const size_t n_read = gpu::bench::ceiling_kernels(gpu::bench::MemOp::kRead).size();
+  const size_t n_copy = gpu::bench::ceiling_kernels(gpu::bench::MemOp::kCopy).size();
+  ASSERT_EQ(c.kernels.size(), n_read + n_copy);
+  for (const auto& k : c.kernels) {
+    EXPECT_GT(k.bytes_per_s, 0) << k.kernel.name();
+    EXPECT_TRUE(k.timing.cold_l2) << k.kernel.name();
+    const double best =
+        k.kernel.op == gpu::bench::MemOp::kRead ? c.read_bytes_per_s : c.copy_bytes_per_s;
+    EXPECT_LE(k.bytes_per_s, best) << k.kernel.name();
+  }
+  EXPECT_EQ(c.read_best.op, gpu::bench::MemOp::kRead);
+  EXPECT_EQ(c.copy_best.op, gpu::bench::MemOp::kCopy);
+  std::printf("[ceilings] read %.4g TB/s (%s), copy %.4g TB/s (%s)\n", c.read_bytes_per_s / 1e12,
+              c.read_best.name().c_str(), c.copy_bytes_per_s / 1e12, c.copy_best.name().c_str());
 }
 
 }  // namespace kvlab::test

@@ -1,77 +1,251 @@
-"""The perf tooling's CPU side: decode_peers.py writes kvlab rows (from kvlab_decode_check's
-CSV) into the kvlab result schema that analysis.load reads, and target_table.py turns such a
-file into the P1-P9 table. Peers themselves need a GPU (not run here: --no-peers)."""
+"""The peer tooling's CPU side: peer_timer's statistics, stopping rule, flush size and invalid
+rule are the C++ harness's (reference/core/timing.h, experiments/bench/bench.cpp record_timing: the
+same cases as tests/cpu/test_timing_record.cpp); peer_results writes files analysis.load reads
+like kvlab's; target_table.py turns a sweep file and a peer file into the comparison and the
+targets, flagging where kvlab is behind and every invalid timing; decode_peers.py refuses bad
+input with exit code 2. The peers themselves need a GPU (the H100 stage runs them)."""
+import math
 import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
-from analysis.load import ResultFileError, load
+from analysis.load import load
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-PEERS = os.path.join(ROOT, "experiments", "peers", "decode_peers.py")
-TABLE = os.path.join(ROOT, "experiments", "peers", "target_table.py")
+PEERS_DIR = os.path.join(ROOT, "experiments", "peers")
+sys.path.insert(0, PEERS_DIR)
+import peer_results  # noqa: E402
+import peer_timer  # noqa: E402
 
-HEADER = ("target,batch,context,lengths,kv_format,layout,gqa_group,block_size,graph,version,status,reason,median_us,"
-          "q1_us,q3_us,rel_iqr,reps,bytes,gbps,pct_ceiling,pct_datasheet,rel_l2\n")
-ROWS = [
-    'P1,64,8192,uniform,bf16,nhd,4,16,0,v4_mma_decode,ok,"",750.0,745,755,0.013,20,2147483648,2863.3,94.5,85.4,3.1e-05',
-    'P1,64,8192,uniform,bf16,nhd,4,16,0,v5_mma_decode_2stage,ok,"",740.0,735,745,0.013,20,2147483648,2901.9,95.8,86.6,3.1e-05',
-    'P1,64,8192,uniform,fp8_e4m3,nhd,4,16,0,v5_mma_decode_2stage,ok,"",390.0,385,395,0.02,20,1073741824,2753.2,90.9,82.1,5e-06',
-    'P2,1,32768,uniform,bf16,nhd,4,16,0,v3_flash_decoding,failed,"validation failed",0,0,0,0,0,0,0,0,0,1e-1',
-    'P8,1,1024,uniform,bf16,nhd,4,16,1,v5_mma_decode_2stage,ok,"",8.9,8.8,9.0,0.01,50,4206592,472.6,15.6,14.1,3e-05',
-    'P9,65536,0,uniform,bf16,nhd,0,16,0,append_kv,ok,"pct_ceiling is of the copy ceiling",240.0,239,241,0.004,20,537395200,2239.1,75.2,66.8,0',
-]
+TABLE = os.path.join(PEERS_DIR, "target_table.py")
+DECODE_PEERS = os.path.join(PEERS_DIR, "decode_peers.py")
+R = 3.0e12  # read ceiling of the fixture files
+C = 2.9e12
 
 
-def write_csv(path):
-    with open(path, "w") as f:
-        f.write("# device=NVIDIA H100 80GB HBM3;read_ceiling=3.03e12;copy_ceiling=2.97e12;datasheet=3.352e12\n")
-        f.write(HEADER)
-        f.write("\n".join(ROWS) + "\n")
+def test_statistics_are_the_harness_ones():
+    s = peer_timer.summarize([9, 1, 3, 5, 4, 2, 8, 6], 0.5)
+    assert (s["q1_us"], s["median_us"], s["q3_us"]) == (2.75, 4.5, 6.5)
+    assert s["min_us"] == 1 and s["reps"] == 8 and not s["converged"]
+    assert peer_timer.summarize([10, 10, 10, 10], 0.01)["converged"]
+
+
+def test_stopping_rule_is_the_harness_one():
+    o = peer_timer.TimingOptions(min_reps=10, max_reps=23, target_rel_iqr=0.02, max_seconds=100)
+    assert not peer_timer.sampling_done([5.0] * 9, 0, o)[0]
+    assert peer_timer.sampling_done([5.0] * 10, 0, o)[0]
+    noisy = [10.0 if i % 2 else 5.0 for i in range(11)]
+    assert not peer_timer.sampling_done(noisy, 0, o)[0]  # 11: not a multiple of 5
+    noisy += [7.0] * 4
+    done, s = peer_timer.sampling_done(noisy, 0, o)
+    assert not done and not s["converged"]
+    assert peer_timer.sampling_done(noisy, 101, o)[0]  # out of time
+    while len(noisy) < 23:
+        noisy.append(10.0 if len(noisy) % 2 else 5.0)
+    done, s = peer_timer.sampling_done(noisy, 0, o)
+    assert done and s["reps"] == 23
+
+
+def test_timing_options_come_from_the_sweep_config():
+    text = open(os.path.join(ROOT, "experiments", "configs", "perf.ini")).read()
+    o = peer_timer.TimingOptions.from_config_text(text)
+    assert o.cold_l2 is True and o.min_reps >= 3 and 0 < o.target_rel_iqr < 1
+    o2 = peer_timer.TimingOptions.from_config_text("name = x\n[timing]\nwarmup = 7\ncold_l2 = false  # c\n"
+                                                   "max_seconds = 0.5\n[s]\nkind = roofline\ncontext = pow2:9:17\n")
+    assert (o2.warmup, o2.cold_l2, o2.max_seconds, o2.min_reps) == (7, False, 0.5, 10)
+
+
+def test_flush_size_and_grid_come_from_the_one_kernel_file():
+    c = peer_timer.flush_constants()
+    assert c["KVLAB_L2_FLUSH_THREADS"] > 0 and c["KVLAB_L2_FLUSH_BLOCKS_PER_SM"] > 0
+    mult, floor = c["KVLAB_L2_FLUSH_L2_MULTIPLE"], c["KVLAB_L2_FLUSH_MIN_MIB"] << 20
+    assert peer_timer.l2_flush_bytes(50 << 20, c) == max(mult * (50 << 20), floor)
+    assert peer_timer.l2_flush_bytes(1 << 20, c) == floor
+    src = open(peer_timer.FLUSH_SOURCE).read()
+    assert 'extern "C" __global__' in src and peer_timer.FLUSH_KERNEL in src and "ld.global.cg" in src
+
+
+def cold(samples=None):
+    s = peer_timer.summarize(samples or [100.0 + i for i in range(10)], 0.05)
+    s.update(cold_l2=True, graph=False, calls_per_sample=1, flush="read_allocate", flush_bytes=200 << 20,
+             l2_bytes=50 << 20, samples_us=samples or [100.0 + i for i in range(10)])
+    return s
+
+
+def test_record_timing_matches_the_cpp_recorder():
+    row = peer_timer.record_timing({"status": "ok"}, cold(), 300e6, 3.0e12, "read", 3.35e12)
+    assert row["status"] == "ok" and row["timing_valid"] == 1.0 and row["exceeds_ceiling"] == 0.0
+    assert row["floor_us"] == pytest.approx(100.0) and row["excess_us"] == pytest.approx(4.5)
+    assert row["pct_read_ceiling"] == pytest.approx(100 * 300e6 / 104.5e-6 / 3.0e12)
+    assert "cold L2: 200 MiB" in row["timing"] and row["flush"] == "read_allocate"
+    bad = peer_timer.record_timing({"status": "ok"}, cold(), 330e6, 3.04e12, "read")
+    assert bad["status"] == "failed" and bad["reason"].startswith("timing invalid: ")
+    assert "best DRAM bandwidth of this run 3.04 TB/s" in bad["reason"] and bad["timing_valid"] == 0.0
+    # A copy-bound row may beat C but not R (reads and writes mixed); beyond both: invalid.
+    app = peer_timer.record_timing({"status": "ok"}, cold(), 320e6, 2.9e12, "copy", 0.0, 3.1e12)
+    assert app["status"] == "ok" and app["pct_copy_ceiling"] > 100 and app["exceeds_ceiling"] == 0.0
+    app = peer_timer.record_timing({"status": "ok"}, cold(), 320e6, 2.9e12, "copy", 0.0, 2.95e12)
+    assert app["status"] == "failed" and "copy ceiling 2.9" in app["reason"]
+    noise = peer_timer.record_timing({"status": "ok"}, cold(), 320e6, 3.05e12, "read")
+    assert noise["status"] == "ok" and noise["pct_read_ceiling"] > 100
+    none = peer_timer.record_timing({"status": "ok"}, cold(), 300e6, 0.0, "read")
+    assert all(math.isnan(none[k]) for k in ("ceiling_bytes_per_s", "pct_read_ceiling", "floor_us", "excess_us",
+                                               "exceeds_ceiling"))
+    warm = cold()
+    warm.update(cold_l2=False, flush="none", flush_bytes=0, graph=True, calls_per_sample=20)
+    w = peer_timer.record_timing({"status": "ok"}, warm, 400e6, 3.0e12, "read")
+    assert w["status"] == "ok" and w["exceeds_ceiling"] == 1.0 and "20 calls per replay" in w["timing"]
+
+
+# ------------------------------------------------------------------------- fixture files
+AXES = ["layout", "kv_format", "head_dim", "block_size", "num_kv_heads", "gqa_group", "batch", "context",
+        "lengths", "seed", "graph", "version"]
+NUMERIC = {"head_dim", "block_size", "num_kv_heads", "gqa_group", "batch", "context", "seed"}
+METRICS = ["median_us", "q1_us", "q3_us", "rel_iqr", "min_us", "reps", "converged", "cold_l2", "working_set_bytes",
+           "bytes_per_s", "ceiling_bytes_per_s", "pct_read_ceiling", "pct_copy_ceiling", "floor_us", "excess_us",
+           "exceeds_ceiling", "timing_valid", "min_bytes", "rel_l2", "tokens"]
+LABELS = ["flush", "timing"]
+
+
+def decode_row(study, version, batch, context, fmt, us, layout="nhd", graph="off", block=16, group=4, status="ok",
+               reason="", ceiling=R):
+    kv_bytes = 1.0 if fmt == "fp8_e4m3" else (0.5625 if fmt == "nvfp4" else 2.0)
+    mb = 2.0 * batch * context * 8 * 128 * kv_bytes + 2.0 * batch * 8 * group * 128 * 2
+    row = dict(study=study, kind="decode_attention", version=version, batch=batch, context=context, kv_format=fmt,
+               layout=layout, graph=graph, block_size=block, gqa_group=group, num_kv_heads=8, head_dim=128,
+               lengths="uniform", seed=0, status=status, reason=reason, min_bytes=mb)
+    t = peer_timer.summarize([us * (1 + 0.001 * (i - 5)) for i in range(11)], 0.02)
+    t.update(cold_l2=True, graph=graph == "on", calls_per_sample=1, flush="read_allocate", flush_bytes=200 << 20,
+             l2_bytes=50 << 20, samples_us=[us] * 11)
+    peer_timer.record_timing(row, t, mb, ceiling, "read", 3.35e12)
+    return row
+
+
+def write(path, rows, read=R, copy=C, study_kind="decode_attention"):
+    peer_results.write_result_file(str(path), rows, {"device_name": "NVIDIA H100 80GB HBM3",
+                                                     "read_ceiling_bytes_per_s": read,
+                                                     "copy_ceiling_bytes_per_s": copy,
+                                                     "device_peak_bytes_per_s": 3.35e12},
+                                   AXES, NUMERIC, METRICS, LABELS, run={"started_utc": "x", "argv": "test"})
+    return path
 
 
 @pytest.fixture
-def perf_h5(tmp_path):
-    csv_path, h5 = tmp_path / "decode.csv", tmp_path / "perf.h5"
-    write_csv(csv_path)
-    r = subprocess.run([sys.executable, PEERS, "--kvlab-csv", str(csv_path), "--out", str(h5), "--no-peers"],
-                       capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0, r.stderr
-    return h5
+def perf_files(tmp_path):
+    # 64 x 8k BF16: R floor = 2 * 64 * 8192 * 8 * 128 * 2 / 3e12 = 715.8 us.
+    kv = [
+        decode_row("K2", "v4_mma_decode", 64, 8192, "bf16", 760.0),
+        decode_row("K2", "v5_mma_decode_2stage", 64, 8192, "bf16", 745.0),
+        decode_row("K2", "v5_mma_decode_2stage", 64, 8192, "bf16", 748.0, layout="hnd"),
+        decode_row("K2", "v5_mma_decode_2stage", 64, 8192, "fp8_e4m3", 395.0),
+        decode_row("K3", "v5_mma_decode_2stage", 1, 32768, "bf16", 60.0),
+        decode_row("K6", "v5_mma_decode_2stage", 1, 512, "bf16", 6.5),
+        decode_row("K6", "v5_mma_decode_2stage", 1, 512, "bf16", 4.0, graph="on"),
+        # a cold row faster than R allows: recorded as timing invalid by the recorder
+        decode_row("K3", "v4_mma_decode", 1, 32768, "bf16", 20.0),
+    ]
+    peers = [
+        decode_row("K2", "peer:sdpa_cudnn", 64, 8192, "bf16", 730.0, layout="contiguous"),
+        decode_row("K2", "peer:flashinfer_tc", 64, 8192, "bf16", 750.0),
+        decode_row("K2", "peer:flashinfer_cc", 64, 8192, "bf16", 780.0, layout="hnd"),
+        decode_row("K2", "peer:flashinfer_tc", 64, 8192, "fp8_e4m3", 520.0),
+        decode_row("K3", "peer:sdpa_cudnn", 1, 32768, "bf16", 55.0, layout="contiguous"),
+        decode_row("K3", "peer:flashinfer_cc", 1, 32768, "bf16", 0, status="skipped", reason="JIT failed"),
+    ]
+    return write(tmp_path / "sweep.h5", kv), write(tmp_path / "peers.h5", peers)
 
 
-def test_rows_land_in_the_kvlab_schema(perf_h5):
-    res = load(str(perf_h5))
+def test_written_files_load_like_kvlab_files(perf_files):
+    sweep, _ = perf_files
+    res = load(str(sweep))
     idx = res.index
-    assert len(idx) == len(ROWS)
-    assert abs(res.read_ceiling - 3.03e12) < 1e6 and abs(res.copy_ceiling - 2.97e12) < 1e6
-    assert res.attrs["device_name"] == "NVIDIA H100 80GB HBM3"
-    assert sorted(set(idx["kind"])) == ["append", "decode_attention"]
-    assert list(idx[idx["target"] == "P9"]["kind"]) == ["append"]
-    assert set(idx["status"]) == {"ok", "failed"}
-    v5 = idx[(idx["version"] == "v5_mma_decode_2stage") & (idx["kv_format"] == "bf16") & (idx["target"] == "P1")].iloc[0]
-    assert v5["median_us"] == 740.0 and v5["batch"] == 64 and v5["context"] == 8192 and v5["graph"] == "off"
-    assert abs(v5["bytes_per_s"] - 2901.9e9) < 1e6 and v5["pct_read_ceiling"] == pytest.approx(95.8)
-    failed = idx[idx["status"] == "failed"].iloc[0]
-    assert failed["reason"] == "validation failed" and failed["median_us"] != failed["median_us"]  # NaN, not 0
-    keys = list(idx["key"])
-    assert len(set(keys)) == len(keys), "every (point, version) row has its own key"
+    assert len(idx) == 8 and res.read_ceiling == R and res.copy_ceiling == C
+    assert len(set(idx["key"])) == len(idx), "every row has its own key"
+    assert idx["key"][0].startswith("K2/decode_attention:layout=nhd,kv_format=bf16,head_dim=128,block_size=16")
+    row = idx.iloc[1]
+    assert row["median_us"] == pytest.approx(745.0) and row["batch"] == 64 and row["graph"] == "off"
+    assert res.trace(row, "samples_us").shape == (11,)
+    bad = idx[idx["version"] == "v4_mma_decode"].iloc[-1]
+    assert bad["status"] == "failed" and bad["reason"].startswith("timing invalid") and bad["timing_valid"] == 0
 
 
-def test_target_table_reads_the_file(perf_h5):
-    r = subprocess.run([sys.executable, TABLE, str(perf_h5)], capture_output=True, text=True, timeout=120)
+def test_target_table_compares_and_flags(perf_files):
+    sweep, peers = perf_files
+    r = subprocess.run([sys.executable, TABLE, str(sweep), str(peers)], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     out = r.stdout
-    assert "P1  64 x 8k bf16" in out and "95.8 %" in out and "v5_mma_decode_2stage" in out  # the best version wins
-    assert "1.90x" in out  # P5: 740 / 390
-    assert "8.9 us" in out and "P9" in out and "75.2 % of copy" in out
+    assert "read ceiling R 3 TB/s" in out
+    # The invalid cold row is shouted, not used as kvlab's best for 1 x 32k.
+    assert "TIMING INVALID" in out and "1 rows recorded as timing invalid" in out
+    def line(shape, fmt):
+        found = [ln for ln in out.splitlines() if ln.startswith(shape + " ") and f" {fmt} " in ln]
+        assert len(found) == 1, (shape, fmt, out)
+        return found[0]
+    bf = line("64 x 8192", "bf16")
+    assert "745.0 (v5_mma_decode_2stage, nhd)" in bf and "BEHIND sdpa_cudnn by 2.1 %" in bf
+    assert "730.0" in bf and "750.0 / 780.0" in bf
+    assert "2148.5 MB" in bf  # working set: the kvlab row's min_bytes
+    assert "ahead of flashinfer_tc by 24.0 %" in line("64 x 8192", "fp8_e4m3")
+    one = line("1 x 32768", "bf16")
+    assert "60.0 (v5_mma_decode_2stage" in one and "BEHIND sdpa_cudnn by 9.1 %" in one
+    # Targets from the same numbers.
+    assert "K2" in out and "64 x 8k BF16, >= 97 % of R" in out and "96.1 %" in out
+    assert "FP8 >= 1.2x FlashInfer FP8" in out and "1.32x" in out
+    assert "1 x 512 BF16 eager, cold, <= 5 us" in out and "6.50 us" in out
+    assert "1 x 512 BF16 CUDA graph, cold, <= 3 us" in out
+    assert "K1" in out and "behind at 64x8192" in out
+    k7 = [ln for ln in out.splitlines() if ln.startswith("K7")]
+    assert k7 and "layout" in k7[0] and "+0.4 %" in k7[0] and k7[0].rstrip().endswith("yes")
 
 
-def test_missing_csv_is_an_error(tmp_path):
-    r = subprocess.run([sys.executable, PEERS, "--kvlab-csv", str(tmp_path / "nope.csv"), "--out", str(tmp_path / "x.h5"),
-                        "--no-peers"], capture_output=True, text=True, timeout=120)
-    assert r.returncode != 0
-    with pytest.raises(ResultFileError):
-        load(str(tmp_path / "x.h5"))
+def test_target_table_markdown_and_bad_input(perf_files, tmp_path):
+    sweep, peers = perf_files
+    r = subprocess.run([sys.executable, TABLE, str(sweep), str(peers), "--markdown"], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0 and "| shape | format | kvlab best (version, layout) |" in r.stdout
+    r = subprocess.run([sys.executable, TABLE, str(tmp_path / "nope.h5")], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "no such file" in r.stderr
+
+
+def test_decode_peers_refuses_bad_input(tmp_path, perf_files):
+    r = subprocess.run([sys.executable, DECODE_PEERS, "peers", "--kvlab-h5", str(tmp_path / "nope.h5"), "--out",
+                        str(tmp_path / "p.h5")], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "no such file" in r.stderr
+    assert not (tmp_path / "p.h5").exists()
+    empty = write(tmp_path / "empty.h5", [])
+    r = subprocess.run([sys.executable, DECODE_PEERS, "crosscheck", "--kvlab-h5", str(empty), "--out",
+                        str(tmp_path / "c.h5")], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "no timed bandwidth rows" in r.stderr
+    r = subprocess.run([sys.executable, DECODE_PEERS, "peers", "--kvlab-h5", str(perf_files[0]), "--out",
+                        str(tmp_path / "p.h5"), "--sdpa", "nope"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "unknown backend" in r.stderr
+
+
+def test_peer_shapes_follow_the_sweep_rows(perf_files):
+    import decode_peers
+    _, rows = decode_peers.read_sweep(str(perf_files[0]))
+    shapes = decode_peers.shapes_of(rows)
+    keys = [(s["batch"], s["context"], s["kv_format"], s["layout"], s["graph"]) for s in shapes]
+    assert keys[0] == (64, 8192, "bf16", "nhd", "off") and (64, 8192, "bf16", "hnd", "off") in keys
+    assert len(keys) == len(set(keys)) == 6
+    assert shapes[0]["min_bytes"] == pytest.approx(2.0 * 64 * 8192 * 8 * 128 * 2 + 2.0 * 64 * 32 * 128 * 2)
+    assert np.isfinite(shapes[0]["min_bytes"])
+
+
+def test_peer_files_calibrate_like_kvlab_files(run, tmp_path):
+    """experiments/calibrate/make_fidelity.sh calibrates each peer of a peer file: the peer rows
+    (contiguous SDPA included) are shapes the cost model accepts."""
+    rows = []
+    for b, c in ((1, 2048), (1, 8192), (8, 8192), (64, 8192), (4, 32768)):
+        kv_bytes = 2.0 * b * c * 8 * 128 * 2
+        for version, layout in (("peer:sdpa_cudnn", "contiguous"), ("peer:flashinfer_tc", "nhd")):
+            rows.append(decode_row("K1_grid", version, b, c, "bf16", 6.0 + kv_bytes / 2.9e12 * 1e6, layout=layout))
+    peers = write(tmp_path / "peers.h5", rows)
+    for version in ("peer:sdpa_cudnn", "peer:flashinfer_tc"):
+        out = tmp_path / (version.replace(":", "_") + ".h5")
+        r = run("calibrate", peers, "--version", version, "--no-rows", "--out", out)
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert load(str(out)).index["status"].tolist() == ["ok"]

@@ -1,0 +1,83 @@
+// bandwidth.cpp: bench "bandwidth": one bandwidth kernel of gpu/bench (a read of a buffer or
+// a device-to-device copy) over a working set of `mib` MiB, timed by the harness like every
+// other GPU point. Two uses:
+//   - the ceilings as rows: the kernels the run's read ceiling R and copy ceiling C are the
+//     best of (gpu::bench::ceiling_kernels), each with its bandwidth and % of the ceiling, so
+//     a result file shows what R is and that it is the best of them;
+//   - the two-timer cross-check: the same operation timed from C++ here and from Python by
+//     experiments/peers/peer_timer.py (read, load cg, depth 4 is exactly the L2-flush kernel of
+//     gpu/bench/l2_flush.cuh, which the Python timer compiles too; copy, load memcpy is
+//     cudaMemcpyAsync, which torch's copy_ issues).
+// Validation before timing (bandwidth_device.cpp, the GPU half): a copy's destination equals
+// its source (the whole buffer up to 64 MiB, else its first and last 16 MiB); a read has no
+// output (its loads are kept live through a never-taken store).
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "experiments/kinds/bandwidth_device.h"
+#include "experiments/kinds/kinds.h"
+#include "reference/core/error.h"
+
+namespace kvlab::exp {
+namespace {
+
+constexpr int64_t kMaxMib = 1 << 16;  // 64 GiB: larger is a typo
+
+class BandwidthBench : public Bench {
+ public:
+  std::string name() const override { return "bandwidth"; }
+  std::string summary() const override {
+    return "GPU read / copy bandwidth kernels (the ceilings' candidates; the two-timer "
+           "cross-check's reference operations), timed by the harness";
+  }
+  bool needs_gpu() const override { return true; }
+  std::vector<AxisSpec> axes() const override {
+    return {
+        {"op", AxisType::kEnum, "read", {"read", "copy"}, "read a buffer, or copy it to another"},
+        {"load",
+         AxisType::kEnum,
+         "nc",
+         {"cg", "plain", "nc", "memcpy"},
+         "16-byte loads: cg (ld.global.cg, allocating in L2 only: depth 4 is the flush kernel), "
+         "plain (ld.global; copies: + st.global), nc (ld.global.nc); memcpy: cudaMemcpyAsync "
+         "(copies)"},
+        {"depth", AxisType::kInt, "4", {}, "16-byte loads in flight per thread (kernels)"},
+        {"blocks_per_sm", AxisType::kInt, "0", {}, "blocks per SM (0: as many as fit)"},
+        {"mib", AxisType::kInt, "1024", {}, "working set: MiB read (copies: read and written)"},
+    };
+  }
+  std::vector<MetricSpec> metrics() const override {
+    std::vector<MetricSpec> m = {
+        {"differing_bytes", "", "copies: checked destination bytes unequal to the source"},
+        {"checked_bytes", "", "copies: destination bytes compared with the source"}};
+    for (auto& t : timing_metric_specs(CeilingKind::kRead)) m.push_back(std::move(t));
+    for (auto& t : timing_metric_specs(CeilingKind::kCopy))
+      if (t.name == "pct_copy_ceiling") m.push_back(std::move(t));
+    return m;
+  }
+  void check_point(const Point& p) const override {
+    if (p.integer("mib") < 1 || p.integer("mib") > kMaxMib)
+      throw InvalidArgument("mib must be in [1, " + std::to_string(kMaxMib) + "], got " +
+                            p.str("mib"));
+    if (p.integer("depth") < 0 || p.integer("blocks_per_sm") < 0)
+      throw InvalidArgument("depth and blocks_per_sm must be >= 0, got " + p.str("depth") +
+                            " and " + p.str("blocks_per_sm"));
+  }
+  std::string unsupported_reason(const Point& p, const RunContext&) const override {
+    return bandwidth_kernel_unsupported(p);
+  }
+  double estimate_seconds(const Point& p, const RunContext& ctx) const override {
+    const double bytes = static_cast<double>(p.integer("mib")) * (1 << 20);
+    return 0.05 + std::min(ctx.timing_cfg.max_seconds, 30 * (bytes / 2.5e12 + 1e-4));
+  }
+  Record run(const Point& p, RunContext& ctx) override { return run_bandwidth(p, ctx); }
+};
+
+}  // namespace
+
+std::unique_ptr<Bench> make_bandwidth_bench() {
+  return std::make_unique<BandwidthBench>();
+}
+
+}  // namespace kvlab::exp

@@ -1,0 +1,113 @@
+// bandwidth_device.cpp: the GPU half of the "bandwidth" kind (see bandwidth_device.h and
+// bandwidth.cpp).
+#include "experiments/kinds/bandwidth_device.h"
+
+#include "reference/core/error.h"
+
+#if defined(KVLAB_HAVE_CUDA)
+#include <cstdint>
+#include <vector>
+
+#include "experiments/run/gpu_hooks.h"
+#include "gpu/bench/harness.h"
+#include "gpu/core/cuda_check.h"
+#include "gpu/core/device_buffer.h"
+#endif
+
+namespace kvlab::exp {
+
+#if defined(KVLAB_HAVE_CUDA)
+namespace {
+
+constexpr uint64_t kWholeCheckBytes = 64 << 20;  // copies up to this size: compared whole
+constexpr uint64_t kEdgeCheckBytes = 16 << 20;   // else: the first and last 16 MiB
+
+gpu::bench::MemKernel kernel_of(const Point& p) {
+  gpu::bench::MemKernel k;
+  k.op = p.str("op") == "copy" ? gpu::bench::MemOp::kCopy : gpu::bench::MemOp::kRead;
+  const std::string& l = p.str("load");
+  k.load = l == "cg"       ? gpu::bench::MemLoad::kCg
+           : l == "nc"     ? gpu::bench::MemLoad::kNc
+           : l == "memcpy" ? gpu::bench::MemLoad::kMemcpy
+                           : gpu::bench::MemLoad::kPlain;
+  k.depth = static_cast<int>(p.integer("depth"));
+  k.blocks_per_sm = static_cast<int>(p.integer("blocks_per_sm"));
+  return k;
+}
+
+// Bytes of [off, off + n) that differ between two device buffers.
+int64_t differing(const gpu::DeviceBuffer& a, const gpu::DeviceBuffer& b, uint64_t off,
+                  uint64_t n) {
+  std::vector<uint8_t> ha(n), hb(n);
+  KVLAB_CUDA_CHECK(cudaMemcpy(ha.data(), a.as<uint8_t>() + off, n, cudaMemcpyDeviceToHost));
+  KVLAB_CUDA_CHECK(cudaMemcpy(hb.data(), b.as<uint8_t>() + off, n, cudaMemcpyDeviceToHost));
+  int64_t d = 0;
+  for (uint64_t i = 0; i < n; ++i) d += ha[i] != hb[i];
+  return d;
+}
+
+}  // namespace
+
+std::string bandwidth_kernel_unsupported(const Point& p) {
+  return gpu::bench::mem_kernel_unsupported(kernel_of(p));
+}
+
+Record run_bandwidth(const Point& p, RunContext& ctx) {
+  const gpu::bench::MemKernel k = kernel_of(p);
+  const uint64_t bytes = static_cast<uint64_t>(p.integer("mib")) << 20;
+  const bool copy = k.op == gpu::bench::MemOp::kCopy;
+  size_t free_b = 0, total_b = 0;
+  KVLAB_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+  if ((copy ? 2.0 : 1.0) * static_cast<double>(bytes) > 0.8 * static_cast<double>(free_b))
+    throw Unsupported("the buffers need " + std::to_string((copy ? 2 : 1) * (bytes >> 20)) +
+                      " MiB of device memory, " + std::to_string(free_b >> 20) + " MiB are free");
+  gpu::DeviceBuffer src(bytes), dst(copy ? bytes : 16), sink(4);
+  gpu::bench::fill_words(src.data(), bytes);
+  Record r;
+  if (copy) {
+    dst.fill_bytes(0xFF);
+    gpu::bench::launch_mem_kernel(k, src.data(), dst.data(), bytes, sink.as<unsigned int>(),
+                                  nullptr);
+    KVLAB_CUDA_CHECK(cudaDeviceSynchronize());
+    int64_t diff = 0;
+    uint64_t checked = 0;
+    if (bytes <= kWholeCheckBytes) {
+      diff = differing(src, dst, 0, bytes);
+      checked = bytes;
+    } else {
+      diff = differing(src, dst, 0, kEdgeCheckBytes) +
+             differing(src, dst, bytes - kEdgeCheckBytes, kEdgeCheckBytes);
+      checked = 2 * kEdgeCheckBytes;
+    }
+    r.metric("differing_bytes", static_cast<double>(diff));
+    r.metric("checked_bytes", static_cast<double>(checked));
+    if (diff > 0) {
+      r.status = Status::kFailed;
+      r.reason = std::to_string(diff) + " of " + std::to_string(checked) +
+                 " checked destination bytes differ from the source";
+      return r;
+    }
+  }
+  if (!ctx.timing) return r;
+  const Timing t = gpu::bench::time_kernel(
+      [&](cudaStream_t s) {
+        gpu::bench::launch_mem_kernel(k, src.data(), dst.data(), bytes, sink.as<unsigned int>(), s);
+      },
+      to_harness(ctx.timing_cfg, false));
+  record_timing(&r, t,
+                {(copy ? 2.0 : 1.0) * static_cast<double>(bytes),
+                 copy ? CeilingKind::kCopy : CeilingKind::kRead},
+                ctx);
+  r.label("kernel", k.name());
+  return r;
+}
+#else
+std::string bandwidth_kernel_unsupported(const Point&) {
+  return "";
+}
+Record run_bandwidth(const Point&, RunContext&) {
+  throw Unsupported("built without CUDA");
+}
+#endif
+
+}  // namespace kvlab::exp

@@ -1,0 +1,255 @@
+"""peer_timer: times a CUDA callable from Python by the rules of kvlab's C++ harness.
+
+The rules are reference/core/timing.h's, applied here to PyTorch / FlashInfer calls so that a peer
+and a kvlab kernel are timed alike:
+  - CUDA events around each timed call on the caller's current torch stream, after
+    `warmup` untimed calls;
+  - cold L2 (cold_l2): before every call, warm-up included, THE flush kernel of
+    gpu/bench/l2_flush.cuh (compiled from that file's text with CuPy's RawModule, launched
+    on the same grid as the C++ harness) reads a buffer of the same size as the C++
+    harness's (the KVLAB_L2_FLUSH_* constants of that file) with allocating loads;
+  - sampling until rel_iqr <= target_rel_iqr, checked once min_reps samples exist and then
+    every 5 samples, stopping at max_reps samples or after max_seconds;
+  - median and quartiles with numpy's default (linear) percentiles, as the C++ summarize;
+  - CUDA graphs: cold -> a graph of one call replayed after each (eager) flush; warm -> a graph
+    of graph_calls calls, each sample one replay / graph_calls.
+
+Use (the one entry point; also importable by path, e.g. from a bindings cross-check):
+
+    import sys; sys.path.insert(0, "experiments/peers")
+    from peer_timer import PeerTimer, TimingOptions
+    timer = PeerTimer(TimingOptions())            # or TimingOptions.from_config_text(text)
+    t = timer.time(lambda: f(x))                  # -> dict: median_us, q1_us, q3_us, rel_iqr,
+                                                  #    min_us, reps, converged, cold_l2,
+                                                  #    calls_per_sample, flush, flush_bytes,
+                                                  #    l2_bytes, samples_us
+    t = timer.time(lambda: f(x), graph=True)      # CUDA-graph replay (cold: one call per replay)
+
+Statistics and the stopping rule (summarize, sampling_done) need only numpy; PeerTimer needs
+torch and CuPy (both on the GPU machine).
+"""
+from __future__ import annotations
+
+import configparser
+import dataclasses
+import os
+import re
+import time
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+FLUSH_SOURCE = os.path.join(ROOT, "gpu", "bench", "l2_flush.cuh")
+FLUSH_KERNEL = "kvlab_l2_flush"
+
+
+@dataclasses.dataclass
+class TimingOptions:
+    """gpu::bench::TimingOptions, field for field (a sweep's [timing] section)."""
+    warmup: int = 3
+    min_reps: int = 10
+    max_reps: int = 200
+    target_rel_iqr: float = 0.02
+    max_seconds: float = 2.0
+    cold_l2: bool = True
+    graph: bool = False
+    graph_calls: int = 20
+
+    @classmethod
+    def from_config_text(cls, text: str) -> "TimingOptions":
+        """The [timing] section of a kvlab sweep config (a result file's config_text)."""
+        cp = configparser.ConfigParser(inline_comment_prefixes=("#",), strict=False, interpolation=None,
+                                       delimiters=("=",))
+        cp.read_string("[__top__]\n" + (text or ""))
+        o = cls()
+        if not cp.has_section("timing"):
+            return o
+        for f in dataclasses.fields(cls):
+            if cp.has_option("timing", f.name):
+                v = cp.get("timing", f.name).strip()
+                if f.type in ("bool", bool):
+                    setattr(o, f.name, v.lower() in ("1", "true", "on", "yes"))
+                elif f.type in ("int", int):
+                    setattr(o, f.name, int(v))
+                else:
+                    setattr(o, f.name, float(v))
+        return o
+
+
+def flush_constants(path: str = FLUSH_SOURCE) -> dict:
+    """The KVLAB_L2_FLUSH_* constants of l2_flush.cuh (grid, multiple of L2, minimum)."""
+    consts = {}
+    with open(path) as f:
+        for line in f:
+            m = re.match(r"\s*#define\s+(KVLAB_L2_FLUSH_\w+)\s+(\d+)\s*$", line)
+            if m:
+                consts[m.group(1)] = int(m.group(2))
+    need = ("KVLAB_L2_FLUSH_THREADS", "KVLAB_L2_FLUSH_BLOCKS_PER_SM", "KVLAB_L2_FLUSH_L2_MULTIPLE",
+            "KVLAB_L2_FLUSH_MIN_MIB")
+    missing = [n for n in need if n not in consts]
+    if missing:
+        raise ValueError(f"{path} does not define {', '.join(missing)}")
+    return consts
+
+
+def l2_flush_bytes(l2_bytes: int, consts: dict) -> int:
+    """gpu::bench::l2_flush_bytes: max(multiple x L2, minimum), a multiple of 16."""
+    b = max(consts["KVLAB_L2_FLUSH_L2_MULTIPLE"] * int(l2_bytes), consts["KVLAB_L2_FLUSH_MIN_MIB"] << 20)
+    return b // 16 * 16
+
+
+def summarize(samples, target_rel_iqr: float) -> dict:
+    """gpu::bench::summarize: median, quartiles (numpy's linear rule), IQR, min, mean."""
+    s = np.asarray(samples, dtype=np.float64)
+    if s.size == 0:
+        return dict(median_us=float("nan"), q1_us=float("nan"), q3_us=float("nan"), iqr_us=float("nan"),
+                    rel_iqr=float("nan"), min_us=float("nan"), mean_us=float("nan"), reps=0, converged=False)
+    q1, med, q3 = (float(x) for x in np.percentile(s, [25, 50, 75]))
+    rel = (q3 - q1) / med if med > 0 else 0.0
+    return dict(median_us=med, q1_us=q1, q3_us=q3, iqr_us=q3 - q1, rel_iqr=rel, min_us=float(s.min()),
+                mean_us=float(s.mean()), reps=int(s.size), converged=bool(rel <= target_rel_iqr))
+
+
+def sampling_done(samples, wall_seconds: float, o: TimingOptions):
+    """gpu::bench::sampling_done: (done, summary or None)."""
+    n = len(samples)
+    out = n >= o.max_reps or wall_seconds > o.max_seconds
+    if n < o.min_reps or not (n % 5 == 0 or out):
+        return False, None
+    s = summarize(samples, o.target_rel_iqr)
+    return bool(s["converged"] or out), s
+
+
+class PeerTimer:
+    """Times callables that enqueue work on torch's current CUDA stream (see the module doc)."""
+
+    def __init__(self, options: TimingOptions | None = None, flush_source: str = FLUSH_SOURCE):
+        import cupy
+        import torch
+        self.torch, self.cupy = torch, cupy
+        self.options = options or TimingOptions()
+        self.consts = flush_constants(flush_source)
+        props = torch.cuda.get_device_properties(torch.cuda.current_device())
+        self.sm_count = int(props.multi_processor_count)
+        self.l2_bytes = int(getattr(props, "L2_cache_size", 0) or 0)
+        if self.l2_bytes <= 0:
+            raise RuntimeError("torch reports no L2 size for this device: the flush size is undefined")
+        self.flush_bytes = l2_flush_bytes(self.l2_bytes, self.consts)
+        with open(flush_source) as f:
+            self._module = cupy.RawModule(code=f.read(), options=("-std=c++17",))
+        self._flush_kernel = self._module.get_function(FLUSH_KERNEL)
+        # Distinct non-zero words, as the C++ flush buffer (never read zeros).
+        self._flush_buf = torch.arange(1, self.flush_bytes // 4 + 1, dtype=torch.int32, device="cuda")
+        self._sink = torch.zeros(1, dtype=torch.int32, device="cuda")
+        torch.cuda.synchronize()
+
+    # -- the kernel of l2_flush.cuh --------------------------------------------------------
+    def _stream(self):
+        return self.cupy.cuda.ExternalStream(self.torch.cuda.current_stream().cuda_stream)
+
+    def read(self, ptr: int, nbytes: int, blocks_per_sm: int) -> None:
+        """One pass of the flush kernel over [ptr, ptr + nbytes) on the current torch stream,
+        with gpu/bench's grid rule (blocks_per_sm per SM, never more than the work)."""
+        threads = self.consts["KVLAB_L2_FLUSH_THREADS"]
+        n = nbytes // 16
+        blocks = max(1, min((n + threads - 1) // threads, self.sm_count * blocks_per_sm))
+        with self._stream():
+            self._flush_kernel((blocks,), (threads,),
+                               (np.uint64(ptr), np.uint64(n), np.uint64(self._sink.data_ptr())))
+
+    def flush(self) -> None:
+        """Empties the L2 exactly as the C++ harness does before each timed call."""
+        self.read(self._flush_buf.data_ptr(), self.flush_bytes, self.consts["KVLAB_L2_FLUSH_BLOCKS_PER_SM"])
+
+    def memcpy(self, dst_ptr: int, src_ptr: int, nbytes: int) -> None:
+        """cudaMemcpyAsync device to device on the current torch stream (what the C++ side's
+        copy_memcpy kernel issues)."""
+        rt = self.cupy.cuda.runtime
+        rt.memcpyAsync(dst_ptr, src_ptr, nbytes, rt.memcpyDeviceToDevice,
+                       self.torch.cuda.current_stream().cuda_stream)
+
+    # -- timing -----------------------------------------------------------------------------
+    def time(self, fn, graph: bool | None = None, options: TimingOptions | None = None) -> dict:
+        """Times fn() (which enqueues its work on torch's current stream) by gpu/bench's rules.
+        graph: CUDA-graph replay (default: options.graph). Raises what fn or the capture
+        raises (a peer that cannot run this way)."""
+        torch = self.torch
+        o = options or self.options
+        graph = o.graph if graph is None else graph
+        cold = bool(o.cold_l2)
+        per_sample = max(1, int(o.graph_calls)) if graph and not cold else 1
+        run = fn
+        g = None
+        if graph:
+            fn()  # one eager call first: lazy loading must not happen inside the capture
+            torch.cuda.synchronize()
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                for _ in range(per_sample):
+                    fn()
+            torch.cuda.synchronize()
+            run = g.replay
+        for _ in range(o.warmup):
+            if cold:
+                self.flush()
+            run()
+        torch.cuda.synchronize()
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        samples = []
+        t0 = time.perf_counter()
+        while True:
+            if cold:
+                self.flush()
+            start.record()
+            run()
+            stop.record()
+            stop.synchronize()
+            samples.append(start.elapsed_time(stop) * 1000.0 / per_sample)
+            done, summary = sampling_done(samples, time.perf_counter() - t0, o)
+            if done:
+                break
+        del g
+        summary.update(cold_l2=cold, graph=bool(graph), calls_per_sample=per_sample,
+                       flush="read_allocate" if cold else "none", flush_bytes=self.flush_bytes if cold else 0,
+                       l2_bytes=self.l2_bytes, samples_us=samples)
+        return summary
+
+
+def record_timing(row: dict, t: dict, nbytes: float, ceiling: float, ceiling_name: str = "read",
+                  peak: float = 0.0, other_ceiling: float = 0.0) -> dict:
+    """experiments/bench/bench.h record_timing for a peer row (a dict of columns): the same
+    columns, the same NaN rule and the same invalid rule (a cold row whose slower quartile
+    beats the best DRAM bandwidth of the run, max(ceiling, other_ceiling) = max(R, C), becomes
+    failed, "timing invalid: ..."). ceiling: the row's own ceiling (R for reads, C for copies);
+    other_ceiling: the other one (0: not known). Returns row."""
+    nan = float("nan")
+    have = ceiling > 0
+    bound = max(ceiling, other_ceiling)
+    med, q3 = t["median_us"], t["q3_us"]
+    bps = nbytes / (med * 1e-6) if med > 0 else nan
+    bps_slow = nbytes / (q3 * 1e-6) if q3 > 0 else nan
+    floor_us = nbytes / ceiling * 1e6 if have else nan
+    exceeds = bool(bound > 0 and bps_slow > bound)
+    invalid = exceeds and t["cold_l2"]
+    row.update(median_us=med, q1_us=t["q1_us"], q3_us=q3, rel_iqr=t["rel_iqr"], min_us=t["min_us"],
+               reps=float(t["reps"]), converged=1.0 if t["converged"] else 0.0, cold_l2=1.0 if t["cold_l2"] else 0.0,
+               calls_per_sample=float(t["calls_per_sample"]), flush_bytes=float(t["flush_bytes"]),
+               l2_bytes=float(t["l2_bytes"]), working_set_bytes=float(nbytes), bytes_per_s=bps,
+               ceiling_bytes_per_s=ceiling if have else nan,
+               pct_datasheet=100.0 * bps / peak if peak > 0 else nan, floor_us=floor_us,
+               excess_us=med - floor_us if have else nan, exceeds_ceiling=(1.0 if exceeds else 0.0) if bound > 0 else nan,
+               timing_valid=0.0 if invalid else 1.0, flush=t["flush"])
+    row["pct_read_ceiling" if ceiling_name == "read" else "pct_copy_ceiling"] = 100.0 * bps / ceiling if have else nan
+    how = (f"cold L2: {t['flush_bytes'] / 2**20:.0f} MiB read with ld.global.cg (allocating) before each call"
+           if t["cold_l2"] else "warm L2: calls back to back")
+    cps = t["calls_per_sample"]
+    how += (f"; CUDA graph, {cps} call{'s' if cps != 1 else ''} per replay" if t["graph"] else "; eager")
+    row["timing"] = how + " (peer timer)"
+    row["samples_us"] = list(t["samples_us"])
+    if invalid and row.get("status", "ok") == "ok":
+        row["status"] = "failed"
+        row["reason"] = (f"timing invalid: a cold-L2 call moved its {nbytes / 1e6:.4g} MB at {bps / 1e12:.4g} TB/s "
+                         f"(slower quartile {bps_slow / 1e12:.4g} TB/s), above the best DRAM bandwidth of this run "
+                         f"{bound / 1e12:.4g} TB/s ({ceiling_name} ceiling {ceiling / 1e12:.4g}): the flush left bytes "
+                         f"in L2, or the ceilings are too low")
+    return row

@@ -1,0 +1,98 @@
+// l2_flush.cuh: THE cold-L2 flush of every timing in kvlab, and the read body of the
+// bandwidth-ceiling kernels. One source for two compilers: gpu/bench/harness.cu includes it
+// (nvcc), experiments/peers/peer_timer.py compiles this file's text with CuPy's RawModule
+// (NVRTC) and reads the KVLAB_L2_FLUSH_* constants below from it, so kvlab and its peers
+// flush with the same kernel, the same grid and the same bytes. Self-contained on purpose:
+// no includes, only built-in types, loads written as PTX so both compilers emit the same
+// instructions.
+//
+// Why reads that allocate in L2 (ld.global.cg): a timed call is cold when none of its bytes
+// is in L2. Streaming (evict-first, ld.global.cs) loads are inserted at the eviction end of
+// a set, so a flush made of them evicts mostly its own lines and leaves much of the previous
+// call's data resident (measured on an H100: 7-17 % too fast below ~40 MB). Loads that
+// allocate normally replace lines in the usual order. The buffer is
+// KVLAB_L2_FLUSH_L2_MULTIPLE x the L2 size: the replacement policy is not exact LRU, and the
+// H100's L2 is two partitions whose lines are homed by address hash, so one L2's worth of
+// reads does not displace every line. Reads leave clean lines (no write-back of flush data
+// inside the timed call), and the dirty lines a timed call left behind are written back
+// during the flush, not during the next timed call. tests/gpu/test_l2_flush.cu proves the
+// result on the device: a small working set read right after this flush runs no faster than
+// the DRAM ceiling allows, and the same test flags a missing or streaming flush.
+//
+// Launch: grid = SM count x KVLAB_L2_FLUSH_BLOCKS_PER_SM, KVLAB_L2_FLUSH_THREADS threads;
+// buffer bytes = max(KVLAB_L2_FLUSH_L2_MULTIPLE x L2 bytes, KVLAB_L2_FLUSH_MIN_MIB MiB),
+// a multiple of 16; n = bytes / 16 vectors [n] of uint4, filled with non-zero words.
+#pragma once
+
+#define KVLAB_L2_FLUSH_THREADS 256
+#define KVLAB_L2_FLUSH_BLOCKS_PER_SM 8
+#define KVLAB_L2_FLUSH_L2_MULTIPLE 4
+#define KVLAB_L2_FLUSH_MIN_MIB 64
+#define KVLAB_L2_FLUSH_DEPTH 4
+
+// The cache operator of a 16-byte global load.
+#define KVLAB_LOAD_CG 0     // ld.global.cg: cache in L2 only (allocating): the flush's
+#define KVLAB_LOAD_CS 1     // ld.global.cs: evict-first streaming (the flush test's control)
+#define KVLAB_LOAD_PLAIN 2  // ld.global: the default
+#define KVLAB_LOAD_NC 3     // ld.global.nc: the non-coherent (read-only) path
+
+template <int kLoad>
+__device__ __forceinline__ uint4 kvlab_load16(const uint4* p) {
+  uint4 v;
+  if (kLoad == KVLAB_LOAD_CG)
+    asm("ld.global.cg.v4.u32 {%0, %1, %2, %3}, [%4];"
+        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+        : "l"(p));
+  else if (kLoad == KVLAB_LOAD_CS)
+    asm("ld.global.cs.v4.u32 {%0, %1, %2, %3}, [%4];"
+        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+        : "l"(p));
+  else if (kLoad == KVLAB_LOAD_NC)
+    asm("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];"
+        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+        : "l"(p));
+  else
+    asm("ld.global.v4.u32 {%0, %1, %2, %3}, [%4];"
+        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+        : "l"(p));
+  return v;
+}
+
+// Reads p[0, n) once, grid-stride. Each thread keeps kDepth independent 16-byte loads in
+// flight per iteration (memory-level parallelism is what saturates HBM); the XOR of every
+// loaded word stays live through a practically-never-taken store, so the compiler cannot
+// drop the loads and no write traffic competes with the reads.
+template <int kLoad, int kDepth>
+__device__ __forceinline__ void kvlab_read_body(const uint4* __restrict__ p, unsigned long long n,
+                                                unsigned int* __restrict__ sink) {
+  const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
+  unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
+  unsigned int acc = 0;
+  for (; i + (kDepth - 1) * stride < n; i += kDepth * stride) {
+    uint4 v[kDepth];
+#pragma unroll
+    for (int u = 0; u < kDepth; ++u) v[u] = kvlab_load16<kLoad>(p + i + u * stride);
+#pragma unroll
+    for (int u = 0; u < kDepth; ++u) acc ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
+  }
+  for (; i < n; i += stride) {
+    const uint4 v = kvlab_load16<kLoad>(p + i);
+    acc ^= v.x ^ v.y ^ v.z ^ v.w;
+  }
+  if (acc == 0x9E3779B9u) sink[0] = acc;
+}
+
+// The flush: p [n] uint4, read once with allocating loads.
+extern "C" __global__ void __launch_bounds__(KVLAB_L2_FLUSH_THREADS)
+    kvlab_l2_flush(const uint4* __restrict__ p, unsigned long long n,
+                   unsigned int* __restrict__ sink) {
+  kvlab_read_body<KVLAB_LOAD_CG, KVLAB_L2_FLUSH_DEPTH>(p, n, sink);
+}
+
+// The same read with evict-first loads: NOT a flush (it leaves the previous call's lines in
+// L2). Kept only so the flush test can show that it detects a bad flush.
+extern "C" __global__ void __launch_bounds__(KVLAB_L2_FLUSH_THREADS)
+    kvlab_l2_flush_streaming(const uint4* __restrict__ p, unsigned long long n,
+                             unsigned int* __restrict__ sink) {
+  kvlab_read_body<KVLAB_LOAD_CS, KVLAB_L2_FLUSH_DEPTH>(p, n, sink);
+}
