@@ -184,6 +184,16 @@ void swap_v_nibbles(ref::PagedCase* c) {
   for (auto& b : c->v_pool) b = static_cast<uint8_t>((b >> 4) | (b << 4));
 }
 
+// An E2M1 encoder that saturates at 4 instead of 6: every V code of magnitude 6 (0x7) is
+// stored as 4 (0x6). Only the largest elements of a block change: for MXFP4 (floor scales:
+// few blocks reach code 7) the NMSE barely moves and the elementwise bound has to catch it;
+// NVFP4 maps every block's amax to 6, so there the NMSE fires too.
+void saturate_v_at_4(ref::PagedCase* c) {
+  for (auto& b : c->v_pool)
+    for (int shift : {0, 4})
+      if (((b >> shift) & 0x7) == 0x7) b = static_cast<uint8_t>(b & ~(0x1 << shift));
+}
+
 TEST(ToleranceTeeth, VsOriginalRowsRejectPlantedEncoderBugs) {
   for (KvFormat f : all_kv_formats())
     for (DType qd : {DType::kBF16, DType::kF16}) {
@@ -203,6 +213,13 @@ TEST(ToleranceTeeth, VsOriginalRowsRejectPlantedEncoderBugs) {
         ref::PagedCase s = c;
         swap_v_nibbles(&s);
         EXPECT_TRUE(rejects(ref::reference_decode(s).o, orig, t)) << "nibbles swapped";
+        ref::PagedCase sat = c;
+        saturate_v_at_4(&sat);
+        ErrorStats st;
+        EXPECT_FALSE(check(ref::reference_decode(sat).o, orig, t, &st)) << "E2M1 saturating at 4";
+        if (f == KvFormat::kMXFP4)
+          EXPECT_GT(st.violations, 0)
+              << "the elementwise bound itself must fire: " << to_string(st);
       }
       if (kv_format_has_pool_scale(f)) {
         ref::PagedCase s = c;
