@@ -31,7 +31,7 @@ S="$OUT/teeth"
 mkdir -p "$S"
 cd "$(dirname "$0")/.."
 export LD_LIBRARY_PATH="/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
-PY=python3
+PY="${PY:-python3}"
 
 declare -A status seconds
 step() {  # step NAME TIMEOUT_S COMMAND...
@@ -87,7 +87,7 @@ fi
   echo "== teeth GPU stage summary ($(date -u +%FT%TZ), $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1))"
   printf '%-10s %-14s %6s  %s\n' step status seconds detail
   printf '%-10s %-14s %6s  %s\n' gpu_tests "${status[gpu_tests]}" "${seconds[gpu_tests]}" \
-    "$(grep -E '^\[  (PASSED|FAILED)  \]' "$S/gpu_tests.log" | tr '\n' ' ')"
+    "$(grep -E '^\[  (PASSED|FAILED|SKIPPED) *\] [0-9]+ test' "$S/gpu_tests.log" | tr '\n' ' ')"
   printf '%-10s %-14s %6s  %s\n' tolerance "${status[tolerance]}" "${seconds[tolerance]}" \
     "$S/h100_tolerance.h5"
   printf '%-10s %-14s %6s  %s\n' mutants "${status[mutants]}" "${seconds[mutants]:-0}" \
@@ -98,11 +98,11 @@ s = sys.argv[1]
 try:
     import h5py, numpy as np
     with h5py.File(os.path.join(s, "h100_tolerance.h5"), "r") as f:
-        ix = f["index"][()]
-        cols = ix.dtype.names
+        ix = f["index"]  # one dataset per column (experiments/results/result_file.h)
         def col(n):
-            v = ix[n]
-            return [x.decode() if isinstance(x, bytes) else x for x in v]
+            if n not in ix:
+                return [None] * len(ix["kind"])
+            return [x.decode() if isinstance(x, bytes) else x for x in ix[n][()]]
         kind, status = col("kind"), col("status")
         print("decode_step vs the CPU reference (max |dlogit| / worst NMSE per step):")
         rows = {}

@@ -15,7 +15,7 @@ stage="$(mktemp -d /tmp/kvlab-gpu-mutants-XXXX)"
 trap 'rm -rf "$stage"' EXIT
 python3 "$root/tests/mutation/run_mutants.py" --build "$build" --kind gpu \
   --pack "$stage/gpu_mutants" --jobs "${JOBS:-2}"
-tar -C "$stage" -cf - gpu_mutants | xz -T1 -9 --lzma2=dict=256MiB > "$bin/gpu_mutants.tar.xz.tmp"
+tar -C "$stage" -cf - gpu_mutants | xz -T1 --lzma2=preset=6,dict=256MiB > "$bin/gpu_mutants.tar.xz.tmp"
 mv "$bin/gpu_mutants.tar.xz.tmp" "$bin/gpu_mutants.tar.xz"
 echo "packed $(ls "$stage/gpu_mutants/mutants" | wc -l) mutants: $bin/gpu_mutants.tar.xz" \
   "($(du -h "$bin/gpu_mutants.tar.xz" | cut -f1))"

@@ -80,6 +80,7 @@ class Build:
         self._deps = None
         self._links = {}
         self._objects = {}
+        self.archive_of = {}  # object -> the project archive it is a member of
 
     def ninja(self, *args):
         r = subprocess.run(["ninja", "-C", self.dir] + list(args), capture_output=True, text=True)
@@ -147,8 +148,11 @@ class Build:
                 continue  # system libraries
             for line in self.ninja("-t", "query", os.path.relpath(lib, self.dir)).splitlines():
                 s = line.strip()
-                if s.endswith(".o") and os.path.basename(s) in names:
-                    objs.add(os.path.normpath(os.path.join(self.dir, s)))
+                if s.endswith(".o") and not s.startswith("|"):
+                    o = os.path.normpath(os.path.join(self.dir, s))
+                    self.archive_of[o] = lib
+                    if os.path.basename(s) in names:
+                        objs.add(o)
         self._objects[target] = objs
         return objs
 
@@ -192,9 +196,12 @@ def output_of(entry):
 
 
 def link_target(build, target, objects, bin_dir):
-    """Relinks `target` with the recompiled objects ({original object: new object}): an
-    original on the link line is replaced; the others (archive members) go first, so the
-    linker takes their definitions and never pulls the original member."""
+    """Relinks `target` with the recompiled objects ({original object: new object}). An
+    original on the link line is replaced; an archive member is replaced inside a copy of its
+    archive (same member, same position: the executable's layout barely moves, which keeps
+    the packed GPU binaries near-identical); a member whose name is not unique in its archive
+    goes first on the link line instead (the linker then never pulls the original)."""
+    build.objects_of(target)  # fills archive_of for this target's libraries
     argv = list(build.link_command(target))
     i = argv.index("-o")
     out = os.path.join(bin_dir, os.path.basename(argv[i + 1]))
@@ -205,12 +212,33 @@ def link_target(build, target, objects, bin_dir):
         p = os.path.normpath(os.path.join(build.dir, a))
         if p in front:
             argv[k] = front.pop(p)
+    copies = {}
+    for orig in list(front):
+        lib = build.archive_of.get(orig)
+        if not lib:
+            continue
+        names = subprocess.run(["ar", "t", lib], capture_output=True, text=True).stdout.split()
+        if names.count(os.path.basename(orig)) != 1:
+            continue
+        if lib not in copies:
+            copies[lib] = os.path.join(bin_dir, "lib", os.path.relpath(lib, build.dir))
+            os.makedirs(os.path.dirname(copies[lib]), exist_ok=True)
+            shutil.copyfile(lib, copies[lib])
+        r = subprocess.run(["ar", "r", copies[lib], front[orig]], capture_output=True, text=True)
+        if r.returncode != 0:
+            return out, r.returncode, r.stderr
+        del front[orig]
+    for k, a in enumerate(argv):
+        p = os.path.normpath(os.path.join(build.dir, a))
+        if p in copies:
+            argv[k] = copies[p]
     argv = argv[:1] + sorted(front.values()) + argv[1:]
     r = subprocess.run(argv, cwd=build.dir, capture_output=True, text=True)
     return out, r.returncode, r.stderr
 
 
 FAILED_RE = re.compile(r"^\[  FAILED  \] (\S+)", re.M)
+PASSED_RE = re.compile(r"^\[  PASSED  \] (\d+) test", re.M)
 
 
 def run_test(binary, gtest_filter, cwd, timeout, log_path, env_extra=None):
@@ -230,6 +258,9 @@ def run_test(binary, gtest_filter, cwd, timeout, log_path, env_extra=None):
     with open(log_path, "a") as f:
         f.write(f"$ {' '.join(cmd)}\n{r.stdout}\n{r.stderr}\nexit {r.returncode}\n")
     if r.returncode == 0:
+        m = PASSED_RE.search(r.stdout)
+        if m and int(m.group(1)) == 0:  # every selected test skipped (e.g. no GPU): no verdict
+            return True, "no test ran (all skipped)", time.time() - t0
         return True, "", time.time() - t0
     m = FAILED_RE.search(r.stdout)
     if m:
@@ -302,6 +333,9 @@ def evaluate(build, m, scratch, work, baseline, pack_dir=None):
         ok, fail, _ = run_test(binary, flt, build.root, max(30.0, 10 * base_s), log_path)
         if not ok:
             res.update(result="killed", killed_by=f"{target}: {fail}")
+            break
+        if fail:  # passed without running anything
+            res.update(result="not-run", detail=f"{target}: {fail}")
             break
     else:
         if pack_dir is not None:
@@ -426,11 +460,11 @@ def summarize(results, max_stale, out_json):
     bad = False
     for kind, c in sorted(counts.items()):
         total = sum(c.values())
-        evaluated = total - c.get("stale", 0) - c.get("not-built", 0)
+        evaluated = total - c.get("stale", 0) - c.get("not-built", 0) - c.get("not-run", 0)
         killed = c.get("killed", 0)
         log(f"{kind}: killed {killed} / {evaluated} evaluated ({total} mutants; "
             + ", ".join(f"{k} {v}" for k, v in sorted(c.items())) + ")")
-        if c.get("survived", 0) or c.get("build-error", 0):
+        if c.get("survived", 0) or c.get("build-error", 0) or c.get("not-run", 0):
             bad = True
         if total and c.get("stale", 0) > max_stale * total:
             log(f"{kind}: {c['stale']} of {total} mutants are stale (more than {max_stale:.0%}): "
@@ -478,6 +512,9 @@ def run_packed(args):
                                    os.path.join(logs, m["id"] + ".txt"))
             if not ok:
                 res.update(result="killed", killed_by=f"{target}: {fail}")
+                break
+            if fail:
+                res.update(result="not-run", detail=f"{target}: {fail}")
                 break
         else:
             res.update(result="equivalent" if m.get("equivalent") else "survived",
