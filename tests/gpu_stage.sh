@@ -19,6 +19,7 @@
 #   2. kvlab validate experiments/configs/tolerance.ini -> h100_tolerance.h5: the decode-step
 #      logits vs the CPU reference at 1-32 layers and in every KV format, and every decode
 #      version vs the reference (the data the GPU rows are tightened with);
+#      Its decode-step rows also go to h100_step_logits.csv (the data/tolerance/ columns);
 #   3. the GPU mutants: each packed mutant binary against its tests -> gpu_mutants.json;
 #   4. a summary table (last lines of the output).
 # Exit code: 0 when every step passed (each step's own status is in the table).
@@ -121,6 +122,17 @@ try:
             rows[key] = (max(old[0], a), max(old[1], n))
         for (p, l, fmt), (a, n) in sorted(rows.items()):
             print(f"  {p:<10} layers {l:>2} {fmt:<12} {a:9.4f} {n:10.3e}")
+        # The same in the columns of data/tolerance/*.csv (rtol 0: needed atol = max |d|), so
+        # the change that tightens the step rows can store it and test_tolerance_data checks it.
+        with open(os.path.join(s, "h100_step_logits.csv"), "w") as out:
+            out.write("# GPU decode step vs the CPU reference (tests/gpu_stage.sh, "
+                      "experiments/configs/tolerance.ini)\n")
+            out.write("op,format,dtype,layers,subject,dataset,cases,elements,rtol,max_abs,"
+                      "needed_atol,worst_nmse,nmse_unit\n")
+            for (p, l, fmt), (a, n) in sorted(rows.items()):
+                out.write(f"decode_step_logits,{fmt},f32,{l},GPU vs CPU reference {p},"
+                          f"h100 tolerance.ini from an empty cache,1,0,0,{a:.6g},{a:.6g},"
+                          f"{n:.6g},step\n")
         dec = [i for i in range(len(kind)) if kind[i] == "decode_attention"]
         ok = [i for i in dec if status[i] == "ok"]
         if ok:
