@@ -33,7 +33,7 @@ TARGET = 0.10
 OUTLIER = 0.10
 # Call-size groups (bytes moved by one decode call), edges in MB (1e6 bytes).
 SIZE_EDGES_MB = (20.0, 300.0)
-# The trace columns this report needs (analysis/figures.py FIDELITY_COLUMNS plus the shape).
+# The trace columns this report needs (analysis/figures/cost_model.py FIDELITY_COLUMNS plus the shape).
 NEEDED = ["label", "version", "kv_format", "lengths", "graph", "batch", "context", "heldout", "bytes",
           "measured_s", "predicted_uncalibrated_s", "predicted_pooled_s", "predicted_s", "predicted_loo_s"]
 # What a standard holdout tests (make_fidelity.sh runs these); other expressions get no gloss.

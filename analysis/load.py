@@ -1,113 +1,20 @@
-"""Loading kvlab result files (schema "kvlab.results", version 1; see
-experiments/results/result_file.h for the layout).
-
-Only h5py, numpy and pandas: the HDF5 file is the whole interface to the C++ side.
+"""Loading kvlab result files for analysis/: kvlab.load (experiments/python/kvlab/results.py)
+is the reader; this module keeps analysis's names for it and its one policy of its own:
+files measured on different devices are not drawn on one axis (load_many).
 """
 from __future__ import annotations
 
-import os
-from dataclasses import dataclass, field
+from kvlab.results import FILE_COLUMN, SCHEMA_NAME, SCHEMA_VERSIONS, ResultFileError, read_table  # noqa: F401
+from kvlab.results import ResultSet as Results  # noqa: F401
+from kvlab.results import _device_of, combine, load_each
+from kvlab.results import load as _load
 
-import h5py
-import numpy as np
-import pandas as pd
-
-SCHEMA_NAME = "kvlab.results"
-SCHEMA_VERSION = 1
-# The column a merged index (load_many) adds: the file each row came from.
-FILE_COLUMN = "_file"
-
-
-class ResultFileError(Exception):
-    """The file cannot be used: missing, not HDF5, another schema, interrupted commit."""
-
-
-def _text(v):
-    if isinstance(v, bytes):
-        return v.decode("utf-8")
-    if isinstance(v, np.ndarray) and v.dtype.kind in "SO":
-        return [_text(x) for x in v.tolist()]
-    if isinstance(v, np.generic):
-        return v.item()
-    return v
-
-
-def read_table(group: h5py.Group) -> pd.DataFrame:
-    """A kvlab table (a group of equal-length 1-D columns, order in attribute 'columns')."""
-    cols = _text(group.attrs["columns"]) if "columns" in group.attrs else []
-    if isinstance(cols, str):
-        cols = [cols]
-    data = {}
-    for c in cols:
-        d = group[c]
-        if h5py.check_string_dtype(d.dtype) is not None:
-            data[c] = pd.Series(d.asstr()[()], dtype=object)
-        else:
-            data[c] = d[()]
-    return pd.DataFrame(data)
-
-
-@dataclass
-class Results:
-    path: str
-    attrs: dict
-    index: pd.DataFrame
-    runs: pd.DataFrame = field(default_factory=pd.DataFrame)
-
-    def ok(self, kind: str) -> pd.DataFrame:
-        """Rows of one bench with status ok."""
-        if self.index.empty:
-            return self.index
-        return self.index[(self.index["kind"] == kind) & (self.index["status"] == "ok")].copy()
-
-    def kinds(self) -> list[str]:
-        return sorted(set(self.index["kind"])) if not self.index.empty else []
-
-    def trace(self, row: pd.Series, name: str):
-        """A point's trace: a DataFrame for tables, a numpy array otherwise. A row of a merged
-        index (load_many) names its own file in FILE_COLUMN."""
-        path = row.get(FILE_COLUMN, None) if hasattr(row, "get") else None
-        with h5py.File(path if isinstance(path, str) and path else self.path, "r") as f:
-            obj = f[row["group"]][name]
-            if isinstance(obj, h5py.Group):
-                return read_table(obj)
-            return obj[()]
-
-    @property
-    def read_ceiling(self) -> float:
-        return float(self.attrs.get("read_ceiling_bytes_per_s", 0.0) or 0.0)
-
-    @property
-    def copy_ceiling(self) -> float:
-        return float(self.attrs.get("copy_ceiling_bytes_per_s", 0.0) or 0.0)
+SCHEMA_VERSION = SCHEMA_VERSIONS[-1]
 
 
 def load(path: str) -> Results:
-    if not os.path.exists(path):
-        raise ResultFileError(f"{path}: no such file")
-    if os.path.exists(path + ".rollback"):
-        raise ResultFileError(
-            f"{path} has an interrupted commit ({path}.rollback): run `kvlab recover {path}` first")
-    try:
-        f = h5py.File(path, "r")
-    except OSError as e:
-        raise ResultFileError(f"{path} is not a readable HDF5 file: {e}") from None
-    with f:
-        attrs = {k: _text(v) for k, v in f.attrs.items()}
-        if attrs.get("kvlab_schema") != SCHEMA_NAME:
-            raise ResultFileError(f"{path} is not a kvlab result file (kvlab_schema attribute missing)")
-        if attrs.get("schema_version") != SCHEMA_VERSION:
-            raise ResultFileError(
-                f"{path} has schema_version {attrs.get('schema_version')}; this analysis reads {SCHEMA_VERSION}")
-        index = read_table(f["index"])
-        runs = read_table(f["runs"]) if "runs" in f else pd.DataFrame()
-    return Results(path=path, attrs=attrs, index=index, runs=runs)
-
-
-def _device_of(attrs: dict) -> str:
-    if str(attrs.get("device_present", "1")).strip() in ("0", "False", "false"):
-        return ""
-    return str(attrs.get("device_name", "") or "").strip()
+    """One result file (kvlab.load)."""
+    return _load(path)
 
 
 def load_many(paths: list[str]) -> Results:
@@ -115,30 +22,21 @@ def load_many(paths: list[str]) -> Results:
     its file in FILE_COLUMN, so traces still resolve), the provenance of the first, completed
     by the others where the first lacks a value (e.g. the ceilings of a peers file). Files
     measured on different devices are refused: their numbers do not belong on one axis."""
-    if not paths:
-        raise ResultFileError("no result file given")
-    results = [load(p) for p in paths]
-    if len(results) == 1:
-        return results[0]
-    devices = {r.path: _device_of(r.attrs) for r in results}
+    sets = load_each(paths)
+    if len(sets) == 1:
+        return sets[0]
+    devices = {s.path: _device_of(s.attrs) for s in sets}
     named = {d for d in devices.values() if d}
     if len(named) > 1:
         raise ResultFileError("the result files were measured on different devices (" +
                               "; ".join(f"{p}: {d}" for p, d in devices.items() if d) +
                               "): draw them separately")
-    attrs = dict(results[0].attrs)
-    for r in results[1:]:
-        for k, v in r.attrs.items():
-            if k not in attrs or attrs[k] in ("", 0, 0.0, "0", "0.0", None):
-                attrs[k] = v
-    if named and not _device_of(attrs):
+    r = combine(sets)
+    if named and not _device_of(sets[0].attrs):
         # A GPU file merged into a CPU-only first file: the measured rows' device is the GPU's.
-        src = next(r for r in results if _device_of(r.attrs))
+        src = next(s.attrs for s in sets if _device_of(s.attrs))
         for k in ("device_name", "device_present", "device_peak_bytes_per_s", "read_ceiling_bytes_per_s",
                   "copy_ceiling_bytes_per_s"):
-            if k in src.attrs:
-                attrs[k] = src.attrs[k]
-    index = pd.concat([r.index.assign(**{FILE_COLUMN: r.path}) for r in results], ignore_index=True)
-    runs = pd.concat([r.runs for r in results if not r.runs.empty], ignore_index=True) \
-        if any(not r.runs.empty for r in results) else pd.DataFrame()
-    return Results(path=results[0].path, attrs=attrs, index=index, runs=runs)
+            if k in src:
+                r.attrs[k] = src[k]
+    return r

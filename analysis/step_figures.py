@@ -105,10 +105,13 @@ def step_time_vs_batch(r: Results):
     fig, axes = style.grid(len(groups), cols=min(len(groups), 3), width=style.DOUBLE_COLUMN_IN, panel_h=1.85)
     for i, (ax, ((preset, fmt, ctx), d)) in enumerate(zip(axes, groups)):
         for v in VARIANTS + sorted(set(d["variant"]) - set(VARIANTS)):
-            dv = d[d["variant"] == v].groupby("batch", as_index=False)["step_us"].median()
+            q = [c for c in ("step_us_q1", "step_us_q3") if c in d.columns]
+            dv = d[d["variant"] == v].groupby("batch", as_index=False)[["step_us"] + q].median()
             if dv.empty:
                 continue
-            ax.plot(dv["batch"], dv["step_us"] / 1000.0, marker="o", color=style.variant_color(v), label=v)
+            lo, hi = (dv["step_us_q1"], dv["step_us_q3"]) if len(q) == 2 else (dv["step_us"] * np.nan,) * 2
+            style.plot_with_quartiles(ax, dv["batch"], dv["step_us"], lo, hi, 1e-3, marker="o",
+                                      color=style.variant_color(v), label=v)
         g = d[d["variant"] == "graph_fused"].groupby("batch", as_index=False)["predicted_us"].median() \
             if "predicted_us" in d.columns else pd.DataFrame()
         if not g.empty:

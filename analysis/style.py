@@ -62,10 +62,12 @@ VERSION_COLORS = {
     "v3_flash_decoding": "#1f77b4",
     "v4_mma_decode": "#ff7f0e",
     "v5_mma_decode_2stage": "#2ca02c",
+    "v6_stream_k_decode": "#7b4173",
+    "auto": "#843c39",
     "peer:sdpa_cudnn": "#d62728",
     "peer:sdpa_flash": "#9467bd",
     "peer:sdpa_efficient": "#7f7f7f",
-    "peer:sdpa_efficient+repeat": "#7f7f7f",
+    "peer:sdpa_efficient+repeat": "#bcbd22",
     "peer:flashinfer": "#17becf",
 }
 # KV formats (kv_format), element formats (format_error) and quantization schemes (quant_error)
@@ -115,6 +117,23 @@ def version_color(v) -> str:
     free = [c for c in _PALETTE if c not in used]
     h = int(hashlib.sha1(("version:" + str(v)).encode("utf-8")).hexdigest(), 16)
     return free[h % len(free)]
+
+
+# Markers per version, so that versions whose lines coincide stay visible (the color alone
+# would hide one under the other); peers are crosses.
+VERSION_MARKERS = {"v0_cached_attention": "v", "v1_paged_attention": "s", "v2_paged_attention_partitioned": "D",
+                   "v3_flash_decoding": "o", "v4_mma_decode": "^", "v5_mma_decode_2stage": "P", "auto": "*"}
+_MARKER_CYCLE = ["<", ">", "h", "p", "X", "d"]
+
+
+def version_marker(v) -> str:
+    v = str(v)
+    if v.startswith("peer:"):
+        return "x"
+    fixed = VERSION_MARKERS.get(v)
+    if fixed:
+        return fixed
+    return _MARKER_CYCLE[int(hashlib.sha1(("marker:" + v).encode("utf-8")).hexdigest(), 16) % len(_MARKER_CYCLE)]
 
 
 def format_color(f) -> str:
@@ -221,6 +240,20 @@ def title(fig, what: str, detail: str = ""):
     if detail:
         lines += textwrap.wrap(detail, chars, break_on_hyphens=False)
     fig.suptitle("\n".join(lines), fontsize=RC["figure.titlesize"])
+    fig.kvlab_title = (what, detail)  # for the caption file (analysis/figures: caption())
+
+
+def plot_with_quartiles(ax, x, y, lo, hi, scale: float = 1.0, **kw):
+    """A line with quartile error bars where lo / hi are known (else a plain line)."""
+    x, y, lo, hi = (np.asarray(v, dtype=float) for v in (x, y, lo, hi))
+    if np.isfinite(lo).all() and np.isfinite(hi).all() and len(y):
+        err = np.vstack([np.maximum(y - lo, 0), np.maximum(hi - y, 0)]) * scale
+        c = ax.errorbar(x, y * scale, yerr=err, capsize=1.5, elinewidth=0.6, capthick=0.6, **kw)
+        # The label on the data line, as for a plain line (legends and readers find it there).
+        c.lines[0].set_label(kw.get("label", ""))
+        c.set_label("_" + str(kw.get("label", "")))
+        return c
+    return ax.plot(x, y * scale, **kw)
 
 
 # ---- provenance ---------------------------------------------------------------------------------

@@ -2,6 +2,8 @@
 #   libeigen3-dev libboost-program-options-dev libhdf5-dev libgtest-dev
 find_package(Eigen3 3.3 REQUIRED NO_MODULE)
 
+# The Python-only build (pip install) links neither Boost nor HDF5.
+if(NOT KVLAB_PYTHON_ONLY)
 if(KVLAB_STATIC_BOOST)
   set(Boost_USE_STATIC_LIBS ON)
 endif()
@@ -21,7 +23,9 @@ if(NOT TARGET kvlab_hdf5)
   endif()
 endif()
 
-if(KVLAB_BUILD_TESTS)
+endif()
+
+if(KVLAB_BUILD_TESTS AND NOT KVLAB_PYTHON_ONLY)
   find_package(GTest REQUIRED)
 endif()
 find_package(Threads REQUIRED)

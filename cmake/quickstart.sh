@@ -28,7 +28,7 @@ log() { printf '[quickstart] %s\n' "$*"; }
 # ---- 1. Debian packages -----------------------------------------------------------------
 pkgs=(build-essential cmake ninja-build pkg-config git
       libeigen3-dev libboost-program-options-dev libhdf5-dev hdf5-tools libgtest-dev zlib1g-dev
-      python3 python3-venv python3-pip)
+      python3 python3-dev python3-venv python3-pip)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -88,5 +88,6 @@ else
   log "main job: default sweep -> $out"
   "$build/experiments/kvlab" sweep experiments/configs/default.ini --out "$out" --resume
   log "figures -> $results/figures"
-  PYTHONPATH="$root" "$py" -m analysis.figures "$out" --out "$results/figures"
+  # The kvlab package the build staged (<build>/python: sources + extension module).
+  PYTHONPATH="$root:$root/$build/python" "$py" -m analysis.figures "$out" --out "$results/figures"
 fi

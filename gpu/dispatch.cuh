@@ -11,6 +11,8 @@
 //   KV element class  bf16, fp16, e4m3, e5m2, e2m1
 //                     (the decode instruction sequence of the inner loop; the scale mode
 //                      - pool, per token, NVFP4 / MX block - is a runtime parameter)
+//   KV format         the 7 KvFormats (tensor-core decode only: the scale mode picks the
+//                     mma operand types, so each format has its own operand loader)
 //   activation dtype  bf16, fp16, f32        (append / quantize inputs only; attention
 //                                              reads Q and writes O with a runtime branch)
 //
@@ -146,6 +148,33 @@ inline std::string head_dim_unsupported_reason(int d) {
     std::ostringstream kvlab_os_;                                                                 \
     kvlab_os_ << "invalid KvFormat value " << static_cast<int>(kvlab_f_);                         \
     throw ::kvlab::InvalidArgument(kvlab_os_.str());                                              \
+  }()
+
+#define KVLAB_DISPATCH_FMT_CASE_(fmt_value, NAME, ...) \
+  case fmt_value: {                                    \
+    constexpr ::kvlab::KvFormat NAME = fmt_value;      \
+    return __VA_ARGS__();                              \
+  }
+
+// KvFormat -> constexpr KvFormat NAME, for kernels whose operand path is chosen per format
+// (the tensor-core decode versions: the scale mode fixes the mma operand types, so the
+// format, not only its element class, is a template parameter there). An out-of-range
+// enum value is an InvalidArgument.
+#define KVLAB_DISPATCH_KV_FORMAT(format, NAME, ...)                                    \
+  [&]() {                                                                              \
+    const ::kvlab::KvFormat kvlab_f_ = (format);                                       \
+    switch (kvlab_f_) {                                                                \
+      KVLAB_DISPATCH_FMT_CASE_(::kvlab::KvFormat::kBF16, NAME, __VA_ARGS__)            \
+      KVLAB_DISPATCH_FMT_CASE_(::kvlab::KvFormat::kFP16, NAME, __VA_ARGS__)            \
+      KVLAB_DISPATCH_FMT_CASE_(::kvlab::KvFormat::kFP8E4M3, NAME, __VA_ARGS__)         \
+      KVLAB_DISPATCH_FMT_CASE_(::kvlab::KvFormat::kFP8E4M3PerToken, NAME, __VA_ARGS__) \
+      KVLAB_DISPATCH_FMT_CASE_(::kvlab::KvFormat::kFP8E5M2, NAME, __VA_ARGS__)         \
+      KVLAB_DISPATCH_FMT_CASE_(::kvlab::KvFormat::kNVFP4, NAME, __VA_ARGS__)           \
+      KVLAB_DISPATCH_FMT_CASE_(::kvlab::KvFormat::kMXFP4, NAME, __VA_ARGS__)           \
+    }                                                                                  \
+    std::ostringstream kvlab_os_;                                                      \
+    kvlab_os_ << "invalid KvFormat value " << static_cast<int>(kvlab_f_);              \
+    throw ::kvlab::InvalidArgument(kvlab_os_.str());                                   \
   }()
 
 #define KVLAB_DISPATCH_DTYPE_CASE_(dt, T, NAME, ...) \

@@ -4,6 +4,7 @@
 #include "experiments/calibrate/calibrate.h"
 #include "experiments/kinds/decode_step.h"
 #include "experiments/kinds/kinds.h"
+#include "experiments/kinds/serving_common.h"
 #include "reference/core/error.h"
 
 namespace kvlab::exp {
@@ -23,6 +24,8 @@ const std::vector<std::unique_ptr<Bench>>& benches() {
     v.push_back(make_bandwidth_bench());
     v.push_back(make_decode_step_bench()), v.push_back(make_step_gemm_bench());  // issue #8
     v.push_back(make_calibrate_bench());  // issue #6 fidelity (experiments/calibrate)
+    v.push_back(make_prefill_attention_bench());
+    v.push_back(make_serving_step_bench()), v.push_back(make_serving_bench());
     return v;
   }();
   return list;

@@ -21,7 +21,7 @@
 // Output: a kvlab result file (schema kvlab.results v1) holding one point of kind
 // "calibrate" (the calibrate bench): index metrics = the fitted terms and the error
 // summary; traces `fidelity` (one row per record: shape, bytes, every prediction, measured,
-// errors) and `formats` (efficiency per KV format). analysis/figures.py draws predicted vs
+// errors) and `formats` (efficiency per KV format). analysis/figures/cost_model.py draws predicted vs
 // measured from it; `kvlab simulate --set calibration=CAL.h5` (the simulate kind's
 // `calibration` axis) times its steps with the fitted model. A sweep may also list
 // `kind = calibrate` studies (axes: results, gpu, version, holdout), within the config

@@ -15,6 +15,7 @@
 #include "experiments/bench/registry.h"
 #include "experiments/build_info.h"
 #include "experiments/calibrate/calibrate.h"
+#include "experiments/cli/summary.h"
 #include "experiments/h5/durable.h"
 #include "experiments/h5/h5.h"
 #include "experiments/results/merge.h"
@@ -40,6 +41,7 @@ const char* kSubcommands[][2] = {
     {"calibrate", "fit the decode-attention cost model to measured timings: fidelity table"},
     {"merge", "merge shard result files into one"},
     {"recover", "undo an interrupted commit of a result file"},
+    {"summary", "the results of a file as a short table (Markdown, JSON)"},
 };
 
 void usage(std::ostream& os) {
@@ -179,6 +181,8 @@ int cmd_sweep(const std::vector<std::string>& args, const std::vector<std::strin
       validate_only ? "also keep the records in this HDF5 file"
                     : "result file (default: the config's `out`)");
   add_sweep_selection(d);
+  d.add_options()("markdown", po::value<std::string>(), "also write the results summary (Markdown) here")(
+      "json", po::value<std::string>(), "also write the results summary (JSON) here");
   d.add_options()("dry-run,n", "list the points and a time estimate; run nothing")(
       "progress", po::value<std::string>()->default_value("auto"), "auto | bar | plain | none")(
       "log-prefix", po::value<std::string>()->default_value(""),
@@ -262,7 +266,13 @@ int cmd_sweep(const std::vector<std::string>& args, const std::vector<std::strin
     if (opt.workers > 1 && vm.count("shard"))
       throw InvalidArgument("--shard and --workers/--gpus do not combine");
   }
+  const std::string md = vm.count("markdown") ? vm["markdown"].as<std::string>() : "";
+  const std::string js = vm.count("json") ? vm["json"].as<std::string>() : "";
+  check_summary_outputs(md, js);
   const int rc = run_sweep(spec, opt, out);
+  // Workers (--log-prefix) leave the summary to the parent, which reads the merged file.
+  if (!opt.dry_run && opt.log_prefix.empty())
+    summary_after_sweep(opt.out.empty() ? spec.out : opt.out, md, js, out);
   if (!temp_out.empty()) unlink(temp_out.c_str());
   return rc;
 }
@@ -463,6 +473,7 @@ int cli_main(int argc, const char* const* argv, std::ostream& out, std::ostream&
     if (cmd == "calibrate") return cmd_calibrate(args, full, out);
     if (cmd == "merge") return cmd_merge(args, out);
     if (cmd == "recover") return cmd_recover(args, out);
+    if (cmd == "summary") return cmd_summary(args, out);
     err << "kvlab: unknown subcommand '" << cmd << "'\n";
     usage(err);
     return kExitBadInput;

@@ -21,6 +21,10 @@
 // copied back from the device (with their scales) through the device table's entries. Which
 // sequences were checked is in the record (validated_seqs, label `validation`). A failing
 // check ends the point as failed, untimed.
+// version = auto: gpu::choose_decode (gpu/attention/decode_auto.h) picks the version and
+// split for the point's shape from the calibration table; the row records the pick
+// (picked_version, picked_splits, label `picked` with the basis). num_splits forces a split
+// count (0: the version's or auto's own plan).
 // Timing (gpu/bench, the sweep's [timing] options; CUDA-graph replay with graph = on),
 // recorded by record_timing (experiments/bench/bench.h): median / quartiles / IQR of the
 // samples, how they were taken, and the bandwidth of the minimum bytes (Q + the attended K
@@ -46,6 +50,7 @@
 #if defined(KVLAB_HAVE_CUDA)
 #include "experiments/run/gpu_hooks.h"
 #include "gpu/attention/decode.h"
+#include "gpu/attention/decode_auto.h"
 #include "gpu/bench/harness.h"
 #include "gpu/core/device_buffer.h"
 #include "gpu/core/device_tables.h"
@@ -343,7 +348,10 @@ class DecodeAttentionBench : public Bench {
     version.type = AxisType::kEnum;
     for (const auto& v : gpu::decode_versions()) version.choices.push_back(v.name);
     version.default_value = version.choices.empty() ? "" : version.choices.back();  // the newest
-    version.doc += " (default: the newest; all = every version)";
+    version.choices.push_back("auto");
+    version.doc +=
+        " (default: the newest; auto: picked per shape from the calibration table; all = every "
+        "version and auto)";
 #else
     version.doc += " (built without CUDA: any name, recorded as skipped)";
 #endif
@@ -372,6 +380,12 @@ class DecodeAttentionBench : public Bench {
          "off",
          {"off", "on"},
          "time by CUDA-graph replay (launch-bound points; also when [timing] graph = true)"},
+        {"num_splits",
+         AxisType::kInt,
+         "0",
+         {},
+         "plan knob: forced KV splits per item (v4, v5) or persistent blocks per item (v6); 0: "
+         "the version's (or auto's) plan"},
         version,
     };
   }
@@ -386,7 +400,9 @@ class DecodeAttentionBench : public Bench {
         {"lse_max_abs_err", "", "validated LSE: max |gpu - reference|"},
         {"nonfinite_out", "", "non-finite values in the whole output (every sequence)"},
         {"validated_seqs", "", "sequences compared with the reference"},
-        {"guards_intact", "", "1 when the guard regions around O and LSE are untouched"}};
+        {"guards_intact", "", "1 when the guard regions around O and LSE are untouched"},
+        {"picked_version", "", "version = auto: the registry id it ran"},
+        {"picked_splits", "", "version = auto: the split it forced (0: the version's plan)"}};
     for (auto& t : timing_metric_specs(CeilingKind::kRead)) m.push_back(std::move(t));
     return m;
   }
@@ -399,6 +415,9 @@ class DecodeAttentionBench : public Bench {
                             p.str("context"));
     if (p.integer("context") > INT32_MAX)
       throw InvalidArgument("context " + p.str("context") + " exceeds int32");
+    if (p.integer("num_splits") < 0 || p.integer("num_splits") > 1000000)
+      throw InvalidArgument("num_splits must be in [0, 1000000] (0: the plan), got " +
+                            p.str("num_splits"));
   }
   double estimate_seconds(const Point& p, const RunContext& ctx) const override {
     const double tokens = static_cast<double>(p.integer("batch")) * p.integer("context");
@@ -410,23 +429,35 @@ class DecodeAttentionBench : public Bench {
     const uint64_t seed = ctx.seed * 1000003ull + static_cast<uint64_t>(p.integer("seed"));
     std::string key;
     for (const auto& [a, v] : p.axes)
-      if (a != "version" && a != "graph") key += a + "=" + v + ",";
+      if (a != "version" && a != "graph" && a != "num_splits") key += a + "=" + v + ",";
     key += std::to_string(seed);
     if (!case_ || case_->key != key) {
       case_.reset();  // free the previous pools first
       case_ = build_case(p, key, seed);
     }
     DecodeCase& c = *case_;
-    const int id = version_id(p.str("version"));
-    const std::string why = gpu::decode_unsupported_reason(c.args, id);
+    gpu::DecodeTuning tuning;
+    tuning.num_splits = static_cast<int>(p.integer("num_splits"));
+    const bool is_auto = p.str("version") == "auto";
+    int id = -1;
+    std::string picked;
+    if (is_auto) {
+      const gpu::DecodeChoice ch = gpu::choose_decode(c.args);
+      id = ch.version;
+      if (tuning.num_splits == 0) tuning = ch.tuning;
+      picked = gpu::decode_version(id).name + ": " + ch.basis;
+    } else {
+      id = version_id(p.str("version"));
+    }
+    const std::string why = gpu::decode_unsupported_reason(c.args, id, tuning);
     if (!why.empty()) return Record::skipped(why);
-    const size_t ws = gpu::decode_workspace_bytes(c.args, id);
+    const size_t ws = gpu::decode_workspace_bytes(c.args, id, tuning);
     gpu::DeviceBuffer work(ws);
 
     // Validate: one launch, outputs pre-filled with NaN.
     c.o.fill_bytes(0xFF);
     c.lse.fill_bytes(0xFF);
-    gpu::decode_attention(c.args, id, work.data(), ws, nullptr);
+    gpu::decode_attention(c.args, id, tuning, work.data(), ws, nullptr);
     KVLAB_CUDA_CHECK(cudaDeviceSynchronize());
     const int hq = c.args.num_qo_heads, d = c.args.kv.geom.head_dim;
     const auto o16 = c.o.download<uint16_t>();
@@ -460,6 +491,11 @@ class DecodeAttentionBench : public Bench {
     r.metric("guards_intact", guards ? 1.0 : 0.0);
     r.metric("min_bytes", c.bytes);
     r.label("validation", c.validation);
+    if (is_auto) {
+      r.metric("picked_version", id);
+      r.metric("picked_splits", tuning.num_splits);
+      r.label("picked", picked);
+    }
     std::string fail;
     if (!ok_o)
       fail = "O: " + explain_failure(st, tol);
@@ -479,7 +515,7 @@ class DecodeAttentionBench : public Bench {
 
     // Time the same configuration.
     const gpu::bench::Timing t = gpu::bench::time_kernel(
-        [&](cudaStream_t s) { gpu::decode_attention(c.args, id, work.data(), ws, s); },
+        [&](cudaStream_t s) { gpu::decode_attention(c.args, id, tuning, work.data(), ws, s); },
         to_harness(ctx.timing_cfg, p.str("graph") == "on" || ctx.timing_cfg.graph));
     record_timing(&r, t, {c.bytes, CeilingKind::kRead}, ctx);
     return r;

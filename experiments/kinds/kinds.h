@@ -18,5 +18,6 @@ std::unique_ptr<Bench> make_compression_error_bench();
 std::unique_ptr<Bench> make_decode_attention_bench();
 std::unique_ptr<Bench> make_append_bench();
 std::unique_ptr<Bench> make_bandwidth_bench();
+std::unique_ptr<Bench> make_prefill_attention_bench();
 
 }  // namespace kvlab::exp

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "gpu/attention/decode_plan.h"
 #include "reference/attention/args.h"
 
 namespace kvlab::gpu {
@@ -30,19 +31,27 @@ struct DecodeVersionInfo {
 const std::vector<DecodeVersionInfo>& decode_versions();
 const DecodeVersionInfo& decode_version(int id);  // throws InvalidArgument for unknown ids
 
-// "" when `version` handles this configuration, else the reason it does not (a sweep
-// records the point as skipped with this text). Never launches anything.
-std::string decode_unsupported_reason(const DecodeArgs& args, int version);
+// "" when `version` handles this configuration (with these plan knobs), else the reason
+// it does not (a sweep records the point as skipped with this text). Never launches
+// anything.
+std::string decode_unsupported_reason(const DecodeArgs& args, int version,
+                                      const DecodeTuning& tuning = DecodeTuning{});
 
-// Device workspace the version needs for these args (split-KV partials etc.); 0 if none.
-size_t decode_workspace_bytes(const DecodeArgs& args, int version);
+// Device workspace the version needs for these args and plan knobs (split-KV partials,
+// merge counters); 0 if none.
+size_t decode_workspace_bytes(const DecodeArgs& args, int version,
+                              const DecodeTuning& tuning = DecodeTuning{});
 
 // Validates the arguments (null pointers, shapes, formats: throws kvlab::InvalidArgument
 // or kvlab::Unsupported with the reason) and launches on `stream`. Allocates nothing, so
 // it is safe inside CUDA-graph capture. Block-table contents and seq_lens live on the
-// device and are checked by validate_decode_tables().
+// device and are checked by validate_decode_tables(). The workspace's contents on entry
+// do not matter. `tuning` (decode_plan.h) overrides the version's plan knobs; the
+// overload without it uses the defaults (the measured best).
 void decode_attention(const DecodeArgs& args, int version, void* workspace, size_t workspace_bytes,
                       cudaStream_t stream);
+void decode_attention(const DecodeArgs& args, int version, const DecodeTuning& tuning,
+                      void* workspace, size_t workspace_bytes, cudaStream_t stream);
 
 // Checks on the device that every seq_len is in [0, seq_len_bound()] and every block-table
 // entry a sequence uses is in [0, num_blocks); synchronizes `stream` and throws

@@ -1,7 +1,8 @@
 // decode_impl.h: internals shared by the decode versions (host side, g++-compilable).
 //
 // Each v<N>_<algorithm>.cu defines one DecodeVersionImpl: its registry entry, the reason it
-// declines a configuration, its workspace size and its run function. decode_registry.cpp
+// declines a configuration, its workspace size and its run function, each given the
+// caller's DecodeTuning (versions without plan knobs ignore it). decode_registry.cu
 // collects them in id order; the public API (decode.h) validates the arguments once, asks
 // the version whether it supports them, then runs it.
 #pragma once
@@ -18,10 +19,10 @@ namespace kvlab::gpu::detail {
 struct DecodeVersionImpl {
   DecodeVersionInfo info;
   // "" when supported. Called only on arguments that passed validate_decode_args().
-  std::string (*unsupported_reason)(const DecodeArgs&) = nullptr;
-  size_t (*workspace_bytes)(const DecodeArgs&) = nullptr;
+  std::string (*unsupported_reason)(const DecodeArgs&, const DecodeTuning&) = nullptr;
+  size_t (*workspace_bytes)(const DecodeArgs&, const DecodeTuning&) = nullptr;
   // Launches (arguments validated and supported; workspace at least workspace_bytes()).
-  void (*run)(const DecodeArgs&, void* workspace, cudaStream_t) = nullptr;
+  void (*run)(const DecodeArgs&, const DecodeTuning&, void* workspace, cudaStream_t) = nullptr;
 };
 
 DecodeVersionImpl make_v0_cached_attention();
@@ -30,11 +31,15 @@ DecodeVersionImpl make_v2_paged_attention_partitioned();
 DecodeVersionImpl make_v3_flash_decoding();
 DecodeVersionImpl make_v4_mma_decode();
 DecodeVersionImpl make_v5_mma_decode_2stage();
+DecodeVersionImpl make_v6_stream_k_decode();
 
 // Throws kvlab::InvalidArgument for malformed arguments: null pointers, geometry
 // (validate(PageGeometry)), head counts, GQA divisibility, max_seq_len beyond the table,
 // misaligned pointers, non-finite scales. num_seqs == 0 is a valid empty batch.
 void validate_decode_args(const DecodeArgs& a);
+
+// Throws kvlab::InvalidArgument for plan knobs out of range.
+void validate_tuning(const DecodeTuning& t);
 
 // "" or the reason no GPU version handles these arguments (Q/O dtype, head_dim).
 std::string common_unsupported_reason(const DecodeArgs& a);

@@ -18,7 +18,8 @@ const std::vector<DecodeVersionImpl>& impls() {
   // Function-local static: no CUDA call and no registration order issue at load time.
   static const std::vector<DecodeVersionImpl> v{
       make_v0_cached_attention(), make_v1_paged_attention(), make_v2_paged_attention_partitioned(),
-      make_v3_flash_decoding(),   make_v4_mma_decode(),      make_v5_mma_decode_2stage()};
+      make_v3_flash_decoding(),   make_v4_mma_decode(),      make_v5_mma_decode_2stage(),
+      make_v6_stream_k_decode()};
   return v;
 }
 
@@ -88,6 +89,19 @@ void validate_decode_args(const DecodeArgs& a) {
                   "per-token scales must be 4-byte aligned");
 }
 
+void validate_tuning(const DecodeTuning& t) {
+  KVLAB_REQUIRE(t.num_splits >= 0,
+                "tuning.num_splits must be >= 0 (0: the plan), got " << t.num_splits);
+  KVLAB_REQUIRE(t.fill_waves >= 1, "tuning.fill_waves must be >= 1, got " << t.fill_waves);
+  KVLAB_REQUIRE(t.max_chunk_bytes > 0,
+                "tuning.max_chunk_bytes must be positive, got " << t.max_chunk_bytes);
+  KVLAB_REQUIRE(t.min_wave_efficiency >= 0 && t.min_wave_efficiency <= 1,
+                "tuning.min_wave_efficiency must be in [0, 1], got " << t.min_wave_efficiency);
+  KVLAB_REQUIRE(
+      t.min_tiles_per_block >= 0,
+      "tuning.min_tiles_per_block must be >= 0 (0: the default), got " << t.min_tiles_per_block);
+}
+
 std::string common_unsupported_reason(const DecodeArgs& a) {
   if (a.q_dtype != DType::kBF16 && a.q_dtype != DType::kF16)
     return "GPU decode reads Q and writes O in bf16 or f16, got " + to_string(a.q_dtype);
@@ -109,35 +123,44 @@ const DecodeVersionInfo& decode_version(int id) {
   return detail::impl(id).info;
 }
 
-std::string decode_unsupported_reason(const DecodeArgs& args, int version) {
+std::string decode_unsupported_reason(const DecodeArgs& args, int version,
+                                      const DecodeTuning& tuning) {
   const auto& im = detail::impl(version);
   std::string r = detail::common_unsupported_reason(args);
   if (!r.empty()) return r;
-  return im.unsupported_reason(args);
+  return im.unsupported_reason(args, tuning);
 }
 
-size_t decode_workspace_bytes(const DecodeArgs& args, int version) {
+size_t decode_workspace_bytes(const DecodeArgs& args, int version, const DecodeTuning& tuning) {
   const auto& im = detail::impl(version);
   detail::validate_decode_args(args);
-  if (!detail::common_unsupported_reason(args).empty() || !im.unsupported_reason(args).empty())
+  detail::validate_tuning(tuning);
+  if (!detail::common_unsupported_reason(args).empty() ||
+      !im.unsupported_reason(args, tuning).empty())
     return 0;
-  return args.num_seqs == 0 ? 0 : im.workspace_bytes(args);
+  return args.num_seqs == 0 ? 0 : im.workspace_bytes(args, tuning);
 }
 
 void decode_attention(const DecodeArgs& args, int version, void* workspace, size_t workspace_bytes,
                       cudaStream_t stream) {
+  decode_attention(args, version, DecodeTuning{}, workspace, workspace_bytes, stream);
+}
+
+void decode_attention(const DecodeArgs& args, int version, const DecodeTuning& tuning,
+                      void* workspace, size_t workspace_bytes, cudaStream_t stream) {
   const auto& im = detail::impl(version);
   detail::validate_decode_args(args);
-  const std::string reason = decode_unsupported_reason(args, version);
+  detail::validate_tuning(tuning);
+  const std::string reason = decode_unsupported_reason(args, version, tuning);
   KVLAB_UNSUPPORTED_IF(!reason.empty(), im.info.name << ": " << reason);
   if (args.num_seqs == 0) return;
-  const size_t need = im.workspace_bytes(args);
+  const size_t need = im.workspace_bytes(args, tuning);
   KVLAB_REQUIRE(workspace_bytes >= need,
                 im.info.name << " needs " << need << " workspace bytes, got " << workspace_bytes);
   KVLAB_REQUIRE(need == 0 || workspace != nullptr, im.info.name << " needs a workspace, got null");
   KVLAB_REQUIRE(need == 0 || reinterpret_cast<uintptr_t>(workspace) % 16 == 0,
                 "workspace must be 16-byte aligned");
-  im.run(args, workspace, stream);
+  im.run(args, tuning, workspace, stream);
 }
 
 }  // namespace kvlab::gpu

@@ -19,6 +19,7 @@
 
 #include <cstdint>
 
+#include "gpu/attention/softmax_state.h"
 #include "gpu/dispatch.cuh"
 #include "reference/formats/formats.h"
 
@@ -32,7 +33,6 @@ constexpr int kWarpSize = 32;
 // compute-sanitizer memcheck rightly flags a read past the allocation. 4 floats of slack
 // keep every such read inside the block's shared memory.
 constexpr int kSmemSlackFloats = 4;
-constexpr float kLog2e = 1.4426950408889634f;
 
 // ------------------------------------------------------------------ element decoding
 __device__ __forceinline__ float2 bf16x2_bits_to_float2(uint32_t w) {
@@ -188,12 +188,7 @@ __device__ __forceinline__ float group_max(float x) {
   return x;
 }
 
-// exp(x - m) for the online softmax: x - m is formed first (exact enough for logits of any
-// magnitude, e.g. -1e30 against -1e30 + 3), only then scaled into the base-2 domain.
-// m == -inf only when x == -inf too (no valid logit yet): the result is 0, never NaN.
-__device__ __forceinline__ float exp_diff(float x, float m) {
-  return (x == -INFINITY) ? 0.0f : exp2f((x - m) * kLog2e);
-}
+// exp_diff(x, m) = exp(x - m) for the online softmax lives in softmax_state.h (host/device).
 
 // ------------------------------------------------------------------ cp.async
 // 16-byte global -> shared copy; src_bytes == 0 writes 16 zero bytes and reads nothing.

@@ -159,7 +159,7 @@ cudaError_t launch_v0(const V0Params& p, int num_seqs, size_t smem, cudaStream_t
   return cudaGetLastError();
 }
 
-std::string v0_unsupported_reason(const DecodeArgs& a) {
+std::string v0_unsupported_reason(const DecodeArgs& a, const DecodeTuning&) {
   const size_t smem = v0_smem_bytes(a);
   const int optin = current_launch_limits().smem_per_block_optin;
   if (smem > static_cast<size_t>(optin)) {
@@ -174,11 +174,11 @@ std::string v0_unsupported_reason(const DecodeArgs& a) {
   return "";
 }
 
-size_t v0_workspace_bytes(const DecodeArgs&) {
+size_t v0_workspace_bytes(const DecodeArgs&, const DecodeTuning&) {
   return 0;
 }
 
-void v0_run(const DecodeArgs& a, void*, cudaStream_t stream) {
+void v0_run(const DecodeArgs& a, const DecodeTuning&, void*, cudaStream_t stream) {
   V0Params p{};
   p.q = a.q;
   p.o = a.o;

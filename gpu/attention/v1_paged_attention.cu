@@ -340,7 +340,7 @@ size_t v1_smem(const DecodeArgs& a) {
   return paged_attention_smem_bytes(a.kv.geom.head_dim, seq_len_bound64(a));
 }
 
-std::string v1_unsupported_reason(const DecodeArgs& a) {
+std::string v1_unsupported_reason(const DecodeArgs& a, const DecodeTuning&) {
   const LaunchLimits lim = current_launch_limits();
   if (v1_smem(a) > static_cast<size_t>(lim.smem_per_block_optin)) {
     std::ostringstream os;
@@ -357,11 +357,11 @@ std::string v1_unsupported_reason(const DecodeArgs& a) {
   return "";
 }
 
-size_t v1_workspace_bytes(const DecodeArgs&) {
+size_t v1_workspace_bytes(const DecodeArgs&, const DecodeTuning&) {
   return 0;
 }
 
-void v1_run(const DecodeArgs& a, void*, cudaStream_t stream) {
+void v1_run(const DecodeArgs& a, const DecodeTuning&, void*, cudaStream_t stream) {
   PagedParams p = make_paged_params(a);
   p.partition_size = 0;
   p.max_num_partitions = 1;

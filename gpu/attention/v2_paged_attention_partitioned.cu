@@ -130,7 +130,7 @@ int max_partitions(const DecodeArgs& a) {
   return static_cast<int>((seq_len_bound64(a) + kPartitionSize - 1) / kPartitionSize);
 }
 
-std::string v2_unsupported_reason(const DecodeArgs& a) {
+std::string v2_unsupported_reason(const DecodeArgs& a, const DecodeTuning&) {
   const LaunchLimits lim = current_launch_limits();
   std::ostringstream os;
   if (a.num_seqs > lim.max_grid_y) {
@@ -152,12 +152,12 @@ std::string v2_unsupported_reason(const DecodeArgs& a) {
   return "";
 }
 
-size_t v2_workspace_bytes(const DecodeArgs& a) {
+size_t v2_workspace_bytes(const DecodeArgs& a, const DecodeTuning&) {
   const size_t rows = static_cast<size_t>(a.num_seqs) * a.num_qo_heads * max_partitions(a);
   return rows * (a.kv.geom.head_dim + 2) * sizeof(float);
 }
 
-void v2_run(const DecodeArgs& a, void* workspace, cudaStream_t stream) {
+void v2_run(const DecodeArgs& a, const DecodeTuning&, void* workspace, cudaStream_t stream) {
   PagedParams p = make_paged_params(a);
   p.partition_size = kPartitionSize;
   p.max_num_partitions = max_partitions(a);

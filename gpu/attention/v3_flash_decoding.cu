@@ -482,7 +482,7 @@ cudaError_t launch_flash_decode(const FlashParams& p, const FlashPlan& pl, int n
   return cudaGetLastError();
 }
 
-std::string v3_unsupported_reason(const DecodeArgs& a) {
+std::string v3_unsupported_reason(const DecodeArgs& a, const DecodeTuning&) {
   const LaunchLimits lim = current_launch_limits();
   const FlashPlan pl = make_plan(a, lim.sm_count);
   std::ostringstream os;
@@ -505,11 +505,11 @@ std::string v3_unsupported_reason(const DecodeArgs& a) {
   return "";
 }
 
-size_t v3_workspace_bytes(const DecodeArgs& a) {
+size_t v3_workspace_bytes(const DecodeArgs& a, const DecodeTuning&) {
   return make_plan(a, current_launch_limits().sm_count).workspace;
 }
 
-void v3_run(const DecodeArgs& a, void* workspace, cudaStream_t stream) {
+void v3_run(const DecodeArgs& a, const DecodeTuning&, void* workspace, cudaStream_t stream) {
   const FlashPlan pl = make_plan(a, current_launch_limits().sm_count);
   const PageGeometry& g = a.kv.geom;
   FlashParams p{};

@@ -29,53 +29,40 @@
 //    t*D/4 + 4s .. +3), so an FP8 K row converts with one cvt per pair and no shuffles.
 //    V: 16-bit formats use ldmatrix.trans; 8/4-bit ones give thread g the dims
 //    [g*D/16, (g+1)*D/16) and [(g+8)*D/16, ...) and pair tokens with byte permutes; the
-//    output dims are un-permuted when the accumulators are stored.
+//    output dims are un-permuted when the accumulators are stored. Each format has its own
+//    operand loader (mma_operands.cuh), a template parameter of the kernel.
 //  * Memory: each of the 4 warps owns every 4th tile of the block's token range and runs
 //    its own 3-stage cp.async pipeline (16-byte chunks, zero-fill past the end): no block
 //    barrier in the main loop. The block table is read once per token, one tile ahead
 //    (prefetched into registers), and page offsets are staged in shared memory for the
-//    chunk copies. Tiles hold 16-64 tokens (~8 KB of K+V per stage).
-//  * Split-KV plan (v4_tuning.h), from the SM count, the resident blocks per SM and the
-//    batch: no split while the (sequence, KV head, query tile) items fill a wave of
-//    resident blocks; below that, splits for one wave (every block starts at once); no
-//    block reads more than 4 MiB (skewed batches: a long sequence becomes several blocks);
-//    and more splits while the last wave would be < 90 % full (equal-work blocks finish
-//    together). Blocks are ordered split-major, so the late blocks are the long sequences'
-//    equal-sized chunks; splits past a sequence's end exit at once (per-sequence split
-//    counts on the device). The merge kernel (one block per output row) is launched with
-//    programmatic dependent launch, so its launch overlaps the split kernel's tail.
-// The design point (stages, tile size, register cap) is a template parameter of the kernel
-// in v4_mma_kernel.cuh; v4's is V4Config below, v5_mma_decode_2stage.cu has another.
+//    chunk copies (mma_tile_copy.cuh). Tiles hold 16-64 tokens (~8 KB of K+V per stage).
+//  * Split-KV plan (decode_plan.h, plan_kv_splits), from the SM count, the resident blocks
+//    per SM and the batch: no split while the (sequence, KV head, query tile) items fill a
+//    wave of resident blocks; below that, splits for one wave (every block starts at once);
+//    no block reads more than 4 MiB (skewed batches: a long sequence becomes several
+//    blocks); and more splits while the last wave would be < 90 % full (equal-work blocks
+//    finish together). Blocks are ordered split-major, so the late blocks are the long
+//    sequences' equal-sized chunks; splits past a sequence's end exit at once (per-sequence
+//    split counts on the device). The merge kernel (one block per output row) is launched
+//    with programmatic dependent launch, so its launch overlaps the split kernel's tail.
+//    The plan's knobs are a DecodeTuning passed by the caller (defaults: the measured best).
+// The kernel body, the merge kernel and the launcher are in v4_mma_decode.cuh, templated on
+// a design point (stages, tile size, register cap); v4's is V4Config below,
+// v5_mma_decode_2stage.cu has another.
 // Numerics as v3: natural-log logits, exp(s - m) formed before the base-2 scaling, the
 // 4 warps and the splits merged by log-sum-exp; a bad table entry or length gives NaN rows.
-#include "gpu/attention/v4_mma_kernel.cuh"
+#include "gpu/attention/v4_mma_decode.cuh"
 
-namespace kvlab::gpu {
-
-V4Tuning& v4_tuning() {
-  static V4Tuning t;
-  return t;
-}
-
-namespace detail {
+namespace kvlab::gpu::detail {
 namespace {
 
 // v4's design point: 3 cp.async stages of ~8 KB (16-64 tokens) per warp, no register cap
-// (2 blocks of 4 warps per SM for d128 16-bit and FP8), every format in one instance per
-// element class (the scale mode picks the operand flavour at run time).
+// (2 blocks of 4 warps per SM for d128 16-bit, 1 for FP8 and FP4: TUNING.md step 3).
 struct V4Config {
+  static constexpr const char* kName = "v4_mma_decode";
   static constexpr int kStages = 3;
   static constexpr int kTileBytes = 8192;
-  static constexpr bool kPoolOnly = false;
-  static constexpr int min_blocks(int, KvElem) { return 1; }
-  template <class F>
-  static cudaError_t dispatch(int head_dim, KvFormat f, F&& fn) {
-    return KVLAB_DISPATCH_HEAD_DIM(head_dim, kD, [&] {
-      return KVLAB_DISPATCH_KV_ELEM(f, kE, [&] {
-        return fn(std::integral_constant<int, kD>{}, std::integral_constant<KvElem, kE>{});
-      });
-    });
-  }
+  static constexpr int min_blocks(int, KvFormat) { return 1; }
 };
 
 }  // namespace
@@ -93,5 +80,4 @@ DecodeVersionImpl make_v4_mma_decode() {
   return v;
 }
 
-}  // namespace detail
-}  // namespace kvlab::gpu
+}  // namespace kvlab::gpu::detail

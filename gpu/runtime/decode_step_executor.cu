@@ -7,13 +7,16 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <sstream>
 #include <tuple>
 
 #include "gpu/attention/decode.h"
+#include "gpu/attention/prefill.h"
 #include "gpu/core/cuda_check.h"
 #include "gpu/quant/append.h"
+#include "gpu/step/gather_rows.h"
 #include "gpu/step/gemm.h"
 #include "gpu/step/sampling.h"
 #include "gpu/step/step_kernels.h"
@@ -23,6 +26,7 @@
 #include "reference/step/step_math.h"
 #include "sim/alloc/block_allocator.h"
 #include "sim/alloc/block_table.h"
+#include "sim/serve/synthetic_step.h"
 
 namespace kvlab::gpu {
 
@@ -120,7 +124,7 @@ PageGeometry cache_geometry(const DecoderConfig& c, const ExecutorOptions& o) {
   g.head_dim = c.head_dim;
   g.block_size = o.block_size;
   const int64_t bps = (int64_t{o.max_context} + o.block_size - 1) / o.block_size;
-  g.num_blocks = bps * o.max_batch;
+  g.num_blocks = o.pool_blocks > 0 ? int64_t{o.pool_blocks} : bps * o.max_batch;
   return g;
 }
 
@@ -135,6 +139,8 @@ void validate_options(const DecoderConfig& c, const ExecutorOptions& o) {
   KVLAB_REQUIRE(o.max_context >= 1 && o.max_context <= (1 << 24),
                 "engine max_context " << o.max_context << " outside [1, 2^24]");
   KVLAB_REQUIRE(o.block_size >= 1, "engine block_size " << o.block_size << " must be >= 1");
+  KVLAB_REQUIRE(o.pool_blocks >= 0,
+                "engine pool_blocks " << o.pool_blocks << " must be >= 0 (0: per-sequence blocks)");
   kvlab::validate(cache_geometry(c, o));
   KVLAB_REQUIRE(cache_geometry(c, o).num_blocks < (int64_t{1} << 31),
                 "engine max_batch "
@@ -188,8 +194,29 @@ struct DecodeStepExecutor::Impl {
   std::map<GraphKey, cudaGraphExec_t> graphs;
   cudaEvent_t ev0 = nullptr, ev1 = nullptr;
 
+  // Serving (pool_blocks > 0; ensure_serving_buffers): every step's rows and tables in one
+  // int32 arena uploaded from a pinned mirror, the sampled tokens, one graph per bucket.
+  thrust::device_vector<int32_t> srv_arena, srv_sampled;
+  int32_t* srv_host = nullptr;          // pinned, srv_arena.size() words
+  int32_t* srv_host_sampled = nullptr;  // pinned, max_batch words
+  std::map<int, cudaGraphExec_t> srv_graphs;
+  bool srv_last_graph = false;
+  int srv_last_rows = 0;
+  void free_serving() {
+    for (auto& g : srv_graphs) cudaGraphExecDestroy(g.second);
+    srv_graphs.clear();
+    if (srv_host) cudaFreeHost(srv_host);
+    if (srv_host_sampled) cudaFreeHost(srv_host_sampled);
+    srv_host = srv_host_sampled = nullptr;
+    srv_arena.clear();
+    srv_arena.shrink_to_fit();
+    srv_sampled.clear();
+    srv_sampled.shrink_to_fit();
+  }
+
   Impl(const DecoderConfig& c, const ExecutorOptions& o) : wplan(c), bplan(c, o.max_batch) {}
   ~Impl() {
+    free_serving();
     for (auto& g : graphs) cudaGraphExecDestroy(g.second);
     if (ev0) cudaEventDestroy(ev0);
     if (ev1) cudaEventDestroy(ev1);
@@ -199,10 +226,13 @@ struct DecodeStepExecutor::Impl {
   void drop_graphs() {
     for (auto& g : graphs) cudaGraphExecDestroy(g.second);
     graphs.clear();
+    for (auto& g : srv_graphs) cudaGraphExecDestroy(g.second);
+    srv_graphs.clear();
   }
   // Frees everything allocate_state() allocates (the weights stay).
   void release_state() {
     drop_graphs();
+    free_serving();
     auto drop = [](auto& v) {
       v.clear();
       v.shrink_to_fit();
@@ -456,6 +486,10 @@ int DecodeStepExecutor::bucket_for(int batch) const {
 void DecodeStepExecutor::start(int batch) {
   KVLAB_REQUIRE(batch >= 1 && batch <= opt_.max_batch,
                 "start: batch " << batch << " outside [1, " << opt_.max_batch << "]");
+  KVLAB_REQUIRE(opt_.pool_blocks == 0, "start: a serving pool (pool_blocks "
+                                           << opt_.pool_blocks
+                                           << ") takes its block tables from "
+                                              "serving_step, not per-sequence blocks");
   Impl& I = *impl_;
   // A fresh allocator per start: every sequence reserves its blocks for max_context tokens.
   I.table.reset();
@@ -792,6 +826,407 @@ int DecodeStepExecutor::autotune_attention(int reps) {
   KVLAB_UNSUPPORTED_IF(best < 0, "autotune_attention: no version supports this cache");
   if (best != I.attn_version) set_attn_version(best);
   return best;
+}
+
+// ------------------------------------------------------------------------------ serving
+// One step scheduled by sim::Engine over the shared pool (see the header). The step's host
+// inputs live in one int32 arena; its layout depends only on (rows, decode rows, prefill
+// sequences, sampled rows, table columns), so a CUDA graph captured for a bucket (all rows
+// decode, no gather) finds its inputs at the same addresses at every replay.
+namespace {
+
+struct ServingLayout {
+  int64_t tokens = 0, positions = 0, seq_lens = 0, table = 0, pf_q_start = 0, pf_seq_lens = 0,
+          pf_table = 0, sample_rows = 0, slots = 0, total = 0;
+};
+
+ServingLayout serving_layout(int64_t rows, int64_t dec_rows, int64_t np, int64_t sampled,
+                             int64_t bps) {
+  ServingLayout L;
+  int64_t off = 0;
+  auto take = [&](int64_t n) {
+    const int64_t o = off;
+    off += n;
+    return o;
+  };
+  L.tokens = take(rows);
+  L.positions = take(rows);
+  L.seq_lens = take(dec_rows);
+  L.table = take(dec_rows * bps);
+  L.pf_q_start = take(np > 0 ? np + 1 : 0);
+  L.pf_seq_lens = take(np);
+  L.pf_table = take(np * bps);
+  L.sample_rows = take(sampled);
+  off = (off + 3) / 4 * 4;  // 16-byte aligned int64 slots
+  L.slots = take(2 * rows);
+  L.total = off;
+  return L;
+}
+
+// What one serving step runs (host-known, fixed for a captured graph).
+struct ServingDims {
+  bool graph = false;  // a CUDA-graph bucket: every row decode, the LM head over every row
+  int rows = 0;        // token rows through every layer
+  int nd = 0;          // decode rows [0, nd) (graph: the bucket, padding rows included)
+  int np = 0;          // prefill sequences (rows [nd, rows))
+  int sampled = 0;     // gathered rows for the LM head (0: the LM head runs over every row)
+  int max_q_len = 0;   // longest prefill chunk
+  ServingLayout L;
+};
+
+PagedPrefillArgs prefill_args(DecodeStepExecutor::Impl& I, const DecoderConfig& c,
+                              const ExecutorOptions& opt, const ServingDims& d, int layer) {
+  int32_t* A = ptr(I.srv_arena);
+  PagedPrefillArgs p;
+  p.q_dtype = DType::kBF16;
+  p.q = ptr(I.q) + int64_t{d.nd} * c.q_dim();
+  p.o = ptr(I.o) + int64_t{d.nd} * c.q_dim();
+  p.kv = I.views[layer];
+  p.q_start = A + d.L.pf_q_start;
+  p.seq_lens = A + d.L.pf_seq_lens;
+  p.block_table = A + d.L.pf_table;
+  p.num_seqs = d.np;
+  p.num_qo_heads = c.q_heads;
+  p.max_blocks_per_seq = I.bps;
+  p.max_q_len = d.max_q_len;
+  p.max_seq_len = opt.max_context;
+  p.sm_scale = kvlab::ref::step_sm_scale(c);
+  return p;
+}
+
+DecodeArgs serving_decode_args(DecodeStepExecutor::Impl& I, const DecoderConfig& c,
+                               const ExecutorOptions& opt, const ServingDims& d, int layer) {
+  DecodeArgs a = I.attn_args(c, opt, layer, d.nd);
+  a.block_table = ptr(I.srv_arena) + d.L.table;
+  a.seq_lens = ptr(I.srv_arena) + d.L.seq_lens;
+  return a;
+}
+
+// The fused step over the arena's rows: every launch on I.stream, nothing allocated, no sync.
+void enqueue_serving(DecodeStepExecutor::Impl& I, const DecoderConfig& c,
+                     const ExecutorOptions& opt, const ServingDims& d) {
+  cudaStream_t st = I.stream;
+  const int H = c.hidden, F = c.ffn, V = c.vocab;
+  const int qd = c.q_dim(), qkvd = c.qkv_dim();
+  const float eps = c.rms_eps;
+  const auto& wp = I.wplan;
+  const int m = d.rows;
+  int32_t* A = ptr(I.srv_arena);
+  const int32_t* positions = A + d.L.positions;
+  const int64_t* slots = reinterpret_cast<const int64_t*>(A + d.L.slots);
+  ks::embed_gather(A + d.L.tokens, I.w(wp.embedding), ptr(I.h), m, H, st);
+  ks::rmsnorm(ptr(I.h), I.w(wp.layers[0].attn_norm), ptr(I.xn), m, H, eps, st);
+  for (int l = 0; l < c.layers; ++l) {
+    const auto& lo = wp.layers[l];
+    I.lin->forward(ptr(I.xn), H, I.w(lo.wqkv), qkvd, H, ptr(I.qkv), qkvd, m);
+    ks::rope_append(ptr(I.qkv), qkvd, c.q_heads, positions, slots, ptr(I.rope), opt.max_context,
+                    ptr(I.q), I.views[l], m, st);
+    if (d.nd > 0)
+      decode_attention(serving_decode_args(I, c, opt, d, l), I.attn_version,
+                       I.attn_ws_bytes ? ptr(I.attn_ws) : nullptr, I.attn_ws_bytes, st);
+    if (d.np > 0) prefill_attention(prefill_args(I, c, opt, d, l), 0, st);
+    I.lin->forward(ptr(I.o), qd, I.w(lo.wo), H, qd, ptr(I.y), H, m);
+    ks::add_rmsnorm(ptr(I.h), ptr(I.y), I.w(lo.mlp_norm), ptr(I.xn), m, H, eps, st);
+    I.lin->forward(ptr(I.xn), H, I.w(lo.wgu), 2 * F, H, ptr(I.gu), 2 * F, m);
+    ks::swiglu(ptr(I.gu), ptr(I.act), m, F, st);
+    I.lin->forward(ptr(I.act), F, I.w(lo.wdown), H, F, ptr(I.y), H, m);
+    const uint16_t* next_gamma =
+        l + 1 < c.layers ? I.w(wp.layers[l + 1].attn_norm) : I.w(wp.final_norm);
+    ks::add_rmsnorm(ptr(I.h), ptr(I.y), next_gamma, ptr(I.xn), m, H, eps, st);
+  }
+  // The LM head over the sampled rows only (gathered), or over every row of a graph bucket.
+  if (d.sampled > 0) {
+    ks::gather_rows_16bit(ptr(I.xn), H, A + d.L.sample_rows, ptr(I.act), d.sampled, H, st);
+    I.lin->forward(ptr(I.act), H, I.w(wp.lm_head), V, H, ptr(I.logits), V, d.sampled);
+    ks::sample_greedy(ptr(I.logits), V, V, d.sampled, ptr(I.srv_sampled), st);
+  } else if (d.graph) {
+    I.lin->forward(ptr(I.xn), H, I.w(wp.lm_head), V, H, ptr(I.logits), V, m);
+    ks::sample_greedy(ptr(I.logits), V, V, m, ptr(I.srv_sampled), st);
+  }
+}
+
+}  // namespace
+
+void DecodeStepExecutor::ensure_serving_buffers() {
+  KVLAB_REQUIRE(opt_.pool_blocks > 0,
+                "serving: the executor was built without a serving pool (pool_blocks = 0)");
+  Impl& I = *impl_;
+  if (!I.srv_arena.empty()) return;
+  KVLAB_UNSUPPORTED_IF(opt_.kv_format != KvFormat::kBF16,
+                       "serving: the paged prefill kernel reads bf16 caches; kv_format is "
+                           << to_string(opt_.kv_format));
+  const int64_t R = opt_.max_batch;
+  // A serving step runs decode attention over any number of rows up to max_batch: size the
+  // workspace for every one of them (split-KV plans need not grow monotonically with rows).
+  size_t ws = I.attn_ws_bytes;
+  for (int m = 1; m <= opt_.max_batch; ++m)
+    ws = std::max(ws, decode_workspace_bytes(I.attn_args(cfg_, opt_, 0, m), I.attn_version));
+  if (ws > I.attn_ws_bytes) {
+    I.drop_graphs();
+    I.attn_ws.resize(ws);
+    I.attn_ws_bytes = ws;
+  }
+  const ServingLayout L = serving_layout(R, R, R, R, I.bps);
+  I.srv_arena.assign(static_cast<size_t>(L.total), 0);
+  I.srv_sampled.assign(static_cast<size_t>(R), 0);
+  KVLAB_CUDA_CHECK(cudaMallocHost(&I.srv_host, static_cast<size_t>(L.total) * 4));
+  KVLAB_CUDA_CHECK(cudaMallocHost(&I.srv_host_sampled, static_cast<size_t>(R) * 4));
+}
+
+namespace {
+
+// Host checks of a batch against the executor, and the dims it runs with.
+ServingDims serving_dims(const DecodeStepExecutor& e, const sim::StepBatch& b, bool graph) {
+  const ExecutorOptions& o = e.options();
+  const int rows = b.num_rows(), nd = b.num_decode, ns = b.num_seqs();
+  KVLAB_REQUIRE(rows >= 1, "serving_step: an empty batch");
+  KVLAB_REQUIRE(rows <= o.max_batch,
+                "serving_step: " << rows << " token rows, the executor holds " << o.max_batch);
+  KVLAB_REQUIRE(b.max_blocks_per_seq == e.blocks_per_seq(),
+                "serving_step: block tables of "
+                    << b.max_blocks_per_seq << " columns, the executor has " << e.blocks_per_seq());
+  KVLAB_REQUIRE(
+      static_cast<int>(b.q_start.size()) == ns + 1 && b.q_start.back() == rows &&
+          static_cast<int>(b.seq_lens.size()) == ns &&
+          static_cast<int64_t>(b.block_table.size()) == int64_t{ns} * b.max_blocks_per_seq &&
+          static_cast<int>(b.positions.size()) == rows &&
+          static_cast<int>(b.slots.size()) == rows && nd <= ns && nd <= rows,
+      "serving_step: inconsistent batch arrays");
+  for (int i = 0; i < rows; ++i)
+    KVLAB_REQUIRE(b.positions[i] >= 0 && b.positions[i] < o.max_context && b.tokens[i] >= 0 &&
+                      b.tokens[i] < e.config().vocab && b.slots[i] >= 0 &&
+                      b.slots[i] < int64_t{o.pool_blocks} * o.block_size,
+                  "serving_step: row " << i << " (token " << b.tokens[i] << ", position "
+                                       << b.positions[i] << ", slot " << b.slots[i]
+                                       << ") outside the executor's vocab, context or pool");
+  for (int32_t s : b.sample_rows)
+    KVLAB_REQUIRE(s >= 0 && s < rows, "serving_step: sample row " << s << " outside the batch");
+  ServingDims d;
+  d.graph = graph;
+  if (graph) {
+    d.rows = d.nd = e.bucket_for(nd);
+    d.L = serving_layout(d.rows, d.rows, 0, 0, e.blocks_per_seq());
+  } else {
+    d.rows = rows;
+    d.nd = nd;
+    d.np = ns - nd;
+    d.sampled = static_cast<int>(b.sample_rows.size());
+    d.max_q_len = b.max_q_len;
+    d.L = serving_layout(rows, nd, d.np, d.sampled, e.blocks_per_seq());
+  }
+  return d;
+}
+
+// Writes the batch into the pinned arena mirror in layout d.L (padding rows of a graph
+// bucket: token 0, position -1, slot -1, length 0, table row of zeros).
+void pack_serving(const sim::StepBatch& b, const ServingDims& d, int bps, int32_t* h) {
+  const int rows = b.num_rows(), nd = b.num_decode;
+  std::fill(h, h + d.L.total, 0);
+  for (int i = 0; i < d.rows; ++i) {
+    const bool real = i < rows;
+    h[d.L.tokens + i] = real ? b.tokens[static_cast<size_t>(i)] : 0;
+    h[d.L.positions + i] = real ? b.positions[static_cast<size_t>(i)] : -1;
+    const int64_t slot = real ? b.slots[static_cast<size_t>(i)] : -1;
+    std::memcpy(h + d.L.slots + 2 * i, &slot, 8);
+  }
+  for (int s = 0; s < nd; ++s) {
+    h[d.L.seq_lens + s] = b.seq_lens[static_cast<size_t>(s)];
+    std::copy(b.block_table.begin() + int64_t{s} * bps,
+              b.block_table.begin() + int64_t{s + 1} * bps, h + d.L.table + int64_t{s} * bps);
+  }
+  for (int j = 0; j < d.np; ++j) {
+    const int s = nd + j;
+    h[d.L.pf_q_start + j] = b.q_start[static_cast<size_t>(s)] - nd;
+    h[d.L.pf_seq_lens + j] = b.seq_lens[static_cast<size_t>(s)];
+    std::copy(b.block_table.begin() + int64_t{s} * bps,
+              b.block_table.begin() + int64_t{s + 1} * bps, h + d.L.pf_table + int64_t{j} * bps);
+  }
+  if (d.np > 0) h[d.L.pf_q_start + d.np] = rows - nd;
+  for (int k = 0; k < d.sampled; ++k)
+    h[d.L.sample_rows + k] = b.sample_rows[static_cast<size_t>(k)];
+  // Table entries past a sequence's pages are -1 (never read): keep them in range anyway.
+  for (int64_t i = d.L.table; i < d.L.table + int64_t{nd} * bps; ++i) h[i] = std::max(h[i], 0);
+  for (int64_t i = d.L.pf_table; i < d.L.pf_table + int64_t{d.np} * bps; ++i)
+    h[i] = std::max(h[i], 0);
+}
+
+}  // namespace
+
+double DecodeStepExecutor::serving_step(const sim::StepBatch& batch, bool use_graph,
+                                        std::vector<int32_t>* sampled) {
+  KVLAB_REQUIRE(sampled != nullptr, "serving_step: null output");
+  ensure_serving_buffers();
+  Impl& I = *impl_;
+  const bool graph = serving_graph_for(batch, use_graph);
+  const ServingDims d = serving_dims(*this, batch, graph);
+  pack_serving(batch, d, I.bps, I.srv_host);
+  KVLAB_CUDA_CHECK(cudaEventRecord(I.ev0, I.stream));
+  KVLAB_CUDA_CHECK(cudaMemcpyAsync(ptr(I.srv_arena), I.srv_host, static_cast<size_t>(d.L.total) * 4,
+                                   cudaMemcpyHostToDevice, I.stream));
+  if (graph) {
+    auto it = I.srv_graphs.find(d.rows);
+    KVLAB_REQUIRE(it != I.srv_graphs.end(), "serving_step: no CUDA graph captured for bucket "
+                                                << d.rows << " (call warm_up_serving)");
+    KVLAB_CUDA_CHECK(cudaGraphLaunch(it->second, I.stream));
+  } else {
+    enqueue_serving(I, cfg_, opt_, d);
+  }
+  const int out_rows = graph ? d.rows : d.sampled;
+  if (out_rows > 0)
+    KVLAB_CUDA_CHECK(cudaMemcpyAsync(I.srv_host_sampled, ptr(I.srv_sampled),
+                                     static_cast<size_t>(out_rows) * 4, cudaMemcpyDeviceToHost,
+                                     I.stream));
+  KVLAB_CUDA_CHECK(cudaEventRecord(I.ev1, I.stream));
+  KVLAB_CUDA_CHECK(cudaEventSynchronize(I.ev1));
+  sampled->clear();
+  for (size_t k = 0; k < batch.sample_rows.size(); ++k)
+    sampled->push_back(I.srv_host_sampled[graph ? batch.sample_rows[k] : static_cast<int>(k)]);
+  I.srv_last_graph = graph;
+  I.srv_last_rows = d.rows;
+  float ms = 0;
+  KVLAB_CUDA_CHECK(cudaEventElapsedTime(&ms, I.ev0, I.ev1));
+  return ms;
+}
+
+void DecodeStepExecutor::warm_up_serving(bool use_graph) {
+  ensure_serving_buffers();
+  Impl& I = *impl_;
+  // Non-zero K/V everywhere (bf16 values of unit scale): no step ever attends over zeros.
+  ks::fill_synthetic_bf16(reinterpret_cast<uint16_t*>(ptr(I.cache)),
+                          static_cast<int64_t>(I.cache.size() / 2), cfg_.seed, 0x5E7Dull, 1.0f,
+                          0.0f, I.stream);
+  KVLAB_CUDA_CHECK(cudaStreamSynchronize(I.stream));
+  if (use_graph) {
+    std::vector<int> buckets = opt_.graph_buckets;
+    if (buckets.empty())
+      for (int b = 1;; b *= 2) {
+        buckets.push_back(std::min(b, opt_.max_batch));
+        if (b >= opt_.max_batch) break;
+      }
+    for (int b : buckets) {
+      if (I.srv_graphs.count(b)) continue;
+      ServingDims d;
+      d.graph = true;
+      d.rows = d.nd = b;
+      d.L = serving_layout(b, b, 0, 0, I.bps);
+      sim::StepBatch none;  // every row padding
+      none.q_start = {0};
+      none.max_blocks_per_seq = I.bps;
+      pack_serving(none, d, I.bps, I.srv_host);
+      KVLAB_CUDA_CHECK(cudaMemcpyAsync(ptr(I.srv_arena), I.srv_host,
+                                       static_cast<size_t>(d.L.total) * 4, cudaMemcpyHostToDevice,
+                                       I.stream));
+      enqueue_serving(I, cfg_, opt_, d);  // module loading and cuBLAS heuristics, uncaptured
+      KVLAB_CUDA_CHECK(cudaStreamSynchronize(I.stream));
+      cudaGraph_t g = nullptr;
+      KVLAB_CUDA_CHECK(cudaStreamBeginCapture(I.stream, cudaStreamCaptureModeThreadLocal));
+      try {
+        enqueue_serving(I, cfg_, opt_, d);
+      } catch (...) {
+        cudaStreamEndCapture(I.stream, &g);
+        if (g) cudaGraphDestroy(g);
+        throw;
+      }
+      KVLAB_CUDA_CHECK(cudaStreamEndCapture(I.stream, &g));
+      cudaGraphExec_t exec = nullptr;
+      const cudaError_t e = cudaGraphInstantiate(&exec, g, 0);
+      cudaGraphDestroy(g);
+      KVLAB_CUDA_CHECK(e);
+      I.srv_graphs.emplace(b, exec);
+    }
+  }
+  // One eager step with a prefill chunk and a decode row (first launches of every kernel).
+  sim::SyntheticStep spec;
+  spec.decode_seqs = 1;
+  spec.decode_context = 1;
+  spec.prefill_seqs = 1;
+  spec.prefill_tokens = std::min(32, std::max(2, opt_.max_batch - 1));
+  spec.prefill_context = 0;
+  spec.prefill_samples = true;
+  if (spec.prefill_tokens + 1 <= opt_.max_batch &&
+      sim::synthetic_step_blocks(spec, opt_.block_size) <= opt_.pool_blocks &&
+      spec.prefill_tokens < opt_.max_context) {
+    const sim::StepBatch b =
+        sim::synthetic_step_batch(spec, opt_.block_size, opt_.pool_blocks, I.bps, cfg_.vocab);
+    std::vector<int32_t> out;
+    serving_step(b, false, &out);
+  }
+  KVLAB_CUDA_CHECK(cudaStreamSynchronize(I.stream));
+}
+
+DecodeStepExecutor::ServingPartTimes DecodeStepExecutor::time_serving_parts(
+    const sim::StepBatch& batch, bool use_graph, int reps) {
+  KVLAB_REQUIRE(reps >= 1, "time_serving_parts: reps " << reps << " must be >= 1");
+  ensure_serving_buffers();
+  Impl& I = *impl_;
+  const bool graph = serving_graph_for(batch, use_graph);
+  const ServingDims d = serving_dims(*this, batch, graph);
+  // The arena must hold this batch: upload it again (the last step may have been another).
+  pack_serving(batch, d, I.bps, I.srv_host);
+  KVLAB_CUDA_CHECK(cudaMemcpyAsync(ptr(I.srv_arena), I.srv_host, static_cast<size_t>(d.L.total) * 4,
+                                   cudaMemcpyHostToDevice, I.stream));
+  const DecoderConfig& c = cfg_;
+  const int H = c.hidden, F = c.ffn, V = c.vocab, qd = c.q_dim(), qkvd = c.qkv_dim();
+  const auto& wp = I.wplan;
+  auto median_ms = [&](const std::function<void()>& part) {
+    std::vector<float> v;
+    for (int r = 0; r < reps; ++r) {
+      KVLAB_CUDA_CHECK(cudaEventRecord(I.ev0, I.stream));
+      part();
+      KVLAB_CUDA_CHECK(cudaEventRecord(I.ev1, I.stream));
+      KVLAB_CUDA_CHECK(cudaEventSynchronize(I.ev1));
+      float ms = 0;
+      KVLAB_CUDA_CHECK(cudaEventElapsedTime(&ms, I.ev0, I.ev1));
+      v.push_back(ms);
+    }
+    std::sort(v.begin(), v.end());
+    return v.size() % 2 ? double(v[v.size() / 2])
+                        : 0.5 * (double(v[v.size() / 2 - 1]) + double(v[v.size() / 2]));
+  };
+  ServingPartTimes t;
+  t.rows = d.rows;
+  t.lm_rows = graph ? d.rows : d.sampled;
+  const int m = d.rows;
+  t.gemm_ms = median_ms([&] {
+    for (int l = 0; l < c.layers; ++l) {
+      const auto& lo = wp.layers[l];
+      I.lin->forward(ptr(I.xn), H, I.w(lo.wqkv), qkvd, H, ptr(I.qkv), qkvd, m);
+      I.lin->forward(ptr(I.o), qd, I.w(lo.wo), H, qd, ptr(I.y), H, m);
+      I.lin->forward(ptr(I.xn), H, I.w(lo.wgu), 2 * F, H, ptr(I.gu), 2 * F, m);
+      I.lin->forward(ptr(I.act), F, I.w(lo.wdown), H, F, ptr(I.y), H, m);
+    }
+  });
+  if (t.lm_rows > 0)
+    t.lm_head_ms = median_ms([&] {
+      I.lin->forward(graph ? ptr(I.xn) : ptr(I.act), H, I.w(wp.lm_head), V, H, ptr(I.logits), V,
+                     t.lm_rows);
+    });
+  if (d.nd > 0)
+    t.decode_attn_ms = median_ms([&] {
+      for (int l = 0; l < c.layers; ++l)
+        decode_attention(serving_decode_args(I, c, opt_, d, l), I.attn_version,
+                         I.attn_ws_bytes ? ptr(I.attn_ws) : nullptr, I.attn_ws_bytes, I.stream);
+    });
+  if (d.np > 0)
+    t.prefill_attn_ms = median_ms([&] {
+      for (int l = 0; l < c.layers; ++l)
+        prefill_attention(prefill_args(I, c, opt_, d, l), 0, I.stream);
+    });
+  return t;
+}
+
+std::vector<float> DecodeStepExecutor::serving_logits(const sim::StepBatch& batch) const {
+  synchronize();
+  const Impl& I = *impl_;
+  const size_t V = static_cast<size_t>(cfg_.vocab);
+  std::vector<float> out(batch.sample_rows.size() * V);
+  for (size_t k = 0; k < batch.sample_rows.size(); ++k) {
+    const size_t row = I.srv_last_graph ? static_cast<size_t>(batch.sample_rows[k]) : k;
+    KVLAB_CUDA_CHECK(cudaMemcpy(out.data() + k * V,
+                                thrust::raw_pointer_cast(I.logits.data()) + row * V, V * 4,
+                                cudaMemcpyDeviceToHost));
+  }
+  return out;
 }
 
 void DecodeStepExecutor::synchronize() const {

@@ -34,6 +34,7 @@
 
 #include "reference/attention/args.h"
 #include "reference/step/decoder_config.h"
+#include "sim/serve/step_batch.h"
 
 namespace kvlab::gpu {
 
@@ -73,6 +74,11 @@ struct ExecutorOptions {
   std::vector<int> graph_buckets;  // empty: 1, 2, 4, ... and max_batch
   float k_scale = 1.0f;            // pool scales of kFP8E4M3 / kFP8E5M2 / kNVFP4 caches
   float v_scale = 1.0f;
+  // Serving: > 0 makes the cache ONE pool of pool_blocks blocks whose block tables the caller
+  // gives with every step (serving_step: the tables sim::Engine's allocator hands out), with
+  // max_batch token rows per step and ceil(max_context / block_size) table columns. 0: every
+  // sequence reserves ceil(max_context / block_size) blocks at start() (the decode benches).
+  int pool_blocks = 0;
 };
 
 class DecodeStepExecutor {
@@ -116,6 +122,34 @@ class DecodeStepExecutor {
   // picks the fastest (ms per call over `reps` calls) and returns its id.
   int autotune_attention(int reps);
 
+  // ---- Serving (pool_blocks > 0): one step scheduled by sim::Engine ----------------------
+  // Executes `batch` (sim/serve/step_batch.h: decode rows first, then prefill chunks): its
+  // rows, positions, slots, lengths and tables go up in one copy; the fused step runs every
+  // row through the GEMMs, RoPE + append into the pool, decode attention (registry) over the
+  // decode rows and paged prefill attention (prefill.h) over the chunks; the LM head and
+  // greedy sampling run over the sampled rows; the sampled tokens come back into *sampled
+  // (one per batch.sample_rows entry; synchronizes). With use_graph a decode-only batch
+  // replays the CUDA graph of its bucket (padding rows: position -1, slot -1, length 0),
+  // captured by warm_up_serving(). Returns the device milliseconds between the step's first
+  // and last operation. InvalidArgument for a batch that does not fit the options.
+  double serving_step(const sim::StepBatch& batch, bool use_graph, std::vector<int32_t>* sampled);
+  // Captures the serving graph of every bucket (use_graph) and runs one eager mixed step, so a
+  // measured run pays neither capture nor first-launch costs. Leaves the pool's contents
+  // undefined (a run writes every slot before reading it).
+  void warm_up_serving(bool use_graph);
+  // The parts of the last serving_step's batch again, alone and in its state, `reps` times
+  // each (median milliseconds over all layers): the calibration of sim's serving step model.
+  struct ServingPartTimes {
+    int rows = 0, lm_rows = 0;  // rows the GEMMs and the LM head ran (graph: the bucket)
+    double gemm_ms = 0, lm_head_ms = 0, decode_attn_ms = 0, prefill_attn_ms = 0;
+  };
+  ServingPartTimes time_serving_parts(const sim::StepBatch& batch, bool use_graph, int reps);
+  // Logits [sampled rows, vocab] of the last serving_step, in batch.sample_rows order.
+  std::vector<float> serving_logits(const sim::StepBatch& batch) const;
+  bool serving_graph_for(const sim::StepBatch& batch, bool use_graph) const {
+    return use_graph && batch.decode_only() && batch.num_decode > 0;
+  }
+
   void synchronize() const;
   std::vector<float> logits() const;            // [batch, vocab] of the last step
   std::vector<int32_t> sampled_tokens() const;  // [batch]
@@ -146,6 +180,7 @@ class DecodeStepExecutor {
 
  private:
   void allocate_state();
+  void ensure_serving_buffers();
   DecoderConfig cfg_;
   ExecutorOptions opt_;
   int batch_ = 0;

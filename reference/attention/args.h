@@ -79,6 +79,46 @@ struct AppendArgs {
   KvCacheView kv;
 };
 
+// Paged prefill (chunked prefill) attention: several sequences, each computing a chunk of
+// q_len consecutive query tokens whose K/V the append has already written into the paged
+// cache. Sequence s owns query rows q_start[s] .. q_start[s+1] - 1; its cache holds
+// seq_lens[s] tokens after the append, so its chunk sits at positions seq_lens[s] - q_len ..
+// seq_lens[s] - 1 and row i sees keys 0 .. seq_lens[s] - q_len + i: the cached prefix plus
+// the chunk causally (bottom-right aligned causal attention, as PrefillArgs with causal).
+//   q     [num_q_tokens, num_qo_heads, head_dim]   q_dtype (kBF16 or kF16), num_q_tokens =
+//         q_start[num_seqs]
+//   o     [num_q_tokens, num_qo_heads, head_dim]   q_dtype
+//   lse   [num_q_tokens, num_qo_heads] float, optional (natural log, as DecodeArgs::lse)
+//   q_start [num_seqs + 1] int32 (0, non-decreasing); seq_lens [num_seqs] int32 with
+//   q_len <= seq_lens[s] <= seq_len_bound(); block_table [num_seqs, max_blocks_per_seq] int32
+// GQA as DecodeArgs. max_q_len / max_seq_len are host-known bounds (kernels size their
+// grids from them; entries above them are an error); 0 means the table's bound
+// max_blocks_per_seq * block_size.
+struct PagedPrefillArgs {
+  DType q_dtype = DType::kBF16;
+  const void* q = nullptr;
+  void* o = nullptr;
+  float* lse = nullptr;
+  KvCacheView kv;
+  const int32_t* q_start = nullptr;
+  const int32_t* seq_lens = nullptr;
+  const int32_t* block_table = nullptr;
+  int32_t num_seqs = 0;
+  int32_t num_qo_heads = 0;
+  int32_t max_blocks_per_seq = 0;
+  int32_t max_q_len = 0;
+  int32_t max_seq_len = 0;
+  float sm_scale = 0.0f;
+
+  int group_size() const {
+    return kv.geom.num_kv_heads > 0 ? num_qo_heads / kv.geom.num_kv_heads : 0;
+  }
+  int32_t seq_len_bound() const {
+    return max_seq_len > 0 ? max_seq_len : max_blocks_per_seq * kv.geom.block_size;
+  }
+  int32_t q_len_bound() const { return max_q_len > 0 ? max_q_len : seq_len_bound(); }
+};
+
 // Contiguous (prefill) attention, reference only: q [num_q, num_qo_heads, head_dim],
 // k/v [num_kv, num_kv_heads, head_dim] (float32), o like q, lse [num_q, num_qo_heads].
 // causal: query i sits at position (num_kv - num_q + i) and sees keys 0..that position.

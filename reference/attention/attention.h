@@ -60,6 +60,18 @@ void prefill_attention(const PrefillArgs& args);
 // num_qo_heads] (nullable). args.o and args.lse are ignored.
 void prefill_attention_exact(const PrefillArgs& args, double* o, double* lse);
 
+// Throws InvalidArgument for everything a host can check about paged prefill arguments,
+// table contents included: the decode rules for the cache, heads, table and scales (see
+// validate_decode_args), q_dtype bf16/f16, q_start starting at 0 and non-decreasing,
+// q_len <= max_q_len bound, q_len <= seq_lens[s] <= seq_len_bound(), and every table
+// entry a sequence reads in [0, num_blocks).
+void validate_paged_prefill_args(const PagedPrefillArgs& args);
+
+// Paged (chunked) prefill attention: per sequence, the dequantized keys 0 .. seq_len - 1
+// (kv_access.h) and the chunk's query rows through prefill_attention_exact (causal,
+// bottom-right aligned), outputs rounded once to q_dtype (o) and float (lse).
+void paged_prefill_attention(const PagedPrefillArgs& args);
+
 // Rounds a float64 value once (RNE, non-saturating) into dtype's grid; returns the float
 // value (exactly representable in dtype) and, for the 16-bit dtypes, its bits.
 float round_to_dtype(double x, DType dtype);

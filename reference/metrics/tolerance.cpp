@@ -105,6 +105,9 @@ const char* kGpuDecodeCmd =
     "tests/gpu_stage.sh BIN: gpu_tests with KVLAB_TOLERANCE_LOG (every decode version x format "
     "x layout x Q dtype vs the reference over the same cache) and kvlab validate "
     "experiments/configs/tolerance.ini (decode study)";
+const char* kGpuPrefillCmd =
+    "tests/gpu_stage.sh BIN: gpu_tests --gtest_filter='PrefillPaged.*' with KVLAB_TOLERANCE_LOG "
+    "(every prefill version vs the reference paged prefill over the same cache)";
 const char* kGpuCompressorCmd =
     "tests/gpu_stage.sh BIN: gpu_tests --gtest_filter='Dsv4Gpu.Compressor*' with "
     "KVLAB_TOLERANCE_LOG";
@@ -221,6 +224,17 @@ const Row kRows[] = {
      kAny,
      kAny,
      {p2(-12), p2(-16), p2(-30), false, kWhyLse, kCheckData, kCheckCmd}},
+
+    // GPU paged prefill (the prefill registry) vs the reference paged prefill over the same
+    // cache: the same fp32-kernel-vs-float64 argument as decode, per query row.
+    {Op::kPrefillAttention,
+     kAny,
+     T(DType::kBF16),
+     {p2(-12), p2(-7), p2(-18), false, kWhyGpuBf16, "", kGpuPrefillCmd}},
+    {Op::kPrefillAttention,
+     kAny,
+     T(DType::kF16),
+     {p2(-12), p2(-10), p2(-22), false, kWhyGpuF16, "", kGpuPrefillCmd}},
 
     {Op::kOnlineSoftmaxMerge,
      kAny,
@@ -457,8 +471,8 @@ std::string missing_reason(Op op, KvFormat, DType dtype) {
       if (dtype != DType::kF32) return "decode-step logits are f32 (the LM head's GEMM output)";
       break;
     case Op::kPrefillAttention:
-      return "no GPU prefill kernel is validated yet; its rows come with the kernel and the "
-             "measurement of its error";
+      if (dtype == DType::kF32) return "prefill outputs are bf16 or f16 (the Q dtype)";
+      break;
     default:
       break;
   }

@@ -33,8 +33,6 @@ enum class Op {
                          // prefill, decode vs an independent dense computation), one
                          // rounded to out_dtype, the other kept in f32
 };
-// kPrefillAttention has no row yet (tolerance() says why): a GPU prefill kernel brings its
-// rows, with the measurement behind them.
 constexpr int kNumOps = 11;
 const std::vector<Op>& all_ops();
 

@@ -82,6 +82,24 @@ constexpr int64_t kMaxTokens = 1 << 30;  // lengths are int32 in Request; keep f
 constexpr int64_t kMaxZipfSupport = 1 << 22;  // the Zipf CDF table is [max - min + 1] doubles
 }  // namespace
 
+WorkloadSpec scale_lengths(WorkloadSpec spec, double factor) {
+  KVLAB_REQUIRE(std::isfinite(factor) && factor > 0,
+                "length_scale " << factor << " must be finite and > 0");
+  auto scaled = [&](int64_t v) {
+    return std::max<int64_t>(1,
+                             static_cast<int64_t>(std::llround(static_cast<double>(v) * factor)));
+  };
+  for (LengthDist* d : {&spec.prompt, &spec.output}) {
+    if (d->kind == LengthDistKind::kFixed) d->value = scaled(d->value);
+    d->min = scaled(d->min);
+    d->max = std::max(d->min, scaled(d->max));
+    d->median *= factor;
+  }
+  spec.shared_prefix_tokens =
+      static_cast<int32_t>(std::llround(static_cast<double>(spec.shared_prefix_tokens) * factor));
+  return spec;
+}
+
 void LengthDist::validate(const std::string& what) const {
   if (kind == LengthDistKind::kFixed) {
     KVLAB_REQUIRE(value >= 1 && value <= kMaxTokens,

@@ -82,6 +82,13 @@ struct WorkloadSpec {
   void validate() const;
 };
 
+// The same workload with every token length scaled by `factor` (> 0): fixed values, the
+// min/max of every distribution and lognormal medians are multiplied and rounded (at least
+// 1 token; a shared prefix of s tokens becomes round(s * factor)). Shapes (sigma, Zipf s,
+// arrivals) are unchanged: a smaller replica of the workload for short GPU runs.
+// InvalidArgument for a factor that is not finite and > 0.
+WorkloadSpec scale_lengths(WorkloadSpec spec, double factor);
+
 // Generates the requests (ids 0..n-1 in arrival order). Independent streams per quantity
 // (arrivals, prompt, output, group) so changing one distribution leaves the others' draws
 // unchanged.

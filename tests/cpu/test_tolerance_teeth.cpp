@@ -115,7 +115,10 @@ TEST(ToleranceTeeth, DecodeRowsRejectPlantedDecodeBugs) {
     const std::vector<float> ref_o = rounded(b.good.o, qd),
                              ref_lse = rounded(b.good.lse, DType::kF32);
     // The GPU rows: the same cache, the output rounded to the Q dtype.
-    std::vector<Tolerance> same_cache = {tolerance(Op::kDecodeAttention, KvFormat::kBF16, qd)};
+    // (the prefill rows bound the same per-row computation: a prefill's last query row is
+    // this decode)
+    std::vector<Tolerance> same_cache = {tolerance(Op::kDecodeAttention, KvFormat::kBF16, qd),
+                                         tolerance(Op::kPrefillAttention, KvFormat::kBF16, qd)};
     for (KvFormat lossless : {KvFormat::kBF16, KvFormat::kFP16})
       if (lossless == KvFormat::kFP16 || qd == DType::kBF16)
         same_cache.push_back(tolerance(Op::kDecodeAttentionVsBf16, lossless, qd));

@@ -104,20 +104,22 @@ struct GpuDecodeRun {
   size_t workspace_bytes = 0;
 };
 
-// Runs `version` over the device copy of `c` into guarded, NaN-prefilled outputs.
+// Runs `version` over the device copy of `c` into guarded, NaN-prefilled outputs (with
+// `tuning`'s plan knobs; the defaults unless given).
 inline GpuDecodeRun run_gpu_decode(ref::PagedCase& c, DeviceCase& d, int version,
-                                   cudaStream_t stream = nullptr) {
+                                   cudaStream_t stream = nullptr,
+                                   const gpu::DecodeTuning& tuning = gpu::DecodeTuning{}) {
   GpuDecodeRun r;
   GuardedBuffer o_host(static_cast<size_t>(c.o_elements()), c.spec.q_dtype);
   GuardedBuffer lse_host(static_cast<size_t>(c.lse_elements()), DType::kF32);
   DeviceGuarded o_dev(o_host), lse_dev(lse_host);
   const DecodeArgs a = d.decode_args(c, o_dev.data(), static_cast<float*>(lse_dev.data()));
-  r.reason = gpu::decode_unsupported_reason(a, version);
+  r.reason = gpu::decode_unsupported_reason(a, version, tuning);
   if (!r.reason.empty()) return r;
   r.supported = true;
-  r.workspace_bytes = gpu::decode_workspace_bytes(a, version);
+  r.workspace_bytes = gpu::decode_workspace_bytes(a, version, tuning);
   thrust::device_vector<uint8_t> ws(r.workspace_bytes, 0xFF);  // NaN floats
-  gpu::decode_attention(a, version, raw(ws), r.workspace_bytes, stream);
+  gpu::decode_attention(a, version, tuning, raw(ws), r.workspace_bytes, stream);
   KVLAB_CUDA_CHECK(cudaStreamSynchronize(stream));
   KVLAB_CUDA_CHECK(cudaGetLastError());
   o_dev.fetch(o_host);

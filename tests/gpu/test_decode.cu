@@ -92,7 +92,7 @@ bool check_version(ref::PagedCase& c, DeviceCase& d, int version, const ref::Dec
 // ------------------------------------------------------------------ registry
 TEST(DecodeRegistry, VersionsInIdOrderWithNames) {
   const auto& v = gpu::decode_versions();
-  ASSERT_EQ(v.size(), 6u);
+  ASSERT_EQ(v.size(), 7u);
   for (size_t i = 0; i < v.size(); ++i) {
     EXPECT_EQ(v[i].id, static_cast<int>(i));
     EXPECT_EQ(v[i].name.rfind("v" + std::to_string(i) + "_", 0), 0u) << v[i].name;
@@ -268,6 +268,7 @@ TEST(DecodeEdge, SequenceBoundBeyondSharedMemoryIsReported) {
   EXPECT_TRUE(check_version(c, d, 3, tight, nullptr));
   EXPECT_TRUE(check_version(c, d, 4, tight, nullptr));
   EXPECT_TRUE(check_version(c, d, 5, tight, nullptr));
+  EXPECT_TRUE(check_version(c, d, 6, tight, nullptr));  // fewer tiles than blocks (W < C)
 }
 
 TEST(DecodeEdge, EmptyBatchIsANoOp) {

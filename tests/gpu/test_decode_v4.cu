@@ -2,7 +2,8 @@
 // suites of test_decode.cu (which already run v4 on every curated, small and edge case):
 // query tiles (groups above 8, MQA), the split-KV plan (no split when the grid is full, a
 // split for a single sequence, the per-block byte cap on long sequences of a skewed batch),
-// plan knobs (v4_tuning.h) that must not change the function computed, and the operand
+// plan knobs (gpu::DecodeTuning, decode_plan.h) that must not change the function computed,
+// forced split counts, and the operand
 // flavours at head_dim 256 with an f16 Q (bf16 hi + lo split of Q).
 // Cases: reference/attention/paged_case.h (seeded, printed; permuted over-provisioned
 // tables, NaN in unused slots); outputs guarded and NaN-prefilled (run_gpu_decode).
@@ -13,7 +14,7 @@
 #include <vector>
 
 #include "gpu/attention/decode.h"
-#include "gpu/attention/v4_tuning.h"
+#include "gpu/attention/decode_plan.h"
 #include "reference/attention/paged_case.h"
 #include "reference/layout/layout_names.h"
 #include "reference/metrics/tolerance.h"
@@ -33,10 +34,11 @@ std::vector<int> mma_versions() {
 }
 
 // Runs `version` on `c` and checks O and LSE against the reference over the same cache.
-void expect_matches(ref::PagedCase& c, int version, const std::string& what) {
+void expect_matches(ref::PagedCase& c, int version, const std::string& what,
+                    const gpu::DecodeTuning& tuning = gpu::DecodeTuning{}) {
   DeviceCase d(c);
   const ref::DecodeOutputs tight = ref::reference_decode(c);
-  const GpuDecodeRun r = run_gpu_decode(c, d, version);
+  const GpuDecodeRun r = run_gpu_decode(c, d, version, nullptr, tuning);
   const std::string ctx = gpu::decode_version(version).name + " " + what + " | " + c.describe();
   ASSERT_TRUE(r.supported) << ctx << ": " << r.reason;
   EXPECT_EQ(r.guard_damage, "") << ctx;
@@ -45,12 +47,6 @@ void expect_matches(ref::PagedCase& c, int version, const std::string& what) {
   EXPECT_TRUE(
       within_tolerance(r.lse, tight.lse, Op::kDecodeLse, c.geom.format, c.spec.q_dtype, ctx));
 }
-
-// Restores the default plan knobs when a test that changed them ends.
-struct TuningGuard {
-  gpu::V4Tuning saved = gpu::v4_tuning();
-  ~TuningGuard() { gpu::v4_tuning() = saved; }
-};
 
 TEST(DecodeV4, GroupsAboveEightUseQueryTiles) {
   KVLAB_SKIP_WITHOUT_GPU();
@@ -92,8 +88,11 @@ TEST(DecodeV4, PlanSplitsOnlyWhenTheGridIsNotFull) {
   for (int v : mma_versions()) {
     EXPECT_GT(gpu::decode_workspace_bytes(d1.decode_args(c1, raw(o1), nullptr), v), 0u)
         << "version " << v;
-    EXPECT_EQ(gpu::decode_workspace_bytes(dm.decode_args(cm, raw(om), nullptr), v), 0u)
-        << "version " << v;
+    // v4, v5: no split (no workspace) when the grid is full; v6's persistent grid always
+    // keeps partial-result slots and merge counters.
+    if (v <= 5)
+      EXPECT_EQ(gpu::decode_workspace_bytes(dm.decode_args(cm, raw(om), nullptr), v), 0u)
+          << "version " << v;
     expect_matches(c1, v, "batch 1");
     expect_matches(cm, v, "batch 600");
   }
@@ -101,11 +100,11 @@ TEST(DecodeV4, PlanSplitsOnlyWhenTheGridIsNotFull) {
 
 TEST(DecodeV4, LongSequencesOfASkewedBatchAreCappedAndMerged) {
   KVLAB_SKIP_WITHOUT_GPU();
-  TuningGuard guard;
   // 300 sequences x 2 KV heads fill the grid (no split for filling), but the longest ones
   // exceed the per-block byte cap, set low here: 256 KiB = 1024 fp8 d128 tokens of one KV
   // head, so they split while the short ones stay whole.
-  gpu::v4_tuning().max_chunk_bytes = 256 << 10;
+  gpu::DecodeTuning tu;
+  tu.max_chunk_bytes = 256 << 10;
   ref::PagedCaseSpec s = seeded_spec("decode.v4.skew", KvLayout::kNHD, KvFormat::kFP8E4M3);
   s.num_qo_heads = 8;
   s.num_kv_heads = 2;
@@ -116,15 +115,14 @@ TEST(DecodeV4, LongSequencesOfASkewedBatchAreCappedAndMerged) {
   DeviceCase d(c);
   thrust::device_vector<uint16_t> o(c.o_elements());
   for (int v : mma_versions()) {
-    EXPECT_GT(gpu::decode_workspace_bytes(d.decode_args(c, raw(o), nullptr), v), 0u)
-        << "the cap must split";
-    expect_matches(c, v, "skewed, capped");
+    EXPECT_GT(gpu::decode_workspace_bytes(d.decode_args(c, raw(o), nullptr), v, tu), 0u)
+        << "the cap must split (v4, v5) / the persistent grid must share items (v6+)";
+    expect_matches(c, v, "skewed, capped", tu);
   }
 }
 
 TEST(DecodeV4, PlanKnobsDoNotChangeTheResult) {
   KVLAB_SKIP_WITHOUT_GPU();
-  TuningGuard guard;
   ref::PagedCaseSpec s =
       seeded_spec("decode.v4.knobs", KvLayout::kHND, KvFormat::kBF16, DType::kF16);
   s.num_qo_heads = 16;
@@ -133,11 +131,51 @@ TEST(DecodeV4, PlanKnobsDoNotChangeTheResult) {
   ref::PagedCase c = ref::make_paged_case(s);
   for (int waves : {1, 2, 8})
     for (bool pdl : {true, false}) {
-      gpu::v4_tuning().fill_waves = waves;
-      gpu::v4_tuning().pdl = pdl;
+      gpu::DecodeTuning tu;
+      tu.fill_waves = waves;
+      tu.pdl = pdl;
       for (int v : mma_versions())
-        expect_matches(c, v, "fill_waves " + std::to_string(waves) + (pdl ? " pdl" : " no-pdl"));
+        expect_matches(c, v, "fill_waves " + std::to_string(waves) + (pdl ? " pdl" : " no-pdl"),
+                       tu);
     }
+}
+
+TEST(DecodeV4, ForcedSplitCountsDoNotChangeTheResult) {
+  KVLAB_SKIP_WITHOUT_GPU();
+  // Forced split counts (v4, v5: splits per item; v6: persistent blocks per item) from one
+  // to more than the tiles of the shortest sequences, and v6's fewest tiles per block.
+  ref::PagedCaseSpec s = seeded_spec("decode.v4.forced", KvLayout::kNHD, KvFormat::kFP8E4M3);
+  s.num_qo_heads = 8;
+  s.num_kv_heads = 2;
+  s.seq_lens = {2500, 1, 0, 700, 33};
+  ref::PagedCase c = ref::make_paged_case(s);
+  for (int splits : {1, 2, 5, 64, 1000}) {
+    gpu::DecodeTuning tu;
+    tu.num_splits = splits;
+    for (int v : mma_versions()) expect_matches(c, v, "splits " + std::to_string(splits), tu);
+  }
+  for (int min_tiles : {1, 3, 1000}) {
+    gpu::DecodeTuning tu;
+    tu.min_tiles_per_block = min_tiles;
+    for (int v : mma_versions()) expect_matches(c, v, "min tiles " + std::to_string(min_tiles), tu);
+  }
+}
+
+TEST(DecodeV4, BadTuningIsAnInvalidArgument) {
+  KVLAB_SKIP_WITHOUT_GPU();
+  ref::PagedCaseSpec s = seeded_spec("decode.v4.bad_tuning", KvLayout::kNHD, KvFormat::kBF16);
+  s.seq_lens = {40};
+  ref::PagedCase c = ref::make_paged_case(s);
+  DeviceCase d(c);
+  thrust::device_vector<uint16_t> o(c.o_elements());
+  const DecodeArgs a = d.decode_args(c, raw(o), nullptr);
+  gpu::DecodeTuning tu;
+  tu.num_splits = -1;
+  for (int v : mma_versions())
+    EXPECT_THROW(gpu::decode_attention(a, v, tu, nullptr, 0, nullptr), InvalidArgument) << v;
+  tu = gpu::DecodeTuning{};
+  tu.min_wave_efficiency = 2.0;
+  EXPECT_THROW(gpu::decode_workspace_bytes(a, 4, tu), InvalidArgument);
 }
 
 TEST(DecodeV4, HeadDim256EveryFormatWithF16Queries) {

@@ -274,8 +274,12 @@ def evaluate(build, m, scratch, work, baseline, pack_dir=None):
            "result": "", "killed_by": "", "detail": "", "seconds": 0.0}
     t0 = time.time()
     path = os.path.join(scratch, m["file"])
-    with open(os.path.join(build.root, m["file"])) as f:
-        original = f.read()
+    try:
+        with open(os.path.join(build.root, m["file"])) as f:
+            original = f.read()
+    except OSError:
+        res.update(result="stale", detail=f"{m['file']} no longer exists")
+        return res
     mutated, why = apply_patch(original, m)
     if mutated is None:
         res.update(result="stale", detail=why)
@@ -568,8 +572,11 @@ def main(argv):
             root = os.path.dirname(os.path.dirname(HERE))
             stale = 0
             for m in ms:
-                with open(os.path.join(root, m["file"])) as f:
-                    _, why = apply_patch(f.read(), m)
+                try:
+                    with open(os.path.join(root, m["file"])) as f:
+                        _, why = apply_patch(f.read(), m)
+                except OSError:
+                    why = "the file no longer exists"
                 if why:
                     stale += 1
                     log(f"stale {m['id']}: {m['file']}: {why}")

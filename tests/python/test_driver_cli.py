@@ -190,7 +190,7 @@ def test_sigkill_mid_sweep_then_resume(run, kvlab_bin, tmp_path):
     assert len(set(keys(out))) == total
     res = load(str(out))
     assert len(res.runs) == kills + 1
-    assert (res.runs["finished_utc"].iloc[:kills] == "").all() and res.runs["finished_utc"].iloc[kills] != ""
+    assert res.runs["finished_utc"].iloc[:kills].isna().all() and res.runs["finished_utc"].notna().iloc[kills]
     # Resuming a finished sweep runs nothing.
     r = run("sweep", ini, "--out", out, "--resume", "--progress", "none")
     assert r.returncode == 0 and "done: 0 points run" in r.stdout

@@ -33,6 +33,22 @@ block_size = 1, 16, 256
 context = 1000, 32000
 """
 
+# The serving pipeline on sim's roofline clock (no GPU): the serving figures' input.
+SERVING_INI = """\
+[serving]
+kind = serving
+preset = tiny
+pool_blocks = 256
+max_num_seqs = 16
+max_num_batched_tokens = 96
+max_context = 512
+executor = roofline
+workload = chat_poisson, offline_batch
+length_scale = 0.05
+num_requests = 20
+kv_blocks = 24
+"""
+
 # What each figure's title must say about where its numbers come from.
 PROVENANCE = {
     "quant_error_vs_format_block": "synthetic", "quant_error_vs_bits": "synthetic", "format_error": "synthetic",
@@ -40,6 +56,7 @@ PROVENANCE = {
     "capacity_vs_block_size": "computed", "capacity_vs_compression_ratio": "computed", "roofline": "predicted",
     "decode_bandwidth_vs_context": H100, "append_bandwidth": H100, "simulated_vs_measured": H100,
     "decode_step_time_vs_batch": H100, "decode_step_gemm_crossover": H100,
+    "serving_fidelity": "not a measurement", "serving_step_residuals": "not a measurement",
 }
 
 
@@ -48,7 +65,7 @@ def cpu_results(kvlab_bin, tmp_path_factory):
     d = tmp_path_factory.mktemp("allfig")
     ini = d / "all.ini"
     kinds = KINDS_INI.split("\n", 2)[2]  # without its name and seed lines
-    ini.write_text(SMALL_INI.replace("name = small", "name = allfig") + kinds + CAPACITY_INI)
+    ini.write_text(SMALL_INI.replace("name = small", "name = allfig") + kinds + CAPACITY_INI + SERVING_INI)
     out = d / "all.h5"
     r = subprocess.run([kvlab_bin, "sweep", str(ini), "--out", str(out), "--progress", "none", "--no-fsync"],
                        capture_output=True, text=True, timeout=300)

@@ -1,6 +1,7 @@
-// v4_mma_ptx.cuh: the warp-level PTX the tensor-core decode versions (v4_*.cu) are built
-// from: mma.sync m16n8k16 (f16 and bf16 operands, f32 accumulators), ldmatrix.trans,
-// movmatrix.trans, 4-byte cp.async, packing helpers and programmatic dependent launch.
+// mma_ptx.cuh: the PTX the tensor-core decode versions (v4, v5, v6) are built from:
+// mma.sync m16n8k16 (f16 and bf16 operands, f32 accumulators), ldmatrix.trans,
+// movmatrix.trans, 4-byte cp.async, packing helpers, programmatic dependent launch, and
+// Hopper's bulk copies completing on shared-memory barriers (mbarrier).
 //
 // Fragment layouts of mma.m16n8k16 (g = lane / 4, t = lane % 4; each 32-bit register
 // holds two 16-bit elements, the lower-indexed one in the low half):
@@ -10,8 +11,8 @@
 //   C [16 x 8] f32:   c0 (row g, col 2t) c1 (row g, col 2t+1) c2 (row g+8, col 2t) c3 (row g+8, col
 //   2t+1)
 // The k index of A and B is contracted, so any bijection between k and the stored
-// dimension works as long as A and B use the same one: v4 exploits this to read K rows
-// with wide loads (see v4_mma_decode.cu).
+// dimension works as long as A and B use the same one: the decode kernels exploit this to
+// read K rows with wide loads (see v4_mma_decode.cu and mma_operands.cuh).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -150,6 +151,70 @@ __device__ __forceinline__ void pdl_launch_dependents() {
 }
 __device__ __forceinline__ void pdl_wait() {
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
+}
+
+// ------------------------------------------------------------------ mbarrier + bulk copies (sm_90)
+// A shared-memory barrier (8 bytes, 8-byte aligned) counts arrivals and transaction bytes;
+// a phase completes when the expected arrivals have arrived AND the expected bytes have
+// landed. Phases alternate parity 0, 1, 0, ...; a waiter names the parity it waits for.
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void mbarrier_init(uint64_t* bar, uint32_t arrivals) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(arrivals)
+               : "memory");
+}
+// Makes barrier initializations visible to the async proxy (bulk copies) before first use.
+__device__ __forceinline__ void fence_barrier_init() {
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+// Adds `bytes` to the transaction bytes the current phase waits for (no arrival).
+__device__ __forceinline__ void mbarrier_expect_tx(uint64_t* bar, uint32_t bytes) {
+  asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;\n" ::"r"(smem_addr(bar)),
+               "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void mbarrier_arrive(uint64_t* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_addr(bar)) : "memory");
+}
+// The executing thread's earlier cp.async copies become a pending arrival of the barrier's
+// current phase (counted now, arriving when they have landed).
+__device__ __forceinline__ void cp_async_mbarrier_arrive(uint64_t* bar) {
+  asm volatile("cp.async.mbarrier.arrive.shared::cta.b64 [%0];\n" ::"r"(smem_addr(bar)) : "memory");
+}
+// Blocks until the phase with parity `parity` has completed.
+__device__ __forceinline__ void mbarrier_wait(uint64_t* bar, uint32_t parity) {
+  const uint32_t a = smem_addr(bar);
+  uint32_t done = 0;
+  do {
+    asm volatile(
+        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+        " selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(a), "r"(parity)
+        : "memory");
+  } while (!done);
+}
+// Bulk copy of `bytes` (a multiple of 16; both addresses 16-byte aligned) from global to
+// shared memory, completing `bytes` transaction bytes on `bar`. L2 evict-first: the KV
+// stream is read once, so it should not push the merge partials out of L2.
+__device__ __forceinline__ void bulk_copy_g2s(void* smem_dst, const void* gmem_src, uint32_t bytes,
+                                              uint64_t* bar, uint64_t l2_policy) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], "
+      "[%1], %2, [%3], %4;\n" ::"r"(smem_addr(smem_dst)),
+      "l"(gmem_src), "r"(bytes), "r"(smem_addr(bar)), "l"(l2_policy)
+      : "memory");
+}
+__device__ __forceinline__ uint64_t l2_evict_first_policy() {
+  uint64_t pol;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(pol));
+  return pol;
+}
+// Orders this thread's earlier generic-proxy writes to shared memory (st.shared, cp.async)
+// before later async-proxy accesses (bulk copies) of the same bytes.
+__device__ __forceinline__ void fence_proxy_async_smem() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
 
 }  // namespace kvlab::gpu::mma

@@ -1,0 +1,171 @@
+#!/usr/bin/env python3
+"""Two timers, one kernel: kvlab's decode attention timed by the C++ harness (a `kvlab sweep`
+point, gpu/bench) and, on the same shape, from Python through kvlab.ops with the peer timer
+of experiments/peers/peer_timer.py (PeerTimer: the timer PyTorch SDPA and FlashInfer are
+measured with, by the C++ harness's rules and flush kernel; it needs torch and CuPy). If both timers flush L2 and count the same way, their medians agree; a ratio away from
+1 means one of them, not the kernel, is off, and every kvlab-vs-peer comparison inherits it.
+
+    python3 experiments/python/timing_crosscheck.py --kvlab build/experiments/kvlab --out DIR
+        [--version NAME] [--shape BATCHxCONTEXT ...]
+
+Shape: BF16 paged decode, NHD, head_dim 128, 8 KV heads, GQA 4 (32 query heads), block 16,
+uniform lengths, eager launch, cold L2 in both timers. The Python side calls a
+kvlab.ops.prepare_decode_attention handle (checked once; each timed call is the launch
+alone, as in the C++ harness), on a cache with a seeded permutation of the pages and random
+BF16 data. Writes DIR/crosscheck.csv, DIR/crosscheck.png / .pdf (median per timer with
+quartile bars, and the ratio) and DIR/cpp.h5 (the C++ points); prints the table last.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+HEAD_DIM, KV_HEADS, GQA, BLOCK = 128, 8, 4, 16
+
+
+def peer_timer(config_text: str):
+    """The peers' timer (experiments/peers/peer_timer.py: the C++ harness's flush kernel,
+    events and stopping rule), with the [timing] options of the C++ run's own config."""
+    sys.path.insert(0, os.path.join(ROOT, "experiments", "peers"))
+    from peer_timer import PeerTimer, TimingOptions
+    return PeerTimer(TimingOptions.from_config_text(config_text))
+
+
+def cpp_times(kvlab_bin, version, shapes, out_dir):
+    """The C++ harness's median and quartiles per shape (one `kvlab sweep` run)."""
+    import kvlab
+    ini = os.path.join(out_dir, "crosscheck.ini")
+    h5 = os.path.join(out_dir, "cpp.h5")
+    if os.path.exists(h5):
+        os.remove(h5)
+    with open(ini, "w") as f:
+        f.write("name = timing_crosscheck\nseed = 1\n")
+        for i, (b, ctx) in enumerate(shapes):
+            f.write(f"[s{i}]\nkind = decode_attention\nversion = {version}\nkv_format = bf16\nlayout = nhd\n"
+                    f"head_dim = {HEAD_DIM}\nnum_kv_heads = {KV_HEADS}\ngqa_group = {GQA}\nblock_size = {BLOCK}\n"
+                    f"batch = {b}\ncontext = {ctx}\nlengths = uniform\ngraph = off\n")
+    r = subprocess.run([kvlab_bin, "sweep", ini, "--out", h5, "--progress", "none"], capture_output=True, text=True)
+    if r.returncode != 0:
+        raise SystemExit(f"kvlab sweep failed ({r.returncode}):\n{r.stdout}\n{r.stderr}")
+    df = kvlab.load(h5, kind="decode_attention")
+    config_text = str(df.attrs["provenance"].get("config_text", ""))
+    out = {}
+    for _, row in df.iterrows():
+        if row["status"] != "ok":
+            raise SystemExit(f"C++ point {row['key']} {row['status']}: {row['reason']}")
+        out[(int(row["batch"]), int(row["context"]))] = dict(median_us=row["median_us"], q1_us=row["q1_us"],
+                                                             q3_us=row["q3_us"], reps=row["reps"],
+                                                             timing=row.get("timing", ""))
+    return out, config_text
+
+
+def python_times(version, shapes, config_text):
+    import torch
+
+    import kvlab
+    timer = peer_timer(config_text)
+    out = {}
+    for b, ctx in shapes:
+        g = torch.Generator(device="cuda").manual_seed(1000 + b + ctx)
+        per_seq = (ctx + BLOCK - 1) // BLOCK
+        nb = b * per_seq
+        k = torch.randn(nb, BLOCK, KV_HEADS, HEAD_DIM, generator=g, device="cuda").to(torch.bfloat16)
+        v = torch.randn(nb, BLOCK, KV_HEADS, HEAD_DIM, generator=g, device="cuda").to(torch.bfloat16)
+        table = torch.randperm(nb, generator=g, device="cuda").to(torch.int32).view(b, per_seq)
+        lens = torch.full((b,), ctx, dtype=torch.int32, device="cuda")
+        q = torch.randn(b, KV_HEADS * GQA, HEAD_DIM, generator=g, device="cuda").to(torch.bfloat16)
+        ws = torch.empty(kvlab.ops.decode_workspace_bytes(q, k, v, table, lens, version=version, max_seq_len=ctx) + 1,
+                         dtype=torch.uint8, device="cuda")
+        call = kvlab.ops.prepare_decode_attention(q, k, v, table, lens, version=version, workspace=ws,
+                                                  max_seq_len=ctx)
+        t = timer.time(call.run)
+        out[(b, ctx)] = dict(median_us=t["median_us"], q1_us=t["q1_us"], q3_us=t["q3_us"], reps=t["reps"])
+        del k, v, q, table, ws, call
+        torch.cuda.empty_cache()
+    return out
+
+
+def figure(rows, path_base, device, version):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    labels = [f"{r['batch']} x {r['context'] // 1024}k" if r["context"] >= 1024 else f"{r['batch']} x {r['context']}"
+              for r in rows]
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(7.0, 2.6), layout="constrained",
+                                 gridspec_kw={"width_ratios": [2, 1]})
+    x = range(len(rows))
+    for off, key, color, name in ((-0.18, "cpp", "#1f77b4", "C++ harness (kvlab sweep)"),
+                                  (0.18, "py", "#ff7f0e", "Python: peer timer + kvlab.ops")):
+        med = [r[f"{key}_median_us"] for r in rows]
+        err = [[r[f"{key}_median_us"] - r[f"{key}_q1_us"] for r in rows],
+               [r[f"{key}_q3_us"] - r[f"{key}_median_us"] for r in rows]]
+        a1.bar([i + off for i in x], med, width=0.34, color=color, yerr=err, capsize=2, label=name,
+               error_kw=dict(elinewidth=0.6, capthick=0.6))
+    a1.set_yscale("log")
+    a1.set_xticks(list(x), labels)
+    a1.set_xlabel("batch x context (tokens)")
+    a1.set_ylabel("time per call, median (µs)")
+    a1.legend(loc="upper left", fontsize=7, frameon=False)
+    a2.axhline(1.0, color="k", lw=0.8, ls="--")
+    a2.plot(list(x), [r["ratio"] for r in rows], marker="o", color="k", ls="")
+    a2.set_xticks(list(x), labels)
+    a2.set_xlabel("batch x context (tokens)")
+    a2.set_ylabel("Python / C++ median")
+    lo, hi = min(r["ratio"] for r in rows), max(r["ratio"] for r in rows)
+    a2.set_ylim(min(0.95, lo - 0.02), max(1.05, hi + 0.02))
+    fig.suptitle(f"Two timers, one kernel: {version}, BF16 paged decode, cold L2, {device}", fontsize=8)
+    for ext in ("png", "pdf"):
+        fig.savefig(f"{path_base}.{ext}", dpi=300)
+    plt.close(fig)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--kvlab", required=True, help="the kvlab binary (C++ harness)")
+    ap.add_argument("--out", required=True, help="output directory")
+    ap.add_argument("--version", default="", help="decode version (default: the newest registered)")
+    ap.add_argument("--shape", action="append", help="BATCHxCONTEXT (repeatable; default 64x8192, 1x32768, 8x2048)")
+    a = ap.parse_args(argv)
+    import torch
+
+    import kvlab
+    if not torch.cuda.is_available():
+        print("timing_crosscheck: no CUDA device", file=sys.stderr)
+        return 2
+    version = a.version or max(kvlab.ops.decode_versions(), key=lambda v: v.id).name
+    shapes = []
+    for s in a.shape or ["64x8192", "1x32768", "8x2048"]:
+        b, _, c = s.partition("x")
+        shapes.append((int(b), int(c)))
+    os.makedirs(a.out, exist_ok=True)
+    cpp, config_text = cpp_times(a.kvlab, version, shapes, a.out)
+    py = python_times(version, shapes, config_text)
+    device = torch.cuda.get_device_name(0)
+    rows = []
+    for b, ctx in shapes:
+        c, p = cpp[(b, ctx)], py[(b, ctx)]
+        rows.append(dict(batch=b, context=ctx, version=version, device=device,
+                         cpp_median_us=c["median_us"], cpp_q1_us=c["q1_us"], cpp_q3_us=c["q3_us"], cpp_reps=c["reps"],
+                         py_median_us=p["median_us"], py_q1_us=p["q1_us"], py_q3_us=p["q3_us"], py_reps=p["reps"],
+                         ratio=p["median_us"] / c["median_us"]))
+    import csv
+    with open(os.path.join(a.out, "crosscheck.csv"), "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    figure(rows, os.path.join(a.out, "crosscheck"), device, version)
+    print(f"two timers, one kernel ({version}, {device}; medians in µs, [q1, q3]):")
+    print("| batch x context | C++ harness | Python peer timer | Python / C++ |")
+    print("|---|---:|---:|---:|")
+    for r in rows:
+        print(f"| {r['batch']} x {r['context']} | {r['cpp_median_us']:.1f} [{r['cpp_q1_us']:.1f}, {r['cpp_q3_us']:.1f}] | "
+              f"{r['py_median_us']:.1f} [{r['py_q1_us']:.1f}, {r['py_q3_us']:.1f}] | {r['ratio']:.3f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,75 @@
+// decode_auto.cpp: the compiled-in calibration table and choose_decode() (decode_auto.h).
+#include "gpu/attention/decode_auto.h"
+
+#include <sstream>
+
+#include "gpu/attention/decode.h"
+#include "gpu/attention/decode_impl.h"
+#include "gpu/core/device_info.h"
+#include "reference/core/error.h"
+#include "reference/layout/layout_names.h"
+
+namespace kvlab::gpu {
+
+const std::vector<DecodeAutoRow>& decode_auto_table() {
+  static const std::vector<DecodeAutoRow> rows = {
+#include "gpu/attention/decode_auto_table.inc"
+  };
+  return rows;
+}
+
+DecodeChoice choose_decode(const DecodeArgs& a) {
+  const LaunchLimits lim = current_launch_limits();
+  std::string device;
+  for (const DeviceInfo& d : list_devices())
+    if (d.index == lim.device) device = d.name;
+  DecodeAutoQuery q;
+  q.device = device;
+  q.kv_format = to_string(a.kv.geom.format);
+  q.layout = to_string(a.kv.geom.layout);
+  q.head_dim = a.kv.geom.head_dim;
+  q.gqa_group = a.kv.geom.num_kv_heads > 0 ? a.num_qo_heads / a.kv.geom.num_kv_heads : 0;
+  q.block_size = a.kv.geom.block_size;
+  q.batch = a.num_seqs;
+  q.context = detail::seq_len_bound64(a);
+
+  DecodeChoice ch;
+  std::ostringstream why;
+  if (const DecodeAutoRow* r = nearest_auto_row(decode_auto_table(), q)) {
+    for (const auto& v : decode_versions()) {
+      if (v.name != r->version) continue;
+      DecodeTuning tu;
+      tu.num_splits = auto_row_splits(*r, q);
+      const std::string reason = decode_unsupported_reason(a, v.id, tu);
+      if (!reason.empty()) {
+        why << "the nearest measured shape's " << v.name << " declines (" << reason << "); ";
+        break;
+      }
+      ch.version = v.id;
+      ch.tuning = tu;
+      why << "calibrated (" << r->device << "): nearest measured shape " << r->kv_format << " "
+          << r->layout << " d" << r->head_dim << " g" << r->gqa_group << " b" << r->block_size
+          << " " << r->batch << " x " << r->context << ": " << r->version << " splits "
+          << r->num_splits << " (" << r->median_us << " us)";
+      ch.basis = why.str();
+      return ch;
+    }
+    if (why.str().empty()) why << "the table's version " << r->version << " is not registered; ";
+  } else {
+    why << "no calibration for " << (device.empty() ? "this device" : device) << " / "
+        << q.kv_format << "; ";
+  }
+  const auto& vs = decode_versions();
+  for (auto it = vs.rbegin(); it != vs.rend(); ++it) {
+    if (!decode_unsupported_reason(a, it->id).empty()) continue;
+    ch.version = it->id;
+    why << "default rule: the newest version that supports the shape";
+    ch.basis = why.str();
+    return ch;
+  }
+  KVLAB_UNSUPPORTED_IF(
+      true, "version auto: no decode version supports these arguments (" << why.str() << ")");
+  return ch;
+}
+
+}  // namespace kvlab::gpu

@@ -1,0 +1,458 @@
+// mma_operands.cuh: per-format operand loaders of the tensor-core decode kernels (v4, v5,
+// v6): stored K / V bytes in a shared-memory tile -> exact 16-bit mma A fragments.
+//
+// One loader per KvFormat (MmaOperand<F, D>), so the inner loop (mma_tile_compute.cuh) has
+// no format branches: it asks the loader for the A fragments of a 16-token pass and feeds
+// them to the tensor cores. Each loader fixes the operand "flavour" of its format:
+//
+//   format            Q.K^T operands   P.V operands   how K/V become 16-bit, exactly
+//   bf16              bf16             bf16           the stored pairs are the fragments
+//   fp16              f16              f16            idem
+//   fp8_e4m3 (pool)   f16              f16            cvt e4m3x2 -> f16x2 (every E4M3 is a half)
+//   fp8_e4m3 per tok  f16              bf16           cvt -> f16 for K (token scale on the
+//                                                     score); V as bf16, its token scale on P
+//   fp8_e5m2          f16              f16            the code is the top byte of the half
+//   nvfp4             f16              f16            e2m1 -> e4m3 bytes (prmt lookup) -> f16
+//                                                     x the E4M3 block scale (exact in f16)
+//   mxfp4             bf16             bf16           e2m1 -> float x 2^k -> bf16 (exact)
+//
+// Pool scales (k_scale / v_scale, NVFP4's tensor scale) are folded into the softmax and
+// output scales by the kernel; f16 P is scaled by 2^14 (kPScale) so its hi/lo split stays
+// subnormal-free, and the output scale undoes it.
+//
+// Shared-memory tile of one warp and stage, per token (row) r of the tile:
+//   K row  [kRowBytes + 16 padding]   at sk + r * kRowStride   (the stored row, dims in order)
+//   V row  idem                       at sv + r * kRowStride
+//   scales [kScaleStride] bytes       at sks / svs + r * kScaleStride (per-token FP32, or the
+//                                     block-scale codes of the row; none for 16-bit / pool)
+//
+// Fragment ownership (g = lane / 4, t = lane % 4; mma_ptx.cuh has the m16n8k16 layout):
+//  * K (A of S^T = K.Q^T, tokens as M): thread (g, t) reads dims [t*D/4, (t+1)*D/4) of
+//    tokens g and g+8 of the pass with wide loads; k-step ks covers dims t*D/4 + 4ks .. +3
+//    (the mma contracts k, Q's B fragments use the same order: mma_tile_compute.cuh).
+//  * V (A of O^T += V^T.P^T, dims as M): 16-bit rows go through ldmatrix.trans (m-tile mt =
+//    dims 16mt .. 16mt+15); 8- and 4-bit rows give thread g the dims [g*D/16, (g+1)*D/16)
+//    and [(g+8)*D/16, ...) of tokens 2t, 2t+1, 2t+8, 2t+9 and pair tokens by byte permutes
+//    (m-tile mt = dim offset mt inside each range). acc_dim() maps an accumulator back.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "gpu/attention/kv_vec.cuh"
+#include "gpu/attention/mma_ptx.cuh"
+#include "gpu/dispatch.cuh"
+
+namespace kvlab::gpu::mma {
+
+constexpr float kPScale = 16384.0f;  // f16 P * 2^14 keeps P's f16 split subnormal-free
+
+// kWords 32-bit words from shared memory (8- or 16-byte aligned when kWords >= 2 / 4).
+template <int kWords>
+__device__ __forceinline__ void lds_words(const uint8_t* src, uint32_t (&w)[kWords]) {
+  if constexpr (kWords == 1) {
+    w[0] = *reinterpret_cast<const uint32_t*>(src);
+  } else if constexpr (kWords == 2) {
+    const uint2 r = *reinterpret_cast<const uint2*>(src);
+    w[0] = r.x, w[1] = r.y;
+  } else {
+#pragma unroll
+    for (int i = 0; i < kWords / 4; ++i) {
+      const uint4 r = *reinterpret_cast<const uint4*>(src + 16 * i);
+      w[4 * i] = r.x, w[4 * i + 1] = r.y, w[4 * i + 2] = r.z, w[4 * i + 3] = r.w;
+    }
+  }
+}
+
+// A range of 2/4/8/16 bytes of shared memory as 32-bit words (a 2-byte range in the low half).
+template <int kBytes>
+__device__ __forceinline__ void lds_range(const uint8_t* src, uint32_t (&w)[(kBytes + 3) / 4]) {
+  if constexpr (kBytes == 2)
+    w[0] = *reinterpret_cast<const uint16_t*>(src);
+  else
+    lds_words<kBytes / 4>(src, w);
+}
+
+// Four stored elements (the low 16 bits of w for 4-bit storage, w for 8-bit) -> floats, exactly.
+template <KvElem E>
+__device__ __forceinline__ void decode4(uint32_t w, float (&f)[4]) {
+  if constexpr (E == KvElem::kE2M1) {
+    const float2 a = e2m1x2_to_float2(w & 0xFFu), b = e2m1x2_to_float2((w >> 8) & 0xFFu);
+    f[0] = a.x, f[1] = a.y, f[2] = b.x, f[3] = b.y;
+  } else {
+    static_assert(E == KvElem::kE4M3, "decode4: e4m3 or e2m1");
+    const float2 a = e4m3x2_to_float2(static_cast<uint16_t>(w & 0xFFFFu)),
+                 b = e4m3x2_to_float2(static_cast<uint16_t>(w >> 16));
+    f[0] = a.x, f[1] = a.y, f[2] = b.x, f[3] = b.y;
+  }
+}
+
+// ------------------------------------------------------------------ tile geometry
+// What every loader of a (format, head_dim) shares: the row and fragment geometry.
+template <KvFormat F, int D>
+struct OperandGeometry {
+  static constexpr KvFormat kFormat = F;
+  static constexpr KvElem kElem = kv_elem_of(F);
+  static constexpr int kBits = kv_elem_bits(kElem);
+  static constexpr int kRowBytes = D * kBits / 8;
+  static constexpr int kRowStride = kRowBytes + 16;    // consecutive rows start 4 banks apart
+  static constexpr int kMT = D / 16;                   // k-steps of Q.K^T = m-tiles of P.V
+  static constexpr int kCS = kMT < 8 ? kMT : 8;        // k-steps per K-slice load
+  static constexpr int kCBytes = kCS * 4 * kBits / 8;  // bytes per token per K-slice load
+  static constexpr int kCW = kCBytes / 4;
+  static constexpr int kRange = D / 16;  // dims per V range (8- and 4-bit path)
+  static constexpr int kRangeBytes = kRange * kBits / 8;
+  static constexpr int kRangeWords = (kRangeBytes + 3) / 4;
+  // Scale bytes per token: copied from global memory, and the stride of the shared tile
+  // (kv_layout.h: per-token FP32, or D / group block-scale codes; the layout header's
+  // functions are not constexpr, so the two facts are restated here).
+  static constexpr bool kTokenScales = F == KvFormat::kFP8E4M3PerToken;
+  static constexpr int kScaleGroup = F == KvFormat::kNVFP4 ? 16 : (F == KvFormat::kMXFP4 ? 32 : 0);
+  static constexpr int kScaleBytes = kTokenScales ? 4 : (kScaleGroup ? D / kScaleGroup : 0);
+  static_assert(kCBytes % 8 == 0, "K slice loads");
+  static_assert(D % 64 == 0, "head_dim: a multiple of 64");
+
+  // The head-dimension index of accumulator element (m-tile mt, half h: c0/c1 -> 0, c2/c3 -> 1).
+  __device__ static int acc_dim(int mt, int g, int h) {
+    if constexpr (kBits == 16)
+      return mt * 16 + g + 8 * h;
+    else
+      return (g + 8 * h) * kRange + mt;
+  }
+
+  // The K slice loop shared by every loader: thread (g, t) loads its dims of rows r0 = g and
+  // r1 = g + 8 of a 16-token pass in kCBytes pieces; conv(words0, words1, s_, ks, a) turns
+  // k-step ks (slot s_ of the piece) into an A fragment, which goes to emit(ks, a).
+  template <class Conv, class Emit>
+  __device__ static void k_slices(const uint8_t* sk_pass, int lane, Conv&& conv, Emit&& emit) {
+    const int g = lane >> 2, t = lane & 3;
+    const uint8_t* k0 = sk_pass + g * kRowStride + t * (kRowBytes / 4);
+    const uint8_t* k1 = k0 + 8 * kRowStride;
+#pragma unroll
+    for (int ck = 0; ck < kMT / kCS; ++ck) {
+      uint32_t w0[kCW], w1[kCW];
+      lds_words<kCW>(k0 + ck * kCBytes, w0);
+      lds_words<kCW>(k1 + ck * kCBytes, w1);
+#pragma unroll
+      for (int s_ = 0; s_ < kCS; ++s_) {
+        uint32_t a[4];
+        conv(w0, w1, s_, ck * kCS + s_, a);
+        emit(ck * kCS + s_, a);
+      }
+    }
+  }
+
+  // The 8/4-bit V pass shared by those loaders: thread (g, t) loads the two ranges of tokens
+  // 2t, 2t+1, 2t+8, 2t+9; piece(x, y, reg, q4, A) fills register `reg` (a0..a3) of the four
+  // m-tiles 4q4 .. 4q4+3 from words x (token of the pair's low half) and y.
+  template <class Piece, class Emit>
+  __device__ static void v_ranges(const uint8_t* sv_pass, int lane, Piece&& piece, Emit&& emit) {
+    static_assert(kBits < 16, "16-bit V rows use ldmatrix");
+    const int g = lane >> 2, t = lane & 3;
+    const int ra = 2 * t, rb = 2 * t + 1, rc = 2 * t + 8, rd = 2 * t + 9;
+    const int o0 = g * kRangeBytes, o1 = (g + 8) * kRangeBytes;
+    uint32_t wa0[kRangeWords], wa1[kRangeWords], wb0[kRangeWords], wb1[kRangeWords];
+    uint32_t wc0[kRangeWords], wc1[kRangeWords], wd0[kRangeWords], wd1[kRangeWords];
+    lds_range<kRangeBytes>(sv_pass + ra * kRowStride + o0, wa0);
+    lds_range<kRangeBytes>(sv_pass + ra * kRowStride + o1, wa1);
+    lds_range<kRangeBytes>(sv_pass + rb * kRowStride + o0, wb0);
+    lds_range<kRangeBytes>(sv_pass + rb * kRowStride + o1, wb1);
+    lds_range<kRangeBytes>(sv_pass + rc * kRowStride + o0, wc0);
+    lds_range<kRangeBytes>(sv_pass + rc * kRowStride + o1, wc1);
+    lds_range<kRangeBytes>(sv_pass + rd * kRowStride + o0, wd0);
+    lds_range<kRangeBytes>(sv_pass + rd * kRowStride + o1, wd1);
+    constexpr int kPerWord = 32 / kBits;  // elements per word
+#pragma unroll
+    for (int q4 = 0; q4 < kRange / 4; ++q4) {  // 4 dims (4 m-tiles) at a time
+      const int wi = (q4 * 4) / kPerWord, sh = ((q4 * 4) % kPerWord) * kBits;
+      uint32_t A[4][4];                           // [m-tile within the step][a0..a3]
+      piece(wa0[wi] >> sh, wb0[wi] >> sh, 0, A);  // a0: dims of range 0, tokens 2t, 2t+1
+      piece(wa1[wi] >> sh, wb1[wi] >> sh, 1, A);  // a1: range 1
+      piece(wc0[wi] >> sh, wd0[wi] >> sh, 2, A);  // a2: range 0, tokens 2t+8, 2t+9
+      piece(wc1[wi] >> sh, wd1[wi] >> sh, 3, A);  // a3
+#pragma unroll
+      for (int d = 0; d < 4; ++d) emit(q4 * 4 + d, A[d]);
+    }
+  }
+};
+
+// ------------------------------------------------------------------ the loaders
+// Interface of MmaOperand<F, D> (every member static):
+//   kQkF16, kPvF16           mma operand types of Q.K^T and P.V (false: bf16)
+//   k_frags(sk_pass, sks_pass, lane, emit)   emit(ks, a) for the kMT k-steps of a pass
+//   k_row_scale(sks, r)      per-token K scale of row r (1 without token scales)
+//   scale_probs(p, svs, r0, r1)  P's factor before rounding: 2^14 (f16 P) or V's token scale
+//   v_frags(sv_pass, svs_pass, lane, emit)   emit(mt, a) for the kMT m-tiles of a pass
+//   kOutScale                what the output is multiplied by to undo scale_probs' constant
+template <KvFormat F, int D>
+struct MmaOperand;
+
+// 16-bit storage: the stored pairs are the fragments.
+template <KvFormat F, int D, bool kF16>
+struct Operand16 : OperandGeometry<F, D> {
+  using G = OperandGeometry<F, D>;
+  static constexpr bool kQkF16 = kF16, kPvF16 = kF16;
+  static constexpr float kOutScale = kF16 ? 1.0f / kPScale : 1.0f;
+  template <class Emit>
+  __device__ static void k_frags(const uint8_t* sk_pass, const uint8_t*, int lane, Emit&& emit) {
+    G::k_slices(
+        sk_pass, lane,
+        [](const uint32_t(&w0)[G::kCW], const uint32_t(&w1)[G::kCW], int s_, int, uint32_t(&a)[4]) {
+          a[0] = w0[2 * s_], a[2] = w0[2 * s_ + 1], a[1] = w1[2 * s_], a[3] = w1[2 * s_ + 1];
+        },
+        emit);
+  }
+  __device__ static float k_row_scale(const uint8_t*, int) { return 1.0f; }
+  __device__ static void scale_probs(float (&p)[4], const uint8_t*, int, int) {
+    if constexpr (kF16) p[0] *= kPScale, p[1] *= kPScale, p[2] *= kPScale, p[3] *= kPScale;
+  }
+  // V^T fragments straight from the token-major tile: matrix i of lane l is rows (tokens)
+  // (i/2)*8 + l%8, columns (dims) mt*16 + (i%2)*8.
+  template <class Emit>
+  __device__ static void v_frags(const uint8_t* sv_pass, const uint8_t*, int lane, Emit&& emit) {
+    const uint8_t* vrow =
+        sv_pass + ((lane >> 4) * 8 + (lane & 7)) * G::kRowStride + ((lane >> 3) & 1) * 16;
+#pragma unroll
+    for (int mt = 0; mt < G::kMT; ++mt) {
+      uint32_t a[4];
+      ldmatrix_x4_trans(a, vrow + mt * 32);
+      emit(mt, a);
+    }
+  }
+};
+template <int D>
+struct MmaOperand<KvFormat::kBF16, D> : Operand16<KvFormat::kBF16, D, false> {};
+template <int D>
+struct MmaOperand<KvFormat::kFP16, D> : Operand16<KvFormat::kFP16, D, true> {};
+
+// FP8 E4M3 with a pool scale: one cvt per pair, f16 operands both ways.
+template <int D>
+struct MmaOperand<KvFormat::kFP8E4M3, D> : OperandGeometry<KvFormat::kFP8E4M3, D> {
+  using G = OperandGeometry<KvFormat::kFP8E4M3, D>;
+  static constexpr bool kQkF16 = true, kPvF16 = true;
+  static constexpr float kOutScale = 1.0f / kPScale;
+  template <class Emit>
+  __device__ static void k_frags(const uint8_t* sk_pass, const uint8_t*, int lane, Emit&& emit) {
+    G::k_slices(
+        sk_pass, lane,
+        [](const uint32_t(&w0)[G::kCW], const uint32_t(&w1)[G::kCW], int s_, int, uint32_t(&a)[4]) {
+          a[0] = e4m3x2_to_f16x2(w0[s_]), a[2] = e4m3x2_to_f16x2(w0[s_] >> 16);
+          a[1] = e4m3x2_to_f16x2(w1[s_]), a[3] = e4m3x2_to_f16x2(w1[s_] >> 16);
+        },
+        emit);
+  }
+  __device__ static float k_row_scale(const uint8_t*, int) { return 1.0f; }
+  __device__ static void scale_probs(float (&p)[4], const uint8_t*, int, int) {
+    p[0] *= kPScale, p[1] *= kPScale, p[2] *= kPScale, p[3] *= kPScale;
+  }
+  template <class Emit>
+  __device__ static void v_frags(const uint8_t* sv_pass, const uint8_t*, int lane, Emit&& emit) {
+    G::v_ranges(
+        sv_pass, lane,
+        [](uint32_t px, uint32_t py, int reg, uint32_t(&A)[4][4]) {
+          const uint32_t lo = __byte_perm(px, py, 0x5140), hi = __byte_perm(px, py, 0x7362);
+          A[0][reg] = e4m3x2_to_f16x2(lo), A[1][reg] = e4m3x2_to_f16x2(lo >> 16);
+          A[2][reg] = e4m3x2_to_f16x2(hi), A[3][reg] = e4m3x2_to_f16x2(hi >> 16);
+        },
+        emit);
+  }
+};
+
+// FP8 E4M3 with per-token FP32 scales: K as f16 with the token's scale on the score; V as
+// bf16 (E4M3 is exact there) with the token's scale on the probability (bf16 has fp32's
+// range, so any scale fits).
+template <int D>
+struct MmaOperand<KvFormat::kFP8E4M3PerToken, D> : OperandGeometry<KvFormat::kFP8E4M3PerToken, D> {
+  using G = OperandGeometry<KvFormat::kFP8E4M3PerToken, D>;
+  static constexpr bool kQkF16 = true, kPvF16 = false;
+  static constexpr float kOutScale = 1.0f;
+  template <class Emit>
+  __device__ static void k_frags(const uint8_t* sk_pass, const uint8_t* sks_pass, int lane,
+                                 Emit&& emit) {
+    MmaOperand<KvFormat::kFP8E4M3, D>::k_frags(sk_pass, sks_pass, lane, emit);
+  }
+  __device__ static float k_row_scale(const uint8_t* sks, int r) {
+    return reinterpret_cast<const float*>(sks)[r];
+  }
+  __device__ static void scale_probs(float (&p)[4], const uint8_t* svs, int r0, int r1) {
+    const float vs0 = reinterpret_cast<const float*>(svs)[r0],
+                vs1 = reinterpret_cast<const float*>(svs)[r1];
+    p[0] *= vs0, p[1] *= vs0, p[2] *= vs1, p[3] *= vs1;
+  }
+  template <class Emit>
+  __device__ static void v_frags(const uint8_t* sv_pass, const uint8_t*, int lane, Emit&& emit) {
+    G::v_ranges(
+        sv_pass, lane,
+        [](uint32_t px, uint32_t py, int reg, uint32_t(&A)[4][4]) {
+          float fx[4], fy[4];
+          decode4<KvElem::kE4M3>(px, fx);
+          decode4<KvElem::kE4M3>(py, fy);
+#pragma unroll
+          for (int d = 0; d < 4; ++d) A[d][reg] = pack_bf16x2(fx[d], fy[d]);
+        },
+        emit);
+  }
+};
+
+// FP8 E5M2 (pool scale): the code is the top byte of the equal half.
+template <int D>
+struct MmaOperand<KvFormat::kFP8E5M2, D> : OperandGeometry<KvFormat::kFP8E5M2, D> {
+  using G = OperandGeometry<KvFormat::kFP8E5M2, D>;
+  static constexpr bool kQkF16 = true, kPvF16 = true;
+  static constexpr float kOutScale = 1.0f / kPScale;
+  template <class Emit>
+  __device__ static void k_frags(const uint8_t* sk_pass, const uint8_t*, int lane, Emit&& emit) {
+    G::k_slices(
+        sk_pass, lane,
+        [](const uint32_t(&w0)[G::kCW], const uint32_t(&w1)[G::kCW], int s_, int, uint32_t(&a)[4]) {
+          a[0] = __byte_perm(w0[s_], 0u, 0x1404), a[2] = __byte_perm(w0[s_], 0u, 0x3424);
+          a[1] = __byte_perm(w1[s_], 0u, 0x1404), a[3] = __byte_perm(w1[s_], 0u, 0x3424);
+        },
+        emit);
+  }
+  __device__ static float k_row_scale(const uint8_t*, int) { return 1.0f; }
+  __device__ static void scale_probs(float (&p)[4], const uint8_t*, int, int) {
+    p[0] *= kPScale, p[1] *= kPScale, p[2] *= kPScale, p[3] *= kPScale;
+  }
+  template <class Emit>
+  __device__ static void v_frags(const uint8_t* sv_pass, const uint8_t*, int lane, Emit&& emit) {
+    G::v_ranges(
+        sv_pass, lane,
+        [](uint32_t px, uint32_t py, int reg, uint32_t(&A)[4][4]) {
+          const uint32_t ax = __byte_perm(px, 0u, 0x1404), bx = __byte_perm(py, 0u, 0x1404);
+          const uint32_t ay = __byte_perm(px, 0u, 0x3424), by = __byte_perm(py, 0u, 0x3424);
+          A[0][reg] = __byte_perm(ax, bx, 0x5410), A[1][reg] = __byte_perm(ax, bx, 0x7632);
+          A[2][reg] = __byte_perm(ay, by, 0x5410), A[3][reg] = __byte_perm(ay, by, 0x7632);
+        },
+        emit);
+  }
+};
+
+// NVFP4: e2m1 -> e4m3 bytes by a prmt lookup, the hardware e4m3x2 -> f16x2 cvt, then an
+// exact f16x2 multiply by the E4M3 block scale (e2m1 x e4m3 has <= 6 significant bits and
+// lies in [2^-10, 2688]: a half). The FP32 tensor scale is the pool scale.
+template <int D>
+struct MmaOperand<KvFormat::kNVFP4, D> : OperandGeometry<KvFormat::kNVFP4, D> {
+  using G = OperandGeometry<KvFormat::kNVFP4, D>;
+  static constexpr bool kQkF16 = true, kPvF16 = true;
+  static constexpr float kOutScale = 1.0f / kPScale;
+  static constexpr int kGroup = G::kScaleGroup;
+  // Block-scale groups in a thread's K slice [t*D/4, (t+1)*D/4): group j covers k-steps
+  // 4j .. 4j+3.
+  static constexpr int kGpt = (D / 4) / kGroup;
+  template <class Emit>
+  __device__ static void k_frags(const uint8_t* sk_pass, const uint8_t* sks_pass, int lane,
+                                 Emit&& emit) {
+    const int g = lane >> 2, t = lane & 3;
+    // The E4M3 block scales of rows g and g+8 as replicated f16x2 pairs.
+    uint32_t ksc0[kGpt], ksc1[kGpt];
+#pragma unroll
+    for (int j = 0; j < kGpt; ++j) {
+      ksc0[j] = e4m3x2_to_f16x2(static_cast<uint32_t>(sks_pass[g * G::kScaleBytes + t * kGpt + j]) *
+                                0x0101u);
+      ksc1[j] = e4m3x2_to_f16x2(
+          static_cast<uint32_t>(sks_pass[(g + 8) * G::kScaleBytes + t * kGpt + j]) * 0x0101u);
+    }
+    G::k_slices(
+        sk_pass, lane,
+        [&](const uint32_t(&w0)[G::kCW], const uint32_t(&w1)[G::kCW], int s_, int ks,
+            uint32_t(&a)[4]) {
+          const uint32_t e0 = e2m1x4_to_e4m3x4(w0[s_ / 2] >> (16 * (s_ % 2)));
+          const uint32_t e1 = e2m1x4_to_e4m3x4(w1[s_ / 2] >> (16 * (s_ % 2)));
+          const uint32_t sc0 = ksc0[ks / 4], sc1 = ksc1[ks / 4];
+          a[0] = hmul2_bits(e4m3x2_to_f16x2(e0), sc0),
+          a[2] = hmul2_bits(e4m3x2_to_f16x2(e0 >> 16), sc0);
+          a[1] = hmul2_bits(e4m3x2_to_f16x2(e1), sc1),
+          a[3] = hmul2_bits(e4m3x2_to_f16x2(e1 >> 16), sc1);
+        },
+        emit);
+  }
+  __device__ static float k_row_scale(const uint8_t*, int) {
+    return 1.0f;
+  }
+  __device__ static void scale_probs(float (&p)[4], const uint8_t*, int, int) {
+    p[0] *= kPScale, p[1] *= kPScale, p[2] *= kPScale, p[3] *= kPScale;
+  }
+  template <class Emit>
+  __device__ static void v_frags(const uint8_t* sv_pass, const uint8_t* svs_pass, int lane,
+                                 Emit&& emit) {
+    const int g = lane >> 2, t = lane & 3;
+    const int ra = 2 * t, rb = 2 * t + 1, rc = 2 * t + 8, rd = 2 * t + 9;
+    // Each V range lies inside one scale group: f16x2 (scale of token x, scale of token y).
+    const int q0 = (g * G::kRange) / kGroup, q1 = ((g + 8) * G::kRange) / kGroup;
+    auto pair = [&](int x, int y, int q) {
+      return e4m3x2_to_f16x2(static_cast<uint32_t>(svs_pass[x * G::kScaleBytes + q]) |
+                             (static_cast<uint32_t>(svs_pass[y * G::kScaleBytes + q]) << 8));
+    };
+    const uint32_t hs[4] = {pair(ra, rb, q0), pair(ra, rb, q1), pair(rc, rd, q0), pair(rc, rd, q1)};
+    G::v_ranges(
+        sv_pass, lane,
+        [&](uint32_t px, uint32_t py, int reg, uint32_t(&A)[4][4]) {
+          const uint32_t ex = e2m1x4_to_e4m3x4(px), ey = e2m1x4_to_e4m3x4(py);
+          const uint32_t lo = __byte_perm(ex, ey, 0x5140), hi = __byte_perm(ex, ey, 0x7362);
+          A[0][reg] = hmul2_bits(e4m3x2_to_f16x2(lo), hs[reg]);
+          A[1][reg] = hmul2_bits(e4m3x2_to_f16x2(lo >> 16), hs[reg]);
+          A[2][reg] = hmul2_bits(e4m3x2_to_f16x2(hi), hs[reg]);
+          A[3][reg] = hmul2_bits(e4m3x2_to_f16x2(hi >> 16), hs[reg]);
+        },
+        emit);
+  }
+};
+
+// MXFP4: e2m1 -> float x the UE8M0 block scale 2^k -> bf16 (exact: <= 2 significant bits
+// times a power of two inside bf16's range).
+template <int D>
+struct MmaOperand<KvFormat::kMXFP4, D> : OperandGeometry<KvFormat::kMXFP4, D> {
+  using G = OperandGeometry<KvFormat::kMXFP4, D>;
+  static constexpr bool kQkF16 = false, kPvF16 = false;
+  static constexpr float kOutScale = 1.0f;
+  static constexpr int kGroup = G::kScaleGroup;
+  template <class Emit>
+  __device__ static void k_frags(const uint8_t* sk_pass, const uint8_t* sks_pass, int lane,
+                                 Emit&& emit) {
+    const int g = lane >> 2, t = lane & 3;
+    const uint8_t* sc_r0 = sks_pass + g * G::kScaleBytes;
+    const uint8_t* sc_r1 = sc_r0 + 8 * G::kScaleBytes;
+    G::k_slices(
+        sk_pass, lane,
+        [&](const uint32_t(&w0)[G::kCW], const uint32_t(&w1)[G::kCW], int s_, int ks,
+            uint32_t(&a)[4]) {
+          const int grp = (t * (D / 4) + 4 * ks) / kGroup;
+          const float sc0 = ue8m0_to_float(sc_r0[grp]), sc1 = ue8m0_to_float(sc_r1[grp]);
+          float f0[4], f1[4];
+          decode4<KvElem::kE2M1>(w0[s_ / 2] >> (16 * (s_ % 2)), f0);
+          decode4<KvElem::kE2M1>(w1[s_ / 2] >> (16 * (s_ % 2)), f1);
+          a[0] = pack_bf16x2(f0[0] * sc0, f0[1] * sc0),
+          a[2] = pack_bf16x2(f0[2] * sc0, f0[3] * sc0);
+          a[1] = pack_bf16x2(f1[0] * sc1, f1[1] * sc1),
+          a[3] = pack_bf16x2(f1[2] * sc1, f1[3] * sc1);
+        },
+        emit);
+  }
+  __device__ static float k_row_scale(const uint8_t*, int) { return 1.0f; }
+  __device__ static void scale_probs(float (&)[4], const uint8_t*, int, int) {}
+  template <class Emit>
+  __device__ static void v_frags(const uint8_t* sv_pass, const uint8_t* svs_pass, int lane,
+                                 Emit&& emit) {
+    const int g = lane >> 2, t = lane & 3;
+    const int ra = 2 * t, rb = 2 * t + 1, rc = 2 * t + 8, rd = 2 * t + 9;
+    const int q0 = (g * G::kRange) / kGroup, q1 = ((g + 8) * G::kRange) / kGroup;
+    auto sc = [&](int r, int q) { return ue8m0_to_float(svs_pass[r * G::kScaleBytes + q]); };
+    // Scales of (token x, token y) of registers a0..a3.
+    const float sx[4] = {sc(ra, q0), sc(ra, q1), sc(rc, q0), sc(rc, q1)};
+    const float sy[4] = {sc(rb, q0), sc(rb, q1), sc(rd, q0), sc(rd, q1)};
+    G::v_ranges(
+        sv_pass, lane,
+        [&](uint32_t px, uint32_t py, int reg, uint32_t(&A)[4][4]) {
+          float fx[4], fy[4];
+          decode4<KvElem::kE2M1>(px, fx);
+          decode4<KvElem::kE2M1>(py, fy);
+#pragma unroll
+          for (int d = 0; d < 4; ++d) A[d][reg] = pack_bf16x2(fx[d] * sx[reg], fy[d] * sy[reg]);
+        },
+        emit);
+  }
+};
+
+}  // namespace kvlab::gpu::mma

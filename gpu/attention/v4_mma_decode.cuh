@@ -1,0 +1,577 @@
+// v4_mma_decode.cuh: v4's tensor-core decode kernel, its split merge and its launcher,
+// templated on a design point (a Config: pipeline stages, warp tile bytes, register cap).
+// v4_mma_decode.cu instantiates it at v4's design point, v5_mma_decode_2stage.cu at v5's.
+// The algorithm is described at the top of v4_mma_decode.cu; the parts it is built from:
+//   mma_operands.cuh      per-format operand loaders (stored K/V -> exact 16-bit fragments)
+//   mma_tile_copy.cuh     the copy pipeline (block table -> page offsets -> cp.async)
+//   mma_tile_compute.cuh  Q fragments, one warp's attention over a tile, the warp merge
+//   softmax_state.h       the online-softmax state and its merges (CPU-tested)
+//   decode_plan.h         the split plan (CPU-tested)
+// Everything here is in an unnamed namespace: each version's translation unit instantiates
+// only its own Config.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <map>
+#include <mutex>
+#include <sstream>
+#include <tuple>
+#include <type_traits>
+
+#include "gpu/attention/decode_impl.h"
+#include "gpu/attention/decode_plan.h"
+#include "gpu/attention/kv_vec.cuh"
+#include "gpu/attention/mma_operands.cuh"
+#include "gpu/attention/mma_ptx.cuh"
+#include "gpu/attention/mma_tile_compute.cuh"
+#include "gpu/attention/mma_tile_copy.cuh"
+#include "gpu/attention/softmax_state.h"
+#include "gpu/core/cuda_check.h"
+#include "gpu/core/device_info.h"
+#include "gpu/dispatch.cuh"
+
+namespace kvlab::gpu::detail {
+namespace {
+
+constexpr int kV4Warps = 4;
+constexpr int kV4Threads = kV4Warps * kWarpSize;
+constexpr int kMergeWarps = 4;  // merge kernel: 4 warps per output row
+constexpr int kMergeBatch = 8;  // splits each merge warp loads at once
+
+// Tokens of one warp tile at a design point: about Cfg::kTileBytes of K+V per pipeline
+// stage, 16..64 tokens (a power of two: whole mma passes).
+template <class Cfg, int D, KvFormat F>
+KVLAB_HD constexpr int v4_warp_tile() {
+  const int rb = D * kv_elem_bits(kv_elem_of(F)) / 8;
+  const int wt = Cfg::kTileBytes / (2 * rb);
+  return wt < 16 ? 16 : (wt > 64 ? 64 : wt);
+}
+
+// Shared memory of a block (host and device agree through this function):
+//   [warp 0: kStages stages | tile offsets] ... [warp 3: ...]   (reused by the warp merge)
+//   [Q^T fragments hi | lo | column scales]
+struct V4Smem {
+  int warp_tile, stage_bytes, warp_bytes, qfrag_bytes, merge_bytes, total;
+};
+template <class Cfg, int D, KvFormat F>
+KVLAB_HD constexpr V4Smem v4_smem() {
+  constexpr int kWT = v4_warp_tile<Cfg, D, F>();
+  V4Smem s{};
+  s.warp_tile = kWT;
+  s.stage_bytes = mma::TileStage<F, D, kWT>::kBytes;
+  s.warp_bytes = Cfg::kStages * s.stage_bytes + mma::TileCopy<F, D, kWT>::kOffsetBytes;
+  s.qfrag_bytes = 2 * (D / 16) * kWarpSize * 8 + mma::kHeadsPerTile * 4;
+  s.merge_bytes = mma::WarpMerge<F, D, kV4Warps>::kBytes;
+  const int pipe = kV4Warps * s.warp_bytes;
+  s.total = (pipe > s.merge_bytes ? pipe : s.merge_bytes) + s.qfrag_bytes;
+  return s;
+}
+
+struct V4Params {
+  const void* q;  // [num_seqs, num_qo_heads, head_dim]  bf16/fp16
+  void* o;        // [num_seqs, num_qo_heads, head_dim]
+  float* lse;     // [num_seqs, num_qo_heads] or null
+  bool q_bf16;
+  mma::PoolView pools;
+  float qk_scale;              // sm_scale x K pool scale (kPool, NVFP4 tensor scale)
+  float out_scale;             // V pool scale (kPool, NVFP4 tensor scale), else 1
+  const int32_t* block_table;  // [num_seqs, max_blocks_per_seq]
+  const int32_t* seq_lens;     // [num_seqs]
+  int num_seqs;
+  int num_qo_heads;
+  int group_size;
+  int max_blocks_per_seq;
+  int seq_len_bound;
+  int num_qtiles;  // ceil(group_size / 8)
+  int num_splits;
+  int chunk_tokens;    // tokens per split
+  float* partial_o;    // [num_seqs * num_qo_heads, num_splits, head_dim]  (num_splits > 1)
+  float* partial_lse;  // [num_seqs * num_qo_heads, num_splits]
+};
+
+// What a block loads before it knows its sequence length (TUNING.md, step 7): the raw Q
+// slice of this thread and the block-table entries of its warp's first tile. A split's
+// token range starts at split * chunk_tokens whatever the length, so these loads go out
+// together with the length's instead of one round trip after it; entries past the length
+// are never used (the tile copy checks tok < end), and the table row is read only inside
+// [0, max_blocks_per_seq).
+template <class Cfg, int D, KvFormat F>
+struct V4Startup {
+  static constexpr int kWT = v4_warp_tile<Cfg, D, F>();
+  mma::QSlice<D> q;
+  int pages[mma::TileCopy<F, D, kWT>::kTPL];
+};
+
+template <class Cfg, int D, KvFormat F>
+__device__ __forceinline__ void v4_startup_loads(const V4Params& p, int seq, int kv_head, int qtile,
+                                                 int start, V4Startup<Cfg, D, F>& su) {
+  constexpr int kWT = V4Startup<Cfg, D, F>::kWT;
+  const int tid = threadIdx.x, warp = tid / kWarpSize, lane = tid % kWarpSize;
+  const int hl = tid >> 4, part = tid & 15;
+  const int gl = qtile * mma::kHeadsPerTile + hl;
+  const int64_t qrow =
+      gl < p.group_size ? static_cast<int64_t>(seq) * p.num_qo_heads + kv_head * p.group_size + gl
+                        : -1;
+  mma::load_q_slice<D>(p.q, qrow, part, su.q);
+  const int32_t* table = p.block_table + static_cast<int64_t>(seq) * p.max_blocks_per_seq;
+  const int64_t limit =
+      min(static_cast<int64_t>(start) + p.chunk_tokens,
+          min(static_cast<int64_t>(p.seq_len_bound),
+              static_cast<int64_t>(p.max_blocks_per_seq) * p.pools.geom.block_size));
+  mma::TileCopy<F, D, kWT>::fetch_pages(table, start + warp * kWT, static_cast<int>(limit),
+                                        p.pools.geom.block_size, lane, su.pages);
+}
+
+// The block body of one (sequence, KV head, query tile, split) over tokens [start, end).
+// blockDim 128 (4 warps); shared memory laid out by v4_smem(). Each warp owns every 4th
+// tile of the range and runs its own kStages-deep cp.async pipeline (no block barrier in
+// the main loop); the 4 warps are merged by log-sum-exp at the end.
+template <class Cfg, int D, KvFormat F>
+__device__ __forceinline__ void v4_block(const V4Params& p, uint8_t* smem, int seq, int kv_head,
+                                         int qtile, int split, int start, int end,
+                                         const V4Startup<Cfg, D, F>& su) {
+  using Op = mma::MmaOperand<F, D>;
+  constexpr V4Smem kS = v4_smem<Cfg, D, F>();
+  constexpr int kWT = kS.warp_tile;
+  constexpr int kStages = Cfg::kStages;
+  using Copy = mma::TileCopy<F, D, kWT>;
+  using Stage = mma::TileStage<F, D, kWT>;
+  using Merge = mma::WarpMerge<F, D, kV4Warps>;
+
+  const int tid = threadIdx.x, warp = tid / kWarpSize, lane = tid % kWarpSize;
+  const int t = lane & 3;
+  const bool split_x = p.pools.geom.layout == KvLayout::kSplitX;
+  const int32_t* table = p.block_table + static_cast<int64_t>(seq) * p.max_blocks_per_seq;
+
+  uint8_t* wbase = smem + warp * kS.warp_bytes;
+  int64_t* offs = reinterpret_cast<int64_t*>(wbase + kStages * kS.stage_bytes);
+  const mma::TileOffsets off{offs, offs + kWT, offs + 2 * kWT};
+  uint8_t* qbase = smem + (kV4Warps * kS.warp_bytes > kS.merge_bytes ? kV4Warps * kS.warp_bytes
+                                                                     : kS.merge_bytes);
+  uint2* qf_hi = reinterpret_cast<uint2*>(qbase);  // [D/16][32] B fragments of Q^T
+  uint2* qf_lo = qf_hi + (D / 16) * kWarpSize;     // bf16 operands, f16 Q: the low part
+  float* colscale = reinterpret_cast<float*>(qf_lo + (D / 16) * kWarpSize);  // [8]
+
+  // ---- this warp's tiles: every kWarps-th tile of [start, end)
+  const int num_tiles = (end - start + kWT - 1) / kWT;
+  const int my_tiles = num_tiles > warp ? (num_tiles - warp + kV4Warps - 1) / kV4Warps : 0;
+  auto first_token = [&](int i) { return start + (warp + kV4Warps * i) * kWT; };
+  bool bad = false;
+  int pf[Copy::kTPL];  // table entries of the next tile to load
+
+  auto load_tile = [&](int i, int st) {
+    __syncwarp();  // every lane is done reading the offsets of the previous call
+    const Stage sg(wbase + st * kS.stage_bytes);
+    Copy::stage_offsets(p.pools.geom, kv_head, pf, first_token(i), end, lane, off, bad);
+    __syncwarp();
+    Copy::copy_rows_cp_async(p.pools, sg, off, lane, !split_x);
+    if (split_x) Copy::gather_split_x_v(p.pools, sg, off, lane);
+    Copy::copy_scales(p.pools, sg, off, lane);
+    cp_async_commit();
+  };
+  auto prefetch_pages = [&](int i) {
+    Copy::fetch_pages(table, first_token(i), end, p.pools.geom.block_size, lane, pf);
+  };
+
+  // ---- pipeline prologue first: its loads fly while Q is prepared.
+  // The first tile's entries came with the start-up loads.
+#pragma unroll
+  for (int u = 0; u < Copy::kTPL; ++u) pf[u] = su.pages[u];
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < my_tiles) {
+      load_tile(s, s);
+      if (s + 1 < my_tiles) prefetch_pages(s + 1);
+    } else {
+      cp_async_commit();  // uniform group count
+    }
+  }
+
+  mma::q_fragments<Op, D>(su.q, p.q_bf16, p.qk_scale, qf_hi, qf_lo, colscale);
+  __syncthreads();
+  const float cs0 = colscale[2 * t], cs1 = colscale[2 * t + 1];
+  const bool q_lo = !Op::kQkF16 && !p.q_bf16;  // an f16 Q split into bf16 hi + lo
+
+  mma::WarpAttention<F, D, kWT> wa;
+  wa.reset();
+
+  // ---- main loop: wait for tile i, refill the stage tile i-1 used, compute tile i.
+  for (int i = 0; i < my_tiles; ++i) {
+    cp_async_wait<kStages - 2>();
+    __syncwarp();
+    const int nxt = i + kStages - 1;
+    if (nxt < my_tiles) {
+      load_tile(nxt, nxt % kStages);
+      if (nxt + 1 < my_tiles) prefetch_pages(nxt + 1);
+    } else {
+      cp_async_commit();
+    }
+    const Stage sg(wbase + (i % kStages) * kS.stage_bytes);
+    wa.tile(sg.sk, sg.sv, sg.sks, sg.svs, end - first_token(i), qf_hi, qf_lo, q_lo, cs0, cs1, lane);
+  }
+  cp_async_wait<0>();
+
+  // ---- merge the 4 warps by log-sum-exp through shared memory (the pipeline area).
+  wa.reduce_sums();
+  bad = __syncthreads_or(bad);  // also: every warp is done with its pipeline buffers
+  Merge::store_warp(smem, warp, lane, wa);
+  __syncthreads();
+
+  const int hl = tid >> 4, part = tid & 15;
+  const int gl = qtile * mma::kHeadsPerTile + hl;
+  if (gl >= p.group_size) return;
+  const int64_t row = static_cast<int64_t>(seq) * p.num_qo_heads + kv_head * p.group_size + gl;
+  float o[Merge::kOE], mm, ll;
+  Merge::combine(smem, hl, part, o, mm, ll);
+  const float inv = p.out_scale * Op::kOutScale / ll;
+#pragma unroll
+  for (int e = 0; e < Merge::kOE; ++e) o[e] = bad ? NAN : o[e] * inv;
+  const float lse = bad ? NAN : mm + logf(ll);
+  if (p.num_splits == 1) {
+    mma::store_act_n<Merge::kOE>(p.o, row * D + part * Merge::kOE, o, p.q_bf16);
+    if (part == 0 && p.lse) p.lse[row] = lse;
+  } else {
+    const int64_t prow = row * p.num_splits + split;
+    float4* dst = reinterpret_cast<float4*>(p.partial_o + prow * D + part * Merge::kOE);
+#pragma unroll
+    for (int e = 0; e < Merge::kOE; e += 4)
+      dst[e / 4] = make_float4(o[e], o[e + 1], o[e + 2], o[e + 3]);
+    if (part == 0) p.partial_lse[prow] = lse;
+  }
+}
+
+// grid: num_splits x num_seqs x num_kv_heads x num_qtiles blocks (split slowest), 128
+// threads; dynamic shared memory v4_smem<Cfg, D, F>().total.
+template <class Cfg, int D, KvFormat F>
+__global__ void __launch_bounds__(kV4Threads, Cfg::min_blocks(D, F))
+    v4_decode_kernel(const V4Params p) {
+  extern __shared__ __align__(16) uint8_t smem[];
+  mma::pdl_launch_dependents();  // the merge kernel may start launching (it waits for us)
+  int64_t b = blockIdx.x;
+  const int qtile = static_cast<int>(b % p.num_qtiles);
+  b /= p.num_qtiles;
+  const int kv_head = static_cast<int>(b % p.pools.geom.num_kv_heads);
+  b /= p.pools.geom.num_kv_heads;
+  const int seq = static_cast<int>(b % p.num_seqs);
+  const int split = static_cast<int>(b / p.num_seqs);
+
+  const int start = split * p.chunk_tokens;
+  V4Startup<Cfg, D, F> su;
+  v4_startup_loads<Cfg, D, F>(p, seq, kv_head, qtile, start, su);  // in flight with the length
+  const int len = p.seq_lens[seq];
+  const bool bad_len = len < 0 || len > p.seq_len_bound;
+  const int end = bad_len ? 0 : min(len, start + p.chunk_tokens);
+  if (bad_len || start >= end) {
+    // Single split: NaN rows for a bad length, zero rows / -inf for an empty sequence.
+    // Multi-split: the merge kernel handles both (it reads only splits that hold tokens).
+    if (p.num_splits != 1) return;
+    constexpr int kOE = D / 16;
+    const int hl = threadIdx.x >> 4, part = threadIdx.x & 15;
+    const int gl = qtile * mma::kHeadsPerTile + hl;
+    if (gl >= p.group_size) return;
+    const int64_t row = static_cast<int64_t>(seq) * p.num_qo_heads + kv_head * p.group_size + gl;
+    float x[kOE];
+#pragma unroll
+    for (int e = 0; e < kOE; ++e) x[e] = bad_len ? NAN : 0.0f;
+    mma::store_act_n<kOE>(p.o, row * D + part * kOE, x, p.q_bf16);
+    if (part == 0 && p.lse) p.lse[row] = bad_len ? NAN : -INFINITY;
+    return;
+  }
+  v4_block<Cfg, D, F>(p, smem, seq, kv_head, qtile, split, start, end, su);
+}
+
+// grid = rows (one block per (sequence, query head) row), 128 threads.
+// o = sum_i exp(lse_i - M) o_i / sum_i exp(lse_i - M); lse = M + log(sum_i exp(lse_i - M)).
+// Warp w takes splits w, w + 4, ... in batches of kMergeBatch, each batch's partial rows
+// AND their lse values loaded at once (and the first batch together with the sequence
+// length: split slots past the length are read but never used), with a running
+// per-warp max (LseAccumulator); shared memory combines the 4 warps' (max, sum, o). One L2
+// round trip per batch instead of the lse pass, the max, then the partials.
+// Lane l holds dims 4l..4l+3 (+128 for head_dim 256).
+__global__ void __launch_bounds__(kMergeWarps* kWarpSize) v4_merge_kernel(const V4Params p) {
+  __shared__ float4 red[kMergeWarps][2][kWarpSize];  // [warp][dims half][lane]
+  __shared__ float red_m[kMergeWarps], red_s[kMergeWarps];
+  __shared__ int red_bad[kMergeWarps];
+  mma::pdl_wait();  // the split kernel has completed and its partials are visible
+  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
+  const int64_t row = blockIdx.x;
+  const int seq = static_cast<int>(row / p.num_qo_heads);
+  const int D = p.pools.geom.head_dim;
+  const int halves = (D + 4 * kWarpSize - 1) / (4 * kWarpSize);
+  const bool lane_live = lane * 4 < D;
+  const float* lse_in = p.partial_lse + row * p.num_splits;
+  const float* po = p.partial_o + row * p.num_splits * static_cast<int64_t>(D);
+  auto store4 = [&](int d, float a, float b, float c, float e) {
+    const uint32_t w0 = static_cast<uint32_t>(round_act(a, p.q_bf16)) |
+                        (static_cast<uint32_t>(round_act(b, p.q_bf16)) << 16);
+    const uint32_t w1 = static_cast<uint32_t>(round_act(c, p.q_bf16)) |
+                        (static_cast<uint32_t>(round_act(e, p.q_bf16)) << 16);
+    *reinterpret_cast<uint2*>(static_cast<uint16_t*>(p.o) + row * D + d) = make_uint2(w0, w1);
+  };
+  LseAccumulator la;  // this warp's running max and sum of exp(lse - max)
+  float4 acc[2] = {make_float4(0.0f, 0.0f, 0.0f, 0.0f), make_float4(0.0f, 0.0f, 0.0f, 0.0f)};
+  int n = -1;  // splits holding tokens; known after the first batch's loads
+  for (int i0 = warp; i0 < p.num_splits; i0 += kMergeWarps * kMergeBatch) {
+    float4 x[kMergeBatch][2];
+    float l[kMergeBatch];
+#pragma unroll
+    for (int u = 0; u < kMergeBatch; ++u) {
+      const int i = i0 + u * kMergeWarps;
+      const bool in = i < p.num_splits;
+      l[u] = in ? lse_in[i] : -INFINITY;
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+        x[u][h] = (in && h < halves && lane_live)
+                      ? *reinterpret_cast<const float4*>(po + static_cast<int64_t>(i) * D +
+                                                         lane * 4 + h * 4 * kWarpSize)
+                      : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+    if (n < 0) {
+      const int len = p.seq_lens[seq];
+      n = (len < 0 || len > p.seq_len_bound) ? -2 : (len + p.chunk_tokens - 1) / p.chunk_tokens;
+      if (n < 0) break;
+    }
+    bool use[kMergeBatch];
+#pragma unroll
+    for (int u = 0; u < kMergeBatch; ++u)
+      use[u] = i0 + u * kMergeWarps < n && LseAccumulator::contributes(l[u]);
+    const float bm = la.batch_max(l, use);
+    if (bm == -INFINITY) continue;  // nothing valid yet (n reached, or every lse -inf)
+    const float r = la.raise_to(bm);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) acc[h].x *= r, acc[h].y *= r, acc[h].z *= r, acc[h].w *= r;
+#pragma unroll
+    for (int u = 0; u < kMergeBatch; ++u) {
+      if (use[u]) {
+        const float w = la.weight(l[u]);
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+          acc[h].x += w * x[u][h].x, acc[h].y += w * x[u][h].y, acc[h].z += w * x[u][h].z,
+              acc[h].w += w * x[u][h].w;
+      }
+    }
+  }
+  if (n < 0) {  // the first batch never ran (num_splits < warp) or a bad length
+    const int len = p.seq_lens[seq];
+    n = (len < 0 || len > p.seq_len_bound) ? -2 : (len + p.chunk_tokens - 1) / p.chunk_tokens;
+  }
+  if (n == -2 || n == 0) {
+    if (warp == 0) {
+      const float v = n == -2 ? NAN : 0.0f;
+      for (int d = lane * 4; d < D; d += 4 * kWarpSize) store4(d, v, v, v, v);
+      if (lane == 0 && p.lse) p.lse[row] = n == -2 ? NAN : -INFINITY;
+    }
+    return;
+  }
+  red[warp][0][lane] = acc[0];
+  red[warp][1][lane] = acc[1];
+  if (lane == 0) red_m[warp] = la.m, red_s[warp] = la.s, red_bad[warp] = la.bad;
+  __syncthreads();
+  if (warp != 0) return;
+  float wm[kMergeWarps], ws[kMergeWarps], sc[kMergeWarps], sum = 0.0f;
+  bool any_bad = false;
+#pragma unroll
+  for (int w = 0; w < kMergeWarps; ++w)
+    wm[w] = red_m[w], ws[w] = red_s[w], any_bad |= red_bad[w] != 0;
+  const float mx = combine_partials<kMergeWarps>(wm, ws, sc, sum);
+  const float inv = 1.0f / sum;
+  for (int h = 0; h < halves; ++h) {
+    if (!lane_live) break;
+    float4 t = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+    for (int w = 0; w < kMergeWarps; ++w) {
+      const float4 y = red[w][h][lane];
+      t.x += sc[w] * y.x, t.y += sc[w] * y.y, t.z += sc[w] * y.z, t.w += sc[w] * y.w;
+    }
+    const int d = lane * 4 + h * 4 * kWarpSize;
+    if (any_bad)
+      store4(d, NAN, NAN, NAN, NAN);
+    else
+      store4(d, t.x * inv, t.y * inv, t.z * inv, t.w * inv);
+  }
+  if (lane == 0 && p.lse) p.lse[row] = any_bad ? NAN : mx + logf(sum);
+}
+
+// ------------------------------------------------------------------ host side
+// Every (head_dim, format) instance of a design point, through the one dispatch header.
+template <class F>
+cudaError_t dispatch_instance(int head_dim, KvFormat format, F&& fn) {
+  return KVLAB_DISPATCH_HEAD_DIM(head_dim, kD, [&] {
+    return KVLAB_DISPATCH_KV_FORMAT(format, kF, [&] {
+      return fn(std::integral_constant<int, kD>{}, std::integral_constant<KvFormat, kF>{});
+    });
+  });
+}
+
+// Shared memory of the (head_dim, format) instance of a design point.
+template <class Cfg>
+size_t v4_smem_bytes(int head_dim, KvFormat f) {
+  size_t bytes = 0;
+  dispatch_instance(head_dim, f, [&](auto d, auto fm) {
+    bytes = static_cast<size_t>(v4_smem<Cfg, decltype(d)::value, decltype(fm)::value>().total);
+    return cudaSuccess;
+  });
+  return bytes;
+}
+
+template <class Cfg, int D, KvFormat F>
+cudaError_t prepare_kernel(size_t smem) {
+  if (smem > 48 * 1024)
+    return cudaFuncSetAttribute(v4_decode_kernel<Cfg, D, F>,
+                                cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                static_cast<int>(smem));
+  return cudaSuccess;
+}
+
+// Resident blocks per SM of the (head_dim, format) instance (occupancy API, cached per
+// device and instance; 0 when the block does not fit).
+template <class Cfg>
+int blocks_per_sm(int device, int head_dim, KvFormat f, size_t smem) {
+  static std::mutex mu;
+  static std::map<std::tuple<int, int, int>, int> cache;
+  const auto key = std::make_tuple(device, head_dim, static_cast<int>(f));
+  std::lock_guard<std::mutex> lock(mu);
+  const auto it = cache.find(key);
+  if (it != cache.end()) return it->second;
+  int n = 0;
+  dispatch_instance(head_dim, f, [&](auto d, auto fm) {
+    constexpr int kD = decltype(d)::value;
+    constexpr KvFormat kF = decltype(fm)::value;
+    auto kernel = v4_decode_kernel<Cfg, kD, kF>;
+    KVLAB_CUDA_CHECK((prepare_kernel<Cfg, kD, kF>(smem)));
+    KVLAB_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, kV4Threads, smem));
+    return cudaSuccess;
+  });
+  cache[key] = n;
+  return n;
+}
+
+struct V4Plan {
+  int num_qtiles = 1;
+  SplitPlan split;
+  size_t smem = 0, workspace = 0;
+  int blocks_per_sm = 0;
+};
+
+template <class Cfg>
+V4Plan make_plan(const DecodeArgs& a, const LaunchLimits& lim, const DecodeTuning& tu) {
+  V4Plan pl;
+  const PageGeometry& g = a.kv.geom;
+  pl.smem = v4_smem_bytes<Cfg>(g.head_dim, g.format);
+  pl.num_qtiles = (a.group_size() + mma::kHeadsPerTile - 1) / mma::kHeadsPerTile;
+  if (pl.smem > static_cast<size_t>(lim.smem_per_block_optin))
+    return pl;  // reported as unsupported
+  pl.blocks_per_sm = blocks_per_sm<Cfg>(lim.device, g.head_dim, g.format, pl.smem);
+  int wt = 0;
+  dispatch_instance(g.head_dim, g.format, [&](auto d, auto fm) {
+    wt = v4_warp_tile<Cfg, decltype(d)::value, decltype(fm)::value>();
+    return cudaSuccess;
+  });
+  SplitPlanInput in;
+  in.items = static_cast<int64_t>(a.num_seqs) * g.num_kv_heads * pl.num_qtiles;
+  in.seq_len_bound = seq_len_bound64(a);
+  in.token_bytes = 2 * static_cast<int64_t>(g.head_dim) * kv_format_bits(g.format) / 8;
+  in.granule = static_cast<int64_t>(wt) * kV4Warps;
+  in.slots = static_cast<int64_t>(lim.sm_count) * std::max(1, pl.blocks_per_sm);
+  pl.split = plan_kv_splits(in, tu);
+  if (pl.split.num_splits > 1)
+    pl.workspace = static_cast<size_t>(a.num_seqs) * a.num_qo_heads * pl.split.num_splits *
+                   (g.head_dim + 1) * sizeof(float);
+  return pl;
+}
+
+template <class Cfg>
+std::string v4_unsupported_reason(const DecodeArgs& a, const DecodeTuning& tu) {
+  const LaunchLimits lim = current_launch_limits();
+  const V4Plan pl = make_plan<Cfg>(a, lim, tu);
+  std::ostringstream os;
+  if (pl.smem > static_cast<size_t>(lim.smem_per_block_optin)) {
+    os << Cfg::kName << " needs " << pl.smem
+       << " bytes of shared memory per block, the device allows " << lim.smem_per_block_optin;
+    return os.str();
+  }
+  if (pl.blocks_per_sm < 1) {
+    os << Cfg::kName << "'s block (" << kV4Threads << " threads, " << pl.smem
+       << " bytes of shared memory) cannot be resident";
+    return os.str();
+  }
+  if (static_cast<int64_t>(a.num_seqs) * a.num_qo_heads > INT32_MAX) {
+    os << Cfg::kName << " merges one block per output row; "
+       << static_cast<int64_t>(a.num_seqs) * a.num_qo_heads << " rows exceed the 1-D grid limit";
+    return os.str();
+  }
+  if (pl.split.grid > INT32_MAX) {
+    os << Cfg::kName << " grid of " << pl.split.grid << " blocks exceeds the 1-D grid limit";
+    return os.str();
+  }
+  return "";
+}
+
+template <class Cfg>
+size_t v4_workspace_bytes(const DecodeArgs& a, const DecodeTuning& tu) {
+  return make_plan<Cfg>(a, current_launch_limits(), tu).workspace;
+}
+
+template <class Cfg>
+void v4_run(const DecodeArgs& a, const DecodeTuning& tu, void* workspace, cudaStream_t stream) {
+  const V4Plan pl = make_plan<Cfg>(a, current_launch_limits(), tu);
+  const PageGeometry& g = a.kv.geom;
+  V4Params p{};
+  p.q = a.q;
+  p.o = a.o;
+  p.lse = a.lse;
+  p.q_bf16 = a.q_dtype == DType::kBF16;
+  p.pools.k = static_cast<const uint8_t*>(a.kv.k);
+  p.pools.v = static_cast<const uint8_t*>(a.kv.v);
+  p.pools.k_scales = static_cast<const uint8_t*>(a.kv.k_scales);
+  p.pools.v_scales = static_cast<const uint8_t*>(a.kv.v_scales);
+  p.pools.geom = g;
+  const bool pool = kv_format_has_pool_scale(g.format);  // kPool and NVFP4's tensor scale
+  p.qk_scale = a.sm_scale * (pool ? a.kv.k_scale : 1.0f);
+  p.out_scale = pool ? a.kv.v_scale : 1.0f;
+  p.block_table = a.block_table;
+  p.seq_lens = a.seq_lens;
+  p.num_seqs = a.num_seqs;
+  p.num_qo_heads = a.num_qo_heads;
+  p.group_size = a.group_size();
+  p.max_blocks_per_seq = a.max_blocks_per_seq;
+  p.seq_len_bound = static_cast<int>(seq_len_bound64(a));
+  p.num_qtiles = pl.num_qtiles;
+  p.num_splits = pl.split.num_splits;
+  p.chunk_tokens = static_cast<int>(pl.split.chunk_tokens);
+  if (pl.split.num_splits > 1) {
+    const size_t rows = static_cast<size_t>(a.num_seqs) * a.num_qo_heads * pl.split.num_splits;
+    p.partial_o = static_cast<float*>(workspace);
+    p.partial_lse = p.partial_o + rows * g.head_dim;
+  }
+  cudaError_t e = dispatch_instance(g.head_dim, g.format, [&](auto d, auto fm) {
+    constexpr int kD = decltype(d)::value;
+    constexpr KvFormat kF = decltype(fm)::value;
+    cudaError_t r = prepare_kernel<Cfg, kD, kF>(pl.smem);
+    if (r != cudaSuccess) return r;
+    v4_decode_kernel<Cfg, kD, kF>
+        <<<static_cast<unsigned>(pl.split.grid), kV4Threads, pl.smem, stream>>>(p);
+    return cudaGetLastError();
+  });
+  KVLAB_CUDA_CHECK(e);
+  if (pl.split.num_splits > 1) {
+    const int64_t rows = static_cast<int64_t>(a.num_seqs) * a.num_qo_heads;
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = dim3(static_cast<unsigned>(rows));
+    cfg.blockDim = dim3(kMergeWarps * kWarpSize);
+    cfg.dynamicSmemBytes = 0;
+    cfg.stream = stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = tu.pdl ? 1 : 0;
+    KVLAB_CUDA_CHECK(cudaLaunchKernelEx(&cfg, v4_merge_kernel, p));
+  }
+  KVLAB_CHECK_LAUNCH();
+}
+
+}  // namespace
+}  // namespace kvlab::gpu::detail

@@ -1,0 +1,120 @@
+// test_decode_auto.cpp: the lookup of `version = auto` (gpu/attention/decode_auto.h) on the
+// CPU: the compiled-in calibration table (decode_auto_table.inc) is well formed and finds
+// every measured shape as its own nearest row; the nearest-neighbour rule prefers the same
+// layout / head_dim / group / block size, then the closest batch and context; another device
+// or format has no candidate (the default rule takes over); a forced split applies only to
+// its measured batch and context.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "gpu/attention/decode_auto.h"
+#include "reference/core/error.h"
+#include "reference/layout/layout_names.h"
+
+namespace kvlab::gpu {
+namespace {
+
+const std::vector<DecodeAutoRow>& compiled_table() {
+  static const std::vector<DecodeAutoRow> rows = {
+#include "gpu/attention/decode_auto_table.inc"
+  };
+  return rows;
+}
+
+DecodeAutoQuery query_of(const DecodeAutoRow& r) {
+  DecodeAutoQuery q;
+  q.device = r.device, q.kv_format = r.kv_format, q.layout = r.layout;
+  q.head_dim = r.head_dim, q.gqa_group = r.gqa_group, q.block_size = r.block_size;
+  q.batch = r.batch, q.context = r.context;
+  return q;
+}
+
+TEST(DecodeAuto, CompiledTableIsWellFormed) {
+  const auto& t = compiled_table();
+  ASSERT_FALSE(t.empty());
+  std::set<std::string> shapes;
+  for (const DecodeAutoRow& r : t) {
+    const std::string what = std::string(r.kv_format) + " " + r.layout + " " +
+                             std::to_string(r.batch) + "x" + std::to_string(r.context);
+    EXPECT_NO_THROW(parse_kv_format(r.kv_format)) << what;
+    EXPECT_NO_THROW(parse_kv_layout(r.layout)) << what;
+    EXPECT_EQ(std::string(r.version).rfind('v', 0), 0u) << what << ": a registry name";
+    EXPECT_NE(std::string(r.version), "auto") << what;
+    EXPECT_GT(r.head_dim, 0) << what;
+    EXPECT_GT(r.gqa_group, 0) << what;
+    EXPECT_GT(r.block_size, 0) << what;
+    EXPECT_GT(r.batch, 0) << what;
+    EXPECT_GT(r.context, 0) << what;
+    EXPECT_GE(r.num_splits, 0) << what;
+    EXPECT_TRUE(std::isfinite(r.median_us) && r.median_us > 0) << what;
+    EXPECT_TRUE(shapes
+                    .insert(std::string(r.device) + "|" + what + "|" + std::to_string(r.head_dim) +
+                            "|" + std::to_string(r.gqa_group) + "|" + std::to_string(r.block_size))
+                    .second)
+        << what << ": one row per shape";
+  }
+}
+
+TEST(DecodeAuto, EveryMeasuredShapeFindsItself) {
+  const auto& t = compiled_table();
+  for (const DecodeAutoRow& r : t) {
+    const DecodeAutoQuery q = query_of(r);
+    const DecodeAutoRow* n = nearest_auto_row(t, q);
+    ASSERT_NE(n, nullptr);
+    EXPECT_EQ(n, &r) << r.kv_format << " " << r.batch << "x" << r.context;
+    EXPECT_EQ(auto_row_distance(r, q), 0.0);
+    EXPECT_EQ(auto_row_splits(*n, q), r.num_splits);
+  }
+}
+
+std::vector<DecodeAutoRow> synthetic() {
+  return {
+      {"GPU A", "bf16", "nhd", 128, 4, 16, 1, 32768, "v4_mma_decode", 33, 58.0},
+      {"GPU A", "bf16", "nhd", 128, 4, 16, 64, 8192, "v5_mma_decode_2stage", 0, 750.0},
+      {"GPU A", "bf16", "hnd", 128, 4, 16, 64, 8192, "v6_stream_k_decode", 0, 700.0},
+      {"GPU A", "bf16", "nhd", 64, 4, 16, 64, 8192, "v3_flash_decoding", 0, 900.0},
+      {"GPU A", "fp8_e4m3", "nhd", 128, 4, 16, 64, 8192, "v5_mma_decode_2stage", 0, 400.0},
+      {"GPU B", "bf16", "nhd", 128, 4, 16, 64, 8192, "v4_mma_decode", 0, 760.0},
+  };
+}
+
+TEST(DecodeAuto, NearestPrefersTheSameCategoriesThenTheClosestSize) {
+  const auto rows = synthetic();
+  DecodeAutoQuery q;
+  q.device = "GPU A", q.kv_format = "bf16", q.layout = "nhd";
+  q.head_dim = 128, q.gqa_group = 4, q.block_size = 16;
+  q.batch = 48, q.context = 8192;  // closest to 64 x 8k, NHD
+  EXPECT_STREQ(nearest_auto_row(rows, q)->version, "v5_mma_decode_2stage");
+  q.layout = "hnd";
+  EXPECT_STREQ(nearest_auto_row(rows, q)->version, "v6_stream_k_decode");
+  q.layout = "split_x";  // no split-x row: the nearest size among the rest, table order
+  EXPECT_STREQ(nearest_auto_row(rows, q)->version, "v5_mma_decode_2stage");
+  q.layout = "nhd", q.batch = 2, q.context = 65536;  // closest to 1 x 32k
+  EXPECT_STREQ(nearest_auto_row(rows, q)->version, "v4_mma_decode");
+  q.head_dim = 64, q.batch = 64, q.context = 8192;
+  EXPECT_STREQ(nearest_auto_row(rows, q)->version, "v3_flash_decoding");
+  q.kv_format = "fp8_e4m3", q.head_dim = 128;
+  EXPECT_STREQ(nearest_auto_row(rows, q)->version, "v5_mma_decode_2stage");
+  q.kv_format = "nvfp4";  // unmeasured format: no candidate
+  EXPECT_EQ(nearest_auto_row(rows, q), nullptr);
+  q.kv_format = "bf16", q.device = "GPU C";  // unmeasured device
+  EXPECT_EQ(nearest_auto_row(rows, q), nullptr);
+  q.device = "GPU B";
+  EXPECT_STREQ(nearest_auto_row(rows, q)->version, "v4_mma_decode");
+}
+
+TEST(DecodeAuto, ForcedSplitsOnlyForTheMeasuredShape) {
+  const auto rows = synthetic();
+  DecodeAutoQuery q = query_of(rows[0]);  // 1 x 32k: measured best with 33 splits
+  EXPECT_EQ(auto_row_splits(*nearest_auto_row(rows, q), q), 33);
+  q.batch = 2;  // same nearest row, another batch: the version's own plan
+  EXPECT_EQ(nearest_auto_row(rows, q), &rows[0]);
+  EXPECT_EQ(auto_row_splits(rows[0], q), 0);
+}
+
+}  // namespace
+}  // namespace kvlab::gpu

@@ -1,0 +1,305 @@
+"""The kvlab Python package on the CPU: kvlab.formats (bit-exact codes), kvlab.ref (the
+reference through the binding, against an independent numpy computation and against the
+formats), the argument checks shared with kvlab.ops (kvlab's messages as Python
+exceptions), and kvlab.ops' registry and device checks where no GPU is needed.
+
+The extension module is required when CTest says it was built (KVLAB_EXTENSION=required);
+run by hand without it, these tests skip. Inputs are seeded (the seed is in each test);
+tolerances come from kvlab's one tolerance table (kvlab.ref.check_close), never from here."""
+import os
+
+import numpy as np
+import pytest
+
+from tests.python.conftest import ROOT  # noqa: F401  (puts the checkout on sys.path)
+
+try:
+    import kvlab
+    from kvlab import formats, paged, ref
+    from kvlab._native import native
+    native()
+except ImportError as e:  # pragma: no cover - depends on the build
+    if os.environ.get("KVLAB_EXTENSION") == "required":
+        raise
+    pytest.skip(f"kvlab extension not built: {e}", allow_module_level=True)
+
+
+# ---- formats ---------------------------------------------------------------------------------
+def test_documented_codes():
+    e4m3 = formats.encode(np.float32([0.0, 448.0, 500.0, -500.0, 2 ** -9, 2 ** -10, np.inf, np.nan]), "fp8_e4m3")
+    assert e4m3.tolist() == [0x00, 0x7E, 0x7E, 0xFE, 0x01, 0x00, 0x7E, 0x7F]
+    assert formats.encode(np.float32([500.0, np.inf]), "fp8_e4m3", "nonsaturating").tolist() == [0x7F, 0x7F]
+    assert formats.encode(np.float32([np.inf, 1e6]), "fp8_e5m2", "nonsaturating").tolist() == [0x7C, 0x7C]
+    # E2M1 ties to the even code: 0.75 -> 1, 2.5 -> 2, 5 -> 4; beyond 6 saturates.
+    e2m1 = formats.decode(formats.encode(np.float32([0.75, 2.5, 5.0, 7.0, -0.25]), "e2m1"), "e2m1")
+    assert e2m1.tolist() == [1.0, 2.0, 4.0, 6.0, -0.0]
+    assert formats.decode(np.uint8([127, 0, 254, 255]), "ue8m0")[:3].tolist() == [1.0, 2.0 ** -127, 2.0 ** 127]
+    assert np.isnan(formats.decode(np.uint8([255]), "ue8m0")[0])
+    assert formats.ue8m0_from_exponent([-3, 0, 5]).tolist() == [124, 127, 132]
+    assert formats.max_finite("fp8_e4m3") == 448 and formats.max_finite("fp8_e5m2") == 57344
+
+
+@pytest.mark.parametrize("fmt,n", [("fp8_e4m3", 256), ("fp8_e5m2", 256), ("fp4_e2m1", 16), ("bf16", 65536),
+                                   ("fp16", 65536)])
+def test_every_finite_code_round_trips(fmt, n):
+    codes = np.arange(n, dtype=np.uint16 if n > 256 else np.uint8)
+    vals = formats.decode(codes, fmt)
+    fin = np.isfinite(vals)
+    back = formats.encode(vals[fin], fmt)
+    # -0 and +0 are distinct codes; every finite code comes back as itself.
+    assert np.array_equal(back, codes[fin]), fmt
+
+
+def test_bf16_encode_matches_numpy_rounding():
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal(4096).astype(np.float32) * np.float32(100)
+    bits = x.view(np.uint32)
+    rne = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)  # round to nearest even
+    assert np.array_equal(formats.encode(x, "bf16"), rne)
+
+
+def test_fp4_packing_low_nibble_first():
+    packed = formats.pack_fp4(np.uint8([[1, 2, 15, 0]]))
+    assert packed.tolist() == [[0x21, 0x0F]]
+    assert formats.unpack_fp4(packed).tolist() == [[1, 2, 15, 0]]
+
+
+def test_format_errors_name_what_is_allowed():
+    with pytest.raises(ValueError, match="fp8_e4m3, fp8_e5m2, fp4_e2m1"):
+        formats.encode(np.float32([1]), "fp7")
+    with pytest.raises(TypeError, match="round twice"):
+        formats.encode(np.float64([1.0]), "bf16")
+    with pytest.raises(ValueError, match="always saturates"):
+        formats.encode(np.float32([1]), "e2m1", "nonsaturating")
+    with pytest.raises(ValueError, match="4-bit"):
+        formats.decode(np.uint8([16]), "e2m1")
+    assert issubclass(kvlab.InvalidArgument, ValueError) and issubclass(kvlab.Unsupported, NotImplementedError)
+
+
+# ---- a paged case, built in numpy -------------------------------------------------------------
+def bf16_bits(x):
+    return formats.encode(np.asarray(x, dtype=np.float32), "bf16")
+
+
+def paged_case(seed, layout="nhd", num_seqs=3, heads=2, group=3, head_dim=16, block_size=5, lens=(1, 7, 11)):
+    """K/V pools in BF16 bits, pages in a shuffled order, NaN in every unused slot."""
+    rng = np.random.default_rng(seed)
+    blocks_per_seq = [(n + block_size - 1) // block_size for n in lens]
+    num_blocks = sum(blocks_per_seq) + 2
+    order = rng.permutation(num_blocks)
+    table = np.zeros((num_seqs, max(blocks_per_seq)), dtype=np.int32)
+    k_logical = [rng.standard_normal((n, heads, head_dim)).astype(np.float32) for n in lens]
+    v_logical = [rng.standard_normal((n, heads, head_dim)).astype(np.float32) for n in lens]
+    kshape, vshape = paged.pool_shapes(layout, "bf16", num_blocks, block_size, heads, head_dim)
+    nan = bf16_bits(np.float32(np.nan))
+    kp, vp = np.full(kshape, nan, dtype=np.uint16), np.full(vshape, nan, dtype=np.uint16)
+    nxt = 0
+    for s, n in enumerate(lens):
+        for b in range(blocks_per_seq[s]):
+            table[s, b] = order[nxt]
+            nxt += 1
+        slots = np.arange(n)
+        blocks = table[s, slots // block_size]
+        # Write through the reference's own append (bf16 in -> bf16 pool) so that every layout
+        # is addressed by kvlab's layout header, then compare the math with numpy.
+        ref.append_kv(bf16_bits(k_logical[s]), bf16_bits(v_logical[s]),
+                      (blocks.astype(np.int64) * block_size + slots % block_size), kp, vp, kv_format="bf16",
+                      layout=layout, in_dtype="bf16")
+    q = bf16_bits(rng.standard_normal((num_seqs, heads * group, head_dim)))
+    return dict(q=q, k=kp, v=vp, table=table, lens=np.asarray(lens, dtype=np.int32), k_logical=k_logical,
+                v_logical=v_logical, heads=heads, group=group)
+
+
+def numpy_decode(c, sm_scale):
+    """Decode attention in float64 from the logical K/V (rounded to bf16 as stored)."""
+    q = formats.decode(c["q"], "bf16").astype(np.float64)
+    out = np.zeros(q.shape)
+    for s, n in enumerate(c["lens"]):
+        k = formats.roundtrip(c["k_logical"][s], "bf16").astype(np.float64)
+        v = formats.roundtrip(c["v_logical"][s], "bf16").astype(np.float64)
+        for h in range(q.shape[1]):
+            kh = h // c["group"]
+            z = sm_scale * (k[:, kh, :] @ q[s, h])
+            p = np.exp(z - z.max())
+            out[s, h] = (p / p.sum()) @ v[:, kh, :]
+    return out
+
+
+@pytest.mark.parametrize("layout", ["nhd", "hnd", "split_x"])
+def test_ref_decode_matches_an_independent_numpy_computation(layout):
+    c = paged_case(seed=20241126 + len(layout), layout=layout)
+    sm = 1 / np.sqrt(16)
+    expect = numpy_decode(c, sm)
+    exact = ref.decode_attention(c["q"], c["k"], c["v"], c["table"], c["lens"], kv_format="bf16", layout=layout,
+                                 q_dtype="bf16", exact=True)
+    assert exact.dtype == np.float64 and np.isfinite(exact).all()  # the NaN slots were never read
+    ok, why = ref.check_close(exact, expect, "reference_cross_check", "bf16", "f32")
+    assert ok, why
+    out = ref.decode_attention(c["q"], c["k"], c["v"], c["table"], c["lens"], kv_format="bf16", layout=layout,
+                               q_dtype="bf16")
+    assert out.dtype == np.uint16 and out.shape == c["q"].shape
+    ok, why = ref.check_close(formats.decode(out, "bf16"), expect, "reference_cross_check", "bf16", "bf16")
+    assert ok, why
+
+
+def test_ref_decode_lse_and_empty_sequence():
+    c = paged_case(seed=7, lens=(0, 5, 3))
+    lse = np.full((3, 6), np.nan, dtype=np.float32)
+    out = ref.decode_attention(c["q"], c["k"], c["v"], c["table"], c["lens"], kv_format="bf16", q_dtype="bf16",
+                               lse=lse)
+    assert np.all(formats.decode(out[0], "bf16") == 0) and np.all(np.isneginf(lse[0]))
+    assert np.isfinite(lse[1:]).all()
+
+
+@pytest.mark.parametrize("kv_format", ["fp8_e4m3", "fp8_e4m3_pt", "fp8_e5m2", "nvfp4", "mxfp4"])
+def test_ref_append_then_decode_every_quantized_format(kv_format):
+    """append_kv quantizes with the format's rule; decode over the stored bytes stays within
+    kvlab's decode_attention_vs_original tolerance of the unquantized math."""
+    rng = np.random.default_rng(99)
+    heads, head_dim, block_size, n = 2, 32, 4, 9
+    num_blocks = 4
+    kshape, vshape = paged.pool_shapes("nhd", kv_format, num_blocks, block_size, heads, head_dim)
+    kp, vp = np.zeros(kshape, np.uint8), np.zeros(vshape, np.uint8)
+    sshape, skind = paged.scales_shape(kv_format, num_blocks, block_size, heads, head_dim)
+    ks = vs = None
+    if sshape is not None:
+        dt = np.float32 if skind == "f32" else np.uint8
+        ks, vs = np.zeros(sshape, dt), np.zeros(sshape, dt)
+    k = rng.standard_normal((n, heads, head_dim)).astype(np.float32)
+    v = rng.standard_normal((n, heads, head_dim)).astype(np.float32)
+    table = np.array([[2, 0, 3]], dtype=np.int32)
+    slots = (table[0, np.arange(n) // block_size].astype(np.int64) * block_size + np.arange(n) % block_size)
+    scale = 0.01 if kv_format in ("fp8_e4m3", "fp8_e5m2") else 1.0
+    ref.append_kv(k, v, slots, kp, vp, kv_format=kv_format, k_scales=ks, v_scales=vs, k_scale=scale, v_scale=scale)
+    q = bf16_bits(rng.standard_normal((1, heads * 2, head_dim)))
+    out = ref.decode_attention(q, kp, vp, table, np.array([n], np.int32), kv_format=kv_format, k_scales=ks,
+                               v_scales=vs, k_scale=scale, v_scale=scale, q_dtype="bf16")
+    expect = numpy_decode(dict(q=q, k_logical=[k], v_logical=[v], lens=[n], group=2), 1 / np.sqrt(head_dim))
+    ok, why = ref.check_close(formats.decode(out, "bf16"), expect, "decode_attention_vs_original", kv_format, "bf16")
+    assert ok, why
+
+
+def test_ref_append_bf16_is_the_bf16_cast():
+    rng = np.random.default_rng(5)
+    k = rng.standard_normal((3, 1, 8)).astype(np.float32)
+    kp, vp = np.zeros((2, 4, 1, 8), np.uint16), np.zeros((2, 4, 1, 8), np.uint16)
+    ref.append_kv(k, k, np.array([5, -1, 0], np.int64), kp, vp, kv_format="bf16")
+    assert np.array_equal(kp[1, 1, 0], formats.encode(k[0, 0], "bf16"))
+    assert np.array_equal(kp[0, 0, 0], formats.encode(k[2, 0], "bf16"))
+    assert not kp[0, 1:].any()  # the padding token (-1) wrote nothing
+
+
+@pytest.mark.parametrize("scheme", ["bf16", "fp8_e4m3_per_tensor", "fp8_e4m3_per_token", "mxfp4", "nvfp4",
+                                    "mxfp4_hadamard", "mxfp8", "fp8_ds_mla"])
+def test_ref_quantize_round_trip_every_preset(scheme):
+    assert scheme in ref.scheme_names()
+    rng = np.random.default_rng(3)
+    cols = 512 if scheme == "fp8_ds_mla" else 256
+    x = rng.standard_normal((6, cols)).astype(np.float32)
+    stream = ref.quantize(x, scheme)
+    assert stream.dtype == np.uint8 and stream.size == ref.quant_stream_bytes(scheme, 6, cols)
+    y = ref.dequantize(stream, scheme, 6, cols)
+    assert y.shape == x.shape
+    ok, why = ref.check_close(y, x, "quant_round_trip", "bf16", "f32") if scheme == "bf16" else (True, "")
+    assert ok, why
+    rel = np.linalg.norm(y - x, axis=1) / np.linalg.norm(x, axis=1)
+    assert np.all(rel < 1.0) and np.all(rel > 0 if scheme != "bf16" else rel >= 0)
+    if scheme == "fp8_ds_mla":
+        assert ref.quant_stream_bytes(scheme, 1, 512) == 584
+        paged_stream = ref.quantize(x, scheme, page_block_size=4)
+        assert np.array_equal(ref.dequantize(paged_stream, scheme, 6, cols, page_block_size=4), y)
+    if scheme == "bf16":
+        assert np.array_equal(y, formats.roundtrip(x, "bf16"))
+
+
+# ---- argument checks (shared with kvlab.ops) -------------------------------------------------
+def test_bad_arguments_raise_kvlab_messages():
+    c = paged_case(seed=1)
+    args = (c["q"], c["k"], c["v"], c["table"], c["lens"])
+    kw = dict(kv_format="bf16", q_dtype="bf16")
+    with pytest.raises(ValueError, match=r"block_table: dtype int64, expected int32"):
+        ref.decode_attention(*args[:3], c["table"].astype(np.int64), c["lens"], **kw)
+    with pytest.raises(ValueError, match=r"v_cache: shape .* expected"):
+        ref.decode_attention(c["q"], c["k"], c["v"][:, :, :1], c["table"], c["lens"], **kw)
+    with pytest.raises(ValueError, match="C-contiguous"):
+        ref.decode_attention(c["q"][:, ::2], *args[1:], **kw)
+    with pytest.raises(ValueError, match="q_dtype"):
+        ref.decode_attention(*args, kv_format="bf16")  # uint16 codes without saying which
+    with pytest.raises(ValueError, match="kv_format"):
+        ref.decode_attention(*args, q_dtype="bf16")  # uint16 pools: say the format
+    with pytest.raises(ValueError, match="seq_len"):
+        ref.decode_attention(*args[:4], np.array([1, 7, 99], np.int32), **kw)
+    with pytest.raises(ValueError, match="unknown KV format|allowed"):
+        ref.decode_attention(*args, kv_format="fp9", q_dtype="bf16")
+    with pytest.raises(ValueError, match="slot"):
+        ref.append_kv(np.zeros((1, 2, 16), np.float32), np.zeros((1, 2, 16), np.float32), np.array([10 ** 6]),
+                      c["k"], c["v"], kv_format="bf16")
+
+
+def test_ref_rejects_a_scale_array_the_format_does_not_use():
+    c = paged_case(seed=2)
+    with pytest.raises(ValueError, match="no scale arrays"):
+        ref.decode_attention(c["q"], c["k"], c["v"], c["table"], c["lens"], kv_format="bf16", q_dtype="bf16",
+                             k_scales=np.zeros(1, np.float32), v_scales=np.zeros(1, np.float32))
+
+
+# ---- DSV4 substrate (reference) --------------------------------------------------------------
+@pytest.mark.parametrize("entry_format,ring_mode", [("fp8_per_token", "atomic_head"),
+                                                    ("fp8_ds_mla", "pos_mod_window")])
+def test_dsv4_append_then_decode_over_the_window(entry_format, ring_mode):
+    from kvlab import dsv4
+    rng = np.random.default_rng(17)
+    window, nope, rope = 8, 64, 16
+    ring = dsv4.SwaRing.empty(2, window, nope, rope, entry_format, ring_mode)
+    t = 11
+    raw = rng.standard_normal((t, nope + rope)).astype(np.float32)
+    # At most `window` tokens of a slot per call: two calls.
+    for lo, hi in ((0, window), (window, t)):
+        ref.dsv4_append_swa(ring, bf16_bits(raw[lo:hi]), np.zeros(hi - lo, np.int32), np.arange(lo, hi, dtype=np.int32))
+    assert sorted(ring.pos[0].tolist()) == list(range(t - window, t)) and (ring.pos[1] == -1).all()
+    q = bf16_bits(rng.standard_normal((1, 4, nope + rope)))
+    out = ref.dsv4_decode_attention(ring, None, q, np.zeros(1, np.int32), np.array([t - 1], np.int32))
+    # The window's rows, dequantized by the reference, attended in numpy.
+    keys = formats.roundtrip(raw[t - window:], "bf16").astype(np.float64)
+    qq = formats.decode(q, "bf16")[0].astype(np.float64)
+    z = keys @ qq.T / np.sqrt(nope + rope)
+    p = np.exp(z - z.max(0))
+    expect = (p / p.sum(0)).T @ keys
+    ok, why = ref.check_close(formats.decode(out, "bf16")[0], expect, "decode_attention_vs_original", "fp8_e4m3_pt",
+                              "bf16")
+    assert ok, why
+
+
+def test_dsv4_compress_plans_and_emits_entries():
+    from kvlab import dsv4
+    rng = np.random.default_rng(23)
+    ratio, dim, t = 4, 8, 9
+    state = dsv4.CompressorState.empty(1, ratio, dim, overlap=True)
+    kv = rng.standard_normal((t, 2 * dim)).astype(np.float32)
+    gate = rng.standard_normal((t, 2 * dim)).astype(np.float32)
+    out = ref.dsv4_compress(state, kv, gate, np.array([0], np.int32), np.array([0], np.int32),
+                            np.array([0, t], np.int32))
+    assert out.shape == (t // ratio, dim) and np.isfinite(out).all()
+    eo, fe = ref.dsv4_plan_entries([0], [0, t], ratio)
+    assert eo.tolist() == [0, 2] and fe.tolist() == [0]
+
+
+# ---- kvlab.ops without a GPU -----------------------------------------------------------------
+def test_ops_registry_and_host_arrays_refused():
+    if not native().has_cuda:
+        with pytest.raises(ImportError, match="without CUDA"):
+            kvlab.ops.decode_versions()
+        return
+    versions = kvlab.ops.decode_versions()
+    assert versions and [v.id for v in versions] == sorted(v.id for v in versions)
+    newest = max(versions, key=lambda v: v.id)
+    assert kvlab.ops.resolve_version(newest.name) == newest.id
+    assert kvlab.ops.resolve_version(newest.name.split("_")[0]) == newest.id
+    named_auto = [v for v in versions if v.name == "auto"]
+    assert kvlab.ops.resolve_version("auto") == (named_auto[0].id if named_auto else newest.id)
+    with pytest.raises(ValueError, match="registered"):
+        kvlab.ops.resolve_version("v99_nothing")
+    c = paged_case(seed=4)
+    with pytest.raises(ValueError, match="CUDA"):
+        kvlab.ops.decode_attention(c["q"], c["k"], c["v"], c["table"], c["lens"], kv_format="bf16",
+                                   q_dtype="bf16", out=np.empty_like(c["q"]), version=newest.id)
