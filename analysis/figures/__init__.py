@@ -22,7 +22,7 @@ the panels, naming only what varies within the figure, the constants in the titl
 says what was measured or computed, on which device (the file's provenance) and, where the
 input is synthetic, that it is.
 
-Layout: one module per subject (quant, gpu, cost_model, capacity, serving, dsv4, and the
+Layout: one module per subject (quant, gpu, cost_model, capacity, serving, dsv4, model, and the
 decode-step figures of analysis/step_figures.py), each with a FIGURES list of (name,
 function); this package's FIGURES is their concatenation in MODULES order. A new subject is
 a new module plus one line in MODULES. A figure function takes the loaded results and
@@ -41,12 +41,12 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from analysis import serving_figures, step_figures, style  # noqa: E402
 from analysis.figures.data import figure_data  # noqa: E402
-from analysis.figures import capacity, cost_model, dsv4, gpu, quant, serving  # noqa: E402
+from analysis.figures import capacity, cost_model, dsv4, gpu, model, quant, serving  # noqa: E402
 from analysis.figures.common import PEER_PREFIX, Skip  # noqa: E402,F401  (re-exported)
 from analysis.load import ResultFileError, Results, load_many  # noqa: E402
 
 # The figure modules, in the order their figures are listed and made.
-MODULES = [quant, gpu, capacity, cost_model, serving, dsv4]
+MODULES = [quant, gpu, capacity, cost_model, serving, dsv4, model]
 
 FIGURES = [entry for m in MODULES for entry in m.FIGURES]
 FIGURES += step_figures.figures_for(Skip)

@@ -19,6 +19,8 @@ const std::vector<std::unique_ptr<Bench>>& benches() {
     v.push_back(make_roofline_bench());
     v.push_back(make_dsv4_capacity_bench());
     v.push_back(make_compression_error_bench());
+    v.push_back(make_real_kv_error_bench());
+    v.push_back(make_model_quality_bench());
     v.push_back(make_decode_attention_bench());
     v.push_back(make_append_bench());
     v.push_back(make_bandwidth_bench());

@@ -18,6 +18,7 @@
 #include "experiments/cli/summary.h"
 #include "experiments/h5/durable.h"
 #include "experiments/h5/h5.h"
+#include "experiments/model/model_cli.h"
 #include "experiments/results/merge.h"
 #include "experiments/results/provenance.h"
 #include "experiments/results/result_file.h"
@@ -41,6 +42,7 @@ const char* kSubcommands[][2] = {
     {"calibrate", "fit the decode-attention cost model to measured timings: fidelity table"},
     {"merge", "merge shard result files into one"},
     {"recover", "undo an interrupted commit of a result file"},
+    {"model", "real models: import a GGUF, info, generate, dump K/V (kvlab model --help)"},
     {"summary", "the results of a file as a short table (Markdown, JSON)"},
 };
 
@@ -473,6 +475,7 @@ int cli_main(int argc, const char* const* argv, std::ostream& out, std::ostream&
     if (cmd == "calibrate") return cmd_calibrate(args, full, out);
     if (cmd == "merge") return cmd_merge(args, out);
     if (cmd == "recover") return cmd_recover(args, out);
+    if (cmd == "model") return cmd_model(args, out, err);
     if (cmd == "summary") return cmd_summary(args, out);
     err << "kvlab: unknown subcommand '" << cmd << "'\n";
     usage(err);

@@ -14,6 +14,9 @@ std::unique_ptr<Bench> make_simulate_bench();
 std::unique_ptr<Bench> make_roofline_bench();
 std::unique_ptr<Bench> make_dsv4_capacity_bench();
 std::unique_ptr<Bench> make_compression_error_bench();
+// Real-model kinds (a kvlab model file: experiments/model/).
+std::unique_ptr<Bench> make_real_kv_error_bench();
+std::unique_ptr<Bench> make_model_quality_bench();
 // GPU benches (recorded as skipped without a device or without CUDA).
 std::unique_ptr<Bench> make_decode_attention_bench();
 std::unique_ptr<Bench> make_append_bench();

@@ -149,6 +149,14 @@ void validate_options(const DecoderConfig& c, const ExecutorOptions& o) {
   for (int b : o.graph_buckets)
     KVLAB_REQUIRE(b >= 1 && b <= o.max_batch,
                   "graph bucket " << b << " outside [1, max_batch " << o.max_batch << "]");
+  for (const auto* v : {&o.layer_k_scales, &o.layer_v_scales}) {
+    KVLAB_REQUIRE(v->empty() || static_cast<int>(v->size()) == c.layers,
+                  "engine per-layer pool scales: " << v->size() << " for " << c.layers
+                                                   << " layers (give none or one per layer)");
+    for (float x : *v)
+      KVLAB_REQUIRE(std::isfinite(x) && x > 0,
+                    "engine per-layer pool scale " << x << " must be finite and > 0");
+  }
   if (kv_format_has_pool_scale(o.kv_format))
     KVLAB_REQUIRE(
         std::isfinite(o.k_scale) && o.k_scale > 0 && std::isfinite(o.v_scale) && o.v_scale > 0,
@@ -298,6 +306,19 @@ double DecodeStepExecutor::device_bytes_needed(const DecoderConfig& cfg,
 
 DecodeStepExecutor::DecodeStepExecutor(const DecoderConfig& cfg, const ExecutorOptions& opt)
     : cfg_(cfg), opt_(opt) {
+  init(nullptr);
+}
+
+DecodeStepExecutor::DecodeStepExecutor(const DecoderConfig& cfg, const ExecutorOptions& opt,
+                                       const DecoderWeights& weights)
+    : cfg_(cfg), opt_(opt) {
+  validate(weights, cfg);
+  init(&weights);
+}
+
+void DecodeStepExecutor::init(const DecoderWeights* weights) {
+  const DecoderConfig& cfg = cfg_;
+  const ExecutorOptions& opt = opt_;
   validate_options(cfg, opt);
   {
     const char* why = ks::rope_append_unsupported_reason(KvCacheView{cache_geometry(cfg, opt)});
@@ -311,8 +332,31 @@ DecodeStepExecutor::DecodeStepExecutor(const DecoderConfig& cfg, const ExecutorO
   KVLAB_CUDA_CHECK(cudaEventCreate(&I.ev1));
   I.lin = std::make_unique<ks::CublasLinear>(I.stream);
 
-  // weights, generated on the device from the seed
   I.weights.resize(I.wplan.total);
+  if (weights) {
+    // the given BF16 bits, tensor by tensor into the plan
+    auto put = [&](int64_t off, const std::vector<uint16_t>& v) {
+      KVLAB_CUDA_CHECK(cudaMemcpyAsync(ptr(I.weights) + off, v.data(), v.size() * 2,
+                                       cudaMemcpyHostToDevice, I.stream));
+    };
+    put(I.wplan.embedding, weights->embedding);
+    for (int l = 0; l < cfg.layers; ++l) {
+      const auto& lo = I.wplan.layers[l];
+      const auto& L = weights->layers[l];
+      put(lo.attn_norm, L.attn_norm);
+      put(lo.wqkv, L.wqkv);
+      put(lo.wo, L.wo);
+      put(lo.mlp_norm, L.mlp_norm);
+      put(lo.wgu, L.w_gate_up);
+      put(lo.wdown, L.w_down);
+    }
+    put(I.wplan.final_norm, weights->final_norm);
+    put(I.wplan.lm_head, weights->lm_head_bits());
+    KVLAB_CUDA_CHECK(cudaStreamSynchronize(I.stream));  // the host vectors may go away
+    allocate_state();
+    return;
+  }
+  // weights, generated on the device from the seed
   auto gen = [&](int64_t off, int64_t n, WeightTensor t, int layer) {
     const auto [scale, offset] = kvlab::ref::synthetic_init(t, cfg);
     ks::fill_synthetic_bf16(ptr(I.weights) + off, n, cfg.seed, kvlab::step::weight_stream(t, layer),
@@ -378,8 +422,8 @@ void DecodeStepExecutor::allocate_state() {
     v.v = lb + I.pool_bytes;
     v.k_scales = I.scale_bytes ? lb + 2 * I.pool_bytes : nullptr;
     v.v_scales = I.scale_bytes ? lb + 2 * I.pool_bytes + I.scale_bytes : nullptr;
-    v.k_scale = opt.k_scale;
-    v.v_scale = opt.v_scale;
+    v.k_scale = opt.layer_k_scales.empty() ? opt.k_scale : opt.layer_k_scales[l];
+    v.v_scale = opt.layer_v_scales.empty() ? opt.v_scale : opt.layer_v_scales[l];
     I.views.push_back(v);
   }
 

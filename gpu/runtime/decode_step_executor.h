@@ -34,6 +34,7 @@
 
 #include "reference/attention/args.h"
 #include "reference/step/decoder_config.h"
+#include "reference/step/decoder_weights.h"
 #include "sim/serve/step_batch.h"
 
 namespace kvlab::gpu {
@@ -74,6 +75,9 @@ struct ExecutorOptions {
   std::vector<int> graph_buckets;  // empty: 1, 2, 4, ... and max_batch
   float k_scale = 1.0f;            // pool scales of kFP8E4M3 / kFP8E5M2 / kNVFP4 caches
   float v_scale = 1.0f;
+  // Per-layer pool scales (empty: k_scale / v_scale for every layer; else one per layer), e.g.
+  // calibrated from a real model's K/V amax.
+  std::vector<float> layer_k_scales, layer_v_scales;
   // Serving: > 0 makes the cache ONE pool of pool_blocks blocks whose block tables the caller
   // gives with every step (serving_step: the tables sim::Engine's allocator hands out), with
   // max_batch token rows per step and ceil(max_context / block_size) table columns. 0: every
@@ -86,6 +90,11 @@ class DecodeStepExecutor {
   // Validates (InvalidArgument), checks free device memory (Unsupported when the weights,
   // cache and buffers do not fit), allocates and generates the weights.
   DecodeStepExecutor(const DecoderConfig& cfg, const ExecutorOptions& opt);
+  // The same with the given weights uploaded instead of generated (a real model's, read by
+  // experiments/model/model_file.h; validate(weights, cfg) must hold). A tied LM head is
+  // uploaded as a copy of the embedding.
+  DecodeStepExecutor(const DecoderConfig& cfg, const ExecutorOptions& opt,
+                     const DecoderWeights& weights);
   ~DecodeStepExecutor();
   DecodeStepExecutor(const DecodeStepExecutor&) = delete;
   DecodeStepExecutor& operator=(const DecodeStepExecutor&) = delete;
@@ -180,6 +189,7 @@ class DecodeStepExecutor {
 
  private:
   void allocate_state();
+  void init(const DecoderWeights* weights);
   void ensure_serving_buffers();
   DecoderConfig cfg_;
   ExecutorOptions opt_;

@@ -35,6 +35,7 @@ SPEC = ("cpu_test_driver_spec", "")
 H5 = ("cpu_test_driver_h5", "")
 KINDS = ("cpu_test_driver_kinds", "")
 RESUME = ("cpu_test_driver_resume", "")
+STEP_SEQ = ("cpu_test_step_sequence", "")
 GPU = "gpu_tests"
 
 MUTANTS = [
@@ -110,8 +111,8 @@ MUTANTS = [
          tests=[STEP]),
     dict(id="ref-step-slot-past-boundary", kind="cpu", file="reference/step/decode_step.cpp",
          what="decode step appends each token into the page of the next position",
-         find="bps_ + p / geom_.block_size]) *",
-         replace="bps_ + (p + 1) / geom_.block_size]) *",
+         find="static_cast<size_t>(seq) * bps_ + p / B]) * B + p % B;",
+         replace="static_cast<size_t>(seq) * bps_ + (p + 1) / B]) * B + p % B;",
          tests=[STEP]),
     dict(id="ref-metrics-nmse-halved", kind="cpu", file="reference/metrics/metrics.cpp",
          what="NMSE divided by two (a normalization slip in the error metrics)",
@@ -225,6 +226,27 @@ MUTANTS = [
          find='r.metric("nmse", st.nmse);',
          replace='r.metric("nmse", st.rel_l2_mean);',
          tests=[KINDS]),
+    dict(id="exp-gguf-q4-nibble-order", kind="cpu", file="experiments/model/model_file.cpp",
+         what="Q4_0/Q4_1 weights dequantized with the high nibble first (GGUF puts the low "
+              "nibbles of a block's 16 bytes first)",
+         find="const int q = j < 16 ? (qs[j] & 15) : (qs[j - 16] >> 4);",
+         replace="const int q = j < 16 ? (qs[j] >> 4) : (qs[j - 16] & 15);",
+         tests=[STEP_SEQ]),
+    dict(id="exp-gguf-q8-unsigned", kind="cpu", file="experiments/model/model_file.cpp",
+         what="Q8_0 quants read as unsigned bytes (a cast to the wrong integer type)",
+         find="static_cast<float>(static_cast<int8_t>(p[2 + j])) * d",
+         replace="static_cast<float>(static_cast<uint8_t>(p[2 + j])) * d",
+         tests=[STEP_SEQ]),
+    dict(id="ref-step-prefill-position-shift", kind="cpu", file="reference/step/decode_step.cpp",
+         what="the teacher-forced sequence (prefill) places its tokens one position late",
+         find="for (int i = 0; i < n; ++i) pos[i] = positions_[0] + i;",
+         replace="for (int i = 0; i < n; ++i) pos[i] = positions_[0] + i + 1;",
+         tests=[STEP_SEQ]),
+    dict(id="ref-step-untied-head-ignored", kind="cpu", file="reference/step/decode_step.cpp",
+         what="the LM head of an untied model is ignored (the embedding serves as the head)",
+         find="const std::vector<float>& lm = lm_head_.empty() ? embedding_ : lm_head_;",
+         replace="const std::vector<float>& lm = embedding_;",
+         tests=[STEP, STEP_SEQ]),
     # ---------------------------------------------------------------- gpu/ (GPU machine)
     dict(id="gpu-v1-page-past-boundary", kind="gpu", file="gpu/attention/v1_paged_attention.cu",
          what="v1 reads K of the last token of each page from the next page",

@@ -56,6 +56,8 @@ PROVENANCE = {
     "capacity_vs_block_size": "computed", "capacity_vs_compression_ratio": "computed", "roofline": "predicted",
     "decode_bandwidth_vs_context": H100, "append_bandwidth": H100, "simulated_vs_measured": H100,
     "decode_step_time_vs_batch": H100, "decode_step_gemm_crossover": H100,
+    "model_quality_pareto": "real model", "model_quality_vs_decode": "real model",
+    "real_kv_error_per_layer": "real model", "real_k_channels": "real model",
     "serving_fidelity": "not a measurement", "serving_step_residuals": "not a measurement",
 }
 
@@ -107,8 +109,15 @@ def step_results() -> Results:
 
 
 @pytest.fixture(scope="module")
-def inputs(cpu_results, calibration):
-    return [cpu_results, load_many([H100_SWEEP, H100_PEERS]), calibration, step_results()]
+def model_results(kvlab_bin, tmp_path_factory):
+    from tests.python.model_fixtures import tiny_model_results
+    return load(str(tiny_model_results(kvlab_bin, tmp_path_factory.mktemp("allmodel"))))
+
+
+@pytest.fixture(scope="module")
+def inputs(cpu_results, calibration, model_results):
+    return [cpu_results, load_many([H100_SWEEP, H100_PEERS]), calibration, step_results(),
+            model_results]
 
 
 def _is_colorbar(ax) -> bool:
