@@ -7,8 +7,8 @@
 # BIN/gpu_mutants.tar.xz is made on the build machine from the same tree as the binaries:
 #   bash tests/mutation/pack_gpu_mutants.sh build BIN
 #
-# Steps (logs and data under $OUT/teeth/; at most 5 minutes of device time on an H100, most
-# of it the llama3-8b CPU reference):
+# Steps (logs and data under $OUT/teeth/; at most BUDGET_S = 290 s of device time in all, the
+# steps' limits cut to what is left; most of it the llama3-8b CPU reference):
 #   1. gpu_tests on the fixed checks and on every test a GPU mutant is judged by (the 40k-token
 #      result asserted, all six decode-step cases required, bench kinds that may skip only
 #      where the registry declines, the llama3-8b step against the CPU reference, the decode
@@ -34,10 +34,21 @@ cd "$(dirname "$0")/.."
 export LD_LIBRARY_PATH="/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 PY="${PY:-python3}"
 
+# The whole stage stays within BUDGET_S seconds (default 290): each step's own limit is cut
+# to what is left, and a step with less than 10 s left is not started.
+BUDGET_S="${BUDGET_S:-290}"
 declare -A status seconds
 step() {  # step NAME TIMEOUT_S COMMAND...
   local name=$1 limit=$2
   shift 2
+  local left=$((BUDGET_S - SECONDS))
+  if [ "$left" -lt 10 ]; then
+    echo "[teeth] $name: not started (${left} s of the ${BUDGET_S} s budget left)"
+    status[$name]="NOT-STARTED"
+    seconds[$name]=0
+    return
+  fi
+  [ "$limit" -le "$left" ] || limit=$left
   local t0=$SECONDS
   echo "[teeth] $name: $*"
   timeout "$limit" "$@" > "$S/$name.log" 2>&1
@@ -72,8 +83,8 @@ step tolerance 120 "$BIN/kvlab" validate experiments/configs/tolerance.ini \
 if [ -f "$BIN/gpu_mutants.tar.xz" ]; then
   M="$(mktemp -d /tmp/kvlab-gpu-mutants-XXXX)"
   tar -C "$M" -xJf "$BIN/gpu_mutants.tar.xz"
-  mut_args=(--no-baseline)
-  [ "${status[gpu_tests]}" = ok ] || mut_args=()  # a failing test would "kill" every mutant
+  mut_args=(--no-baseline --jobs 4)
+  [ "${status[gpu_tests]}" = ok ] || mut_args=(--jobs 4)  # a failing test would "kill" every mutant
   step mutants 120 $PY tests/mutation/run_mutants.py --run-packed "$M/gpu_mutants" --bin "$BIN" \
     --logs "$S/mutants" --json "$S/gpu_mutants.json" "${mut_args[@]}"
   rm -rf "$M"

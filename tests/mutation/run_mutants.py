@@ -493,7 +493,7 @@ def run_packed(args):
     results, base = [], {}
     pairs = sorted({(t, f) for m in manifest for t, f in m["tests"]})
     if args.no_baseline:  # the caller ran these tests on the unmutated binaries already
-        pairs, base = [], {(t, f): 12.0 for t, f in pairs}
+        pairs, base = [], {(t, f): 6.0 for t, f in pairs}
     for target, flt in pairs:
         binary = os.path.join(args.bin, target)
         ok, fail, s = run_test(binary, flt, root, 1800, os.path.join(logs, "baseline.txt"))
@@ -502,13 +502,13 @@ def run_packed(args):
             return EXIT_BAD_INPUT
         base[(target, flt)] = s
         log(f"baseline {target} [{flt}] passes in {s:.1f} s")
-    for m in manifest:
+
+    def evaluate_packed(m):
         res = {"id": m["id"], "file": m["file"], "what": m["what"], "kind": "gpu",
                "result": "", "killed_by": "", "detail": ""}
         if m.get("result") != "packed":
             res.update(result=m.get("result", "?"), detail=m.get("detail", ""))
-            results.append(res)
-            continue
+            return res
         t0 = time.time()
         for target, flt in m["tests"]:
             binary = os.path.join(args.run_packed, "mutants", m["id"], target)
@@ -524,8 +524,24 @@ def run_packed(args):
             res.update(result="equivalent" if m.get("equivalent") else "survived",
                        detail=m.get("equivalent", ""))
         res["seconds"] = round(time.time() - t0, 1)
-        log(f"{m['id']}: {res['result']} {res['killed_by']}")
-        results.append(res)
+        return res
+
+    # --jobs mutant binaries at a time (small tests: they share the GPU without changing any
+    # verdict); the JSON is rewritten after every mutant, so a caller's time limit keeps the
+    # finished ones.
+    done = {}
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        futures = {pool.submit(evaluate_packed, m): i for i, m in enumerate(manifest)}
+        for fut in concurrent.futures.as_completed(futures):
+            res = fut.result()
+            done[futures[fut]] = res
+            log(f"{res['id']}: {res['result']} {res['killed_by']}")
+            results = [done[i] for i in sorted(done)]
+            if args.json:
+                with open(args.json + ".tmp", "w") as f:
+                    json.dump(results, f, indent=1)
+                os.replace(args.json + ".tmp", args.json)
+    results = [done[i] for i in sorted(done)]
     return summarize(results, args.max_stale, args.json)
 
 
@@ -556,7 +572,7 @@ def main(argv):
     ap.add_argument("--logs", help="with --run-packed: where the logs go")
     ap.add_argument("--no-baseline", action="store_true",
                     help="with --run-packed: skip the unmutated runs (the caller just ran the "
-                         "same tests and they passed); mutant runs time out after 120 s")
+                         "same tests and they passed); mutant runs time out after 60 s")
     args = ap.parse_args(argv)
     try:
         if args.run_packed:

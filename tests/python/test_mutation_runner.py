@@ -66,3 +66,34 @@ def test_check_reports_whether_every_patch_applies():
     assert p.returncode in (0, 1)
     if p.returncode == 1:
         assert "stale " in p.stdout
+
+
+def test_packed_mutants_run_in_parallel_and_keep_the_manifest_order(tmp_path):
+    # Three fake packed "gpu_tests": one fails a test (killed), one passes (survived), one
+    # skips everything (not-run, never "survived"); run 3 at a time, results in manifest order.
+    scripts = {
+        "m-killed": 'echo "[  FAILED  ] Suite.Case"; exit 1',
+        "m-survived": 'sleep 0.5; echo "[  PASSED  ] 2 tests."; exit 0',
+        "m-skipped": 'echo "[  PASSED  ] 0 tests."; exit 0',
+    }
+    packed = tmp_path / "gpu_mutants"
+    manifest = []
+    for mid, body in scripts.items():
+        d = packed / "mutants" / mid
+        d.mkdir(parents=True)
+        exe = d / "gpu_tests"
+        exe.write_text("#!/bin/sh\n" + body + "\n")
+        exe.chmod(0o755)
+        manifest.append({"id": mid, "file": "gpu/x.cu", "what": mid, "result": "packed",
+                         "tests": [["gpu_tests", "Suite.*"]]})
+    (packed / "manifest.json").write_text(__import__("json").dumps(manifest))
+    out = tmp_path / "res.json"
+    p = subprocess.run([sys.executable, RUNNER, "--run-packed", str(packed), "--bin",
+                        str(tmp_path), "--no-baseline", "--jobs", "3", "--json", str(out),
+                        "--logs", str(tmp_path / "logs")], capture_output=True, text=True,
+                       cwd=str(tmp_path))
+    res = __import__("json").loads(out.read_text())
+    assert [r["id"] for r in res] == list(scripts), p.stdout
+    assert [r["result"] for r in res] == ["killed", "survived", "not-run"], p.stdout
+    assert res[0]["killed_by"] == "gpu_tests: Suite.Case"
+    assert p.returncode == 1  # a survivor fails the run
