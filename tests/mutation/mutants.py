@@ -36,6 +36,7 @@ H5 = ("cpu_test_driver_h5", "")
 KINDS = ("cpu_test_driver_kinds", "")
 RESUME = ("cpu_test_driver_resume", "")
 STEP_SEQ = ("cpu_test_step_sequence", "")
+DECODE_PLAN = ("cpu_test_decode_plan", "")
 GPU = "gpu_tests"
 
 MUTANTS = [
@@ -247,6 +248,17 @@ MUTANTS = [
          find="const std::vector<float>& lm = lm_head_.empty() ? embedding_ : lm_head_;",
          replace="const std::vector<float>& lm = embedding_;",
          tests=[STEP, STEP_SEQ]),
+    # ------------------------------------------------ gpu/ host code checked on the CPU
+    dict(id="gpu-streamk-block-of-unit-off-by-one", kind="cpu", file="gpu/attention/decode_plan.h",
+         what="stream-K: the block owning a unit is found one unit late at range boundaries",
+         find="return ((u + 1) * C - 1) / W;",
+         replace="return ((u + 1) * C) / W;",
+         tests=[DECODE_PLAN]),
+    dict(id="gpu-streamk-item-parts-short", kind="cpu", file="gpu/attention/decode_plan.h",
+         what="stream-K: an item shared by several blocks merges one partial result too few",
+         find="streamk_block_of_unit(item_first, W, C) + 1;",
+         replace="streamk_block_of_unit(item_first, W, C);",
+         tests=[DECODE_PLAN]),
     # ---------------------------------------------------------------- gpu/ (GPU machine)
     dict(id="gpu-v1-page-past-boundary", kind="gpu", file="gpu/attention/v1_paged_attention.cu",
          what="v1 reads K of the last token of each page from the next page",
@@ -297,6 +309,13 @@ MUTANTS = [
          find="const float x = key <= qpos[i] ? s[n][j] * p.scale_log2 : -INFINITY;",
          replace="const float x = key < qpos[i] ? s[n][j] * p.scale_log2 : -INFINITY;",
          tests=[(GPU, "PrefillPaged.*")]),
+    dict(id="gpu-v6-merge-no-rescale", kind="gpu", file="gpu/attention/v6_stream_k_decode.cu",
+         what="v6's merge kernel keeps its running sum unscaled when a later batch of partial "
+              "results raises the maximum (missing online-softmax rescale)",
+         find="for (int h = 0; h < kHalves; ++h) acc[h].x *= r, acc[h].y *= r, acc[h].z *= r, "
+              "acc[h].w *= r;",
+         replace="for (int h = 0; h < kHalves; ++h) (void)r;",
+         tests=[(GPU, "DecodeV6.*")]),
     dict(id="gpu-append-drops-last-token", kind="gpu", file="gpu/quant/append.cu",
          what="the vectorized append kernel skips the last token",
          find="const int rows = num_tokens * 2 * H;",

@@ -36,6 +36,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -81,6 +82,9 @@ class Build:
         self._links = {}
         self._objects = {}
         self.archive_of = {}  # object -> the project archive it is a member of
+        # The mutants are evaluated on threads: the lazily filled tables are built under one
+        # lock (a half-filled deps table would make a mutant look "not-built").
+        self._lock = threading.RLock()
 
     def ninja(self, *args):
         r = subprocess.run(["ninja", "-C", self.dir] + list(args), capture_output=True, text=True)
@@ -90,19 +94,24 @@ class Build:
 
     def deps(self):
         """object (absolute) -> set of absolute source/header paths it was built from."""
-        if self._deps is None:
-            self._deps = {}
-            obj = None
-            for line in self.ninja("-t", "deps").splitlines():
-                if not line.startswith(" ") and ": #deps" in line:
-                    obj = os.path.normpath(os.path.join(self.dir, line.split(":")[0]))
-                    self._deps[obj] = set()
-                elif line.strip() and obj:
-                    self._deps[obj].add(os.path.normpath(os.path.join(self.dir, line.strip())))
-        return self._deps
+        with self._lock:
+            if self._deps is None:
+                deps, obj = {}, None
+                for line in self.ninja("-t", "deps").splitlines():
+                    if not line.startswith(" ") and ": #deps" in line:
+                        obj = os.path.normpath(os.path.join(self.dir, line.split(":")[0]))
+                        deps[obj] = set()
+                    elif line.strip() and obj:
+                        deps[obj].add(os.path.normpath(os.path.join(self.dir, line.strip())))
+                self._deps = deps
+            return self._deps
 
     def link_command(self, target):
         """The target's final link command (argv) and the objects/libraries it links."""
+        with self._lock:
+            return self._link_command(target)
+
+    def _link_command(self, target):
         if target not in self._links:
             cmds = self.ninja("-t", "commands", target).strip().splitlines()
             if not cmds:
@@ -119,6 +128,10 @@ class Build:
     def objects_of(self, target):
         """Objects the target's executable is made of (absolute paths): its own objects and the
         archive members the linker pulled in (read from a link map, one link per target)."""
+        with self._lock:
+            return self._objects_of(target)
+
+    def _objects_of(self, target):
         if target in self._objects:
             return self._objects[target]
         argv = list(self.link_command(target))
