@@ -97,3 +97,23 @@ def test_packed_mutants_run_in_parallel_and_keep_the_manifest_order(tmp_path):
     assert [r["result"] for r in res] == ["killed", "survived", "not-run"], p.stdout
     assert res[0]["killed_by"] == "gpu_tests: Suite.Case"
     assert p.returncode == 1  # a survivor fails the run
+
+
+def test_the_gpu_stage_runs_every_gpu_mutants_tests_unmutated_first():
+    # tests/gpu_stage.sh runs the packed GPU mutants with --no-baseline: its own gpu_tests run
+    # is their baseline, so its filter must hold every pattern a GPU mutant is judged by (else
+    # a test that fails without any mutant would count as a kill).
+    import fnmatch
+    import re
+    with open(os.path.join(ROOT, "tests", "gpu_stage.sh")) as f:
+        stage = f.read()
+    pats = [p for line in re.findall(r'^FILTER\+?="([^"]*)"', stage, re.M)
+            for p in line.split(":") if p]
+    assert pats
+    for m in load_runner().mutant_list.MUTANTS:
+        if m["kind"] != "gpu":
+            continue
+        for _, flt in m["tests"]:
+            for p in flt.split(":"):
+                # a mutant's pattern is covered when the stage runs every test it names
+                assert any(fnmatch.fnmatch(p.replace("*", "Z"), q) for q in pats), (m["id"], p)
