@@ -6,20 +6,22 @@
 //
 // The cache of a point (shared by the consecutive points that differ only in version or
 // graph mode: `version` is the last axis):
-//   - a seeded base case (ref::make_paged_case, keep_original off) of up to 64 full pages of
-//     real encoded data in the point's layout and format, every page used (no poison: the
-//     GPU tests cover unused slots);
-//   - the device pool holds the point's pages, page p a copy of base page p mod 64
-//     (device-to-device doubling copies), so any size up to the device's memory holds real
-//     data, never zeros; the block table is a seeded permutation of the pages (Thrust);
+//   - the device pool holds exactly the point's pages, and every page its own data: seeded
+//     uniform activations of unit variance (BF16, generated on the device), written through the
+//     GPU append kernel (quantize-on-write, as a serving engine fills its cache) into every slot
+//     of every page; pool scales for FP8 / NVFP4 from the data's range. No two pages are alike,
+//     so a kernel that reads a wrong page (an index off by one, by a power of two, wrapped at
+//     2^31 bytes) reads other numbers and fails the validation; no poison (the GPU tests cover
+//     unused slots);
+//   - the block table is a seeded permutation of the pages (Thrust);
 //   - Q [batch, num_kv_heads * gqa_group, head_dim] seeded N(0,1) rounded to BF16.
 // Validation: one launch over the whole batch (O and LSE pre-filled with NaN, guard regions
 // around them); every output must be finite; the sequences of a deterministic subsample
 // (all when batch <= 4; else the first, the last and two seeded ones) are compared with the
-// reference computed on the host over the same bytes: the base pool with the device table's
-// entries mod 64 (the pages are identical copies). Which sequences were checked is in the
-// record (validated_seqs, label `validation`). A failing check ends the point as failed,
-// untimed.
+// reference computed on the host over the real pool: the pages of the validated sequences,
+// copied back from the device (with their scales) through the device table's entries. Which
+// sequences were checked is in the record (validated_seqs, label `validation`). A failing
+// check ends the point as failed, untimed.
 // version = auto: gpu::choose_decode (gpu/attention/decode_auto.h) picks the version and
 // split for the point's shape from the calibration table; the row records the pick
 // (picked_version, picked_splits, label `picked` with the basis). num_splits forces a split
@@ -33,6 +35,7 @@
 #include <cmath>
 #include <cstring>
 #include <memory>
+#include <numeric>
 #include <sstream>
 #include <string>
 
@@ -45,6 +48,8 @@
 #include "gpu/core/device_buffer.h"
 #include "gpu/core/device_info.h"
 #include "gpu/core/device_tables.h"
+#include "gpu/quant/append.h"
+#include "gpu/step/step_kernels.h"
 #include "reference/attention/attention.h"
 #include "reference/attention/paged_case.h"
 #include "reference/core/error.h"
@@ -53,11 +58,14 @@
 #include "reference/metrics/tolerance.h"
 #include "reference/synth/synth.h"
 
+
+
 namespace kvlab::exp {
 namespace {
 
-constexpr int kBasePages = 64;    // distinct pages of real data, repeated over the pool
 constexpr int kMaxValidated = 4;  // sequences compared with the host reference
+// Pool data: uniform in [-sqrt(3), sqrt(3)] (unit variance), BF16.
+constexpr float kPoolDataRange = 1.7320508f;
 
 // The sequence lengths of a point: `context` each, or seeded uniform in [min(1024, context),
 // context] (a skewed batch).
@@ -95,8 +103,8 @@ int version_id(const std::string& name) {
 // Everything of a point except its version and graph mode, on the device and the host.
 struct DecodeCase : DeviceState {
   std::string key;
-  ref::PagedCase base;  // kBasePages (or fewer) pages of real data
   int64_t pages = 0;
+  float sm_scale = 1.0f;
   std::vector<int32_t> lens;
   std::vector<int32_t> table;  // the device table, downloaded
   std::vector<uint16_t> q;     // [batch, qo_heads, d] bf16 bits
@@ -122,52 +130,71 @@ std::unique_ptr<DecodeCase> build_case(const Point& p, const std::string& key, u
   for (int32_t l : c->lens) c->pages += (l + bs - 1) / bs;
   const int32_t mbps = std::max(1, (max_len + bs - 1) / bs);
 
-  ref::PagedCaseSpec s;
-  s.num_qo_heads = hq;
-  s.num_kv_heads = kvh;
-  s.head_dim = d;
-  s.block_size = bs;
-  s.layout = parse_kv_layout(p.str("layout"));
-  s.format = parse_kv_format(p.str("kv_format"));
-  s.q_dtype = DType::kBF16;
-  s.seed = seed;
-  s.extra_blocks = 0;
-  s.extra_table_columns = 0;
-  s.shuffle_pages = false;
-  s.keep_original = false;
-  const int base_pages = static_cast<int>(std::clamp<int64_t>(c->pages, 1, kBasePages));
-  s.seq_lens = {base_pages * bs};
+  PageGeometry g;
+  g.layout = parse_kv_layout(p.str("layout"));
+  g.format = parse_kv_format(p.str("kv_format"));
+  g.num_blocks = std::max<int64_t>(c->pages, 1);
+  g.num_kv_heads = kvh;
+  g.head_dim = d;
+  g.block_size = bs;
   try {
-    c->base = ref::make_paged_case(s);
+    validate(g);
   } catch (const InvalidArgument& e) {
     throw Unsupported(e.what());  // a geometry the format / layout cannot lay out
   }
-  PageGeometry g = c->base.geom;
-  g.num_blocks = std::max<int64_t>(c->pages, 1);
-  const size_t pb = static_cast<size_t>(c->base.geom.bytes_per_block());
-  const size_t sb = static_cast<size_t>(c->base.geom.scale_bytes() / c->base.geom.num_blocks);
+  c->sm_scale = 1.0f / std::sqrt(static_cast<float>(d));
   const double need = 2.0 * static_cast<double>(g.bytes() + g.scale_bytes());
   gpu::require_free_memory(need, 0.8, "the point's K/V pools");
+  c->k.allocate(std::max<size_t>(static_cast<size_t>(g.bytes()), 1));
+  c->v.allocate(std::max<size_t>(static_cast<size_t>(g.bytes()), 1));
+  c->ks.allocate(std::max<size_t>(static_cast<size_t>(g.scale_bytes()), 1));
+  c->vs.allocate(std::max<size_t>(static_cast<size_t>(g.scale_bytes()), 1));
 
-  // Pools: the base pages, then doubling device copies (page p = base page p mod base_pages).
-  auto fill = [&](gpu::DeviceBuffer& dst, const std::vector<uint8_t>& src, size_t unit) {
-    dst.allocate(std::max<size_t>(unit * static_cast<size_t>(g.num_blocks), 1));
-    if (unit == 0) return;
-    const size_t n0 =
-        std::min<size_t>(static_cast<size_t>(base_pages), static_cast<size_t>(g.num_blocks));
-    dst.upload(src.data(), n0 * unit);
-    size_t have = n0;
-    while (have < static_cast<size_t>(g.num_blocks)) {
-      const size_t n = std::min(have, static_cast<size_t>(g.num_blocks) - have);
-      KVLAB_CUDA_CHECK(cudaMemcpy(dst.as<uint8_t>() + have * unit, dst.data(), n * unit,
-                                  cudaMemcpyDeviceToDevice));
-      have += n;
+  // Pool scales (FP8 and NVFP4: real = stored * scale) from the data's range.
+  float k_scale = 1.0f;
+  if (kv_format_has_pool_scale(g.format))
+    k_scale =
+        kPoolDataRange / static_cast<float>(g.format == KvFormat::kFP8E4M3   ? kE4M3Max
+                                            : g.format == KvFormat::kFP8E5M2 ? kE5M2Max
+                                                                             : kE2M1Max * kE4M3Max);
+
+  // Every slot of every page: device-generated K and V, in chunks, through the append kernel.
+  {
+    const int64_t slots = g.num_blocks * bs;
+    const int64_t row = int64_t{kvh} * d;
+    const int64_t chunk = std::max<int64_t>(1, std::min<int64_t>(slots, (int64_t{64} << 20) / row));
+    gpu::DeviceBuffer dk(static_cast<size_t>(chunk * row) * 2),
+        dv(static_cast<size_t>(chunk * row) * 2), dslots(static_cast<size_t>(chunk) * 8);
+    std::vector<int64_t> hs(static_cast<size_t>(chunk));
+    AppendArgs ap;
+    ap.in_dtype = DType::kBF16;
+    ap.k = dk.data();
+    ap.v = dv.data();
+    ap.slot_mapping = dslots.as<int64_t>();
+    ap.kv.geom = g;
+    ap.kv.k = c->k.data();
+    ap.kv.v = c->v.data();
+    ap.kv.k_scales = g.scale_bytes() ? c->ks.data() : nullptr;
+    ap.kv.v_scales = g.scale_bytes() ? c->vs.data() : nullptr;
+    ap.kv.k_scale = ap.kv.v_scale = k_scale;
+    for (int64_t t0 = 0; t0 < slots; t0 += chunk) {
+      const int64_t n = std::min(chunk, slots - t0);
+      std::iota(hs.begin(), hs.begin() + n, t0);
+      dslots.upload(hs.data(), static_cast<size_t>(n) * 8);
+      const uint64_t part = static_cast<uint64_t>(t0 / chunk);
+      gpu::step::fill_synthetic_bf16(dk.as<uint16_t>(), n * row, seed, 0x6b00ull + 2 * part,
+                                     kPoolDataRange, 0.0f, nullptr);
+      gpu::step::fill_synthetic_bf16(dv.as<uint16_t>(), n * row, seed, 0x6b01ull + 2 * part,
+                                     kPoolDataRange, 0.0f, nullptr);
+      ap.num_tokens = static_cast<int32_t>(n);
+      try {
+        gpu::append_kv(ap, nullptr, gpu::SlotCheck::kTrusted);
+      } catch (const InvalidArgument& e) {
+        throw Unsupported(e.what());
+      }
     }
-  };
-  fill(c->k, c->base.k_pool, pb);
-  fill(c->v, c->base.v_pool, pb);
-  fill(c->ks, c->base.k_scales, sb);
-  fill(c->vs, c->base.v_scales, sb);
+    KVLAB_CUDA_CHECK(cudaDeviceSynchronize());
+  }
 
   // Block table: a seeded permutation of the pages, sequence after sequence.
   c->dtable.allocate(static_cast<size_t>(batch) * mbps * 4 + 4);
@@ -199,22 +226,23 @@ std::unique_ptr<DecodeCase> build_case(const Point& p, const std::string& key, u
   a.kv.geom = g;
   a.kv.k = c->k.data();
   a.kv.v = c->v.data();
-  a.kv.k_scales = sb ? c->ks.data() : nullptr;
-  a.kv.v_scales = sb ? c->vs.data() : nullptr;
-  a.kv.k_scale = c->base.k_scale;
-  a.kv.v_scale = c->base.v_scale;
+  a.kv.k_scales = g.scale_bytes() ? c->ks.data() : nullptr;
+  a.kv.v_scales = g.scale_bytes() ? c->vs.data() : nullptr;
+  a.kv.k_scale = k_scale;
+  a.kv.v_scale = k_scale;
   a.block_table = c->dtable.as<int32_t>();
   a.seq_lens = c->dlens.as<int32_t>();
   a.num_seqs = batch;
   a.num_qo_heads = hq;
   a.max_blocks_per_seq = mbps;
   a.max_seq_len = max_len;
-  a.sm_scale = c->base.sm_scale;
+  a.sm_scale = c->sm_scale;
   if (batch > 0) gpu::validate_decode_tables(a, nullptr);
   c->bytes = min_bytes(g, c->lens, hq, 2);
 
-  // The validated subsample and its reference over the same bytes (host base pool, table
-  // entries mod base_pages).
+  // The validated subsample and its reference over the real pool: the pages its sequences
+  // use, copied back from the device (page bytes and scale bytes) into a compact host pool
+  // in table order.
   if (batch <= kMaxValidated) {
     for (int i = 0; i < batch; ++i) c->checked.push_back(i);
   } else {
@@ -228,40 +256,69 @@ std::unique_ptr<DecodeCase> build_case(const Point& p, const std::string& key, u
     std::sort(c->checked.begin(), c->checked.end());
   }
   const int nv = static_cast<int>(c->checked.size());
+  const size_t pb = static_cast<size_t>(g.bytes_per_block());
+  const size_t sb = static_cast<size_t>(g.scale_bytes() / g.num_blocks);
+  int64_t host_pages = 0;
+  for (int s2 : c->checked) host_pages += (c->lens[static_cast<size_t>(s2)] + bs - 1) / bs;
+  PageGeometry hg = g;
+  hg.num_blocks = std::max<int64_t>(host_pages, 1);
+  std::vector<uint8_t> hk(static_cast<size_t>(hg.bytes())), hv(hk.size()),
+      hks(static_cast<size_t>(hg.scale_bytes())), hvs(hks.size());
   std::vector<int32_t> htable(static_cast<size_t>(nv) * mbps, ref::kTableSentinel),
       hlens(static_cast<size_t>(nv));
   std::vector<uint16_t> hq_bits(static_cast<size_t>(nv) * hq * d);
+  int64_t next = 0;
   for (int i = 0; i < nv; ++i) {
     const int s2 = c->checked[static_cast<size_t>(i)];
     hlens[static_cast<size_t>(i)] = c->lens[static_cast<size_t>(s2)];
     const int used = (c->lens[static_cast<size_t>(s2)] + bs - 1) / bs;
-    for (int e = 0; e < used; ++e)
-      htable[static_cast<size_t>(i) * mbps + e] =
-          c->table[static_cast<size_t>(s2) * mbps + e] % base_pages;
+    for (int e = 0; e < used; ++e, ++next) {
+      const int64_t page = c->table[static_cast<size_t>(s2) * mbps + e];
+      KVLAB_CUDA_CHECK(cudaMemcpy(hk.data() + next * pb, c->k.as<uint8_t>() + page * pb, pb,
+                                  cudaMemcpyDeviceToHost));
+      KVLAB_CUDA_CHECK(cudaMemcpy(hv.data() + next * pb, c->v.as<uint8_t>() + page * pb, pb,
+                                  cudaMemcpyDeviceToHost));
+      if (sb) {
+        KVLAB_CUDA_CHECK(cudaMemcpy(hks.data() + next * sb, c->ks.as<uint8_t>() + page * sb, sb,
+                                    cudaMemcpyDeviceToHost));
+        KVLAB_CUDA_CHECK(cudaMemcpy(hvs.data() + next * sb, c->vs.as<uint8_t>() + page * sb, sb,
+                                    cudaMemcpyDeviceToHost));
+      }
+      htable[static_cast<size_t>(i) * mbps + e] = static_cast<int32_t>(next);
+    }
     std::copy_n(c->q.begin() + static_cast<size_t>(s2) * hq * d, static_cast<size_t>(hq) * d,
                 hq_bits.begin() + static_cast<size_t>(i) * hq * d);
   }
   std::vector<uint16_t> o16(hq_bits.size());
   c->ref_lse.resize(static_cast<size_t>(nv) * hq);
+  DecodeArgs h = a;
+  h.kv.geom = hg;
+  h.kv.k = hk.data();
+  h.kv.v = hv.data();
+  h.kv.k_scales = sb ? hks.data() : nullptr;
+  h.kv.v_scales = sb ? hvs.data() : nullptr;
+  h.max_blocks_per_seq = mbps;
+  h.max_seq_len = max_len;
   // One reference call per validated sequence, on the point's CPU threads (the host reference
   // is what makes a validation-heavy sweep slow; its sequences are independent).
   parallel_for(nv, threads, [&](int i) {
     const size_t si = static_cast<size_t>(i);
-    DecodeArgs h = c->base.decode_args(o16.data() + si * hq * d, c->ref_lse.data() + si * hq);
-    h.q = hq_bits.data() + si * hq * d;
-    h.block_table = htable.data() + si * mbps;
-    h.seq_lens = hlens.data() + si;
-    h.num_seqs = 1;
-    h.max_blocks_per_seq = mbps;
-    h.max_seq_len = max_len;
-    ref::decode_attention(h);
+    DecodeArgs hi = h;
+    hi.o = o16.data() + si * hq * d;
+    hi.lse = c->ref_lse.data() + si * hq;
+    hi.q = hq_bits.data() + si * hq * d;
+    hi.block_table = htable.data() + si * mbps;
+    hi.seq_lens = hlens.data() + si;
+    hi.num_seqs = 1;
+    ref::decode_attention(hi);
   });
   c->ref_o = ref::to_float(o16.data(), DType::kBF16, o16.size());
   std::ostringstream os;
   os << "sequences";
   for (int s2 : c->checked) os << " " << s2;
   os << " of " << batch << " (all " << hq
-     << " heads) against the host reference over the same bytes";
+     << " heads) against the host reference over their pages copied back from the device pool "
+        "(every page distinct)";
   c->validation = os.str();
   return c;
 }

@@ -81,7 +81,7 @@ Record run_serving_step(const Point&, RunContext& ctx, const ServingExecutorConf
   const sim::StepBatch b = sim::synthetic_step_batch(s, c.block_size, c.pool_blocks,
                                                      ex.max_blocks_per_seq(), c.decoder.vocab);
   const bool graph = de.serving_graph_for(b, c.graph);
-  const Tolerance tol = tolerance(Op::kDecodeStepLogits, KvFormat::kBF16, DType::kF32);
+  const Tolerance tol = tolerance(Op::kDecodeStepLogits, KvFormat::kBF16, DType::kF32, c.decoder.layers);
 
   // Validation at the timed state.
   std::vector<int32_t> tok;

@@ -242,7 +242,10 @@ class DecodeStepBench : public Bench {
         {"check_max_abs", "", "max |logit - eager unfused logit| at the same state"},
         {"check_nmse", "", "NMSE of the same comparison"},
         {"ref_max_abs", "",
-         "max |logit - CPU reference| over a short teacher-forced run (tiny/small; NaN otherwise)"},
+         "max |logit - CPU reference| over a short teacher-forced run from an empty cache"},
+        {"ref_nmse", "", "worst per-step NMSE of the same comparison"},
+        {"ref_rows", "", "sequences compared with the CPU reference"},
+        {"ref_steps", "", "steps compared with the CPU reference"},
         {"bitwise_eager_twin", "",
          "1 when a graph variant's logits equal its eager twin's bitwise (-1: not applicable)"},
     };

@@ -141,7 +141,7 @@ int run_generate(const std::vector<std::string>& args, std::ostream& out) {
              "last prompt row); step_logits [steps, vocab]: the logits after feeding generated[i]");
   // The tolerance an independent implementation's logits must meet (the decode-step entry of
   // the tolerance table for a BF16 cache: a different accumulation order, same roundings).
-  const Tolerance tol = tolerance(Op::kDecodeStepLogits, KvFormat::kBF16, DType::kF32);
+  const Tolerance tol = tolerance(Op::kDecodeStepLogits, KvFormat::kBF16, DType::kF32, cfg.layers);
   f.set_attr("tolerance_nmse_max", tol.nmse_max);
   f.set_attr("tolerance_atol", tol.atol);
   f.write("prompt_tokens", ptoks);

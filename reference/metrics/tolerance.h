@@ -3,7 +3,9 @@
 // A check passes when every element satisfies |out - ref| <= atol + rtol * |ref|, the
 // normalized MSE is at most nmse_max, and no non-finite value appears where the reference
 // is finite (unless allow_nonfinite). Entries are keyed by (operation, storage format,
-// output dtype); each entry documents why its numbers are what they are (tolerance.cpp).
+// output dtype) and, where depth changes the error, by the decoder's layer count; each entry
+// documents why its numbers are what they are and names the measurement behind them (a data
+// file under data/tolerance/ and the command that regenerates it; tolerance.cpp).
 #pragma once
 
 #include <string>
@@ -40,13 +42,32 @@ struct Tolerance {
   double nmse_max = 0;
   bool allow_nonfinite = false;
   const char* why = "";
+  // The measurement behind the numbers. data: a file under data/tolerance/ holding it ("" for
+  // the rows whose measurement is a GPU run still to be stored: then command says which);
+  // command: how to regenerate it. Every row names a command (tests/cpu/test_tolerance.cpp);
+  // every row with a CSV data file is checked against it (tests/cpu/test_tolerance_data.cpp).
+  const char* data = "";
+  const char* command = "";
 };
 
-// The entry for (op, format, out_dtype). Throws Unsupported naming the combination (and
-// why it has no entry) when the table has none; every combination either has an entry or
-// throws (tests/cpu/test_tolerance.cpp walks them all).
-Tolerance tolerance(Op op, KvFormat format, DType out_dtype);
+// The entry for (op, format, out_dtype[, layers]). `layers` is the decoder depth; the
+// decode-step logits are keyed by it (their error grows with depth) and need it (>= 1: an
+// InvalidArgument otherwise); other operations ignore it. Throws Unsupported naming the
+// combination (and why it has no entry) when the table has none; every combination either
+// has an entry or throws (tests/cpu/test_tolerance.cpp walks them all).
+Tolerance tolerance(Op op, KvFormat format, DType out_dtype, int32_t layers = 0);
 std::string to_string(Op op);  // e.g. "decode_attention"
+
+// One row of the table as stored: format / dtype -1 = any; layers [min_layers, max_layers]
+// (0, 0 = not keyed by depth). For tests that walk every row (data, planted errors).
+struct ToleranceRow {
+  Op op;
+  int format;
+  int dtype;
+  int32_t min_layers, max_layers;
+  Tolerance tol;
+};
+const std::vector<ToleranceRow>& tolerance_rows();
 
 // Computes compare(out, ref, n, ulp_dtype) into *s (s may be nullptr), then fills
 // s->violations / s->worst_index using the tolerance and returns whether the whole check

@@ -23,42 +23,53 @@ using step::WeightTensor;
 using MatrixF = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 using MatrixD = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 
-// Rows per GEMM task: a fixed split (not one per thread), so every row's sums run in the
-// same order whatever the thread count.
-constexpr int64_t kGemmRowChunk = 64;
-
 float bf16_round(float x) {
   return bf16_bits_to_float(float_to_bf16_bits(x, Saturation::kSatFinite));
 }
 
+// Elements per conversion / generation task: fixed chunks spread over threads (each element is
+// a pure function of its index, so the result does not depend on the thread count; the
+// llama3-8b shape holds 8 G weights: one thread would take tens of seconds).
+constexpr int64_t kElementChunk = int64_t{1} << 20;
+
+void bits_to_float(const uint16_t* bits, float* out, int64_t n) {
+  parallel_for((n + kElementChunk - 1) / kElementChunk, n * 2, [&](int64_t chunk) {
+    const int64_t end = std::min(n, (chunk + 1) * kElementChunk);
+    for (int64_t i = chunk * kElementChunk; i < end; ++i) out[i] = bf16_bits_to_float(bits[i]);
+  });
+}
+
 MatrixF bits_matrix(const std::vector<uint16_t>& bits, int64_t rows, int64_t cols) {
   MatrixF m(rows, cols);
-  for (int64_t i = 0; i < rows * cols; ++i) m.data()[i] = bf16_bits_to_float(bits[i]);
+  bits_to_float(bits.data(), m.data(), rows * cols);
   return m;
 }
 
 std::vector<float> bits_vector(const std::vector<uint16_t>& bits) {
   std::vector<float> v(bits.size());
-  for (size_t i = 0; i < bits.size(); ++i) v[i] = bf16_bits_to_float(bits[i]);
+  bits_to_float(bits.data(), v.data(), static_cast<int64_t>(bits.size()));
   return v;
 }
 
-// y[M, N] = x[M, K] W[N, K]^T, accumulated in float or double. Large M is split into fixed
-// row chunks spread over threads (reference/attention/parallel.h).
+// y[M, N] = x[M, K] W[N, K]^T (W row-major), accumulated in float or double. The output
+// features go in fixed blocks of kLinearBlock rows of W, spread over threads: the blocks, and
+// so every rounding, do not depend on the thread count, and a decode step's few rows still
+// use every core (the llama3-8b shape reads 32 GB of float weights per step).
+constexpr int64_t kLinearBlock = 256;
 template <class W>
 MatrixF linear(const MatrixF& x, const W& w, bool double_acc) {
-  auto rows = [&](int64_t r0, int64_t n) -> MatrixF {
-    if (!double_acc) return x.middleRows(r0, n) * w.transpose();
-    const MatrixD y =
-        x.middleRows(r0, n).template cast<double>() * w.template cast<double>().transpose();
-    return y.template cast<float>();
-  };
-  if (x.rows() <= kGemmRowChunk) return rows(0, x.rows());
-  MatrixF y(x.rows(), w.rows());
-  const int64_t chunks = (x.rows() + kGemmRowChunk - 1) / kGemmRowChunk;
-  parallel_for(chunks, x.rows() * w.rows() * w.cols(), [&](int64_t c) {
-    const int64_t r0 = c * kGemmRowChunk, n = std::min<int64_t>(kGemmRowChunk, x.rows() - r0);
-    y.middleRows(r0, n) = rows(r0, n);
+  const int64_t n = w.rows();
+  MatrixF y(x.rows(), n);
+  const int64_t blocks = (n + kLinearBlock - 1) / kLinearBlock;
+  parallel_for(blocks, x.rows() * n * w.cols(), [&](int64_t b) {
+    const int64_t r0 = b * kLinearBlock, rn = std::min(kLinearBlock, n - r0);
+    const auto wb = w.middleRows(r0, rn);
+    if (double_acc) {
+      const MatrixD yb = x.template cast<double>() * wb.template cast<double>().transpose();
+      y.middleCols(r0, rn) = yb.template cast<float>();
+    } else {
+      y.middleCols(r0, rn).noalias() = x * wb.transpose();
+    }
   });
   return y;
 }
@@ -117,8 +128,11 @@ std::vector<uint16_t> synthetic_tensor(const DecoderConfig& c, WeightTensor t, i
   const auto [scale, offset] = synthetic_init(t, c);
   const uint64_t stream = step::weight_stream(t, layer);
   std::vector<uint16_t> out(n);
-  for (int64_t i = 0; i < n; ++i)
-    out[i] = step::synthetic_weight_bf16(c.seed, stream, i, scale, offset);
+  parallel_for((n + kElementChunk - 1) / kElementChunk, n * 8, [&](int64_t chunk) {
+    const int64_t end = std::min(n, (chunk + 1) * kElementChunk);
+    for (int64_t i = chunk * kElementChunk; i < end; ++i)
+      out[i] = step::synthetic_weight_bf16(c.seed, stream, i, scale, offset);
+  });
   return out;
 }
 

@@ -3,6 +3,7 @@
 // hand or by the library they wrap, their traces, and their bad-input errors.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <set>
@@ -11,6 +12,8 @@
 #include "experiments/cli/registry.h"
 #include "experiments/sweep/axis_rule.h"
 #include "reference/core/error.h"
+#include "reference/quant/schemes.h"
+#include "reference/synth/synth.h"
 #include "sim/core/text.h"
 #include "sim/cost/gpu_spec.h"
 #include "sim/dsv4/schema.h"
@@ -91,6 +94,42 @@ TEST(DriverKinds, MetricNamesNeverCollideWithAxes) {
   for (const auto& b : benches())
     for (const auto& m : b->metrics())
       EXPECT_EQ(axes.count(m.name), 0u) << b->name() << " metric " << m.name;
+}
+
+// quant_error's record against the round trip recomputed here from the same data (the
+// kind's seed rule: run seed * 1000003 + point seed): NMSE, mean relative L2 and the worst
+// element, with plain loops in double.
+TEST(DriverKinds, QuantErrorRecordsTheRoundTripOfItsData) {
+  RunContext ctx;
+  ctx.seed = 77;
+  for (const char* scheme : {"nvfp4", "fp8_e4m3_per_token"}) {
+    const Record r = run(
+        "quant_error",
+        {{"scheme", scheme}, {"dist", "kcache"}, {"tokens", "64"}, {"heads", "2"}, {"seed", "3"}},
+        ctx);
+    ASSERT_EQ(r.status, Status::kOk) << r.reason;
+    const int64_t rows = 128, cols = 128;
+    const std::vector<float> x =
+        ref::synth_kv(ref::synth_preset("kcache", 64, 2, 128, 77 * 1000003ull + 3));
+    const std::vector<float> y = ref::make_scheme(scheme).roundtrip(x.data(), rows, cols);
+    double d2 = 0, x2 = 0, rel = 0, worst = 0;
+    for (int64_t i = 0; i < rows; ++i) {
+      double rd = 0, rx = 0;
+      for (int64_t j = 0; j < cols; ++j) {
+        const double d = double(y[i * cols + j]) - x[i * cols + j];
+        rd += d * d;
+        rx += double(x[i * cols + j]) * x[i * cols + j];
+        worst = std::max(worst, std::fabs(d));
+      }
+      d2 += rd;
+      x2 += rx;
+      rel += std::sqrt(rd / rx);
+    }
+    EXPECT_NEAR(metric(r, "nmse"), d2 / x2, 1e-9 * d2 / x2) << scheme;
+    EXPECT_NEAR(metric(r, "rel_l2_mean"), rel / rows, 1e-9 * rel / rows) << scheme;
+    EXPECT_EQ(metric(r, "max_abs_err"), worst) << scheme;
+    EXPECT_GT(metric(r, "rel_l2_max"), metric(r, "rel_l2_mean")) << scheme;
+  }
 }
 
 TEST(DriverKinds, SimulateRecordsSummaryLedgerAndTraces) {

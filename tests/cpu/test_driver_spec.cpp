@@ -64,6 +64,12 @@ TEST(DriverSpec, Expressions) {
   EXPECT_FALSE(Expr::parse("a >= b || f != \"e4m3\"").eval(lookup));
   EXPECT_TRUE(Expr::parse("-a < 0 && (a + b) / 2 == 5").eval(lookup));
   EXPECT_TRUE(Expr::parse("!(a > b)").eval(lookup));
+  // `and` needs both sides, `or` either, and `and` binds tighter than `or`.
+  EXPECT_FALSE(Expr::parse("a < b and f == 'e5m2'").eval(lookup));
+  EXPECT_FALSE(Expr::parse("a > b && a < b").eval(lookup));
+  EXPECT_TRUE(Expr::parse("a > b or a < b").eval(lookup));
+  EXPECT_TRUE(Expr::parse("a < b or a > b and f == 'e5m2'").eval(lookup));
+  EXPECT_FALSE(Expr::parse("(a < b or a > b) and f == 'e5m2'").eval(lookup));
   EXPECT_EQ(Expr::parse("a < b and f == 'x'").identifiers(),
             (std::vector<std::string>{"a", "b", "f"}));
   EXPECT_NE(error_of([] { Expr::parse("a <"); }).find("unexpected end"), std::string::npos);

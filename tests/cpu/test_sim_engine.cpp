@@ -181,6 +181,20 @@ TEST(SimEngine, PrefixCachingSharesAndCachesBlocks) {
   EXPECT_EQ(r2.summary.computed_tokens, 13 + 11 + 11);
 }
 
+// A prompt whose every block is cached still computes its last token (the model needs that
+// token's logits), and with it the last block: hits stop one block short.
+TEST(SimEngine, PrefixCacheAlwaysLeavesTheLastPromptTokenToCompute) {
+  EngineConfig c = small_config(16, 4);
+  c.prefix_caching = true;
+  Engine e(c, unit_steps());
+  // A and B: the same 8-token prompt, all of it shared (2 full blocks); B arrives after A
+  // finished, so both blocks are cached, but B may reuse only the first.
+  const SimResult r = e.run({req(0, 0.0, 8, 2, 1, 8), req(1, 10.0, 8, 2, 1, 8)});
+  EXPECT_EQ(r.requests.prefix_hit_tokens, (std::vector<int64_t>{0, 4}));
+  EXPECT_EQ(r.summary.computed_tokens, (8 + 2 - 1) + (8 + 2 - 1 - 4));
+  expect_ledger_sums(r, 64);
+}
+
 TEST(SimEngine, PrefixCacheEvictsLeastRecentlyReleasedWhenFull) {
   EngineConfig c = small_config(4, 4);
   c.prefix_caching = true;

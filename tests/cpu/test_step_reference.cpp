@@ -149,9 +149,9 @@ class NaiveDecoder {
   std::vector<std::vector<double>> an_, wqkv_, wo_, mn_, wgu_, wd_, k_, v_;
 };
 
-void expect_logits_close(const std::vector<float>& out, const std::vector<float>& ref,
+void expect_logits_close(const std::vector<float>& out, const std::vector<float>& ref, int layers,
                          const char* what) {
-  const Tolerance tol = tolerance(Op::kDecodeStepLogits, KvFormat::kBF16, DType::kF32);
+  const Tolerance tol = tolerance(Op::kDecodeStepLogits, KvFormat::kBF16, DType::kF32, layers);
   ErrorStats s;
   const bool ok = check(out.data(), ref.data(), std::min(out.size(), ref.size()), tol, &s);
   EXPECT_TRUE(ok) << what << ": " << to_string(s);
@@ -175,7 +175,7 @@ TEST(StepReference, MatchesANaiveImplementation) {
       const std::vector<float> nl = naive[b].step(tok[b]);
       const std::vector<float> rl(r.logits().begin() + static_cast<int64_t>(b) * c.vocab,
                                   r.logits().begin() + static_cast<int64_t>(b + 1) * c.vocab);
-      expect_logits_close(rl, nl,
+      expect_logits_close(rl, nl, c.layers,
                           ("step " + std::to_string(s) + " row " + std::to_string(b)).c_str());
       EXPECT_EQ(next[b], ref::greedy_token(rl.data(), c.vocab));
     }
@@ -216,7 +216,7 @@ TEST(StepReference, FloatAndDoubleAccumulationAgreeWithinTheTolerance) {
       const auto tok = random_tokens(rng, batch, c.vocab);  // teacher forcing: same inputs
       f.step(tok);
       d.step(tok);
-      expect_logits_close(f.logits(), d.logits(), preset);
+      expect_logits_close(f.logits(), d.logits(), c.layers, preset);
     }
   }
 }
@@ -228,7 +228,7 @@ TEST(StepReference, TheToleranceRejectsAWrongModel) {
   DecoderConfig rope = good, seed = good;
   rope.rope_theta = 500.0f;
   seed.seed = good.seed + 1;
-  const Tolerance tol = tolerance(Op::kDecodeStepLogits, KvFormat::kBF16, DType::kF32);
+  const Tolerance tol = tolerance(Op::kDecodeStepLogits, KvFormat::kBF16, DType::kF32, good.layers);
   for (const DecoderConfig* wrong : {&rope, &seed}) {
     const int batch = 2, steps = 8;
     ref::DecoderRef a(good, {}, batch, steps), b(*wrong, {}, batch, steps);

@@ -76,7 +76,7 @@ TEST(StepSequence, TeacherForcingEqualsDecodeSteps) {
     const auto b = by_sequence(c, cache_of(f), toks, 16);
     ASSERT_EQ(a.size(), b.size());
     ErrorStats es;
-    const Tolerance tol = tolerance(Op::kDecodeStepLogits, f, DType::kF32);
+    const Tolerance tol = tolerance(Op::kDecodeStepLogits, f, DType::kF32, c.layers);
     EXPECT_TRUE(check(b.data(), a.data(), a.size(), tol, &es))
         << to_string(f) << ": " << to_string(es);
     // and the same K/V pages: a prefill is the decode steps' cache, not just close logits
@@ -104,7 +104,7 @@ TEST(StepSequence, ChunkingDoesNotChangeTheResult) {
   const auto b = by_sequence(c, cache_of(KvFormat::kNVFP4), toks, 7);
   ErrorStats es;
   EXPECT_TRUE(check(b.data(), a.data(), a.size(),
-                    tolerance(Op::kDecodeStepLogits, KvFormat::kNVFP4, DType::kF32), &es))
+                    tolerance(Op::kDecodeStepLogits, KvFormat::kNVFP4, DType::kF32, c.layers), &es))
       << to_string(es);
 }
 
@@ -160,7 +160,7 @@ TEST(StepSequence, SchemeCodedEqualsPagedForTheSameFormat) {
     const auto stepped = by_steps(c, schemes, toks);
     ErrorStats es;
     EXPECT_TRUE(check(stepped.data(), paged.data(), paged.size(),
-                      tolerance(Op::kDecodeStepLogits, fmt, DType::kF32), &es))
+                      tolerance(Op::kDecodeStepLogits, fmt, DType::kF32, c.layers), &es))
         << preset << ": " << to_string(es);
   }
 }

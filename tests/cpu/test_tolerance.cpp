@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <set>
 #include <string>
 
@@ -25,7 +26,7 @@ TEST(Tolerance, EveryCombinationHasAnEntryOrThrowsUnsupportedNamingIt) {
       for (DType d : kDtypes) {
         const std::string name = to_string(op) + "/" + to_string(f) + "/" + to_string(d);
         try {
-          const Tolerance t = tolerance(op, f, d);
+          const Tolerance t = tolerance(op, f, d, /*layers=*/2);
           ++entries;
           EXPECT_GT(std::string(t.why).size(), 20u) << name << " has no documented reason";
           EXPECT_GE(t.atol, 0) << name;
@@ -57,8 +58,71 @@ TEST(Tolerance, TheEntriesTheKernelsNeedExist) {
       EXPECT_NO_THROW(tolerance(Op::kQuantRoundTrip, f, d)) << to_string(f);
     }
   EXPECT_NO_THROW(tolerance(Op::kOnlineSoftmaxMerge, KvFormat::kBF16, DType::kF32));
-  EXPECT_NO_THROW(tolerance(Op::kPrefillAttention, KvFormat::kBF16, DType::kF32));
   EXPECT_NO_THROW(tolerance(Op::kReferenceCrossCheck, KvFormat::kBF16, DType::kF32));
+  for (KvFormat f : all_kv_formats())
+    for (int layers : {1, 2, 3, 4, 5, 16, 32})
+      EXPECT_NO_THROW(tolerance(Op::kDecodeStepLogits, f, DType::kF32, layers)) << layers;
+}
+
+// No row without a use: prefill outputs are bf16/f16 (the GPU prefill kernel's Q dtype), the
+// compressor is compared in f32 only.
+TEST(Tolerance, RowsWithoutAUserAreGone) {
+  EXPECT_NO_THROW(tolerance(Op::kPrefillAttention, KvFormat::kBF16, DType::kBF16));
+  EXPECT_NO_THROW(tolerance(Op::kPrefillAttention, KvFormat::kNVFP4, DType::kF16));
+  EXPECT_THROW(tolerance(Op::kPrefillAttention, KvFormat::kBF16, DType::kF32), Unsupported);
+  EXPECT_THROW(tolerance(Op::kCompressor, KvFormat::kBF16, DType::kBF16), Unsupported);
+  EXPECT_THROW(tolerance(Op::kCompressor, KvFormat::kBF16, DType::kF16), Unsupported);
+}
+
+// The decode-step logits are keyed by depth: a caller must say how deep its decoder is, and
+// depths beyond the measured ones have no bound.
+TEST(Tolerance, StepLogitsAreKeyedByDepth) {
+  EXPECT_THROW(tolerance(Op::kDecodeStepLogits, KvFormat::kBF16, DType::kF32), InvalidArgument);
+  EXPECT_THROW(tolerance(Op::kDecodeStepLogits, KvFormat::kBF16, DType::kF32, 0), InvalidArgument);
+  EXPECT_THROW(tolerance(Op::kDecodeStepLogits, KvFormat::kBF16, DType::kF32, 33), Unsupported);
+  int keyed = 0;
+  for (const ToleranceRow& r : tolerance_rows()) {
+    if (r.op != Op::kDecodeStepLogits) {
+      EXPECT_EQ(r.max_layers, 0) << to_string(r.op) << ": only the step logits are keyed by depth";
+      continue;
+    }
+    ++keyed;
+    ASSERT_GE(r.min_layers, 1);
+    ASSERT_GE(r.max_layers, r.min_layers);
+    // the lookup returns this row for every depth it covers
+    const KvFormat f = static_cast<KvFormat>(r.format);
+    for (int l : {r.min_layers, r.max_layers}) {
+      const Tolerance t = tolerance(r.op, f, DType::kF32, l);
+      EXPECT_EQ(t.atol, r.tol.atol) << l;
+      EXPECT_EQ(t.nmse_max, r.tol.nmse_max) << l;
+    }
+    // a deeper row is never tighter than a shallower one of the same format
+    for (const ToleranceRow& o : tolerance_rows())
+      if (o.op == r.op && o.format == r.format && o.min_layers > r.max_layers) {
+        EXPECT_GE(o.tol.atol, r.tol.atol);
+        EXPECT_GE(o.tol.nmse_max, r.tol.nmse_max);
+      }
+  }
+  EXPECT_EQ(keyed, 2 * kNumKvFormats);
+}
+
+// Every row names the measurement behind it: the command that regenerates it, and the data
+// file when one is stored (it must exist; rows measured by the GPU stage name no file until
+// the H100 run stores one).
+TEST(Tolerance, EveryRowNamesItsMeasurement) {
+  int with_data = 0;
+  for (const ToleranceRow& r : tolerance_rows()) {
+    const std::string name = to_string(r.op) + " row";
+    EXPECT_GT(std::string(r.tol.command).size(), 10u) << name << " names no command";
+    const std::string data = r.tol.data;
+    if (data.empty()) continue;
+    ++with_data;
+    EXPECT_EQ(data.rfind("data/tolerance/", 0), 0u) << name << ": " << data;
+    FILE* f = std::fopen(data.c_str(), "r");
+    EXPECT_NE(f, nullptr) << name << ": " << data << " is missing (run from the repository root)";
+    if (f) std::fclose(f);
+  }
+  EXPECT_GE(with_data, 20) << "most CPU-measurable rows should carry a data file";
 }
 
 TEST(Tolerance, ExplicitlyUnsupported) {

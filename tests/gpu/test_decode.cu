@@ -213,7 +213,22 @@ TEST(DecodeEdge, LongContextSplitsAndSingleSplit) {
   ref::PagedCase c = ref::make_paged_case(s);
   DeviceCase d(c);
   const ref::DecodeOutputs tight = ref::reference_decode(c);
-  for (const auto& v : gpu::decode_versions()) check_version(c, d, v.id, tight, nullptr);
+  // Every version either runs and matches the reference, or declines for the one reason its
+  // design allows: v0 and v1 keep a whole sequence's scores in shared memory. The split-KV
+  // versions (v2 onwards) must run.
+  int ran = 0;
+  for (const auto& v : gpu::decode_versions()) {
+    const std::string why =
+        gpu::decode_unsupported_reason(d.decode_args(c, nullptr, nullptr), v.id);
+    if (!why.empty()) {
+      EXPECT_LT(v.id, 2) << v.name << " declined the 40000-token sequence: " << why;
+      EXPECT_NE(why.find("shared memory"), std::string::npos) << v.name << ": " << why;
+      continue;
+    }
+    EXPECT_TRUE(check_version(c, d, v.id, tight, nullptr)) << v.name;
+    ++ran;
+  }
+  EXPECT_GE(ran, static_cast<int>(gpu::decode_versions().size()) - 2);
   const GpuDecodeRun r3 = run_gpu_decode(c, d, 3);
   EXPECT_GT(r3.workspace_bytes, 0u) << "v3 should split a single long sequence";
   const GpuDecodeRun r4 = run_gpu_decode(c, d, 4);

@@ -263,7 +263,7 @@ TEST(RealModelExecutor, RealWeightsMatchTheCpuReference) {
     ref::DecoderRef r(m.config, m.weights, rc, 1, n);
     e.start(1);
     r.start(1, e.block_table());
-    const Tolerance tol = tolerance(Op::kDecodeStepLogits, f, DType::kF32);
+    const Tolerance tol = tolerance(Op::kDecodeStepLogits, f, DType::kF32, m.config.layers);
     for (int i = 0; i < n; ++i) {
       e.step({text[i]}, gpu::StepVariant::kEagerFused, gpu::Sampling{});
       r.step({text[i]});

@@ -60,7 +60,9 @@ class CheckedExecutor : public sim::StepExecutor {
       const std::vector<float> got(logits.begin() + static_cast<int64_t>(k * V),
                                    logits.begin() + static_cast<int64_t>((k + 1) * V));
       EXPECT_TRUE(
-          within_tolerance(got, rf.logits(), Op::kDecodeStepLogits, KvFormat::kBF16, DType::kF32,
+          within_tolerance(got, rf.logits(),
+                           tolerance(Op::kDecodeStepLogits, KvFormat::kBF16, DType::kF32, cfg_.layers),
+                           "decode_step_logits/bf16/f32",
                            "request " + std::to_string(r) + " position " + std::to_string(pos)));
       ++checked;
       generated_[r].push_back((*sampled)[k]);
@@ -174,8 +176,9 @@ TEST(ServingExecutor, GraphAndEagerDecodeStepsAgreeAndPartsAreTimed) {
   const std::vector<float> l_graph = ex.executor().serving_logits(b);
   ex.executor().serving_step(b, false, &t_eager);
   const std::vector<float> l_eager = ex.executor().serving_logits(b);
-  EXPECT_TRUE(within_tolerance(l_graph, l_eager, Op::kDecodeStepLogits, KvFormat::kBF16,
-                               DType::kF32, "graph vs eager"));
+  EXPECT_TRUE(within_tolerance(l_graph, l_eager,
+                               tolerance(Op::kDecodeStepLogits, KvFormat::kBF16, DType::kF32, cfg.layers),
+                               "decode_step_logits/bf16/f32", "graph vs eager"));
   EXPECT_EQ(t_graph.size(), 5u);
 
   sim::SyntheticStep m;
