@@ -7,10 +7,12 @@
 #include <thrust/sequence.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <memory>
 
+#include "gpu/bench/bulk_read.cuh"
 #include "gpu/bench/l2_flush.cuh"
 #include "gpu/core/cuda_check.h"
 
@@ -83,6 +85,26 @@ void launch_read(int depth, int blocks_per_sm, const uint4* p, unsigned long lon
     default:
       throw Error("read kernel depth " + std::to_string(depth) + " is not compiled (2, 4, 8)");
   }
+}
+
+// The bulk-copy read (bulk_read.cuh): blocks_per_sm (0: 1) blocks of one warp per SM, each
+// with a ring of depth x chunk bytes of shared memory.
+void launch_bulk(const MemKernel& k, const void* p, uint64_t bytes, unsigned int* sink,
+                 cudaStream_t s) {
+  static bool opted_in = false;  // the ring may exceed the default 48 KiB of shared memory
+  if (!opted_in) {
+    KVLAB_CUDA_CHECK(cudaFuncSetAttribute(kvlab_read_bulk,
+                                          cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          kBulkSmemPerSm));
+    opted_in = true;
+  }
+  const unsigned chunk = static_cast<unsigned>(k.chunk_kib) << 10;
+  const uint64_t chunks = (bytes + chunk - 1) / chunk;
+  const int per_sm = std::max(k.blocks_per_sm, 1);
+  const int blocks = static_cast<int>(
+      std::max<uint64_t>(1, std::min<uint64_t>(chunks, static_cast<uint64_t>(sm_count()) * per_sm)));
+  kvlab_read_bulk<<<blocks, 32, static_cast<size_t>(k.depth) * chunk, s>>>(
+      static_cast<const unsigned char*>(p), bytes, chunk, static_cast<unsigned>(k.depth), sink);
 }
 
 // A buffer of non-zero, distinct words (never time on zeros) and its sink word.
@@ -258,6 +280,8 @@ const char* to_string(MemLoad load) {
       return "nc";
     case MemLoad::kMemcpy:
       return "memcpy";
+    case MemLoad::kBulk:
+      return "bulk";
   }
   return "?";
 }
@@ -265,6 +289,9 @@ const char* to_string(MemLoad load) {
 std::string MemKernel::name() const {
   std::string n = std::string(to_string(op)) + "_" + to_string(load);
   if (load == MemLoad::kMemcpy) return n;
+  if (load == MemLoad::kBulk)
+    return n + "_c" + std::to_string(chunk_kib) + "k_d" + std::to_string(depth) + "_b" +
+           std::to_string(std::max(blocks_per_sm, 1));
   return n + "_d" + std::to_string(depth) + "_b" +
          (blocks_per_sm > 0 ? std::to_string(blocks_per_sm) : std::string("max"));
 }
@@ -273,10 +300,26 @@ std::string mem_kernel_unsupported(const MemKernel& k) {
   if (k.blocks_per_sm < 0) return "blocks_per_sm must be >= 0 (0: as many as fit)";
   if (k.op == MemOp::kRead) {
     if (k.load == MemLoad::kMemcpy) return "memcpy is a copy, not a read";
+    if (k.load == MemLoad::kBulk) {
+      if (k.chunk_kib < 1 || k.chunk_kib > 64 || (k.chunk_kib & (k.chunk_kib - 1)) != 0)
+        return "bulk reads need chunk_kib a power of two in [1, 64], not " +
+               std::to_string(k.chunk_kib);
+      if (k.depth < 1 || k.depth > KVLAB_BULK_MAX_STAGES)
+        return "bulk reads keep 1 to " + std::to_string(KVLAB_BULK_MAX_STAGES) +
+               " copies in flight per block (depth), not " + std::to_string(k.depth);
+      const int64_t ring = int64_t{std::max(k.blocks_per_sm, 1)} * k.depth * (k.chunk_kib << 10);
+      if (ring > kBulkSmemPerSm)
+        return "bulk rings of " + std::to_string(ring >> 10) + " KiB per SM (blocks_per_sm x " +
+               "depth x chunk_kib) exceed " + std::to_string(kBulkSmemPerSm >> 10) + " KiB";
+      return "";
+    }
+    if (k.chunk_kib != 0) return "chunk_kib is for bulk reads only";
     if (k.depth != 2 && k.depth != 4 && k.depth != 8)
       return "read kernels are compiled for depth 2, 4 and 8, not " + std::to_string(k.depth);
     return "";
   }
+  if (k.chunk_kib != 0) return "chunk_kib is for bulk reads only";
+  if (k.load == MemLoad::kBulk) return "bulk is a read, not a copy";
   if (k.load == MemLoad::kCg || k.load == MemLoad::kNc)
     return std::string("copies use plain loads or cudaMemcpyAsync, not ") + to_string(k.load);
   if (k.load == MemLoad::kPlain && k.depth != 2 && k.depth != 4)
@@ -290,6 +333,17 @@ std::vector<MemKernel> ceiling_kernels(MemOp op) {
     for (MemLoad l : {MemLoad::kPlain, MemLoad::kNc, MemLoad::kCg})
       for (int d : {2, 4, 8})
         for (int b : {1, 2, 4, 0}) v.push_back({MemOp::kRead, l, d, b});
+    // Bulk copies, 16-128 KiB in flight per SM (experiments/configs/perf.ini lists the same
+    // set as rows): chunks of 4-16 KiB x 4 or 8 in flight, 32 KiB x 2 or 4, 4 and 8 KiB x 16,
+    // and two blocks per SM of 8 and 16 KiB x 4.
+    std::vector<std::array<int, 3>> bulk;  // {chunk KiB, depth, blocks per SM}
+    for (int chunk : {4, 8, 16})
+      for (int depth : {4, 8}) bulk.push_back({chunk, depth, 1});
+    for (int depth : {2, 4}) bulk.push_back({32, depth, 1});
+    for (int chunk : {4, 8}) bulk.push_back({chunk, 16, 1});
+    for (int chunk : {8, 16}) bulk.push_back({chunk, 4, 2});
+    for (const auto& [chunk, depth, b] : bulk)
+      v.push_back({MemOp::kRead, MemLoad::kBulk, depth, b, chunk});
   } else {
     v.push_back({MemOp::kCopy, MemLoad::kMemcpy, 0, 0});
     for (int d : {2, 4})
@@ -314,6 +368,8 @@ void launch_mem_kernel(const MemKernel& k, const void* src, void* dst, uint64_t 
       copy_kernel<4><<<grid_for(copy_kernel<4>, k.blocks_per_sm, n), kThreads, 0, s>>>(
           p, static_cast<uint4*>(dst), n);
     }
+  } else if (k.load == MemLoad::kBulk) {
+    launch_bulk(k, src, n * 16, sink, s);
   } else if (k.load == MemLoad::kCg && k.depth == KVLAB_L2_FLUSH_DEPTH) {
     // Exactly the flush kernel (what experiments/peers/peer_timer.py launches too).
     kvlab_l2_flush<<<grid_for(kvlab_l2_flush, k.blocks_per_sm, n), kThreads, 0, s>>>(p, n, sink);

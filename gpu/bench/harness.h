@@ -5,8 +5,13 @@
 // Ceilings, measured on the device in the same run, each the best of several kernels, so
 // that no kernel of the run should beat them:
 //   read R: 16-byte loads (ld.global.cg, plain ld.global, non-coherent ld.global.nc) x
-//           loads in flight per thread (2, 4, 8) x blocks per SM (1, 2, 4, as many as fit),
-//           grid-stride over one buffer, cold L2;
+//           loads per thread per iteration (2, 4, 8) x blocks per SM (1, 2, 4, as many as
+//           fit), grid-stride over one buffer, cold L2 (ptxas keeps at most four 16-byte
+//           loads of a thread in flight, rotating four register quads, whatever the unroll:
+//           the SASS of depth 8 shows it, so a deeper unroll adds no bytes in flight; at full
+//           occupancy that is 128 KiB per SM, far above what HBM latency needs); and bulk copies global -> shared
+//           (cp.async.bulk on an mbarrier, gpu/bench/bulk_read.cuh: chunks of 4-32 KiB, 2-16
+//           in flight per block, 1 or 2 blocks per SM), the way TMA-fed attention kernels read;
 //   copy C: cudaMemcpyAsync device to device and a 16-byte load/store kernel (2, 4 in flight;
 //           2, 4 or as many blocks per SM as fit), counting read + write bytes, cold L2.
 // A ceiling is the best bandwidth over its kernels, each taken at the fast edge of its noise
@@ -56,19 +61,25 @@ enum class MemLoad {
   kCg,     // read: ld.global.cg (depth 4 at the flush grid is exactly the flush kernel)
   kPlain,  // read: ld.global; copy: ld.global + st.global
   kNc,     // read: ld.global.nc
-  kMemcpy  // copy: cudaMemcpyAsync device to device
+  kMemcpy,  // copy: cudaMemcpyAsync device to device
+  kBulk     // read: cp.async.bulk global -> shared on an mbarrier (bulk_read.cuh)
 };
 struct MemKernel {
   MemOp op = MemOp::kRead;
   MemLoad load = MemLoad::kPlain;
-  int depth = 4;             // 16-byte loads in flight per thread per iteration (kernels)
-  int blocks_per_sm = 0;     // 0: as many as fit (occupancy)
-  std::string name() const;  // e.g. "read_nc_d8_b4", "copy_memcpy"
+  int depth = 4;             // 16-byte loads in flight per thread per iteration (kernels);
+                             // bulk: copies in flight per block (its ring's stages)
+  int blocks_per_sm = 0;     // 0: as many as fit (occupancy; bulk: 1)
+  int chunk_kib = 0;         // bulk: bytes of one copy, in KiB (others: unused, 0)
+  std::string name() const;  // e.g. "read_nc_d8_b4", "read_bulk_c16k_d8_b1", "copy_memcpy"
 };
 const char* to_string(MemOp op);
 const char* to_string(MemLoad load);
-// "" when the kernel exists (compiled depths: read 2, 4, 8; copy 2, 4), else why not.
+// "" when the kernel exists (compiled depths: read 2, 4, 8; copy 2, 4; bulk: chunk a
+// power of two in [1, 64] KiB, depth in [1, 16], the ring of every block of an SM within
+// kBulkSmemPerSm), else why not.
 std::string mem_kernel_unsupported(const MemKernel& k);
+constexpr int kBulkSmemPerSm = 192 << 10;  // bulk rings of one SM: at most this many bytes
 // The kernels a ceiling is the best of.
 std::vector<MemKernel> ceiling_kernels(MemOp op);
 // Enqueues one pass over `bytes` (a multiple of 16): read src, or copy src to dst. `sink`
