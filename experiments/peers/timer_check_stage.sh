@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# timer_check_stage.sh: the cheap GPU check of kvlab's timing, before a full h100_perf_run.sh:
+# the flush test, the ceilings (36 LSU read kernels + 12 bulk-copy reads, 7 copies) and the
+# two-timer cross-check, twice, with a clock log. About 60 s on an H100.
+#
+#   OUT=/some/dir experiments/peers/timer_check_stage.sh BIN
+#
+# Run from the repository root; BIN holds gpu_tests and kvlab (built for sm_90); python3 needs
+# torch, cupy, h5py, pandas, numpy. Output in $OUT/timer_check/:
+#   clocks.csv        nvidia-smi every 100 ms: SM / memory clock, power, temperatures, throttle
+#   flush_test.log    gpu_tests L2Flush.* and BenchHarness.* (the flush test with its controls,
+#                     the ceilings, the bulk read, the stream-kind test)
+#   timer_check.h5, crosscheck.h5 (+ _2: a second round)   kvlab sweep timer_check.ini, then
+#                     decode_peers.py crosscheck --diagnose (1, 4, 16, 256 MiB reads; 4, 256 MiB
+#                     copies; python on its own stream, on the legacy stream, with a fresh flush
+#                     buffer)
+#   ceiling_size.h5   the best read kernels on 1, 4 and 8 GiB
+#   crosscheck.log, ceiling_size.log, summary.txt
+set -u
+BIN=${1:?usage: timer_check_stage.sh BIN (a folder with gpu_tests and kvlab)}
+BIN=$(cd "$BIN" && pwd)
+OUT=${OUT:-./perf_out}
+D="$OUT/timer_check"
+mkdir -p "$D"
+T0=$(date +%s)
+export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+export PYTHONUNBUFFERED=1
+PY=${PYTHON:-python3}
+PEERS=experiments/peers/decode_peers.py
+rc=0
+step() { echo "[timer_check $(( $(date +%s) - T0 )) s] $*" | tee -a "$D/stage.log"; }
+
+SMI_Q=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,temperature.memory,clocks_event_reasons.active
+nvidia-smi --query-gpu="$SMI_Q" --format=csv,noheader > /dev/null 2>&1 || SMI_Q=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu
+nvidia-smi --query-gpu="$SMI_Q" --format=csv -lms 100 > "$D/clocks.csv" 2>&1 &
+SMI=$!
+
+step "flush test, ceilings, bulk read, stream kinds"
+timeout -k 5 45 "$BIN/gpu_tests" --gtest_filter='L2Flush.*:BenchHarness.*' > "$D/flush_test.log" 2>&1 || rc=1
+
+for round in "" _2; do
+  step "cross-check$round"
+  rm -f "$D/timer_check$round.h5"
+  timeout -s TERM -k 10 30 "$BIN/kvlab" sweep experiments/configs/timer_check.ini \
+    --out "$D/timer_check$round.h5" --progress none >> "$D/crosscheck.log" 2>&1 || rc=1
+  timeout -k 10 40 $PY "$PEERS" crosscheck --diagnose --kvlab-h5 "$D/timer_check$round.h5" \
+    --out "$D/crosscheck$round.h5" >> "$D/crosscheck.log" 2>&1 || rc=1
+done
+
+step "ceiling vs buffer size"
+rm -f "$D/ceiling_size.h5"
+timeout -s TERM -k 10 30 "$BIN/kvlab" sweep experiments/configs/ceiling_size.ini --out "$D/ceiling_size.h5" \
+  --progress none > "$D/ceiling_size.log" 2>&1 || rc=1
+$PY - "$D/ceiling_size.h5" >> "$D/ceiling_size.log" 2>&1 <<'PYEOF' || rc=1
+import sys, h5py
+ix = h5py.File(sys.argv[1], "r")["index"]
+s = lambda k, i: ix[k][i].decode() if isinstance(ix[k][i], bytes) else ix[k][i]
+for i in range(len(ix["key"])):
+    print(f"[size] {s('kernel', i):24s} {int(ix['mib'][i]):5d} MiB: median {ix['median_us'][i]:10.2f} us, "
+          f"{ix['bytes_per_s'][i] / 1e12:.4f} TB/s (q1: {ix['mib'][i] * 1048576 / ix['q1_us'][i] / 1e6:.4f}) "
+          f"{s('status', i)}")
+PYEOF
+step "done, rc $rc"
+kill "$SMI" 2>/dev/null
+
+{
+  echo "==== timer_check: $(( $(date +%s) - T0 )) s, rc $rc; files in $D"
+  grep -E "^\[flush\]|^\[ceilings\]|^\[bulk\]|^\[streams\]|^\[  (PASSED|FAILED) |FAILED  \]" "$D/flush_test.log" | cut -c1-170
+  grep -E "^\[ceilings\]|^\[crosscheck\]" "$D/crosscheck.log" | cut -c1-260
+  grep -E "^\[ceilings\]|^\[size\]" "$D/ceiling_size.log" | cut -c1-170
+  echo "clocks (SM MHz, mem MHz, W, C, mem C): min / max over the stage:"
+  awk -F', ' 'NR>1 && $2+0>0 {sm=$2+0; if(!n||sm<smin)smin=sm; if(sm>smax)smax=sm; p=$4+0; if(p>pmax)pmax=p; t=$5+0; if(t>tmax)tmax=t; n++}
+    END {printf "  SM %d-%d MHz, power max %.0f W, GPU temp max %d C, %d samples\n", smin, smax, pmax, tmax, n}' "$D/clocks.csv"
+} | tee "$D/summary.txt"
+exit $rc
