@@ -36,7 +36,10 @@ gpu/bench/l2_flush.cuh on the row's grid; copy with load memcpy: cudaMemcpyAsync
 same operation through PeerTimer and compares the medians: |python / kvlab - 1| must be at
 most --tol (2 %). Exit 1 otherwise. --diagnose also times each operation on the caller's
 current (legacy default) stream and with a fresh flush buffer, and reports those medians next
-to the verdict (columns python_current_stream_us, python_fresh_buffers_us; information only).
+to the verdict (columns python_current_stream_us, python_fresh_buffers_us; information only),
+and reads once more with l2_flush.cuh's stamped kernel: events and in-kernel duration
+(python_stamped_events_us, python_in_kernel_us; gpu_tests BenchHarness.EventsBracketTheKernel
+prints the C++ side's).
 
 Exit codes: 0 ok, 1 a cross-check disagreed or the peers failed to run at all, 2 bad input.
 """
@@ -395,7 +398,8 @@ def print_row(r: dict) -> None:
 # ----------------------------------------------------------------------------- cross-check
 BANDWIDTH_AXES = ["op", "load", "depth", "blocks_per_sm", "chunk_kib", "mib"]
 BANDWIDTH_NUMERIC = {"depth", "blocks_per_sm", "chunk_kib", "mib"}
-CROSSCHECK_EXTRA = ["kvlab_median_us", "rel_diff_vs_kvlab", "python_current_stream_us", "python_fresh_buffers_us"]
+CROSSCHECK_EXTRA = ["kvlab_median_us", "rel_diff_vs_kvlab", "python_current_stream_us", "python_fresh_buffers_us",
+                    "python_stamped_events_us", "python_in_kernel_us"]
 
 
 def cmd_crosscheck(a) -> int:
@@ -454,6 +458,12 @@ def cmd_crosscheck(a) -> int:
             del fresh
             extra = (f"; diagnose: legacy stream {row['python_current_stream_us']:.3f} us, fresh flush buffer "
                      f"{row['python_fresh_buffers_us']:.3f} us")
+            if r["op"] == "read":
+                # Events vs the kernel's own duration (%globaltimer): the timer's fixed cost.
+                ts, kus = timer.time_read_stamped(buf.data_ptr(), nbytes, int(r["blocks_per_sm"]))
+                row["python_stamped_events_us"] = ts["median_us"]
+                row["python_in_kernel_us"] = float(np.median(kus[-ts["reps"]:]))
+                extra += (f", stamped: events {ts['median_us']:.3f} us, in-kernel {row['python_in_kernel_us']:.3f} us")
         worst = max(worst, abs(diff))
         if abs(diff) > a.tol:
             row.update(status="failed", reason=f"python {row['median_us']:.3f} us vs kvlab {r['median_us']:.3f} us: "

@@ -183,6 +183,35 @@ class PeerTimer:
         if launched != cur.cuda_stream:
             raise RuntimeError(f"L2 flush launched on stream {launched:#x}, not the current {cur.cuda_stream:#x}")
 
+    def time_read_stamped(self, ptr: int, nbytes: int, blocks_per_sm: int, options: TimingOptions | None = None):
+        """Diagnostic (gpu::bench::time_read_stamped's twin): times the flush kernel's read of
+        [ptr, ptr + nbytes) with l2_flush.cuh's stamped kernel, which also measures each call
+        inside the kernel (%globaltimer). Returns (timing dict, in-kernel microseconds of every
+        call, warm-up first)."""
+        torch = self.torch
+        o = dataclasses.replace(options or self.options, graph=False)
+        slots = max(o.warmup, 0) + max(o.max_reps, 1) + 1
+        stamps = torch.zeros(2 * slots, dtype=torch.int64, device="cuda")
+        kernel = self._module.get_function("kvlab_read_stamped")
+        threads = self.consts["KVLAB_L2_FLUSH_THREADS"]
+        n = nbytes // 16
+        blocks = max(1, min((n + threads - 1) // threads, self.sm_count * blocks_per_sm))
+        calls = [0]
+
+        def fn():
+            if calls[0] >= slots:
+                raise RuntimeError("time_read_stamped: more calls than its stamp slots")
+            kernel((blocks,), (threads,),
+                   (np.uint64(ptr), np.uint64(n), np.uint64(self._sink.data_ptr()),
+                    np.uint64(stamps.data_ptr() + 16 * calls[0])),
+                   stream=self.cupy.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream))
+            calls[0] += 1
+
+        t = self.time(fn, graph=False, options=o)
+        torch.cuda.synchronize()
+        h = stamps.cpu().numpy().view(np.uint64)[: 2 * calls[0]]
+        return t, list((h[1::2] - ~h[0::2]).astype(np.float64) * 1e-3)
+
     def memcpy(self, dst_ptr: int, src_ptr: int, nbytes: int) -> None:
         """cudaMemcpyAsync device to device on the current torch stream (what the C++ side's
         copy_memcpy kernel issues)."""

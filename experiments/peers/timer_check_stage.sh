@@ -9,6 +9,7 @@
 # torch, cupy, h5py, pandas, numpy. Output in $OUT/timer_check/:
 #   clocks.csv        nvidia-smi every 100 ms: SM / memory clock, power, temperatures, throttle
 #   flush_test.log    gpu_tests L2Flush.* and BenchHarness.* (the flush test with its controls,
+#                     events vs in-kernel time of the cross-check read,
 #                     the ceilings, the bulk read, the stream-kind test)
 #   timer_check.h5, crosscheck.h5 (+ _2: a second round)   kvlab sweep timer_check.ini, then
 #                     decode_peers.py crosscheck --diagnose (1, 4, 16, 256 MiB reads; 4, 256 MiB
@@ -65,7 +66,7 @@ kill "$SMI" 2>/dev/null
 
 {
   echo "==== timer_check: $(( $(date +%s) - T0 )) s, rc $rc; files in $D"
-  grep -E "^\[flush\]|^\[ceilings\]|^\[bulk\]|^\[streams\]|^\[  (PASSED|FAILED) |FAILED  \]" "$D/flush_test.log" | cut -c1-170
+  grep -E "^\[flush\]|^\[ceilings\]|^\[bulk\]|^\[streams\]|^\[stamps\]|^\[  (PASSED|FAILED) |FAILED  \]" "$D/flush_test.log" | cut -c1-170
   grep -E "^\[ceilings\]|^\[crosscheck\]" "$D/crosscheck.log" | cut -c1-260
   grep -E "^\[ceilings\]|^\[size\]" "$D/ceiling_size.log" | cut -c1-170
   echo "clocks (SM MHz, mem MHz, W, C, mem C): min / max over the stage:"

@@ -2,6 +2,7 @@
 // harness.h, reference/core/timing.h and l2_flush.cuh).
 #include "gpu/bench/harness.h"
 
+#include <thrust/copy.h>
 #include <thrust/device_vector.h>
 #include <thrust/execution_policy.h>
 #include <thrust/sequence.h>
@@ -381,6 +382,33 @@ void launch_mem_kernel(const MemKernel& k, const void* src, void* dst, uint64_t 
     launch_read<KVLAB_LOAD_PLAIN>(k.depth, k.blocks_per_sm, p, n, sink, s);
   }
   KVLAB_CUDA_CHECK(cudaGetLastError());
+}
+
+Timing time_read_stamped(const void* p, uint64_t bytes, int blocks_per_sm,
+                         const TimingOptions& opt, std::vector<double>* kernel_us,
+                         cudaStream_t stream) {
+  TimingOptions o = opt;
+  o.graph = false;  // one stamp slot per eager call
+  const size_t calls = static_cast<size_t>(std::max(o.warmup, 0) + std::max(o.max_reps, 1) + 1);
+  thrust::device_vector<unsigned long long> stamps(2 * calls, 0ull);
+  thrust::device_vector<unsigned int> sink(1);
+  const unsigned long long n = bytes / 16;
+  size_t call = 0;
+  const Timing t = time_kernel(
+      [&](cudaStream_t s) {
+        if (call >= calls) throw Error("time_read_stamped: more calls than its stamp slots");
+        kvlab_read_stamped<<<grid_for(kvlab_read_stamped, blocks_per_sm, n), kThreads, 0, s>>>(
+            static_cast<const uint4*>(p), n, thrust::raw_pointer_cast(sink.data()),
+            thrust::raw_pointer_cast(stamps.data()) + 2 * call);
+        ++call;
+      },
+      o, stream);
+  KVLAB_CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<unsigned long long> h(2 * call);
+  thrust::copy(stamps.begin(), stamps.begin() + 2 * call, h.begin());
+  kernel_us->clear();
+  for (size_t i = 0; i < call; ++i) kernel_us->push_back(static_cast<double>(h[2 * i + 1] - ~h[2 * i]) * 1e-3);
+  return t;
 }
 
 void fill_words(void* p, uint64_t bytes, cudaStream_t s) {

@@ -87,6 +87,14 @@ std::vector<MemKernel> ceiling_kernels(MemOp op);
 void launch_mem_kernel(const MemKernel& k, const void* src, void* dst, uint64_t bytes,
                        unsigned int* sink, cudaStream_t stream);
 
+// Diagnostic: times the flush kernel's read of p [bytes] (blocks_per_sm blocks per SM) by
+// time_kernel's rules with l2_flush.cuh's stamped twin, which also measures every call inside
+// the kernel (%globaltimer, first block start to last block end). Returns the event timing;
+// *kernel_us gets the in-kernel durations of every call, warm-up first, in order.
+Timing time_read_stamped(const void* p, uint64_t bytes, int blocks_per_sm,
+                         const TimingOptions& opt, std::vector<double>* kernel_us,
+                         cudaStream_t stream = nullptr);
+
 // Fills p [bytes / 4] with the words 1, 2, 3, ... (distinct, non-zero: never time on zeros).
 void fill_words(void* p, uint64_t bytes, cudaStream_t stream = nullptr);
 

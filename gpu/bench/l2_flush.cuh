@@ -96,3 +96,24 @@ extern "C" __global__ void __launch_bounds__(KVLAB_L2_FLUSH_THREADS)
                              unsigned int* __restrict__ sink) {
   kvlab_read_body<KVLAB_LOAD_CS, KVLAB_L2_FLUSH_DEPTH>(p, n, sink);
 }
+
+// A diagnostic twin of the flush kernel's read: the same body, plus each call's duration
+// measured inside the kernel with the global nanosecond timer, from the first block's start
+// to the last block's end. stamps [2]: zero before the call; afterwards stamps[0] holds ~(the
+// earliest start) and stamps[1] the latest end (both folded with atomicMax, so one memset to
+// zero prepares them). Event time minus in-kernel time is what launch and event overhead add,
+// which tells a timer's fixed cost from the memory's.
+__device__ __forceinline__ unsigned long long kvlab_globaltimer() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+extern "C" __global__ void __launch_bounds__(KVLAB_L2_FLUSH_THREADS)
+    kvlab_read_stamped(const uint4* __restrict__ p, unsigned long long n,
+                       unsigned int* __restrict__ sink, unsigned long long* __restrict__ stamps) {
+  if (threadIdx.x == 0) atomicMax(&stamps[0], ~kvlab_globaltimer());
+  kvlab_read_body<KVLAB_LOAD_CG, KVLAB_L2_FLUSH_DEPTH>(p, n, sink);
+  __syncthreads();
+  if (threadIdx.x == 0) atomicMax(&stamps[1], kvlab_globaltimer());
+}

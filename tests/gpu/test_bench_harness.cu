@@ -272,4 +272,37 @@ TEST(BenchHarness, ColdReadTimeDoesNotDependOnTheStreamKind) {
   }
 }
 
+// The events bracket the kernel: a cold read's event time is never below its duration measured
+// inside the kernel (%globaltimer, first block start to last block end); the difference is
+// the timer's fixed cost (launch, event), printed with both for the two-timer cross-check
+// (experiments/peers/decode_peers.py crosscheck --diagnose prints the Python timer's).
+TEST(BenchHarness, EventsBracketTheKernel) {
+  KVLAB_SKIP_WITHOUT_GPU_BENCH();
+  thrust::device_vector<unsigned int> buf((size_t{256} << 20) / 4);
+  thrust::sequence(buf.begin(), buf.end(), 1u);
+  gpu::bench::TimingOptions o;
+  o.warmup = 5;
+  o.min_reps = 50;
+  o.max_reps = 400;
+  o.target_rel_iqr = 0.01;
+  o.max_seconds = 1.0;
+  o.cold_l2 = true;
+  for (size_t mib : {1, 4, 16, 256}) {
+    std::vector<double> k;
+    const gpu::bench::Timing t = gpu::bench::time_read_stamped(
+        thrust::raw_pointer_cast(buf.data()), mib << 20, 8, o, &k);
+    ASSERT_GE(k.size(), static_cast<size_t>(t.reps));
+    std::vector<double> timed(k.end() - t.reps, k.end());
+    std::sort(timed.begin(), timed.end());
+    const double kernel_median = timed[timed.size() / 2];
+    std::printf(
+        "[stamps] read_cg_d4_b8 %3zu MiB cold: events %.3f us, in-kernel %.3f us, events - "
+        "kernel %.3f us\n",
+        mib, t.median_us, kernel_median, t.median_us - kernel_median);
+    EXPECT_GT(kernel_median, 0) << mib << " MiB";
+    // 0.1 us: the two clocks' granularity.
+    EXPECT_LE(kernel_median, t.median_us + 0.1) << mib << " MiB";
+  }
+}
+
 }  // namespace kvlab::test
