@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # timer_check_stage.sh: the cheap GPU check of kvlab's timing, before a full h100_perf_run.sh:
 # the flush test, the ceilings (36 LSU read kernels + 12 bulk-copy reads, 7 copies) and the
-# two-timer cross-check, twice, with a clock log. About 60 s on an H100.
+# two-timer cross-check, twice, with a clock log. About 60 s on an H100; never more than STAGE_S
+# seconds (default 110: every step is capped by what is left, the second round is dropped when
+# less than 40 s remain).
 #
 #   OUT=/some/dir experiments/peers/timer_check_stage.sh BIN
 #
@@ -29,7 +31,11 @@ export PYTHONUNBUFFERED=1
 PY=${PYTHON:-python3}
 PEERS=experiments/peers/decode_peers.py
 rc=0
+STAGE_S=${STAGE_S:-110}
 step() { echo "[timer_check $(( $(date +%s) - T0 )) s] $*" | tee -a "$D/stage.log"; }
+left() { echo $(( STAGE_S - ($(date +%s) - T0) )); }
+# cap WANT RESERVE: seconds for a step: at most WANT, leaving RESERVE for the steps after it.
+cap() { local c=$(( $(left) - $2 )); (( c > $1 )) && c=$1; (( c < 5 )) && c=5; echo $c; }
 
 SMI_Q=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,temperature.memory,clocks_event_reasons.active
 nvidia-smi --query-gpu="$SMI_Q" --format=csv,noheader > /dev/null 2>&1 || SMI_Q=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu
@@ -37,29 +43,32 @@ nvidia-smi --query-gpu="$SMI_Q" --format=csv -lms 100 > "$D/clocks.csv" 2>&1 &
 SMI=$!
 
 step "flush test, ceilings, bulk read, stream kinds"
-timeout -k 5 45 "$BIN/gpu_tests" --gtest_filter='L2Flush.*:BenchHarness.*' > "$D/flush_test.log" 2>&1 || rc=1
+timeout -k 5 "$(cap 35 70)" "$BIN/gpu_tests" --gtest_filter='L2Flush.*:BenchHarness.*' > "$D/flush_test.log" 2>&1 || rc=1
 
 for round in "" _2; do
+  if [[ -n "$round" ]] && (( $(left) < 40 )); then step "second round dropped: $(left) s left"; break; fi
   step "cross-check$round"
   rm -f "$D/timer_check$round.h5"
-  timeout -s TERM -k 10 30 "$BIN/kvlab" sweep experiments/configs/timer_check.ini \
+  timeout -s TERM -k 5 "$(cap 20 35)" "$BIN/kvlab" sweep experiments/configs/timer_check.ini \
     --out "$D/timer_check$round.h5" --progress none >> "$D/crosscheck.log" 2>&1 || rc=1
-  timeout -k 10 40 $PY "$PEERS" crosscheck --diagnose --kvlab-h5 "$D/timer_check$round.h5" \
+  timeout -k 5 "$(cap 30 15)" $PY "$PEERS" crosscheck --diagnose --kvlab-h5 "$D/timer_check$round.h5" \
     --out "$D/crosscheck$round.h5" >> "$D/crosscheck.log" 2>&1 || rc=1
 done
 
 step "ceiling vs buffer size"
 rm -f "$D/ceiling_size.h5"
-timeout -s TERM -k 10 30 "$BIN/kvlab" sweep experiments/configs/ceiling_size.ini --out "$D/ceiling_size.h5" \
+timeout -s TERM -k 5 "$(cap 20 3)" "$BIN/kvlab" sweep experiments/configs/ceiling_size.ini --out "$D/ceiling_size.h5" \
   --progress none > "$D/ceiling_size.log" 2>&1 || rc=1
 $PY - "$D/ceiling_size.h5" >> "$D/ceiling_size.log" 2>&1 <<'PYEOF' || rc=1
 import sys, h5py
 ix = h5py.File(sys.argv[1], "r")["index"]
-s = lambda k, i: ix[k][i].decode() if isinstance(ix[k][i], bytes) else ix[k][i]
+s = lambda k, i: (ix[k][i].decode() if isinstance(ix[k][i], bytes) else ix[k][i]) if k in ix else ""
 for i in range(len(ix["key"])):
+    if s("status", i) != "ok":
+        print(f"[size] {s('key', i)}: {s('status', i)} {s('reason', i)}")
+        continue
     print(f"[size] {s('kernel', i):24s} {int(ix['mib'][i]):5d} MiB: median {ix['median_us'][i]:10.2f} us, "
-          f"{ix['bytes_per_s'][i] / 1e12:.4f} TB/s (q1: {ix['mib'][i] * 1048576 / ix['q1_us'][i] / 1e6:.4f}) "
-          f"{s('status', i)}")
+          f"{ix['bytes_per_s'][i] / 1e12:.4f} TB/s (q1: {ix['mib'][i] * 1048576 / ix['q1_us'][i] / 1e6:.4f})")
 PYEOF
 step "done, rc $rc"
 kill "$SMI" 2>/dev/null
