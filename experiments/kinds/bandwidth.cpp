@@ -42,11 +42,22 @@ class BandwidthBench : public Bench {
          "16-byte loads: cg (ld.global.cg, allocating in L2 only: depth 4 is the flush kernel), "
          "plain (ld.global; copies: + st.global), nc (ld.global.nc); memcpy: cudaMemcpyAsync "
          "(copies); bulk: cp.async.bulk global -> shared on an mbarrier (reads)"},
-        {"depth", AxisType::kInt, "4", {},
+        {"depth",
+         AxisType::kInt,
+         "4",
+         {},
          "16-byte loads in flight per thread (kernels); bulk: copies in flight per block"},
         {"blocks_per_sm", AxisType::kInt, "0", {}, "blocks per SM (0: as many as fit; bulk: 1)"},
-        {"chunk_kib", AxisType::kInt, "0", {},
+        {"chunk_kib",
+         AxisType::kInt,
+         "0",
+         {},
          "bulk reads: KiB per copy (a power of two in [1, 64]); 0 for the other loads"},
+        {"order",
+         AxisType::kEnum,
+         "interleaved",
+         {"interleaved", "ranges"},
+         "bulk reads: blocks interleave chunk by chunk, or each streams its own contiguous range"},
         {"mib", AxisType::kInt, "1024", {}, "working set: MiB read (copies: read and written)"},
     };
   }

@@ -34,6 +34,7 @@ gpu::bench::MemKernel kernel_of(const Point& p) {
   k.depth = static_cast<int>(p.integer("depth"));
   k.blocks_per_sm = static_cast<int>(p.integer("blocks_per_sm"));
   k.chunk_kib = static_cast<int>(p.integer("chunk_kib"));
+  k.ranges = p.str("order") == "ranges";
   return k;
 }
 

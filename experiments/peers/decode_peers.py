@@ -396,7 +396,7 @@ def print_row(r: dict) -> None:
 
 
 # ----------------------------------------------------------------------------- cross-check
-BANDWIDTH_AXES = ["op", "load", "depth", "blocks_per_sm", "chunk_kib", "mib"]
+BANDWIDTH_AXES = ["op", "load", "depth", "blocks_per_sm", "chunk_kib", "order", "mib"]
 BANDWIDTH_NUMERIC = {"depth", "blocks_per_sm", "chunk_kib", "mib"}
 CROSSCHECK_EXTRA = ["kvlab_median_us", "rel_diff_vs_kvlab", "python_current_stream_us", "python_fresh_buffers_us",
                     "python_stamped_events_us", "python_in_kernel_us"]
@@ -420,7 +420,7 @@ def cmd_crosscheck(a) -> int:
     out, worst = [], 0.0
     log(f"[crosscheck] the same operation through gpu/bench (kvlab sweep) and peer_timer.py; tolerance {a.tol:.1%}")
     for r in rows:
-        row = {c: r.get(c, 0) for c in BANDWIDTH_AXES}
+        row = {c: r.get(c, 0 if c in BANDWIDTH_NUMERIC else "") for c in BANDWIDTH_AXES}
         row.update(study=r["study"], kind="bandwidth", status="ok", reason="", kvlab_median_us=r["median_us"])
         nbytes = int(r["mib"]) << 20
         buf = torch.arange(1, nbytes // 4 + 1, dtype=torch.int32, device="cuda")

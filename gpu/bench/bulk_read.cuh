@@ -12,13 +12,16 @@
 // grid stride, which is friendlier to DRAM pages.
 //
 // Shape: p [bytes] (16-byte aligned, bytes a multiple of 16) read once as chunks [ceil(bytes /
-// chunk)] of `chunk` bytes (a multiple of 16, the last one shorter), chunk c read by block c mod
-// gridDim.x. One warp per block; its lane 0 keeps `stages` bulk copies in flight into a ring of
-// stages x chunk bytes of dynamic shared memory, one mbarrier per slot. Before a slot is
-// reused, the copy that filled it must have completed (its mbarrier phase); the first word of
-// every completed chunk is folded into a checksum that stays live through a never-taken store,
-// so the copies cannot be dropped, and shared memory is read after the async proxy wrote it
-// (the mbarrier wait orders it).
+// chunk)] of `chunk` bytes (a multiple of 16, the last one shorter). Two orders: interleaved
+// (ranges = 0: chunk c read by block c mod gridDim.x, so the blocks sweep one narrow window
+// of the buffer together) or ranges (ranges = 1: block b reads the b-th of gridDim.x
+// consecutive ranges of chunks from start to end, as attention kernels stream one (sequence,
+// head) slice per CTA: as many independent streams as blocks, spread over the whole buffer). One
+// warp per block; its lane 0 keeps `stages` bulk copies in flight into a ring of stages x chunk
+// bytes of dynamic shared memory, one mbarrier per slot. Before a slot is reused, the copy that
+// filled it must have completed (its mbarrier phase); the first word of every completed chunk is
+// folded into a checksum that stays live through a never-taken store, so the copies cannot be
+// dropped, and shared memory is read after the async proxy wrote it (the mbarrier wait orders it).
 #pragma once
 
 #define KVLAB_BULK_MAX_STAGES 16
@@ -58,17 +61,17 @@ __device__ __forceinline__ void kvlab_mbar_wait(unsigned bar, unsigned parity) {
 __device__ __forceinline__ void kvlab_bulk_g2s(unsigned dst, const void* src, unsigned bytes,
                                                unsigned bar) {
   asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-          dst),
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::
+          "r"(dst),
       "l"(src), "r"(bytes), "r"(bar)
       : "memory");
 }
 
 // Launch: <<<blocks, 32, stages * chunk bytes of dynamic shared memory>>>, stages in
-// [1, KVLAB_BULK_MAX_STAGES].
+// [1, KVLAB_BULK_MAX_STAGES], ranges 0 (interleaved) or 1 (a range per block).
 extern "C" __global__ void __launch_bounds__(32)
     kvlab_read_bulk(const unsigned char* __restrict__ p, unsigned long long bytes, unsigned chunk,
-                    unsigned stages, unsigned int* __restrict__ sink) {
+                    unsigned stages, unsigned ranges, unsigned int* __restrict__ sink) {
   extern __shared__ __align__(128) unsigned char ring[];
   __shared__ __align__(8) unsigned long long bars[KVLAB_BULK_MAX_STAGES];
   if (threadIdx.x != 0) return;  // lane 0 alone drives the copy engine
@@ -80,7 +83,12 @@ extern "C" __global__ void __launch_bounds__(32)
   unsigned k = 0;       // this block's copies so far (32-bit: no 64-bit division in the loop)
   unsigned slot = 0;    // k mod stages
   unsigned parity = 0;  // (k / stages) & 1: the phase the slot's current use completes
-  for (unsigned long long c = blockIdx.x; c < nchunks; c += gridDim.x, ++k) {
+  const unsigned long long per_block = (nchunks + gridDim.x - 1) / gridDim.x;
+  const unsigned long long first = ranges ? blockIdx.x * per_block : blockIdx.x;
+  const unsigned long long end =
+      ranges ? (first + per_block < nchunks ? first + per_block : nchunks) : nchunks;
+  const unsigned long long step = ranges ? 1 : gridDim.x;
+  for (unsigned long long c = first; c < end; c += step, ++k) {
     const unsigned bar = kvlab_smem_addr(&bars[slot]);
     unsigned char* dst = ring + static_cast<size_t>(slot) * chunk;
     if (k >= stages) {  // the slot's previous copy (the phase before this one) must have landed

@@ -94,18 +94,18 @@ void launch_bulk(const MemKernel& k, const void* p, uint64_t bytes, unsigned int
                  cudaStream_t s) {
   static bool opted_in = false;  // the ring may exceed the default 48 KiB of shared memory
   if (!opted_in) {
-    KVLAB_CUDA_CHECK(cudaFuncSetAttribute(kvlab_read_bulk,
-                                          cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                          kBulkSmemPerSm));
+    KVLAB_CUDA_CHECK(cudaFuncSetAttribute(
+        kvlab_read_bulk, cudaFuncAttributeMaxDynamicSharedMemorySize, kBulkSmemPerSm));
     opted_in = true;
   }
   const unsigned chunk = static_cast<unsigned>(k.chunk_kib) << 10;
   const uint64_t chunks = (bytes + chunk - 1) / chunk;
   const int per_sm = std::max(k.blocks_per_sm, 1);
-  const int blocks = static_cast<int>(
-      std::max<uint64_t>(1, std::min<uint64_t>(chunks, static_cast<uint64_t>(sm_count()) * per_sm)));
+  const int blocks = static_cast<int>(std::max<uint64_t>(
+      1, std::min<uint64_t>(chunks, static_cast<uint64_t>(sm_count()) * per_sm)));
   kvlab_read_bulk<<<blocks, 32, static_cast<size_t>(k.depth) * chunk, s>>>(
-      static_cast<const unsigned char*>(p), bytes, chunk, static_cast<unsigned>(k.depth), sink);
+      static_cast<const unsigned char*>(p), bytes, chunk, static_cast<unsigned>(k.depth),
+      k.ranges ? 1u : 0u, sink);
 }
 
 // A buffer of non-zero, distinct words (never time on zeros) and its sink word.
@@ -291,8 +291,8 @@ std::string MemKernel::name() const {
   std::string n = std::string(to_string(op)) + "_" + to_string(load);
   if (load == MemLoad::kMemcpy) return n;
   if (load == MemLoad::kBulk)
-    return n + "_c" + std::to_string(chunk_kib) + "k_d" + std::to_string(depth) + "_b" +
-           std::to_string(std::max(blocks_per_sm, 1));
+    return n + (ranges ? "_ranges" : "") + "_c" + std::to_string(chunk_kib) + "k_d" +
+           std::to_string(depth) + "_b" + std::to_string(std::max(blocks_per_sm, 1));
   return n + "_d" + std::to_string(depth) + "_b" +
          (blocks_per_sm > 0 ? std::to_string(blocks_per_sm) : std::string("max"));
 }
@@ -314,12 +314,12 @@ std::string mem_kernel_unsupported(const MemKernel& k) {
                "depth x chunk_kib) exceed " + std::to_string(kBulkSmemPerSm >> 10) + " KiB";
       return "";
     }
-    if (k.chunk_kib != 0) return "chunk_kib is for bulk reads only";
+    if (k.chunk_kib != 0 || k.ranges) return "chunk_kib and ranges are for bulk reads only";
     if (k.depth != 2 && k.depth != 4 && k.depth != 8)
       return "read kernels are compiled for depth 2, 4 and 8, not " + std::to_string(k.depth);
     return "";
   }
-  if (k.chunk_kib != 0) return "chunk_kib is for bulk reads only";
+  if (k.chunk_kib != 0 || k.ranges) return "chunk_kib and ranges are for bulk reads only";
   if (k.load == MemLoad::kBulk) return "bulk is a read, not a copy";
   if (k.load == MemLoad::kCg || k.load == MemLoad::kNc)
     return std::string("copies use plain loads or cudaMemcpyAsync, not ") + to_string(k.load);
@@ -345,6 +345,11 @@ std::vector<MemKernel> ceiling_kernels(MemOp op) {
     for (int chunk : {8, 16}) bulk.push_back({chunk, 4, 2});
     for (const auto& [chunk, depth, b] : bulk)
       v.push_back({MemOp::kRead, MemLoad::kBulk, depth, b, chunk});
+    // The same copies, each block streaming its own contiguous range (as an attention CTA
+    // streams its slice of the cache): 8-32 KiB chunks, one or two blocks per SM.
+    for (const auto& [chunk, depth, b] : std::vector<std::array<int, 3>>{
+             {8, 8, 1}, {16, 4, 1}, {16, 8, 1}, {32, 4, 1}, {8, 8, 2}, {16, 4, 2}})
+      v.push_back({MemOp::kRead, MemLoad::kBulk, depth, b, chunk, true});
   } else {
     v.push_back({MemOp::kCopy, MemLoad::kMemcpy, 0, 0});
     for (int d : {2, 4})
@@ -384,9 +389,8 @@ void launch_mem_kernel(const MemKernel& k, const void* src, void* dst, uint64_t 
   KVLAB_CUDA_CHECK(cudaGetLastError());
 }
 
-Timing time_read_stamped(const void* p, uint64_t bytes, int blocks_per_sm,
-                         const TimingOptions& opt, std::vector<double>* kernel_us,
-                         cudaStream_t stream) {
+Timing time_read_stamped(const void* p, uint64_t bytes, int blocks_per_sm, const TimingOptions& opt,
+                         std::vector<double>* kernel_us, cudaStream_t stream) {
   TimingOptions o = opt;
   o.graph = false;  // one stamp slot per eager call
   const size_t calls = static_cast<size_t>(std::max(o.warmup, 0) + std::max(o.max_reps, 1) + 1);
@@ -407,7 +411,8 @@ Timing time_read_stamped(const void* p, uint64_t bytes, int blocks_per_sm,
   std::vector<unsigned long long> h(2 * call);
   thrust::copy(stamps.begin(), stamps.begin() + 2 * call, h.begin());
   kernel_us->clear();
-  for (size_t i = 0; i < call; ++i) kernel_us->push_back(static_cast<double>(h[2 * i + 1] - ~h[2 * i]) * 1e-3);
+  for (size_t i = 0; i < call; ++i)
+    kernel_us->push_back(static_cast<double>(h[2 * i + 1] - ~h[2 * i]) * 1e-3);
   return t;
 }
 

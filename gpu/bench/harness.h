@@ -9,9 +9,10 @@
 //           fit), grid-stride over one buffer, cold L2 (ptxas keeps at most four 16-byte
 //           loads of a thread in flight, rotating four register quads, whatever the unroll:
 //           the SASS of depth 8 shows it, so a deeper unroll adds no bytes in flight; at full
-//           occupancy that is 128 KiB per SM, far above what HBM latency needs); and bulk copies global -> shared
-//           (cp.async.bulk on an mbarrier, gpu/bench/bulk_read.cuh: chunks of 4-32 KiB, 2-16
-//           in flight per block, 1 or 2 blocks per SM), the way TMA-fed attention kernels read;
+//           occupancy that is 128 KiB per SM, far above what HBM latency needs); and bulk copies
+//           global -> shared (cp.async.bulk on an mbarrier, gpu/bench/bulk_read.cuh: chunks of 4-32
+//           KiB, 2-16 in flight per block, 1 or 2 blocks per SM), the way TMA-fed attention kernels
+//           read;
 //   copy C: cudaMemcpyAsync device to device and a 16-byte load/store kernel (2, 4 in flight;
 //           2, 4 or as many blocks per SM as fit), counting read + write bytes, cold L2.
 // A ceiling is the best bandwidth over its kernels, each taken at the fast edge of its noise
@@ -58,9 +59,9 @@ uint64_t l2_flush_bytes(uint64_t l2_bytes);
 // One bandwidth kernel: a read of a buffer or a copy between two.
 enum class MemOp { kRead, kCopy };
 enum class MemLoad {
-  kCg,     // read: ld.global.cg (depth 4 at the flush grid is exactly the flush kernel)
-  kPlain,  // read: ld.global; copy: ld.global + st.global
-  kNc,     // read: ld.global.nc
+  kCg,      // read: ld.global.cg (depth 4 at the flush grid is exactly the flush kernel)
+  kPlain,   // read: ld.global; copy: ld.global + st.global
+  kNc,      // read: ld.global.nc
   kMemcpy,  // copy: cudaMemcpyAsync device to device
   kBulk     // read: cp.async.bulk global -> shared on an mbarrier (bulk_read.cuh)
 };
@@ -71,7 +72,10 @@ struct MemKernel {
                              // bulk: copies in flight per block (its ring's stages)
   int blocks_per_sm = 0;     // 0: as many as fit (occupancy; bulk: 1)
   int chunk_kib = 0;         // bulk: bytes of one copy, in KiB (others: unused, 0)
-  std::string name() const;  // e.g. "read_nc_d8_b4", "read_bulk_c16k_d8_b1", "copy_memcpy"
+  bool ranges = false;       // bulk: each block reads its own contiguous range (else the
+                             // blocks interleave chunk by chunk); see bulk_read.cuh
+  std::string name() const;  // e.g. "read_nc_d8_b4", "read_bulk_c16k_d8_b1",
+                             // "read_bulk_ranges_c16k_d8_b1", "copy_memcpy"
 };
 const char* to_string(MemOp op);
 const char* to_string(MemLoad load);
@@ -91,9 +95,8 @@ void launch_mem_kernel(const MemKernel& k, const void* src, void* dst, uint64_t 
 // time_kernel's rules with l2_flush.cuh's stamped twin, which also measures every call inside
 // the kernel (%globaltimer, first block start to last block end). Returns the event timing;
 // *kernel_us gets the in-kernel durations of every call, warm-up first, in order.
-Timing time_read_stamped(const void* p, uint64_t bytes, int blocks_per_sm,
-                         const TimingOptions& opt, std::vector<double>* kernel_us,
-                         cudaStream_t stream = nullptr);
+Timing time_read_stamped(const void* p, uint64_t bytes, int blocks_per_sm, const TimingOptions& opt,
+                         std::vector<double>* kernel_us, cudaStream_t stream = nullptr);
 
 // Fills p [bytes / 4] with the words 1, 2, 3, ... (distinct, non-zero: never time on zeros).
 void fill_words(void* p, uint64_t bytes, cudaStream_t stream = nullptr);
