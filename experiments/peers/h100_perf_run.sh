@@ -119,8 +119,8 @@ kill "$SMI" 2>/dev/null
 # Summary (last).
 {
   echo "==== fair_timing: $(elapsed) s, rc $rc; files in $D"
-  grep -E "^\[flush\]|^\[ceilings\]|^\[  (PASSED|FAILED) |FAILED  \]" "$D/flush_test.log" | cut -c1-160
-  grep -E "^\[crosscheck\]" "$D/crosscheck.log" | cut -c1-170
+  grep -E "^\[flush\]|^\[ceilings\]|^\[stamps\]|^\[streams\]|^\[bulk\]|^\[  (PASSED|FAILED) |FAILED  \]" "$D/flush_test.log" | cut -c1-160
+  grep -E "^\[crosscheck\]" "$D/crosscheck.log" | cut -c1-330
   grep -E "\[ceilings\]|^done:|FAILED|interrupted" "$D/perf_sweep.log" | cut -c1-200 | head -12
   grep -E "^\[prewarm\]" "$D/prewarm.log" | cut -c1-160
   grep -E "^\[peers\]|^WARNING" "$D/peers.log" | cut -c1-200 | head -12
