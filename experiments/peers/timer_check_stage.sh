@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # timer_check_stage.sh: the cheap GPU check of kvlab's timing, before a full h100_perf_run.sh:
-# the flush test, the ceilings (36 LSU read kernels + 12 bulk-copy reads, 7 copies) and the
-# two-timer cross-check, twice, with a clock log. About 60 s on an H100; never more than STAGE_S
+# the flush test, the ceilings (36 LSU read kernels + 18 bulk-copy reads, 7 copies) and the
+# two-timer cross-check, twice, cuDNN next to R, with a clock log. About 70 s on an H100; never more than STAGE_S
 # seconds (default 110: every step is capped by what is left, the second round is dropped when
 # less than 40 s remain).
 #
