@@ -22,6 +22,9 @@
 // filled it must have completed (its mbarrier phase); the first word of every completed chunk is
 // folded into a checksum that stays live through a never-taken store, so the copies cannot be
 // dropped, and shared memory is read after the async proxy wrote it (the mbarrier wait orders it).
+// The loop counters are 32-bit and the slot / phase advance by increment, so the issue loop has no
+// division: its SASS (cuobjdump, sm_90) is one SYNCS.PHASECHK.TRANS64.TRYWAIT, one LDS, one
+// SYNCS.ARRIVE.TRANS64 and one UBLKCP per chunk.
 #pragma once
 
 #define KVLAB_BULK_MAX_STAGES 16
