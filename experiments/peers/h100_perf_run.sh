@@ -10,8 +10,8 @@
 # rows are recorded as skipped. python3 must have torch, cupy, h5py, pandas, numpy.
 # Steps (each bounded; the whole stage by STAGE_S seconds, default 400), all output in
 # $OUT/fair_timing/:
-#   0. in the background, niced: FlashInfer wheels installed into a scratch folder and its four
-#      JIT modules compiled (CPU only: no GPU context)             prewarm.log      ~60-80 s CPU
+#   0. after step 2, in the background, niced: FlashInfer wheels installed into a scratch folder
+#      and its four JIT modules compiled (CPU only: no GPU context) prewarm.log     ~60-80 s CPU
 #   1. the flush-validity test and the harness tests (gpu_tests L2Flush.*, BenchHarness.*)
 #                                                                   flush_test.log   ~20 s
 #   2. the two-timer cross-check: kvlab sweep timer_check.ini, then decode_peers.py crosscheck
@@ -55,7 +55,21 @@ nvidia-smi --query-gpu="$SMI_Q" --format=csv,noheader > /dev/null 2>&1 || SMI_Q=
 nvidia-smi --query-gpu="$SMI_Q" --format=csv -lms 200 > "$D/clocks.csv" 2>&1 &
 SMI=$!
 
-# 0. FlashInfer: wheels and JIT modules, in the background (CPU only, niced).
+# 1. The flush-validity test (and the harness's own tests).
+step "1 flush-validity test"
+timeout -k 10 "$(cap 60 300)" "$BIN/gpu_tests" --gtest_filter='L2Flush.*:BenchHarness.*' \
+  > "$D/flush_test.log" 2>&1 || rc=1
+
+# 2. The two-timer cross-check.
+step "2 two-timer cross-check"
+rm -f "$D/timer_check.h5"
+timeout -s TERM -k 20 "$(cap 30 280)" "$BIN/kvlab" sweep experiments/configs/timer_check.ini \
+  --out "$D/timer_check.h5" --progress plain > "$D/crosscheck.log" 2>&1 || rc=1
+timeout -k 10 "$(cap 45 260)" $PY "$PEERS" crosscheck --diagnose --kvlab-h5 "$D/timer_check.h5" --out "$D/crosscheck.h5" \
+  >> "$D/crosscheck.log" 2>&1 || rc=1
+
+# 0. FlashInfer: wheels and JIT modules, in the background (CPU only, niced), started only after
+#    the flush test and the cross-check, so that nothing else runs on the machine while they time.
 SITE=/tmp/kvlab_peer_site
 if [[ -n "${WHEELS:-}" && -d "${WHEELS}" ]]; then
   (
@@ -70,19 +84,6 @@ else
   echo "WHEELS not set: FlashInfer rows will be recorded as skipped" | tee "$D/prewarm.log"
   PREWARM=
 fi
-
-# 1. The flush-validity test (and the harness's own tests).
-step "1 flush-validity test"
-timeout -k 10 "$(cap 60 300)" "$BIN/gpu_tests" --gtest_filter='L2Flush.*:BenchHarness.*' \
-  > "$D/flush_test.log" 2>&1 || rc=1
-
-# 2. The two-timer cross-check.
-step "2 two-timer cross-check"
-rm -f "$D/timer_check.h5"
-timeout -s TERM -k 20 "$(cap 30 280)" "$BIN/kvlab" sweep experiments/configs/timer_check.ini \
-  --out "$D/timer_check.h5" --progress plain > "$D/crosscheck.log" 2>&1 || rc=1
-timeout -k 10 "$(cap 45 260)" $PY "$PEERS" crosscheck --diagnose --kvlab-h5 "$D/timer_check.h5" --out "$D/crosscheck.h5" \
-  >> "$D/crosscheck.log" 2>&1 || rc=1
 
 # 3. kvlab's decode versions on the targets' shapes and the grid.
 step "3 kvlab sweep perf.ini"

@@ -13,8 +13,9 @@ and a kvlab kernel are timed alike:
   - `warmup` untimed calls, then one CUDA event pair around each timed call;
   - cold L2 (cold_l2): before every call, warm-up included, THE flush kernel of
     gpu/bench/l2_flush.cuh (compiled from that file's text with CuPy's RawModule, launched
-    on the same grid as the C++ harness) reads a buffer of the same size as the C++
-    harness's (the KVLAB_L2_FLUSH_* constants of that file) with allocating loads;
+    on the same grid as the C++ harness) reads as many bytes as the C++ harness's flush (the
+    KVLAB_L2_FLUSH_* constants of that file) with allocating loads, from the same rotating
+    window over a buffer KVLAB_L2_FLUSH_ROTATE_SPAN_MIB MiB longer;
   - sampling until rel_iqr <= target_rel_iqr, checked once min_reps samples exist and then
     every 5 samples, stopping at max_reps samples or after max_seconds;
   - median and quartiles with numpy's default (linear) percentiles, as the C++ summarize;
@@ -92,7 +93,7 @@ def flush_constants(path: str = FLUSH_SOURCE) -> dict:
             if m:
                 consts[m.group(1)] = int(m.group(2))
     need = ("KVLAB_L2_FLUSH_THREADS", "KVLAB_L2_FLUSH_BLOCKS_PER_SM", "KVLAB_L2_FLUSH_L2_MULTIPLE",
-            "KVLAB_L2_FLUSH_MIN_MIB")
+            "KVLAB_L2_FLUSH_MIN_MIB", "KVLAB_L2_FLUSH_ROTATE_SPAN_MIB", "KVLAB_L2_FLUSH_ROTATE_STEP_KIB")
     missing = [n for n in need if n not in consts]
     if missing:
         raise ValueError(f"{path} does not define {', '.join(missing)}")
@@ -152,8 +153,12 @@ class PeerTimer:
         with open(flush_source) as f:
             self._module = cupy.RawModule(code=f.read(), options=("-std=c++17",))
         self._flush_kernel = self._module.get_function(FLUSH_KERNEL)
-        # Distinct non-zero words, as the C++ flush buffer (never read zeros).
-        self._flush_buf = torch.arange(1, self.flush_bytes // 4 + 1, dtype=torch.int32, device="cuda")
+        # Distinct non-zero words, as the C++ flush buffer (never read zeros), with the rotation
+        # span of l2_flush.cuh beyond the flush's own bytes.
+        self._span = self.consts["KVLAB_L2_FLUSH_ROTATE_SPAN_MIB"] << 20
+        self._step = self.consts["KVLAB_L2_FLUSH_ROTATE_STEP_KIB"] << 10
+        self._flushes = 0
+        self._flush_buf = torch.arange(1, (self.flush_bytes + self._span) // 4 + 1, dtype=torch.int32, device="cuda")
         self._sink = torch.zeros(1, dtype=torch.int32, device="cuda")
         torch.cuda.synchronize()
 
@@ -178,7 +183,9 @@ class PeerTimer:
         if stream is not None and cur.cuda_stream != stream.cuda_stream:
             raise RuntimeError(f"L2 flush on stream {cur.cuda_stream:#x}, but the timed call's events are on "
                                f"{stream.cuda_stream:#x}: the flush would not be ordered before the call")
-        launched = self.read(self._flush_buf.data_ptr(), self.flush_bytes,
+        offset = (self._flushes * self._step) % self._span  # l2_flush.cuh's rotating window
+        self._flushes += 1
+        launched = self.read(self._flush_buf.data_ptr() + offset, self.flush_bytes,
                              self.consts["KVLAB_L2_FLUSH_BLOCKS_PER_SM"])
         if launched != cur.cuda_stream:
             raise RuntimeError(f"L2 flush launched on stream {launched:#x}, not the current {cur.cuda_stream:#x}")
@@ -241,6 +248,7 @@ class PeerTimer:
         """The timing loop; `stream` is current. Flush, events and calls all on it."""
         torch = self.torch
         cold = bool(o.cold_l2)
+        self._flushes = 0  # each timing walks the same rotation as gpu/bench's (one flusher per timing)
         per_sample = max(1, int(o.graph_calls)) if graph and not cold else 1
         run = fn
         g = None

@@ -122,32 +122,38 @@ struct ReadBuffer {
   unsigned long long vecs() const { return words.size() / 4; }
 };
 
-// Empties the L2 before a timed call (l2_flush.cuh says how and why).
+// Empties the L2 before a timed call (l2_flush.cuh says how and why): bytes_ per flush, from a
+// window that rotates over the buffer's extra KVLAB_L2_FLUSH_ROTATE_SPAN_MIB MiB.
 class L2Flusher {
  public:
   L2Flusher(L2Flush method, uint64_t bytes) : method_(method) {
     if (method == L2Flush::kNone || method == L2Flush::kSelf) return;
     bytes_ = (bytes ? bytes : l2_flush_bytes(device_l2_bytes())) / 16 * 16;
-    buf_ = std::make_unique<ReadBuffer>(bytes_);
+    buf_ = std::make_unique<ReadBuffer>(bytes_ + kSpan);
     blocks_ = static_cast<int>(std::min<unsigned long long>(
-        (buf_->vecs() + kThreads - 1) / kThreads,
+        (bytes_ / 16 + kThreads - 1) / kThreads,
         static_cast<unsigned long long>(sm_count()) * KVLAB_L2_FLUSH_BLOCKS_PER_SM));
     blocks_ = std::max(blocks_, 1);
   }
   uint64_t bytes() const { return bytes_; }
   void flush(cudaStream_t s) {
     if (!buf_) return;
+    const uint64_t offset = (flushes_++ * kStep) % kSpan;  // a multiple of 16
+    const uint4* p = buf_->data() + offset / 16;
+    const unsigned long long n = bytes_ / 16;
     if (method_ == L2Flush::kReadStreaming)
-      kvlab_l2_flush_streaming<<<blocks_, kThreads, 0, s>>>(buf_->data(), buf_->vecs(),
-                                                            buf_->sink_ptr());
+      kvlab_l2_flush_streaming<<<blocks_, kThreads, 0, s>>>(p, n, buf_->sink_ptr());
     else
-      kvlab_l2_flush<<<blocks_, kThreads, 0, s>>>(buf_->data(), buf_->vecs(), buf_->sink_ptr());
+      kvlab_l2_flush<<<blocks_, kThreads, 0, s>>>(p, n, buf_->sink_ptr());
     KVLAB_CUDA_CHECK(cudaGetLastError());
   }
 
  private:
+  static constexpr uint64_t kSpan = uint64_t{KVLAB_L2_FLUSH_ROTATE_SPAN_MIB} << 20;
+  static constexpr uint64_t kStep = uint64_t{KVLAB_L2_FLUSH_ROTATE_STEP_KIB} << 10;
   L2Flush method_;
   uint64_t bytes_ = 0;
+  uint64_t flushes_ = 0;
   int blocks_ = 1;
   std::unique_ptr<ReadBuffer> buf_;
 };
@@ -426,7 +432,7 @@ Ceilings measure_ceilings(const TimingOptions& opt, uint64_t bytes) {
   if (bytes == 0) {
     size_t free_b = 0, total_b = 0;
     KVLAB_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
-    bytes = std::min<uint64_t>(uint64_t{1} << 30, free_b / 4);
+    bytes = std::min<uint64_t>(uint64_t{4} << 30, free_b / 4);
   }
   bytes = bytes / 64 * 64;
   Ceilings c;

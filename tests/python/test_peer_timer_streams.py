@@ -21,6 +21,7 @@ class FakeGpu:
 
     def __init__(self):
         self.log = []
+        self.flush_ptrs = []
         self.next_ptr = 0x1000
         self.legacy = FakeStream(self, 0)
         self.current = self.legacy
@@ -78,6 +79,7 @@ def fake_modules(gpu):
 
     def kernel(grid, block, args, stream=None):
         gpu.log.append(("flush", stream.ptr if stream is not None else None))
+        gpu.flush_ptrs.append(int(args[0]))
 
     module = types.SimpleNamespace(get_function=lambda name: kernel)
     cupy = types.SimpleNamespace(RawModule=lambda code, options=(): module,
@@ -144,3 +146,17 @@ def test_a_call_that_leaves_another_stream_current_is_refused(gpu):
 
     with pytest.raises(RuntimeError):
         timer.time(switches)
+
+
+def test_each_timing_walks_the_flush_rotation_of_the_cpp_harness(gpu):
+    c = peer_timer.flush_constants()
+    span, step = c["KVLAB_L2_FLUSH_ROTATE_SPAN_MIB"] << 20, c["KVLAB_L2_FLUSH_ROTATE_STEP_KIB"] << 10
+    timer = peer_timer.PeerTimer(options())
+    timer.time(lambda: None)
+    first = list(gpu.flush_ptrs)
+    gpu.flush_ptrs.clear()
+    timer.time(lambda: None)
+    assert gpu.flush_ptrs == first  # restarted: the same windows as gpu/bench's per-timing flusher
+    base = 0xABC000
+    assert first == [base + (k * step) % span for k in range(len(first))]
+    assert len(set(first)) == len(first) == 2 + 10  # warm-up and samples, all distinct windows
