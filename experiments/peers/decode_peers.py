@@ -34,9 +34,9 @@ crosscheck: the two-timer check. For the bandwidth rows of a kvlab file whose op
 Python side can issue identically (read with load cg, depth 4: the flush kernel of
 gpu/bench/l2_flush.cuh on the row's grid; copy with load memcpy: cudaMemcpyAsync), times the
 same operation through PeerTimer and compares the medians: |python / kvlab - 1| must be at
-most --tol (2 %). Exit 1 otherwise. --diagnose also times each operation on the caller's
-current (legacy default) stream and with a fresh flush buffer, and reports those medians next
-to the verdict (columns python_current_stream_us, python_fresh_buffers_us; information only),
+most --tol (2 %). Exit 1 otherwise. --diagnose also times each operation on a non-blocking
+stream of the timer's own and with a fresh flush buffer, and reports those medians next to the
+verdict (columns python_own_stream_us, python_fresh_buffers_us; information only),
 and reads once more with l2_flush.cuh's stamped kernel: events and in-kernel duration
 (python_stamped_events_us, python_in_kernel_us; gpu_tests BenchHarness.EventsBracketTheKernel
 prints the C++ side's).
@@ -398,7 +398,7 @@ def print_row(r: dict) -> None:
 # ----------------------------------------------------------------------------- cross-check
 BANDWIDTH_AXES = ["op", "load", "depth", "blocks_per_sm", "chunk_kib", "order", "mib"]
 BANDWIDTH_NUMERIC = {"depth", "blocks_per_sm", "chunk_kib", "mib"}
-CROSSCHECK_EXTRA = ["kvlab_median_us", "rel_diff_vs_kvlab", "python_current_stream_us", "python_fresh_buffers_us",
+CROSSCHECK_EXTRA = ["kvlab_median_us", "rel_diff_vs_kvlab", "python_own_stream_us", "python_fresh_buffers_us",
                     "python_stamped_events_us", "python_in_kernel_us"]
 
 
@@ -416,7 +416,7 @@ def cmd_crosscheck(a) -> int:
     start = utc_now()
     import torch
     timer = PeerTimer(opts)
-    diag = PeerTimer(opts, stream="current") if a.diagnose else None
+    diag = PeerTimer(opts, stream="own") if a.diagnose else None
     out, worst = [], 0.0
     log(f"[crosscheck] the same operation through gpu/bench (kvlab sweep) and peer_timer.py; tolerance {a.tol:.1%}")
     for r in rows:
@@ -450,13 +450,13 @@ def cmd_crosscheck(a) -> int:
         row["rel_diff_vs_kvlab"] = diff
         extra = ""
         if diag is not None:
-            # The same call on the caller's (legacy default) stream, and with the flush buffer
-            # allocated anew (as the C++ harness does per point): what a disagreement depends on.
-            row["python_current_stream_us"] = diag.time(fn, graph=False)["median_us"]
+            # The same call on a non-blocking stream of the timer's own (as gpu/bench times), and
+            # with the flush buffer allocated anew (as gpu/bench does per point).
+            row["python_own_stream_us"] = diag.time(fn, graph=False)["median_us"]
             fresh = PeerTimer(opts)
             row["python_fresh_buffers_us"] = fresh.time(fn, graph=False)["median_us"]
             del fresh
-            extra = (f"; diagnose: legacy stream {row['python_current_stream_us']:.3f} us, fresh flush buffer "
+            extra = (f"; diagnose: own stream {row['python_own_stream_us']:.3f} us, fresh flush buffer "
                      f"{row['python_fresh_buffers_us']:.3f} us")
             if r["op"] == "read":
                 # Events vs the kernel's own duration (%globaltimer): the timer's fixed cost.

@@ -66,11 +66,11 @@ def crosscheck(kvlab_path: str, py_path: str) -> list:
     out = [f"## Two-timer cross-check (tolerance {tol:.0%})", "",
            "The same operation timed through gpu/bench (`kvlab sweep experiments/configs/timer_check.ini`) and "
            "through experiments/peers/peer_timer.py (`decode_peers.py crosscheck`).", ""]
-    diag = "python_current_stream_us" in df.columns and df["python_current_stream_us"].notna().any()
+    diag = "python_own_stream_us" in df.columns and df["python_own_stream_us"].notna().any()
     head = "| op | MiB | kvlab us | python us | python / kvlab - 1 | verdict |"
     rule = "|---|---:|---:|---:|---:|---|"
     if diag:
-        head += " python, legacy stream | python, fresh flush buffer | python stamped: events | in-kernel |"
+        head += " python, own stream | python, fresh flush buffer | python stamped: events | in-kernel |"
         rule += "---:|---:|---:|---:|"
     out += [head, rule]
     for _, r in df.iterrows():
@@ -81,7 +81,7 @@ def crosscheck(kvlab_path: str, py_path: str) -> list:
                 f"{'ok' if r['status'] == 'ok' else 'DISAGREE'} |")
         if diag:
             line += "".join(f" {us(float(r.get(c, math.nan)))} |" for c in
-                            ("python_current_stream_us", "python_fresh_buffers_us", "python_stamped_events_us",
+                            ("python_own_stream_us", "python_fresh_buffers_us", "python_stamped_events_us",
                              "python_in_kernel_us"))
         out.append(line)
     worst = float(a.get("crosscheck_worst", math.nan))

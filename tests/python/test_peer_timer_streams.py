@@ -1,6 +1,6 @@
-"""peer_timer.PeerTimer enqueues the L2 flush, both CUDA events and the timed call on one stream,
-its own non-blocking stream by default (as gpu/bench times on its own cudaStreamNonBlocking
-stream), ordered after the caller's stream and before it again; and it refuses a flush that
+"""peer_timer.PeerTimer enqueues the L2 flush, both CUDA events and the timed call on one stream:
+the caller's current stream by default, or (stream="own") a non-blocking stream of its own, ordered
+after the caller's stream and before it again; and it refuses a flush that
 would land on another stream than the events. Checked without a GPU: torch and CuPy are
 replaced by fakes that record on which stream every flush kernel, event and call was
 enqueued."""
@@ -101,7 +101,7 @@ def options():
 
 
 def test_flush_events_and_call_share_the_timers_own_stream(gpu):
-    timer = peer_timer.PeerTimer(options())
+    timer = peer_timer.PeerTimer(options(), stream="own")
     own = timer.stream.cuda_stream
     assert own != gpu.legacy.cuda_stream
     calls = []
@@ -121,8 +121,8 @@ def test_flush_events_and_call_share_the_timers_own_stream(gpu):
     assert {p for _, p in timer.launch_log} == {own}
 
 
-def test_current_stream_mode_uses_the_callers_stream(gpu):
-    timer = peer_timer.PeerTimer(options(), stream="current")
+def test_default_mode_uses_the_callers_stream(gpu):
+    timer = peer_timer.PeerTimer(options())
     assert timer.stream is None
     timer.time(lambda: gpu.log.append(("call", gpu.current.cuda_stream)))
     assert {e[1] for e in gpu.log if e[0] in ("flush", "event", "call")} == {0}
@@ -131,14 +131,14 @@ def test_current_stream_mode_uses_the_callers_stream(gpu):
 
 
 def test_a_flush_on_another_stream_than_the_events_is_refused(gpu):
-    timer = peer_timer.PeerTimer(options())
+    timer = peer_timer.PeerTimer(options(), stream="own")
     other = FakeStream(gpu)
     with pytest.raises(RuntimeError, match="not be ordered"):
         timer.flush(other)  # current is the legacy stream, the events would be on `other`
 
 
 def test_a_call_that_leaves_another_stream_current_is_refused(gpu):
-    timer = peer_timer.PeerTimer(options())
+    timer = peer_timer.PeerTimer(options(), stream="own")
     stray = FakeStream(gpu)
 
     def switches():

@@ -271,15 +271,15 @@ def bandwidth_row(op, load_, depth, b, mib, us, kernel, q1=None, **extra):
 
 
 def test_timing_report_lists_the_ceiling_kernels_and_the_crosscheck(tmp_path):
-    metrics = METRICS + ["kvlab_median_us", "rel_diff_vs_kvlab", "python_current_stream_us"]
+    metrics = METRICS + ["kvlab_median_us", "rel_diff_vs_kvlab", "python_own_stream_us"]
     labels = LABELS + ["kernel"]
     sweep = [bandwidth_row("read", "nc", 8, 4, 1024, 370.0, "read_nc_d8_b4", q1=368.0),
              bandwidth_row("read", "bulk", 8, 1, 1024, 365.0, "read_bulk_c16k_d8_b1", q1=362.0),
              bandwidth_row("copy", "memcpy", 0, 0, 1024, 760.0, "copy_memcpy")]
     good = bandwidth_row("read", "cg", 4, 8, 16, 9.9, "", kvlab_median_us=10.0, rel_diff_vs_kvlab=-0.01,
-                         python_current_stream_us=9.8)
+                         python_own_stream_us=9.8)
     bad = bandwidth_row("read", "cg", 4, 8, 1, 5.0, "", kvlab_median_us=4.0, rel_diff_vs_kvlab=0.25,
-                        python_current_stream_us=4.9)
+                        python_own_stream_us=4.9)
     bad.update(status="failed", reason="python 5 us vs kvlab 4 us")
     paths = []
     for name, rows, extra in (("sweep.h5", sweep, {}), ("timer_check.h5", sweep, {}),
@@ -300,7 +300,7 @@ def test_timing_report_lists_the_ceiling_kernels_and_the_crosscheck(tmp_path):
     # Fastest kernel (at the fast edge) first; both reads and the copy listed.
     kernels = [ln.split("|")[1].strip() for ln in lines if ln.startswith("| read_") or ln.startswith("| copy_")]
     assert kernels == ["read_bulk_c16k_d8_b1", "read_nc_d8_b4", "copy_memcpy"]
-    assert "DISAGREE within 2%" in out and "+25.00 %" in out and "legacy stream" in out
+    assert "DISAGREE within 2%" in out and "+25.00 %" in out and "own stream" in out
     assert "[stamps] read_cg_d4_b8" in out and "unrelated gtest line" not in out
     r = subprocess.run([sys.executable, TIMING_REPORT, paths[0], paths[1], str(tmp_path / "none.h5")],
                        capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=ROOT))
