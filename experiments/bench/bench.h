@@ -6,11 +6,13 @@
 // (a reason when not: the point is recorded as "skipped" with it), runs it, and writes
 // the Record: status, summary metrics (one column each in the index table), declared
 // bytes and FLOPs, and bulk traces under the point's own HDF5 group. Validation against
-// the reference and timing of the same configuration are one record (DESIGN.md).
+// the reference and timing of the same configuration are one record (experiments/README.md).
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <iterator>
+#include <limits>
 #include <memory>
 #include <string>
 #include <utility>
@@ -23,13 +25,70 @@ namespace kvlab::exp {
 
 enum class AxisType { kInt, kFloat, kString, kEnum };
 
+// An axis and the one validation rule every value of it passes before any output is touched
+// (experiments/sweep/axis_rule.h applies it, for every kind alike; a value that fails is bad
+// input: exit code 2 naming the study, the axis and the value):
+//   kInt:    a 64-bit integer in [min, max] (default [0, 2^31 - 1]: a count or size that fits
+//            the int32 the kernels take); a power of two when pow2 (0 too when min is 0);
+//   kFloat:  a finite number in [lo, hi] (default [0, +inf)), lo itself excluded when lo_open;
+//   kEnum:   one of `choices` ("all" expands to them);
+//   kString: non-empty, printable;
+//   and `check`, when set: "" or why the value is not allowed (a name that must exist, ...).
+// Kinds declare their ranges with the chained setters:
+//   AxisSpec{"block_size", AxisType::kInt, "16", {}, "tokens per page"}.range(1, 1 << 20)
 struct AxisSpec {
+  AxisSpec() = default;
+  AxisSpec(std::string name_, AxisType type_, std::string default_value_,
+           std::vector<std::string> choices_ = {}, std::string doc_ = "",
+           std::vector<std::pair<std::string, std::string>> aliases_ = {})
+      : name(std::move(name_)),
+        type(type_),
+        default_value(std::move(default_value_)),
+        choices(std::move(choices_)),
+        doc(std::move(doc_)),
+        aliases(std::move(aliases_)) {}
+
   std::string name;
   AxisType type = AxisType::kInt;
   std::string default_value;         // used when a study does not list the axis
   std::vector<std::string> choices;  // kEnum: the allowed values ("all" expands to them)
   std::string doc;
+  int64_t min = 0;
+  int64_t max = std::numeric_limits<int32_t>::max();
+  bool pow2 = false;
+  // A float axis that declares no range still has a finite one: a value whose text the
+  // canonical form would round (2^63 as 9.22e18) is refused, not run as another value.
+  double lo = 0, hi = 1e12;
+  bool lo_open = false;
+  std::function<std::string(const std::string&)> check;
+
+  // kEnum: older spellings a config or the command line may still use, each with the choice it
+  // names (the expanded point holds the choice: one spelling in every result file).
+  std::vector<std::pair<std::string, std::string>> aliases{};
   bool numeric() const { return type == AxisType::kInt || type == AxisType::kFloat; }
+  AxisSpec range(int64_t lo_incl, int64_t hi_incl) const {
+    AxisSpec a = *this;
+    a.min = lo_incl;
+    a.max = hi_incl;
+    return a;
+  }
+  AxisSpec powers_of_two() const {
+    AxisSpec a = *this;
+    a.pow2 = true;
+    return a;
+  }
+  AxisSpec real_range(double lo_v, double hi_v, bool exclude_lo = false) const {
+    AxisSpec a = *this;
+    a.lo = lo_v;
+    a.hi = hi_v;
+    a.lo_open = exclude_lo;
+    return a;
+  }
+  AxisSpec checked_by(std::function<std::string(const std::string&)> f) const {
+    AxisSpec a = *this;
+    a.check = std::move(f);
+    return a;
+  }
 };
 
 struct MetricSpec {
@@ -106,6 +165,7 @@ using TimingConfig = TimingOptions;
 // What a bench may use while running: seeds, timing options and the measured ceilings.
 struct RunContext {
   uint64_t seed = 1;
+  int cpu_threads = 1;  // CPU threads a point may use (reference computations): cores / workers
   bool timing = true;  // false for `kvlab validate`: check only
   TimingConfig timing_cfg;
   // Measured once per run by the GPU harness (0 when not measured).
@@ -124,9 +184,16 @@ class Bench {
   virtual std::vector<AxisSpec> axes() const = 0;
   virtual std::vector<MetricSpec> metrics() const = 0;
   virtual bool needs_gpu() const { return false; }
-  // Bad input (a workload or model file that does not exist, a malformed name): throws
-  // InvalidArgument saying what was given and what is allowed. Called for every point
-  // before the output file is touched, so bad input ends the run with exit code 2 and
+  // The version of what the kind computes, part of a sweep's identity: bump it when the same
+  // point would now give different numbers, so that --resume and merge do not mix the two.
+  virtual std::string version() const { return "1"; }
+  // Points with the same non-empty case key share expensive setup that the bench keeps
+  // between consecutive points (a device pool and its reference outputs): the worker
+  // hand-out gives them to one worker, in sweep order.
+  virtual std::string case_key(const Point&) const { return ""; }
+  // Bad input that the per-axis rules (AxisSpec) cannot see, because it involves several
+  // axes of the point: throws InvalidArgument naming the axes and values. Called for every
+  // point before the output file is touched, so bad input ends the run with exit code 2 and
   // nothing written. Cheap checks only (no computation).
   virtual void check_point(const Point&) const {}
   // "" when the point can run, else the reason it cannot (recorded as skipped).
@@ -137,6 +204,18 @@ class Bench {
   // A rough wall-time estimate (for --dry-run and the ETA before the first points finish).
   virtual double estimate_seconds(const Point& p, const RunContext& ctx) const = 0;
 };
+
+// The seed of a point's inputs: the run seed (the config's `seed`, --seed) mixed with the
+// point's own `seed` axis, so that one run seed gives every point its own inputs and a
+// point's inputs change with either. (calibrate/decode_records.cpp recomputes the inputs of
+// recorded decode_attention points with it.)
+inline uint64_t mix_seed(uint64_t run_seed, int64_t point_seed) {
+  return run_seed * 1000003ull + static_cast<uint64_t>(point_seed);
+}
+// mix_seed of the run and the point's `seed` axis.
+inline uint64_t point_seed(const RunContext& ctx, const Point& p) {
+  return mix_seed(ctx.seed, p.integer("seed"));
+}
 
 // ------------------------------------------------------------------ recording a timing
 // Which measured ceiling bounds a timed operation.

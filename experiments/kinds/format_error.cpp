@@ -16,9 +16,11 @@
 #include <cmath>
 #include <random>
 
+#include "experiments/bench/table_trace.h"
 #include "experiments/kinds/kinds.h"
 #include "reference/core/error.h"
 #include "reference/formats/formats.h"
+#include "reference/layout/layout_names.h"
 
 namespace kvlab::exp {
 namespace {
@@ -30,11 +32,11 @@ struct Codec {
 };
 
 Codec codec(const std::string& f) {
-  if (f == "e4m3")
+  if (f == "fp8_e4m3")
     return {kE4M3Max, 8, [](float x, Saturation s) { return e4m3_to_float(float_to_e4m3(x, s)); }};
-  if (f == "e5m2")
+  if (f == "fp8_e5m2")
     return {kE5M2Max, 8, [](float x, Saturation s) { return e5m2_to_float(float_to_e5m2(x, s)); }};
-  if (f == "e2m1")
+  if (f == "fp4_e2m1")
     return {kE2M1Max, 4, [](float x, Saturation) { return e2m1_to_float(float_to_e2m1(x)); }};
   if (f == "bf16")
     return {fmt_detail::bits_f32(0x7F7F0000u), 16,
@@ -82,9 +84,10 @@ class FormatErrorBench : public Bench {
     return {
         {"format",
          AxisType::kEnum,
-         "e4m3",
-         {"e4m3", "e5m2", "e2m1", "bf16", "fp16"},
-         "element format"},
+         "fp8_e4m3",
+         {"fp8_e4m3", "fp8_e5m2", "fp4_e2m1", "bf16", "fp16"},
+         "element format",
+         format_name_aliases()},
         {"scaling",
          AxisType::kEnum,
          "amax",
@@ -100,11 +103,13 @@ class FormatErrorBench : public Bench {
          "gaussian",
          {"gaussian", "laplace", "student_t3", "outlier_channels"},
          "input distribution"},
-        {"tokens", AxisType::kInt, "256", {}, "tokens in the tensor"},
-        {"head_dim", AxisType::kInt, "128", {}, "values per token"},
-        {"seed", AxisType::kInt, "0", {}, "input seed (mixed with the run seed)"},
+        AxisSpec{"tokens", AxisType::kInt, "256", {}, "tokens in the tensor"}.range(1, 1 << 24),
+        AxisSpec{"head_dim", AxisType::kInt, "128", {}, "values per token"}.range(1, 1 << 16),
+        AxisSpec{"seed", AxisType::kInt, "0", {}, "input seed (mixed with the run seed)"}.range(
+            0, kMaxSeed),
     };
   }
+  void check_point(const Point& p) const override { require_tensor_fits(p, {"tokens", "head_dim"}); }
   std::vector<MetricSpec> metrics() const override {
     return {{"rel_l2_mean", "", "mean over tokens of ||x' - x|| / ||x||"},
             {"rel_l2_p99", "", "99th percentile over tokens of the relative L2 error"},
@@ -113,11 +118,6 @@ class FormatErrorBench : public Bench {
             {"nonfinite_frac", "", "fraction of decoded values that are NaN/Inf"},
             {"bits_per_value", "bit", "storage bits per value (scale included)"},
             {"bytes", "B", "storage bytes of the tensor (scale included)"}};
-  }
-  std::string unsupported_reason(const Point& p, const RunContext&) const override {
-    if (p.integer("tokens") < 1) return "tokens must be >= 1";
-    if (p.integer("head_dim") < 1) return "head_dim must be >= 1";
-    return "";
   }
   double estimate_seconds(const Point& p, const RunContext&) const override {
     return 2e-8 * static_cast<double>(p.integer("tokens") * p.integer("head_dim")) + 1e-4;
@@ -129,7 +129,7 @@ class FormatErrorBench : public Bench {
     const Codec c = codec(p.str("format"));
     const Saturation sat =
         p.str("saturation") == "satfinite" ? Saturation::kSatFinite : Saturation::kNonSaturating;
-    const uint64_t seed = ctx.seed * 1000003ull + static_cast<uint64_t>(p.integer("seed"));
+    const uint64_t seed = point_seed(ctx, p);
     const Eigen::MatrixXf x = make_input(p.str("dist"), tokens, dim, seed);
     const float amax = x.cwiseAbs().maxCoeff();
     const float scale = p.str("scaling") == "amax" && amax > 0 ? amax / c.max_finite : 1.0f;

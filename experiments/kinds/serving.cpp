@@ -29,7 +29,7 @@
 #include <numeric>
 #include <unistd.h>
 
-#include "experiments/kinds/kind_util.h"
+#include "experiments/bench/table_trace.h"
 #include "experiments/kinds/serving_common.h"
 #include "reference/core/error.h"
 #include "sim/core/text.h"
@@ -181,24 +181,21 @@ class ServingBench : public Bench {
                  {},
                  "the load level's name (tables and figures group by it; no effect on the run)"});
     a.push_back({"num_requests", AxisType::kInt, "0", {}, "requests (0 = the workload's)"});
-    a.push_back(
-        {"rate", AxisType::kFloat, "0", {}, "arrival rate, requests/s (0 = the workload's)"});
+    a.push_back(AxisSpec{"rate", AxisType::kFloat, "0", {},
+                         "arrival rate, requests/s (0 = the workload's)"}
+                    .real_range(0, 1e9));
     a.push_back({"workload_seed", AxisType::kInt, "0", {}, "workload seed (0 = the workload's)"});
-    a.push_back({"length_scale",
-                 AxisType::kFloat,
-                 "1",
-                 {},
-                 "every token length of the workload times this (a smaller replica)"});
+    a.push_back(AxisSpec{"length_scale", AxisType::kFloat, "1", {},
+                         "every token length of the workload times this (a smaller replica)"}
+                    .real_range(0, 1e3, /*exclude_lo=*/true));
     a.push_back({"kv_blocks",
                  AxisType::kInt,
                  "4096",
                  {},
                  "the engine's KV blocks (<= pool_blocks): the capacity that causes preemption"});
-    a.push_back({"watermark",
-                 AxisType::kFloat,
-                 "0.01",
-                 {},
-                 "fraction of blocks an admission must leave free"});
+    a.push_back(AxisSpec{"watermark", AxisType::kFloat, "0.01", {},
+                         "fraction of blocks an admission must leave free"}
+                    .real_range(0, 1));
     a.push_back({"prefix_caching",
                  AxisType::kEnum,
                  "off",
@@ -285,12 +282,8 @@ class ServingBench : public Bench {
   }
   std::string unsupported_reason(const Point& p, const RunContext& ctx) const override {
     if (p.str("executor") != "gpu") return "";
-#if defined(KVLAB_HAVE_CUDA)
+    if (!built_with_cuda()) return "built without CUDA";
     return ctx.device_present ? "" : "no device";
-#else
-    (void)ctx;
-    return "built without CUDA";
-#endif
   }
   double estimate_seconds(const Point& p, const RunContext&) const override {
     const double n = p.integer("num_requests") > 0 ? double(p.integer("num_requests")) : 500.0;
@@ -330,14 +323,10 @@ Record ServingBench::run(const Point& p, RunContext&) {
   std::string clock;
   int32_t max_blocks = 0;
   if (on_gpu) {
-#if defined(KVLAB_HAVE_CUDA)
-    gpu::GpuServingExecutor& ex = serving_executor(c);
+    sim::StepExecutor& ex = serving_executor(c);  // Unsupported without CUDA: skipped
     max_blocks = ex.max_blocks_per_seq();
     meas = sim::run_serving(ec, reqs, &ex);
     clock = "GPU wall clock (" + c.key() + ")";
-#else
-    return Record::skipped("built without CUDA");
-#endif
   } else {
     // Eager launch model on the "measured" side, so the two clocks differ.
     meas = sim::run_serving(ec, reqs, nullptr, roofline(c.decoder, sim::LaunchMode::kEager));

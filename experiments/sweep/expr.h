@@ -10,7 +10,9 @@
 //   unary: "-" unary | atom
 //   atom: NUMBER | 'text' | "text" | AXIS_NAME | "(" or ")"
 // Axis names evaluate to numbers for numeric axes and to text otherwise; comparing text
-// with a number, or an unknown name, is an error that names the expression.
+// with a number (== and != too), or an unknown name, is an error that names the expression.
+// Limits (any input, however hostile, ends in an error, never a crash): 4096 characters,
+// 64 levels of nesting (parentheses, not, unary minus), an expression tree 256 levels deep.
 #pragma once
 
 #include <functional>
@@ -32,6 +34,9 @@ class Expr {
   std::vector<std::string> identifiers() const;
   // lookup(name) gives an axis value (throws for unknown names).
   bool eval(const std::function<ExprValue(const std::string&)>& lookup) const;
+  // The same expression with every text literal replaced by map(literal) (sweep expansion
+  // maps an axis's older value spellings to the values the points hold).
+  Expr map_text(const std::function<std::string(const std::string&)>& map) const;
   const std::string& text() const { return text_; }
 
  private:
