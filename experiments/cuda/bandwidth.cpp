@@ -24,9 +24,12 @@ gpu::bench::MemKernel kernel_of(const Point& p) {
   k.load = l == "cg"       ? gpu::bench::MemLoad::kCg
            : l == "nc"     ? gpu::bench::MemLoad::kNc
            : l == "memcpy" ? gpu::bench::MemLoad::kMemcpy
+           : l == "bulk"   ? gpu::bench::MemLoad::kBulk
                            : gpu::bench::MemLoad::kPlain;
   k.depth = static_cast<int>(p.integer("depth"));
   k.blocks_per_sm = static_cast<int>(p.integer("blocks_per_sm"));
+  k.chunk_kib = static_cast<int>(p.integer("chunk_kib"));
+  k.ranges = p.str("order") == "ranges";
   return k;
 }
 

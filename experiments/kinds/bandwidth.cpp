@@ -38,12 +38,26 @@ class BandwidthBench : public Bench {
         {"load",
          AxisType::kEnum,
          "nc",
-         {"cg", "plain", "nc", "memcpy"},
+         {"cg", "plain", "nc", "memcpy", "bulk"},
          "16-byte loads: cg (ld.global.cg, allocating in L2 only: depth 4 is the flush kernel), "
          "plain (ld.global; copies: + st.global), nc (ld.global.nc); memcpy: cudaMemcpyAsync "
-         "(copies)"},
-        {"depth", AxisType::kInt, "4", {}, "16-byte loads in flight per thread (kernels)"},
-        {"blocks_per_sm", AxisType::kInt, "0", {}, "blocks per SM (0: as many as fit)"},
+         "(copies); bulk: cp.async.bulk global -> shared on an mbarrier (reads)"},
+        {"depth",
+         AxisType::kInt,
+         "4",
+         {},
+         "16-byte loads in flight per thread (kernels); bulk: copies in flight per block"},
+        {"blocks_per_sm", AxisType::kInt, "0", {}, "blocks per SM (0: as many as fit; bulk: 1)"},
+        {"chunk_kib",
+         AxisType::kInt,
+         "0",
+         {},
+         "bulk reads: KiB per copy (a power of two in [1, 64]); 0 for the other loads"},
+        {"order",
+         AxisType::kEnum,
+         "interleaved",
+         {"interleaved", "ranges"},
+         "bulk reads: blocks interleave chunk by chunk, or each streams its own contiguous range"},
         {"mib", AxisType::kInt, "1024", {}, "working set: MiB read (copies: read and written)"},
     };
   }
@@ -60,9 +74,10 @@ class BandwidthBench : public Bench {
     if (p.integer("mib") < 1 || p.integer("mib") > kMaxMib)
       throw InvalidArgument("mib must be in [1, " + std::to_string(kMaxMib) + "], got " +
                             p.str("mib"));
-    if (p.integer("depth") < 0 || p.integer("blocks_per_sm") < 0)
-      throw InvalidArgument("depth and blocks_per_sm must be >= 0, got " + p.str("depth") +
-                            " and " + p.str("blocks_per_sm"));
+    if (p.integer("depth") < 0 || p.integer("blocks_per_sm") < 0 || p.integer("chunk_kib") < 0)
+      throw InvalidArgument("depth, blocks_per_sm and chunk_kib must be >= 0, got " +
+                            p.str("depth") + ", " + p.str("blocks_per_sm") + " and " +
+                            p.str("chunk_kib"));
   }
   std::string unsupported_reason(const Point& p, const RunContext&) const override {
     return bandwidth_kernel_unsupported(p);

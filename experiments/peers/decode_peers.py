@@ -34,7 +34,12 @@ crosscheck: the two-timer check. For the bandwidth rows of a kvlab file whose op
 Python side can issue identically (read with load cg, depth 4: the flush kernel of
 gpu/bench/l2_flush.cuh on the row's grid; copy with load memcpy: cudaMemcpyAsync), times the
 same operation through PeerTimer and compares the medians: |python / kvlab - 1| must be at
-most --tol (2 %). Exit 1 otherwise.
+most --tol (2 %). Exit 1 otherwise. --diagnose also times each operation on a non-blocking
+stream of the timer's own and with a fresh flush buffer, and reports those medians next to the
+verdict (columns python_own_stream_us, python_fresh_buffers_us; information only),
+and reads once more with l2_flush.cuh's stamped kernel: events and in-kernel duration
+(python_stamped_events_us, python_in_kernel_us; gpu_tests BenchHarness.EventsBracketTheKernel
+prints the C++ side's).
 
 Exit codes: 0 ok, 1 a cross-check disagreed or the peers failed to run at all, 2 bad input.
 """
@@ -391,8 +396,10 @@ def print_row(r: dict) -> None:
 
 
 # ----------------------------------------------------------------------------- cross-check
-BANDWIDTH_AXES = ["op", "load", "depth", "blocks_per_sm", "mib"]
-BANDWIDTH_NUMERIC = {"depth", "blocks_per_sm", "mib"}
+BANDWIDTH_AXES = ["op", "load", "depth", "blocks_per_sm", "chunk_kib", "order", "mib"]
+BANDWIDTH_NUMERIC = {"depth", "blocks_per_sm", "chunk_kib", "mib"}
+CROSSCHECK_EXTRA = ["kvlab_median_us", "rel_diff_vs_kvlab", "python_own_stream_us", "python_fresh_buffers_us",
+                    "python_stamped_events_us", "python_in_kernel_us"]
 
 
 def cmd_crosscheck(a) -> int:
@@ -409,22 +416,22 @@ def cmd_crosscheck(a) -> int:
     start = utc_now()
     import torch
     timer = PeerTimer(opts)
+    diag = PeerTimer(opts, stream="own") if a.diagnose else None
     out, worst = [], 0.0
     log(f"[crosscheck] the same operation through gpu/bench (kvlab sweep) and peer_timer.py; tolerance {a.tol:.1%}")
     for r in rows:
-        row = {c: r[c] for c in BANDWIDTH_AXES}
+        row = {c: r.get(c, 0 if c in BANDWIDTH_NUMERIC else "") for c in BANDWIDTH_AXES}
         row.update(study=r["study"], kind="bandwidth", status="ok", reason="", kvlab_median_us=r["median_us"])
         nbytes = int(r["mib"]) << 20
+        buf = torch.arange(1, nbytes // 4 + 1, dtype=torch.int32, device="cuda")
         if r["op"] == "read" and r["load"] == "cg" and int(r["depth"]) == timer.consts["KVLAB_L2_FLUSH_DEPTH"]:
             if int(r["blocks_per_sm"]) <= 0:
                 row.update(status="skipped", reason="blocks_per_sm 0 (occupancy) is resolved in C++ only: give it")
                 out.append(row)
                 continue
-            buf = torch.arange(1, nbytes // 4 + 1, dtype=torch.int32, device="cuda")
             fn = (lambda buf=buf, r=r: timer.read(buf.data_ptr(), nbytes, int(r["blocks_per_sm"])))
             moved = float(nbytes)
         elif r["op"] == "copy" and r["load"] == "memcpy":
-            buf = torch.arange(1, nbytes // 4 + 1, dtype=torch.int32, device="cuda")
             dst = torch.empty_like(buf)
             fn = (lambda buf=buf, dst=dst: timer.memcpy(dst.data_ptr(), buf.data_ptr(), nbytes))
             moved = 2.0 * nbytes
@@ -432,6 +439,7 @@ def cmd_crosscheck(a) -> int:
             row.update(status="skipped", reason=f"{r['op']} {r['load']} d{r['depth']}: its kernel exists in C++ only")
             out.append(row)
             continue
+        torch.cuda.synchronize()
         t = timer.time(fn, graph=False)
         ceiling_name = "copy" if r["op"] == "copy" else "read"
         other_name = "read" if ceiling_name == "copy" else "copy"
@@ -440,6 +448,22 @@ def cmd_crosscheck(a) -> int:
                       float(res.attrs.get(f"{other_name}_ceiling_bytes_per_s", 0) or 0))
         diff = row["median_us"] / r["median_us"] - 1.0
         row["rel_diff_vs_kvlab"] = diff
+        extra = ""
+        if diag is not None:
+            # The same call on a non-blocking stream of the timer's own (as gpu/bench times), and
+            # with the flush buffer allocated anew (as gpu/bench does per point).
+            row["python_own_stream_us"] = diag.time(fn, graph=False)["median_us"]
+            fresh = PeerTimer(opts)
+            row["python_fresh_buffers_us"] = fresh.time(fn, graph=False)["median_us"]
+            del fresh
+            extra = (f"; diagnose: own stream {row['python_own_stream_us']:.3f} us, fresh flush buffer "
+                     f"{row['python_fresh_buffers_us']:.3f} us")
+            if r["op"] == "read":
+                # Events vs the kernel's own duration (%globaltimer): the timer's fixed cost.
+                ts, kus = timer.time_read_stamped(buf.data_ptr(), nbytes, int(r["blocks_per_sm"]))
+                row["python_stamped_events_us"] = ts["median_us"]
+                row["python_in_kernel_us"] = float(np.median(kus[-ts["reps"]:]))
+                extra += (f", stamped: events {ts['median_us']:.3f} us, in-kernel {row['python_in_kernel_us']:.3f} us")
         worst = max(worst, abs(diff))
         if abs(diff) > a.tol:
             row.update(status="failed", reason=f"python {row['median_us']:.3f} us vs kvlab {r['median_us']:.3f} us: "
@@ -447,7 +471,7 @@ def cmd_crosscheck(a) -> int:
         log(f"[crosscheck] {r['op']:4s} {r['load']:6s} d{int(r['depth'])} b{int(r['blocks_per_sm'])} "
             f"{int(r['mib']):5d} MiB: kvlab {r['median_us']:9.3f} us (iqr {r['rel_iqr']:.3f}), python "
             f"{row['median_us']:9.3f} us (iqr {row['rel_iqr']:.3f}): {diff:+.2%} "
-            f"{'ok' if abs(diff) <= a.tol else 'DISAGREE'}")
+            f"{'ok' if abs(diff) <= a.tol else 'DISAGREE'}{extra}")
         out.append(row)
         del buf
     attrs = device_attrs(res)
@@ -456,7 +480,7 @@ def cmd_crosscheck(a) -> int:
                  crosscheck_tolerance=float(a.tol), crosscheck_worst=float(worst),
                  peer_software=software_versions(torch, None))
     write_result_file(a.out, out, attrs, BANDWIDTH_AXES, BANDWIDTH_NUMERIC,
-                      TIMING_METRICS + ["kvlab_median_us", "rel_diff_vs_kvlab"], ["flush", "timing"],
+                      TIMING_METRICS + CROSSCHECK_EXTRA, ["flush", "timing"],
                       run=dict(started_utc=start, argv=" ".join(sys.argv), resumed=0))
     checked = [r for r in out if r["status"] != "skipped"]
     bad = [r for r in checked if r["status"] == "failed"]
@@ -516,6 +540,8 @@ def main(argv) -> int:
     c.add_argument("--kvlab-h5", required=True)
     c.add_argument("--out", required=True)
     c.add_argument("--tol", type=float, default=0.02, help="allowed |python / kvlab - 1| (default 0.02)")
+    c.add_argument("--diagnose", action="store_true",
+                   help="also time each operation on the legacy default stream and with a fresh flush buffer")
     w = sub.add_parser("prewarm", help="compile FlashInfer's JIT modules (no timing)")
     w.add_argument("--formats", default="bf16,fp8_e4m3")
     w.add_argument("--head-dim", type=int, default=128)

@@ -10,12 +10,13 @@
 # rows are recorded as skipped. python3 must have torch, cupy, h5py, pandas, numpy.
 # Steps (each bounded; the whole stage by STAGE_S seconds, default 400), all output in
 # $OUT/fair_timing/:
-#   0. in the background, niced: FlashInfer wheels installed into a scratch folder and its four
-#      JIT modules compiled (CPU only: no GPU context)             prewarm.log      ~60-80 s CPU
+#   0. after step 2, in the background, niced: FlashInfer wheels installed into a scratch folder
+#      and its four JIT modules compiled (CPU only: no GPU context) prewarm.log     ~60-80 s CPU
 #   1. the flush-validity test and the harness tests (gpu_tests L2Flush.*, BenchHarness.*)
 #                                                                   flush_test.log   ~20 s
 #   2. the two-timer cross-check: kvlab sweep timer_check.ini, then decode_peers.py crosscheck
-#                                                timer_check.h5, crosscheck.h5, crosscheck.log ~20 s
+#      --diagnose (1, 4, 16, 256 MiB reads, 4 and 256 MiB copies)
+#                                                timer_check.h5, crosscheck.h5, crosscheck.log ~30 s
 #   3. kvlab sweep experiments/configs/perf.ini (347 points)      perf_sweep.h5, perf_sweep.log ~90 s
 #   4. the peers on perf_sweep.h5's shapes (cuDNN / FlashAttention SDPA, FlashInfer tensor-core and
 #      CUDA-core)                                                   perf_peers.h5, peers.log ~70 s
@@ -47,8 +48,28 @@ step() { echo "[stage $(elapsed) s] $*" | tee -a "$D/stage.log"; }
 
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader \
   | tee "$D/device.txt"
+# Clocks, power and temperatures every 200 ms for the whole stage (a timing that moved with the
+# clock shows here).
+SMI_Q=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,temperature.memory,clocks_event_reasons.active
+nvidia-smi --query-gpu="$SMI_Q" --format=csv,noheader > /dev/null 2>&1 || SMI_Q=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu
+nvidia-smi --query-gpu="$SMI_Q" --format=csv -lms 200 > "$D/clocks.csv" 2>&1 &
+SMI=$!
 
-# 0. FlashInfer: wheels and JIT modules, in the background (CPU only, niced).
+# 1. The flush-validity test (and the harness's own tests).
+step "1 flush-validity test"
+timeout -k 10 "$(cap 60 300)" "$BIN/gpu_tests" --gtest_filter='L2Flush.*:BenchHarness.*' \
+  > "$D/flush_test.log" 2>&1 || rc=1
+
+# 2. The two-timer cross-check.
+step "2 two-timer cross-check"
+rm -f "$D/timer_check.h5"
+timeout -s TERM -k 20 "$(cap 30 280)" "$BIN/kvlab" sweep experiments/configs/timer_check.ini \
+  --out "$D/timer_check.h5" --progress plain > "$D/crosscheck.log" 2>&1 || rc=1
+timeout -k 10 "$(cap 45 260)" $PY "$PEERS" crosscheck --diagnose --kvlab-h5 "$D/timer_check.h5" --out "$D/crosscheck.h5" \
+  >> "$D/crosscheck.log" 2>&1 || rc=1
+
+# 0. FlashInfer: wheels and JIT modules, in the background (CPU only, niced), started only after
+#    the flush test and the cross-check, so that nothing else runs on the machine while they time.
 SITE=/tmp/kvlab_peer_site
 if [[ -n "${WHEELS:-}" && -d "${WHEELS}" ]]; then
   (
@@ -63,19 +84,6 @@ else
   echo "WHEELS not set: FlashInfer rows will be recorded as skipped" | tee "$D/prewarm.log"
   PREWARM=
 fi
-
-# 1. The flush-validity test (and the harness's own tests).
-step "1 flush-validity test"
-timeout -k 10 "$(cap 60 300)" "$BIN/gpu_tests" --gtest_filter='L2Flush.*:BenchHarness.*' \
-  > "$D/flush_test.log" 2>&1 || rc=1
-
-# 2. The two-timer cross-check.
-step "2 two-timer cross-check"
-rm -f "$D/timer_check.h5"
-timeout -s TERM -k 20 "$(cap 30 280)" "$BIN/kvlab" sweep experiments/configs/timer_check.ini \
-  --out "$D/timer_check.h5" --progress plain > "$D/crosscheck.log" 2>&1 || rc=1
-timeout -k 10 "$(cap 45 260)" $PY "$PEERS" crosscheck --kvlab-h5 "$D/timer_check.h5" --out "$D/crosscheck.h5" \
-  >> "$D/crosscheck.log" 2>&1 || rc=1
 
 # 3. kvlab's decode versions on the targets' shapes and the grid.
 step "3 kvlab sweep perf.ini"
@@ -107,12 +115,13 @@ TABLE_IN=("$D/perf_sweep.h5")
 $PY experiments/peers/target_table.py "${TABLE_IN[@]}" --markdown > "$D/table.md" 2>&1 || rc=1
 $PY experiments/peers/target_table.py "${TABLE_IN[@]}" > "$D/table.txt" 2>&1 || rc=1
 step "done, rc $rc"
+kill "$SMI" 2>/dev/null
 
 # Summary (last).
 {
   echo "==== fair_timing: $(elapsed) s, rc $rc; files in $D"
-  grep -E "^\[flush\]|^\[ceilings\]|^\[  (PASSED|FAILED) |FAILED  \]" "$D/flush_test.log" | cut -c1-160
-  grep -E "^\[crosscheck\]" "$D/crosscheck.log" | cut -c1-170
+  grep -E "^\[flush\]|^\[ceilings\]|^\[stamps\]|^\[streams\]|^\[bulk\]|^\[  (PASSED|FAILED) |FAILED  \]" "$D/flush_test.log" | cut -c1-160
+  grep -E "^\[crosscheck\]" "$D/crosscheck.log" | cut -c1-330
   grep -E "\[ceilings\]|^done:|FAILED|interrupted" "$D/perf_sweep.log" | cut -c1-200 | head -12
   grep -E "^\[prewarm\]" "$D/prewarm.log" | cut -c1-160
   grep -E "^\[peers\]|^WARNING" "$D/peers.log" | cut -c1-200 | head -12

@@ -2,12 +2,24 @@
 
 The rules are reference/core/timing.h's, applied here to PyTorch / FlashInfer calls so that a peer
 and a kvlab kernel are timed alike:
-  - CUDA events around each timed call on the caller's current torch stream, after
-    `warmup` untimed calls;
+  - one stream for everything: the flush, the two CUDA events and the timed call are all
+    enqueued on one stream, the caller's current torch stream (stream="current", the default:
+    the legacy default stream unless the caller chose one) or a non-blocking stream of the
+    timer's own (stream="own", made current while the callable runs, ordered after the caller's
+    stream and before it again). Every flush asserts that the stream it is launched on is the
+    one the events are recorded on and the one current for the callable (a flush on another
+    stream would not be ordered before the timed call). The default is the caller's stream
+    because a library call that launches on a stream it was bound to earlier (the legacy
+    default stream, typically) stays between the events there: the legacy stream orders with
+    every blocking stream; on an own non-blocking stream such a call escapes the events and
+    times as nothing. The stream kind does not change a time (H100: a cold 16 MiB read 9.728
+    us on gpu/bench's own, legacy and per-thread streams alike; 256 MiB within 0.3 %);
+  - `warmup` untimed calls, then one CUDA event pair around each timed call;
   - cold L2 (cold_l2): before every call, warm-up included, THE flush kernel of
     gpu/bench/l2_flush.cuh (compiled from that file's text with CuPy's RawModule, launched
-    on the same grid as the C++ harness) reads a buffer of the same size as the C++
-    harness's (the KVLAB_L2_FLUSH_* constants of that file) with allocating loads;
+    on the same grid as the C++ harness) reads as many bytes as the C++ harness's flush (the
+    KVLAB_L2_FLUSH_* constants of that file) with allocating loads, from the same rotating
+    window over a buffer KVLAB_L2_FLUSH_ROTATE_SPAN_MIB MiB longer;
   - sampling until rel_iqr <= target_rel_iqr, checked once min_reps samples exist and then
     every 5 samples, stopping at max_reps samples or after max_seconds;
   - median and quartiles with numpy's default (linear) percentiles, as the C++ summarize;
@@ -85,7 +97,7 @@ def flush_constants(path: str = FLUSH_SOURCE) -> dict:
             if m:
                 consts[m.group(1)] = int(m.group(2))
     need = ("KVLAB_L2_FLUSH_THREADS", "KVLAB_L2_FLUSH_BLOCKS_PER_SM", "KVLAB_L2_FLUSH_L2_MULTIPLE",
-            "KVLAB_L2_FLUSH_MIN_MIB")
+            "KVLAB_L2_FLUSH_MIN_MIB", "KVLAB_L2_FLUSH_ROTATE_SPAN_MIB", "KVLAB_L2_FLUSH_ROTATE_STEP_KIB")
     missing = [n for n in need if n not in consts]
     if missing:
         raise ValueError(f"{path} does not define {', '.join(missing)}")
@@ -123,11 +135,18 @@ def sampling_done(samples, wall_seconds: float, o: TimingOptions):
 class PeerTimer:
     """Times callables that enqueue work on torch's current CUDA stream (see the module doc)."""
 
-    def __init__(self, options: TimingOptions | None = None, flush_source: str = FLUSH_SOURCE):
+    def __init__(self, options: TimingOptions | None = None, flush_source: str = FLUSH_SOURCE,
+                 stream: str = "current"):
         import cupy
         import torch
+        if stream not in ("own", "current"):
+            raise ValueError(f"stream must be 'own' or 'current', not {stream!r}")
         self.torch, self.cupy = torch, cupy
         self.options = options or TimingOptions()
+        self.stream_mode = stream
+        # "own": a stream of the timer's own, non-blocking (torch's pool streams are).
+        self.stream = torch.cuda.Stream() if stream == "own" else None
+        self.launch_log = []  # (what, stream pointer) of the first timed sample: the guard's record
         self.consts = flush_constants(flush_source)
         props = torch.cuda.get_device_properties(torch.cuda.current_device())
         self.sm_count = int(props.multi_processor_count)
@@ -138,28 +157,71 @@ class PeerTimer:
         with open(flush_source) as f:
             self._module = cupy.RawModule(code=f.read(), options=("-std=c++17",))
         self._flush_kernel = self._module.get_function(FLUSH_KERNEL)
-        # Distinct non-zero words, as the C++ flush buffer (never read zeros).
-        self._flush_buf = torch.arange(1, self.flush_bytes // 4 + 1, dtype=torch.int32, device="cuda")
+        # Distinct non-zero words, as the C++ flush buffer (never read zeros), with the rotation
+        # span of l2_flush.cuh beyond the flush's own bytes.
+        self._span = self.consts["KVLAB_L2_FLUSH_ROTATE_SPAN_MIB"] << 20
+        self._step = self.consts["KVLAB_L2_FLUSH_ROTATE_STEP_KIB"] << 10
+        self._flushes = 0
+        self._flush_buf = torch.arange(1, (self.flush_bytes + self._span) // 4 + 1, dtype=torch.int32, device="cuda")
         self._sink = torch.zeros(1, dtype=torch.int32, device="cuda")
         torch.cuda.synchronize()
 
     # -- the kernel of l2_flush.cuh --------------------------------------------------------
-    def _stream(self):
-        return self.cupy.cuda.ExternalStream(self.torch.cuda.current_stream().cuda_stream)
-
-    def read(self, ptr: int, nbytes: int, blocks_per_sm: int) -> None:
+    def read(self, ptr: int, nbytes: int, blocks_per_sm: int) -> int:
         """One pass of the flush kernel over [ptr, ptr + nbytes) on the current torch stream,
-        with gpu/bench's grid rule (blocks_per_sm per SM, never more than the work)."""
+        with gpu/bench's grid rule (blocks_per_sm per SM, never more than the work). Returns
+        the stream pointer it was launched on."""
         threads = self.consts["KVLAB_L2_FLUSH_THREADS"]
         n = nbytes // 16
         blocks = max(1, min((n + threads - 1) // threads, self.sm_count * blocks_per_sm))
-        with self._stream():
-            self._flush_kernel((blocks,), (threads,),
-                               (np.uint64(ptr), np.uint64(n), np.uint64(self._sink.data_ptr())))
+        ptr_stream = self.torch.cuda.current_stream().cuda_stream
+        self._flush_kernel((blocks,), (threads,),
+                           (np.uint64(ptr), np.uint64(n), np.uint64(self._sink.data_ptr())),
+                           stream=self.cupy.cuda.ExternalStream(ptr_stream))
+        return ptr_stream
 
-    def flush(self) -> None:
-        """Empties the L2 exactly as the C++ harness does before each timed call."""
-        self.read(self._flush_buf.data_ptr(), self.flush_bytes, self.consts["KVLAB_L2_FLUSH_BLOCKS_PER_SM"])
+    def flush(self, stream=None) -> None:
+        """Empties the L2 exactly as the C++ harness does before each timed call, on `stream`
+        (a torch stream; None: the current one), which must be the current torch stream."""
+        cur = self.torch.cuda.current_stream()
+        if stream is not None and cur.cuda_stream != stream.cuda_stream:
+            raise RuntimeError(f"L2 flush on stream {cur.cuda_stream:#x}, but the timed call's events are on "
+                               f"{stream.cuda_stream:#x}: the flush would not be ordered before the call")
+        offset = (self._flushes * self._step) % self._span  # l2_flush.cuh's rotating window
+        self._flushes += 1
+        launched = self.read(self._flush_buf.data_ptr() + offset, self.flush_bytes,
+                             self.consts["KVLAB_L2_FLUSH_BLOCKS_PER_SM"])
+        if launched != cur.cuda_stream:
+            raise RuntimeError(f"L2 flush launched on stream {launched:#x}, not the current {cur.cuda_stream:#x}")
+
+    def time_read_stamped(self, ptr: int, nbytes: int, blocks_per_sm: int, options: TimingOptions | None = None):
+        """Diagnostic (gpu::bench::time_read_stamped's twin): times the flush kernel's read of
+        [ptr, ptr + nbytes) with l2_flush.cuh's stamped kernel, which also measures each call
+        inside the kernel (%globaltimer). Returns (timing dict, in-kernel microseconds of every
+        call, warm-up first)."""
+        torch = self.torch
+        o = dataclasses.replace(options or self.options, graph=False)
+        slots = max(o.warmup, 0) + max(o.max_reps, 1) + 1
+        stamps = torch.zeros(2 * slots, dtype=torch.int64, device="cuda")
+        kernel = self._module.get_function("kvlab_read_stamped")
+        threads = self.consts["KVLAB_L2_FLUSH_THREADS"]
+        n = nbytes // 16
+        blocks = max(1, min((n + threads - 1) // threads, self.sm_count * blocks_per_sm))
+        calls = [0]
+
+        def fn():
+            if calls[0] >= slots:
+                raise RuntimeError("time_read_stamped: more calls than its stamp slots")
+            kernel((blocks,), (threads,),
+                   (np.uint64(ptr), np.uint64(n), np.uint64(self._sink.data_ptr()),
+                    np.uint64(stamps.data_ptr() + 16 * calls[0])),
+                   stream=self.cupy.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream))
+            calls[0] += 1
+
+        t = self.time(fn, graph=False, options=o)
+        torch.cuda.synchronize()
+        h = stamps.cpu().numpy().view(np.uint64)[: 2 * calls[0]]
+        return t, list((h[1::2] - ~h[0::2]).astype(np.float64) * 1e-3)
 
     def memcpy(self, dst_ptr: int, src_ptr: int, nbytes: int) -> None:
         """cudaMemcpyAsync device to device on the current torch stream (what the C++ side's
@@ -176,7 +238,21 @@ class PeerTimer:
         torch = self.torch
         o = options or self.options
         graph = o.graph if graph is None else graph
+        caller = torch.cuda.current_stream()
+        if self.stream is None:
+            return self._time_on(caller, fn, graph, o)
+        self.stream.wait_stream(caller)  # inputs made on the caller's stream are ready
+        try:
+            with torch.cuda.stream(self.stream):
+                return self._time_on(self.stream, fn, graph, o)
+        finally:
+            caller.wait_stream(self.stream)  # and the caller sees what the calls wrote
+
+    def _time_on(self, stream, fn, graph: bool, o: TimingOptions) -> dict:
+        """The timing loop; `stream` is current. Flush, events and calls all on it."""
+        torch = self.torch
         cold = bool(o.cold_l2)
+        self._flushes = 0  # each timing walks the same rotation as gpu/bench's (one flusher per timing)
         per_sample = max(1, int(o.graph_calls)) if graph and not cold else 1
         run = fn
         g = None
@@ -191,18 +267,26 @@ class PeerTimer:
             run = g.replay
         for _ in range(o.warmup):
             if cold:
-                self.flush()
+                self.flush(stream)
             run()
         torch.cuda.synchronize()
+        if torch.cuda.current_stream().cuda_stream != stream.cuda_stream:
+            raise RuntimeError("the timed callable left another stream current: its work would not be timed")
         start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         samples = []
+        self.launch_log = []
         t0 = time.perf_counter()
         while True:
             if cold:
-                self.flush()
-            start.record()
+                self.flush(stream)
+                if not samples:
+                    self.launch_log.append(("flush", torch.cuda.current_stream().cuda_stream))
+            start.record(stream)
             run()
-            stop.record()
+            stop.record(stream)
+            if not samples:
+                self.launch_log += [("start", stream.cuda_stream), ("call", torch.cuda.current_stream().cuda_stream),
+                                    ("stop", stream.cuda_stream)]
             stop.synchronize()
             samples.append(start.elapsed_time(stop) * 1000.0 / per_sample)
             done, summary = sampling_done(samples, time.perf_counter() - t0, o)
@@ -211,7 +295,8 @@ class PeerTimer:
         del g
         summary.update(cold_l2=cold, graph=bool(graph), calls_per_sample=per_sample,
                        flush="read_allocate" if cold else "none", flush_bytes=self.flush_bytes if cold else 0,
-                       l2_bytes=self.l2_bytes, samples_us=samples)
+                       l2_bytes=self.l2_bytes, samples_us=samples,
+                       stream="own non-blocking" if self.stream is not None else f"caller's ({stream.cuda_stream:#x})")
         return summary
 
 

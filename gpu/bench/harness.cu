@@ -2,15 +2,18 @@
 // harness.h, reference/core/timing.h and l2_flush.cuh).
 #include "gpu/bench/harness.h"
 
+#include <thrust/copy.h>
 #include <thrust/device_vector.h>
 #include <thrust/execution_policy.h>
 #include <thrust/sequence.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <memory>
 
+#include "gpu/bench/bulk_read.cuh"
 #include "gpu/bench/l2_flush.cuh"
 #include "gpu/core/cuda_check.h"
 
@@ -85,6 +88,26 @@ void launch_read(int depth, int blocks_per_sm, const uint4* p, unsigned long lon
   }
 }
 
+// The bulk-copy read (bulk_read.cuh): blocks_per_sm (0: 1) blocks of one warp per SM, each
+// with a ring of depth x chunk bytes of shared memory.
+void launch_bulk(const MemKernel& k, const void* p, uint64_t bytes, unsigned int* sink,
+                 cudaStream_t s) {
+  static bool opted_in = false;  // the ring may exceed the default 48 KiB of shared memory
+  if (!opted_in) {
+    KVLAB_CUDA_CHECK(cudaFuncSetAttribute(
+        kvlab_read_bulk, cudaFuncAttributeMaxDynamicSharedMemorySize, kBulkSmemPerSm));
+    opted_in = true;
+  }
+  const unsigned chunk = static_cast<unsigned>(k.chunk_kib) << 10;
+  const uint64_t chunks = (bytes + chunk - 1) / chunk;
+  const int per_sm = std::max(k.blocks_per_sm, 1);
+  const int blocks = static_cast<int>(std::max<uint64_t>(
+      1, std::min<uint64_t>(chunks, static_cast<uint64_t>(sm_count()) * per_sm)));
+  kvlab_read_bulk<<<blocks, 32, static_cast<size_t>(k.depth) * chunk, s>>>(
+      static_cast<const unsigned char*>(p), bytes, chunk, static_cast<unsigned>(k.depth),
+      k.ranges ? 1u : 0u, sink);
+}
+
 // A buffer of non-zero, distinct words (never time on zeros) and its sink word.
 struct ReadBuffer {
   thrust::device_vector<unsigned int> words;
@@ -99,32 +122,38 @@ struct ReadBuffer {
   unsigned long long vecs() const { return words.size() / 4; }
 };
 
-// Empties the L2 before a timed call (l2_flush.cuh says how and why).
+// Empties the L2 before a timed call (l2_flush.cuh says how and why): bytes_ per flush, from a
+// window that rotates over the buffer's extra KVLAB_L2_FLUSH_ROTATE_SPAN_MIB MiB.
 class L2Flusher {
  public:
   L2Flusher(L2Flush method, uint64_t bytes) : method_(method) {
     if (method == L2Flush::kNone || method == L2Flush::kSelf) return;
     bytes_ = (bytes ? bytes : l2_flush_bytes(device_l2_bytes())) / 16 * 16;
-    buf_ = std::make_unique<ReadBuffer>(bytes_);
+    buf_ = std::make_unique<ReadBuffer>(bytes_ + kSpan);
     blocks_ = static_cast<int>(std::min<unsigned long long>(
-        (buf_->vecs() + kThreads - 1) / kThreads,
+        (bytes_ / 16 + kThreads - 1) / kThreads,
         static_cast<unsigned long long>(sm_count()) * KVLAB_L2_FLUSH_BLOCKS_PER_SM));
     blocks_ = std::max(blocks_, 1);
   }
   uint64_t bytes() const { return bytes_; }
   void flush(cudaStream_t s) {
     if (!buf_) return;
+    const uint64_t offset = (flushes_++ * kStep) % kSpan;  // a multiple of 16
+    const uint4* p = buf_->data() + offset / 16;
+    const unsigned long long n = bytes_ / 16;
     if (method_ == L2Flush::kReadStreaming)
-      kvlab_l2_flush_streaming<<<blocks_, kThreads, 0, s>>>(buf_->data(), buf_->vecs(),
-                                                            buf_->sink_ptr());
+      kvlab_l2_flush_streaming<<<blocks_, kThreads, 0, s>>>(p, n, buf_->sink_ptr());
     else
-      kvlab_l2_flush<<<blocks_, kThreads, 0, s>>>(buf_->data(), buf_->vecs(), buf_->sink_ptr());
+      kvlab_l2_flush<<<blocks_, kThreads, 0, s>>>(p, n, buf_->sink_ptr());
     KVLAB_CUDA_CHECK(cudaGetLastError());
   }
 
  private:
+  static constexpr uint64_t kSpan = uint64_t{KVLAB_L2_FLUSH_ROTATE_SPAN_MIB} << 20;
+  static constexpr uint64_t kStep = uint64_t{KVLAB_L2_FLUSH_ROTATE_STEP_KIB} << 10;
   L2Flush method_;
   uint64_t bytes_ = 0;
+  uint64_t flushes_ = 0;
   int blocks_ = 1;
   std::unique_ptr<ReadBuffer> buf_;
 };
@@ -258,6 +287,8 @@ const char* to_string(MemLoad load) {
       return "nc";
     case MemLoad::kMemcpy:
       return "memcpy";
+    case MemLoad::kBulk:
+      return "bulk";
   }
   return "?";
 }
@@ -265,6 +296,9 @@ const char* to_string(MemLoad load) {
 std::string MemKernel::name() const {
   std::string n = std::string(to_string(op)) + "_" + to_string(load);
   if (load == MemLoad::kMemcpy) return n;
+  if (load == MemLoad::kBulk)
+    return n + (ranges ? "_ranges" : "") + "_c" + std::to_string(chunk_kib) + "k_d" +
+           std::to_string(depth) + "_b" + std::to_string(std::max(blocks_per_sm, 1));
   return n + "_d" + std::to_string(depth) + "_b" +
          (blocks_per_sm > 0 ? std::to_string(blocks_per_sm) : std::string("max"));
 }
@@ -273,10 +307,26 @@ std::string mem_kernel_unsupported(const MemKernel& k) {
   if (k.blocks_per_sm < 0) return "blocks_per_sm must be >= 0 (0: as many as fit)";
   if (k.op == MemOp::kRead) {
     if (k.load == MemLoad::kMemcpy) return "memcpy is a copy, not a read";
+    if (k.load == MemLoad::kBulk) {
+      if (k.chunk_kib < 1 || k.chunk_kib > 64 || (k.chunk_kib & (k.chunk_kib - 1)) != 0)
+        return "bulk reads need chunk_kib a power of two in [1, 64], not " +
+               std::to_string(k.chunk_kib);
+      if (k.depth < 1 || k.depth > KVLAB_BULK_MAX_STAGES)
+        return "bulk reads keep 1 to " + std::to_string(KVLAB_BULK_MAX_STAGES) +
+               " copies in flight per block (depth), not " + std::to_string(k.depth);
+      const int64_t ring = int64_t{std::max(k.blocks_per_sm, 1)} * k.depth * (k.chunk_kib << 10);
+      if (ring > kBulkSmemPerSm)
+        return "bulk rings of " + std::to_string(ring >> 10) + " KiB per SM (blocks_per_sm x " +
+               "depth x chunk_kib) exceed " + std::to_string(kBulkSmemPerSm >> 10) + " KiB";
+      return "";
+    }
+    if (k.chunk_kib != 0 || k.ranges) return "chunk_kib and ranges are for bulk reads only";
     if (k.depth != 2 && k.depth != 4 && k.depth != 8)
       return "read kernels are compiled for depth 2, 4 and 8, not " + std::to_string(k.depth);
     return "";
   }
+  if (k.chunk_kib != 0 || k.ranges) return "chunk_kib and ranges are for bulk reads only";
+  if (k.load == MemLoad::kBulk) return "bulk is a read, not a copy";
   if (k.load == MemLoad::kCg || k.load == MemLoad::kNc)
     return std::string("copies use plain loads or cudaMemcpyAsync, not ") + to_string(k.load);
   if (k.load == MemLoad::kPlain && k.depth != 2 && k.depth != 4)
@@ -290,6 +340,22 @@ std::vector<MemKernel> ceiling_kernels(MemOp op) {
     for (MemLoad l : {MemLoad::kPlain, MemLoad::kNc, MemLoad::kCg})
       for (int d : {2, 4, 8})
         for (int b : {1, 2, 4, 0}) v.push_back({MemOp::kRead, l, d, b});
+    // Bulk copies, 16-128 KiB in flight per SM (experiments/configs/perf.ini lists the same
+    // set as rows): chunks of 4-16 KiB x 4 or 8 in flight, 32 KiB x 2 or 4, 4 and 8 KiB x 16,
+    // and two blocks per SM of 8 and 16 KiB x 4.
+    std::vector<std::array<int, 3>> bulk;  // {chunk KiB, depth, blocks per SM}
+    for (int chunk : {4, 8, 16})
+      for (int depth : {4, 8}) bulk.push_back({chunk, depth, 1});
+    for (int depth : {2, 4}) bulk.push_back({32, depth, 1});
+    for (int chunk : {4, 8}) bulk.push_back({chunk, 16, 1});
+    for (int chunk : {8, 16}) bulk.push_back({chunk, 4, 2});
+    for (const auto& [chunk, depth, b] : bulk)
+      v.push_back({MemOp::kRead, MemLoad::kBulk, depth, b, chunk});
+    // The same copies, each block streaming its own contiguous range (as an attention CTA
+    // streams its slice of the cache): 8-32 KiB chunks, one or two blocks per SM.
+    for (const auto& [chunk, depth, b] : std::vector<std::array<int, 3>>{
+             {8, 8, 1}, {16, 4, 1}, {16, 8, 1}, {32, 4, 1}, {8, 8, 2}, {16, 4, 2}})
+      v.push_back({MemOp::kRead, MemLoad::kBulk, depth, b, chunk, true});
   } else {
     v.push_back({MemOp::kCopy, MemLoad::kMemcpy, 0, 0});
     for (int d : {2, 4})
@@ -314,6 +380,8 @@ void launch_mem_kernel(const MemKernel& k, const void* src, void* dst, uint64_t 
       copy_kernel<4><<<grid_for(copy_kernel<4>, k.blocks_per_sm, n), kThreads, 0, s>>>(
           p, static_cast<uint4*>(dst), n);
     }
+  } else if (k.load == MemLoad::kBulk) {
+    launch_bulk(k, src, n * 16, sink, s);
   } else if (k.load == MemLoad::kCg && k.depth == KVLAB_L2_FLUSH_DEPTH) {
     // Exactly the flush kernel (what experiments/peers/peer_timer.py launches too).
     kvlab_l2_flush<<<grid_for(kvlab_l2_flush, k.blocks_per_sm, n), kThreads, 0, s>>>(p, n, sink);
@@ -327,6 +395,33 @@ void launch_mem_kernel(const MemKernel& k, const void* src, void* dst, uint64_t 
   KVLAB_CUDA_CHECK(cudaGetLastError());
 }
 
+Timing time_read_stamped(const void* p, uint64_t bytes, int blocks_per_sm, const TimingOptions& opt,
+                         std::vector<double>* kernel_us, cudaStream_t stream) {
+  TimingOptions o = opt;
+  o.graph = false;  // one stamp slot per eager call
+  const size_t calls = static_cast<size_t>(std::max(o.warmup, 0) + std::max(o.max_reps, 1) + 1);
+  thrust::device_vector<unsigned long long> stamps(2 * calls, 0ull);
+  thrust::device_vector<unsigned int> sink(1);
+  const unsigned long long n = bytes / 16;
+  size_t call = 0;
+  const Timing t = time_kernel(
+      [&](cudaStream_t s) {
+        if (call >= calls) throw Error("time_read_stamped: more calls than its stamp slots");
+        kvlab_read_stamped<<<grid_for(kvlab_read_stamped, blocks_per_sm, n), kThreads, 0, s>>>(
+            static_cast<const uint4*>(p), n, thrust::raw_pointer_cast(sink.data()),
+            thrust::raw_pointer_cast(stamps.data()) + 2 * call);
+        ++call;
+      },
+      o, stream);
+  KVLAB_CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<unsigned long long> h(2 * call);
+  thrust::copy(stamps.begin(), stamps.begin() + 2 * call, h.begin());
+  kernel_us->clear();
+  for (size_t i = 0; i < call; ++i)
+    kernel_us->push_back(static_cast<double>(h[2 * i + 1] - ~h[2 * i]) * 1e-3);
+  return t;
+}
+
 void fill_words(void* p, uint64_t bytes, cudaStream_t s) {
   unsigned int* w = static_cast<unsigned int*>(p);
   thrust::sequence(thrust::cuda::par.on(s), w, w + bytes / 4, 1u);
@@ -337,7 +432,7 @@ Ceilings measure_ceilings(const TimingOptions& opt, uint64_t bytes) {
   if (bytes == 0) {
     size_t free_b = 0, total_b = 0;
     KVLAB_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
-    bytes = std::min<uint64_t>(uint64_t{1} << 30, free_b / 4);
+    bytes = std::min<uint64_t>(uint64_t{4} << 30, free_b / 4);
   }
   bytes = bytes / 64 * 64;
   Ceilings c;

@@ -5,8 +5,14 @@
 // Ceilings, measured on the device in the same run, each the best of several kernels, so
 // that no kernel of the run should beat them:
 //   read R: 16-byte loads (ld.global.cg, plain ld.global, non-coherent ld.global.nc) x
-//           loads in flight per thread (2, 4, 8) x blocks per SM (1, 2, 4, as many as fit),
-//           grid-stride over one buffer, cold L2;
+//           loads per thread per iteration (2, 4, 8) x blocks per SM (1, 2, 4, as many as
+//           fit), grid-stride over one buffer, cold L2 (ptxas keeps at most four 16-byte
+//           loads of a thread in flight, rotating four register quads, whatever the unroll:
+//           the SASS of depth 8 shows it, so a deeper unroll adds no bytes in flight; at full
+//           occupancy that is 128 KiB per SM, far above what HBM latency needs); and bulk copies
+//           global -> shared (cp.async.bulk on an mbarrier, gpu/bench/bulk_read.cuh: chunks of 4-32
+//           KiB, 2-16 in flight per block, 1 or 2 blocks per SM), the way TMA-fed attention kernels
+//           read;
 //   copy C: cudaMemcpyAsync device to device and a 16-byte load/store kernel (2, 4 in flight;
 //           2, 4 or as many blocks per SM as fit), counting read + write bytes, cold L2.
 // A ceiling is the best bandwidth over its kernels, each taken at the fast edge of its noise
@@ -53,28 +59,44 @@ uint64_t l2_flush_bytes(uint64_t l2_bytes);
 // One bandwidth kernel: a read of a buffer or a copy between two.
 enum class MemOp { kRead, kCopy };
 enum class MemLoad {
-  kCg,     // read: ld.global.cg (depth 4 at the flush grid is exactly the flush kernel)
-  kPlain,  // read: ld.global; copy: ld.global + st.global
-  kNc,     // read: ld.global.nc
-  kMemcpy  // copy: cudaMemcpyAsync device to device
+  kCg,      // read: ld.global.cg (depth 4 at the flush grid is exactly the flush kernel)
+  kPlain,   // read: ld.global; copy: ld.global + st.global
+  kNc,      // read: ld.global.nc
+  kMemcpy,  // copy: cudaMemcpyAsync device to device
+  kBulk     // read: cp.async.bulk global -> shared on an mbarrier (bulk_read.cuh)
 };
 struct MemKernel {
   MemOp op = MemOp::kRead;
   MemLoad load = MemLoad::kPlain;
-  int depth = 4;             // 16-byte loads in flight per thread per iteration (kernels)
-  int blocks_per_sm = 0;     // 0: as many as fit (occupancy)
-  std::string name() const;  // e.g. "read_nc_d8_b4", "copy_memcpy"
+  int depth = 4;             // 16-byte loads in flight per thread per iteration (kernels);
+                             // bulk: copies in flight per block (its ring's stages)
+  int blocks_per_sm = 0;     // 0: as many as fit (occupancy; bulk: 1)
+  int chunk_kib = 0;         // bulk: bytes of one copy, in KiB (others: unused, 0)
+  bool ranges = false;       // bulk: each block reads its own contiguous range (else the
+                             // blocks interleave chunk by chunk); see bulk_read.cuh
+  std::string name() const;  // e.g. "read_nc_d8_b4", "read_bulk_c16k_d8_b1",
+                             // "read_bulk_ranges_c16k_d8_b1", "copy_memcpy"
 };
 const char* to_string(MemOp op);
 const char* to_string(MemLoad load);
-// "" when the kernel exists (compiled depths: read 2, 4, 8; copy 2, 4), else why not.
+// "" when the kernel exists (compiled depths: read 2, 4, 8; copy 2, 4; bulk: chunk a
+// power of two in [1, 64] KiB, depth in [1, 16], the ring of every block of an SM within
+// kBulkSmemPerSm), else why not.
 std::string mem_kernel_unsupported(const MemKernel& k);
+constexpr int kBulkSmemPerSm = 192 << 10;  // bulk rings of one SM: at most this many bytes
 // The kernels a ceiling is the best of.
 std::vector<MemKernel> ceiling_kernels(MemOp op);
 // Enqueues one pass over `bytes` (a multiple of 16): read src, or copy src to dst. `sink`
 // (4 bytes, reads only) receives nothing in practice; it keeps the loads live.
 void launch_mem_kernel(const MemKernel& k, const void* src, void* dst, uint64_t bytes,
                        unsigned int* sink, cudaStream_t stream);
+
+// Diagnostic: times the flush kernel's read of p [bytes] (blocks_per_sm blocks per SM) by
+// time_kernel's rules with l2_flush.cuh's stamped twin, which also measures every call inside
+// the kernel (%globaltimer, first block start to last block end). Returns the event timing;
+// *kernel_us gets the in-kernel durations of every call, warm-up first, in order.
+Timing time_read_stamped(const void* p, uint64_t bytes, int blocks_per_sm, const TimingOptions& opt,
+                         std::vector<double>* kernel_us, cudaStream_t stream = nullptr);
 
 // Fills p [bytes / 4] with the words 1, 2, 3, ... (distinct, non-zero: never time on zeros).
 void fill_words(void* p, uint64_t bytes, cudaStream_t stream = nullptr);
@@ -94,7 +116,9 @@ struct Ceilings {
   std::vector<KernelBandwidth> kernels;  // every kernel measured
 };
 
-// Measures both ceilings with buffers of `bytes` (0: min(1 GiB, free memory / 4)), cold L2,
+// Measures both ceilings with buffers of `bytes` (0: min(4 GiB, free memory / 4): on an H100
+// the bulk reads move 0.3 % more, the 16-byte loads 0.8 % more, on 4 GiB than on 1 GiB, and a
+// 4 GiB row must not beat a 1 GiB ceiling), cold L2,
 // with opt's statistics (at most 50 samples and 0.5 s per kernel).
 Ceilings measure_ceilings(const TimingOptions& opt, uint64_t bytes = 0);
 

@@ -20,8 +20,17 @@
 // the DRAM ceiling allows, and the same test flags a missing or streaming flush.
 //
 // Launch: grid = SM count x KVLAB_L2_FLUSH_BLOCKS_PER_SM, KVLAB_L2_FLUSH_THREADS threads;
-// buffer bytes = max(KVLAB_L2_FLUSH_L2_MULTIPLE x L2 bytes, KVLAB_L2_FLUSH_MIN_MIB MiB),
+// flush bytes = max(KVLAB_L2_FLUSH_L2_MULTIPLE x L2 bytes, KVLAB_L2_FLUSH_MIN_MIB MiB),
 // a multiple of 16; n = bytes / 16 vectors [n] of uint4, filled with non-zero words.
+//
+// Rotation: the buffer is KVLAB_L2_FLUSH_ROTATE_SPAN_MIB MiB longer than one flush, and flush
+// number k (k = 0, 1, ... per timer) reads its n vectors from byte offset
+// (k x KVLAB_L2_FLUSH_ROTATE_STEP_KIB KiB) mod the span. Why: the time of a small cold call
+// depends by a few percent on where the flush's buffer lies relative to the call's (on an
+// H100 a 1 MiB read after the flush took 4.06 to 4.38 us with the same timer and a different
+// flush buffer; 16 MiB and more did not move). With one fixed window, each timer's median is
+// one draw of that placement; rotating the window makes it an average over placements, the
+// same for every timer that follows this rule (gpu/bench and experiments/peers/peer_timer.py).
 #pragma once
 
 #define KVLAB_L2_FLUSH_THREADS 256
@@ -29,6 +38,8 @@
 #define KVLAB_L2_FLUSH_L2_MULTIPLE 4
 #define KVLAB_L2_FLUSH_MIN_MIB 64
 #define KVLAB_L2_FLUSH_DEPTH 4
+#define KVLAB_L2_FLUSH_ROTATE_SPAN_MIB 32
+#define KVLAB_L2_FLUSH_ROTATE_STEP_KIB 1088
 
 // The cache operator of a 16-byte global load.
 #define KVLAB_LOAD_CG 0     // ld.global.cg: cache in L2 only (allocating): the flush's
@@ -95,4 +106,25 @@ extern "C" __global__ void __launch_bounds__(KVLAB_L2_FLUSH_THREADS)
     kvlab_l2_flush_streaming(const uint4* __restrict__ p, unsigned long long n,
                              unsigned int* __restrict__ sink) {
   kvlab_read_body<KVLAB_LOAD_CS, KVLAB_L2_FLUSH_DEPTH>(p, n, sink);
+}
+
+// A diagnostic twin of the flush kernel's read: the same body, plus each call's duration
+// measured inside the kernel with the global nanosecond timer, from the first block's start
+// to the last block's end. stamps [2]: zero before the call; afterwards stamps[0] holds ~(the
+// earliest start) and stamps[1] the latest end (both folded with atomicMax, so one memset to
+// zero prepares them). Event time minus in-kernel time is what launch and event overhead add,
+// which tells a timer's fixed cost from the memory's.
+__device__ __forceinline__ unsigned long long kvlab_globaltimer() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+extern "C" __global__ void __launch_bounds__(KVLAB_L2_FLUSH_THREADS)
+    kvlab_read_stamped(const uint4* __restrict__ p, unsigned long long n,
+                       unsigned int* __restrict__ sink, unsigned long long* __restrict__ stamps) {
+  if (threadIdx.x == 0) atomicMax(&stamps[0], ~kvlab_globaltimer());
+  kvlab_read_body<KVLAB_LOAD_CG, KVLAB_L2_FLUSH_DEPTH>(p, n, sink);
+  __syncthreads();
+  if (threadIdx.x == 0) atomicMax(&stamps[1], kvlab_globaltimer());
 }

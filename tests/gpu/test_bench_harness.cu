@@ -12,9 +12,12 @@
 #include <thrust/device_vector.h>
 #include <thrust/sequence.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdint>
+#include <set>
+#include <string>
 #include <vector>
 
 #include "gpu/bench/harness.h"
@@ -167,6 +170,142 @@ TEST(BenchHarness, CeilingsAreTheBestOfSeveralKernels) {
   EXPECT_EQ(c.copy_best.op, gpu::bench::MemOp::kCopy);
   std::printf("[ceilings] read %.4g TB/s (%s), copy %.4g TB/s (%s)\n", c.read_bytes_per_s / 1e12,
               c.read_best.name().c_str(), c.copy_bytes_per_s / 1e12, c.copy_best.name().c_str());
+}
+
+// The ceiling set is well formed (host only, runs everywhere): every kernel exists, names are
+// unique, bulk rings fit their SM, and the rules reject what is not compiled.
+TEST(BenchHarness, CeilingKernelSetIsValid) {
+  std::set<std::string> names;
+  int bulk = 0;
+  for (gpu::bench::MemOp op : {gpu::bench::MemOp::kRead, gpu::bench::MemOp::kCopy})
+    for (const auto& k : gpu::bench::ceiling_kernels(op)) {
+      EXPECT_EQ(gpu::bench::mem_kernel_unsupported(k), "") << k.name();
+      EXPECT_TRUE(names.insert(k.name()).second) << "duplicate " << k.name();
+      if (k.load == gpu::bench::MemLoad::kBulk) {
+        ++bulk;
+        EXPECT_LE(int64_t{std::max(k.blocks_per_sm, 1)} * k.depth * (k.chunk_kib << 10),
+                  gpu::bench::kBulkSmemPerSm)
+            << k.name();
+      }
+    }
+  EXPECT_GE(bulk, 16);
+  using gpu::bench::MemKernel;
+  using gpu::bench::MemLoad;
+  using gpu::bench::MemOp;
+  EXPECT_NE(gpu::bench::mem_kernel_unsupported({MemOp::kRead, MemLoad::kBulk, 4, 1, 3}), "");
+  EXPECT_NE(gpu::bench::mem_kernel_unsupported({MemOp::kRead, MemLoad::kBulk, 17, 1, 4}), "");
+  EXPECT_NE(gpu::bench::mem_kernel_unsupported({MemOp::kRead, MemLoad::kBulk, 8, 2, 32}), "");
+  EXPECT_NE(gpu::bench::mem_kernel_unsupported({MemOp::kRead, MemLoad::kNc, 4, 0, 16}), "");
+  EXPECT_NE(gpu::bench::mem_kernel_unsupported({MemOp::kCopy, MemLoad::kBulk, 4, 1, 16}), "");
+  EXPECT_NE(gpu::bench::mem_kernel_unsupported({MemOp::kRead, MemLoad::kNc, 16, 0, 0}), "");
+  EXPECT_NE(gpu::bench::mem_kernel_unsupported({MemOp::kRead, MemLoad::kNc, 4, 0, 0, true}), "");
+  EXPECT_EQ((MemKernel{MemOp::kRead, MemLoad::kBulk, 8, 0, 16}).name(), "read_bulk_c16k_d8_b1");
+  EXPECT_EQ((MemKernel{MemOp::kRead, MemLoad::kBulk, 4, 2, 32, true}).name(),
+            "read_bulk_ranges_c32k_d4_b2");
+}
+
+// The bulk-copy read moves the bytes it claims: twice the bytes take about twice the time,
+// and no kernel of the ceiling set runs faster than the datasheet allows (a kernel that
+// skipped part of its buffer would).
+TEST(BenchHarness, BulkReadMovesItsBytes) {
+  KVLAB_SKIP_WITHOUT_GPU_BENCH();
+  const gpu::bench::MemKernel k{gpu::bench::MemOp::kRead, gpu::bench::MemLoad::kBulk, 8, 1, 16};
+  thrust::device_vector<unsigned int> buf((size_t{512} << 20) / 4), sink(1);
+  thrust::sequence(buf.begin(), buf.end(), 1u);
+  auto timed = [&](size_t bytes) {
+    gpu::bench::TimingOptions o = quick();
+    o.cold_l2 = true;
+    return gpu::bench::time_kernel(
+               [&](cudaStream_t st) {
+                 gpu::bench::launch_mem_kernel(k, thrust::raw_pointer_cast(buf.data()), nullptr,
+                                               bytes, thrust::raw_pointer_cast(sink.data()), st);
+               },
+               o)
+        .median_us;
+  };
+  const double t1 = timed(size_t{256} << 20), t2 = timed(size_t{512} << 20);
+  EXPECT_GT(t2 / t1, kMinScaling);
+  EXPECT_LT(t2 / t1, kMaxScaling);
+  const auto devs = gpu::list_devices();
+  ASSERT_FALSE(devs.empty());
+  const double sheet = devs[0].peak_bandwidth_bytes_per_s();
+  const double bw = static_cast<double>(size_t{512} << 20) / (t2 * 1e-6);
+  if (sheet > 0) EXPECT_LT(bw, kDatasheetSlack * sheet) << k.name();
+  std::printf("[bulk] %s: 256 MiB %.2f us, 512 MiB %.2f us (%.4g TB/s)\n", k.name().c_str(), t1, t2,
+              bw / 1e12);
+}
+
+// A cold read's time does not depend on the kind of stream it is timed on (the harness's own
+// non-blocking stream, the legacy default stream, the per-thread default stream): the Python
+// peer timer and the C++ harness may then differ in stream without differing in time. The
+// read is the flush kernel itself (load cg, depth 4, 8 blocks per SM), the two-timer
+// cross-check's operation, at the cross-check's sizes.
+TEST(BenchHarness, ColdReadTimeDoesNotDependOnTheStreamKind) {
+  KVLAB_SKIP_WITHOUT_GPU_BENCH();
+  const gpu::bench::MemKernel k{gpu::bench::MemOp::kRead, gpu::bench::MemLoad::kCg, 4, 8};
+  thrust::device_vector<unsigned int> buf((size_t{16} << 20) / 4), sink(1);
+  thrust::sequence(buf.begin(), buf.end(), 1u);
+  gpu::bench::TimingOptions o;
+  o.warmup = 5;
+  o.min_reps = 50;
+  o.max_reps = 400;
+  o.target_rel_iqr = 0.01;
+  o.max_seconds = 1.0;
+  o.cold_l2 = true;
+  for (size_t mib : {1, 4, 16}) {
+    auto timed = [&](cudaStream_t stream) {
+      return gpu::bench::time_kernel(
+                 [&](cudaStream_t st) {
+                   gpu::bench::launch_mem_kernel(k, thrust::raw_pointer_cast(buf.data()), nullptr,
+                                                 mib << 20, thrust::raw_pointer_cast(sink.data()),
+                                                 st);
+                 },
+                 o, stream)
+          .median_us;
+    };
+    const double own = timed(nullptr), legacy = timed(cudaStreamLegacy),
+                 per_thread = timed(cudaStreamPerThread), own_again = timed(nullptr);
+    std::printf(
+        "[streams] read_cg_d4_b8 %2zu MiB cold: own stream %.3f us, legacy %.3f us, per-thread "
+        "%.3f us, own again %.3f us\n",
+        mib, own, legacy, per_thread, own_again);
+    EXPECT_NEAR(legacy / own, 1.0, 0.02) << mib << " MiB";
+    EXPECT_NEAR(per_thread / own, 1.0, 0.02) << mib << " MiB";
+    EXPECT_NEAR(own_again / own, 1.0, 0.02) << mib << " MiB";
+  }
+}
+
+// The events bracket the kernel: a cold read's event time is never below its duration measured
+// inside the kernel (%globaltimer, first block start to last block end); the difference is
+// the timer's fixed cost (launch, event), printed with both for the two-timer cross-check
+// (experiments/peers/decode_peers.py crosscheck --diagnose prints the Python timer's).
+TEST(BenchHarness, EventsBracketTheKernel) {
+  KVLAB_SKIP_WITHOUT_GPU_BENCH();
+  thrust::device_vector<unsigned int> buf((size_t{256} << 20) / 4);
+  thrust::sequence(buf.begin(), buf.end(), 1u);
+  gpu::bench::TimingOptions o;
+  o.warmup = 5;
+  o.min_reps = 50;
+  o.max_reps = 400;
+  o.target_rel_iqr = 0.01;
+  o.max_seconds = 1.0;
+  o.cold_l2 = true;
+  for (size_t mib : {1, 4, 16, 256}) {
+    std::vector<double> k;
+    const gpu::bench::Timing t =
+        gpu::bench::time_read_stamped(thrust::raw_pointer_cast(buf.data()), mib << 20, 8, o, &k);
+    ASSERT_GE(k.size(), static_cast<size_t>(t.reps));
+    std::vector<double> timed(k.end() - t.reps, k.end());
+    std::sort(timed.begin(), timed.end());
+    const double kernel_median = timed[timed.size() / 2];
+    std::printf(
+        "[stamps] read_cg_d4_b8 %3zu MiB cold: events %.3f us, in-kernel %.3f us, events - "
+        "kernel %.3f us\n",
+        mib, t.median_us, kernel_median, t.median_us - kernel_median);
+    EXPECT_GT(kernel_median, 0) << mib << " MiB";
+    // 0.1 us: the two clocks' granularity.
+    EXPECT_LE(kernel_median, t.median_us + 0.1) << mib << " MiB";
+  }
 }
 
 }  // namespace kvlab::test

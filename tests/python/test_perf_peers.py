@@ -249,3 +249,59 @@ def test_peer_files_calibrate_like_kvlab_files(run, tmp_path):
         r = run("calibrate", peers, "--version", version, "--no-rows", "--out", out)
         assert r.returncode == 0, r.stdout + r.stderr
         assert load(str(out)).index["status"].tolist() == ["ok"]
+
+
+# ------------------------------------------------------------------------- timing report
+BW_AXES = ["op", "load", "depth", "blocks_per_sm", "chunk_kib", "order", "mib"]
+BW_NUMERIC = {"depth", "blocks_per_sm", "chunk_kib", "mib"}
+TIMING_REPORT = os.path.join(PEERS_DIR, "timing_report.py")
+
+
+def bandwidth_row(op, load_, depth, b, mib, us, kernel, q1=None, **extra):
+    moved = (2.0 if op == "copy" else 1.0) * (mib << 20)
+    row = dict(study="ceilings", kind="bandwidth", op=op, load=load_, depth=depth, blocks_per_sm=b, chunk_kib=0,
+               order="interleaved", mib=mib, status="ok", reason="", kernel=kernel, **extra)
+    t = peer_timer.summarize([us] * 10, 0.02)
+    if q1 is not None:
+        t["q1_us"] = q1
+    t.update(cold_l2=True, graph=False, calls_per_sample=1, flush="read_allocate", flush_bytes=200 << 20,
+             l2_bytes=50 << 20, samples_us=[us] * 10)
+    peer_timer.record_timing(row, t, moved, R if op == "read" else C, op)
+    return row
+
+
+def test_timing_report_lists_the_ceiling_kernels_and_the_crosscheck(tmp_path):
+    metrics = METRICS + ["kvlab_median_us", "rel_diff_vs_kvlab", "python_own_stream_us"]
+    labels = LABELS + ["kernel"]
+    sweep = [bandwidth_row("read", "nc", 8, 4, 1024, 370.0, "read_nc_d8_b4", q1=368.0),
+             bandwidth_row("read", "bulk", 8, 1, 1024, 365.0, "read_bulk_c16k_d8_b1", q1=362.0),
+             bandwidth_row("copy", "memcpy", 0, 0, 1024, 760.0, "copy_memcpy")]
+    good = bandwidth_row("read", "cg", 4, 8, 16, 9.9, "", kvlab_median_us=10.0, rel_diff_vs_kvlab=-0.01,
+                         python_own_stream_us=9.8)
+    bad = bandwidth_row("read", "cg", 4, 8, 1, 5.0, "", kvlab_median_us=4.0, rel_diff_vs_kvlab=0.25,
+                        python_own_stream_us=4.9)
+    bad.update(status="failed", reason="python 5 us vs kvlab 4 us")
+    paths = []
+    for name, rows, extra in (("sweep.h5", sweep, {}), ("timer_check.h5", sweep, {}),
+                              ("crosscheck.h5", [good, bad], {"crosscheck_tolerance": 0.02, "crosscheck_worst": 0.25})):
+        p = str(tmp_path / name)
+        peer_results.write_result_file(p, rows, {"device_name": "NVIDIA H100 80GB HBM3", "read_ceiling_bytes_per_s": R,
+                                                 "copy_ceiling_bytes_per_s": C, "device_peak_bytes_per_s": 3.35e12,
+                                                 **extra},
+                                       BW_AXES, BW_NUMERIC, metrics, labels, run={"started_utc": "x", "argv": "t"})
+        paths.append(p)
+    log = tmp_path / "flush_test.log"
+    log.write_text("unrelated gtest line\n[flush] flush  ratio\n[stamps] read_cg_d4_b8 16 MiB cold: events 10 us\n")
+    r = subprocess.run([sys.executable, TIMING_REPORT, *paths, "--flush-log", str(log)], capture_output=True,
+                       text=True, env=dict(os.environ, PYTHONPATH=ROOT))
+    assert r.returncode == 0, r.stderr
+    out = r.stdout
+    lines = out.splitlines()
+    # Fastest kernel (at the fast edge) first; both reads and the copy listed.
+    kernels = [ln.split("|")[1].strip() for ln in lines if ln.startswith("| read_") or ln.startswith("| copy_")]
+    assert kernels == ["read_bulk_c16k_d8_b1", "read_nc_d8_b4", "copy_memcpy"]
+    assert "DISAGREE within 2%" in out and "+25.00 %" in out and "own stream" in out
+    assert "[stamps] read_cg_d4_b8" in out and "unrelated gtest line" not in out
+    r = subprocess.run([sys.executable, TIMING_REPORT, paths[0], paths[1], str(tmp_path / "none.h5")],
+                       capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=ROOT))
+    assert r.returncode == 2 and "no such file" in r.stderr
