@@ -293,11 +293,11 @@ class DecodeAttentionBench : public Bench {
 #if defined(KVLAB_HAVE_CUDA)
     version.type = AxisType::kEnum;
     for (const auto& v : gpu::decode_versions()) version.choices.push_back(v.name);
-    version.default_value = version.choices.empty() ? "" : version.choices.back();  // the newest
     version.choices.push_back("auto");
+    version.default_value = "auto";
     version.doc +=
-        " (default: the newest; auto: picked per shape from the calibration table; all = every "
-        "version and auto)";
+        " (default: auto, the version and split picked per shape from the calibration table; "
+        "all = every version and auto)";
 #else
     version.doc += " (built without CUDA: any name, recorded as skipped)";
 #endif

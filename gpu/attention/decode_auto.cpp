@@ -1,6 +1,8 @@
 // decode_auto.cpp: the compiled-in calibration table and choose_decode() (decode_auto.h).
 #include "gpu/attention/decode_auto.h"
 
+#include <map>
+#include <mutex>
 #include <sstream>
 
 #include "gpu/attention/decode.h"
@@ -18,11 +20,26 @@ const std::vector<DecodeAutoRow>& decode_auto_table() {
   return rows;
 }
 
+namespace {
+// The name of device `index` (cached: cudaGetDeviceProperties is slow, and the executor asks
+// once per batch size).
+std::string device_name(int index) {
+  static std::mutex mu;
+  static std::map<int, std::string> names;
+  std::lock_guard<std::mutex> lock(mu);
+  const auto it = names.find(index);
+  if (it != names.end()) return it->second;
+  std::string name;
+  for (const DeviceInfo& d : list_devices())
+    if (d.index == index) name = d.name;
+  names[index] = name;
+  return name;
+}
+}  // namespace
+
 DecodeChoice choose_decode(const DecodeArgs& a) {
   const LaunchLimits lim = current_launch_limits();
-  std::string device;
-  for (const DeviceInfo& d : list_devices())
-    if (d.index == lim.device) device = d.name;
+  const std::string device = device_name(lim.device);
   DecodeAutoQuery q;
   q.device = device;
   q.kv_format = to_string(a.kv.geom.format);
