@@ -4,6 +4,7 @@
 #include <map>
 #include <mutex>
 #include <sstream>
+#include <vector>
 
 #include "gpu/attention/decode.h"
 #include "gpu/attention/decode_impl.h"
@@ -76,11 +77,20 @@ DecodeChoice choose_decode(const DecodeArgs& a) {
     why << "no calibration for " << (device.empty() ? "this device" : device) << " / "
         << q.kv_format << "; ";
   }
+  // Default rule: v5 (every format at its own measured design point), then v4, then the
+  // newest version that supports the shape. Not simply the newest: a new version is tuned
+  // for the shapes it was measured on (v6 and v7 are slower than v4/v5 on most of them).
   const auto& vs = decode_versions();
-  for (auto it = vs.rbegin(); it != vs.rend(); ++it) {
-    if (!decode_unsupported_reason(a, it->id).empty()) continue;
-    ch.version = it->id;
-    why << "default rule: the newest version that supports the shape";
+  std::vector<int> order;
+  for (const char* name : {"v5_mma_decode_2stage", "v4_mma_decode"})
+    for (const auto& v : vs)
+      if (v.name == name) order.push_back(v.id);
+  for (auto it = vs.rbegin(); it != vs.rend(); ++it) order.push_back(it->id);
+  for (int id : order) {
+    if (!decode_unsupported_reason(a, id).empty()) continue;
+    ch.version = id;
+    why << "default rule: " << decode_version(id).name
+        << " (v5, else v4, else the newest version that supports the shape)";
     ch.basis = why.str();
     return ch;
   }

@@ -491,7 +491,13 @@ void DecodeStepExecutor::allocate_state() {
 DecodeStepExecutor::~DecodeStepExecutor() = default;
 
 int DecodeStepExecutor::attn_version() const {
-  return impl_->attn_version;
+  const Impl& I = *impl_;
+  if (I.attn_version >= 0) return I.attn_version;
+  const auto it = I.auto_choices.find(opt_.max_batch);  // filled by set_attn_auto
+  return it != I.auto_choices.end() ? it->second.version : -1;
+}
+bool DecodeStepExecutor::attn_auto() const {
+  return impl_->attn_version < 0;
 }
 int DecodeStepExecutor::blocks_per_seq() const {
   return impl_->bps;

@@ -177,7 +177,10 @@ class DecodeStepExecutor {
 
   int batch() const { return batch_; }
   int bucket_for(int batch) const;
-  int attn_version() const;       // -1 while attention runs `auto`
+  // The registry id attention runs (under `auto`: its pick for max_batch rows; other batch
+  // sizes may run another version).
+  int attn_version() const;
+  bool attn_auto() const;         // attention picks per batch size (`auto`)
   void set_attn_version(int id);  // drops captured graphs
   void set_attn_auto();           // `auto` (the default); drops captured graphs
   int graphs_captured() const;
