@@ -53,11 +53,11 @@ class DecodeAttentionBench : public Bench {
     if (!versions.empty()) {
       version.type = AxisType::kEnum;
       version.choices = versions;
-      version.default_value = versions.back();  // the newest
       version.choices.push_back("auto");
+      version.default_value = "auto";
       version.doc +=
-          " (default: the newest; auto: picked per shape from the calibration table; all = every "
-          "version and auto)";
+          " (default: auto, the version and split picked per shape from the calibration table; "
+          "all = every version and auto)";
     } else {
       version.doc += " (built without CUDA: any name, recorded as skipped)";
     }

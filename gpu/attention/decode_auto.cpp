@@ -1,7 +1,10 @@
 // decode_auto.cpp: the compiled-in calibration table and choose_decode() (decode_auto.h).
 #include "gpu/attention/decode_auto.h"
 
+#include <map>
+#include <mutex>
 #include <sstream>
+#include <vector>
 
 #include "gpu/attention/decode.h"
 #include "gpu/attention/decode_impl.h"
@@ -18,11 +21,26 @@ const std::vector<DecodeAutoRow>& decode_auto_table() {
   return rows;
 }
 
+namespace {
+// The name of device `index` (cached: cudaGetDeviceProperties is slow, and the executor asks
+// once per batch size).
+std::string device_name(int index) {
+  static std::mutex mu;
+  static std::map<int, std::string> names;
+  std::lock_guard<std::mutex> lock(mu);
+  const auto it = names.find(index);
+  if (it != names.end()) return it->second;
+  std::string name;
+  for (const DeviceInfo& d : list_devices())
+    if (d.index == index) name = d.name;
+  names[index] = name;
+  return name;
+}
+}  // namespace
+
 DecodeChoice choose_decode(const DecodeArgs& a) {
   const LaunchLimits lim = current_launch_limits();
-  std::string device;
-  for (const DeviceInfo& d : list_devices())
-    if (d.index == lim.device) device = d.name;
+  const std::string device = device_name(lim.device);
   DecodeAutoQuery q;
   q.device = device;
   q.kv_format = to_string(a.kv.geom.format);
@@ -59,11 +77,20 @@ DecodeChoice choose_decode(const DecodeArgs& a) {
     why << "no calibration for " << (device.empty() ? "this device" : device) << " / "
         << q.kv_format << "; ";
   }
+  // Default rule: v5 (every format at its own measured design point), then v4, then the
+  // newest version that supports the shape. Not simply the newest: a new version is tuned
+  // for the shapes it was measured on (v6 and v7 are slower than v4/v5 on most of them).
   const auto& vs = decode_versions();
-  for (auto it = vs.rbegin(); it != vs.rend(); ++it) {
-    if (!decode_unsupported_reason(a, it->id).empty()) continue;
-    ch.version = it->id;
-    why << "default rule: the newest version that supports the shape";
+  std::vector<int> order;
+  for (const char* name : {"v5_mma_decode_2stage", "v4_mma_decode"})
+    for (const auto& v : vs)
+      if (v.name == name) order.push_back(v.id);
+  for (auto it = vs.rbegin(); it != vs.rend(); ++it) order.push_back(it->id);
+  for (int id : order) {
+    if (!decode_unsupported_reason(a, id).empty()) continue;
+    ch.version = id;
+    why << "default rule: " << decode_version(id).name
+        << " (v5, else v4, else the newest version that supports the shape)";
     ch.basis = why.str();
     return ch;
   }

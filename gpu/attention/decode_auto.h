@@ -13,8 +13,8 @@
 //      exactly (a forced split measured at one batch is no plan for another: elsewhere the
 //      version's own plan splits).
 // Without a row for the device and format (another GPU, an unmeasured format), or when the
-// picked version declines the arguments, the default rule applies: the newest registered
-// version that supports them.
+// picked version declines the arguments, the default rule applies: v5, else v4, else the
+// newest registered version that supports them.
 #pragma once
 
 #include <cmath>

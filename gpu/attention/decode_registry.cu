@@ -16,10 +16,14 @@ namespace {
 
 const std::vector<DecodeVersionImpl>& impls() {
   // Function-local static: no CUDA call and no registration order issue at load time.
-  static const std::vector<DecodeVersionImpl> v{
-      make_v0_cached_attention(), make_v1_paged_attention(), make_v2_paged_attention_partitioned(),
-      make_v3_flash_decoding(),   make_v4_mma_decode(),      make_v5_mma_decode_2stage(),
-      make_v6_stream_k_decode()};
+  static const std::vector<DecodeVersionImpl> v{make_v0_cached_attention(),
+                                                make_v1_paged_attention(),
+                                                make_v2_paged_attention_partitioned(),
+                                                make_v3_flash_decoding(),
+                                                make_v4_mma_decode(),
+                                                make_v5_mma_decode_2stage(),
+                                                make_v6_stream_k_decode(),
+                                                make_v7_mma_decode_l2_prefetch()};
   return v;
 }
 

@@ -206,6 +206,14 @@ __device__ __forceinline__ void bulk_copy_g2s(void* smem_dst, const void* gmem_s
       "l"(gmem_src), "r"(bytes), "r"(smem_addr(bar)), "l"(l2_policy)
       : "memory");
 }
+// Prefetches [gmem_src, gmem_src + bytes) from DRAM into L2 (bytes a multiple of 16, the
+// address 16-byte aligned): a hint with no completion to wait for and no shared memory or
+// registers held, so a warp can have more of its stream in flight than its pipeline stages
+// hold (v7). The copy that later reads the bytes finds them in L2.
+__device__ __forceinline__ void bulk_prefetch_l2(const void* gmem_src, uint32_t bytes) {
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(gmem_src), "r"(bytes)
+               : "memory");
+}
 __device__ __forceinline__ uint64_t l2_evict_first_policy() {
   uint64_t pol;
   asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(pol));

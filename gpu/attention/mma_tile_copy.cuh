@@ -153,6 +153,26 @@ struct TileCopy {
     }
   }
 
+  // 3d (v7). L2 prefetch of the K and V rows of tokens first + i (i < kWT, below `end`) from
+  // their block-table entries `pf` (fetch_pages of the same tile): one bulk prefetch per row,
+  // NHD/HND only (a token's row of one KV head is contiguous). Entries outside the pool are
+  // skipped (the tile's copy marks them bad when it gets there).
+  __device__ static void prefetch_rows_l2(const PoolView& pv, int kv_head, const int (&pf)[kTPL],
+                                          int first, int end, int lane) {
+    static_assert(G::kRowBytes % 16 == 0, "bulk prefetch sizes are multiples of 16 bytes");
+#pragma unroll
+    for (int u = 0; u < kTPL; ++u) {
+      const int i = lane + kWarpSize * u;
+      const int tok = first + i;
+      const int64_t pg = pf[u];
+      if (i < kWT && tok < end && pg >= 0 && pg < pv.geom.num_blocks) {
+        const int64_t ko = pv.geom.k_index(pg, kv_head, tok % pv.geom.block_size, 0) * kBits / 8;
+        bulk_prefetch_l2(pv.k + ko, G::kRowBytes);
+        bulk_prefetch_l2(pv.v + ko, G::kRowBytes);
+      }
+    }
+  }
+
   // 3b. Split-x V [.., head_dim, block_size] is token-minor: gathered element by element
   // (correct, slow), token fastest so neighbouring lanes read neighbouring slots.
   __device__ static void gather_split_x_v(const PoolView& pv, const TileStage<F, D, kWT>& st,

@@ -40,6 +40,17 @@ constexpr int kV4Threads = kV4Warps * kWarpSize;
 constexpr int kMergeWarps = 4;  // merge kernel: 4 warps per output row
 constexpr int kMergeBatch = 8;  // splits each merge warp loads at once
 
+// Tiles a warp prefetches into L2 beyond its pipeline stages (Cfg::kL2PrefetchTiles; 0 when
+// the design point has none: v4, v5).
+template <class Cfg, class = void>
+struct L2PrefetchTiles {
+  static constexpr int value = 0;
+};
+template <class Cfg>
+struct L2PrefetchTiles<Cfg, std::void_t<decltype(Cfg::kL2PrefetchTiles)>> {
+  static constexpr int value = Cfg::kL2PrefetchTiles;
+};
+
 // Tokens of one warp tile at a design point: about Cfg::kTileBytes of K+V per pipeline
 // stage, 16..64 tokens (a power of two: whole mma passes).
 template <class Cfg, int D, KvFormat F>
@@ -189,7 +200,31 @@ __device__ __forceinline__ void v4_block(const V4Params& p, uint8_t* smem, int s
     }
   }
 
+  // L2 prefetch (design points with kL2PrefetchTiles = P > 0): tile t is prefetched into L2
+  // P iterations before the pipeline loads it, so each warp has P more tiles in flight than
+  // its shared-memory stages hold. The prologue covers tiles kStages-1 .. kStages-2+P (their
+  // table entries load now, the prefetches issue after Q is prepared); iteration i covers
+  // tile i + kStages-1 + P (entries loaded before the tile's compute, used after it).
+  constexpr int kPF = L2PrefetchTiles<Cfg>::value;
+  const bool l2_prefetch = kPF > 0 && !split_x;
+  int pq[kPF > 0 ? kPF : 1][Copy::kTPL];
+  if constexpr (kPF > 0) {
+    if (l2_prefetch) {
+#pragma unroll
+      for (int q = 0; q < kPF; ++q)
+        Copy::fetch_pages(table, first_token(kStages - 1 + q), end, p.pools.geom.block_size, lane,
+                          pq[q]);
+    }
+  }
+
   mma::q_fragments<Op, D>(su.q, p.q_bf16, p.qk_scale, qf_hi, qf_lo, colscale);
+  if constexpr (kPF > 0) {
+    if (l2_prefetch) {
+#pragma unroll
+      for (int q = 0; q < kPF; ++q)
+        Copy::prefetch_rows_l2(p.pools, kv_head, pq[q], first_token(kStages - 1 + q), end, lane);
+    }
+  }
   __syncthreads();
   const float cs0 = colscale[2 * t], cs1 = colscale[2 * t + 1];
   const bool q_lo = !Op::kQkF16 && !p.q_bf16;  // an f16 Q split into bf16 hi + lo
@@ -208,8 +243,16 @@ __device__ __forceinline__ void v4_block(const V4Params& p, uint8_t* smem, int s
     } else {
       cp_async_commit();
     }
+    if constexpr (kPF > 0) {
+      if (l2_prefetch)
+        Copy::fetch_pages(table, first_token(nxt + kPF), end, p.pools.geom.block_size, lane, pq[0]);
+    }
     const Stage sg(wbase + (i % kStages) * kS.stage_bytes);
     wa.tile(sg.sk, sg.sv, sg.sks, sg.svs, end - first_token(i), qf_hi, qf_lo, q_lo, cs0, cs1, lane);
+    if constexpr (kPF > 0) {
+      if (l2_prefetch)
+        Copy::prefetch_rows_l2(p.pools, kv_head, pq[0], first_token(nxt + kPF), end, lane);
+    }
   }
   cp_async_wait<0>();
 

@@ -13,6 +13,7 @@
 #include <tuple>
 
 #include "gpu/attention/decode.h"
+#include "gpu/attention/decode_auto.h"
 #include "gpu/attention/prefill.h"
 #include "gpu/core/cuda_check.h"
 #include "gpu/core/device_info.h"
@@ -177,8 +178,11 @@ struct DecodeStepExecutor::Impl {
   WeightPlan wplan;
   BufferPlan bplan;
   PageGeometry geom;
-  int bps = 0;  // blocks per sequence
-  int attn_version = -1;
+  int bps = 0;            // blocks per sequence
+  int attn_version = -1;  // -1: auto
+  // auto's choice per batch size (the executor's shapes differ only in the batch; choosing
+  // reads the device's properties, so it is made once per batch, outside any capture).
+  std::map<int, DecodeChoice> auto_choices;
 
   thrust::device_vector<uint16_t> weights;
   thrust::device_vector<float> rope;  // [max_context, D/2] x (cos, sin)
@@ -272,6 +276,31 @@ struct DecodeStepExecutor::Impl {
     a.max_seq_len = opt.max_context;
     a.sm_scale = kvlab::ref::step_sm_scale(c);
     return a;
+  }
+  // The attention version and plan knobs of a batch of m rows: the fixed version, or auto's
+  // pick for that batch.
+  DecodeChoice attn_choice(const DecoderConfig& c, const ExecutorOptions& opt, int m) {
+    if (attn_version >= 0) {
+      DecodeChoice ch;
+      ch.version = attn_version;
+      return ch;
+    }
+    auto it = auto_choices.find(m);
+    if (it == auto_choices.end())
+      it = auto_choices.emplace(m, choose_decode(attn_args(c, opt, 0, m))).first;
+    return it->second;
+  }
+  // Decode attention over `a` (a.num_seqs rows) with the executor's workspace.
+  void run_attention(const DecoderConfig& c, const ExecutorOptions& opt, const DecodeArgs& a,
+                     cudaStream_t st) {
+    const DecodeChoice ch = attn_choice(c, opt, a.num_seqs);
+    decode_attention(a, ch.version, ch.tuning, attn_ws_bytes ? ptr(attn_ws) : nullptr,
+                     attn_ws_bytes, st);
+  }
+  // Workspace of the current choice for a batch of m rows.
+  size_t attn_workspace(const DecoderConfig& c, const ExecutorOptions& opt, int m) {
+    const DecodeChoice ch = attn_choice(c, opt, m);
+    return decode_workspace_bytes(attn_args(c, opt, 0, m), ch.version, ch.tuning);
   }
 };
 
@@ -448,27 +477,25 @@ void DecodeStepExecutor::allocate_state() {
   block_table_.clear();
   batch_ = 0;
 
-  // Decode-attention version: the requested one, or the highest id that supports the cache
-  if (opt.attn_version >= 0) {
+  // Decode-attention version: the requested one, or auto (picked per batch size from the
+  // measured calibration table).
+  if (opt.attn_version >= 0)
     set_attn_version(opt.attn_version);
-  } else {
-    int best = -1;
-    for (const auto& info : decode_versions())
-      if (decode_unsupported_reason(I.attn_args(cfg, opt, 0, opt.max_batch), info.id).empty())
-        best = info.id;
-    KVLAB_UNSUPPORTED_IF(best < 0, "decode engine: no decode-attention version supports "
-                                       << to_string(I.geom.format) << "/"
-                                       << to_string(I.geom.layout) << " head_dim "
-                                       << I.geom.head_dim << " block " << I.geom.block_size);
-    set_attn_version(best);
-  }
+  else
+    set_attn_auto();
   KVLAB_CUDA_CHECK(cudaStreamSynchronize(I.stream));
 }
 
 DecodeStepExecutor::~DecodeStepExecutor() = default;
 
 int DecodeStepExecutor::attn_version() const {
-  return impl_->attn_version;
+  const Impl& I = *impl_;
+  if (I.attn_version >= 0) return I.attn_version;
+  const auto it = I.auto_choices.find(opt_.max_batch);  // filled by set_attn_auto
+  return it != I.auto_choices.end() ? it->second.version : -1;
+}
+bool DecodeStepExecutor::attn_auto() const {
+  return impl_->attn_version < 0;
 }
 int DecodeStepExecutor::blocks_per_seq() const {
   return impl_->bps;
@@ -494,20 +521,35 @@ KvCacheView DecodeStepExecutor::cache_view(int layer) const {
 void DecodeStepExecutor::set_attn_version(int id) {
   Impl& I = *impl_;
   decode_version(id);  // throws for an unknown id
-  size_t ws = 0;
+  I.attn_version = id;
+  I.auto_choices.clear();
   for (int m = 1; m <= opt_.max_batch;
        m = (m == opt_.max_batch ? m + 1 : std::min(2 * m, opt_.max_batch))) {
-    const DecodeArgs a = I.attn_args(cfg_, opt_, 0, m);
-    const std::string why = decode_unsupported_reason(a, id);
+    const std::string why = decode_unsupported_reason(I.attn_args(cfg_, opt_, 0, m), id);
     KVLAB_UNSUPPORTED_IF(!why.empty(), "decode-attention version " << id << ": " << why);
-    ws = std::max(ws, decode_workspace_bytes(a, id));
   }
-  for (int m : opt_.graph_buckets)
-    ws = std::max(ws, decode_workspace_bytes(I.attn_args(cfg_, opt_, 0, m), id));
+  size_workspace();
+}
+
+void DecodeStepExecutor::set_attn_auto() {
+  Impl& I = *impl_;
+  I.attn_version = -1;
+  I.auto_choices.clear();
+  // choose_decode throws Unsupported (with the reason) when no version handles a batch.
+  for (int m = 1; m <= opt_.max_batch; ++m) I.attn_choice(cfg_, opt_, m);
+  size_workspace();
+}
+
+// The attention workspace for every batch the executor may run (auto picks per batch, and a
+// split plan need not grow monotonically with the rows): drops captured graphs.
+void DecodeStepExecutor::size_workspace() {
+  Impl& I = *impl_;
+  size_t ws = 0;
+  for (int m = 1; m <= opt_.max_batch; ++m) ws = std::max(ws, I.attn_workspace(cfg_, opt_, m));
+  for (int m : opt_.graph_buckets) ws = std::max(ws, I.attn_workspace(cfg_, opt_, m));
   I.drop_graphs();
   I.attn_ws.resize(std::max<size_t>(ws, 1));
   I.attn_ws_bytes = ws;
-  I.attn_version = id;
 }
 
 int DecodeStepExecutor::bucket_for(int batch) const {
@@ -664,8 +706,7 @@ void enqueue_step(DecodeStepExecutor::Impl& I, const DecoderConfig& c, const Exe
       append_kv(a, st, SlotCheck::kTrusted);  // slots come from step_prepare; no sync in capture
     }
     const DecodeArgs da = I.attn_args(c, opt, l, m);
-    decode_attention(da, I.attn_version, I.attn_ws_bytes ? ptr(I.attn_ws) : nullptr,
-                     I.attn_ws_bytes, st);
+    I.run_attention(c, opt, da, st);
     I.lin->forward(ptr(I.o), qd, I.w(lo.wo), H, qd, ptr(I.y), H, m);
     if (fused) {
       ks::add_rmsnorm(ptr(I.h), ptr(I.y), I.w(lo.mlp_norm), ptr(I.xn), m, H, eps, st);
@@ -963,9 +1004,7 @@ void enqueue_serving(DecodeStepExecutor::Impl& I, const DecoderConfig& c,
     I.lin->forward(ptr(I.xn), H, I.w(lo.wqkv), qkvd, H, ptr(I.qkv), qkvd, m);
     ks::rope_append(ptr(I.qkv), qkvd, c.q_heads, positions, slots, ptr(I.rope), opt.max_context,
                     ptr(I.q), I.views[l], m, st);
-    if (d.nd > 0)
-      decode_attention(serving_decode_args(I, c, opt, d, l), I.attn_version,
-                       I.attn_ws_bytes ? ptr(I.attn_ws) : nullptr, I.attn_ws_bytes, st);
+    if (d.nd > 0) I.run_attention(c, opt, serving_decode_args(I, c, opt, d, l), st);
     if (d.np > 0) prefill_attention(prefill_args(I, c, opt, d, l), 0, st);
     I.lin->forward(ptr(I.o), qd, I.w(lo.wo), H, qd, ptr(I.y), H, m);
     ks::add_rmsnorm(ptr(I.h), ptr(I.y), I.w(lo.mlp_norm), ptr(I.xn), m, H, eps, st);
@@ -1001,8 +1040,7 @@ void DecodeStepExecutor::ensure_serving_buffers() {
   // A serving step runs decode attention over any number of rows up to max_batch: size the
   // workspace for every one of them (split-KV plans need not grow monotonically with rows).
   size_t ws = I.attn_ws_bytes;
-  for (int m = 1; m <= opt_.max_batch; ++m)
-    ws = std::max(ws, decode_workspace_bytes(I.attn_args(cfg_, opt_, 0, m), I.attn_version));
+  for (int m = 1; m <= opt_.max_batch; ++m) ws = std::max(ws, I.attn_workspace(cfg_, opt_, m));
   if (ws > I.attn_ws_bytes) {
     I.drop_graphs();
     I.attn_ws.resize(ws);
@@ -1246,8 +1284,7 @@ DecodeStepExecutor::ServingPartTimes DecodeStepExecutor::time_serving_parts(
   if (d.nd > 0)
     t.decode_attn_ms = median_ms([&] {
       for (int l = 0; l < c.layers; ++l)
-        decode_attention(serving_decode_args(I, c, opt_, d, l), I.attn_version,
-                         I.attn_ws_bytes ? ptr(I.attn_ws) : nullptr, I.attn_ws_bytes, I.stream);
+        I.run_attention(cfg_, opt_, serving_decode_args(I, c, opt_, d, l), I.stream);
     });
   if (d.np > 0)
     t.prefill_attn_ms = median_ms([&] {

@@ -70,8 +70,9 @@ struct ExecutorOptions {
   int block_size = 16;
   int max_batch = 1;
   int max_context = 128;  // tokens per sequence, history and generated together
-  int attn_version =
-      -1;  // decode-attention registry id; -1: the highest id that supports the cache
+  // Decode-attention registry id; -1: `auto`, the version and split picked per batch size
+  // from the measured calibration table (gpu/attention/decode_auto.h).
+  int attn_version = -1;
   std::vector<int> graph_buckets;  // empty: 1, 2, 4, ... and max_batch
   float k_scale = 1.0f;            // pool scales of kFP8E4M3 / kFP8E5M2 / kNVFP4 caches
   float v_scale = 1.0f;
@@ -176,8 +177,12 @@ class DecodeStepExecutor {
 
   int batch() const { return batch_; }
   int bucket_for(int batch) const;
+  // The registry id attention runs (under `auto`: its pick for max_batch rows; other batch
+  // sizes may run another version).
   int attn_version() const;
+  bool attn_auto() const;         // attention picks per batch size (`auto`)
   void set_attn_version(int id);  // drops captured graphs
+  void set_attn_auto();           // `auto` (the default); drops captured graphs
   int graphs_captured() const;
   const DecoderConfig& config() const { return cfg_; }
   const ExecutorOptions& options() const { return opt_; }
@@ -191,6 +196,7 @@ class DecodeStepExecutor {
   void allocate_state();
   void init(const DecoderWeights* weights);
   void ensure_serving_buffers();
+  void size_workspace();  // the attention workspace for every batch size; drops graphs
   DecoderConfig cfg_;
   ExecutorOptions opt_;
   int batch_ = 0;

@@ -28,7 +28,7 @@ struct ServingExecutorOptions {
   int max_seqs = 64;      // sequences per step at most (the engine's max_num_seqs)
   int max_context = 0;    // tokens per sequence at most (prompt + output)
   bool graph = true;      // decode-only steps as CUDA graphs (buckets: default_graph_buckets)
-  int attn_version = -1;  // decode-attention registry id (-1: the highest that supports bf16)
+  int attn_version = -1;  // decode-attention registry id (-1: auto, picked per batch size)
 };
 
 class GpuServingExecutor : public sim::StepExecutor {
