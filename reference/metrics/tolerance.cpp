@@ -10,6 +10,7 @@
 // (pool scales map the data's amax onto the format's range).
 #include "reference/metrics/tolerance.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <limits>
@@ -125,28 +126,50 @@ const char* kExactCmd =
 // row: bounded by the element format's step at the top of its range. Measured
 // (cpu_measurements.csv, 64 paged cases per format and Q dtype: head_dim 64/128/256, awkward
 // lengths to 3001 and the GPU tests' short lengths, unit Gaussian data, amax scales).
+// The vs-original NMSE is taken per case. A case of one short sequence at head_dim 32 (4 heads
+// x 32 = 128 elements: the Python package's append-then-decode check) spreads ~3x wider than
+// the multi-sequence cases (>= 2304 elements, 8 q / 2 kv heads), so the rows hold units of
+// fewer than 2304 elements to a small-unit NMSE bound measured on such cases (one sequence of
+// 1..16 tokens, block 4, 64 seeds each, pool scales from the amax and fixed), and the larger
+// ones keep the bound measured on them.
+constexpr int64_t kVsOrigSmallUnit = 2304;
 const char* kWhyVsOrigBf16 =
     "fp16 activations stored as bf16 (RNE, u = 2^-8): measured max |d| 0.0139, needed atol "
-    "0.0129 at rtol 2^-8, worst NMSE 4.5e-6; bound atol 0.02 + 2^-8 |ref| (1.5x), NMSE 7e-6 "
-    "(1.5x). A cache that truncates instead of rounding doubles both (test_tolerance_teeth).";
+    "0.0129 at rtol 2^-8; worst NMSE 4.7e-6 over cases of >= 2304 elements, 1.36e-5 over "
+    "single 1-16 token sequences at head_dim 32 (128 elements); bound atol 0.02 + 2^-8 |ref| "
+    "(1.5x), NMSE 7e-6 (1.5x), below 2304 elements 2e-5 (1.5x). A cache that truncates "
+    "instead of rounding doubles the error (test_tolerance_teeth).";
 const char* kWhyVsOrigE4M3 =
-    "FP8 E4M3 storage (per tensor or per token, amax/448 scales): the largest element error is "
-    "half a step of the top binade, 16 s = 16 amax / 448 ~ 0.18 for amax ~ 5; measured max |d| "
-    "0.199, worst NMSE 1.04e-3; bound atol 0.3 + 2^-7 |ref| (1.5x), NMSE 1.5e-3 (1.4x). Was 0.5 + "
-    "2^-4 |ref| and NMSE 2^-8 (3.9x the measurement): truncating instead of rounding now fails.";
+    "FP8 E4M3 storage (amax/448 or a fixed pool scale such as 0.01): the largest element error "
+    "is half a step of the top binade, 16 s = 16 amax / 448 ~ 0.18 for amax ~ 5; measured max "
+    "|d| 0.199 (needed atol 0.179); worst NMSE 1.05e-3 over cases of >= 2304 elements, 3.49e-3 "
+    "over single 1-16 token sequences at head_dim 32 (128 elements; fixed scale 0.01: "
+    "3.23e-3); bound atol 0.3 + 2^-7 |ref| (1.7x), NMSE 1.5e-3 (1.4x), below 2304 elements "
+    "5.25e-3 (1.5x). Truncating instead of rounding fails.";
+const char* kWhyVsOrigE4M3PerToken =
+    "FP8 E4M3 storage with a per-token amax/448 scale: measured max |d| 0.150 (needed atol "
+    "0.147); worst NMSE 9.8e-4 over cases of >= 2304 elements, 2.86e-3 over single 1-16 token "
+    "sequences at head_dim 32 (128 elements); bound atol 0.3 + 2^-7 |ref| (2x), NMSE 1.5e-3 "
+    "(1.5x), below 2304 elements 4.3e-3 (1.5x).";
 const char* kWhyVsOrigE5M2 =
-    "FP8 E5M2 storage (amax/57344 scale): measured max |d| 0.41, worst NMSE 4.3e-3; bound atol "
-    "0.6 + 2^-7 |ref| (1.5x), NMSE 6e-3 (1.4x). Was 1 + 2^-3 |ref| and NMSE 2^-6 (3.6x).";
+    "FP8 E5M2 storage (amax/57344 or a fixed pool scale such as 0.01): measured max |d| 0.369 "
+    "(needed atol 0.358); worst NMSE 4.6e-3 over cases of >= 2304 elements, 1.51e-2 over "
+    "single 1-16 token sequences at head_dim 32 (128 elements; fixed scale 0.01; amax scale: "
+    "1.16e-2); bound atol 0.6 + 2^-7 |ref| (1.7x), NMSE 6e-3 (1.3x), below 2304 elements "
+    "0.0225 (1.5x).";
 const char* kWhyVsOrigNvfp4 =
     "NVFP4 storage (E2M1 in 16-element blocks, E4M3 block scale s ~ amax/6): the largest error "
-    "is s, half the step between 4 s and 6 s; measured max |d| 0.60, worst NMSE 1.35e-2; bound "
-    "atol 1 + 2^-7 |ref| (1.7x), NMSE 0.02 (1.5x). Was atol 2 + 2^-2 |ref| (never fired) and NMSE "
-    "2^-4 (4.6x): an E2M1 encoder that saturates at 4 instead of 6 now fails elementwise.";
+    "is s, half the step between 4 s and 6 s; measured max |d| 0.58 (needed atol 0.577); worst "
+    "NMSE 1.5e-2 over cases of >= 2304 elements, 4.16e-2 over single 1-16 token sequences at "
+    "head_dim 32 (128 elements; global scale 1; amax: 3.97e-2); bound atol 1 + 2^-7 |ref| "
+    "(1.7x), NMSE 0.02 (1.3x), below 2304 elements 0.0625 (1.5x). An E2M1 encoder that "
+    "saturates at 4 instead of 6 fails elementwise.";
 const char* kWhyVsOrigMxfp4 =
     "MXFP4 storage (E2M1 in 32-element blocks, UE8M0 floor scale 2^e with amax/2^e in [4, 8)): "
     "values up to 6 * 2^e err by <= 2^e, i.e. <= 1 for unit Gaussian data (|v| < 8); measured "
-    "max |d| 0.875, worst NMSE 1.9e-2; bound atol 1.25 + 2^-7 |ref| (1.4x), NMSE 0.028 (1.5x). "
-    "Was atol 2 + 2^-2 |ref| (never fired) and NMSE 2^-4 (3.3x).";
+    "max |d| 0.996 (needed atol 0.981); worst NMSE 1.9e-2 over cases of >= 2304 elements, "
+    "6.76e-2 over single 1-16 token sequences at head_dim 32 (128 elements); bound atol 1.25 "
+    "+ 2^-7 |ref| (1.27x), NMSE 0.028 (1.5x), below 2304 elements 0.1 (1.5x).";
 
 // Quantize -> dequantize round trip, judged per token row (a row of head_dim elements) and
 // per tensor with the same NMSE bound: measured worst token row over 65536 rows per
@@ -283,27 +306,28 @@ const Row kRows[] = {
     {Op::kDecodeAttentionVsBf16,
      F(KvFormat::kBF16),
      T(DType::kF16),
-     {0.02, p2(-8), 7e-6, false, kWhyVsOrigBf16, kCpuData, kCpuCmd}},
+     {0.02, p2(-8), 7e-6, false, kWhyVsOrigBf16, kCpuData, kCpuCmd, 2e-5, kVsOrigSmallUnit}},
     {Op::kDecodeAttentionVsBf16,
      F(KvFormat::kFP8E4M3),
      kAny,
-     {0.3, p2(-7), 1.5e-3, false, kWhyVsOrigE4M3, kCpuData, kCpuCmd}},
+     {0.3, p2(-7), 1.5e-3, false, kWhyVsOrigE4M3, kCpuData, kCpuCmd, 5.25e-3, kVsOrigSmallUnit}},
     {Op::kDecodeAttentionVsBf16,
      F(KvFormat::kFP8E4M3PerToken),
      kAny,
-     {0.3, p2(-7), 1.5e-3, false, kWhyVsOrigE4M3, kCpuData, kCpuCmd}},
+     {0.3, p2(-7), 1.5e-3, false, kWhyVsOrigE4M3PerToken, kCpuData, kCpuCmd, 4.3e-3,
+      kVsOrigSmallUnit}},
     {Op::kDecodeAttentionVsBf16,
      F(KvFormat::kFP8E5M2),
      kAny,
-     {0.6, p2(-7), 6e-3, false, kWhyVsOrigE5M2, kCpuData, kCpuCmd}},
+     {0.6, p2(-7), 6e-3, false, kWhyVsOrigE5M2, kCpuData, kCpuCmd, 0.0225, kVsOrigSmallUnit}},
     {Op::kDecodeAttentionVsBf16,
      F(KvFormat::kNVFP4),
      kAny,
-     {1.0, p2(-7), 0.02, false, kWhyVsOrigNvfp4, kCpuData, kCpuCmd}},
+     {1.0, p2(-7), 0.02, false, kWhyVsOrigNvfp4, kCpuData, kCpuCmd, 0.0625, kVsOrigSmallUnit}},
     {Op::kDecodeAttentionVsBf16,
      F(KvFormat::kMXFP4),
      kAny,
-     {1.25, p2(-7), 0.028, false, kWhyVsOrigMxfp4, kCpuData, kCpuCmd}},
+     {1.25, p2(-7), 0.028, false, kWhyVsOrigMxfp4, kCpuData, kCpuCmd, 0.1, kVsOrigSmallUnit}},
 
     // Quantize -> dequantize round trip vs the input (elementwise bound, and nmse = the
     // per-token relative-L2 bound squared: the whole-tensor NMSE is a weighted mean of the
@@ -593,14 +617,22 @@ bool check(const std::vector<float>& out, const std::vector<float>& ref, const T
   return check(out.data(), ref.data(), out.size(), tol, s, ulp_dtype);
 }
 
+double nmse_bound(const Tolerance& tol, int64_t elements) {
+  if (tol.nmse_max_small > 0 && elements < tol.nmse_small_below)
+    return std::max(tol.nmse_max, tol.nmse_max_small);
+  return tol.nmse_max;
+}
+
 std::string explain_failure(const ErrorStats& s, const Tolerance& tol) {
   std::ostringstream os;
   if (s.violations > 0)
     os << s.violations << " of " << s.count << " elements exceed atol " << tol.atol << " + rtol "
        << tol.rtol << " * |ref| (worst index " << s.worst_index << ")";
   // nmse = +inf means ||ref|| = 0 with a non-zero difference: the elementwise bound decides.
-  if (std::isfinite(s.nmse) && s.nmse > tol.nmse_max)
-    os << (os.tellp() > 0 ? "; " : "") << "nmse " << s.nmse << " > " << tol.nmse_max;
+  const double nmse_max = nmse_bound(tol, s.count);
+  if (std::isfinite(s.nmse) && s.nmse > nmse_max)
+    os << (os.tellp() > 0 ? "; " : "") << "nmse " << s.nmse << " > " << nmse_max
+       << (nmse_max != tol.nmse_max ? " (the small-unit bound)" : "");
   if (!tol.allow_nonfinite && s.mismatched_nonfinite > 0)
     os << (os.tellp() > 0 ? "; " : "") << s.mismatched_nonfinite
        << " non-finite mismatches (nan out/ref " << s.nan_out << "/" << s.nan_ref

@@ -8,6 +8,7 @@
 // file under data/tolerance/ and the command that regenerates it; tolerance.cpp).
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -48,7 +49,15 @@ struct Tolerance {
   // every row with a CSV data file is checked against it (tests/cpu/test_tolerance_data.cpp).
   const char* data = "";
   const char* command = "";
+  // Small units: the NMSE of a unit of few elements (a ratio of few squares) spreads wider
+  // than that of a large one, so a row may hold units of fewer than nmse_small_below
+  // elements to nmse_max_small instead (0, 0: one bound for every unit). nmse_bound() picks.
+  double nmse_max_small = 0;
+  int64_t nmse_small_below = 0;
 };
+
+// The NMSE bound a unit of `elements` compared elements is held to.
+double nmse_bound(const Tolerance& tol, int64_t elements);
 
 // The entry for (op, format, out_dtype[, layers]). `layers` is the decoder depth; the
 // decode-step logits are keyed by it (their error grows with depth) and need it (>= 1: an
@@ -73,7 +82,8 @@ const std::vector<ToleranceRow>& tolerance_rows();
 // s->violations / s->worst_index using the tolerance and returns whether the whole check
 // passes:
 //   - every finite pair satisfies |out - ref| <= atol + rtol * |ref|;
-//   - nmse <= nmse_max (skipped when ||ref|| = 0: the elementwise bound then decides);
+//   - nmse <= nmse_bound(tol, n) (skipped when ||ref|| = 0: the elementwise bound then
+//     decides);
 //   - no non-finite mismatch (see metrics.h), unless allow_nonfinite.
 // Non-finite mismatches count as violations (unless allowed) and rank worst.
 bool check(const float* out, const float* ref, size_t n, const Tolerance& tol, ErrorStats* s,

@@ -4,12 +4,15 @@
 // cpu_measurements.csv; tests/tolerance/summarize_log.py writes cpu_checks.csv from a logged
 // test run), one line per (op, format, dtype, layers, dataset). For every line, the row the
 // table returns for its key must hold the measurement (fit: needed atol <= atol at the same
-// rtol, worst NMSE <= nmse_max). For the empirical rows (data = cpu_measurements.csv) the
-// bound must also bite: at most 4x the worst needed atol and 16x (4x in amplitude) the worst
-// NMSE of their lines, so a bound cannot drift far above what the data supports.
+// rtol, worst NMSE <= the NMSE bound for the line's unit size: nmse_bound() of the elements per
+// case). For the empirical rows (data = cpu_measurements.csv) the bound must also bite: at
+// most 4x the worst needed atol and 16x (4x in amplitude) the worst NMSE of their lines (a
+// row with a small-unit NMSE bound: each of its two bounds against the lines of its units),
+// so a bound cannot drift far above what the data supports.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <fstream>
 #include <map>
@@ -32,7 +35,11 @@ struct Line {
   int number = 0;
   std::string op, format, dtype, subject, dataset;
   int layers = 0;
+  int64_t cases = 0, elements = 0;
   double rtol = 0, max_abs = 0, needed_atol = 0, worst_nmse = 0;
+  // Elements per case: the unit an NMSE bound is chosen for (each line of the tool measures
+  // cases of one unit size class).
+  int64_t unit() const { return cases > 0 ? elements / cases : elements; }
   std::string where() const {
     return file + ":" + std::to_string(number) + " (" + op + " " + format + " " + dtype + " " +
            subject + "; " + dataset + ")";
@@ -70,6 +77,8 @@ std::vector<Line> read_csv(const std::string& path) {
     l.layers = std::stoi(p[3]);
     l.subject = p[4];
     l.dataset = p[5];
+    l.cases = std::stoll(p[6]);
+    l.elements = std::stoll(p[7]);
     l.rtol = std::stod(p[8]);
     l.max_abs = std::stod(p[9]);
     l.needed_atol = std::stod(p[10]);
@@ -107,6 +116,8 @@ int row_of(Op op, KvFormat f, DType d, int layers) {
 struct Worst {
   int lines = 0;
   double needed_atol = 0, nmse = 0;
+  int small_lines = 0;    // lines of units under the row's nmse_small_below
+  double nmse_small = 0;  // their worst NMSE
 };
 
 TEST(ToleranceData, EveryMeasurementFitsItsRowAndEmpiricalRowsBite) {
@@ -134,11 +145,17 @@ TEST(ToleranceData, EveryMeasurementFitsItsRowAndEmpiricalRowsBite) {
           << l.where() << ": measured at another rtol than the row's (regenerate the file)";
       if (std::isfinite(r.tol.atol))
         EXPECT_LE(l.needed_atol, r.tol.atol) << l.where() << ": the bound does not hold";
-      EXPECT_LE(l.worst_nmse, r.tol.nmse_max) << l.where() << ": the NMSE bound does not hold";
+      EXPECT_LE(l.worst_nmse, nmse_bound(r.tol, l.unit()))
+          << l.where() << ": the NMSE bound does not hold (" << l.unit() << " elements a case)";
       Worst& w = worst[ri];
       ++w.lines;
       w.needed_atol = std::max(w.needed_atol, l.needed_atol);
-      w.nmse = std::max(w.nmse, l.worst_nmse);
+      if (r.tol.nmse_max_small > 0 && l.unit() < r.tol.nmse_small_below) {
+        ++w.small_lines;
+        w.nmse_small = std::max(w.nmse_small, l.worst_nmse);
+      } else {
+        w.nmse = std::max(w.nmse, l.worst_nmse);
+      }
     }
   EXPECT_GT(checked, 40);
 
@@ -164,6 +181,17 @@ TEST(ToleranceData, EveryMeasurementFitsItsRowAndEmpiricalRowsBite) {
       EXPECT_LE(r.tol.nmse_max, kMaxNmseMargin * w.nmse)
           << name << ": nmse_max " << r.tol.nmse_max << " is more than " << kMaxNmseMargin
           << "x the worst measured " << w.nmse;
+    if (r.tol.nmse_max_small > 0) {
+      EXPECT_GT(w.small_lines, 0) << name << " has a small-unit NMSE bound but no line measures "
+                                  << "units under " << r.tol.nmse_small_below << " elements";
+      EXPECT_GT(w.nmse_small, 0) << name;
+      EXPECT_LE(r.tol.nmse_max_small, kMaxNmseMargin * w.nmse_small)
+          << name << ": nmse_max_small " << r.tol.nmse_max_small << " is more than "
+          << kMaxNmseMargin << "x the worst measured " << w.nmse_small;
+      std::printf("%-44s small units (< %lld elements): nmse %-9.3g (worst %-9.3g) %d lines\n",
+                  name.c_str(), static_cast<long long>(r.tol.nmse_small_below),
+                  r.tol.nmse_max_small, w.nmse_small, w.small_lines);
+    }
     std::printf("%-44s atol %-9.3g (need %-9.3g) nmse %-9.3g (worst %-9.3g) %d lines\n",
                 name.c_str(), r.tol.atol, w.needed_atol, r.tol.nmse_max, w.nmse, w.lines);
   }

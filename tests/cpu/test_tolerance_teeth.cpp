@@ -232,147 +232,58 @@ TEST(ToleranceTeeth, VsOriginalRowsRejectPlantedEncoderBugs) {
     }
 }
 
-// The round-trip rows on the data the tests feed (unit-scale Gaussian for per-tensor scales,
-// K-cache-like data otherwise): an encoder one mantissa bit short fails the tensor or a row.
-TEST(ToleranceTeeth, RoundTripRowsRejectAnEncoderOneBitShort) {
-  const std::vector<std::pair<std::string, KvFormat>> presets = {
-      {"fp8_e4m3_per_tensor", KvFormat::kFP8E4M3},
-      {"fp8_e5m2_per_tensor", KvFormat::kFP8E5M2},
-      {"fp8_e4m3_per_token", KvFormat::kFP8E4M3PerToken},
-      {"nvfp4", KvFormat::kNVFP4},
-      {"mxfp4", KvFormat::kMXFP4},
-      {"mxfp4_hadamard", KvFormat::kMXFP4}};
-  const int64_t tokens = 512;
-  const int32_t heads = 2, cols = 128;
-  for (const auto& [name, f] : presets) {
-    const Tolerance t = tolerance(Op::kQuantRoundTrip, f, DType::kF32);
-    const ref::QuantScheme s = ref::make_scheme(name);
-    const bool per_tensor = name.find("per_tensor") != std::string::npos;
-    const std::vector<float> x = ref::synth_kv(ref::synth_preset(
-        per_tensor ? "gaussian" : "kcache", tokens, heads, cols, test::seed_for(name.c_str())));
-    const std::vector<float> y = s.roundtrip(x.data(), tokens * heads, cols);
-    std::vector<float> bad(y.size());
-    for (size_t i = 0; i < y.size(); ++i) bad[i] = x[i] + 2 * (y[i] - x[i]);
-    auto any_fails = [&](const std::vector<float>& out) {
-      ErrorStats st;
-      if (!check(out.data(), x.data(), out.size(), t, &st)) return true;
-      for (int64_t r = 0; r < tokens * heads; ++r)
-        if (!check(out.data() + r * cols, x.data() + r * cols, cols, t, &st)) return true;
-      return false;
-    };
-    EXPECT_FALSE(any_fails(y)) << name << ": the correct round trip must pass";
-    EXPECT_TRUE(any_fails(bad)) << name << ": a one-bit-short encoder must fail";
-  }
-  // bf16 / fp16 from f32: truncation instead of rounding fails the elementwise bound.
-  std::mt19937_64 g(test::seed_for("teeth.rt16"));
-  std::normal_distribution<float> nd;
-  std::vector<double> x(4096);
-  for (auto& v : x) v = nd(g);
-  for (DType d : {DType::kBF16, DType::kF16}) {
-    const KvFormat f = d == DType::kBF16 ? KvFormat::kBF16 : KvFormat::kFP16;
-    const std::vector<float> in(x.begin(), x.end());
-    EXPECT_FALSE(rejects(rounded(x, d), in, tolerance(Op::kQuantRoundTrip, f, DType::kF32)));
-    EXPECT_TRUE(rejects(rounded(x, d, true), in, tolerance(Op::kQuantRoundTrip, f, DType::kF32)))
-        << to_string(d) << " truncation";
-    // lossless rows: one ulp off anywhere fails
-    std::vector<float> same = rounded(x, d), off = same;
-    const uint16_t code = static_cast<uint16_t>(ref::round_to_16bit_code(x[17], d) + 1);
-    off[17] = d == DType::kBF16 ? bf16_bits_to_float(code) : fp16_bits_to_float(code);
-    ASSERT_NE(off[17], same[17]);
-    EXPECT_TRUE(rejects(off, same, tolerance(Op::kQuantRoundTrip, f, d))) << to_string(d);
-  }
-}
-
-TEST(ToleranceTeeth, ExactRowsRejectOneDifferingByte) {
-  std::vector<float> a(1000), b;
-  std::iota(a.begin(), a.end(), 0.0f);
-  b = a;
-  b[999] = 998.0f;
-  for (Op op : {Op::kQuantBytes, Op::kAppend})
-    for (KvFormat f : all_kv_formats()) EXPECT_TRUE(rejects(b, a, tolerance(op, f, DType::kF32)));
-}
-
-TEST(ToleranceTeeth, CompressorRowsRejectAWindowOffByOne) {
-  std::mt19937_64 g(test::seed_for("teeth.compressor"));
-  std::normal_distribution<float> nd;
-  for (const auto& [ratio, overlap] : std::vector<std::pair<int, bool>>{{4, true}, {128, false}}) {
-    const int dim = 64, width = (overlap ? 2 : 1) * dim, tokens = 4 * ratio + 1;
-    std::vector<float> kv(static_cast<size_t>(tokens) * width), gate(kv.size());
-    for (auto& v : kv) v = nd(g);
-    for (auto& v : gate) v = nd(g);
-    const int entries = (tokens - 1) / ratio;
-    std::vector<float> good(static_cast<size_t>(entries) * dim), bad(good.size());
-    ref::dsv4_compress_oneshot(kv.data(), gate.data(), nullptr, tokens - 1, ratio, dim, overlap,
-                               good.data());
-    // the window starts one token late
-    ref::dsv4_compress_oneshot(kv.data() + width, gate.data() + width, nullptr, tokens - 1, ratio,
-                               dim, overlap, bad.data());
-    for (KvFormat f : {KvFormat::kBF16, KvFormat::kFP16})
-      EXPECT_TRUE(rejects(bad, good, tolerance(Op::kCompressor, f, DType::kF32)))
-          << "ratio " << ratio;
-  }
-}
-
-// Every decode-step row (each format, each depth) rejects a wrong model at nearly every step:
-// the tiny preset (2 layers) against another weight seed, a RoPE base of 500 (invisible at
-// position 0, so from position 1 on) and the same model with one layer left out.
-TEST(ToleranceTeeth, StepLogitRowsRejectAWrongModel) {
-  const DecoderConfig good = decoder_preset("tiny");
-  DecoderConfig seed = good, rope = good, short_model = good;
-  seed.seed = good.seed + 1;
-  rope.rope_theta = 500.0f;
-  short_model.layers = good.layers - 1;
-  for (KvFormat f : all_kv_formats()) {
-    ref::StepCacheOptions co;
-    co.format = f;
-    co.k_scale = co.v_scale = 0.02f;
-    const int batch = 2, steps = 12;
-    std::vector<std::vector<float>> want;
-    {
-      ref::DecoderRef a(good, co, batch, steps);
-      std::vector<int32_t> table(static_cast<size_t>(batch) * a.blocks_per_seq());
-      std::iota(table.begin(), table.end(), 0);
-      a.start(batch, table);
-      std::mt19937_64 rng(test::seed_for("teeth.step"));
-      for (int s = 0; s < steps; ++s) {
-        std::vector<int32_t> tok(batch);
-        for (auto& x : tok) x = static_cast<int32_t>(rng() % good.vocab);
-        a.step(tok);
-        want.push_back(a.logits());
+// The small-unit NMSE bound of the vs-original rows (cases under nmse_small_below elements:
+// one short sequence at head_dim 32, the Python package's append-then-decode shape, with a
+// fixed FP8 pool scale). Such a case has too few elements for one draw to tell a 2x error from
+// an unlucky draw (the bound is 1.5x the worst of 1024 cases; a 2x error fails only some of
+// these cases, printed below): an encoder one mantissa bit short is caught by the large-unit
+// bound (VsOriginalRowsRejectPlantedEncoderBugs). Two bits short (4x the error), a swapped
+// nibble pair and a pool scale applied twice fail every small case.
+TEST(ToleranceTeeth, VsOriginalSmallUnitBoundRejectsPlantedEncoderBugs) {
+  const std::vector<int32_t> lens = {1, 2, 3, 5, 9, 12, 16, 16};
+  for (KvFormat f : all_kv_formats())
+    for (DType qd : {DType::kBF16, DType::kF16}) {
+      const Tolerance t = tolerance(Op::kDecodeAttentionVsBf16, f, qd);
+      if (t.nmse_max_small == 0) continue;  // lossless: one bound
+      SCOPED_TRACE(to_string(f) + "/" + to_string(qd));
+      int doubled_caught = 0;
+      for (size_t i = 0; i < lens.size(); ++i) {
+        const std::string name = "teeth.vs_original_small." + std::to_string(i);
+        ref::PagedCaseSpec s = test::seeded_spec(name.c_str(), KvLayout::kNHD, f, qd);
+        s.seq_lens = {lens[i]};
+        s.num_qo_heads = 4;
+        s.num_kv_heads = 2;
+        s.head_dim = 32;
+        s.block_size = 4;
+        if (f == KvFormat::kFP8E4M3 || f == KvFormat::kFP8E5M2) s.k_scale = s.v_scale = 0.01f;
+        ref::PagedCase c = ref::make_paged_case(s);
+        const std::vector<float> cache = ref::reference_decode(c).o;
+        const std::vector<float> orig = ref::reference_decode_original(c).o;
+        ASSERT_LT(static_cast<int64_t>(cache.size()), t.nmse_small_below);
+        EXPECT_FALSE(rejects(cache, orig, t)) << lens[i] << " tokens: the correct cache must pass";
+        auto scaled = [&](double k) {
+          std::vector<float> o(cache.size());
+          for (size_t j = 0; j < cache.size(); ++j) o[j] = orig[j] + k * (cache[j] - orig[j]);
+          return o;
+        };
+        doubled_caught += rejects(scaled(2), orig, t);
+        EXPECT_TRUE(rejects(scaled(4), orig, t)) << lens[i] << " tokens: error x4";
+        if (kv_format_bits(f) == 4) {
+          ref::PagedCase w = c;
+          swap_v_nibbles(&w);
+          EXPECT_TRUE(rejects(ref::reference_decode(w).o, orig, t))
+              << lens[i] << " tokens: nibbles swapped";
+        }
+        if (kv_format_has_pool_scale(f)) {
+          ref::PagedCase w = c;
+          w.v_scale = c.v_scale * c.v_scale;
+          EXPECT_TRUE(rejects(ref::reference_decode(w).o, orig, t))
+              << lens[i] << " tokens: v scale applied twice";
+        }
       }
+      std::printf("%-12s %-5s error x2 caught on %d of %zu small cases\n", to_string(f).c_str(),
+                  to_string(qd).c_str(), doubled_caught, lens.size());
     }
-    for (const DecoderConfig* wrong : {&seed, &rope, &short_model}) {
-      ref::DecoderRef b(*wrong, co, batch, steps);
-      std::vector<int32_t> table(static_cast<size_t>(batch) * b.blocks_per_seq());
-      std::iota(table.begin(), table.end(), 0);
-      b.start(batch, table);
-      std::mt19937_64 rng(test::seed_for("teeth.step"));
-      std::vector<std::vector<float>> got;
-      for (int s = 0; s < steps; ++s) {
-        std::vector<int32_t> tok(batch);
-        for (auto& x : tok) x = static_cast<int32_t>(rng() % good.vocab);
-        b.step(tok);
-        got.push_back(b.logits());
-      }
-      for (const ToleranceRow& r : tolerance_rows()) {
-        if (r.op != Op::kDecodeStepLogits || r.format != static_cast<int>(f)) continue;
-        int rejected = 0;
-        for (int s = 0; s < steps; ++s) rejected += rejects(got[s], want[s], r.tol);
-        std::printf("%-12s layers %2d-%-2d %-18s rejected at %d of %d steps\n",
-                    to_string(f).c_str(), r.min_layers, r.max_layers,
-                    wrong == &seed   ? "other weight seed"
-                    : wrong == &rope ? "rope base 500"
-                                     : "a layer left out",
-                    rejected, steps);
-        const int need = wrong == &rope ? steps / 2 : steps;
-        EXPECT_GE(rejected, need) << to_string(f) << " layers " << r.min_layers << "-"
-                                  << r.max_layers << ": "
-                                  << (wrong == &seed   ? "other weight seed"
-                                      : wrong == &rope ? "rope base 500"
-                                                       : "a layer left out");
-      }
-    }
-  }
 }
 
 }  // namespace

@@ -18,7 +18,8 @@
 //                                 unit-scale tokens, as its bound assumes), 8 seeds each
 //   decode_attention_vs_original  the reference decode over the quantized cache vs the same
 //                                 decode over the original activations, every format x Q dtype,
-//                                 head_dim 64/128/256, awkward lengths up to 3001, 4 seeds
+//                                 head_dim 32-256, awkward lengths up to 3001, short lengths,
+//                                 single sequences of 1-16 tokens with amax and fixed pool scales
 //   decode_step_logits            the float- vs the double-accumulating CPU reference decode
 //                                 step (two legitimate accumulation orders), tiny and small
 //                                 presets, 8 weight seeds, batch 8, 24 steps (the GPU vs CPU
@@ -169,28 +170,53 @@ void round_trip(std::vector<Line>* out) {
 }
 
 // ---- decode_attention_vs_original ----------------------------------------------------------
-// Two datasets per (format, Q dtype): long awkward lengths (most of the output energy in long
-// averages) and the short lengths of the GPU tests' small cases (an output of a 1-token
-// sequence is a dequantized V row: the largest elementwise errors and NMSE).
+// Per (format, Q dtype): long awkward lengths (most of the output energy in long averages), the
+// short lengths of the GPU tests' small cases (an output of a 1-token sequence is a dequantized
+// V row: the largest elementwise errors), and single short sequences at head_dim 32 (a case of
+// 4 heads x 32 elements: the fewest elements an NMSE is taken over, so the widest spread of the
+// per-case NMSE), with the pool scale from the amax and fixed as a user sets it (the Python
+// package's append_kv takes k_scale / v_scale; 0.01 leaves unit-Gaussian data unclipped in
+// both FP8 formats, NVFP4's global scale 1).
 void decode_vs_original(std::vector<Line>* out) {
   struct Dataset {
-    const char* name;
-    std::vector<int32_t> lens;
+    std::string name;
+    std::vector<std::vector<int32_t>> cases;  // the seq_lens of each case (one case per entry)
     std::vector<int> head_dims;
     int seeds;
+    int32_t qo_heads = 8, block_size = 16;
+    bool fixed_scale = false;  // pool scales fixed (fp8: 0.01, nvfp4: 1) instead of the amax
   };
+  std::vector<std::vector<int32_t>> single;
+  for (int32_t n = 1; n <= 16; ++n) single.push_back({n});
   const std::vector<Dataset> sets = {
-      {"awkward_seq_lens(16, 3001), head_dim 64/128/256, seeds 0-3",
-       ref::awkward_seq_lens(16, 3001),
+      {"8 q / 2 kv heads; awkward_seq_lens(16, 3001), head_dim 64/128/256, seeds 0-3",
+       {ref::awkward_seq_lens(16, 3001)},
        {64, 128, 256},
        4},
-      {"lengths 0 1 2 15 16 17 33 97 600, head_dim 64/128, seeds 0-15",
-       {0, 1, 2, 15, 16, 17, 33, 97, 600},
-       {64, 128},
-       16}};
+      {"8 q / 2 kv heads; lengths 0 1 2 15 16 17 33 97 600, head_dim 32/64/128, seeds 0-15",
+       {{0, 1, 2, 15, 16, 17, 33, 97, 600}},
+       {32, 64, 128},
+       16},
+      {"4 q / 2 kv heads; block 4; one sequence of 1..16 tokens per case, head_dim 32, pool "
+       "scale from the amax, seeds 0-63",
+       single,
+       {32},
+       64,
+       4,
+       4},
+      {"4 q / 2 kv heads; block 4; one sequence of 1..16 tokens per case, head_dim 32, fixed "
+       "pool scale (fp8 0.01; nvfp4 1), seeds 0-63",
+       single,
+       {32},
+       64,
+       4,
+       4,
+       true}};
   for (KvFormat f : all_kv_formats())
     for (DType qd : {DType::kBF16, DType::kF16})
       for (const Dataset& ds : sets) {
+        const bool fp8_pool = f == KvFormat::kFP8E4M3 || f == KvFormat::kFP8E5M2;
+        if (ds.fixed_scale && !fp8_pool && f != KvFormat::kNVFP4) continue;  // no pool scale
         const Tolerance tol = tolerance(Op::kDecodeAttentionVsBf16, f, qd);
         Line l;
         l.op = to_string(Op::kDecodeAttentionVsBf16);
@@ -199,28 +225,36 @@ void decode_vs_original(std::vector<Line>* out) {
         l.dtype = to_string(qd);
         l.rtol = tol.rtol;
         l.nmse_unit = "case";
-        l.dataset = std::string("reference over the cache vs over the original data, 8 q / 2 kv ") +
-                    "heads, " + ds.name;
+        l.dataset = "reference over the cache vs over the original data, " + ds.name;
         for (int d : ds.head_dims)
-          for (int seed = 0; seed < ds.seeds; ++seed) {
-            ref::PagedCaseSpec s;
-            s.format = f;
-            s.q_dtype = qd;
-            s.head_dim = d;
-            s.layout = KvLayout::kNHD;
-            s.seq_lens = ds.lens;
-            s.seed = 0xD0E5ull * 131 + static_cast<uint64_t>(seed) * 7 + static_cast<uint64_t>(d) +
-                     ds.lens.size() * 1000003ull;
-            ref::PagedCase c = ref::make_paged_case(s);
-            const ref::DecodeOutputs cache = ref::reference_decode(c);
-            const ref::DecodeOutputs orig = ref::reference_decode_original(c);
-            fold(&l, cache.o.data(), orig.o.data(), cache.o.size());
-            ++l.cases;
-          }
+          for (size_t ci = 0; ci < ds.cases.size(); ++ci)
+            for (int seed = 0; seed < ds.seeds; ++seed) {
+              const std::vector<int32_t>& lens = ds.cases[ci];
+              ref::PagedCaseSpec s;
+              s.format = f;
+              s.q_dtype = qd;
+              s.head_dim = d;
+              s.num_qo_heads = ds.qo_heads;
+              s.block_size = ds.block_size;
+              s.layout = KvLayout::kNHD;
+              s.seq_lens = lens;
+              if (ds.fixed_scale) s.k_scale = s.v_scale = fp8_pool ? 0.01f : 1.0f;
+              // The first two datasets keep the seeds they were measured with.
+              s.seed = 0xD0E5ull * 131 + static_cast<uint64_t>(seed) * 7 +
+                       static_cast<uint64_t>(d) + lens.size() * 1000003ull +
+                       (ds.cases.size() > 1 ? 0x5EC0ull * (ci + 1) + (ds.fixed_scale ? 77 : 0)
+                                            : 0);
+              ref::PagedCase c = ref::make_paged_case(s);
+              const ref::DecodeOutputs cache = ref::reference_decode(c);
+              const ref::DecodeOutputs orig = ref::reference_decode_original(c);
+              fold(&l, cache.o.data(), orig.o.data(), cache.o.size());
+              ++l.cases;
+            }
         out->push_back(l);
         std::fprintf(
-            stderr, "vs original %-12s %-5s %-8.8s max_abs %.3e needed atol %.3e nmse %.3e\n",
-            l.format.c_str(), l.dtype.c_str(), ds.name, l.max_abs, l.needed_atol, l.worst_nmse);
+            stderr, "vs original %-12s %-5s %-40.40s max_abs %.3e needed atol %.3e nmse %.3e\n",
+            l.format.c_str(), l.dtype.c_str(), ds.name.c_str(), l.max_abs, l.needed_atol,
+            l.worst_nmse);
       }
 }
 
