@@ -341,7 +341,7 @@ Record ServingBench::run(const Point& p, RunContext&) {
   } else {
     // Eager launch model on the "measured" side, so the two clocks differ.
     meas = sim::run_serving(ec, reqs, nullptr, roofline(c.decoder, sim::LaunchMode::kEager));
-    max_blocks = static_cast<int32_t>((c.max_context + c.block_size - 1) / c.block_size);
+    max_blocks = gpu::table_columns(gpu::executor_options(serving_executor_options(c)));
     clock =
         "sim roofline, eager launch model (executor = roofline: a pipeline test, not a "
         "measurement)";

@@ -75,13 +75,7 @@ ServingExecutorConfig serving_executor_config(const Point& p) {
   return c;
 }
 
-#if defined(KVLAB_HAVE_CUDA)
-gpu::GpuServingExecutor& serving_executor(const ServingExecutorConfig& c) {
-  static std::unique_ptr<gpu::GpuServingExecutor> exec;
-  static std::string key;
-  if (exec && key == c.key()) return *exec;
-  exec.reset();  // free the old one's weights and pool first
-  key.clear();
+gpu::ServingExecutorOptions serving_executor_options(const ServingExecutorConfig& c) {
   gpu::ServingExecutorOptions o;
   o.block_size = c.block_size;
   o.pool_blocks = c.pool_blocks;
@@ -89,7 +83,17 @@ gpu::GpuServingExecutor& serving_executor(const ServingExecutorConfig& c) {
   o.max_seqs = c.max_num_seqs;
   o.max_context = c.max_context;
   o.graph = c.graph;
-  exec = std::make_unique<gpu::GpuServingExecutor>(c.decoder, o);
+  return o;
+}
+
+#if defined(KVLAB_HAVE_CUDA)
+gpu::GpuServingExecutor& serving_executor(const ServingExecutorConfig& c) {
+  static std::unique_ptr<gpu::GpuServingExecutor> exec;
+  static std::string key;
+  if (exec && key == c.key()) return *exec;
+  exec.reset();  // free the old one's weights and pool first
+  key.clear();
+  exec = std::make_unique<gpu::GpuServingExecutor>(c.decoder, serving_executor_options(c));
   key = c.key();
   return *exec;
 }

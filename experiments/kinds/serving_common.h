@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "experiments/bench/bench.h"
+#include "gpu/runtime/step_shapes.h"
 #include "reference/step/decoder_config.h"
 #include "sim/cost/serving_step_model.h"
 
@@ -46,6 +47,10 @@ struct ServingExecutorConfig {
 };
 // InvalidArgument for values outside their ranges.
 ServingExecutorConfig serving_executor_config(const Point& p);
+
+// The GPU serving executor's options of this configuration (host code: CPU tests check the
+// attention arguments they imply, gpu/runtime/step_shapes.h).
+gpu::ServingExecutorOptions serving_executor_options(const ServingExecutorConfig& c);
 
 #if defined(KVLAB_HAVE_CUDA)
 // The process's executor for this configuration (built, or rebuilt when it differs).
