@@ -105,10 +105,13 @@ void check_step_args(const DecoderConfig& c, const ExecutorOptions& opt, const s
       EXPECT_NO_THROW(ref::validate_decode_args(gpu::serving_decode_args(
           c, opt, p.d, p.arena.data(), h.view, h.q.data(), h.o.data())))
           << what << (g ? " (graph)" : " (eager)");
-    if (p.d.np > 0)
+    if (p.d.np > 0) {
       EXPECT_NO_THROW(ref::validate_paged_prefill_args(gpu::serving_prefill_args(
           c, opt, p.d, p.arena.data(), h.view, h.q.data(), h.o.data())))
           << what;
+      // The GPU entry points also need 16-byte aligned Q/O: the chunks start nd rows in.
+      EXPECT_EQ(int64_t{p.d.nd} * c.q_dim() * 2 % 16, 0) << what;
+    }
     if (!graph) break;
   }
 }
