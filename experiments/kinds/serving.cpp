@@ -39,6 +39,10 @@
 #include "sim/serve/serving_run.h"
 #include "sim/workload/workload.h"
 
+#if defined(KVLAB_HAVE_CUDA)
+#include "gpu/attention/decode.h"
+#endif
+
 namespace kvlab::exp {
 namespace {
 
@@ -334,7 +338,8 @@ Record ServingBench::run(const Point& p, RunContext&) {
     gpu::GpuServingExecutor& ex = serving_executor(c);
     max_blocks = ex.max_blocks_per_seq();
     meas = sim::run_serving(ec, reqs, &ex);
-    clock = "GPU wall clock (" + c.key() + ")";
+    clock = "GPU wall clock (" + c.key() + ", decode attention " +
+            gpu::decode_version(ex.executor().attn_version()).name + ")";
 #else
     return Record::skipped("built without CUDA");
 #endif

@@ -29,6 +29,7 @@
 #include "sim/serve/synthetic_step.h"
 
 #if defined(KVLAB_HAVE_CUDA)
+#include "gpu/attention/decode.h"
 #include "gpu/bench/harness.h"
 #endif
 
@@ -258,6 +259,7 @@ Record ServingStepBench::run(const Point& p, RunContext& ctx) {
   r.metric("check_max_abs", es.max_abs);
   r.metric("check_nmse", es.nmse);
   r.label("executor", c.key());
+  r.label("decode_attention", gpu::decode_version(de.attn_version()).name);
   return r;
 }
 #else
