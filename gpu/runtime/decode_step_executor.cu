@@ -116,7 +116,6 @@ struct WeightPlan {
   }
 };
 
-
 size_t align256(size_t n) {
   return (n + 255) / 256 * 256;
 }

@@ -67,7 +67,6 @@ struct Sampling {
 
 // ExecutorOptions: gpu/runtime/step_shapes.h (CUDA-free, with the shapes it implies).
 
-
 class DecodeStepExecutor {
  public:
   // Validates (InvalidArgument), checks free device memory (Unsupported when the weights,

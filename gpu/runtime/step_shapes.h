@@ -60,7 +60,8 @@ inline PageGeometry cache_geometry(const DecoderConfig& c, const ExecutorOptions
   g.num_kv_heads = c.kv_heads;
   g.head_dim = c.head_dim;
   g.block_size = o.block_size;
-  g.num_blocks = o.pool_blocks > 0 ? int64_t{o.pool_blocks} : int64_t{table_columns(o)} * o.max_batch;
+  g.num_blocks =
+      o.pool_blocks > 0 ? int64_t{o.pool_blocks} : int64_t{table_columns(o)} * o.max_batch;
   return g;
 }
 

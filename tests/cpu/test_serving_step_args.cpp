@@ -73,8 +73,8 @@ void check_construction_args(const DecoderConfig& c, const ExecutorOptions& opt,
   for (int m = 1; m < opt.max_batch; m *= 2) rows.insert(m);
   rows.insert(opt.max_batch);
   for (int m : rows) {
-    const DecodeArgs a = gpu::step_decode_args(c, opt, h.view, h.q.data(), h.o.data(),
-                                               table.data(), lens.data(), m);
+    const DecodeArgs a =
+        gpu::step_decode_args(c, opt, h.view, h.q.data(), h.o.data(), table.data(), lens.data(), m);
     EXPECT_NO_THROW(ref::validate_decode_args(a)) << what << ", " << m << " rows";
   }
 }
@@ -102,12 +102,12 @@ void check_step_args(const DecoderConfig& c, const ExecutorOptions& opt, const s
   for (bool g : {false, graph}) {
     const PackedStep p = pack(b, opt, g);
     if (p.d.nd > 0)
-      EXPECT_NO_THROW(ref::validate_decode_args(gpu::serving_decode_args(
-          c, opt, p.d, p.arena.data(), h.view, h.q.data(), h.o.data())))
+      EXPECT_NO_THROW(ref::validate_decode_args(
+          gpu::serving_decode_args(c, opt, p.d, p.arena.data(), h.view, h.q.data(), h.o.data())))
           << what << (g ? " (graph)" : " (eager)");
     if (p.d.np > 0) {
-      EXPECT_NO_THROW(ref::validate_paged_prefill_args(gpu::serving_prefill_args(
-          c, opt, p.d, p.arena.data(), h.view, h.q.data(), h.o.data())))
+      EXPECT_NO_THROW(ref::validate_paged_prefill_args(
+          gpu::serving_prefill_args(c, opt, p.d, p.arena.data(), h.view, h.q.data(), h.o.data())))
           << what;
       // The GPU entry points also need 16-byte aligned Q/O: the chunks start nd rows in.
       EXPECT_EQ(int64_t{p.d.nd} * c.q_dim() * 2 % 16, 0) << what;
@@ -143,9 +143,8 @@ TEST(ServingStepArgs, ShippedServingConfigsBuildArgumentsTheValidationAccepts) {
       if (executors.insert(c.key()).second)
         check_construction_args(c.decoder, opt, std::string(path) + ": " + c.key());
       if (p.kind != "serving_step") continue;
-      const sim::StepBatch b =
-          sim::synthetic_step_batch(step_of(p), c.block_size, c.pool_blocks,
-                                    gpu::table_columns(opt), c.decoder.vocab);
+      const sim::StepBatch b = sim::synthetic_step_batch(step_of(p), c.block_size, c.pool_blocks,
+                                                         gpu::table_columns(opt), c.decoder.vocab);
       check_step_args(c.decoder, opt, b, p.key());
       ++steps;
     }
@@ -169,8 +168,8 @@ TEST(ServingStepArgs, ATableNarrowerThanMaxContextIsRefused) {
   HostStep h(c, opt, false);
   const std::vector<int32_t> table(static_cast<size_t>(opt.max_batch) * 128, 0);
   const std::vector<int32_t> lens(static_cast<size_t>(opt.max_batch), 1);
-  DecodeArgs a = gpu::step_decode_args(c, opt, h.view, h.q.data(), h.o.data(), table.data(),
-                                       lens.data(), 4);
+  DecodeArgs a =
+      gpu::step_decode_args(c, opt, h.view, h.q.data(), h.o.data(), table.data(), lens.data(), 4);
   EXPECT_NO_THROW(ref::validate_decode_args(a));
   a.max_blocks_per_seq = s.pool_blocks / opt.max_batch;
   EXPECT_THROW(ref::validate_decode_args(a), InvalidArgument);
@@ -242,8 +241,8 @@ class PackingExecutor : public sim::StepExecutor {
       d.seq_lens = b.seq_lens.data() + b.num_decode;
       d.block_table = b.block_table.data() + int64_t{b.num_decode} * b.max_blocks_per_seq;
       ref::paged_prefill_attention(d);
-      EXPECT_TRUE(std::equal(direct.begin(), direct.end(),
-                             h_.o.begin() + int64_t{b.num_decode} * qd))
+      EXPECT_TRUE(
+          std::equal(direct.begin(), direct.end(), h_.o.begin() + int64_t{b.num_decode} * qd))
           << "step " << steps << ": packed prefill arguments read other rows, pages or lengths";
     }
     sampled->clear();
