@@ -7,10 +7,10 @@
 # BIN holds the stripped binaries kvlab and gpu_tests (nothing else is needed: the configs,
 # data/workloads and analysis/ travel in the tree). Two sizes:
 #   short (default)  under 2 minutes (117 s hard: the sum of the timeouts below): the GPU tests,
-#                    the whole calibration, the four high-load serving runs (--shard 1/2 of
-#                    serving.ini: every workload at its small KV pool, where preemption and
-#                    queueing happen), tables and figures; no prefill sweep (its kernel is
-#                    still validated by gpu_tests)
+#                    the whole calibration, three high-load serving runs (chat_poisson,
+#                    shared_prefix, offline_batch at their small KV pools, where preemption and
+#                    queueing happen: ~1000 steps of ~10 ms each), tables and figures; no
+#                    prefill sweep (its kernel is still validated by gpu_tests)
 #   full             under 5 minutes (295 s hard): also the prefill kernel sweep and all eight
 #                    serving runs (4 workloads x 2 loads)
 # A step cut off by its timeout stops after its current point (SIGTERM: the result file keeps
@@ -40,7 +40,8 @@ export LD_LIBRARY_PATH="/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 mode="${SERVING_STAGE:-short}"
 case "$mode" in
-  short) t_tests=12; t_cal=45; t_serve=45; t_py=15; serve_sel=(--shard 1/2) ;;
+  short) t_tests=12; t_cal=45; t_serve=45; t_py=15
+         serve_sel=(--only chat_poisson,shared_prefix,offline_batch --shard 1/2) ;;
   full) t_tests=30; t_prefill=25; t_cal=75; t_serve=140; t_py=25; serve_sel=() ;;
   *) echo "gpu_stage: SERVING_STAGE must be short or full, got '$mode'"; exit 2 ;;
 esac
