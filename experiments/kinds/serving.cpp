@@ -39,10 +39,6 @@
 #include "sim/serve/serving_run.h"
 #include "sim/workload/workload.h"
 
-#if defined(KVLAB_HAVE_CUDA)
-#include "gpu/attention/decode.h"
-#endif
-
 namespace kvlab::exp {
 namespace {
 
@@ -336,7 +332,7 @@ Record ServingBench::run(const Point& p, RunContext&) {
     max_blocks = ex.max_blocks_per_seq();
     meas = sim::run_serving(ec, reqs, &ex);
     clock = "GPU wall clock (" + c.key() + ", decode attention " +
-            gpu::decode_version(ex.executor().attn_version()).name + ")";
+            decode_attention_label(ex.executor(), 0) + ")";
 #else
     return Record::skipped("built without CUDA");
 #endif

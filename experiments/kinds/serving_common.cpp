@@ -13,6 +13,11 @@
 #include "experiments/results/result_file.h"
 #include "reference/core/error.h"
 
+#if defined(KVLAB_HAVE_CUDA)
+#include "gpu/attention/decode.h"
+#include "gpu/attention/decode_auto.h"
+#endif
+
 namespace kvlab::exp {
 
 std::vector<AxisSpec> serving_executor_axes() {
@@ -96,6 +101,20 @@ gpu::GpuServingExecutor& serving_executor(const ServingExecutorConfig& c) {
   exec = std::make_unique<gpu::GpuServingExecutor>(c.decoder, serving_executor_options(c));
   key = c.key();
   return *exec;
+}
+
+std::string decode_attention_label(const gpu::DecodeStepExecutor& de, int rows) {
+  try {
+    const int id = de.attn_version();
+    if (id >= 0) return gpu::decode_version(id).name;
+    if (rows < 1) return "auto (picked per decode batch size)";
+    const DecodeArgs a = gpu::step_decode_args(de.config(), de.options(), de.cache_view(0), nullptr,
+                                               nullptr, nullptr, nullptr, rows);
+    const gpu::DecodeChoice ch = gpu::choose_decode(a);
+    return "auto: " + gpu::decode_version(ch.version).name + " (" + ch.basis + ")";
+  } catch (const std::exception&) {
+    return "auto";
+  }
 }
 #endif
 

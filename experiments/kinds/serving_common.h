@@ -55,6 +55,10 @@ gpu::ServingExecutorOptions serving_executor_options(const ServingExecutorConfig
 #if defined(KVLAB_HAVE_CUDA)
 // The process's executor for this configuration (built, or rebuilt when it differs).
 gpu::GpuServingExecutor& serving_executor(const ServingExecutorConfig& c);
+// The decode attention the executor runs over `rows` decode rows, for a record's label: the
+// fixed version's name, or `auto` and its pick for that batch. Never throws (a label must not
+// fail a measured point): "auto" when the pick cannot be named.
+std::string decode_attention_label(const gpu::DecodeStepExecutor& de, int rows);
 #endif
 
 // The serving step model's records of a result file: every ok serving_step point whose

@@ -29,7 +29,6 @@
 #include "sim/serve/synthetic_step.h"
 
 #if defined(KVLAB_HAVE_CUDA)
-#include "gpu/attention/decode.h"
 #include "gpu/bench/harness.h"
 #endif
 
@@ -259,7 +258,7 @@ Record ServingStepBench::run(const Point& p, RunContext& ctx) {
   r.metric("check_max_abs", es.max_abs);
   r.metric("check_nmse", es.nmse);
   r.label("executor", c.key());
-  r.label("decode_attention", gpu::decode_version(de.attn_version()).name);
+  r.label("decode_attention", decode_attention_label(de, graph ? parts.rows : b.num_decode));
   return r;
 }
 #else
