@@ -9,7 +9,8 @@
 #   short (default)  under 2 minutes (117 s hard: the sum of the timeouts below): the GPU tests,
 #                    the whole calibration, three high-load serving runs (chat_poisson,
 #                    shared_prefix, offline_batch at their small KV pools, where preemption and
-#                    queueing happen: ~1000 steps of ~10 ms each), tables and figures; no
+#                    queueing happen: ~1000 steps of ~10 ms each; the calibration took 23 s
+#                    on the H100), tables and figures; no
 #                    prefill sweep (its kernel is still validated by gpu_tests)
 #   full             under 5 minutes (295 s hard): also the prefill kernel sweep and all eight
 #                    serving runs (4 workloads x 2 loads)
@@ -40,7 +41,7 @@ export LD_LIBRARY_PATH="/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 mode="${SERVING_STAGE:-short}"
 case "$mode" in
-  short) t_tests=12; t_cal=45; t_serve=45; t_py=15
+  short) t_tests=12; t_cal=35; t_serve=55; t_py=15
          serve_sel=(--only chat_poisson,shared_prefix,offline_batch --shard 1/2) ;;
   full) t_tests=30; t_prefill=25; t_cal=75; t_serve=140; t_py=25; serve_sel=() ;;
   *) echo "gpu_stage: SERVING_STAGE must be short or full, got '$mode'"; exit 2 ;;
