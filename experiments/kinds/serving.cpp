@@ -29,7 +29,7 @@
 #include <numeric>
 #include <unistd.h>
 
-#include "experiments/kinds/kind_util.h"
+#include "experiments/bench/table_trace.h"
 #include "experiments/kinds/serving_common.h"
 #include "reference/core/error.h"
 #include "sim/core/text.h"
@@ -282,12 +282,8 @@ class ServingBench : public Bench {
   }
   std::string unsupported_reason(const Point& p, const RunContext& ctx) const override {
     if (p.str("executor") != "gpu") return "";
-#if defined(KVLAB_HAVE_CUDA)
+    if (!built_with_cuda()) return "built without CUDA";
     return ctx.device_present ? "" : "no device";
-#else
-    (void)ctx;
-    return "built without CUDA";
-#endif
   }
   double estimate_seconds(const Point& p, const RunContext&) const override {
     const double n = p.integer("num_requests") > 0 ? double(p.integer("num_requests")) : 500.0;
@@ -327,19 +323,14 @@ Record ServingBench::run(const Point& p, RunContext&) {
   std::string clock;
   int32_t max_blocks = 0;
   if (on_gpu) {
-#if defined(KVLAB_HAVE_CUDA)
-    gpu::GpuServingExecutor& ex = serving_executor(c);
+    sim::StepExecutor& ex = serving_executor(c);  // Unsupported without CUDA: skipped
     max_blocks = ex.max_blocks_per_seq();
     meas = sim::run_serving(ec, reqs, &ex);
-    clock = "GPU wall clock (" + c.key() + ", decode attention " +
-            decode_attention_label(ex.executor(), 0) + ")";
-#else
-    return Record::skipped("built without CUDA");
-#endif
+    clock = "GPU wall clock (" + c.key() + ")";
   } else {
     // Eager launch model on the "measured" side, so the two clocks differ.
     meas = sim::run_serving(ec, reqs, nullptr, roofline(c.decoder, sim::LaunchMode::kEager));
-    max_blocks = gpu::table_columns(gpu::executor_options(serving_executor_options(c)));
+    max_blocks = static_cast<int32_t>((c.max_context + c.block_size - 1) / c.block_size);
     clock =
         "sim roofline, eager launch model (executor = roofline: a pipeline test, not a "
         "measurement)";

@@ -13,11 +13,6 @@
 #include "experiments/results/result_file.h"
 #include "reference/core/error.h"
 
-#if defined(KVLAB_HAVE_CUDA)
-#include "gpu/attention/decode.h"
-#include "gpu/attention/decode_auto.h"
-#endif
-
 namespace kvlab::exp {
 
 std::vector<AxisSpec> serving_executor_axes() {
@@ -50,14 +45,6 @@ std::vector<AxisSpec> serving_executor_axes() {
   };
 }
 
-std::string ServingExecutorConfig::key() const {
-  std::ostringstream os;
-  os << to_string(decoder) << " bs" << block_size << " pool" << pool_blocks << " seqs"
-     << max_num_seqs << " rows" << max_num_batched_tokens << " ctx" << max_context
-     << (graph ? " graph" : " eager");
-  return os.str();
-}
-
 ServingExecutorConfig serving_executor_config(const Point& p) {
   ServingExecutorConfig c;
   c.decoder = decoder_preset(p.str("preset"));
@@ -79,44 +66,6 @@ ServingExecutorConfig serving_executor_config(const Point& p) {
   validate(c.decoder);
   return c;
 }
-
-gpu::ServingExecutorOptions serving_executor_options(const ServingExecutorConfig& c) {
-  gpu::ServingExecutorOptions o;
-  o.block_size = c.block_size;
-  o.pool_blocks = c.pool_blocks;
-  o.max_rows = c.max_num_batched_tokens;
-  o.max_seqs = c.max_num_seqs;
-  o.max_context = c.max_context;
-  o.graph = c.graph;
-  return o;
-}
-
-#if defined(KVLAB_HAVE_CUDA)
-gpu::GpuServingExecutor& serving_executor(const ServingExecutorConfig& c) {
-  static std::unique_ptr<gpu::GpuServingExecutor> exec;
-  static std::string key;
-  if (exec && key == c.key()) return *exec;
-  exec.reset();  // free the old one's weights and pool first
-  key.clear();
-  exec = std::make_unique<gpu::GpuServingExecutor>(c.decoder, serving_executor_options(c));
-  key = c.key();
-  return *exec;
-}
-
-std::string decode_attention_label(const gpu::DecodeStepExecutor& de, int rows) {
-  try {
-    const int id = de.attn_version();
-    if (id >= 0) return gpu::decode_version(id).name;
-    if (rows < 1) return "auto (picked per decode batch size)";
-    const DecodeArgs a = gpu::step_decode_args(de.config(), de.options(), de.cache_view(0), nullptr,
-                                               nullptr, nullptr, nullptr, rows);
-    const gpu::DecodeChoice ch = gpu::choose_decode(a);
-    return "auto: " + gpu::decode_version(ch.version).name + " (" + ch.basis + ")";
-  } catch (const std::exception&) {
-    return "auto";
-  }
-}
-#endif
 
 std::vector<sim::StepPartsRecord> read_serving_step_records(const std::string& path,
                                                             const ServingExecutorConfig& c,

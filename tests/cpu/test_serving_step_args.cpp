@@ -25,6 +25,8 @@
 #include <string>
 #include <vector>
 
+#include "experiments/cli/registry.h"
+#include "experiments/device/device.h"
 #include "experiments/kinds/serving_common.h"
 #include "experiments/sweep/spec.h"
 #include "gpu/runtime/step_shapes.h"
@@ -116,6 +118,19 @@ void check_step_args(const DecoderConfig& c, const ExecutorOptions& opt, const s
   }
 }
 
+// The GPU serving executor's options of a serving point's executor axes, as the CUDA backend
+// builds them (experiments/cuda/serving.cpp).
+gpu::ServingExecutorOptions serving_options(const exp::ServingExecutorConfig& c) {
+  gpu::ServingExecutorOptions o;
+  o.block_size = c.block_size;
+  o.pool_blocks = c.pool_blocks;
+  o.max_rows = c.max_num_batched_tokens;
+  o.max_seqs = c.max_num_seqs;
+  o.max_context = c.max_context;
+  o.graph = c.graph;
+  return o;
+}
+
 // The synthetic step of a serving_step point (the kind's axes).
 sim::SyntheticStep step_of(const exp::Point& p) {
   sim::SyntheticStep s;
@@ -133,13 +148,14 @@ sim::SyntheticStep step_of(const exp::Point& p) {
 TEST(ServingStepArgs, ShippedServingConfigsBuildArgumentsTheValidationAccepts) {
   for (const char* path :
        {"experiments/configs/serving_calibration.ini", "experiments/configs/serving.ini"}) {
-    const std::vector<exp::Point> points = exp::expand(exp::load_sweep(path));
+    const std::vector<exp::Point> points =
+        exp::expand(exp::load_sweep(path), exp::registered_kinds());
     std::set<std::string> executors;
     int steps = 0;
     for (const exp::Point& p : points) {
       if (p.kind != "serving_step" && p.kind != "serving") continue;
       const exp::ServingExecutorConfig c = exp::serving_executor_config(p);
-      const ExecutorOptions opt = gpu::executor_options(exp::serving_executor_options(c));
+      const ExecutorOptions opt = gpu::executor_options(serving_options(c));
       if (executors.insert(c.key()).second)
         check_construction_args(c.decoder, opt, std::string(path) + ": " + c.key());
       if (p.kind != "serving_step") continue;
