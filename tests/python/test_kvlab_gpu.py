@@ -141,6 +141,61 @@ def test_decode_every_version_format_layout_against_ref(version):
     assert ran > 0, f"{version} ran no configuration: {skipped}"
 
 
+@pytest.mark.parametrize("batch,context", [(1, 300), (8, 2048), (64, 1024)])
+def test_auto_is_the_cpp_choice_for_the_shape(batch, context):
+    """version="auto" runs what gpu::choose_decode picks for this shape on this device (the
+    rule of a sweep's version = auto), with its split; a prepared handle reports the same
+    pick; when the pick forces no split, auto's output is bitwise the named version's."""
+    g = torch.Generator(device=DEV).manual_seed(31 + batch + context)
+    heads, group, d, bs = 8, 4, 128, 16
+    per_seq = (context + bs - 1) // bs
+    nb = batch * per_seq
+    k = torch.randn(nb, bs, heads, d, generator=g, device=DEV).to(torch.bfloat16)
+    v = torch.randn(nb, bs, heads, d, generator=g, device=DEV).to(torch.bfloat16)
+    table = torch.randperm(nb, generator=g, device=DEV).to(torch.int32).view(batch, per_seq)
+    lens = torch.full((batch,), context, dtype=torch.int32, device=DEV)
+    q = torch.randn(batch, heads * group, d, generator=g, device=DEV).to(torch.bfloat16)
+    ch = ops.choose_decode(q, k, v, table, lens, max_seq_len=context)
+    assert ch.version in [x.id for x in ops.decode_versions()] and ch.num_splits >= 0
+    assert ch.basis.startswith(("calibrated", "no calibration", "the nearest", "the table")), ch.basis
+    ws = torch.empty(ops.decode_workspace_bytes(q, k, v, table, lens, max_seq_len=context) + 1, dtype=torch.uint8,
+                     device=DEV)
+    h = ops.prepare_decode_attention(q, k, v, table, lens, workspace=ws, max_seq_len=context)
+    assert (h.version, h.num_splits, h.basis) == (ch.version, ch.num_splits, ch.basis)
+    auto_out = h.run().clone()
+    direct = ops.decode_attention(q, k, v, table, lens, workspace=ws, max_seq_len=context)
+    torch.cuda.synchronize()
+    assert torch.equal(direct.view(torch.int16), auto_out.view(torch.int16))
+    if ch.num_splits == 0:
+        ws2 = torch.empty(ops.decode_workspace_bytes(q, k, v, table, lens, version=ch.name, max_seq_len=context) + 1,
+                          dtype=torch.uint8, device=DEV)
+        named = ops.decode_attention(q, k, v, table, lens, version=ch.name, workspace=ws2, max_seq_len=context)
+        torch.cuda.synchronize()
+        assert torch.equal(named.view(torch.int16), auto_out.view(torch.int16)), ch
+
+
+def test_sixteen_bit_containers_are_one_call_on_the_device():
+    """q as torch bfloat16 or as its int16 bits (q_dtype="bf16"), out as bfloat16 or int16:
+    the same launch, bitwise the same output; a float16 out for a bf16 q is refused."""
+    c = host_case(77, "bf16", "nhd")
+    k, v = to_dev(c["k"], True), to_dev(c["v"], True)
+    table, lens = to_dev(c["table"]), to_dev(c["lens"])
+    q = to_dev(c["q"], bf16=True)
+    name = next(x.name for x in ops.decode_versions() if not ops.decode_unsupported_reason(q, k, v, table, lens,
+                                                                                         version=x.id))
+    ws = torch.empty(ops.decode_workspace_bytes(q, k, v, table, lens, version=name) + 1, dtype=torch.uint8, device=DEV)
+    a = ops.decode_attention(q, k, v, table, lens, version=name, workspace=ws)
+    assert a.dtype == torch.bfloat16
+    b = ops.decode_attention(q.view(torch.int16), k, v, table, lens, version=name, workspace=ws, q_dtype="bf16")
+    assert b.dtype == torch.int16  # the caller's container
+    out = torch.empty_like(q, dtype=torch.int16)
+    ops.decode_attention(q, k, v, table, lens, version=name, workspace=ws, out=out)
+    torch.cuda.synchronize()
+    assert torch.equal(a.view(torch.int16), b) and torch.equal(b, out)
+    with pytest.raises(ValueError, match="out: dtype float16"):
+        ops.decode_attention(q, k, v, table, lens, version=name, workspace=ws, out=torch.empty_like(q, dtype=torch.float16))
+
+
 def test_decode_against_pytorch_attention():
     """kvlab's paged decode vs PyTorch's scaled_dot_product_attention (float64 math) on the
     same bf16 values gathered into contiguous K/V per sequence, GQA through enable_gqa."""

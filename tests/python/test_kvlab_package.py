@@ -236,6 +236,51 @@ def test_bad_arguments_raise_kvlab_messages():
                       c["k"], c["v"], kv_format="bf16")
 
 
+def test_sixteen_bit_dtype_rule_one_for_every_argument():
+    """A 16-bit argument holds its format as the matching float type or as 16-bit integers of
+    its bits, whichever container each array comes in: torch's `t.view(torch.int16)` of a bf16
+    q (the stage's one-liner and the README example) with a uint16 or default out is one call.
+    A float type of the other format is refused, naming the argument and what it expected."""
+    c = paged_case(seed=11)
+    kw = dict(kv_format="bf16", q_dtype="bf16")
+    base = ref.decode_attention(c["q"], c["k"], c["v"], c["table"], c["lens"], **kw)  # uint16 q, uint16 out
+    q16 = c["q"].view(np.int16)
+    k16, v16 = c["k"].view(np.int16), c["v"].view(np.int16)
+    got = ref.decode_attention(q16, k16, v16, c["table"], c["lens"], **kw)  # out: the caller's container
+    assert got.dtype == np.int16 and np.array_equal(got.view(np.uint16), base)
+    assert np.array_equal(formats.decode(got, "bf16"), formats.decode(base, "bf16"), equal_nan=True)
+    out = np.full(c["q"].shape, 0x7FC0, np.uint16)
+    ref.decode_attention(q16, c["k"], v16, c["table"], c["lens"], out=out, **kw)  # int16 q, uint16 out
+    assert np.array_equal(out, base)
+    out16 = np.zeros(c["q"].shape, np.int16)
+    ref.decode_attention(c["q"], c["k"], c["v"], c["table"], c["lens"], out=out16, **kw)
+    assert np.array_equal(out16.view(np.uint16), base)
+    with pytest.raises(ValueError, match=r"out: dtype float16, expected"):
+        ref.decode_attention(c["q"], c["k"], c["v"], c["table"], c["lens"], out=np.zeros(c["q"].shape, np.float16),
+                             **kw)
+    with pytest.raises(ValueError, match=r"out: dtype float32, expected"):
+        ref.decode_attention(c["q"], c["k"], c["v"], c["table"], c["lens"], out=np.zeros(c["q"].shape, np.float32),
+                             **kw)
+    with pytest.raises(ValueError, match=r"q: dtype float16 does not hold bf16"):
+        ref.decode_attention(c["q"].view(np.float16), c["k"], c["v"], c["table"], c["lens"], **kw)
+    # f16 queries: float16 or 16-bit codes; a float16 q's out may be its uint16 bits.
+    qf = formats.decode(c["q"], "bf16").astype(np.float16)
+    o_f = ref.decode_attention(qf, c["k"], c["v"], c["table"], c["lens"], kv_format="bf16")
+    assert o_f.dtype == np.float16
+    o_bits = np.zeros(qf.shape, np.uint16)
+    ref.decode_attention(qf, c["k"], c["v"], c["table"], c["lens"], kv_format="bf16", out=o_bits)
+    assert np.array_equal(o_bits, o_f.view(np.uint16))
+    # append: k and v each float32, or each a 16-bit holder of in_dtype; a float type of another
+    # width or format is refused for v as for k.
+    k = bf16_bits(np.random.default_rng(3).standard_normal((2, 2, 16)))
+    kp, vp = np.zeros_like(c["k"]), np.zeros_like(c["v"])
+    ref.append_kv(k, k.view(np.int16), np.array([0, 1]), kp, vp, kv_format="bf16", in_dtype="bf16")
+    assert np.array_equal(kp[0, :2], k) and np.array_equal(vp[0, :2], k)
+    with pytest.raises(ValueError, match=r"v: dtype float16, expected float32"):
+        ref.append_kv(np.zeros((2, 2, 16), np.float32), np.zeros((2, 2, 16), np.float16), np.array([0, 1]), kp, vp,
+                      kv_format="bf16")
+
+
 def test_ref_rejects_a_scale_array_the_format_does_not_use():
     c = paged_case(seed=2)
     with pytest.raises(ValueError, match="no scale arrays"):
@@ -295,11 +340,66 @@ def test_ops_registry_and_host_arrays_refused():
     newest = max(versions, key=lambda v: v.id)
     assert kvlab.ops.resolve_version(newest.name) == newest.id
     assert kvlab.ops.resolve_version(newest.name.split("_")[0]) == newest.id
-    named_auto = [v for v in versions if v.name == "auto"]
-    assert kvlab.ops.resolve_version("auto") == (named_auto[0].id if named_auto else newest.id)
+    # "auto" is the C++ choose_decode's pick per shape and device (one meaning, the sweep's):
+    # no shape-free id to resolve it to.
+    with pytest.raises(ValueError, match="choose_decode"):
+        kvlab.ops.resolve_version("auto")
+    assert kvlab.ops._version_arg("auto") == native().gpu.AUTO_VERSION < 0
+    assert kvlab.ops._version_arg(newest.name) == newest.id
     with pytest.raises(ValueError, match="registered"):
         kvlab.ops.resolve_version("v99_nothing")
     c = paged_case(seed=4)
     with pytest.raises(ValueError, match="CUDA"):
         kvlab.ops.decode_attention(c["q"], c["k"], c["v"], c["table"], c["lens"], kv_format="bf16",
                                    q_dtype="bf16", out=np.empty_like(c["q"]), version=newest.id)
+    with pytest.raises(ValueError, match="CUDA"):
+        kvlab.ops.choose_decode(c["q"], c["k"], c["v"], c["table"], c["lens"], kv_format="bf16", q_dtype="bf16")
+
+
+# ---- the scripts the GPU stage runs import the installed kvlab -------------------------------
+SCRIPTS = os.path.join(ROOT, "experiments", "python", "scripts")
+
+
+def _installed_kvlab_env():
+    """An environment whose only kvlab is the one these tests imported (pip's site, or the
+    build's staged package with its extension module), as the GPU stage sets PYTHONPATH."""
+    site = os.path.dirname(os.path.dirname(os.path.abspath(kvlab.__file__)))
+    env = dict(os.environ, PYTHONPATH=site + os.pathsep + ROOT)
+    return site, env
+
+
+@pytest.mark.parametrize("script", ["example_flashinfer.py", "timing_crosscheck.py"])
+def test_a_script_run_by_path_imports_the_installed_package(script):
+    """`python DIR/script.py` puts DIR first on sys.path, before PYTHONPATH: a DIR holding the
+    kvlab sources (no extension module there) would shadow the installed package. Python's
+    rule, applied to each script's folder."""
+    import subprocess
+    import sys
+    path = os.path.join(SCRIPTS, script)
+    assert os.path.exists(path)
+    site, env = _installed_kvlab_env()
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); import kvlab; from kvlab._native import native; "
+            "native(); print(kvlab.__file__)")
+    r = subprocess.run([sys.executable, "-c", code, os.path.dirname(path)], env=env, capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert os.path.abspath(r.stdout.strip()).startswith(site + os.sep), (r.stdout, site)
+    # The guard itself: the package's source folder, first on sys.path, does shadow it.
+    r = subprocess.run([sys.executable, "-c", code, os.path.join(ROOT, "experiments", "python")], env=env,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0 or not os.path.abspath(r.stdout.strip()).startswith(site + os.sep)
+
+
+def test_timing_crosscheck_run_as_the_stage_runs_it_reports_the_installed_package(tmp_path):
+    """The real script, run by path with the stage's PYTHONPATH: its first line names the kvlab
+    it imported (the installed one); without a GPU (or torch) it then stops with its own
+    message, never kvlab's 'extension module not built'."""
+    import subprocess
+    import sys
+    site, env = _installed_kvlab_env()
+    r = subprocess.run([sys.executable, os.path.join(SCRIPTS, "timing_crosscheck.py"), "--kvlab", "/nonexistent",
+                        "--out", str(tmp_path)], env=env, capture_output=True, text=True, timeout=120)
+    first = r.stdout.splitlines()[0] if r.stdout else ""
+    assert first.startswith("kvlab: "), (r.stdout, r.stderr)
+    assert os.path.abspath(first[len("kvlab: "):]).startswith(site + os.sep), first
+    assert "not built or not importable" not in r.stderr

@@ -122,10 +122,10 @@ DecodeArgs decode_args(Checker& c, const Array& q, const Array& out, const OptAr
                 "q: head_dim " << dim(q, 2) << " but the cache's head_dim is "
                                << a.kv.geom.head_dim << " (q " << shape_str(q) << ")");
   a.q = q.data();
+  // out holds q's format (bfloat16 / float16, or 16-bit integers holding its bits): the same
+  // rule as every other argument, so q as torch bfloat16 and out as int16 bits (or numpy
+  // int16 q with uint16 out) are one call; float16 out for a bf16 q is refused.
   a.o = c.check(out, "out", qe, {S, Hq, a.kv.geom.head_dim});
-  KVLAB_REQUIRE(out.dtype() == q.dtype(), "out: dtype " << dtype_name(out.dtype())
-                                                         << " differs from q's "
-                                                         << dtype_name(q.dtype()));
   a.lse = static_cast<float*>(c.check_opt(lse, "lse", Elem::kF32, {S, Hq}));
   c.check_rank(block_table, "block_table", Elem::kI32, 2);
   KVLAB_REQUIRE(dim(block_table, 0) == S, "block_table: " << dim(block_table, 0)
@@ -168,9 +168,7 @@ AppendArgs append_args(Checker& c, const Array& k, const Array& v, const Array& 
   const int64_t T = dim(k, 0);
   const std::vector<int64_t> shape = {T, a.kv.geom.num_kv_heads, a.kv.geom.head_dim};
   a.k = c.check(k, "k", e, shape);
-  a.v = c.check(v, "v", e, shape);
-  KVLAB_REQUIRE(k.dtype() == v.dtype(), "v: dtype " << dtype_name(v.dtype()) << " differs from k's "
-                                                     << dtype_name(k.dtype()));
+  a.v = c.check(v, "v", e, shape);  // v holds k's format (the rule of decode's out and q)
   a.slot_mapping =
       static_cast<const int64_t*>(c.check(slot_mapping, "slot_mapping", Elem::kI64, {T}));
   a.num_tokens = static_cast<int32_t>(T);

@@ -35,9 +35,8 @@ def decode_attention(q, k_cache, v_cache, block_table, seq_lens, *, kv_format=No
     float64 with exact) is filled when given. sm_scale defaults to 1/sqrt(head_dim)."""
     h = _arrays.host
     q = h(q)
-    kind = _common.q_kind(q, q_dtype)
     if out is None:
-        out = _arrays.empty(q, q.shape, "f64" if exact else (kind or "u16"))
+        out = _arrays.empty(q, q.shape, "f64") if exact else _arrays.empty_like(q)
     kw = _common.cache_kwargs(k_cache, v_cache, k_scales, v_scales, layout, kv_format, k_scale, v_scale, h)
     fn = _ref().decode_attention_exact if exact else _ref().decode_attention
     fn(q=q, out=h(out), lse=h(lse), block_table=h(block_table), seq_lens=h(seq_lens),
@@ -162,7 +161,7 @@ def dsv4_decode_attention(ring, pool, q, request_slots, positions, *, sm_scale=N
     h = _arrays.host
     q = h(q)
     if out is None:
-        out = _arrays.empty(q, q.shape, "bf16" if _arrays.kind_of(q) == "bf16" else "u16")
+        out = _arrays.empty_like(q)
     _ref().dsv4_decode_attention(ring, pool, q, h(out), h(lse), h(request_slots), h(positions),
                                  _common.sm_scale_or_default(sm_scale, q))
     return out

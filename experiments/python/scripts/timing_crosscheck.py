@@ -5,8 +5,13 @@ of experiments/peers/peer_timer.py (PeerTimer: the timer PyTorch SDPA and FlashI
 measured with, by the C++ harness's rules and flush kernel; it needs torch and CuPy). If both timers flush L2 and count the same way, their medians agree; a ratio away from
 1 means one of them, not the kernel, is off, and every kvlab-vs-peer comparison inherits it.
 
-    python3 experiments/python/timing_crosscheck.py --kvlab build/experiments/kvlab --out DIR
+    python3 experiments/python/scripts/timing_crosscheck.py --kvlab build/experiments/kvlab --out DIR
         [--version NAME] [--shape BATCHxCONTEXT ...]
+
+kvlab is the installed package (pip, or PYTHONPATH=build/python): this folder holds no
+package, so the script's own directory, first on sys.path, shadows nothing. The version
+defaults to auto, resolved by the same C++ rule on both sides (gpu::choose_decode); each
+shape's pick must be the same version and split in both, or the script stops.
 
 Shape: BF16 paged decode, NHD, head_dim 128, 8 KV heads, GQA 4 (32 query heads), block 16,
 uniform lengths, eager launch, cold L2 in both timers. The Python side calls a
@@ -23,7 +28,7 @@ import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(os.path.dirname(HERE))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
 HEAD_DIM, KV_HEADS, GQA, BLOCK = 128, 8, 4, 16
 
 
@@ -54,12 +59,17 @@ def cpp_times(kvlab_bin, version, shapes, out_dir):
     df = kvlab.load(h5, kind="decode_attention")
     config_text = str(df.attrs["provenance"].get("config_text", ""))
     out = {}
+    by_name = {v.id: v.name for v in kvlab.ops.decode_versions()}
     for _, row in df.iterrows():
         if row["status"] != "ok":
             raise SystemExit(f"C++ point {row['key']} {row['status']}: {row['reason']}")
+        if version == "auto":  # what the sweep's choose_decode ran
+            ran, splits = by_name[int(row["picked_version"])], int(row["picked_splits"])
+        else:
+            ran, splits = by_name[kvlab.ops.resolve_version(version)], 0
         out[(int(row["batch"]), int(row["context"]))] = dict(median_us=row["median_us"], q1_us=row["q1_us"],
                                                              q3_us=row["q3_us"], reps=row["reps"],
-                                                             timing=row.get("timing", ""))
+                                                             timing=row.get("timing", ""), ran=ran, splits=splits)
     return out, config_text
 
 
@@ -83,7 +93,9 @@ def python_times(version, shapes, config_text):
         call = kvlab.ops.prepare_decode_attention(q, k, v, table, lens, version=version, workspace=ws,
                                                   max_seq_len=ctx)
         t = timer.time(call.run)
-        out[(b, ctx)] = dict(median_us=t["median_us"], q1_us=t["q1_us"], q3_us=t["q3_us"], reps=t["reps"])
+        ran = next(v.name for v in kvlab.ops.decode_versions() if v.id == call.version)
+        out[(b, ctx)] = dict(median_us=t["median_us"], q1_us=t["q1_us"], q3_us=t["q3_us"], reps=t["reps"], ran=ran,
+                             splits=call.num_splits)
         del k, v, q, table, ws, call
         torch.cuda.empty_cache()
     return out
@@ -127,16 +139,19 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--kvlab", required=True, help="the kvlab binary (C++ harness)")
     ap.add_argument("--out", required=True, help="output directory")
-    ap.add_argument("--version", default="", help="decode version (default: the newest registered)")
+    ap.add_argument("--version", default="auto",
+                    help="decode version: a registered name or 'auto' (default: auto, picked per shape)")
     ap.add_argument("--shape", action="append", help="BATCHxCONTEXT (repeatable; default 64x8192, 1x32768, 8x2048)")
     a = ap.parse_args(argv)
-    import torch
-
     import kvlab
+    print(f"kvlab: {kvlab.__file__}", flush=True)  # the installed package, not a source tree
+    import torch
     if not torch.cuda.is_available():
         print("timing_crosscheck: no CUDA device", file=sys.stderr)
         return 2
-    version = a.version or max(kvlab.ops.decode_versions(), key=lambda v: v.id).name
+    version = a.version
+    if version != "auto":
+        version = next(v.name for v in kvlab.ops.decode_versions() if v.id == kvlab.ops.resolve_version(version))
     shapes = []
     for s in a.shape or ["64x8192", "1x32768", "8x2048"]:
         b, _, c = s.partition("x")
@@ -148,7 +163,10 @@ def main(argv=None) -> int:
     rows = []
     for b, ctx in shapes:
         c, p = cpp[(b, ctx)], py[(b, ctx)]
-        rows.append(dict(batch=b, context=ctx, version=version, device=device,
+        if (c["ran"], c["splits"]) != (p["ran"], p["splits"]):
+            raise SystemExit(f"{b} x {ctx}: the C++ run timed {c['ran']} (splits {c['splits']}), Python "
+                             f"{p['ran']} (splits {p['splits']}): not one kernel")
+        rows.append(dict(batch=b, context=ctx, version=version, ran=c["ran"], num_splits=c["splits"], device=device,
                          cpp_median_us=c["median_us"], cpp_q1_us=c["q1_us"], cpp_q3_us=c["q3_us"], cpp_reps=c["reps"],
                          py_median_us=p["median_us"], py_q1_us=p["q1_us"], py_q3_us=p["q3_us"], py_reps=p["reps"],
                          ratio=p["median_us"] / c["median_us"]))
@@ -159,10 +177,10 @@ def main(argv=None) -> int:
         w.writerows(rows)
     figure(rows, os.path.join(a.out, "crosscheck"), device, version)
     print(f"two timers, one kernel ({version}, {device}; medians in µs, [q1, q3]):")
-    print("| batch x context | C++ harness | Python peer timer | Python / C++ |")
-    print("|---|---:|---:|---:|")
+    print("| batch x context | kernel (splits) | C++ harness | Python peer timer | Python / C++ |")
+    print("|---|---|---:|---:|---:|")
     for r in rows:
-        print(f"| {r['batch']} x {r['context']} | {r['cpp_median_us']:.1f} [{r['cpp_q1_us']:.1f}, {r['cpp_q3_us']:.1f}] | "
+        print(f"| {r['batch']} x {r['context']} | {r['ran']} ({r['num_splits']}) | {r['cpp_median_us']:.1f} [{r['cpp_q1_us']:.1f}, {r['cpp_q3_us']:.1f}] | "
               f"{r['py_median_us']:.1f} [{r['py_q1_us']:.1f}, {r['py_q3_us']:.1f}] | {r['ratio']:.3f} |")
     return 0
 
