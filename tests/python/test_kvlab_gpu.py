@@ -196,6 +196,57 @@ def test_sixteen_bit_containers_are_one_call_on_the_device():
         ops.decode_attention(q, k, v, table, lens, version=name, workspace=ws, out=torch.empty_like(q, dtype=torch.float16))
 
 
+def test_prefill_every_version_format_layout_against_ref():
+    """kvlab.ops.prefill_attention (chunked prefill over the paged cache) against
+    kvlab.ref.paged_prefill_attention on the same bytes: chunks of 1 token, a whole prompt and
+    chunks over a cached prefix; outputs in NaN guard regions; the prefill tolerance entry."""
+    q_lens = [1, 15, 5, 33]
+    ran, skipped, first = 0, [], None
+    for pv in ops.prefill_versions():
+        for fi, fmt in enumerate(FORMATS):
+            for li, layout in enumerate(LAYOUTS):
+                seed = 3000 + 10 * fi + li
+                c = host_case(seed, fmt, layout)
+                rng = np.random.default_rng(seed)
+                q_start = np.concatenate([[0], np.cumsum(q_lens)]).astype(np.int32)
+                qh = formats.encode(rng.standard_normal((int(q_start[-1]), 8, 64)).astype(np.float32), "bf16")
+                q = to_dev(qh, bf16=True)
+                pool_bf16 = paged.storage_kind(fmt) == "bf16"
+                k, v = to_dev(c["k"], pool_bf16), to_dev(c["v"], pool_bf16)
+                if paged.storage_kind(fmt) == "f16":
+                    k, v = k.view(torch.float16), v.view(torch.float16)
+                ks = None if c["ks"] is None else to_dev(c["ks"])
+                vs = None if c["vs"] is None else to_dev(c["vs"])
+                table, lens, qs = to_dev(c["table"]), to_dev(c["lens"]), to_dev(q_start)
+                kw = dict(kv_format=fmt, layout=layout, k_scales=ks, v_scales=vs, k_scale=c["scale"],
+                          v_scale=c["scale"])
+                why = ops.prefill_unsupported_reason(q, k, v, table, lens, qs, version=pv.id, **kw)
+                if why:
+                    skipped.append(f"{pv.name} {fmt}/{layout}: {why}")
+                    continue
+                out, buf = guarded(q.shape, torch.bfloat16)
+                lse, lbuf = guarded(q.shape[:2], torch.float32)
+                ops.prefill_attention(q, k, v, table, lens, qs, version=pv.id, out=out, lse=lse,
+                                      validate_tables=True, **kw)
+                torch.cuda.synchronize()
+                exp_lse = np.empty(q.shape[:2], np.float32)
+                expect = ref.paged_prefill_attention(qh, c["k"], c["v"], c["table"], c["lens"], q_start,
+                                                     kv_format=fmt, layout=layout, k_scales=c["ks"],
+                                                     v_scales=c["vs"], k_scale=c["scale"], v_scale=c["scale"],
+                                                     q_dtype="bf16", lse=exp_lse)
+                ok, msg = ref.check_close(out.float().cpu().numpy(), formats.decode(expect, "bf16"),
+                                          "prefill_attention", fmt, "bf16")
+                assert ok, f"{pv.name} {fmt} {layout} seed {seed}: {msg}"
+                assert guards_intact(buf) and guards_intact(lbuf), f"{pv.name} {fmt} {layout}: wrote outside"
+                ran += 1
+                first = first or (q, k, v, table, lens, kw)
+    assert ran > 0, skipped
+    q, k, v, table, lens, kw = first
+    bad = to_dev(np.int32([0, 1, 16, 21, 53]))  # ends one row short of q
+    with pytest.raises(ValueError, match="q_start: the chunks end at row 53 but q has 54 rows"):
+        ops.prefill_attention(q, k, v, table, lens, bad, validate_tables=True, **kw)
+
+
 def test_decode_against_pytorch_attention():
     """kvlab's paged decode vs PyTorch's scaled_dot_product_attention (float64 math) on the
     same bf16 values gathered into contiguous K/V per sequence, GQA through enable_gqa."""

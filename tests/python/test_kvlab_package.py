@@ -142,6 +142,50 @@ def test_ref_decode_matches_an_independent_numpy_computation(layout):
     assert ok, why
 
 
+@pytest.mark.parametrize("layout", ["nhd", "split_x"])
+def test_ref_paged_prefill_matches_an_independent_numpy_computation(layout):
+    """Chunked prefill over the paged cache: sequence s's chunk is the last q_len of its
+    cached tokens (a 1-token chunk, a 3-token chunk over a cached prefix, a whole prompt),
+    row i sees the prefix plus the chunk causally. numpy in float64 from the logical K/V."""
+    c = paged_case(seed=515 + len(layout), layout=layout)
+    q_lens = [1, 3, 11]
+    q_start = np.concatenate([[0], np.cumsum(q_lens)]).astype(np.int32)
+    rng = np.random.default_rng(516)
+    heads, group = c["heads"], c["group"]
+    q = bf16_bits(rng.standard_normal((int(q_start[-1]), heads * group, 16)))
+    sm = 1 / np.sqrt(16)
+    expect = np.zeros(q.shape)
+    qf = formats.decode(q, "bf16").astype(np.float64)
+    for s, n in enumerate(c["lens"]):
+        k = formats.roundtrip(c["k_logical"][s], "bf16").astype(np.float64)
+        v = formats.roundtrip(c["v_logical"][s], "bf16").astype(np.float64)
+        for i in range(q_lens[s]):
+            row, visible = q_start[s] + i, n - q_lens[s] + i + 1
+            for h in range(heads * group):
+                z = sm * (k[:visible, h // group, :] @ qf[row, h])
+                p = np.exp(z - z.max())
+                expect[row, h] = (p / p.sum()) @ v[:visible, h // group, :]
+    lse = np.full(q.shape[:2], np.nan, np.float32)
+    out = ref.paged_prefill_attention(q, c["k"], c["v"], c["table"], c["lens"], q_start, kv_format="bf16",
+                                      layout=layout, q_dtype="bf16", lse=lse)
+    assert out.dtype == np.uint16 and out.shape == q.shape and np.isfinite(lse).all()
+    ok, why = ref.check_close(formats.decode(out, "bf16"), expect, "reference_cross_check", "bf16", "bf16")
+    assert ok, why
+    # A 1-token chunk is decode: the same bits as kvlab.ref.decode_attention for that sequence.
+    dec = ref.decode_attention(q[:1], c["k"], c["v"], c["table"][:1], c["lens"][:1], kv_format="bf16", layout=layout,
+                               q_dtype="bf16")
+    ok, why = ref.check_close(formats.decode(out[:1], "bf16"), formats.decode(dec, "bf16"), "reference_cross_check",
+                              "bf16", "bf16")
+    assert ok, why
+    kw = dict(kv_format="bf16", layout=layout, q_dtype="bf16")
+    with pytest.raises(ValueError, match="q_start"):
+        ref.paged_prefill_attention(q, c["k"], c["v"], c["table"], c["lens"], np.int32([1, 2, 5, 15]), **kw)
+    with pytest.raises(ValueError, match=r"q_start: the chunks end at row 14 but q has 15 rows"):
+        ref.paged_prefill_attention(q, c["k"], c["v"], c["table"], c["lens"], np.int32([0, 1, 4, 14]), **kw)
+    with pytest.raises(ValueError, match=r"q_start: shape"):
+        ref.paged_prefill_attention(q, c["k"], c["v"], c["table"], c["lens"], q_start[:-1], **kw)
+
+
 def test_ref_decode_lse_and_empty_sequence():
     c = paged_case(seed=7, lens=(0, 5, 3))
     lse = np.full((3, 6), np.nan, dtype=np.float32)

@@ -207,6 +207,48 @@ void validate_tables(KVLAB_PY_DECODE_PARAMS, uintptr_t stream) {
   gpu::validate_decode_tables(a, as_stream(stream));
 }
 
+#define KVLAB_PY_PREFILL_PARAMS                                                                   \
+  const Array &q, const Array &out, const OptArray &lse, const Array &k_cache,                  \
+      const Array &v_cache, const OptArray &k_scales, const OptArray &v_scales,                 \
+      const std::string &layout, const std::string &kv_format, float k_scale, float v_scale,    \
+      const Array &block_table, const Array &seq_lens, const Array &q_start, float sm_scale,    \
+      int max_q_len, int max_seq_len, const std::string &q_dtype
+#define KVLAB_PY_PREFILL_BUILD                                                                    \
+  Checker c(Where::kDevice);                                                                      \
+  const PagedPrefillArgs a = prefill_args(                                                        \
+      c, q, out, lse,                                                                             \
+      cache(k_cache, v_cache, k_scales, v_scales, layout, kv_format, k_scale, v_scale),           \
+      block_table, seq_lens, q_start, sm_scale, max_q_len, max_seq_len, q_dtype)
+
+std::vector<std::tuple<int, std::string, std::string>> prefill_versions() {
+  std::vector<std::tuple<int, std::string, std::string>> out;
+  for (const auto& v : gpu::prefill_versions()) out.emplace_back(v.id, v.name, v.summary);
+  return out;
+}
+
+std::string prefill_unsupported_reason(KVLAB_PY_PREFILL_PARAMS, int version) {
+  KVLAB_PY_PREFILL_BUILD;
+  gpu::prefill_version(version);
+  return gpu::prefill_unsupported_reason(a, version);
+}
+
+// validate_tables: the device tables through the reference's checks (synchronizes), plus the
+// one relation only the caller's q shows: the chunks end at q's last row.
+void prefill_attention(KVLAB_PY_PREFILL_PARAMS, int version, bool validate_tables,
+                       uintptr_t stream) {
+  KVLAB_PY_PREFILL_BUILD;
+  gpu::prefill_version(version);  // unknown ids: InvalidArgument naming the registered ones
+  DeviceGuard guard(c.device_id());
+  if (validate_tables) {
+    gpu::validate_prefill_tables(a, as_stream(stream));
+    int32_t end = 0;
+    KVLAB_CUDA_CHECK(cudaMemcpy(&end, a.q_start + a.num_seqs, sizeof end, cudaMemcpyDeviceToHost));
+    KVLAB_REQUIRE(end == dim(q, 0), "q_start: the chunks end at row " << end << " but q has "
+                                                                      << dim(q, 0) << " rows");
+  }
+  gpu::prefill_attention(a, version, as_stream(stream));
+}
+
 void append_kv(const Array& k, const Array& v, const Array& slot_mapping, const Array& k_cache,
                const Array& v_cache, const OptArray& k_scales, const OptArray& v_scales,
                const std::string& layout, const std::string& kv_format, float k_scale,
@@ -288,6 +330,16 @@ void bind_gpu(nb::module_& m) {
   m.def("validate_decode_tables", &validate_tables, KVLAB_PY_DECODE_ARGS, nb::arg("stream"));
   m.def("append_kv", &append_kv, nb::arg("k"), nb::arg("v"), nb::arg("slot_mapping"),
         KVLAB_PY_CACHE_ARGS, nb::arg("in_dtype"), nb::arg("check_slots"), nb::arg("stream"));
+#define KVLAB_PY_PREFILL_ARGS                                                                \
+  nb::arg("q"), nb::arg("out"), nb::arg("lse").none(), KVLAB_PY_CACHE_ARGS,                 \
+      nb::arg("block_table"), nb::arg("seq_lens"), nb::arg("q_start"), nb::arg("sm_scale"),  \
+      nb::arg("max_q_len"), nb::arg("max_seq_len"), nb::arg("q_dtype")
+  m.def("prefill_versions", &prefill_versions);
+  m.def("prefill_unsupported_reason", &prefill_unsupported_reason, KVLAB_PY_PREFILL_ARGS,
+        nb::arg("version"));
+  m.def("prefill_attention", &prefill_attention, KVLAB_PY_PREFILL_ARGS, nb::arg("version"),
+        nb::arg("validate_tables"), nb::arg("stream"));
+
   m.def("quantize", &quantize, nb::arg("x"), nb::arg("out"), nb::arg("scheme"),
         nb::arg("tensor_scale").none(), nb::arg("page_block_size"), nb::arg("stream"));
   m.def("dequantize", &dequantize, nb::arg("stream_bytes"), nb::arg("out"), nb::arg("scheme"),

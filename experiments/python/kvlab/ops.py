@@ -2,6 +2,7 @@
 signatures of kvlab.ref.
 
     out = kvlab.ops.decode_attention(q, k_cache, v_cache, block_table, seq_lens)   # version "auto"
+    out = kvlab.ops.prefill_attention(q, k_cache, v_cache, block_table, seq_lens, q_start)  # chunked prefill
 
 Conventions of every op:
 - Arrays are used in place, never copied or converted: they must already have the dtype,
@@ -175,6 +176,66 @@ def prepare_decode_attention(q, k_cache, v_cache, block_table, seq_lens, *, vers
     p = _gpu().prepare_decode_attention(version=_version_arg(version), workspace=_arrays.exchange(workspace, s),
                                         stream=s, **kw)
     return PreparedDecode(p, out)
+
+
+PrefillVersion = namedtuple("PrefillVersion", "id name summary")
+
+
+def prefill_versions() -> list:
+    """Every registered paged-prefill version (gpu/attention/prefill.h), in id order."""
+    return [PrefillVersion(*v) for v in _gpu().prefill_versions()]
+
+
+def _prefill_id(version) -> int:
+    versions = prefill_versions()
+    if version is None:
+        return versions[-1].id  # the newest
+    for v in versions:
+        if version == v.id or version == v.name:
+            return v.id
+    raise ValueError(f"unknown prefill version {version!r} (registered: "
+                     f"{', '.join(f'{v.id} {v.name}' for v in versions)})")
+
+
+def _prefill_kwargs(q, k_cache, v_cache, block_table, seq_lens, q_start, out, lse, kv_format, layout, k_scales,
+                    v_scales, k_scale, v_scale, sm_scale, max_q_len, max_seq_len, q_dtype, stream):
+    s = _arrays.stream_of([q, k_cache, out], stream)
+
+    def x(a):
+        return _arrays.exchange(a, s)
+
+    kw = _common.cache_kwargs(k_cache, v_cache, k_scales, v_scales, layout, kv_format, k_scale, v_scale, x)
+    kw.update(q=x(q), out=x(out), lse=x(lse), block_table=x(block_table), seq_lens=x(seq_lens), q_start=x(q_start),
+              sm_scale=_common.sm_scale_or_default(sm_scale, q), max_q_len=int(max_q_len),
+              max_seq_len=int(max_seq_len), q_dtype=q_dtype or "")
+    return kw, s
+
+
+def prefill_unsupported_reason(q, k_cache, v_cache, block_table, seq_lens, q_start, *, version=None,
+                               kv_format=None, layout="nhd", k_scales=None, v_scales=None, k_scale=1.0, v_scale=1.0,
+                               max_q_len=0, max_seq_len=0, q_dtype=None) -> str:
+    """'' when the prefill `version` (default: the newest) handles this configuration, else why not."""
+    kw, _ = _prefill_kwargs(q, k_cache, v_cache, block_table, seq_lens, q_start, q, None, kv_format, layout,
+                            k_scales, v_scales, k_scale, v_scale, None, max_q_len, max_seq_len, q_dtype, None)
+    return _gpu().prefill_unsupported_reason(version=_prefill_id(version), **kw)
+
+
+def prefill_attention(q, k_cache, v_cache, block_table, seq_lens, q_start, *, version=None, kv_format=None,
+                      layout="nhd", k_scales=None, v_scales=None, k_scale=1.0, v_scale=1.0, sm_scale=None,
+                      max_q_len=0, max_seq_len=0, q_dtype=None, out=None, lse=None, stream=None,
+                      validate_tables=False):
+    """Paged (chunked) prefill attention on the GPU, with kvlab.ref.paged_prefill_attention's
+    arguments (q_start, seq_lens and block_table on the device; max_q_len / max_seq_len,
+    when given, are their host-known bounds and size the grid). version: a registered
+    prefill version's id or name (default: the newest). Allocates nothing but `out` when it
+    is not given. validate_tables=True first checks q_start, seq_lens and the table on the
+    device, and that the chunks end at q's last row (synchronizes: not for timed loops)."""
+    if out is None:
+        out = _arrays.empty_like(q)
+    kw, s = _prefill_kwargs(q, k_cache, v_cache, block_table, seq_lens, q_start, out, lse, kv_format, layout,
+                            k_scales, v_scales, k_scale, v_scale, sm_scale, max_q_len, max_seq_len, q_dtype, stream)
+    _gpu().prefill_attention(version=_prefill_id(version), validate_tables=bool(validate_tables), stream=s, **kw)
+    return out
 
 
 def append_kv(k, v, slot_mapping, k_cache, v_cache, *, kv_format=None, layout="nhd", k_scales=None, v_scales=None,
