@@ -193,7 +193,8 @@ def test_sixteen_bit_containers_are_one_call_on_the_device():
     torch.cuda.synchronize()
     assert torch.equal(a.view(torch.int16), b) and torch.equal(b, out)
     with pytest.raises(ValueError, match="out: dtype float16"):
-        ops.decode_attention(q, k, v, table, lens, version=name, workspace=ws, out=torch.empty_like(q, dtype=torch.float16))
+        ops.decode_attention(q, k, v, table, lens, version=name, workspace=ws,
+                             out=torch.empty_like(q, dtype=torch.float16))
 
 
 def test_prefill_every_version_format_layout_against_ref():

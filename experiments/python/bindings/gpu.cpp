@@ -1,12 +1,12 @@
 // gpu.cpp: kvlab._kvlab.gpu, the GPU kernels on CUDA arrays (built with CUDA only): decode
-// attention of every registered version, append / quantize-on-write, quantize and
-// dequantize, paged prefill attention. Each call launches on the stream it is given (an integer cudaStream_t, 0 = the
-// legacy default stream), on the device its arrays live on, and allocates nothing: split-KV
-// workspace comes from the caller (decode_workspace_bytes sizes it). The versions are read
-// from the registry (gpu/attention/decode.h) at call time, so a newly registered version is
-// callable without touching this file. Version kAutoVersion (-1, Python's "auto") is
-// gpu::choose_decode's pick for the call's arguments on the arrays' device (version and plan
-// knobs), the rule `kvlab sweep` applies to version = auto.
+// attention of every registered version, paged (chunked) prefill attention, append /
+// quantize-on-write, quantize and dequantize. Each call launches on the stream it is given (an
+// integer cudaStream_t, 0 = the legacy default stream), on the device its arrays live on, and
+// allocates nothing: split-KV workspace comes from the caller (decode_workspace_bytes sizes it).
+// The versions are read from the registries (gpu/attention/decode.h, prefill.h) at call time,
+// so a newly registered version is callable without touching this file. Decode version
+// kAutoVersion (-1, Python's "auto") is gpu::choose_decode's pick for the call's arguments on
+// the arrays' device (version and plan knobs), the rule `kvlab sweep` applies to version = auto.
 #include <cuda_runtime_api.h>
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/optional.h>

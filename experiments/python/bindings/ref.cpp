@@ -1,6 +1,6 @@
 // ref.cpp: kvlab._kvlab.ref, the CPU reference on host arrays: decode and paged (chunked)
-// prefill attention over a paged cache, append / quantize-on-write, quantize and dequantize of every scheme
-// (reference/quant/schemes.h). The DSV4 substrate ops are in dsv4.cpp.
+// prefill attention over a paged cache, append / quantize-on-write, quantize and dequantize of
+// every scheme (reference/quant/schemes.h). The DSV4 substrate ops are in dsv4.cpp.
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
@@ -70,9 +70,10 @@ void paged_prefill_attention(const Array& q, const Array& out, const OptArray& l
                              float sm_scale, int max_q_len, int max_seq_len,
                              const std::string& q_dtype) {
   Checker c(Where::kHost);
-  const PagedPrefillArgs a = prefill_args(
-      c, q, out, lse, cache(k_cache, v_cache, k_scales, v_scales, layout, kv_format, k_scale, v_scale),
-      block_table, seq_lens, q_start, sm_scale, max_q_len, max_seq_len, q_dtype);
+  const PagedPrefillArgs a =
+      prefill_args(c, q, out, lse,
+                   cache(k_cache, v_cache, k_scales, v_scales, layout, kv_format, k_scale, v_scale),
+                   block_table, seq_lens, q_start, sm_scale, max_q_len, max_seq_len, q_dtype);
   ref::validate_paged_prefill_args(a);
   KVLAB_REQUIRE(a.q_start[a.num_seqs] == dim(q, 0),
                 "q_start: the chunks end at row " << a.q_start[a.num_seqs] << " but q has "

@@ -180,7 +180,8 @@ def main(argv=None) -> int:
     print("| batch x context | kernel (splits) | C++ harness | Python peer timer | Python / C++ |")
     print("|---|---|---:|---:|---:|")
     for r in rows:
-        print(f"| {r['batch']} x {r['context']} | {r['ran']} ({r['num_splits']}) | {r['cpp_median_us']:.1f} [{r['cpp_q1_us']:.1f}, {r['cpp_q3_us']:.1f}] | "
+        print(f"| {r['batch']} x {r['context']} | {r['ran']} ({r['num_splits']}) | "
+              f"{r['cpp_median_us']:.1f} [{r['cpp_q1_us']:.1f}, {r['cpp_q3_us']:.1f}] | "
               f"{r['py_median_us']:.1f} [{r['py_q1_us']:.1f}, {r['py_q3_us']:.1f}] | {r['ratio']:.3f} |")
     return 0
 
