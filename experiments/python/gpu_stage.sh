@@ -103,5 +103,7 @@ echo "== python stage summary (logs in $dir) =="
 printf '| %-20s | %s |\n' "step" "result, wall time, last line of its log"
 printf '|%s|%s|\n' "----------------------" "------------------------------------------"
 for i in "${!names[@]}"; do printf '| %-20s | %s |\n' "${names[$i]}" "${results[$i]}"; done
+[ -f "$dir/oneliner.log" ] && grep -E "^auto: " "$dir/oneliner.log"
+[ -f "$dir/example.log" ] && grep -E "^(kvlab|flashinfer) " "$dir/example.log"
 [ -f "$dir/crosscheck.log" ] && sed -n '/two timers/,$p' "$dir/crosscheck.log"
 grep -E "passed|failed" "$dir/pytest.log" | tail -1
