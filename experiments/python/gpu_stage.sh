@@ -8,7 +8,7 @@
 # `pip wheel . -w .whl` with Python 3.12) and, where pytest is not installed, its wheels
 # (pytest, pluggy, iniconfig, packaging, pygments). Runs from the repository root; writes every log
 # under $OUT/python/ (default OUT=./gpu-out); prints a summary table last. Steps:
-#   1. pip install the wheel (no network: --no-index --no-deps) into $OUT/python/site;
+#   1. pip install the wheel (no network: --no-index --no-deps) into a temporary folder;
 #   2. the GPU test suite tests/python/test_kvlab_gpu.py (kvlab.ops vs kvlab.ref and vs
 #      PyTorch's attention, append / quantize byte-exact, streams and CUDA graphs);
 #   3. a one-line `python -c "import kvlab; ..."`: decode on torch tensors vs kvlab.ref;
@@ -16,7 +16,7 @@
 #   5. the two-timer cross-check (experiments/python/scripts/timing_crosscheck.py): C++
 #      harness vs the Python peer timer on the same kernel (version auto, the same pick on
 #      both sides) and shapes, with its figure.
-# Every Python step imports the installed wheel ($OUT/python/site first on PYTHONPATH; the
+# Every Python step imports the installed wheel (its folder first on PYTHONPATH; the
 # scripts live in experiments/python/scripts/, a folder without the package sources, so
 # `python path/script.py` cannot pick up the source tree's kvlab). Budget: at most 3 minutes
 # (the step timeouts 60 + 25 + 45 + 55 s, plus the install).
@@ -47,7 +47,9 @@ for d in "$KVLAB_WHEELS" "$BIN" "$PWD/.whl"; do
   w=$(ls "$d"/kvlab-*.whl 2>/dev/null | head -1)
   if [ -n "$w" ]; then wheel="$w"; wheeldir="$d"; break; fi
 done
-site="$dir/site"
+# The installed packages live outside $OUT (tens of MB): only logs and results come back.
+work="$(mktemp -d)"
+site="$work/site"
 install_wheel() {
   [ -n "$wheel" ] || { echo "no kvlab-*.whl in ${KVLAB_WHEELS:-} $BIN $PWD/.whl"; return 2; }
   echo "wheel: $wheel"
@@ -89,9 +91,9 @@ assert ok'
 #    are here ($WHEELS as the coordinator's machine provides them; its JIT takes ~20 s)
 if [ -n "${WHEELS:-}" ] && ls "$WHEELS"/flashinfer*.whl > /dev/null 2>&1; then
   step "README example" "$dir/example.log" timeout 45 bash -c \
-    "$py -m pip install --no-index --no-deps --target '$dir/fi' $WHEELS/*.whl > '$dir/fi_install.log' 2>&1 ||
-     $py -m pip install --no-index --no-deps --break-system-packages --target '$dir/fi' $WHEELS/*.whl >> '$dir/fi_install.log' 2>&1;
-     PYTHONPATH='$site:$dir/fi:$PWD' $py experiments/python/scripts/example_flashinfer.py"
+    "$py -m pip install --no-index --no-deps --target '$work/fi' $WHEELS/*.whl > '$dir/fi_install.log' 2>&1 ||
+     $py -m pip install --no-index --no-deps --break-system-packages --target '$work/fi' $WHEELS/*.whl >> '$dir/fi_install.log' 2>&1;
+     PYTHONPATH='$site:$work/fi:$PWD' $py experiments/python/scripts/example_flashinfer.py"
 fi
 
 # 5. two timers, one kernel

@@ -371,7 +371,7 @@ def test_runs_on_the_callers_stream_and_inside_a_cuda_graph():
     side = torch.cuda.Stream()
     with torch.cuda.stream(side):
         prepared = ops.prepare_decode_attention(q, k, v, table, lens, workspace=ws, max_seq_len=128)
-        assert prepared._native.stream == side.cuda_stream  # the caller's current stream
+        assert prepared._native.stream == side.cuda_stream and prepared.stream is None  # follows
         prepared.run()
     side.synchronize()
     assert torch.equal(prepared.out, eager)
@@ -384,6 +384,31 @@ def test_runs_on_the_callers_stream_and_inside_a_cuda_graph():
     graph.replay()
     torch.cuda.synchronize()
     assert torch.equal(captured.out, eager)
+    # Prepared outside, run inside a capture (FlashInfer's plan outside / run inside): each run
+    # follows the current stream, here the capture stream (a launch on the stream of
+    # preparation, the legacy one, would break the capture).
+    planned = ops.prepare_decode_attention(q, k, v, table, lens, workspace=ws, max_seq_len=128)
+    graph2 = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph2):
+        planned.run()
+    planned.out.fill_(float("nan"))
+    torch.cuda.synchronize()
+    graph2.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(planned.out, eager)
+    # A timer's own stream (the peer timer's rule): events around run() on that stream see it.
+    timer_stream = torch.cuda.Stream()
+    timer_stream.wait_stream(torch.cuda.current_stream())
+    planned.out.fill_(float("nan"))
+    with torch.cuda.stream(timer_stream):
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        planned.run()
+        stop.record()
+    stop.synchronize()
+    assert torch.equal(planned.out, eager)  # finished by the stop event: it ran on timer_stream
+    fixed = ops.prepare_decode_attention(q, k, v, table, lens, workspace=ws, max_seq_len=128, stream=side)
+    assert fixed.stream == side.cuda_stream
 
 
 def test_bad_inputs_raise_before_launch():

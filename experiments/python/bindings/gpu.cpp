@@ -172,9 +172,11 @@ struct PreparedDecode {
   uintptr_t stream = 0;
   int device = -1;
 
-  void run() const {
+  // On `on` when given (the stream current at run time), else on the stream of preparation.
+  void run(std::optional<uintptr_t> on) const {
     DeviceGuard guard(device);
-    gpu::decode_attention(args, version, tuning, workspace, workspace_bytes, as_stream(stream));
+    gpu::decode_attention(args, version, tuning, workspace, workspace_bytes,
+                          as_stream(on ? *on : stream));
   }
   int num_splits() const { return tuning.num_splits; }
 };
@@ -320,7 +322,8 @@ void bind_gpu(nb::module_& m) {
   m.def("decode_attention", &decode_attention, KVLAB_PY_DECODE_ARGS, nb::arg("version"),
         nb::arg("workspace").none(), nb::arg("stream"));
   nb::class_<PreparedDecode>(m, "PreparedDecode")
-      .def("run", &PreparedDecode::run, "launch the prepared decode on its stream")
+      .def("run", &PreparedDecode::run, nb::arg("stream").none() = nb::none(),
+           "launch the prepared decode on `stream` (default: the stream of preparation)")
       .def_ro("version", &PreparedDecode::version)
       .def_prop_ro("num_splits", &PreparedDecode::num_splits)
       .def_ro("basis", &PreparedDecode::basis)

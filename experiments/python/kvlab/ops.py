@@ -147,17 +147,27 @@ class PreparedDecode:
     launch: for timed loops and CUDA-graph capture (FlashInfer's plan / run split). It holds
     its tensors; their contents may change between runs, their shapes and addresses may not.
     `out` is the output tensor every run writes; `version` (registry id), `num_splits` and
-    `basis` say what runs (for "auto": what choose_decode picked, and why)."""
+    `basis` say what runs (for "auto": what choose_decode picked, and why).
 
-    def __init__(self, native, out):
+    Stream: prepared with stream=None, each run() launches on the stream current at that run
+    (torch's, or cupy's, for the arrays' device), as a torch op does: inside
+    torch.cuda.stream(s) it runs on s, inside torch.cuda.graph(g) it is captured, inside a
+    timer that makes its own stream current it is timed. `stream` is then None. Prepared with
+    stream=S, every run launches on S."""
+
+    def __init__(self, native, out, stream):
         self._native = native
         self.out = out
+        self.stream = stream
         self.version = int(native.version)
         self.num_splits = int(native.num_splits)
         self.basis = native.basis
 
     def run(self):
-        self._native.run()
+        if self.stream is None:
+            self._native.run(_arrays.stream_of([self.out], None))
+        else:
+            self._native.run()
         return self.out
 
     __call__ = run
@@ -167,15 +177,15 @@ def prepare_decode_attention(q, k_cache, v_cache, block_table, seq_lens, *, vers
                              layout="nhd", k_scales=None, v_scales=None, k_scale=1.0, v_scale=1.0, sm_scale=None,
                              max_seq_len=0, q_dtype=None, out=None, lse=None, workspace=None, stream=None):
     """decode_attention's checks now, its launches later: returns a PreparedDecode whose
-    run() launches on `stream` (default: the current stream at preparation). A version that
-    does not handle the configuration raises kvlab.Unsupported here."""
+    run() launches on `stream` when given, else on the stream current at each run. A version
+    that does not handle the configuration raises kvlab.Unsupported here."""
     if out is None:
         out = _arrays.empty_like(q)
     kw, s = _decode_kwargs(q, k_cache, v_cache, block_table, seq_lens, out, lse, kv_format, layout, k_scales,
                            v_scales, k_scale, v_scale, sm_scale, max_seq_len, q_dtype, stream)
     p = _gpu().prepare_decode_attention(version=_version_arg(version), workspace=_arrays.exchange(workspace, s),
                                         stream=s, **kw)
-    return PreparedDecode(p, out)
+    return PreparedDecode(p, out, None if stream is None else s)
 
 
 PrefillVersion = namedtuple("PrefillVersion", "id name summary")

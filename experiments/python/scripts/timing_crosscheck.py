@@ -6,7 +6,11 @@ measured with, by the C++ harness's rules and flush kernel; it needs torch and C
 1 means one of them, not the kernel, is off, and every kvlab-vs-peer comparison inherits it.
 
     python3 experiments/python/scripts/timing_crosscheck.py --kvlab build/experiments/kvlab --out DIR
-        [--version NAME] [--shape BATCHxCONTEXT ...]
+        [--version NAME] [--shape BATCHxCONTEXT ...] [--tolerance 0.02]
+
+Verdict: the timers agree on a shape when their medians differ by at most --tolerance
+(default 2 %, the peers' cross-check tolerance); the script exits 1 when any shape disagrees
+(0 only when all agree, 2 for bad arguments or no GPU).
 
 kvlab is the installed package (pip, or PYTHONPATH=build/python): this folder holds no
 package, so the script's own directory, first on sys.path, shadows nothing. The version
@@ -17,7 +21,8 @@ Shape: BF16 paged decode, NHD, head_dim 128, 8 KV heads, GQA 4 (32 query heads),
 uniform lengths, eager launch, cold L2 in both timers. The Python side calls a
 kvlab.ops.prepare_decode_attention handle (checked once; each timed call is the launch
 alone, as in the C++ harness), on a cache with a seeded permutation of the pages and random
-BF16 data. Writes DIR/crosscheck.csv, DIR/crosscheck.png / .pdf (median per timer with
+BF16 data; the handle launches on the stream current at each call, so the peer timer's own
+stream (flush, events and call on one stream) times it. Writes DIR/crosscheck.csv, DIR/crosscheck.png / .pdf (median per timer with
 quartile bars, and the ratio) and DIR/cpp.h5 (the C++ points); prints the table last.
 """
 from __future__ import annotations
@@ -101,7 +106,7 @@ def python_times(version, shapes, config_text):
     return out
 
 
-def figure(rows, path_base, device, version):
+def figure(rows, path_base, device, version, tolerance):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -122,6 +127,7 @@ def figure(rows, path_base, device, version):
     a1.set_xlabel("batch x context (tokens)")
     a1.set_ylabel("time per call, median (µs)")
     a1.legend(loc="upper left", fontsize=7, frameon=False)
+    a2.axhspan(1 - tolerance, 1 + tolerance, color="0.9", lw=0, label=f"agreement band ±{tolerance:.0%}")
     a2.axhline(1.0, color="k", lw=0.8, ls="--")
     a2.plot(list(x), [r["ratio"] for r in rows], marker="o", color="k", ls="")
     a2.set_xticks(list(x), labels)
@@ -142,6 +148,8 @@ def main(argv=None) -> int:
     ap.add_argument("--version", default="auto",
                     help="decode version: a registered name or 'auto' (default: auto, picked per shape)")
     ap.add_argument("--shape", action="append", help="BATCHxCONTEXT (repeatable; default 64x8192, 1x32768, 8x2048)")
+    ap.add_argument("--tolerance", type=float, default=0.02,
+                    help="largest |Python / C++ - 1| of agreeing medians (default 0.02)")
     a = ap.parse_args(argv)
     import kvlab
     print(f"kvlab: {kvlab.__file__}", flush=True)  # the installed package, not a source tree
@@ -170,20 +178,25 @@ def main(argv=None) -> int:
                          cpp_median_us=c["median_us"], cpp_q1_us=c["q1_us"], cpp_q3_us=c["q3_us"], cpp_reps=c["reps"],
                          py_median_us=p["median_us"], py_q1_us=p["q1_us"], py_q3_us=p["q3_us"], py_reps=p["reps"],
                          ratio=p["median_us"] / c["median_us"]))
+        rows[-1]["agree"] = abs(rows[-1]["ratio"] - 1.0) <= a.tolerance
     import csv
     with open(os.path.join(a.out, "crosscheck.csv"), "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
         w.writeheader()
         w.writerows(rows)
-    figure(rows, os.path.join(a.out, "crosscheck"), device, version)
+    figure(rows, os.path.join(a.out, "crosscheck"), device, version, a.tolerance)
     print(f"two timers, one kernel ({version}, {device}; medians in µs, [q1, q3]):")
-    print("| batch x context | kernel (splits) | C++ harness | Python peer timer | Python / C++ |")
-    print("|---|---|---:|---:|---:|")
+    print("| batch x context | kernel (splits) | C++ harness | Python peer timer | Python / C++ | verdict |")
+    print("|---|---|---:|---:|---:|---|")
     for r in rows:
         print(f"| {r['batch']} x {r['context']} | {r['ran']} ({r['num_splits']}) | "
               f"{r['cpp_median_us']:.1f} [{r['cpp_q1_us']:.1f}, {r['cpp_q3_us']:.1f}] | "
-              f"{r['py_median_us']:.1f} [{r['py_q1_us']:.1f}, {r['py_q3_us']:.1f}] | {r['ratio']:.3f} |")
-    return 0
+              f"{r['py_median_us']:.1f} [{r['py_q1_us']:.1f}, {r['py_q3_us']:.1f}] | {r['ratio']:.3f} | "
+              f"{'agree' if r['agree'] else 'DISAGREE'} |")
+    bad = [r for r in rows if not r["agree"]]
+    print(f"timers {'DISAGREE' if bad else 'agree'} within {a.tolerance:.1%} on {len(rows) - len(bad)} of "
+          f"{len(rows)} shapes")
+    return 1 if bad else 0
 
 
 if __name__ == "__main__":
