@@ -447,3 +447,25 @@ def test_timing_crosscheck_run_as_the_stage_runs_it_reports_the_installed_packag
     assert first.startswith("kvlab: "), (r.stdout, r.stderr)
     assert os.path.abspath(first[len("kvlab: "):]).startswith(site + os.sep), first
     assert "not built or not importable" not in r.stderr
+
+
+def test_timing_crosscheck_verdict_fails_outside_the_tolerance():
+    """The cross-check's verdict (compare): a Python median of 3.4 us against the C++ 751.1 us
+    (a call that escaped the timer's events) disagrees, 1.5 % agrees at 2 %, and two sides
+    that ran different kernels stop the script."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("timing_crosscheck", os.path.join(SCRIPTS, "timing_crosscheck.py"))
+    tc = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tc)
+
+    def t(med, ran="v4_mma_decode", splits=0):
+        return dict(median_us=med, q1_us=0.99 * med, q3_us=1.01 * med, reps=10, ran=ran, splits=splits)
+
+    shapes = [(64, 8192), (8, 2048)]
+    rows = tc.compare(shapes, {shapes[0]: t(751.1), shapes[1]: t(34.0)}, {shapes[0]: t(3.4), shapes[1]: t(34.51)},
+                      "auto", "H100", 0.02)
+    assert [r["agree"] for r in rows] == [False, True]
+    assert abs(rows[0]["ratio"] - 3.4 / 751.1) < 1e-12
+    with pytest.raises(SystemExit, match="not one kernel"):
+        tc.compare(shapes[:1], {shapes[0]: t(751.1)}, {shapes[0]: t(751.1, ran="v5_mma_decode_2stage")}, "auto", "H100",
+                   0.02)

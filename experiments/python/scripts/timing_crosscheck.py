@@ -106,6 +106,23 @@ def python_times(version, shapes, config_text):
     return out
 
 
+def compare(shapes, cpp, py, version, device, tolerance):
+    """One row per shape: both timers' medians and quartiles, their ratio and the verdict
+    (agree: |Python / C++ - 1| <= tolerance). Stops when the two sides ran different kernels."""
+    rows = []
+    for b, ctx in shapes:
+        c, p = cpp[(b, ctx)], py[(b, ctx)]
+        if (c["ran"], c["splits"]) != (p["ran"], p["splits"]):
+            raise SystemExit(f"{b} x {ctx}: the C++ run timed {c['ran']} (splits {c['splits']}), Python "
+                             f"{p['ran']} (splits {p['splits']}): not one kernel")
+        ratio = p["median_us"] / c["median_us"]
+        rows.append(dict(batch=b, context=ctx, version=version, ran=c["ran"], num_splits=c["splits"], device=device,
+                         cpp_median_us=c["median_us"], cpp_q1_us=c["q1_us"], cpp_q3_us=c["q3_us"], cpp_reps=c["reps"],
+                         py_median_us=p["median_us"], py_q1_us=p["q1_us"], py_q3_us=p["q3_us"], py_reps=p["reps"],
+                         ratio=ratio, agree=bool(abs(ratio - 1.0) <= tolerance)))
+    return rows
+
+
 def figure(rows, path_base, device, version, tolerance):
     import matplotlib
     matplotlib.use("Agg")
@@ -168,17 +185,7 @@ def main(argv=None) -> int:
     cpp, config_text = cpp_times(a.kvlab, version, shapes, a.out)
     py = python_times(version, shapes, config_text)
     device = torch.cuda.get_device_name(0)
-    rows = []
-    for b, ctx in shapes:
-        c, p = cpp[(b, ctx)], py[(b, ctx)]
-        if (c["ran"], c["splits"]) != (p["ran"], p["splits"]):
-            raise SystemExit(f"{b} x {ctx}: the C++ run timed {c['ran']} (splits {c['splits']}), Python "
-                             f"{p['ran']} (splits {p['splits']}): not one kernel")
-        rows.append(dict(batch=b, context=ctx, version=version, ran=c["ran"], num_splits=c["splits"], device=device,
-                         cpp_median_us=c["median_us"], cpp_q1_us=c["q1_us"], cpp_q3_us=c["q3_us"], cpp_reps=c["reps"],
-                         py_median_us=p["median_us"], py_q1_us=p["q1_us"], py_q3_us=p["q3_us"], py_reps=p["reps"],
-                         ratio=p["median_us"] / c["median_us"]))
-        rows[-1]["agree"] = abs(rows[-1]["ratio"] - 1.0) <= a.tolerance
+    rows = compare(shapes, cpp, py, version, device, a.tolerance)
     import csv
     with open(os.path.join(a.out, "crosscheck.csv"), "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
