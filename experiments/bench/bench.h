@@ -10,7 +10,9 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <iterator>
+#include <limits>
 #include <memory>
 #include <string>
 #include <utility>
@@ -23,13 +25,65 @@ namespace kvlab::exp {
 
 enum class AxisType { kInt, kFloat, kString, kEnum };
 
+// An axis and the one validation rule every value of it passes before any output is touched
+// (experiments/sweep/axis_rule.h applies it, for every kind alike; a value that fails is bad
+// input: exit code 2 naming the study, the axis and the value):
+//   kInt:    a 64-bit integer in [min, max] (default [0, 2^31 - 1]: a count or size that fits
+//            the int32 the kernels take); a power of two when pow2 (0 too when min is 0);
+//   kFloat:  a finite number in [lo, hi] (default [0, +inf)), lo itself excluded when lo_open;
+//   kEnum:   one of `choices` ("all" expands to them);
+//   kString: non-empty, printable;
+//   and `check`, when set: "" or why the value is not allowed (a name that must exist, ...).
+// Kinds declare their ranges with the chained setters:
+//   AxisSpec{"block_size", AxisType::kInt, "16", {}, "tokens per page"}.range(1, 1 << 20)
 struct AxisSpec {
+  AxisSpec() = default;
+  AxisSpec(std::string name_, AxisType type_, std::string default_value_,
+           std::vector<std::string> choices_ = {}, std::string doc_ = "")
+      : name(std::move(name_)),
+        type(type_),
+        default_value(std::move(default_value_)),
+        choices(std::move(choices_)),
+        doc(std::move(doc_)) {}
+
   std::string name;
   AxisType type = AxisType::kInt;
   std::string default_value;         // used when a study does not list the axis
   std::vector<std::string> choices;  // kEnum: the allowed values ("all" expands to them)
   std::string doc;
+  int64_t min = 0;
+  int64_t max = std::numeric_limits<int32_t>::max();
+  bool pow2 = false;
+  // A float axis that declares no range still has a finite one: a value whose text the
+  // canonical form would round (2^63 as 9.22e18) is refused, not run as another value.
+  double lo = 0, hi = 1e12;
+  bool lo_open = false;
+  std::function<std::string(const std::string&)> check;
+
   bool numeric() const { return type == AxisType::kInt || type == AxisType::kFloat; }
+  AxisSpec range(int64_t lo_incl, int64_t hi_incl) const {
+    AxisSpec a = *this;
+    a.min = lo_incl;
+    a.max = hi_incl;
+    return a;
+  }
+  AxisSpec powers_of_two() const {
+    AxisSpec a = *this;
+    a.pow2 = true;
+    return a;
+  }
+  AxisSpec real_range(double lo_v, double hi_v, bool exclude_lo = false) const {
+    AxisSpec a = *this;
+    a.lo = lo_v;
+    a.hi = hi_v;
+    a.lo_open = exclude_lo;
+    return a;
+  }
+  AxisSpec checked_by(std::function<std::string(const std::string&)> f) const {
+    AxisSpec a = *this;
+    a.check = std::move(f);
+    return a;
+  }
 };
 
 struct MetricSpec {
@@ -106,6 +160,7 @@ using TimingConfig = TimingOptions;
 // What a bench may use while running: seeds, timing options and the measured ceilings.
 struct RunContext {
   uint64_t seed = 1;
+  int cpu_threads = 1;  // CPU threads a point may use (reference computations): cores / workers
   bool timing = true;  // false for `kvlab validate`: check only
   TimingConfig timing_cfg;
   // Measured once per run by the GPU harness (0 when not measured).
@@ -124,9 +179,16 @@ class Bench {
   virtual std::vector<AxisSpec> axes() const = 0;
   virtual std::vector<MetricSpec> metrics() const = 0;
   virtual bool needs_gpu() const { return false; }
-  // Bad input (a workload or model file that does not exist, a malformed name): throws
-  // InvalidArgument saying what was given and what is allowed. Called for every point
-  // before the output file is touched, so bad input ends the run with exit code 2 and
+  // The version of what the kind computes, part of a sweep's identity: bump it when the same
+  // point would now give different numbers, so that --resume and merge do not mix the two.
+  virtual std::string version() const { return "1"; }
+  // Points with the same non-empty case key share expensive setup that the bench keeps
+  // between consecutive points (a device pool and its reference outputs): the worker
+  // hand-out gives them to one worker, in sweep order.
+  virtual std::string case_key(const Point&) const { return ""; }
+  // Bad input that the per-axis rules (AxisSpec) cannot see, because it involves several
+  // axes of the point: throws InvalidArgument naming the axes and values. Called for every
+  // point before the output file is touched, so bad input ends the run with exit code 2 and
   // nothing written. Cheap checks only (no computation).
   virtual void check_point(const Point&) const {}
   // "" when the point can run, else the reason it cannot (recorded as skipped).

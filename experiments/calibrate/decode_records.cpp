@@ -148,8 +148,10 @@ void check_index_schema(const h5::File& f, const std::string& path) {
                           " is an HDF5 file but not a kvlab result file (no kvlab_schema = \"" +
                           std::string(kSchemaName) + "\" attribute)");
   if (!f.has_attr("schema_version") || f.attr_type("schema_version") == h5::Type::kString ||
-      f.attr_int("schema_version") != kSchemaVersion)
+      f.attr_int("schema_version") < kOldestReadableSchema ||
+      f.attr_int("schema_version") > kSchemaVersion)
     throw ResultFileError(path + " is not kvlab result schema version " +
+                          std::to_string(kOldestReadableSchema) + " to " +
                           std::to_string(kSchemaVersion));
   if (!f.is_group("index")) throw ResultFileError(path + " has no /index table");
 }

@@ -5,6 +5,7 @@
 
 #include <boost/program_options.hpp>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -17,11 +18,13 @@
 #include "experiments/calibrate/calibrate.h"
 #include "experiments/cli/summary.h"
 #include "experiments/h5/durable.h"
+#include "experiments/h5/file_io.h"
 #include "experiments/h5/h5.h"
 #include "experiments/model/model_cli.h"
 #include "experiments/results/merge.h"
 #include "experiments/results/provenance.h"
 #include "experiments/results/result_file.h"
+#include "experiments/run/progress.h"
 #include "experiments/run/runner.h"
 #include "experiments/sweep/spec.h"
 #include "experiments/sweep/values.h"
@@ -32,7 +35,16 @@ namespace po = boost::program_options;
 namespace kvlab::exp {
 namespace {
 
-constexpr int kExitBadInput = 2;
+// KVLAB_COMMIT=auto|journal|replace: how commits reach the disk (durable.h). "replace" rewrites
+// the whole file at every commit, as kvlab did before the overlay: for measurements only.
+h5::DurableFile::Commit commit_protocol_from_env() {
+  const char* v = std::getenv("KVLAB_COMMIT");
+  if (!v || !*v || std::string(v) == "auto") return h5::DurableFile::Commit::kAuto;
+  if (std::string(v) == "journal") return h5::DurableFile::Commit::kJournal;
+  if (std::string(v) == "replace") return h5::DurableFile::Commit::kReplace;
+  throw InvalidArgument("KVLAB_COMMIT: unknown value '" + std::string(v) +
+                        "' (allowed: auto, journal, replace)");
+}
 
 const char* kSubcommands[][2] = {
     {"info", "build, git, devices, benches and their axes, reference self-check"},
@@ -41,7 +53,8 @@ const char* kSubcommands[][2] = {
     {"simulate", "run one serving-simulation config into an HDF5 result file"},
     {"calibrate", "fit the decode-attention cost model to measured timings: fidelity table"},
     {"merge", "merge shard result files into one"},
-    {"recover", "undo an interrupted commit of a result file"},
+    {"check", "verify result files: schema, sweep identity, every checksum"},
+    {"recover", "undo an interrupted commit of a result file, then check it"},
     {"model", "real models: import a GGUF, info, generate, dump K/V (kvlab model --help)"},
     {"summary", "the results of a file as a short table (Markdown, JSON)"},
 };
@@ -54,6 +67,10 @@ void usage(std::ostream& os) {
     std::snprintf(line, sizeof line, "  %-10s %s\n", s[0], s[1]);
     os << line;
   }
+  os << "\nexit codes: 0 ok; 1 some points failed (check: a file is damaged; validate: nothing "
+        "was validated);\n  2 bad input (nothing already written was touched); 3 I/O failure "
+        "(disk full, quota, EIO:\n  the file holds its last complete commit); 128+N stopped by "
+        "signal N after the point in flight\n";
 }
 
 std::string self_exe() {
@@ -95,7 +112,7 @@ void add_sweep_selection(po::options_description& d) {
                   "override an axis: [STUDY.]NAME=VALUES (lists 1,16,64; ranges pow2:9:17, "
                   "range:1:8:2, geom:4:128:2); repeatable")(
       "only", po::value<std::string>(), "run only these studies (comma-separated section names)")(
-      "seed", po::value<long long>(), "override the config's seed");
+      "seed", po::value<std::string>(), "override the config's seed (a non-negative 64-bit integer)");
 }
 
 SweepSpec load_with_selection(const std::string& config, const po::variables_map& vm,
@@ -114,8 +131,10 @@ SweepSpec load_with_selection(const std::string& config, const po::variables_map
       passthrough->push_back(a);
     }
   if (vm.count("seed")) {
-    const long long s = vm["seed"].as<long long>();
-    if (s < 0) throw InvalidArgument("--seed must be non-negative, got " + std::to_string(s));
+    const std::string text = vm["seed"].as<std::string>();
+    long long s = 0;
+    if (!parse_int(text, &s) || s < 0)
+      throw InvalidArgument("--seed: expected a non-negative 64-bit integer, got '" + text + "'");
     spec.seed = static_cast<uint64_t>(s);
     passthrough->push_back("--seed");
     passthrough->push_back(std::to_string(s));
@@ -191,14 +210,24 @@ int cmd_sweep(const std::vector<std::string>& args, const std::vector<std::strin
       "prefix of every output line (workers)");
   if (!validate_only) {
     d.add_options()("resume", "continue an existing result file, skipping its finished points")(
+        "allow-mixed",
+        "resume a file of another sweep identity (points, seed, timing rules, kind versions)")(
         "shard", po::value<std::string>(), "run only shard K/N (points whose index % N == K)")(
-        "workers,j", po::value<int>(), "run N worker processes (shards) and merge their files")(
+        "workers,j", po::value<int>(),
+        "run N worker processes, points handed out as they finish, merged into --out")(
         "gpus", po::value<std::string>(), "one worker per GPU: a list like 0,1,3 or 'all'")(
+        "threads", po::value<int>(),
+        "CPU threads of a point's reference computations (default: cores / workers)")(
         "no-fsync", "skip fsync in commits (still safe against process death, not power loss)");
   }
+  po::options_description hidden;
+  hidden.add_options()("serve-points", po::value<std::string>(),
+                       "worker mode (workers.h): run the points named on stdin");
   po::positional_options_description pos;
   pos.add("config", 1);
-  const auto vm = parse(args, d, pos);
+  po::options_description all_opts;
+  all_opts.add(d).add(hidden);
+  const auto vm = parse(args, all_opts, pos);
   if (help_requested(vm, cmd,
                      validate_only
                          ? "[CONFIG] [options]   (default CONFIG: experiments/configs/validate.ini)"
@@ -218,8 +247,10 @@ int cmd_sweep(const std::vector<std::string>& args, const std::vector<std::strin
   SweepOptions opt;
   opt.argv = full_argv;
   opt.self_exe = self_exe();
-  SweepSpec spec = load_with_selection(config, vm, &opt.passthrough);
   opt.progress = vm["progress"].as<std::string>();
+  Progress::parse_mode(opt.progress);  // bad input before anything is read or written
+  opt.commit = commit_protocol_from_env();
+  SweepSpec spec = load_with_selection(config, vm, &opt.passthrough);
   opt.log_prefix = vm["log-prefix"].as<std::string>();
   opt.dry_run = vm.count("dry-run") > 0;
   opt.timing = !validate_only;
@@ -234,7 +265,15 @@ int cmd_sweep(const std::vector<std::string>& args, const std::vector<std::strin
     opt.fsync = false;
   } else {
     opt.resume = vm.count("resume") > 0;
+    opt.allow_mixed = vm.count("allow-mixed") > 0;
     opt.fsync = vm.count("no-fsync") == 0;
+    if (vm.count("threads")) {
+      const int t = vm["threads"].as<int>();
+      if (t < 1 || t > 1024)
+        throw InvalidArgument("--threads: expected 1..1024, got " + std::to_string(t));
+      opt.cpu_threads = t;
+    }
+    if (vm.count("serve-points")) opt.serve_identity = vm["serve-points"].as<std::string>();
     if (vm.count("shard")) parse_shard(vm["shard"].as<std::string>(), &opt.shard_k, &opt.shard_n);
     if (vm.count("workers") && vm.count("gpus"))
       throw InvalidArgument("give --workers or --gpus, not both");
@@ -271,9 +310,12 @@ int cmd_sweep(const std::vector<std::string>& args, const std::vector<std::strin
   const std::string md = vm.count("markdown") ? vm["markdown"].as<std::string>() : "";
   const std::string js = vm.count("json") ? vm["json"].as<std::string>() : "";
   check_summary_outputs(md, js);
-  const int rc = run_sweep(spec, opt, out);
-  // Workers (--log-prefix) leave the summary to the parent, which reads the merged file.
-  if (!opt.dry_run && opt.log_prefix.empty())
+  const bool worker = !opt.serve_identity.empty() || !opt.log_prefix.empty();
+  // A worker's stdout is its pipe to the parent: its log goes to stderr.
+  const int rc = run_sweep(spec, opt, worker ? std::cerr : out);
+  // Workers leave the summary to the parent, which reads the merged file; a run that was
+  // refused or failed to write has no file to summarize.
+  if (!opt.dry_run && !worker && rc != kExitBadInput && rc != kExitIoError)
     summary_after_sweep(opt.out.empty() ? spec.out : opt.out, md, js, out);
   if (!temp_out.empty()) unlink(temp_out.c_str());
   return rc;
@@ -417,7 +459,10 @@ int cmd_merge(const std::vector<std::string>& args, std::ostream& out) {
   d.add_options()("help,h", "show this help")("out,o", po::value<std::string>(),
                                               "merged result file")(
       "inputs", po::value<std::vector<std::string>>(), "shard result files")(
-      "force,f", "replace an existing output")("allow-mixed", "merge files from different sweeps");
+      "force,f", "replace an existing output (refused while a kvlab process writes it)")(
+      "allow-mixed", "merge files of different sweeps, or of result schema 1 (unverifiable)")(
+      "require-complete", "exit 1 unless the output holds every point of the sweep")(
+      "no-fsync", "skip fsync of the output");
   po::positional_options_description pos;
   pos.add("inputs", -1);
   const auto vm = parse(args, d, pos);
@@ -427,11 +472,87 @@ int cmd_merge(const std::vector<std::string>& args, std::ostream& out) {
   MergeOptions mo;
   mo.overwrite = vm.count("force") > 0;
   mo.allow_mixed = vm.count("allow-mixed") > 0;
+  mo.fsync = vm.count("no-fsync") == 0;
   const auto inputs = vm["inputs"].as<std::vector<std::string>>();
-  const int64_t rows = merge_results(inputs, vm["out"].as<std::string>(), mo);
-  out << "merged " << inputs.size() << " files (" << rows << " points) -> "
-      << vm["out"].as<std::string>() << "\n";
+  const MergeResult m = merge_results(inputs, vm["out"].as<std::string>(), mo);
+  for (const auto& n : m.notes) out << "note: " << n << "\n";
+  out << "merged " << inputs.size() << " files (" << m.rows << " points) -> "
+      << vm["out"].as<std::string>();
+  if (m.planned > 0) {
+    out << "; " << (m.planned - m.missing) << " of the sweep's " << m.planned << " points";
+    if (m.missing > 0) out << " (" << m.missing << " missing, e.g. " << m.first_missing << ")";
+  }
+  out << "\n";
+  if (vm.count("require-complete") && (m.planned == 0 || m.missing > 0)) {
+    out << "merge: incomplete: " << (m.planned == 0 ? std::string("the sweep's points are unknown")
+                                                    : std::to_string(m.missing) + " points missing")
+        << "\n";
+    return kExitFailed;
+  }
   return 0;
+}
+
+// Prints one file's check; returns whether it is intact.
+bool print_check(const std::string& path, std::ostream& out, bool strict) {
+  FileCheck c;
+  std::string fatal;
+  require_regular_file(path, "kvlab check:");
+  if (h5::DurableFile::needs_recovery(path)) {
+    fatal = "an interrupted commit or a killed writer's leftover is next to it (" +
+            h5::DurableFile::journal_path(path) + " / " + h5::DurableFile::temp_path(path) +
+            "): run `kvlab recover " + path + "`";
+  } else if (!h5::File::is_hdf5(path)) {
+    fatal = "not an HDF5 file (its header is damaged or it is not a result file)";
+  } else if (const std::string crash = probe_result_file(path); !crash.empty()) {
+    fatal = crash;
+  } else {
+    try {
+      const h5::File f = h5::File::open(path);
+      c = check_result_file(f, path);
+    } catch (const h5::Error& e) {
+      fatal = std::string("cannot be opened (") + e.what() + ")";
+    }
+  }
+  // What a damaged file holds may be any bytes: printed as valid UTF-8 (file_io.h utf8_safe).
+  if (!fatal.empty()) {
+    out << path << ": DAMAGED: " << utf8_safe(fatal) << "\n";
+    return false;
+  }
+  if (!c.ok()) {
+    out << path << ": DAMAGED: " << c.verification.damaged << " problems\n";
+    for (const auto& p : c.verification.problems) out << "  " << utf8_safe(p) << "\n";
+    if (c.verification.damaged > static_cast<int64_t>(c.verification.problems.size()))
+      out << "  ... (" << (c.verification.damaged - static_cast<int64_t>(c.verification.problems.size()))
+          << " more)\n";
+    return false;
+  }
+  out << path << ": " << (c.notes.empty() ? "intact" : "readable, NOT VERIFIED") << " (schema "
+      << c.schema << ", " << c.rows << " points, " << c.verification.rows << " rows and "
+      << c.verification.groups << " groups verified";
+  if (c.identity) out << ", sweep identity " << c.identity->digest();
+  out << ")\n";
+  for (const auto& n : c.notes) out << "  note: " << n << "\n";
+  return !(strict && !c.notes.empty());
+}
+
+int cmd_check(const std::vector<std::string>& args, std::ostream& out) {
+  po::options_description d("kvlab check options");
+  d.add_options()("help,h", "show this help")("files", po::value<std::vector<std::string>>(),
+                                              "result files")(
+      "strict", "a file that cannot be verified (schema 1) counts as damaged");
+  po::positional_options_description pos;
+  pos.add("files", -1);
+  const auto vm = parse(args, d, pos);
+  if (help_requested(vm, "check", "FILE.h5 [...]   (exit 0 intact, 1 damaged, 2 not a result file)",
+                     d, out))
+    return 0;
+  if (!vm.count("files")) throw InvalidArgument("kvlab check: no files given");
+  const auto files = vm["files"].as<std::vector<std::string>>();
+  for (const auto& f : files)
+    if (access(f.c_str(), F_OK) != 0) throw InvalidArgument("kvlab check: " + f + " does not exist");
+  bool all_ok = true;
+  for (const auto& f : files) all_ok &= print_check(f, out, vm.count("strict") > 0);
+  return all_ok ? kExitOk : kExitFailed;
 }
 
 int cmd_recover(const std::vector<std::string>& args, std::ostream& out) {
@@ -443,14 +564,23 @@ int cmd_recover(const std::vector<std::string>& args, std::ostream& out) {
   const auto vm = parse(args, d, pos);
   if (help_requested(vm, "recover", "FILE.h5 [...]", d, out)) return 0;
   if (!vm.count("files")) throw InvalidArgument("kvlab recover: no files given");
+  bool all_ok = true;
   for (const auto& f : vm["files"].as<std::vector<std::string>>()) {
     if (access(f.c_str(), F_OK) != 0)
       throw InvalidArgument("kvlab recover: " + f + " does not exist");
+    require_regular_file(f, "kvlab recover:");
     const h5::Recovery r = h5::DurableFile::recover(f);
-    out << f << ": "
-        << (r == h5::Recovery::kNone ? "clean (no interrupted commit)" : h5::to_string(r)) << "\n";
+    if (r != h5::Recovery::kNone) out << f << ": " << h5::to_string(r) << "\n";
+    // "clean" only for a file that verifies: a truncated or corrupted file is damaged even
+    // when no commit was interrupted.
+    std::ostringstream detail;
+    const bool ok = print_check(f, detail, false);
+    out << f << ": " << (ok ? "clean" : "damaged") << (r == h5::Recovery::kNone ? " (no interrupted commit)" : "")
+        << "\n"
+        << detail.str();
+    all_ok &= ok;
   }
-  return 0;
+  return all_ok ? kExitOk : kExitFailed;
 }
 
 }  // namespace
@@ -475,16 +605,20 @@ int cli_main(int argc, const char* const* argv, std::ostream& out, std::ostream&
     if (cmd == "calibrate") return cmd_calibrate(args, full, out);
     if (cmd == "merge") return cmd_merge(args, out);
     if (cmd == "recover") return cmd_recover(args, out);
+    if (cmd == "check") return cmd_check(args, out);
     if (cmd == "model") return cmd_model(args, out, err);
     if (cmd == "summary") return cmd_summary(args, out);
     err << "kvlab: unknown subcommand '" << cmd << "'\n";
     usage(err);
     return kExitBadInput;
+  } catch (const IoError& e) {
+    err << "kvlab " << cmd << ": I/O error: " << e.what() << "\n";
+    return kExitIoError;
   } catch (const po::error& e) {
     err << "kvlab " << cmd << ": error: " << e.what() << " (see kvlab " << cmd << " --help)\n";
     return kExitBadInput;
   } catch (const InvalidArgument& e) {
-    err << "kvlab " << cmd << ": error: " << e.what() << "\n";
+    err << "kvlab " << cmd << ": error: " << utf8_safe(e.what()) << "\n";
     return kExitBadInput;
   } catch (const Unsupported& e) {
     err << "kvlab " << cmd << ": error: " << e.what() << "\n";
@@ -492,9 +626,12 @@ int cli_main(int argc, const char* const* argv, std::ostream& out, std::ostream&
   } catch (const h5::Error& e) {
     err << "kvlab " << cmd << ": error: " << e.what() << "\n";
     return kExitBadInput;
+  } catch (const std::bad_alloc&) {
+    err << "kvlab " << cmd << ": failed: out of memory\n";
+    return kExitFailed;
   } catch (const std::exception& e) {
     err << "kvlab " << cmd << ": failed: " << e.what() << "\n";
-    return 1;
+    return kExitFailed;
   }
 }
 

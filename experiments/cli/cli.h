@@ -6,10 +6,14 @@
 //   kvlab simulate  run one serving-simulation config into an HDF5 file
 //   kvlab calibrate fit the decode-attention cost model to measured timings (experiments/calibrate)
 //   kvlab merge     merge shard result files into one
-//   kvlab recover   undo an interrupted commit of a result file
-// Exit codes: 0 success; 1 some points failed (or the self-check failed); 2 bad input
-// (unknown subcommand/option/axis, malformed config or range, unwritable output, a file
-// of another schema, a damaged file); 128+N killed by signal N after a clean stop.
+//   kvlab check     verify result files (schema, sweep identity, every checksum)
+//   kvlab recover   undo an interrupted commit of a result file, then check it
+// Exit codes (file_io.h): 0 success; 1 some points failed (or the self-check failed, a checked
+// file is damaged, `kvlab validate` validated nothing); 2 bad input (unknown subcommand/option/
+// axis, a value outside its axis's rule, malformed config or range, an empty sweep, an output
+// that is a FIFO or a directory, a file of another schema or sweep, a damaged file), with
+// nothing already written touched; 3 I/O failure (disk full, quota, EIO, file size limit: the
+// file keeps its last complete commit); 128+N stopped by signal N after a clean stop.
 #pragma once
 
 #include <iosfwd>

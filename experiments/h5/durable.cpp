@@ -1,74 +1,59 @@
-// durable.cpp: crash-safe commits of an in-memory HDF5 file (see durable.h): atomic
-// replace for images up to Options::atomic_limit_bytes, a rollback journal beyond.
+// durable.cpp: crash-safe commits of an HDF5 file edited through the overlay driver (see
+// durable.h).
 //
-// Journal format (`<path>.rollback`, little-endian):
-//   "KVLABRB1"  u64 old_size  u64 page_size  u64 num_pages
-//   num_pages x { u64 page_index  u32 length  length bytes (the page's old contents) }
-//   u32 crc32 over everything before it
-// The CRC seals the journal: a journal without a valid seal was torn while being written,
-// before the data file was touched.
+// Rollback journal `<path>.rollback`, little-endian:
+//   "KVLABRB2"
+//   u64 st_dev  u64 st_ino         the data file it belongs to
+//   u64 old_size  u64 new_size     the file's length before / after the commit
+//   u32 page_size (4096)  u32 sector_size (512)  u64 n
+//   n x { u64 offset  u32 old_len  u32 new_len
+//         old_len bytes: the page's old contents
+//         ceil(new_len / 512) x u32: CRC-32 of each 512-byte sector of the page's new contents }
+//   u32 CRC-32 of everything before it (the seal)
+// The seal is written (and fsynced) before the first page of the file changes: a journal
+// without a valid seal was torn while being written, before the file was touched. Journals of
+// the previous format ("KVLABRB1", no owner) are never applied: recovery reports them.
 #include "experiments/h5/durable.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <zlib.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <fstream>
-#include <iterator>
+
+#include "experiments/h5/overlay.h"
 
 namespace kvlab::exp::h5 {
 namespace {
 
-constexpr char kMagic[8] = {'K', 'V', 'L', 'A', 'B', 'R', 'B', '1'};
-constexpr size_t kPage = 4096;
+constexpr char kMagic[8] = {'K', 'V', 'L', 'A', 'B', 'R', 'B', '2'};
+constexpr char kMagicV1[8] = {'K', 'V', 'L', 'A', 'B', 'R', 'B', '1'};
+constexpr uint64_t kPage = Overlay::kPage;
+constexpr uint64_t kSector = 512;
+// The first bytes of every HDF5 file without a user block, and what they read while a commit
+// changes pages in place ("kvlab transaction").
+constexpr unsigned char kHdf5Signature[8] = {0x89, 'H', 'D', 'F', '\r', '\n', 0x1a, '\n'};
+constexpr unsigned char kPoison[8] = {'K', 'V', 'L', 'A', 'B', 'T', 'R', 'N'};
 
-std::string errno_text() {
-  return std::strerror(errno);
+std::string errno_text(int e) {
+  return std::strerror(e);
 }
 
-std::vector<unsigned char> read_all(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error("cannot read " + path + ": " + errno_text());
-  return std::vector<unsigned char>(std::istreambuf_iterator<char>(in),
-                                    std::istreambuf_iterator<char>());
+bool exists(const std::string& p) {
+  return access(p.c_str(), F_OK) == 0;
 }
 
-void write_all(int fd, const unsigned char* p, size_t n, off_t off, const std::string& what) {
-  while (n > 0) {
-    const ssize_t w = pwrite(fd, p, n, off);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      throw Error(what + ": " + errno_text());
-    }
-    p += w;
-    n -= static_cast<size_t>(w);
-    off += w;
-  }
-}
-
-void sync_fd(int fd, bool enabled, const std::string& what) {
-  if (enabled && fsync(fd) != 0) throw Error("fsync " + what + ": " + errno_text());
-}
-
-void sync_dir_of(const std::string& path, bool enabled) {
-  if (!enabled) return;
-  const auto slash = path.find_last_of('/');
-  const std::string dir =
-      slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
-  const int d = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
-  if (d >= 0) {
-    fsync(d);
-    ::close(d);
-  }
+[[noreturn]] void throw_open_error(const std::string& what, int e) {
+  throw_path_error(what, e);
 }
 
 template <class T>
 void put(std::vector<unsigned char>& b, T v) {
   unsigned char tmp[sizeof(T)];
-  std::memcpy(tmp, &v, sizeof(T));
+  std::memcpy(tmp, &v, sizeof(T));  // little-endian hosts only (x86-64, aarch64)
   b.insert(b.end(), tmp, tmp + sizeof(T));
 }
 
@@ -80,76 +65,145 @@ bool get(const std::vector<unsigned char>& b, size_t& pos, T* v) {
   return true;
 }
 
-uint32_t crc(const unsigned char* p, size_t n) {
-  uLong c = crc32(0L, Z_NULL, 0);
-  while (n > 0) {
-    const uInt step = static_cast<uInt>(std::min<size_t>(n, 1u << 30));
-    c = crc32(c, p, step);
-    p += step;
-    n -= step;
-  }
-  return static_cast<uint32_t>(c);
-}
-
-struct Journal {
-  uint64_t old_size = 0;
-  std::vector<std::pair<uint64_t, std::vector<unsigned char>>> pages;
+struct JournalEntry {
+  uint64_t offset = 0;
+  std::vector<unsigned char> old_bytes;
+  uint32_t new_len = 0;
+  std::vector<uint32_t> new_sector_crc;
 };
 
-// Parses a journal; false when it is torn (short, bad magic or bad seal).
-bool parse_journal(const std::vector<unsigned char>& b, Journal* j) {
-  if (b.size() < sizeof(kMagic) + 24 + 4 || std::memcmp(b.data(), kMagic, sizeof(kMagic)) != 0)
-    return false;
+struct Journal {
+  uint64_t dev = 0, ino = 0, old_size = 0, new_size = 0;
+  std::vector<JournalEntry> entries;
+};
+
+std::vector<unsigned char> encode(const Journal& j) {
+  std::vector<unsigned char> b(kMagic, kMagic + sizeof(kMagic));
+  put<uint64_t>(b, j.dev);
+  put<uint64_t>(b, j.ino);
+  put<uint64_t>(b, j.old_size);
+  put<uint64_t>(b, j.new_size);
+  put<uint32_t>(b, static_cast<uint32_t>(kPage));
+  put<uint32_t>(b, static_cast<uint32_t>(kSector));
+  put<uint64_t>(b, j.entries.size());
+  for (const auto& e : j.entries) {
+    put<uint64_t>(b, e.offset);
+    put<uint32_t>(b, static_cast<uint32_t>(e.old_bytes.size()));
+    put<uint32_t>(b, e.new_len);
+    b.insert(b.end(), e.old_bytes.begin(), e.old_bytes.end());
+    for (uint32_t c : e.new_sector_crc) put<uint32_t>(b, c);
+  }
+  put<uint32_t>(b, crc32_of(b.data(), b.size()));
+  return b;
+}
+
+enum class Parse { kOk, kTorn, kOldFormat };
+
+Parse decode(const std::vector<unsigned char>& b, Journal* j) {
+  if (b.size() >= sizeof(kMagic) + 4 && std::memcmp(b.data(), kMagicV1, sizeof(kMagicV1)) == 0) {
+    uint32_t seal = 0;
+    std::memcpy(&seal, b.data() + b.size() - 4, 4);
+    return crc32_of(b.data(), b.size() - 4) == seal ? Parse::kOldFormat : Parse::kTorn;
+  }
+  if (b.size() < sizeof(kMagic) + 48 + 4 || std::memcmp(b.data(), kMagic, sizeof(kMagic)) != 0)
+    return Parse::kTorn;
   uint32_t seal = 0;
   std::memcpy(&seal, b.data() + b.size() - 4, 4);
-  if (crc(b.data(), b.size() - 4) != seal) return false;
+  if (crc32_of(b.data(), b.size() - 4) != seal) return Parse::kTorn;
   size_t pos = sizeof(kMagic);
-  uint64_t page_size = 0, n = 0;
-  if (!get(b, pos, &j->old_size) || !get(b, pos, &page_size) || !get(b, pos, &n)) return false;
+  uint32_t page = 0, sector = 0;
+  uint64_t n = 0;
+  if (!get(b, pos, &j->dev) || !get(b, pos, &j->ino) || !get(b, pos, &j->old_size) ||
+      !get(b, pos, &j->new_size) || !get(b, pos, &page) || !get(b, pos, &sector) ||
+      !get(b, pos, &n) || page != kPage || sector != kSector)
+    return Parse::kTorn;
+  const size_t end = b.size() - 4;
   for (uint64_t i = 0; i < n; ++i) {
-    uint64_t idx = 0;
-    uint32_t len = 0;
-    if (!get(b, pos, &idx) || !get(b, pos, &len) || pos + len > b.size() - 4) return false;
-    j->pages.emplace_back(idx * page_size,
-                          std::vector<unsigned char>(b.begin() + pos, b.begin() + pos + len));
-    pos += len;
+    JournalEntry e;
+    uint32_t old_len = 0;
+    if (!get(b, pos, &e.offset) || !get(b, pos, &old_len) || !get(b, pos, &e.new_len) ||
+        old_len > kPage || e.new_len > kPage || pos + old_len > end)
+      return Parse::kTorn;
+    e.old_bytes.assign(b.begin() + static_cast<std::ptrdiff_t>(pos),
+                       b.begin() + static_cast<std::ptrdiff_t>(pos + old_len));
+    pos += old_len;
+    e.new_sector_crc.resize((e.new_len + kSector - 1) / kSector);
+    for (auto& c : e.new_sector_crc)
+      if (!get(b, pos, &c)) return Parse::kTorn;
+    j->entries.push_back(std::move(e));
   }
-  return pos == b.size() - 4;
+  return pos == end ? Parse::kOk : Parse::kTorn;
 }
 
-// An open-file-description lock (Linux) on fd: unlike classic fcntl locks it also excludes
-// a second writer inside the same process and is not dropped when some other descriptor of
-// the file (HDF5's, a reader's) is closed. flock() locks, which HDF5 takes, are independent
-// of it, so readers are never blocked. False when another description holds it.
-bool try_lock(int fd) {
-  struct flock fl {};
-  fl.l_type = F_WRLCK;
-  fl.l_whence = SEEK_SET;
-  fl.l_start = 0;
-  fl.l_len = 0;
-  fl.l_pid = 0;
-  return fcntl(fd, F_OFD_SETLK, &fl) == 0;
+std::vector<unsigned char> read_file(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw_open_error("cannot read " + path, errno);
+  struct stat st {};
+  if (fstat(fd, &st) != 0) {
+    const int e = errno;
+    ::close(fd);
+    throw IoError("stat " + path + ": " + errno_text(e), e);
+  }
+  std::vector<unsigned char> b(static_cast<size_t>(st.st_size));
+  try {
+    b.resize(read_up_to(fd, b.data(), b.size(), 0, "read " + path));
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
+  ::close(fd);
+  return b;
 }
 
-// Opens `path` read-write and locks it. The atomic replace renames a new inode over the
-// name, so a descriptor opened just before a rename may lock the old inode after its writer
-// moved on: the inode is compared with the name's afterwards, and the open retried.
-int open_locked(const std::string& path, const char* why) {
-  for (int attempt = 0; attempt < 100; ++attempt) {
-    const int fd = ::open(path.c_str(), O_RDWR);
-    if (fd < 0) throw Error(std::string("cannot open ") + path + " " + why + ": " + errno_text());
-    if (!try_lock(fd)) {
-      ::close(fd);
-      throw Error(path + " is being written by another kvlab process");
-    }
-    struct stat a {
-    }, b{};
-    if (fstat(fd, &a) == 0 && stat(path.c_str(), &b) == 0 && a.st_ino == b.st_ino &&
-        a.st_dev == b.st_dev)
-      return fd;
-    ::close(fd);  // the name moved to a new inode meanwhile: lock that one
+// Removes `tp` when no live process holds its lock (a leftover of a killed writer). Returns
+// whether it was removed; throws when a live writer holds it.
+bool remove_stale_temp(const std::string& tp) {
+  const int fd = ::open(tp.c_str(), O_RDWR | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT) return false;
+    throw_open_error("cannot open " + tp, errno);
   }
-  throw Error(path + " keeps being replaced by another kvlab process");
+  const bool free = try_write_lock(fd);
+  if (!free) {
+    ::close(fd);
+    throw Error(tp + " is being written by another kvlab process");
+  }
+  const bool removed = unlink(tp.c_str()) == 0;
+  const int e = errno;
+  ::close(fd);
+  if (!removed && e != ENOENT)
+    throw IoError("cannot remove the stale temporary " + tp + ": " + errno_text(e), e);
+  return removed;
+}
+
+// Does the file (current length cur_size) hold, in every sector the entry covers, either the
+// old bytes or the new ones? Returns "" when it does, else where it does not.
+std::string sector_mismatch(int fd, uint64_t cur_size, const JournalEntry& e, const std::string& p) {
+  const uint64_t span = std::max<uint64_t>(e.old_bytes.size(), e.new_len);
+  unsigned char cur[kSector];
+  for (uint64_t s = 0; s * kSector < span; ++s) {
+    const uint64_t at = e.offset + s * kSector;
+    const uint64_t want_old = s * kSector < e.old_bytes.size()
+                                  ? std::min<uint64_t>(kSector, e.old_bytes.size() - s * kSector)
+                                  : 0;
+    const uint64_t want_new =
+        s * kSector < e.new_len ? std::min<uint64_t>(kSector, e.new_len - s * kSector) : 0;
+    const uint64_t have = at < cur_size ? std::min<uint64_t>(kSector, cur_size - at) : 0;
+    const size_t got = have ? read_up_to(fd, cur, static_cast<size_t>(have),
+                                         static_cast<off_t>(at), "read " + p)
+                            : 0;
+    // A commit killed in place left the signature poisoned: compare what it stood for.
+    if (at == 0 && got >= sizeof kPoison && std::memcmp(cur, kPoison, sizeof kPoison) == 0)
+      std::memcpy(cur, kHdf5Signature, sizeof kHdf5Signature);
+    // Bytes beyond the old sector's length (a grown tail) do not matter: rollback cuts them.
+    const bool is_old =
+        got >= want_old && std::memcmp(cur, e.old_bytes.data() + s * kSector, want_old) == 0;
+    const uint32_t crc_new =
+        s < e.new_sector_crc.size() ? e.new_sector_crc[s] : crc32_of(nullptr, 0);
+    const bool is_new = got >= want_new && crc32_of(cur, static_cast<size_t>(want_new)) == crc_new;
+    if (!is_old && !is_new) return "offset " + std::to_string(at);
+  }
+  return "";
 }
 
 }  // namespace
@@ -163,19 +217,23 @@ std::string to_string(Recovery r) {
     case Recovery::kDiscardedTorn:
       return "discarded a torn journal (the interrupted commit had not started)";
     case Recovery::kRemovedStaleTemp:
-      return "removed the temporary file of a commit killed before it replaced the file (the file "
-             "was never touched)";
+      return "removed the temporary file of a killed writer (the file was never touched)";
+    case Recovery::kRemovedStaleJournal:
+      return "removed a stale journal that belonged to another file of this name (not applied)";
   }
   return "?";
 }
 
+bool DurableFile::needs_recovery(const std::string& path) {
+  return exists(journal_path(path)) || exists(temp_path(path));
+}
+
 Recovery DurableFile::recover(const std::string& path) {
-  if (access(journal_path(path).c_str(), F_OK) != 0 && access(temp_path(path).c_str(), F_OK) != 0)
-    return Recovery::kNone;
+  if (!needs_recovery(path)) return Recovery::kNone;
   // Something to undo: only while no writer is live (never roll back under one).
   const int fd = open_locked(path, "to recover it");
   try {
-    const Recovery r = recover_locked(path);
+    const Recovery r = recover_locked(path, fd);
     ::close(fd);
     return r;
   } catch (...) {
@@ -184,75 +242,103 @@ Recovery DurableFile::recover(const std::string& path) {
   }
 }
 
-// The caller holds the write lock of `path`.
-Recovery DurableFile::recover_locked(const std::string& path) {
+// The caller holds the write lock of `path` through fd.
+Recovery DurableFile::recover_locked(const std::string& path, int fd) {
   Recovery result = Recovery::kNone;
-  const std::string tp = temp_path(path);
-  if (access(tp.c_str(), F_OK) == 0) {
-    if (unlink(tp.c_str()) != 0)
-      throw Error("cannot remove the stale temporary " + tp + ": " + errno_text());
-    result = Recovery::kRemovedStaleTemp;
-  }
+  if (remove_stale_temp(temp_path(path))) result = Recovery::kRemovedStaleTemp;
   const std::string jp = journal_path(path);
-  if (access(jp.c_str(), F_OK) != 0) return result;
+  if (!exists(jp)) return result;
   Journal j;
-  if (!parse_journal(read_all(jp), &j)) {
-    if (unlink(jp.c_str()) != 0)
-      throw Error("cannot remove the torn journal " + jp + ": " + errno_text());
+  const Parse parsed = decode(read_file(jp), &j);
+  if (parsed == Parse::kTorn) {
+    if (unlink(jp.c_str()) != 0 && errno != ENOENT)
+      throw IoError("cannot remove the torn journal " + jp + ": " + errno_text(errno), errno);
     return Recovery::kDiscardedTorn;
   }
-  const int fd = ::open(path.c_str(), O_RDWR);
-  if (fd < 0)
-    throw Error("cannot open " + path + " to roll back its interrupted commit: " + errno_text());
-  try {
-    for (const auto& [off, bytes] : j.pages)
-      write_all(fd, bytes.data(), bytes.size(), static_cast<off_t>(off), "roll back " + path);
-    if (ftruncate(fd, static_cast<off_t>(j.old_size)) != 0)
-      throw Error("truncate " + path + ": " + errno_text());
-    sync_fd(fd, true, path);
-  } catch (...) {
-    ::close(fd);
-    throw;
+  if (parsed == Parse::kOldFormat)
+    throw Error("cannot recover " + path + ": " + jp +
+                " is a rollback journal of an older kvlab, which does not record the file it "
+                "belongs to, so it is not applied; if `kvlab check " +
+                path + "` reports the file intact, delete the journal");
+  struct stat st {};
+  if (fstat(fd, &st) != 0) throw IoError("stat " + path + ": " + errno_text(errno), errno);
+  if (static_cast<uint64_t>(st.st_dev) != j.dev || static_cast<uint64_t>(st.st_ino) != j.ino) {
+    // The file it was written for is gone; this one must not be touched.
+    if (unlink(jp.c_str()) != 0 && errno != ENOENT)
+      throw IoError("cannot remove the stale journal " + jp + ": " + errno_text(errno), errno);
+    return Recovery::kRemovedStaleJournal;
   }
-  ::close(fd);
-  if (unlink(jp.c_str()) != 0) throw Error("cannot remove the journal " + jp + ": " + errno_text());
+  const uint64_t cur = static_cast<uint64_t>(st.st_size);
+  const uint64_t lo = std::min(j.old_size, j.new_size), hi = std::max(j.old_size, j.new_size);
+  std::string bad;
+  if (cur < lo || cur > hi)
+    bad = "its length " + std::to_string(cur) + " is outside [" + std::to_string(lo) + ", " +
+          std::to_string(hi) + "]";
+  for (size_t i = 0; bad.empty() && i < j.entries.size(); ++i)
+    bad = sector_mismatch(fd, cur, j.entries[i], path);
+  if (!bad.empty())
+    throw Error("cannot recover " + path + ": its journal " + jp +
+                " does not match the file (" + bad +
+                " holds neither the bytes before nor after the interrupted commit); it was not "
+                "applied. Something else wrote the file since; inspect it with `kvlab check`");
+  for (const auto& e : j.entries)
+    write_all(fd, e.old_bytes.data(), e.old_bytes.size(), static_cast<off_t>(e.offset),
+              "roll back " + path);
+  if (ftruncate(fd, static_cast<off_t>(j.old_size)) != 0)
+    throw IoError("truncate " + path + ": " + errno_text(errno), errno);
+  sync_fd(fd, true, path);
+  if (unlink(jp.c_str()) != 0)
+    throw IoError("cannot remove the journal " + jp + ": " + errno_text(errno), errno);
   sync_dir_of(path, true);
   return Recovery::kRolledBack;
 }
 
 std::unique_ptr<DurableFile> DurableFile::create(const std::string& path, Options opt,
                                                  const std::function<void(File&)>& init) {
-  if (access(path.c_str(), F_OK) == 0) throw Error("cannot create " + path + ": it already exists");
+  if (exists(path)) throw Error("cannot create " + path + ": it already exists");
   std::unique_ptr<DurableFile> d(new DurableFile());
   d->path_ = path;
   d->opt_ = opt;
-  d->file_ = File::create_in_memory(path);
+  d->overlay_ = Overlay::make(-1, 0, path);
+  {
+    Id fapl = d->overlay_->fapl();
+    d->file_ = File::create_with(path, fapl.get());
+  }
   if (init) init(d->file_);
   d->file_.flush();
-  // The first version appears atomically: written to a temporary name, then linked.
-  const std::vector<unsigned char> img = d->file_.image();
-  const std::string tmp = path + ".tmp" + std::to_string(getpid());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) throw Error("cannot create " + path + ": " + errno_text());
+  if (const std::string e = d->overlay_->take_error(); !e.empty()) throw IoError(e, EIO);
+
+  // The first version appears atomically: written under the temporary name (locked, so a
+  // second creator can tell a live one from a leftover), then linked to the real name.
+  const std::string tp = temp_path(path);
+  remove_stale_temp(tp);
+  const int fd = ::open(tp.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0) throw_open_error("cannot create " + path, errno);
+  const uint64_t size = d->overlay_->end();
   try {
-    write_all(fd, img.data(), img.size(), 0, "write " + tmp);
-    sync_fd(fd, opt.fsync, tmp);
+    if (!try_write_lock(fd)) throw Error(tp + " is locked by another process");
+    for (const auto& [index, page] : d->overlay_->dirty()) {
+      const uint64_t off = index * kPage;
+      if (off >= size) break;
+      write_all(fd, page.data(), static_cast<size_t>(std::min<uint64_t>(kPage, size - off)),
+                static_cast<off_t>(off), "write " + tp);
+      d->stats_.data_bytes += std::min<uint64_t>(kPage, size - off);
+    }
+    if (ftruncate(fd, static_cast<off_t>(size)) != 0)
+      throw IoError("extend " + tp + ": " + errno_text(errno), errno);
+    sync_fd(fd, opt.fsync, tp);
+    // link() fails if `path` appeared meanwhile (rename would silently replace it).
+    if (link(tp.c_str(), path.c_str()) != 0) throw_open_error("cannot create " + path, errno);
   } catch (...) {
+    unlink(tp.c_str());
     ::close(fd);
-    unlink(tmp.c_str());
     throw;
   }
-  ::close(fd);
-  // link() fails if `path` appeared meanwhile (rename would silently replace it).
-  if (link(tmp.c_str(), path.c_str()) != 0) {
-    const std::string e = errno_text();
-    unlink(tmp.c_str());
-    throw Error("cannot create " + path + ": " + e);
-  }
-  unlink(tmp.c_str());
+  unlink(tp.c_str());
   sync_dir_of(path, opt.fsync);
-  d->committed_ = img;
-  d->fd_ = open_locked(path, "after creating it");
+  d->fd_ = fd;  // the same inode as `path` now, and locked
+  d->overlay_->committed(fd, size);
+  d->stats_.commits = 1;
   return d;
 }
 
@@ -261,132 +347,248 @@ std::unique_ptr<DurableFile> DurableFile::open(const std::string& path, Options 
   std::unique_ptr<DurableFile> d(new DurableFile());
   d->path_ = path;
   d->opt_ = opt;
-  d->fd_ =
-      open_locked(path, "for writing");  // before recovery: never roll back under a live writer
-  const Recovery r = recover_locked(path);
+  // The lock before recovery: never roll back under a live writer.
+  d->fd_ = open_locked(path, "for writing");
+  const Recovery r = recover_locked(path, d->fd_);
   if (recovery) *recovery = r;
   if (!File::is_hdf5(path)) throw Error(path + " is not an HDF5 file (or its header is corrupt)");
-  d->committed_ = read_all(path);
-  d->file_ = File::open_image(d->committed_, path);
+  struct stat st {};
+  if (fstat(d->fd_, &st) != 0) throw IoError("stat " + path + ": " + errno_text(errno), errno);
+  d->overlay_ = Overlay::make(d->fd_, static_cast<uint64_t>(st.st_size), path);
+  Id fapl = d->overlay_->fapl();
+  d->file_ = File::open_with(path, fapl.get(), /*writable=*/true);
   return d;
 }
 
 DurableFile::~DurableFile() {
-  file_.close();  // in memory only: nothing reaches the disk here
+  file_.close();  // into the overlay only: nothing reaches the disk here
   if (fd_ >= 0) ::close(fd_);
 }
 
+uint64_t DurableFile::committed_bytes() const {
+  return overlay_ ? overlay_->committed_size() : 0;
+}
+
 size_t DurableFile::commit() {
+  if (broken_)
+    throw IoError("an earlier commit of " + path_ +
+                      " failed; the file holds the last complete commit and this writer must stop",
+                  EIO);
   file_.flush();
-  std::vector<unsigned char> img = file_.image();
-  if (img == committed_) return 0;
-  const size_t n =
-      img.size() <= opt_.atomic_limit_bytes ? commit_by_rename(img) : commit_by_journal(img);
-  committed_ = std::move(img);
+  if (const std::string e = overlay_->take_error(); !e.empty()) {
+    broken_ = true;
+    throw IoError(e, EIO);
+  }
+  const uint64_t new_size = overlay_->end();
+  if (overlay_->dirty().empty() && new_size == overlay_->committed_size()) return 0;
+  size_t n = 0;
+  try {
+    bool in_place = false;
+    if (opt_.protocol != Commit::kReplace) {
+      // LOCK_EX excludes HDF5 readers (they open with LOCK_SH) while pages change in place;
+      // when one holds the file open, it keeps a snapshot through an atomic replace instead.
+      const bool no_reader = flock(fd_, LOCK_EX | LOCK_NB) == 0;
+      in_place = no_reader || opt_.protocol == Commit::kJournal;
+    }
+    if (in_place) {
+      n = commit_in_place(new_size);
+      flock(fd_, LOCK_UN);
+    } else {
+      n = commit_by_replace(new_size);
+      if (opt_.protocol == Commit::kAuto) ++stats_.replaced;
+    }
+  } catch (...) {
+    broken_ = true;
+    flock(fd_, LOCK_UN);
+    throw;
+  }
+  overlay_->committed(fd_, new_size);
+  ++stats_.commits;
   return n;
 }
 
-size_t DurableFile::commit_by_rename(const std::vector<unsigned char>& img) {
-  // 1. The whole new image under the temporary name, locked before it gets the real name
-  //    (a writer that opens the name after the rename finds the new inode locked).
-  const std::string tp = temp_path(path_);
-  const int tfd = ::open(tp.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0644);
-  if (tfd < 0) throw Error("cannot write " + tp + ": " + errno_text());
+size_t DurableFile::commit_in_place(uint64_t new_size) {
+  const uint64_t old_size = overlay_->committed_size();
+  const auto& pages = overlay_->dirty();
+  // 1. The journal: old contents of every page the commit overwrites below the old length,
+  //    and of every page a shorter file would cut off.
+  struct stat st {};
+  if (fstat(fd_, &st) != 0) throw IoError("stat " + path_ + ": " + errno_text(errno), errno);
+  Journal j;
+  j.dev = static_cast<uint64_t>(st.st_dev);
+  j.ino = static_cast<uint64_t>(st.st_ino);
+  j.old_size = old_size;
+  j.new_size = new_size;
+  auto journal_page = [&](uint64_t index, const unsigned char* now) {
+    JournalEntry e;
+    e.offset = index * kPage;
+    e.old_bytes.resize(static_cast<size_t>(std::min<uint64_t>(kPage, old_size - e.offset)));
+    overlay_->read_committed(e.offset, e.old_bytes.data(), e.old_bytes.size());
+    e.new_len = e.offset < new_size ? static_cast<uint32_t>(std::min(kPage, new_size - e.offset)) : 0;
+    std::vector<unsigned char> fresh(e.new_len);
+    if (e.new_len) {
+      if (now)
+        std::memcpy(fresh.data(), now, e.new_len);
+      else
+        overlay_->read_committed(e.offset, fresh.data(), e.new_len);
+    }
+    for (uint32_t s = 0; s * kSector < e.new_len; ++s)
+      e.new_sector_crc.push_back(crc32_of(
+          fresh.data() + s * kSector, std::min<uint64_t>(kSector, e.new_len - s * kSector)));
+    j.entries.push_back(std::move(e));
+  };
+  for (const auto& [index, page] : pages)
+    if (index * kPage < old_size) journal_page(index, page.data());
+  for (uint64_t off = (new_size / kPage) * kPage; off < old_size; off += kPage)
+    if (!pages.count(off / kPage)) journal_page(off / kPage, nullptr);
+  // Page 0 (the superblock) is always journaled: its signature is poisoned while pages change.
+  if (!pages.count(0) && old_size > 0 && new_size > 0) journal_page(0, nullptr);
+  const std::vector<unsigned char> jb = encode(j);
+  const std::string jp = journal_path(path_);
+  const int jfd = ::open(jp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (jfd < 0) throw IoError("cannot write the journal " + jp + ": " + errno_text(errno), errno);
   try {
-    if (!try_lock(tfd)) throw Error(tp + " is locked by another process");
+    write_all(jfd, jb.data(), jb.size(), 0, "write " + jp);
+    sync_fd(jfd, opt_.fsync, jp);
+  } catch (const IoError& e) {
+    ::close(jfd);
+    unlink(jp.c_str());  // the file was not touched: the commit simply did not happen
+    throw IoError(std::string(e.what()) + " (nothing of this commit reached " + path_ +
+                      ": it holds the previous commit)",
+                  e.error_number());
+  }
+  ::close(jfd);
+  sync_dir_of(path_, opt_.fsync);
+  stats_.journal_bytes += jb.size();
+
+  // 2. The file's HDF5 signature is poisoned first and restored last: while the pages change
+  //    in place (and after a kill in the middle, until recovery) every HDF5 reader finds "not
+  //    an HDF5 file", never a torn file it could misread. Then the pages (the tail beyond the
+  //    old length among them), the new length, page 0, and one fsync.
+  size_t written = 0;
+  long writes = 0;
+  unsigned char head[sizeof(kHdf5Signature)] = {};
+  const bool poison = old_size >= sizeof head && new_size >= sizeof head &&
+                      read_up_to(fd_, head, sizeof head, 0, "read " + path_) == sizeof head &&
+                      std::memcmp(head, kHdf5Signature, sizeof head) == 0;
+  auto write_page = [&](uint64_t index, const unsigned char* data) {
+    const uint64_t off = index * kPage;
+    if (crash_after_writes_ >= 0 && writes++ >= crash_after_writes_) {
+      crash_after_writes_ = -1;
+      broken_ = true;
+      throw Error("test hook: commit abandoned after " + std::to_string(writes - 1) +
+                  " page writes");
+    }
+    const size_t len = static_cast<size_t>(std::min(kPage, new_size - off));
+    write_all(fd_, data, len, static_cast<off_t>(off), "write " + path_);
+    written += len;
+  };
+  try {
+    if (poison) write_all(fd_, kPoison, sizeof kPoison, 0, "write " + path_);
+    for (const auto& [index, page] : pages)
+      if (index != 0 && index * kPage < new_size) write_page(index, page.data());
+    if (new_size != old_size && ftruncate(fd_, static_cast<off_t>(new_size)) != 0)
+      throw IoError("set the length of " + path_ + ": " + errno_text(errno), errno);
+    if (auto p0 = pages.find(0); p0 != pages.end()) {
+      write_page(0, p0->second.data());
+    } else if (poison) {
+      write_all(fd_, head, sizeof head, 0, "write " + path_);
+    }
+    sync_fd(fd_, opt_.fsync, path_);
+  } catch (const IoError& e) {
+    // Undo at once from the journal we still hold: the file becomes the last commit again.
+    try {
+      for (const auto& en : j.entries)
+        write_all(fd_, en.old_bytes.data(), en.old_bytes.size(), static_cast<off_t>(en.offset),
+                  "roll back " + path_);
+      if (ftruncate(fd_, static_cast<off_t>(old_size)) != 0)
+        throw IoError("truncate " + path_ + ": " + errno_text(errno), errno);
+      sync_fd(fd_, opt_.fsync, path_);
+      unlink(jp.c_str());
+    } catch (const std::exception& r) {
+      throw IoError(std::string(e.what()) + "; undoing the partial commit failed too (" +
+                        r.what() + "): run `kvlab recover " + path_ +
+                        "` once the system is healthy (the journal " + jp + " is kept)",
+                    e.error_number());
+    }
+    throw IoError(std::string(e.what()) + " (the partial commit was undone: " + path_ +
+                      " holds the previous commit)",
+                  e.error_number());
+  }
+  stats_.data_bytes += written;
+
+  // 3. Done: the journal goes (a journal resurrected by a power loss right now would undo this
+  //    commit, which is consistent: the previous commit, one point less).
+  if (unlink(jp.c_str()) != 0)
+    throw IoError("cannot remove the journal " + jp + ": " + errno_text(errno), errno);
+  return written + jb.size();
+}
+
+size_t DurableFile::commit_by_replace(uint64_t new_size) {
+  const uint64_t old_size = overlay_->committed_size();
+  const std::string tp = temp_path(path_);
+  remove_stale_temp(tp);
+  const int tfd = ::open(tp.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (tfd < 0) throw IoError("cannot write " + tp + ": " + errno_text(errno), errno);
+  size_t written = 0;
+  try {
+    // Locked before it gets the real name: a writer that opens the name after the rename
+    // finds the new inode locked.
+    if (!try_write_lock(tfd)) throw Error(tp + " is locked by another process");
     struct stat st {};
     if (fstat(fd_, &st) == 0) fchmod(tfd, st.st_mode & 07777);  // keep the file's permissions
-    if (crash_after_writes_ >= 0) {
-      const size_t n = std::min(img.size(), static_cast<size_t>(crash_after_writes_) * 1024);
-      write_all(tfd, img.data(), n, 0, "write " + tp);
-      throw Error("test hook: commit abandoned after writing " + std::to_string(n) + " bytes of " +
-                  tp);
+    // Test hook: a budget of bytes, then a "crash" before the rename.
+    const int64_t budget =
+        crash_after_writes_ >= 0 ? static_cast<int64_t>(crash_after_writes_) * 1024 : -1;
+    auto emit = [&](const unsigned char* p, size_t len, uint64_t off) {
+      size_t part = len;
+      if (budget >= 0)
+        part = static_cast<size_t>(
+            std::min<int64_t>(static_cast<int64_t>(len),
+                              std::max<int64_t>(0, budget - static_cast<int64_t>(written))));
+      write_all(tfd, p, part, static_cast<off_t>(off), "write " + tp);
+      written += part;
+      if (part < len) {
+        crash_after_writes_ = -1;
+        throw Error("test hook: commit abandoned after writing " + std::to_string(written) +
+                    " bytes of " + tp);
+      }
+    };
+    const uint64_t keep = std::min(old_size, new_size);
+    std::vector<unsigned char> buf(size_t{1} << 20);
+    for (uint64_t off = 0; off < keep; off += buf.size()) {
+      const size_t len = static_cast<size_t>(std::min<uint64_t>(buf.size(), keep - off));
+      overlay_->read_committed(off, buf.data(), len);
+      emit(buf.data(), len, off);
     }
-    write_all(tfd, img.data(), img.size(), 0, "write " + tp);
+    for (const auto& [index, page] : overlay_->dirty()) {
+      const uint64_t off = index * kPage;
+      if (off >= new_size) continue;
+      emit(page.data(), static_cast<size_t>(std::min(kPage, new_size - off)), off);
+    }
+    if (budget >= 0) {
+      crash_after_writes_ = -1;
+      throw Error("test hook: commit abandoned before the rename of " + tp);
+    }
+    if (ftruncate(tfd, static_cast<off_t>(new_size)) != 0)
+      throw IoError("set the length of " + tp + ": " + errno_text(errno), errno);
     sync_fd(tfd, opt_.fsync, tp);
-  } catch (...) {
+    // The switch: atomic for every reader and for process death.
+    if (rename(tp.c_str(), path_.c_str()) != 0)
+      throw IoError("cannot replace " + path_ + " by " + tp + ": " + errno_text(errno), errno);
+  } catch (const Error& e) {
+    if (std::string(e.what()).rfind("test hook", 0) != 0) unlink(tp.c_str());
     ::close(tfd);  // a test-hook "crash" leaves the temporary behind, as a kill would
     throw;
-  }
-  // 2. The switch: atomic for every reader and for process death.
-  if (rename(tp.c_str(), path_.c_str()) != 0) {
-    const std::string e = errno_text();
-    ::close(tfd);
+  } catch (...) {
     unlink(tp.c_str());
-    throw Error("cannot replace " + path_ + " by " + tp + ": " + e);
+    ::close(tfd);
+    throw;
   }
   sync_dir_of(path_, opt_.fsync);
   ::close(fd_);  // releases the old inode's lock; the new one is held through tfd
   fd_ = tfd;
-  return img.size();
-}
-
-size_t DurableFile::commit_by_journal(const std::vector<unsigned char>& img) {
-  const std::vector<unsigned char>& old = committed_;
-  const size_t old_n = old.size(), new_n = img.size();
-
-  // Pages of the old file that change (or vanish); appended bytes need no undo data.
-  std::vector<size_t> dirty;
-  for (size_t off = 0; off < old_n; off += kPage) {
-    const size_t end_old = std::min(off + kPage, old_n);
-    const size_t end_new = std::min(off + kPage, new_n);
-    if (end_new != end_old || std::memcmp(old.data() + off, img.data() + off, end_old - off) != 0)
-      dirty.push_back(off);
-  }
-  if (dirty.empty() && new_n == old_n) return 0;
-
-  // 1. The sealed journal.
-  std::vector<unsigned char> j(kMagic, kMagic + sizeof(kMagic));
-  put<uint64_t>(j, old_n);
-  put<uint64_t>(j, kPage);
-  put<uint64_t>(j, dirty.size());
-  for (size_t off : dirty) {
-    const uint32_t len = static_cast<uint32_t>(std::min(kPage, old_n - off));
-    put<uint64_t>(j, off / kPage);
-    put<uint32_t>(j, len);
-    j.insert(j.end(), old.begin() + off, old.begin() + off + len);
-  }
-  put<uint32_t>(j, crc(j.data(), j.size()));
-  const std::string jp = journal_path(path_);
-  const int jfd = ::open(jp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (jfd < 0) throw Error("cannot write the journal " + jp + ": " + errno_text());
-  try {
-    write_all(jfd, j.data(), j.size(), 0, "write " + jp);
-    sync_fd(jfd, opt_.fsync, jp);
-  } catch (...) {
-    ::close(jfd);
-    throw;
-  }
-  ::close(jfd);
-  sync_dir_of(path_, opt_.fsync);
-
-  // 2. The data: the new tail first (beyond the old end, harmless to old readers), then
-  //    the changed pages, then the new length.
-  size_t written = 0;
-  long writes = 0;
-  auto maybe_crash = [&]() {
-    if (crash_after_writes_ >= 0 && writes++ >= crash_after_writes_)
-      throw Error("test hook: commit abandoned after " + std::to_string(crash_after_writes_) +
-                  " page writes");
-  };
-  if (new_n > old_n) {
-    maybe_crash();
-    write_all(fd_, img.data() + old_n, new_n - old_n, static_cast<off_t>(old_n), "write " + path_);
-    written += new_n - old_n;
-  }
-  for (size_t off : dirty) {
-    if (off >= new_n) continue;
-    maybe_crash();
-    const size_t len = std::min(kPage, new_n - off);
-    write_all(fd_, img.data() + off, len, static_cast<off_t>(off), "write " + path_);
-    written += len;
-  }
-  if (new_n < old_n && ftruncate(fd_, static_cast<off_t>(new_n)) != 0)
-    throw Error("truncate " + path_ + ": " + errno_text());
-  sync_fd(fd_, opt_.fsync, path_);
-
-  // 3. Done: the journal goes.
-  if (unlink(jp.c_str()) != 0) throw Error("cannot remove the journal " + jp + ": " + errno_text());
+  stats_.data_bytes += written;
   return written;
 }
 

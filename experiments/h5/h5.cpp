@@ -1,6 +1,8 @@
 // h5.cpp: the RAII layer over the HDF5 C API (see h5.h).
 #include "experiments/h5/h5.h"
 
+#include "experiments/h5/file_io.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -170,8 +172,12 @@ void write_slab(hid_t dset, uint64_t offset, const ColumnData& c, Type type,
   check(H5Sselect_hyperslab(fspace.get(), H5S_SELECT_SET, &start, nullptr, &count, nullptr), what);
   Id mspace(check(H5Screate_simple(1, &count, nullptr), what), H5Sclose);
   if (type == Type::kString) {
+    std::vector<std::string> safe(n);
     std::vector<const char*> ptrs(n);
-    for (hsize_t i = 0; i < n; ++i) ptrs[i] = c.str[i].c_str();
+    for (hsize_t i = 0; i < n; ++i) {
+      safe[i] = utf8_safe(c.str[i]);
+      ptrs[i] = safe[i].c_str();
+    }
     Id mt = str_type();
     check(H5Dwrite(dset, mt.get(), mspace.get(), fspace.get(), H5P_DEFAULT, ptrs.data()), what);
   } else if (is_float(type)) {
@@ -250,7 +256,8 @@ void Object::set_attr(const std::string& name, double v) {
 void Object::set_attr(const std::string& name, const std::string& v) {
   Id s(check(H5Screate(H5S_SCALAR), "H5Screate"), H5Sclose);
   Id t = str_type();
-  const char* p = v.c_str();
+  const std::string safe = utf8_safe(v);
+  const char* p = safe.c_str();
   write_attr_raw(id(), name, t.get(), t.get(), s.get(), &p, path_);
 }
 
@@ -262,8 +269,12 @@ void Object::set_attr(const std::string& name, const std::vector<std::string>& v
   const hsize_t n = v.size();
   Id s(check(H5Screate_simple(1, &n, nullptr), "H5Screate_simple"), H5Sclose);
   Id t = str_type();
+  std::vector<std::string> safe(v.size());
   std::vector<const char*> p(v.size());
-  for (size_t i = 0; i < v.size(); ++i) p[i] = v[i].c_str();
+  for (size_t i = 0; i < v.size(); ++i) {
+    safe[i] = utf8_safe(v[i]);
+    p[i] = safe[i].c_str();
+  }
   write_attr_raw(id(), name, t.get(), t.get(), s.get(), p.data(), path_);
 }
 
@@ -369,6 +380,23 @@ Value Object::attr(const std::string& name) const {
   if (t == Type::kString) return attr_string(name);
   if (is_int(t)) return attr_int(name);
   return attr_double(name);
+}
+
+void Object::copy_attr(const std::string& name, Object& dst) const {
+  AttrHandle h = open_attr(id(), name, path_);
+  const int rank = H5Sget_simple_extent_ndims(h.space.get());
+  const bool scalar = rank == 0 && H5Sget_simple_extent_type(h.space.get()) == H5S_SCALAR;
+  const Type t = classify(h.type.get(), "attribute " + name + " of " + path_);
+  if (t == Type::kString) {
+    if (scalar)
+      dst.set_attr(name, attr_string(name));
+    else
+      dst.set_attr(name, attr_strings(name));
+  } else if (scalar) {
+    dst.set_attr(name, attr(name));
+  } else {
+    dst.set_attr(name, attr_doubles(name));
+  }
 }
 
 // ---- Dataset -----------------------------------------------------------------------------
@@ -571,8 +599,12 @@ Dataset Group::write(const std::string& name, const ColumnData& data, std::vecto
        H5Dclose);
   if (n > 0) {
     if (data.type == Type::kString) {
+      std::vector<std::string> safe(n);
       std::vector<const char*> ptrs(n);
-      for (size_t i = 0; i < n; ++i) ptrs[i] = data.str[i].c_str();
+      for (size_t i = 0; i < n; ++i) {
+        safe[i] = utf8_safe(data.str[i]);
+        ptrs[i] = safe[i].c_str();
+      }
       check(H5Dwrite(d.get(), strt.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, ptrs.data()),
             "write " + p);
     } else if (is_float(data.type)) {
@@ -720,6 +752,21 @@ File File::open_image(const std::vector<unsigned char>& bytes, const std::string
   return File(std::move(f), name);
 }
 
+File File::create_with(const std::string& name, hid_t fapl) {
+  quiet();
+  Id f(check(H5Fcreate(name.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl), "create HDF5 file " + name),
+       H5Fclose);
+  return File(std::move(f), name);
+}
+
+File File::open_with(const std::string& name, hid_t fapl, bool writable) {
+  quiet();
+  Id f(check(H5Fopen(name.c_str(), writable ? H5F_ACC_RDWR : H5F_ACC_RDONLY, fapl),
+             "open HDF5 file " + name),
+       H5Fclose);
+  return File(std::move(f), name);
+}
+
 bool File::is_hdf5(const std::string& path) {
   quiet();
   const htri_t r = H5Fis_hdf5(path.c_str());
@@ -843,6 +890,35 @@ void Table::append_row(const std::vector<std::pair<std::string, Value>>& row) {
     for (const auto& c : columns_) cols.emplace_back(c.name, filled(c.type, 1));
   }
   append(cols);
+}
+
+std::vector<std::pair<std::string, Value>> Table::row_as_stored(
+    const std::vector<std::pair<std::string, Value>>& row) const {
+  for (const auto& cell : row) column(cell.first);  // throws for unknown columns
+  std::vector<std::pair<std::string, Value>> out;
+  for (const auto& c : columns_) {
+    auto it = std::find_if(row.begin(), row.end(), [&](const auto& x) { return x.first == c.name; });
+    ColumnData d;
+    if (it == row.end()) {
+      d = filled(c.type, 1);
+    } else if (auto* i = std::get_if<int64_t>(&it->second)) {
+      d = coerce(ColumnData::of(std::vector<int64_t>{*i}), c.type, group_.path() + "/" + c.name);
+    } else if (auto* x = std::get_if<double>(&it->second)) {
+      d = coerce(ColumnData::of(std::vector<double>{*x}), c.type, group_.path() + "/" + c.name);
+    } else {
+      d = coerce(ColumnData::of(std::vector<std::string>{std::get<std::string>(it->second)}),
+                 c.type, group_.path() + "/" + c.name);
+    }
+    if (d.type == Type::kString)
+      out.emplace_back(c.name, utf8_safe(d.str[0]));
+    else if (d.type == Type::kFloat32)
+      out.emplace_back(c.name, static_cast<double>(static_cast<float>(d.f64[0])));
+    else if (is_float(d.type))
+      out.emplace_back(c.name, d.f64[0]);
+    else
+      out.emplace_back(c.name, d.i64[0]);
+  }
+  return out;
 }
 
 void Table::set(uint64_t row, const std::string& column_name, const Value& v) {

@@ -9,7 +9,8 @@
 //
 // Conventions of the files this layer writes (readable by h5py, pandas and h5dump):
 //   - numbers are little-endian IEEE float64/float32 or two's-complement int64/int32/uint8;
-//   - strings (attributes and string columns) are variable-length UTF-8;
+//   - strings (attributes and string columns) are variable-length UTF-8, always valid: bytes
+//     of an invalid sequence (and NUL) are stored as the text "\xHH" (file_io.h utf8_safe);
 //   - a Table is a group with one 1-D chunked, extendible dataset per column, all of the
 //     same length, plus the attribute `columns` (their order) and per-column attributes
 //     `unit` and `doc`; pandas reads it as DataFrame({c: g[c][()] for c in columns}).
@@ -115,6 +116,8 @@ class Object {
   std::vector<std::string> attr_strings(const std::string& name) const;  // 1-D string attribute
   std::vector<double> attr_doubles(const std::string& name) const;       // 1-D numeric attribute
   Value attr(const std::string& name) const;                             // any scalar attribute
+  // Copies attribute `name` (scalar or 1-D, any type this layer reads) to `dst`.
+  void copy_attr(const std::string& name, Object& dst) const;
 
  protected:
   Object() = default;
@@ -202,6 +205,9 @@ class File : public Group {
   // `open_image` starts from the bytes of a file (`name` is only used in messages).
   static File create_in_memory(const std::string& name);
   static File open_image(const std::vector<unsigned char>& bytes, const std::string& name);
+  // Files through a given file access property list (a driver of our own: overlay.h).
+  static File create_with(const std::string& name, hid_t fapl);
+  static File open_with(const std::string& name, hid_t fapl, bool writable);
   // True when `path` is an HDF5 file (signature check; does not open it).
   static bool is_hdf5(const std::string& path);
 
@@ -244,6 +250,10 @@ class Table {
   // Appends one row given as (column, value) pairs (same rules).
   void append_row(const std::vector<std::pair<std::string, Value>>& row);
   void set(uint64_t row, const std::string& column, const Value& v);
+  // A row given as (column, value) pairs as append_row would store it: every column of the
+  // table in order, values converted to the column's type, missing ones as the fill value.
+  std::vector<std::pair<std::string, Value>> row_as_stored(
+      const std::vector<std::pair<std::string, Value>>& row) const;
 
   ColumnData read(const std::string& column) const;
   std::vector<double> read_doubles(const std::string& column) const;

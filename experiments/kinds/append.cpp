@@ -21,6 +21,7 @@
 #include <numeric>
 #include <string>
 
+#include "experiments/kinds/kind_util.h"
 #include "experiments/kinds/kinds.h"
 #include "reference/core/dtype.h"
 #include "reference/core/error.h"
@@ -210,12 +211,14 @@ class AppendBench : public Bench {
     return {
         {"kv_format", AxisType::kEnum, "bf16", formats, "KV storage format"},
         {"layout", AxisType::kEnum, "nhd", layouts, "KV page layout"},
-        {"head_dim", AxisType::kInt, "128", {}, "head dimension"},
-        {"num_kv_heads", AxisType::kInt, "8", {}, "KV heads"},
-        {"block_size", AxisType::kInt, "16", {}, "tokens per page"},
-        {"tokens", AxisType::kInt, "65536", {}, "tokens appended per call"},
+        AxisSpec{"head_dim", AxisType::kInt, "128", {}, "head dimension"}.range(1, 4096),
+        AxisSpec{"num_kv_heads", AxisType::kInt, "8", {}, "KV heads"}.range(1, 1024),
+        AxisSpec{"block_size", AxisType::kInt, "16", {}, "tokens per page"}.range(1, 1 << 16),
+        AxisSpec{"tokens", AxisType::kInt, "65536", {}, "tokens appended per call"}.range(
+            0, std::numeric_limits<int32_t>::max()),
         {"in_dtype", AxisType::kEnum, "bf16", {"bf16", "f16", "f32"}, "dtype of the K/V inputs"},
-        {"seed", AxisType::kInt, "0", {}, "input seed (mixed with the run seed)"},
+        AxisSpec{"seed", AxisType::kInt, "0", {}, "input seed (mixed with the run seed)"}.range(
+            0, kMaxSeed),
         {"graph",
          AxisType::kEnum,
          "off",
@@ -230,13 +233,6 @@ class AppendBench : public Bench {
         {"validated_tokens", "", "tokens of the byte-exactness check"}};
     for (auto& t : timing_metric_specs(CeilingKind::kCopy)) m.push_back(std::move(t));
     return m;
-  }
-  void check_point(const Point& p) const override {
-    for (const char* a : {"head_dim", "num_kv_heads", "block_size"})
-      if (p.integer(a) < 1)
-        throw InvalidArgument(std::string(a) + " must be >= 1, got " + p.str(a));
-    if (p.integer("tokens") < 0 || p.integer("tokens") > INT32_MAX)
-      throw InvalidArgument("tokens must be in [0, 2^31), got " + p.str("tokens"));
   }
   double estimate_seconds(const Point& p, const RunContext& ctx) const override {
     const double n = static_cast<double>(std::min(p.integer("tokens"), kMaxValidatedTokens)) *

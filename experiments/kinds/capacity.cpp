@@ -6,6 +6,7 @@
 // tokens and concurrent sequences fit, bytes per token and the last-block slack.
 #include <string>
 
+#include "experiments/kinds/kind_util.h"
 #include "experiments/kinds/kinds.h"
 #include "reference/core/error.h"
 #include "reference/layout/layout_names.h"
@@ -33,12 +34,17 @@ class CapacityBench : public Bench {
     return {
         {"model", AxisType::kEnum, "llama3.1-8b", sim::model_preset_names(),
          "model preset (sim/model)"},
-        {"gpu", AxisType::kString, "H100", {}, "GPU of data/gpus/gpus.csv"},
+        AxisSpec{"gpu", AxisType::kString, "H100", {}, "GPU of data/gpus/gpus.csv"}.checked_by(
+            known_by(sim::gpu_spec)),
         {"kv_format", AxisType::kEnum, "bf16", format_names(), "KV storage format"},
-        {"block_size", AxisType::kInt, "16", {}, "tokens per KV block"},
-        {"context", AxisType::kInt, "4096", {}, "tokens per sequence"},
-        {"gpu_mem_util", AxisType::kFloat, "0.9", {}, "fraction of GPU memory the engine may use"},
-        {"activation_reserve_mib", AxisType::kInt, "2048", {}, "memory kept for activations"},
+        AxisSpec{"block_size", AxisType::kInt, "16", {}, "tokens per KV block"}.range(1, 1 << 20),
+        AxisSpec{"context", AxisType::kInt, "4096", {}, "tokens per sequence"}.range(1, 1 << 30),
+        AxisSpec{"gpu_mem_util", AxisType::kFloat, "0.9", {},
+                 "fraction of GPU memory the engine may use"}
+            .real_range(0, 1, /*exclude_lo=*/true),
+        AxisSpec{"activation_reserve_mib", AxisType::kInt, "2048", {},
+                 "memory kept for activations"}
+            .range(0, 1 << 24),
     };
   }
   std::vector<MetricSpec> metrics() const override {
@@ -65,7 +71,12 @@ class CapacityBench : public Bench {
     q.block_size = static_cast<int32_t>(p.integer("block_size"));
     q.format = parse_kv_format(p.str("kv_format"));
     q.context_tokens = p.integer("context");
-    const sim::CapacityResult c = sim::plan_capacity(q);
+    sim::CapacityResult c;
+    try {
+      c = sim::plan_capacity(q);
+    } catch (const InvalidArgument& e) {
+      throw Unsupported(e.what());  // not even one block fits the budget: skipped
+    }
     Record r;
     r.metric("kv_budget_bytes", static_cast<double>(q.kv_budget_bytes));
     r.metric("num_blocks", static_cast<double>(c.num_blocks));

@@ -30,6 +30,7 @@
 #include <string>
 
 #include "experiments/kinds/dsv4_common.h"
+#include "experiments/kinds/kind_util.h"
 #include "experiments/kinds/kinds.h"
 #include "reference/attention/attention.h"
 #include "reference/dsv4/compressor.h"
@@ -123,34 +124,36 @@ class CompressionErrorBench : public Bench {
          "csa",
          {"csa", "hca"},
          "compressor: CSA (overlapping windows, indexer) or HCA"},
-        {"ratio", AxisType::kInt, "4", {}, "tokens per compressed entry"},
+        AxisSpec{"ratio", AxisType::kInt, "4", {}, "tokens per compressed entry"}.range(2,
+                                                                                         1 << 16),
     };
     for (auto& v : dsv4_variant_axes()) a.push_back(v);
     const std::vector<AxisSpec> rest = {
         {"dist", AxisType::kEnum, "ar1", ref::synth_preset_names(),
          "synthetic latent preset of reference/synth"},
-        {"tokens", AxisType::kInt, "4096", {}, "context: tokens before the decode query"},
-        {"window", AxisType::kInt, "128", {}, "raw SWA window the query also sees"},
-        {"nope_dim", AxisType::kInt, "448", {}, "FP8-stored dims of an entry (multiple of 64)"},
-        {"rope_dim", AxisType::kInt, "64", {}, "BF16-stored dims of an entry"},
-        {"indexer_dim",
-         AxisType::kInt,
-         "128",
-         {},
-         "CSA indexer key dims (multiple of 128 for the Hadamard format)"},
-        {"gate_std",
-         AxisType::kFloat,
-         "1",
-         {},
-         "std of the synthetic gate scores (0: mean pooling)"},
-        {"heads", AxisType::kInt, "8", {}, "query heads"},
-        {"queries",
-         AxisType::kInt,
-         "4",
-         {},
-         "decode queries (independent draws at the last position)"},
-        {"topk", AxisType::kInt, "64", {}, "indexer top-k for the recall metric (CSA)"},
-        {"seed", AxisType::kInt, "0", {}, "input seed (mixed with the run seed)"},
+        AxisSpec{"tokens", AxisType::kInt, "4096", {}, "context: tokens before the decode query"}
+            .range(1, 1 << 22),
+        AxisSpec{"window", AxisType::kInt, "128", {}, "raw SWA window the query also sees"}.range(
+            1, 1 << 16),
+        AxisSpec{"nope_dim", AxisType::kInt, "448", {},
+                 "FP8-stored dims of an entry (multiple of 64)"}
+            .range(0, 1 << 14),
+        AxisSpec{"rope_dim", AxisType::kInt, "64", {}, "BF16-stored dims of an entry"}.range(
+            0, 1 << 14),
+        AxisSpec{"indexer_dim", AxisType::kInt, "128", {},
+                 "CSA indexer key dims (multiple of 128 for the Hadamard format)"}
+            .range(0, 1 << 14),
+        AxisSpec{"gate_std", AxisType::kFloat, "1", {},
+                 "std of the synthetic gate scores (0: mean pooling)"}
+            .real_range(0, 1e6),
+        AxisSpec{"heads", AxisType::kInt, "8", {}, "query heads"}.range(1, 1024),
+        AxisSpec{"queries", AxisType::kInt, "4", {},
+                 "decode queries (independent draws at the last position)"}
+            .range(1, 1 << 16),
+        AxisSpec{"topk", AxisType::kInt, "64", {}, "indexer top-k for the recall metric (CSA)"}
+            .range(0, 1 << 24),
+        AxisSpec{"seed", AxisType::kInt, "0", {}, "input seed (mixed with the run seed)"}.range(
+            0, kMaxSeed),
     };
     a.insert(a.end(), rest.begin(), rest.end());
     return a;
@@ -174,15 +177,8 @@ class CompressionErrorBench : public Bench {
         {"raw_bf16_bytes_per_token", "B", "an uncompressed BF16 latent per token"}};
   }
   void check_point(const Point& p) const override {
-    if (p.integer("ratio") < 2) throw InvalidArgument("ratio must be >= 2, got " + p.str("ratio"));
-    if (p.integer("tokens") < 1)
-      throw InvalidArgument("tokens must be >= 1, got " + p.str("tokens"));
-    for (const char* a : {"window", "heads", "queries"})
-      if (p.integer(a) < 1)
-        throw InvalidArgument(std::string(a) + " must be >= 1, got " + p.str(a));
-    if (p.integer("topk") < 0) throw InvalidArgument("topk must be >= 0, got " + p.str("topk"));
-    if (!(p.number("gate_std") >= 0))
-      throw InvalidArgument("gate_std must be >= 0, got " + p.str("gate_std"));
+    require_tensor_fits(p, {"tokens", "nope_dim"});
+    require_tensor_fits(p, {"queries", "heads", "tokens"});
     schema(p);  // dims, variant and ratio as the dsv4 schema checks them
   }
   double estimate_seconds(const Point& p, const RunContext&) const override {

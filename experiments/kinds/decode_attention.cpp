@@ -35,6 +35,7 @@
 #include <sstream>
 #include <string>
 
+#include "experiments/kinds/kind_util.h"
 #include "experiments/kinds/kinds.h"
 #include "reference/attention/attention.h"
 #include "reference/attention/paged_case.h"
@@ -120,7 +121,8 @@ struct DecodeCase {
   std::string validation;  // how the check was done, for the record
 };
 
-std::unique_ptr<DecodeCase> build_case(const Point& p, const std::string& key, uint64_t seed) {
+std::unique_ptr<DecodeCase> build_case(const Point& p, const std::string& key, uint64_t seed,
+                                       int threads) {
   auto c = std::make_unique<DecodeCase>();
   c->key = key;
   const int kvh = static_cast<int>(p.integer("num_kv_heads")),
@@ -259,14 +261,19 @@ std::unique_ptr<DecodeCase> build_case(const Point& p, const std::string& key, u
   }
   std::vector<uint16_t> o16(hq_bits.size());
   c->ref_lse.resize(static_cast<size_t>(nv) * hq);
-  DecodeArgs h = c->base.decode_args(o16.data(), c->ref_lse.data());
-  h.q = hq_bits.data();
-  h.block_table = htable.data();
-  h.seq_lens = hlens.data();
-  h.num_seqs = nv;
-  h.max_blocks_per_seq = mbps;
-  h.max_seq_len = max_len;
-  if (nv > 0) ref::decode_attention(h);
+  // One reference call per validated sequence, on the point's CPU threads (the host reference
+  // is what makes a validation-heavy sweep slow; its sequences are independent).
+  parallel_for(nv, threads, [&](int i) {
+    const size_t si = static_cast<size_t>(i);
+    DecodeArgs h = c->base.decode_args(o16.data() + si * hq * d, c->ref_lse.data() + si * hq);
+    h.q = hq_bits.data() + si * hq * d;
+    h.block_table = htable.data() + si * mbps;
+    h.seq_lens = hlens.data() + si;
+    h.num_seqs = 1;
+    h.max_blocks_per_seq = mbps;
+    h.max_seq_len = max_len;
+    ref::decode_attention(h);
+  });
   c->ref_o = ref::to_float(o16.data(), DType::kBF16, o16.size());
   std::ostringstream os;
   os << "sequences";
@@ -304,36 +311,41 @@ class DecodeAttentionBench : public Bench {
     return {
         {"layout", AxisType::kEnum, "nhd", names_of_layouts(), "KV page layout (kv_layout.h)"},
         {"kv_format", AxisType::kEnum, "bf16", names_of_formats(), "KV storage format"},
-        {"head_dim", AxisType::kInt, "128", {}, "head dimension"},
-        {"block_size", AxisType::kInt, "16", {}, "tokens per page"},
-        {"num_kv_heads", AxisType::kInt, "8", {}, "KV heads"},
-        {"gqa_group", AxisType::kInt, "4", {}, "query heads per KV head"},
-        {"batch", AxisType::kInt, "1", {}, "sequences"},
-        {"context",
-         AxisType::kInt,
-         "4096",
-         {},
-         "tokens per sequence (the longest with lengths = mixed)"},
+        AxisSpec{"head_dim", AxisType::kInt, "128", {}, "head dimension"}.range(1, 4096),
+        AxisSpec{"block_size", AxisType::kInt, "16", {}, "tokens per page"}.range(1, 1 << 16),
+        AxisSpec{"num_kv_heads", AxisType::kInt, "8", {}, "KV heads"}.range(1, 1024),
+        AxisSpec{"gqa_group", AxisType::kInt, "4", {}, "query heads per KV head"}.range(1, 256),
+        AxisSpec{"batch", AxisType::kInt, "1", {}, "sequences"}.range(0, 1 << 20),
+        AxisSpec{"context", AxisType::kInt, "4096", {},
+                 "tokens per sequence (the longest with lengths = mixed)"}
+            .range(0, std::numeric_limits<int32_t>::max()),
         {"lengths",
          AxisType::kEnum,
          "uniform",
          {"uniform", "mixed"},
          "uniform: every sequence `context` tokens; mixed: seeded uniform in [min(1024, context), "
          "context]"},
-        {"seed", AxisType::kInt, "0", {}, "case seed (mixed with the run seed)"},
+        AxisSpec{"seed", AxisType::kInt, "0", {}, "case seed (mixed with the run seed)"}.range(
+            0, kMaxSeed),
         {"graph",
          AxisType::kEnum,
          "off",
          {"off", "on"},
          "time by CUDA-graph replay (launch-bound points; also when [timing] graph = true)"},
-        {"num_splits",
-         AxisType::kInt,
-         "0",
-         {},
-         "plan knob: forced KV splits per item (v4, v5) or persistent blocks per item (v6); 0: "
-         "the version's (or auto's) plan"},
+        AxisSpec{"num_splits", AxisType::kInt, "0", {},
+                 "plan knob: forced KV splits per item (v4, v5) or persistent blocks per item "
+                 "(v6); 0: the version's (or auto's) plan"}
+            .range(0, 1000000),
         version,
     };
+  }
+  // Every version and graph mode of one shape share the device pools and the host reference
+  // (built once per case, the costly part of a validation-heavy sweep).
+  std::string case_key(const Point& p) const override {
+    std::string key;
+    for (const auto& [a, v] : p.axes)
+      if (a != "version" && a != "graph") key += a + "=" + v + ",";
+    return key;
   }
   std::vector<MetricSpec> metrics() const override {
     std::vector<MetricSpec> m = {
@@ -352,19 +364,6 @@ class DecodeAttentionBench : public Bench {
     for (auto& t : timing_metric_specs(CeilingKind::kRead)) m.push_back(std::move(t));
     return m;
   }
-  void check_point(const Point& p) const override {
-    for (const char* a : {"head_dim", "block_size", "num_kv_heads", "gqa_group"})
-      if (p.integer(a) < 1)
-        throw InvalidArgument(std::string(a) + " must be >= 1, got " + p.str(a));
-    if (p.integer("batch") < 0 || p.integer("context") < 0)
-      throw InvalidArgument("batch and context must be >= 0, got " + p.str("batch") + " and " +
-                            p.str("context"));
-    if (p.integer("context") > INT32_MAX)
-      throw InvalidArgument("context " + p.str("context") + " exceeds int32");
-    if (p.integer("num_splits") < 0 || p.integer("num_splits") > 1000000)
-      throw InvalidArgument("num_splits must be in [0, 1000000] (0: the plan), got " +
-                            p.str("num_splits"));
-  }
   double estimate_seconds(const Point& p, const RunContext& ctx) const override {
     const double tokens = static_cast<double>(p.integer("batch")) * p.integer("context");
     return 0.05 + 2e-8 * tokens * p.integer("num_kv_heads") +
@@ -379,7 +378,7 @@ class DecodeAttentionBench : public Bench {
     key += std::to_string(seed);
     if (!case_ || case_->key != key) {
       case_.reset();  // free the previous pools first
-      case_ = build_case(p, key, seed);
+      case_ = build_case(p, key, seed, ctx.cpu_threads);
     }
     DecodeCase& c = *case_;
     gpu::DecodeTuning tuning;

@@ -167,24 +167,28 @@ class DecodeStepBench : public Bench {
     return {
         {"preset", AxisType::kEnum, "llama3-8b", decoder_preset_names(),
          "decoder shape (weights synthetic)"},
-        {"layers", AxisType::kInt, "0", {}, "decoder layers (0: the preset's)"},
+        AxisSpec{"layers", AxisType::kInt, "0", {}, "decoder layers (0: the preset's)"}.range(0,
+                                                                                              1024),
         {"variant",
          AxisType::kEnum,
          "graph_fused",
          {"eager_unfused", "eager_fused", "graph_fused", "graph_unfused"},
          "eager unfused, eager fused, or captured as a CUDA graph per batch bucket"},
-        {"batch", AxisType::kInt, "1", {}, "sequences decoding one token each"},
-        {"context", AxisType::kInt, "1024", {}, "tokens already in each sequence's cache"},
+        AxisSpec{"batch", AxisType::kInt, "1", {}, "sequences decoding one token each"}.range(
+            1, 65535),
+        AxisSpec{"context", AxisType::kInt, "1024", {}, "tokens already in each sequence's cache"}
+            .range(0, 1 << 30),
         {"kv_format", AxisType::kEnum, "bf16", format_names(), "KV-cache storage format"},
         {"kv_layout", AxisType::kEnum, "nhd", layout_names(), "KV-cache layout"},
-        {"block_size", AxisType::kInt, "16", {}, "tokens per cache page"},
-        {"top_k", AxisType::kInt, "0", {}, "sampling: 0 greedy, k >= 1 top-k at temperature 1"},
-        {"attn_version",
-         AxisType::kInt,
-         "-1",
-         {},
-         "decode-attention registry id (-1: the fastest for this shape)"},
-        {"steps", AxisType::kInt, "4", {}, "back-to-back steps per timed sample"},
+        AxisSpec{"block_size", AxisType::kInt, "16", {}, "tokens per cache page"}.range(1, 1 << 16),
+        AxisSpec{"top_k", AxisType::kInt, "0", {},
+                 "sampling: 0 greedy, k >= 1 top-k at temperature 1"}
+            .range(0, 1 << 20),
+        AxisSpec{"attn_version", AxisType::kInt, "-1", {},
+                 "decode-attention registry id (-1: the fastest for this shape)"}
+            .range(-1, 1024),
+        AxisSpec{"steps", AxisType::kInt, "4", {}, "back-to-back steps per timed sample"}.range(1,
+                                                                                               64),
     };
   }
   std::vector<MetricSpec> metrics() const override {
@@ -212,14 +216,6 @@ class DecodeStepBench : public Bench {
     return m;
   }
   bool needs_gpu() const override { return true; }
-  std::string unsupported_reason(const Point& p, const RunContext&) const override {
-    if (p.integer("batch") < 1 || p.integer("batch") > 65535) return "batch outside [1, 65535]";
-    if (p.integer("context") < 0) return "context must be >= 0";
-    if (p.integer("steps") < 1 || p.integer("steps") > 64) return "steps outside [1, 64]";
-    if (p.integer("block_size") < 1) return "block_size must be >= 1";
-    if (p.integer("top_k") < 0) return "top_k must be >= 0";
-    return "";
-  }
   double estimate_seconds(const Point& p, const RunContext&) const override {
     const DecoderConfig c = decoder_preset(p.str("preset"));
     const double layers = p.integer("layers") > 0 ? double(p.integer("layers")) : c.layers;
@@ -400,17 +396,16 @@ class StepGemmBench : public Bench {
   std::vector<AxisSpec> axes() const override {
     return {
         {"preset", AxisType::kEnum, "llama3-8b", decoder_preset_names(), "decoder shape"},
-        {"layers",
-         AxisType::kInt,
-         "0",
-         {},
-         "weight copies rotated through (0: the preset's layers)"},
+        AxisSpec{"layers", AxisType::kInt, "0", {},
+                 "weight copies rotated through (0: the preset's layers)"}
+            .range(0, 1024),
         {"linear",
          AxisType::kEnum,
          "qkv",
          {"qkv", "o", "gate_up", "down", "lm_head"},
          "which linear layer"},
-        {"batch", AxisType::kInt, "1", {}, "rows M of the GEMM (sequences in the step)"},
+        AxisSpec{"batch", AxisType::kInt, "1", {}, "rows M of the GEMM (sequences in the step)"}
+            .range(1, 65535),
     };
   }
   std::vector<MetricSpec> metrics() const override {
@@ -434,10 +429,6 @@ class StepGemmBench : public Bench {
     return m;
   }
   bool needs_gpu() const override { return true; }
-  std::string unsupported_reason(const Point& p, const RunContext&) const override {
-    if (p.integer("batch") < 1 || p.integer("batch") > 65535) return "batch outside [1, 65535]";
-    return "";
-  }
   double estimate_seconds(const Point&, const RunContext& ctx) const override {
     return 0.5 + 0.5 * ctx.timing_cfg.max_seconds;
   }

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "experiments/kinds/dsv4_common.h"
+#include "experiments/kinds/kind_util.h"
 #include "experiments/kinds/kinds.h"
 #include "sim/core/text.h"
 #include "sim/dsv4/model_stack.h"
@@ -73,21 +74,26 @@ class Dsv4CapacityBench : public Bench {
   }
   std::vector<AxisSpec> axes() const override {
     std::vector<AxisSpec> a = {
-        {"model", AxisType::kString, "v4_flash_like", {}, "stack in data/models (name or path)"},
-        {"csa_ratio", AxisType::kInt, "0", {}, "CSA compression ratio (0 = the stack's)"},
-        {"hca_ratio", AxisType::kInt, "0", {}, "HCA compression ratio (0 = the stack's)"},
-        {"window", AxisType::kInt, "0", {}, "SWA window in tokens (0 = the stack's)"},
+        AxisSpec{"model", AxisType::kString, "v4_flash_like", {},
+                 "stack in data/models (name or path)"}
+            .checked_by(known_by(load_dsv4_stack)),
+        AxisSpec{"csa_ratio", AxisType::kInt, "0", {}, "CSA compression ratio (0 = the stack's)"}
+            .range(0, 1 << 16),
+        AxisSpec{"hca_ratio", AxisType::kInt, "0", {}, "HCA compression ratio (0 = the stack's)"}
+            .range(0, 1 << 16),
+        AxisSpec{"window", AxisType::kInt, "0", {}, "SWA window in tokens (0 = the stack's)"}
+            .range(0, 1 << 24),
     };
     for (auto& v : dsv4_variant_axes()) a.push_back(v);
+    a.push_back(AxisSpec{"block_tokens", AxisType::kInt, "0", {},
+                         "original tokens per block (0 = the smallest multiple of 128 and of both "
+                         "ratios)"}
+                    .range(0, 1 << 24));
+    a.push_back(AxisSpec{"kv_gib", AxisType::kFloat, "64", {},
+                         "KV budget in GiB (pools + state + block tables)"}
+                    .real_range(0, 1 << 20, /*exclude_lo=*/true));
     a.push_back(
-        {"block_tokens",
-         AxisType::kInt,
-         "0",
-         {},
-         "original tokens per block (0 = the smallest multiple of 128 and of both ratios)"});
-    a.push_back(
-        {"kv_gib", AxisType::kFloat, "64", {}, "KV budget in GiB (pools + state + block tables)"});
-    a.push_back({"context", AxisType::kInt, "32768", {}, "tokens per request"});
+        AxisSpec{"context", AxisType::kInt, "32768", {}, "tokens per request"}.range(1, 1 << 30));
     return a;
   }
   std::vector<MetricSpec> metrics() const override {
@@ -107,11 +113,7 @@ class Dsv4CapacityBench : public Bench {
             {"compression", "", "dense_bytes_per_token / bytes_per_token"}};
   }
   void check_point(const Point& p) const override {
-    setup(p);  // stack file, ratios, window, block size, variant: every bad value is an error here
-    if (!(p.number("kv_gib") > 0))
-      throw InvalidArgument("kv_gib must be > 0, got " + p.str("kv_gib"));
-    if (p.integer("context") < 1)
-      throw InvalidArgument("context must be >= 1, got " + p.str("context"));
+    setup(p);  // the stack with its ratios, window, block size and variant, as the schema checks
   }
   double estimate_seconds(const Point&, const RunContext&) const override { return 3e-3; }
   Record run(const Point& p, RunContext&) override {

@@ -16,6 +16,7 @@
 #include <cmath>
 #include <random>
 
+#include "experiments/kinds/kind_util.h"
 #include "experiments/kinds/kinds.h"
 #include "reference/core/error.h"
 #include "reference/formats/formats.h"
@@ -100,11 +101,13 @@ class FormatErrorBench : public Bench {
          "gaussian",
          {"gaussian", "laplace", "student_t3", "outlier_channels"},
          "input distribution"},
-        {"tokens", AxisType::kInt, "256", {}, "tokens in the tensor"},
-        {"head_dim", AxisType::kInt, "128", {}, "values per token"},
-        {"seed", AxisType::kInt, "0", {}, "input seed (mixed with the run seed)"},
+        AxisSpec{"tokens", AxisType::kInt, "256", {}, "tokens in the tensor"}.range(1, 1 << 24),
+        AxisSpec{"head_dim", AxisType::kInt, "128", {}, "values per token"}.range(1, 1 << 16),
+        AxisSpec{"seed", AxisType::kInt, "0", {}, "input seed (mixed with the run seed)"}.range(
+            0, kMaxSeed),
     };
   }
+  void check_point(const Point& p) const override { require_tensor_fits(p, {"tokens", "head_dim"}); }
   std::vector<MetricSpec> metrics() const override {
     return {{"rel_l2_mean", "", "mean over tokens of ||x' - x|| / ||x||"},
             {"rel_l2_p99", "", "99th percentile over tokens of the relative L2 error"},
@@ -113,11 +116,6 @@ class FormatErrorBench : public Bench {
             {"nonfinite_frac", "", "fraction of decoded values that are NaN/Inf"},
             {"bits_per_value", "bit", "storage bits per value (scale included)"},
             {"bytes", "B", "storage bytes of the tensor (scale included)"}};
-  }
-  std::string unsupported_reason(const Point& p, const RunContext&) const override {
-    if (p.integer("tokens") < 1) return "tokens must be >= 1";
-    if (p.integer("head_dim") < 1) return "head_dim must be >= 1";
-    return "";
   }
   double estimate_seconds(const Point& p, const RunContext&) const override {
     return 2e-8 * static_cast<double>(p.integer("tokens") * p.integer("head_dim")) + 1e-4;

@@ -8,6 +8,7 @@
 // storage cost (bytes per token-head row, bits per value, scales included).
 #include <algorithm>
 
+#include "experiments/kinds/kind_util.h"
 #include "experiments/kinds/kinds.h"
 #include "reference/core/error.h"
 #include "reference/quant/roundtrip.h"
@@ -39,24 +40,26 @@ class QuantErrorBench : public Bench {
     return {
         {"scheme", AxisType::kEnum, "fp8_e4m3_per_token", ref::scheme_names(),
          "preset of reference/quant/schemes.h"},
-        {"group_size",
-         AxisType::kInt,
-         "0",
-         {},
-         "elements per scale (per-group schemes); 0 = the preset's"},
+        AxisSpec{"group_size", AxisType::kInt, "0", {},
+                 "elements per scale (per-group schemes); 0 = the preset's"}
+            .range(0, 4096)
+            .powers_of_two(),
         {"scale_rule", AxisType::kEnum, "preset", kRules,
          "scale rule override; preset = the preset's"},
         {"dist", AxisType::kEnum, "gaussian", ref::synth_preset_names(),
          "synthetic KV preset of reference/synth"},
-        {"tokens", AxisType::kInt, "1024", {}, "tokens"},
-        {"heads",
-         AxisType::kInt,
-         "1",
-         {},
-         "KV heads (each (token, head) row is scaled on its own)"},
-        {"head_dim", AxisType::kInt, "128", {}, "values per (token, head)"},
-        {"seed", AxisType::kInt, "0", {}, "input seed (mixed with the run seed)"},
+        AxisSpec{"tokens", AxisType::kInt, "1024", {}, "tokens"}.range(1, 1 << 24),
+        AxisSpec{"heads", AxisType::kInt, "1", {},
+                 "KV heads (each (token, head) row is scaled on its own)"}
+            .range(1, 1024),
+        AxisSpec{"head_dim", AxisType::kInt, "128", {}, "values per (token, head)"}.range(1,
+                                                                                       1 << 16),
+        AxisSpec{"seed", AxisType::kInt, "0", {}, "input seed (mixed with the run seed)"}.range(
+            0, kMaxSeed),
     };
+  }
+  void check_point(const Point& p) const override {
+    require_tensor_fits(p, {"tokens", "heads", "head_dim"});
   }
   std::vector<MetricSpec> metrics() const override {
     return {
@@ -76,7 +79,6 @@ class QuantErrorBench : public Bench {
     try {
       const ref::QuantScheme s = ref::make_scheme(scheme_text(p));
       s.check_cols(p.integer("head_dim"));
-      if (p.integer("tokens") < 1 || p.integer("heads") < 1) return "tokens and heads must be >= 1";
     } catch (const Error& e) {
       return e.what();
     }

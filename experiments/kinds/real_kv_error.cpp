@@ -56,7 +56,9 @@ class RealKvErrorBench : public Bench {
          "k_post_rope",
          {"k_pre_rope", "k_post_rope", "v"},
          "which activation: K before RoPE, K after RoPE (cached), V"},
-        {"layer", AxisType::kInt, "-1", {}, "decoder layer (-1: every layer, one trace row each)"},
+        AxisSpec{"layer", AxisType::kInt, "-1", {},
+                 "decoder layer (-1: every layer, one trace row each)"}
+            .range(-1, 4096),
         {"scheme", AxisType::kEnum, "fp8_e4m3_per_token", ref::scheme_names(),
          "preset of reference/quant/schemes.h"},
         {"group_size", AxisType::kInt, "0", {}, "values per scale (0: the preset's)"},

@@ -15,6 +15,7 @@
 #include <cmath>
 #include <string>
 
+#include "experiments/kinds/kind_util.h"
 #include "experiments/kinds/kinds.h"
 #include "reference/core/error.h"
 #include "reference/layout/layout_names.h"
@@ -39,7 +40,8 @@ class RooflineBench : public Bench {
     std::vector<std::string> formats;
     for (KvFormat f : all_kv_formats()) formats.push_back(to_string(f));
     return {
-        {"gpu", AxisType::kString, "H100", {}, "GPU of data/gpus/gpus.csv"},
+        AxisSpec{"gpu", AxisType::kString, "H100", {}, "GPU of data/gpus/gpus.csv"}.checked_by(
+            known_by(sim::gpu_spec)),
         {"op", AxisType::kEnum, "decode_attention", {"decode_attention", "gemm"}, "operation"},
         {"ceiling",
          AxisType::kEnum,
@@ -48,16 +50,22 @@ class RooflineBench : public Bench {
          "memory ceiling: the table's measured read figure (datasheet if none), the datasheet, or "
          "this run's "
          "measured read ceiling (skipped when the run measured none)"},
-        {"batch", AxisType::kInt, "1", {}, "decode: sequences; gemm: rows m (tokens)"},
-        {"context", AxisType::kInt, "4096", {}, "decode: tokens per sequence"},
-        {"num_kv_heads", AxisType::kInt, "8", {}, "decode: KV heads"},
-        {"gqa_group", AxisType::kInt, "4", {}, "decode: query heads per KV head"},
-        {"head_dim", AxisType::kInt, "128", {}, "decode: head dimension"},
-        {"block_size", AxisType::kInt, "16", {}, "decode: tokens per KV block"},
+        AxisSpec{"batch", AxisType::kInt, "1", {}, "decode: sequences; gemm: rows m (tokens)"}
+            .range(0, 1 << 24),
+        AxisSpec{"context", AxisType::kInt, "4096", {}, "decode: tokens per sequence"}.range(
+            0, 1 << 30),
+        AxisSpec{"num_kv_heads", AxisType::kInt, "8", {}, "decode: KV heads"}.range(1, 1024),
+        AxisSpec{"gqa_group", AxisType::kInt, "4", {}, "decode: query heads per KV head"}.range(
+            1, 1024),
+        AxisSpec{"head_dim", AxisType::kInt, "128", {}, "decode: head dimension"}.range(2, 1 << 16),
+        AxisSpec{"block_size", AxisType::kInt, "16", {}, "decode: tokens per KV block"}.range(
+            1, 1 << 20),
         {"kv_format", AxisType::kEnum, "bf16", formats, "decode: KV storage format"},
-        {"n", AxisType::kInt, "4096", {}, "gemm: output columns"},
-        {"k", AxisType::kInt, "4096", {}, "gemm: reduction length"},
-        {"weight_bits", AxisType::kInt, "16", {}, "gemm: bits per weight (16, 8, 4)"},
+        AxisSpec{"n", AxisType::kInt, "4096", {}, "gemm: output columns"}.range(1, 1 << 30),
+        AxisSpec{"k", AxisType::kInt, "4096", {}, "gemm: reduction length"}.range(1, 1 << 30),
+        AxisSpec{"weight_bits", AxisType::kInt, "16", {}, "gemm: bits per weight (4, 8, 16, 32)"}
+            .range(4, 32)
+            .powers_of_two(),
     };
   }
   std::vector<MetricSpec> metrics() const override {
@@ -71,25 +79,6 @@ class RooflineBench : public Bench {
             {"predicted_bytes_per_s", "B/s", "model_bytes / predicted_s"},
             {"ceiling_bytes_per_s", "B/s", "memory ceiling used"},
             {"compute_bound", "", "1 when compute_s > memory_s"}};
-  }
-  void check_point(const Point& p) const override {
-    sim::gpu_spec(p.str("gpu"));
-    auto at_least = [&](const char* a, int64_t lo) {
-      if (p.integer(a) < lo)
-        throw InvalidArgument(std::string(a) + " must be >= " + std::to_string(lo) + ", got " +
-                              p.str(a));
-    };
-    at_least("batch", 0);
-    at_least("context", 0);
-    at_least("num_kv_heads", 1);
-    at_least("gqa_group", 1);
-    at_least("head_dim", 2);
-    at_least("block_size", 1);
-    at_least("n", 1);
-    at_least("k", 1);
-    const int64_t wb = p.integer("weight_bits");
-    if (wb != 4 && wb != 8 && wb != 16 && wb != 32)
-      throw InvalidArgument("weight_bits " + p.str("weight_bits") + " (allowed: 4, 8, 16, 32)");
   }
   std::string unsupported_reason(const Point& p, const RunContext& ctx) const override {
     const auto defaults = axes();

@@ -181,24 +181,21 @@ class ServingBench : public Bench {
                  {},
                  "the load level's name (tables and figures group by it; no effect on the run)"});
     a.push_back({"num_requests", AxisType::kInt, "0", {}, "requests (0 = the workload's)"});
-    a.push_back(
-        {"rate", AxisType::kFloat, "0", {}, "arrival rate, requests/s (0 = the workload's)"});
+    a.push_back(AxisSpec{"rate", AxisType::kFloat, "0", {},
+                         "arrival rate, requests/s (0 = the workload's)"}
+                    .real_range(0, 1e9));
     a.push_back({"workload_seed", AxisType::kInt, "0", {}, "workload seed (0 = the workload's)"});
-    a.push_back({"length_scale",
-                 AxisType::kFloat,
-                 "1",
-                 {},
-                 "every token length of the workload times this (a smaller replica)"});
+    a.push_back(AxisSpec{"length_scale", AxisType::kFloat, "1", {},
+                         "every token length of the workload times this (a smaller replica)"}
+                    .real_range(0, 1e3, /*exclude_lo=*/true));
     a.push_back({"kv_blocks",
                  AxisType::kInt,
                  "4096",
                  {},
                  "the engine's KV blocks (<= pool_blocks): the capacity that causes preemption"});
-    a.push_back({"watermark",
-                 AxisType::kFloat,
-                 "0.01",
-                 {},
-                 "fraction of blocks an admission must leave free"});
+    a.push_back(AxisSpec{"watermark", AxisType::kFloat, "0.01", {},
+                         "fraction of blocks an admission must leave free"}
+                    .real_range(0, 1));
     a.push_back({"prefix_caching",
                  AxisType::kEnum,
                  "off",

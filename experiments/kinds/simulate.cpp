@@ -135,45 +135,42 @@ class SimulateBench : public Bench {
   }
   std::vector<AxisSpec> axes() const override {
     return {
-        {"workload",
-         AxisType::kString,
-         "chat_poisson",
-         {},
-         "data/workloads spec name, or a path to a .cfg spec or a .csv trace"},
-        {"num_requests",
-         AxisType::kInt,
-         "0",
-         {},
-         "requests (0 = the workload's; a trace is cut to its first N)"},
-        {"rate", AxisType::kFloat, "0", {}, "arrival rate, requests/s (0 = the workload's)"},
-        {"workload_seed", AxisType::kInt, "0", {}, "workload seed (0 = the workload's)"},
+        AxisSpec{"workload", AxisType::kString, "chat_poisson", {},
+                 "data/workloads spec name, or a path to a .cfg spec or a .csv trace"}
+            .checked_by(known_by(resolve_workload)),
+        AxisSpec{"num_requests", AxisType::kInt, "0", {},
+                 "requests (0 = the workload's; a trace is cut to its first N)"}
+            .range(0, 1 << 24),
+        AxisSpec{"rate", AxisType::kFloat, "0", {},
+                 "arrival rate, requests/s (0 = the workload's)"}
+            .real_range(0, 1e9),
+        AxisSpec{"workload_seed", AxisType::kInt, "0", {}, "workload seed (0 = the workload's)"}
+            .range(0, kMaxSeed),
         {"model", AxisType::kEnum, "llama3.1-8b", sim::model_preset_names(),
          "model preset (sim/model)"},
-        {"gpu", AxisType::kString, "H100", {}, "GPU of data/gpus/gpus.csv (memory and roofline)"},
+        AxisSpec{"gpu", AxisType::kString, "H100", {},
+                 "GPU of data/gpus/gpus.csv (memory and roofline)"}
+            .checked_by(known_by(sim::gpu_spec)),
         {"kv_format", AxisType::kEnum, "bf16", kv_format_names(), "KV storage format"},
-        {"block_size", AxisType::kInt, "16", {}, "tokens per KV block"},
-        {"kv_gib",
-         AxisType::kFloat,
-         "0",
-         {},
-         "KV budget in GiB (0 = the GPU's memory x gpu_mem_util minus weights and 2 GiB of "
-         "activations)"},
-        {"gpu_mem_util",
-         AxisType::kFloat,
-         "0.9",
-         {},
-         "fraction of GPU memory the engine may use (kv_gib = 0)"},
-        {"watermark",
-         AxisType::kFloat,
-         "0.01",
-         {},
-         "fraction of blocks an admission must leave free"},
+        AxisSpec{"block_size", AxisType::kInt, "16", {}, "tokens per KV block"}.range(1, 1 << 16),
+        AxisSpec{"kv_gib", AxisType::kFloat, "0", {},
+                 "KV budget in GiB (0 = the GPU's memory x gpu_mem_util minus weights and 2 GiB "
+                 "of activations)"}
+            .real_range(0, 1 << 20),
+        AxisSpec{"gpu_mem_util", AxisType::kFloat, "0.9", {},
+                 "fraction of GPU memory the engine may use (kv_gib = 0)"}
+            .real_range(0, 1, /*exclude_lo=*/true),
+        AxisSpec{"watermark", AxisType::kFloat, "0.01", {},
+                 "fraction of blocks an admission must leave free (below 1)"}
+            .real_range(0, 1),
         {"preemption",
          AxisType::kEnum,
          "recompute",
          {"recompute", "swap"},
          "what a preempted request loses"},
-        {"swap_gib", AxisType::kFloat, "16", {}, "host swap space in GiB (preemption = swap)"},
+        AxisSpec{"swap_gib", AxisType::kFloat, "16", {},
+                 "host swap space in GiB (preemption = swap)"}
+            .real_range(0, 1 << 20),
         {"prefix_caching",
          AxisType::kEnum,
          "off",
@@ -184,30 +181,34 @@ class SimulateBench : public Bench {
          "on_demand",
          {"on_demand", "full_sequence"},
          "blocks as tokens arrive (vLLM), or all at admission (no preemption)"},
-        {"max_num_seqs", AxisType::kInt, "256", {}, "running requests at most"},
-        {"max_num_batched_tokens", AxisType::kInt, "8192", {}, "token budget per step"},
+        AxisSpec{"max_num_seqs", AxisType::kInt, "256", {}, "running requests at most"}.range(
+            1, 1 << 20),
+        AxisSpec{"max_num_batched_tokens", AxisType::kInt, "8192", {}, "token budget per step"}
+            .range(1, 1 << 30),
         {"chunked_prefill", AxisType::kEnum, "on", {"on", "off"}, "split prompts across steps"},
         {"launch",
          AxisType::kEnum,
          "graph",
          {"graph", "eager"},
          "launch model of the step cost (CUDA graph or eager)"},
-        {"calibration",
-         AxisType::kString,
-         "none",
-         {},
-         "decode-attention calibration: a `kvlab calibrate --out` file for this gpu (none = "
-         "uncalibrated roofline)"},
-        {"max_steps",
-         AxisType::kInt,
-         "0",
-         {},
-         "stop after this many steps (0 = run to completion)"},
-        {"trace_rows",
-         AxisType::kInt,
-         "1000",
-         {},
-         "at most this many rows in the steps trace (0 = every step)"},
+        AxisSpec{"calibration", AxisType::kString, "none", {},
+                 "decode-attention calibration: a `kvlab calibrate --out` file for this gpu "
+                 "(none = uncalibrated roofline)"}
+            .checked_by([](const std::string& v) -> std::string {
+              if (v == "none") return "";
+              try {
+                read_decode_calibration(v);
+              } catch (const std::exception& e) {
+                return e.what();
+              }
+              return "";
+            }),
+        AxisSpec{"max_steps", AxisType::kInt, "0", {},
+                 "stop after this many steps (0 = run to completion)"}
+            .range(0, int64_t{1} << 40),
+        AxisSpec{"trace_rows", AxisType::kInt, "1000", {},
+                 "at most this many rows in the steps trace (0 = every step)"}
+            .range(0, 1 << 30),
     };
   }
   std::vector<MetricSpec> metrics() const override {
@@ -255,15 +256,14 @@ class SimulateBench : public Bench {
   }
   void check_point(const Point& p) const override {
     simulate_requests(p, nullptr);
-    sim::gpu_spec(p.str("gpu"));
-    for (const char* a : {"kv_gib", "swap_gib"})
-      if (!(p.number(a) >= 0))
-        throw InvalidArgument(std::string(a) + " must be >= 0, got " + p.str(a));
-    if (p.integer("trace_rows") < 0)
-      throw InvalidArgument("trace_rows must be >= 0, got " + p.str("trace_rows"));
     if (p.str("calibration") != "none")
       apply_decode_calibration(read_decode_calibration(p.str("calibration")),
                                sim::gpu_spec(p.str("gpu")), {});
+    try {
+      engine_config(p);  // the engine's own rules (blocks left after the watermark, swap space)
+    } catch (const Unsupported&) {
+      // the model does not fit this GPU or format: recorded as skipped when it runs
+    }
   }
   double estimate_seconds(const Point& p, const RunContext&) const override {
     // About 1.5 us per request-step on this 2-core machine; a request lives for roughly
@@ -272,15 +272,18 @@ class SimulateBench : public Bench {
         p.integer("num_requests") > 0 ? static_cast<double>(p.integer("num_requests")) : 2000.0;
     return 0.05 + 1.5e-4 * n;
   }
-  Record run(const Point& p, RunContext&) override {
-    std::string workload_desc;
-    const std::vector<sim::Request> reqs = simulate_requests(p, &workload_desc);
+  // The engine configuration of a point (Unsupported: it cannot fit; InvalidArgument: the
+  // engine's rules refuse it), with the budget and footprint it came from.
+  struct Setup {
+    sim::EngineConfig cfg;
+    int64_t budget = 0;
+    sim::KvFootprint fp;
+  };
+  static Setup engine_config(const Point& p) {
     const sim::ModelStack model = sim::model_preset(p.str("model"));
     const sim::GpuSpec gpu = sim::gpu_spec(p.str("gpu"));
     const KvFormat format = parse_kv_format(p.str("kv_format"));
     const int32_t block_size = static_cast<int32_t>(p.integer("block_size"));
-    if (block_size < 1)
-      throw InvalidArgument("block_size must be >= 1, got " + p.str("block_size"));
     sim::KvFootprint fp;
     try {
       fp = sim::kv_footprint(model, block_size, format);
@@ -316,6 +319,19 @@ class SimulateBench : public Bench {
     cfg.max_steps = p.integer("max_steps");
     cfg.trace_every = 1;
     cfg.validate();
+    return {cfg, budget, fp};
+  }
+
+  Record run(const Point& p, RunContext&) override {
+    std::string workload_desc;
+    const std::vector<sim::Request> reqs = simulate_requests(p, &workload_desc);
+    const sim::ModelStack model = sim::model_preset(p.str("model"));
+    const sim::GpuSpec gpu = sim::gpu_spec(p.str("gpu"));
+    const KvFormat format = parse_kv_format(p.str("kv_format"));
+    const Setup setup = engine_config(p);
+    const sim::EngineConfig& cfg = setup.cfg;
+    const int64_t budget = setup.budget;
+    const sim::KvFootprint& fp = setup.fp;
     sim::CostModelConfig cc;
     cc.launch = p.str("launch") == "graph" ? sim::LaunchMode::kCudaGraph : sim::LaunchMode::kEager;
     if (p.str("calibration") != "none")

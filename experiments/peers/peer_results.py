@@ -1,11 +1,13 @@
 """peer_results: peer rows into a kvlab result file, and kvlab sweep files read back.
 
 write_result_file() is the one writer of result files on the Python side: the layout of
-experiments/results/result_file.h (schema "kvlab.results" version 1): root provenance
+experiments/results/result_file.h (schema "kvlab.results" version 2): root provenance
 attributes, an /index table (one row per point: point, key, study, kind, status, reason,
 seconds, group, then axes, metrics and labels), one /points/NNNNNN group per row (the row's
-cells as attributes, its samples as the `samples_us` array) and a /runs table. analysis.load
-reads these files like the ones `kvlab sweep` writes.
+cells as attributes, its samples as the `samples_us` array) and a /runs table, sealed with
+schema 2's integrity data by analysis/result_integrity.py (run_id / sweep_seed / row_crc
+columns, the /sweep identity, a checksum per point group), so `kvlab check` verifies these
+files and `kvlab merge` accepts them. analysis.load reads them like the ones `kvlab sweep` writes.
 """
 from __future__ import annotations
 
@@ -43,11 +45,12 @@ def _canon(v) -> str:
 
 
 def write_result_file(path: str, rows: list, attrs: dict, axes: list, numeric_axes: set, metrics: list,
-                      labels: list, run: dict | None = None) -> None:
+                      labels: list, run: dict | None = None, seal: bool = True, seed: int = 0) -> None:
     """Writes rows (dicts: study, kind, status, reason, seconds, each axis, metric and label,
     optionally samples_us) as a kvlab result file at path (replaced atomically: a killed
     writer leaves the old file or none). attrs: root attributes (provenance); run: the
-    /runs row (started_utc, argv, ...)."""
+    /runs row (started_utc, argv, ...). seal: add schema 2's integrity data (seed: the
+    sweep_seed it records); False leaves a schema 1 file (readable, not verifiable)."""
     import h5py
     tmp = path + ".tmp"
     if os.path.exists(tmp):
@@ -114,6 +117,13 @@ def write_result_file(path: str, rows: list, attrs: dict, axes: list, numeric_ax
                 rg.create_dataset(c, data=np.asarray([v], dtype=object), dtype=str_t, maxshape=(None,), chunks=True)
             else:
                 rg.create_dataset(c, data=np.asarray([v], dtype=np.float64), maxshape=(None,), chunks=True)
+    if seal:
+        if ROOT not in sys.path:
+            sys.path.insert(0, ROOT)
+        from analysis import result_integrity
+        rep = result_integrity.seal(tmp, seed=seed, timing=str(attrs.get("peer_timing", "off")))
+        if not rep.ok:
+            raise RuntimeError(f"{path}: the sealed file does not verify: {rep.problems[:3]}")
     os.replace(tmp, path)
 
 

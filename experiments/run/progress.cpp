@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <ostream>
@@ -32,15 +33,17 @@ Progress::Mode Progress::parse_mode(const std::string& s) {
   throw InvalidArgument("--progress: unknown mode '" + s + "' (allowed: auto, bar, plain, none)");
 }
 
-Progress::Progress(int64_t total, double estimated_seconds, Mode mode, std::ostream& os,
-                   std::string prefix)
-    : total_(total),
-      remaining_estimate_(estimated_seconds),
-      mode_(mode),
-      os_(os),
-      prefix_(std::move(prefix)) {
+Progress::Progress(Mode mode, std::ostream& os, std::string prefix, int workers)
+    : workers_(std::max(1, workers)), mode_(mode), os_(os), prefix_(std::move(prefix)) {
   t0_ = std::chrono::steady_clock::now();
   last_draw_ = t0_ - std::chrono::seconds(10);
+}
+
+void Progress::plan(const std::string& kind, double estimate_seconds) {
+  KindStats& k = kinds_[kind];
+  ++k.planned;
+  k.planned_estimate += std::max(0.0, estimate_seconds);
+  ++total_;
 }
 
 double Progress::elapsed() const {
@@ -48,24 +51,42 @@ double Progress::elapsed() const {
 }
 
 double Progress::eta() const {
-  // Scale the remaining estimates by how the finished points compared with theirs.
-  const double el = elapsed();
-  const double ratio = done_estimate_ > 0 ? el / done_estimate_ : 1.0;
-  return std::max(0.0, remaining_estimate_ * ratio);
+  double all_est = 0, all_sec = 0;
+  for (const auto& [name, k] : kinds_) {
+    all_est += k.done_estimate;
+    all_sec += k.done_seconds;
+  }
+  const double global = all_est > 0 ? all_sec / all_est : 1.0;
+  double left = 0;
+  for (const auto& [name, k] : kinds_) {
+    const int64_t n_left = k.planned - k.done;
+    if (n_left <= 0) continue;
+    const double est_left = std::max(0.0, k.planned_estimate - k.done_estimate);
+    if (k.done == 0)
+      left += est_left * global;
+    else if (k.done_estimate > 0)
+      left += est_left * (k.done_seconds / k.done_estimate);
+    else
+      left += static_cast<double>(n_left) * (k.done_seconds / static_cast<double>(k.done));
+  }
+  return left / workers_;
 }
 
-void Progress::start_point(const std::string& what, double) {
+void Progress::start_point(const std::string& what) {
   current_ = what;
   if (mode_ == Mode::kBar) draw(false);
 }
 
 void Progress::finish_point(const std::string& status, const std::string& what,
-                            const std::string& reason, double estimate_seconds) {
+                            const std::string& reason, const std::string& kind,
+                            double estimate_seconds, double seconds) {
   ++done_;
   if (status == "failed") ++failed_;
   if (status == "skipped") ++skipped_;
-  done_estimate_ += estimate_seconds;
-  remaining_estimate_ = std::max(0.0, remaining_estimate_ - estimate_seconds);
+  KindStats& k = kinds_[kind];
+  ++k.done;
+  k.done_estimate += std::max(0.0, estimate_seconds);
+  k.done_seconds += std::max(0.0, seconds);
   if (status == "failed") {
     if (mode_ == Mode::kBar && drew_) os_ << "\r\033[K";
     os_ << prefix_ << "FAILED " << what << ": " << reason << "\n";

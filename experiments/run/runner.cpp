@@ -2,32 +2,27 @@
 #include "experiments/run/runner.h"
 
 #include <signal.h>
-#include <spawn.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
 #include <cstring>
-#include <chrono>
-#include <cmath>
-#include <iomanip>
 #include <iostream>
 #include <map>
 #include <set>
-#include <sstream>
+#include <thread>
 
 #include "experiments/bench/registry.h"
-#include "experiments/h5/durable.h"
+#include "experiments/h5/file_io.h"
 #include "experiments/results/merge.h"
 #include "experiments/results/result_file.h"
 #include "experiments/run/gpu_hooks.h"
+#include "experiments/run/point_writer.h"
 #include "experiments/run/progress.h"
+#include "experiments/run/workers.h"
 #include "experiments/sweep/values.h"
 #include "reference/core/error.h"
-
-extern char** environ;
 
 namespace kvlab::exp {
 namespace {
@@ -58,12 +53,6 @@ bool file_exists(const std::string& p) {
   return access(p.c_str(), F_OK) == 0;
 }
 
-std::string dir_of(const std::string& p) {
-  const auto s = p.find_last_of('/');
-  if (s == std::string::npos) return ".";
-  return s == 0 ? "/" : p.substr(0, s);
-}
-
 // Creates missing parent directories of `path` (like mkdir -p); errors name the path.
 void make_parent_dirs(const std::string& path) {
   const std::string dir = dir_of(path);
@@ -74,98 +63,108 @@ void make_parent_dirs(const std::string& path) {
                           std::strerror(errno));
 }
 
-Record run_one(Bench& b, const Point& p, RunContext& ctx) {
-  if (b.needs_gpu() && !ctx.device_present) {
-#if defined(KVLAB_HAVE_CUDA)
-    return Record::skipped("no device");
-#else
-    return Record::skipped("built without CUDA");
-#endif
-  }
-  try {
-    const std::string why = b.unsupported_reason(p, ctx);
-    if (!why.empty()) return Record::skipped(why);
-    return b.run(p, ctx);
-  } catch (const Unsupported& e) {
-    return Record::skipped(e.what());
-  } catch (const std::exception& e) {
-    return Record::failed(e.what());
-  }
+// The output directory must be a directory this process can write (checked before anything
+// is created: a bad --out is bad input, not an I/O failure later).
+void check_output_dir(const std::string& out) {
+  const std::string dir = dir_of(out);
+  struct stat st {};
+  if (stat(dir.c_str(), &st) != 0) return;  // created later by make_parent_dirs
+  if (!S_ISDIR(st.st_mode))
+    throw ResultFileError("cannot write the result file " + out + ": its output directory " + dir +
+                          " is not a directory");
+  if (access(dir.c_str(), W_OK | X_OK) != 0)
+    throw ResultFileError("cannot write the result file " + out + ": its output directory " + dir +
+                          " is not writable");
 }
 
-int run_workers(const SweepSpec& spec, const SweepOptions& opt, const std::string& out,
-                std::ostream& os) {
-  const int n = opt.workers;
-  if (spec.path.empty()) throw InvalidArgument("--workers needs a config file");
-  if (file_exists(out)) {
-    if (!opt.resume)
-      throw ResultFileError(out + " exists: use --resume to continue it, or another --out");
-    h5::File f = h5::File::open(out);
-    if (!f.has_attr("shard") || f.attr_type("shard") != h5::Type::kString ||
-        f.attr_string("shard") != "merged")
-      throw ResultFileError(out +
-                            " was written by a single process: resume it without --workers/--gpus");
-  }
-  const std::string shard_dir = out + ".shards";
-  make_parent_dirs(shard_dir + "/x");
-  std::vector<std::string> files;
-  std::vector<pid_t> pids;
-  for (int k = 0; k < n; ++k) {
-    const std::string f =
-        shard_dir + "/shard-" + std::to_string(k) + "-of-" + std::to_string(n) + ".h5";
-    files.push_back(f);
-    std::vector<std::string> args = {opt.self_exe,
-                                     "sweep",
-                                     spec.path,
-                                     "--out",
-                                     f,
-                                     "--shard",
-                                     std::to_string(k) + "/" + std::to_string(n),
-                                     "--progress",
-                                     "plain",
-                                     "--log-prefix",
-                                     "[worker " + std::to_string(k) + "] "};
-    if (file_exists(f)) args.push_back("--resume");
-    if (!opt.fsync) args.push_back("--no-fsync");
-    for (const auto& a : opt.passthrough) args.push_back(a);
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    std::vector<std::string> env_s;
-    for (char** e = environ; *e; ++e)
-      if (std::string(*e).rfind("CUDA_VISIBLE_DEVICES=", 0) != 0 || opt.gpus.empty())
-        env_s.push_back(*e);
-    if (!opt.gpus.empty()) env_s.push_back("CUDA_VISIBLE_DEVICES=" + opt.gpus[k]);
-    std::vector<char*> envp;
-    for (auto& e : env_s) envp.push_back(const_cast<char*>(e.c_str()));
-    envp.push_back(nullptr);
-    pid_t pid = 0;
-    if (posix_spawn(&pid, opt.self_exe.c_str(), nullptr, nullptr, argv.data(), envp.data()) != 0)
-      throw Error("cannot start worker " + std::to_string(k) + " (" + opt.self_exe + ")");
-    os << "[workers] worker " << k << " pid " << pid
-       << (opt.gpus.empty() ? "" : " on GPU " + opt.gpus[k]) << " -> " << f << "\n";
-    pids.push_back(pid);
-  }
-  os.flush();
-  int worst = 0;
-  for (int k = 0; k < n; ++k) {
-    int st = 0;
-    while (waitpid(pids[k], &st, 0) < 0 && errno == EINTR) {
+int default_threads(int workers) {
+  const unsigned hw = std::thread::hardware_concurrency();
+  return std::max(1, static_cast<int>(hw == 0 ? 1 : hw) / std::max(1, workers));
+}
+
+// The points of a sweep that this invocation may run, validated; bad input throws.
+std::vector<Point> validated_points(const SweepSpec& spec) {
+  std::vector<Point> all = expand(spec);
+  if (all.empty()) throw InvalidArgument("the sweep has no points");
+  // Cross-axis checks of every point (every shard checks every point: the same verdict
+  // everywhere), before the output is touched.
+  for (const auto& p : all) {
+    try {
+      find_bench(p.kind).check_point(p);
+    } catch (const InvalidArgument& e) {
+      throw InvalidArgument("[" + p.study + "] " + p.kind + " point " + std::to_string(p.index) +
+                            " (" + p.describe() + "): " + e.what());
     }
-    const int code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-    if (code != 0) os << "[workers] worker " << k << " exited with code " << code << "\n";
-    worst = std::max(worst, code);
   }
-  std::vector<std::string> present;
-  for (const auto& f : files)
-    if (file_exists(f)) present.push_back(f);
-  if (present.empty()) return worst == 0 ? 2 : worst;
+  return all;
+}
+
+int dry_run(const std::vector<Point>& all, const std::vector<const Point*>& points,
+            const SweepOptions& opt, const std::string& out, const SweepSpec& spec,
+            std::ostream& os) {
+  RunContext ctx;
+  ctx.seed = spec.seed;
+  ctx.timing = opt.timing;
+  ctx.timing_cfg = spec.timing;
+  probe_device(&ctx);
+  std::map<std::string, std::pair<int64_t, double>> per_study;
+  double total = 0;
+  for (const Point* pp : points) {
+    const Point& p = *pp;
+    Bench& b = find_bench(p.kind);
+    std::string note;
+#if defined(KVLAB_HAVE_CUDA)
+    if (b.needs_gpu() && !ctx.device_present) note = " (skipped: no device)";
+#else
+    if (b.needs_gpu() && !ctx.device_present) note = " (skipped: built without CUDA)";
+#endif
+    else if (auto why = b.unsupported_reason(p, ctx); !why.empty())
+      note = " (skipped: " + why + ")";
+    const double est = note.empty() ? b.estimate_seconds(p, ctx) : 0.0;
+    total += est;
+    per_study[p.study].first += 1;
+    per_study[p.study].second += est;
+    os << "[" << p.index << "] " << p.study << " " << p.kind << " " << p.describe() << note
+       << "\n";
+  }
+  const int w = std::max(1, opt.workers);
+  os << "-- " << points.size() << " points";
+  if (opt.shard_n > 1)
+    os << " in shard " << opt.shard_k << "/" << opt.shard_n << " (of " << all.size() << ")";
+  os << ", estimated " << format_duration(total / w) << " on this machine"
+     << (w > 1 ? " with " + std::to_string(w) + " workers" : std::string())
+     << (ctx.device_present ? " (device: " + ctx.device_name + ")" : " (no GPU: GPU points skip)")
+     << "\n";
+  for (const auto& [study, v] : per_study)
+    os << "   " << study << ": " << v.first << " points, ~" << format_duration(v.second) << "\n";
+  if (!out.empty()) os << "-- output: " << out << (file_exists(out) ? " (exists)" : "") << "\n";
+  return 0;
+}
+
+// A single-process resume that finds worker files of an interrupted `--workers` run folds
+// them into --out first, so their points count as done (and are not run again).
+void fold_worker_files(const std::string& out, const SweepOptions& opt, std::ostream& os) {
+  const std::vector<std::string> shards = worker_files(out);
+  if (shards.empty()) return;
+  if (!opt.resume)
+    throw ResultFileError(shards_dir(out) + " holds the worker files of an interrupted run: give " +
+                          "--resume to continue it (their points count as done)");
+  for (const auto& f : shards) {
+    const h5::Recovery r = h5::DurableFile::recover(f);  // a worker killed mid-commit
+    if (r != h5::Recovery::kNone) os << opt.log_prefix << "[resume] " << f << ": " << h5::to_string(r) << "\n";
+  }
+  if (file_exists(out)) h5::DurableFile::recover(out);
+  std::vector<std::string> inputs;
+  if (file_exists(out)) inputs.push_back(out);
+  inputs.insert(inputs.end(), shards.begin(), shards.end());
   MergeOptions mo;
   mo.overwrite = true;
-  const int64_t rows = merge_results(present, out, mo);
-  os << "[workers] merged " << present.size() << " shard files (" << rows << " points) -> " << out
-     << "\n";
-  return worst;
+  mo.allow_mixed = opt.allow_mixed;
+  mo.fsync = opt.fsync;
+  const MergeResult m = merge_results(inputs, out, mo);
+  os << opt.log_prefix << "[resume] folded " << shards.size() << " worker files of an interrupted "
+     << "run into " << out << " (" << m.rows << " points)\n";
+  remove_worker_files(out);
 }
 
 }  // namespace
@@ -180,160 +179,87 @@ void parse_shard(const std::string& text, int* k, int* n) {
   *n = static_cast<int>(b);
 }
 
-int run_sweep(const SweepSpec& spec, const SweepOptions& opt, std::ostream& os) {
-  std::vector<Point> all = expand(spec);
-  // Bad input of any point (every shard checks every point: the same verdict everywhere)
-  // ends the run before the output is touched.
-  for (const auto& p : all) {
-    try {
-      find_bench(p.kind).check_point(p);
-    } catch (const InvalidArgument& e) {
-      throw InvalidArgument("[" + p.study + "] " + p.kind + " point " + std::to_string(p.index) +
-                            ": " + e.what());
-    }
-  }
-  const std::string fp = fingerprint(all);
-  std::vector<Point> points;
+int run_sweep(const SweepSpec& spec, const SweepOptions& in_opt, std::ostream& os) {
+  SweepOptions opt = in_opt;
+  Progress::parse_mode(opt.progress);  // a bad --progress is bad input, before anything else
+  const std::vector<Point> all = validated_points(spec);
+  const SweepIdentity id = make_identity(spec, all, opt.timing);
+  if (opt.cpu_threads <= 0) opt.cpu_threads = default_threads(opt.workers);
+
+  std::vector<const Point*> points;
   for (const auto& p : all)
-    if (p.index % opt.shard_n == opt.shard_k) points.push_back(p);
+    if (p.index % opt.shard_n == opt.shard_k) points.push_back(&p);
   std::string out = opt.out.empty() ? spec.out : opt.out;
+  if (!out.empty()) out = resolve_output_path(out, "--out");
 
-  RunContext ctx;
-  ctx.seed = spec.seed;
-  ctx.timing = opt.timing;
-  ctx.timing_cfg = spec.timing;
-  probe_device(&ctx);
-
-  if (opt.dry_run) {
-    std::map<std::string, std::pair<int64_t, double>> per_study;
-    double total = 0;
-    for (const auto& p : points) {
-      Bench& b = find_bench(p.kind);
-      std::string note;
-#if defined(KVLAB_HAVE_CUDA)
-      if (b.needs_gpu() && !ctx.device_present) note = " (skipped: no device)";
-#else
-      if (b.needs_gpu() && !ctx.device_present) note = " (skipped: built without CUDA)";
-#endif
-      else if (auto why = b.unsupported_reason(p, ctx); !why.empty())
-        note = " (skipped: " + why + ")";
-      const double est = note.empty() ? b.estimate_seconds(p, ctx) : 0.0;
-      total += est;
-      per_study[p.study].first += 1;
-      per_study[p.study].second += est;
-      os << "[" << p.index << "] " << p.study << " " << p.kind << " " << p.describe() << note
-         << "\n";
-    }
-    os << "-- " << points.size() << " points";
-    if (opt.shard_n > 1)
-      os << " in shard " << opt.shard_k << "/" << opt.shard_n << " (of " << all.size() << ")";
-    os << ", estimated " << format_duration(total) << " on this machine"
-       << (ctx.device_present ? " (device: " + ctx.device_name + ")" : " (no GPU: GPU points skip)")
-       << "\n";
-    for (const auto& [study, v] : per_study)
-      os << "   " << study << ": " << v.first << " points, ~" << format_duration(v.second) << "\n";
-    if (!out.empty()) os << "-- output: " << out << (file_exists(out) ? " (exists)" : "") << "\n";
-    return 0;
-  }
-
+  if (opt.dry_run) return dry_run(all, points, opt, out, spec, os);
   if (out.empty()) throw InvalidArgument("no output file: give --out or set `out` in the config");
-  if (opt.workers > 1) return run_workers(spec, opt, out, os);
+  check_output_dir(out);
 
-  RunMeta meta;
-  meta.argv = opt.argv;
-  meta.config_path = spec.path;
-  meta.config_text = spec.text;
-  meta.sweep_name = spec.name;
-  meta.fingerprint = fp;
-  meta.shard = std::to_string(opt.shard_k) + "/" + std::to_string(opt.shard_n);
-  meta.points_planned = static_cast<int64_t>(points.size());
-
-  h5::DurableFile::Options dopt;
-  dopt.fsync = opt.fsync;
-  std::unique_ptr<ResultFile> rf;
-  bool resumed = false;
-  if (file_exists(out)) {
-    if (!opt.resume)
-      throw ResultFileError(out + " exists: use --resume to continue it, or another --out");
-    h5::Recovery rec = h5::Recovery::kNone;
-    rf = ResultFile::open(out, dopt, &rec);
-    if (rec != h5::Recovery::kNone)
-      os << opt.log_prefix << "[resume] " << out << ": " << h5::to_string(rec) << "\n";
-    resumed = true;
-  } else {
+  if (!opt.serve_identity.empty()) {
+    if (opt.serve_identity != id.digest())
+      throw InvalidArgument("worker: this sweep's identity " + id.digest() +
+                            " differs from the parent's " + opt.serve_identity);
+    return serve_points(spec, all, id, opt, os);
+  }
+  if (opt.workers > 1) {
     make_parent_dirs(out);
-    rf = ResultFile::create(out, meta, dopt);
+    return run_workers(spec, all, id, opt, out, os);
   }
 
-  std::vector<const Bench*> kinds;
-  std::set<std::string> seen;
-  for (const auto& st : spec.studies)
-    if (seen.insert(st.kind).second) kinds.push_back(&find_bench(st.kind));
-  rf->declare(kinds);
-
-  const std::set<std::string> done = rf->finished_keys();
+  make_parent_dirs(out);
+  fold_worker_files(out, opt, os);
+  const std::string shard = std::to_string(opt.shard_k) + "/" + std::to_string(opt.shard_n);
+  PointWriter w(spec, id, opt, out, shard, static_cast<int64_t>(points.size()), os);
   std::vector<const Point*> todo;
-  for (const auto& p : points)
-    if (!done.count(p.key())) todo.push_back(&p);
-  if (resumed)
-    os << opt.log_prefix << "[resume] " << out << ": " << rf->rows() << " points already recorded, "
+  for (const Point* p : points)
+    if (!w.finished().count(p->key())) todo.push_back(p);
+  if (w.resumed())
+    os << opt.log_prefix << "[resume] " << out << ": " << w.rows() << " points already recorded, "
        << (points.size() - todo.size()) << " of this sweep's " << points.size() << " finished, "
        << todo.size() << " to run\n";
 
-  rf->begin_run(meta, resumed);
-  bool need_gpu = false;
-  for (const Point* p : todo) need_gpu |= find_bench(p->kind).needs_gpu();
-  if (need_gpu && ctx.device_present && opt.timing) {
-    std::string note;
-    if (measure_ceilings(&ctx, &note)) {
-      rf->set_ceilings(ctx.read_ceiling_bytes_per_s, ctx.copy_ceiling_bytes_per_s);
-      os << opt.log_prefix << "[ceilings] " << ctx.device_name << ": read " << std::fixed
-         << std::setprecision(1) << ctx.read_ceiling_bytes_per_s / 1e9 << " GB/s, copy "
-         << ctx.copy_ceiling_bytes_per_s / 1e9 << " GB/s (datasheet " << ctx.peak_bytes_per_s / 1e9
-         << " GB/s)\n"
-         << std::defaultfloat;
-    } else {
-      os << opt.log_prefix << "[ceilings] not measured: " << note << "\n";
-    }
-  }
-
-  double est_total = 0;
+  w.begin(todo);
+  Progress progress(Progress::parse_mode(opt.progress), os, opt.log_prefix);
   std::vector<double> est(todo.size());
   for (size_t i = 0; i < todo.size(); ++i) {
-    Bench& b = find_bench(todo[i]->kind);
-    est[i] = (b.needs_gpu() && !ctx.device_present) ? 1e-3 : b.estimate_seconds(*todo[i], ctx);
-    est_total += est[i];
+    est[i] = estimate_point(*todo[i], w.context());
+    progress.plan(todo[i]->kind, est[i]);
   }
-  Progress progress(static_cast<int64_t>(todo.size()), est_total,
-                    Progress::parse_mode(opt.progress), os, opt.log_prefix);
   SignalGuard guard;
   int64_t n_ok = 0, n_skip = 0, n_fail = 0, n_run = 0;
+  std::map<std::string, int64_t> skip_reasons;
   for (size_t i = 0; i < todo.size(); ++i) {
     if (g_stop_signal) break;
     const Point& p = *todo[i];
-    Bench& b = find_bench(p.kind);
-    const std::string what = p.study + " " + p.describe();
-    progress.start_point(what, est[i]);
-    const auto t0 = std::chrono::steady_clock::now();
-    Record r = run_one(b, p, ctx);
-    r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    rf->write_point(p, r);
+    progress.start_point(p.study + " " + p.describe());
+    const Record r = w.run(p);
     ++n_run;
     (r.status == Status::kOk ? n_ok : r.status == Status::kSkipped ? n_skip : n_fail) += 1;
-    progress.finish_point(to_string(r.status), p.key(), r.reason, est[i]);
+    if (r.status == Status::kSkipped) ++skip_reasons[r.reason];
+    progress.finish_point(to_string(r.status), p.key(), r.reason, p.kind, est[i], r.seconds);
   }
   progress.done();
-  rf->end_run(n_run, n_fail);
+  w.end(n_run, n_fail);
   const int sig = g_stop_signal;
   os << opt.log_prefix << "done: " << n_run << " points run (ok " << n_ok << ", skipped " << n_skip
      << ", failed " << n_fail << ") in " << format_duration(progress.elapsed()) << "; " << out
-     << " holds " << rf->rows() << " points\n";
+     << " holds " << w.rows() << " points\n";
+  os << opt.log_prefix << "[io] " << w.io_summary(n_run) << "\n";
   if (sig) {
     os << opt.log_prefix << "interrupted by signal " << sig << ": " << (todo.size() - n_run)
        << " points not run; continue with --resume\n";
     return 128 + sig;
   }
-  return n_fail > 0 ? 1 : 0;
+  if (!opt.timing && n_run > 0 && n_ok == 0 && n_fail == 0) {
+    // `kvlab validate` exists to validate: a run where nothing was validated is no success.
+    os << opt.log_prefix << "validate: nothing was validated: all " << n_skip
+       << " points were skipped:";
+    for (const auto& [why, n] : skip_reasons) os << "\n  " << n << " x " << why;
+    os << "\n";
+    return kExitFailed;
+  }
+  return n_fail > 0 ? kExitFailed : kExitOk;
 }
 
 }  // namespace kvlab::exp

@@ -1,8 +1,10 @@
 // expr.cpp: a small recursive-descent parser and evaluator for sweep constraints.
 #include "experiments/sweep/expr.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <cstdio>
 
 #include "reference/core/error.h"
 
@@ -30,6 +32,7 @@ struct Expr::Node {
     kNe
   };
   Op op = kNum;
+  int depth = 1;
   double num = 0;
   std::string str;
   std::shared_ptr<const Node> a, b;
@@ -40,11 +43,25 @@ namespace {
 using NodeP = std::shared_ptr<const Expr::Node>;
 using N = Expr::Node;
 
+// Limits that keep parsing and evaluation (both recursive) far from the stack's end, for any
+// input: a `where` line is a human-written constraint, never thousands of levels deep.
+constexpr size_t kMaxLength = 4096;  // characters of one expression
+constexpr int kMaxDepth = 64;        // nesting of parentheses and prefix operators
+constexpr int kMaxTreeDepth = 256;   // depth of the expression tree (long chains of + or and)
+
+int depth_of(const NodeP& n) {
+  return n ? n->depth : 0;
+}
+
 class Parser {
  public:
   explicit Parser(const std::string& t) : t_(t) {}
 
   NodeP parse() {
+    if (t_.size() > kMaxLength)
+      throw InvalidArgument("constraint of " + std::to_string(t_.size()) +
+                            " characters: longer than the limit of " +
+                            std::to_string(kMaxLength));
     NodeP n = parse_or();
     skip();
     if (i_ != t_.size()) fail("unexpected '" + t_.substr(i_, 1) + "'");
@@ -53,7 +70,8 @@ class Parser {
 
  private:
   [[noreturn]] void fail(const std::string& msg) const {
-    throw InvalidArgument("constraint '" + t_ + "': " + msg + " at column " +
+    const std::string shown = t_.size() > 80 ? t_.substr(0, 77) + "..." : t_;
+    throw InvalidArgument("constraint '" + shown + "': " + msg + " at column " +
                           std::to_string(i_ + 1));
   }
   void skip() {
@@ -70,13 +88,25 @@ class Parser {
     i_ += n;
     return true;
   }
-  static NodeP mk(N::Op op, NodeP a, NodeP b = nullptr) {
+  NodeP mk(N::Op op, NodeP a, NodeP b = nullptr) {
     auto n = std::make_shared<N>();
     n->op = op;
+    n->depth = 1 + std::max(depth_of(a), depth_of(b));
+    if (n->depth > kMaxTreeDepth)
+      fail("expression deeper than " + std::to_string(kMaxTreeDepth) + " levels");
     n->a = std::move(a);
     n->b = std::move(b);
     return n;
   }
+  // Guards one level of recursion of the parser (parentheses, not, unary minus).
+  struct Nest {
+    Parser& p;
+    explicit Nest(Parser& parser) : p(parser) {
+      if (++p.nesting_ > kMaxDepth)
+        p.fail("nesting deeper than " + std::to_string(kMaxDepth) + " levels");
+    }
+    ~Nest() { --p.nesting_; }
+  };
   NodeP parse_or() {
     NodeP l = parse_and();
     while (word("or") || word("||")) l = mk(N::kOr, l, parse_and());
@@ -89,9 +119,13 @@ class Parser {
   }
   NodeP parse_not() {
     skip();
-    if (word("not")) return mk(N::kNot, parse_not());
+    if (word("not")) {
+      Nest guard(*this);
+      return mk(N::kNot, parse_not());
+    }
     if (i_ < t_.size() && t_[i_] == '!' && (i_ + 1 >= t_.size() || t_[i_ + 1] != '=')) {
       ++i_;
+      Nest guard(*this);
       return mk(N::kNot, parse_not());
     }
     return parse_cmp();
@@ -130,7 +164,10 @@ class Parser {
     }
   }
   NodeP parse_unary() {
-    if (word("-")) return mk(N::kNeg, parse_unary());
+    if (word("-")) {
+      Nest guard(*this);
+      return mk(N::kNeg, parse_unary());
+    }
     return parse_atom();
   }
   NodeP parse_atom() {
@@ -139,6 +176,7 @@ class Parser {
     const char c = t_[i_];
     if (c == '(') {
       ++i_;
+      Nest guard(*this);
       NodeP n = parse_or();
       if (!word(")")) fail("missing ')'");
       return n;
@@ -173,6 +211,7 @@ class Parser {
 
   const std::string& t_;
   size_t i_ = 0;
+  int nesting_ = 0;
 };
 
 void collect(const NodeP& n, std::vector<std::string>* out) {
@@ -192,6 +231,14 @@ struct Evaluator {
   double num(const ExprValue& v, const char* op) const {
     if (auto* d = std::get_if<double>(&v)) return *d;
     fail(std::string("operator ") + op + " needs numbers, got '" + std::get<std::string>(v) + "'");
+  }
+  static std::string to_text(const ExprValue& v) {
+    if (auto* d = std::get_if<double>(&v)) {
+      char b[32];
+      std::snprintf(b, sizeof b, "%g", *d);
+      return b;
+    }
+    return std::get<std::string>(v);
   }
   static bool truthy(const ExprValue& v) {
     if (auto* d = std::get_if<double>(&v)) return *d != 0;
@@ -234,11 +281,10 @@ struct Evaluator {
     }
     const ExprValue a = eval(n->a), b = eval(n->b);
     int c = 0;
-    if (a.index() != b.index()) {
-      if (n->op == N::kEq) return 0.0;
-      if (n->op == N::kNe) return 1.0;
-      fail("cannot order text and a number");
-    }
+    if (a.index() != b.index())
+      // A text axis compared with a number is a mistake (a misspelled value, a wrong axis),
+      // never a constraint that is simply false.
+      fail("compares text with a number ('" + to_text(a) + "' and '" + to_text(b) + "')");
     if (auto* x = std::get_if<double>(&a)) {
       const double y = std::get<double>(b);
       c = *x < y ? -1 : (*x > y ? 1 : 0);

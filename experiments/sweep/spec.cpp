@@ -10,6 +10,8 @@
 #include <sstream>
 
 #include "experiments/bench/registry.h"
+#include "experiments/h5/file_io.h"
+#include "experiments/sweep/axis_rule.h"
 #include "experiments/sweep/values.h"
 #include "reference/core/error.h"
 
@@ -81,33 +83,17 @@ std::string join(const std::vector<std::string>& v, const std::string& sep = ", 
   return s;
 }
 
-// Validates and canonicalizes the values of one axis.
+// Validates and canonicalizes the values of one axis (axis_rule.h: the same rule for every
+// kind, declared by the kind's AxisSpec).
 std::vector<std::string> axis_values(const AxisSpec& a, const std::string& text,
                                      const std::string& what) {
   std::vector<std::string> raw;
   if (a.type == AxisType::kEnum && trim(text) == "all") return a.choices;
+  if (trim(text).empty())
+    throw InvalidArgument(what + " = '': empty value (allowed: " + describe_rule(a) + ")");
   raw = parse_value_list(text, what);
   std::vector<std::string> out;
-  for (const auto& v : raw) {
-    if (a.type == AxisType::kInt) {
-      long long x = 0;
-      if (!parse_int(v, &x)) throw InvalidArgument(what + ": '" + v + "' is not an integer");
-      out.push_back(std::to_string(x));
-    } else if (a.type == AxisType::kFloat) {
-      double x = 0;
-      if (!parse_float(v, &x)) throw InvalidArgument(what + ": '" + v + "' is not a finite number");
-      out.push_back(canonical_number(x));
-    } else if (a.type == AxisType::kEnum) {
-      if (std::find(a.choices.begin(), a.choices.end(), v) == a.choices.end())
-        throw InvalidArgument(what + ": unknown value '" + v + "' (allowed: " + join(a.choices) +
-                              ", or all)");
-      out.push_back(v);
-    } else {
-      if (v.find_first_of("=,;") != std::string::npos)
-        throw InvalidArgument(what + ": value '" + v + "' may not contain '=', ',' or ';'");
-      out.push_back(v);
-    }
-  }
+  for (const auto& v : raw) out.push_back(canonical_axis_value(a, v, what));
   // Duplicates would produce the same point twice.
   std::set<std::string> seen;
   for (const auto& v : out)
@@ -115,9 +101,23 @@ std::vector<std::string> axis_values(const AxisSpec& a, const std::string& text,
   return out;
 }
 
+// Config text must be UTF-8: it is stored in every result file, whose readers decode it.
+void require_utf8(const std::string& text, const std::string& origin) {
+  const int64_t at = first_invalid_utf8(text);
+  if (at < 0) return;
+  const auto line = 1 + std::count(text.begin(), text.begin() + at, '\n');
+  char byte[8];
+  std::snprintf(byte, sizeof byte, "0x%02X", static_cast<unsigned char>(text[static_cast<size_t>(at)]));
+  throw InvalidArgument(origin + ": line " + std::to_string(line) + ": byte " + byte +
+                        " at offset " + std::to_string(at) +
+                        (text[static_cast<size_t>(at)] == '\0' ? " (NUL)" : "") +
+                        " is not valid UTF-8 text; save the config as UTF-8");
+}
+
 }  // namespace
 
 SweepSpec parse_sweep(const std::string& text, const std::string& origin) {
+  require_utf8(text, origin);
   SweepSpec spec;
   spec.text = text;
   std::istringstream in(text);
@@ -191,7 +191,7 @@ SweepSpec parse_sweep(const std::string& text, const std::string& origin) {
     } else {
       for (const auto& a : st.axes)
         if (a.first == k) throw InvalidArgument(what + ": axis listed twice");
-      if (value.empty()) throw InvalidArgument(what + ": empty value list");
+      if (value.empty()) throw InvalidArgument(what + " = '': empty value");
       st.axes.emplace_back(k, value);
     }
   }
@@ -295,11 +295,12 @@ std::vector<Point> expand(const SweepSpec& spec) {
         throw InvalidArgument(where + ": unknown axis '" + name + "' for kind " + st.kind +
                               " (axes: " + join(names) + ")");
       }
-      values[name] = axis_values(*a, text, where + " " + name);
+      values[name] = axis_values(*a, text, where + " " + st.kind + " axis " + name);
     }
     for (const auto& a : specs)
       if (!values.count(a.name))
-        values[a.name] = axis_values(a, a.default_value, where + " default of " + a.name);
+        values[a.name] = axis_values(a, a.default_value,
+                                     where + " " + st.kind + " axis " + a.name + " (its default)");
 
     // Dimensions: one per axis, zipped axes share one (placed at their first axis).
     std::map<std::string, int> zip_of;
@@ -347,6 +348,7 @@ std::vector<Point> expand(const SweepSpec& spec) {
     if (total > 10000000)
       throw InvalidArgument(where + ": " + std::to_string(total) +
                             " points is beyond the limit of 10^7");
+    size_t kept = 0;
     for (size_t n = 0; n < total; ++n) {
       Point p;
       p.study = st.name;
@@ -357,6 +359,7 @@ std::vector<Point> expand(const SweepSpec& spec) {
       for (const auto& a : specs) p.axes.emplace_back(a.name, chosen[a.name]);
       bool ok = true;
       for (const auto& c : st.constraints) {
+        try {
         ok = c.eval([&](const std::string& id) -> ExprValue {
           auto a = std::find_if(specs.begin(), specs.end(),
                                 [&](const AxisSpec& s) { return s.name == id; });
@@ -367,17 +370,32 @@ std::vector<Point> expand(const SweepSpec& spec) {
           }
           return chosen[id];
         });
+        } catch (const InvalidArgument& e) {
+          throw InvalidArgument(where + ": " + e.what());
+        }
         if (!ok) break;
       }
       if (ok) {
         p.index = next++;
         points.push_back(std::move(p));
+        ++kept;
       }
       // Odometer: the last dimension varies fastest.
       for (size_t d = dims.size(); d-- > 0;) {
         if (++idx[d] < dims[d].len) break;
         idx[d] = 0;
       }
+    }
+    if (kept == 0) {
+      std::string cs;
+      for (const auto& c : st.constraints) cs += (cs.empty() ? "" : " and ") + c.text();
+      throw InvalidArgument(where + ": no points: " +
+                            (st.constraints.empty()
+                                 ? std::string("an axis has no values")
+                                 : "the constraint" + std::string(st.constraints.size() > 1 ? "s " : " ") +
+                                       cs + " exclude" + (st.constraints.size() > 1 ? "" : "s") +
+                                       " all " + std::to_string(total) + " combinations") +
+                            " (an empty sweep is an error: check the where lines)");
     }
   }
   std::set<std::string> keys;

@@ -201,7 +201,8 @@ TEST(DriverH5, DurableCommitsAreReadableByPlainHdf5) {
 TEST(DriverH5, InterruptedJournalCommitRollsBack) {
   TempDir t;
   const std::string p = t.file("crash.h5");
-  const h5::DurableFile::Options journal{false, 0};  // every commit through the rollback journal
+  // every commit in place through the rollback journal
+  const h5::DurableFile::Options journal{false, h5::DurableFile::Commit::kJournal};
   const uint64_t seed = kvlab::test::seed_for("durable.crash");
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::vector<unsigned char> before;
@@ -231,9 +232,9 @@ TEST(DriverH5, InterruptedJournalCommitRollsBack) {
   }
 }
 
-// Atomic replace (the default for files up to 64 MiB): a commit killed while it writes
-// the new image leaves the file byte for byte as the last commit made it, readable by plain
-// HDF5 without any recovery; the next open removes the stale temporary and continues.
+// Atomic replace (taken while a reader holds the file open): a commit killed while it
+// writes the new image leaves the file byte for byte as the last commit made it, readable by
+// plain HDF5 without any recovery; the next open removes the stale temporary and continues.
 TEST(DriverH5, InterruptedAtomicCommitLeavesTheFileUntouched) {
   TempDir t;
   const std::string p = t.file("atomic.h5");
@@ -243,7 +244,7 @@ TEST(DriverH5, InterruptedAtomicCommitLeavesTheFileUntouched) {
     fs::remove(p);
     std::vector<unsigned char> before;
     {
-      auto d = h5::DurableFile::create(p, {false});
+      auto d = h5::DurableFile::create(p, {false, h5::DurableFile::Commit::kReplace});
       grow(*d, 0, 3, seed);
       std::ifstream in(p, std::ios::binary);
       before.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());

@@ -69,7 +69,10 @@ TEST(DriverSpec, Expressions) {
   EXPECT_NE(error_of([] { Expr::parse("a <"); }).find("unexpected end"), std::string::npos);
   EXPECT_NE(error_of([] { Expr::parse("(a < b"); }).find("missing ')'"), std::string::npos);
   EXPECT_NE(error_of([] { Expr::parse("a < b c"); }).find("unexpected 'c'"), std::string::npos);
-  EXPECT_NE(error_of([&] { Expr::parse("f < a").eval(lookup); }).find("cannot order"),
+  EXPECT_NE(error_of([&] { Expr::parse("f < a").eval(lookup); }).find("compares text with a number"),
+            std::string::npos);
+  // == between text and a number is a mistake too, never a silently false constraint.
+  EXPECT_NE(error_of([&] { Expr::parse("f == 3").eval(lookup); }).find("compares text"),
             std::string::npos);
   EXPECT_NE(error_of([&] { Expr::parse("a / (b - 6)").eval(lookup); }).find("division by zero"),
             std::string::npos);

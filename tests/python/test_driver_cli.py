@@ -41,7 +41,7 @@ def test_help_on_every_subcommand(run):
 def test_sweep_result_is_self_describing(small_results):
     with h5py.File(small_results, "r") as f:
         assert f.attrs["kvlab_schema"] == "kvlab.results"
-        assert f.attrs["schema_version"] == 1
+        assert f.attrs["schema_version"] == 2
         for a in ("git_commit", "git_dirty", "compiler", "argv", "config_text", "device_name", "created_utc"):
             assert a in f.attrs, a
         assert "[quant]" in f.attrs["config_text"]
@@ -139,12 +139,27 @@ def test_resume_refuses_other_schema_and_corrupt_files(run, small_config, small_
     assert not os.path.exists(tmp_path / "m.h5")
 
 
+def read_rows(path, timeout=10.0):
+    """rows() through plain h5py while a writer commits: a commit changing pages in place holds
+    the file's lock for milliseconds (HDF5 readers get "unable to lock file", errno 11): wait."""
+    deadline = time.time() + timeout
+    while True:
+        try:
+            return rows(path)
+        except BlockingIOError:
+            if time.time() > deadline:
+                raise
+            time.sleep(0.002)
+
+
 def test_sigkill_mid_sweep_then_resume(run, kvlab_bin, tmp_path):
     """Kill a real sweep with SIGKILL, several times, at seeded random moments while it
     commits point after point (tiny points: much of the time goes into commits, so kills
-    land inside them). While it runs, and after every kill, h5py reads the file directly,
-    with no `kvlab recover` and no journal: every read must succeed. --resume then runs
-    exactly the missing points."""
+    land inside them). While it runs h5py reads the file directly: every read succeeds (after
+    waiting out the lock of an in-place commit). After a kill the file is either the last
+    commit, readable as is, or (a kill inside an in-place commit) poisoned: h5py refuses it as
+    "not an HDF5 file" (never a torn file it could misread) until `kvlab recover` rolls the
+    commit back. --resume then runs exactly the missing points."""
     import random
     seed = int(os.environ.get("KVLAB_TEST_SEED", "20240607"))
     print(f"seed {seed}")
@@ -154,7 +169,7 @@ def test_sigkill_mid_sweep_then_resume(run, kvlab_bin, tmp_path):
                    "tokens = range:16:800:16\nhead_dim = 64\n")
     out = tmp_path / "long.h5"
     total = 3 * 2 * 50
-    kills, reads, prev = 4, 0, 0
+    kills, reads, prev, poisoned = 4, 0, 0, 0
     for k in range(kills):
         proc = subprocess.Popen([kvlab_bin, "sweep", ini, "--out", out, "--progress", "none"]
                                 + (["--resume"] if k else []),
@@ -166,7 +181,7 @@ def test_sigkill_mid_sweep_then_resume(run, kvlab_bin, tmp_path):
         deadline = time.time() + 60
         while time.time() < deadline and proc.poll() is None:
             if os.path.exists(out):
-                n = rows(out)  # must never fail, whatever the writer is doing
+                n = read_rows(out)  # must never fail, whatever the writer is doing
                 assert n >= prev
                 reads += 1
                 if n >= target:
@@ -175,13 +190,21 @@ def test_sigkill_mid_sweep_then_resume(run, kvlab_bin, tmp_path):
         assert proc.poll() is None, "the sweep finished before it could be killed: make it longer"
         proc.send_signal(signal.SIGKILL)
         proc.wait()
-        assert not os.path.exists(str(out) + ".rollback")
-        killed_at = rows(out)  # readable as the kill left it
+        if open(out, "rb").read(8) == b"KVLABTRN":
+            poisoned += 1
+            assert os.path.exists(str(out) + ".rollback")
+            with pytest.raises(OSError):
+                h5py.File(out, "r")  # refused, not misread
+        if os.path.exists(str(out) + ".rollback") or os.path.exists(str(out) + ".commit"):
+            r = run("recover", out)
+            assert r.returncode == 0 and "clean" in r.stdout, r.stdout + r.stderr
+        killed_at = rows(out)  # readable as the kill (and the recovery) left it
         assert prev <= killed_at < total
         assert len(set(keys(out))) == killed_at
         prev = killed_at
     assert reads > 20, reads
     assert prev > 0
+    print(f"{kills} kills, {poisoned} inside an in-place commit")
     r = run("sweep", ini, "--out", out, "--resume", "--progress", "plain")
     assert r.returncode == 0, r.stdout + r.stderr
     assert f"{prev} of this sweep's {total} finished, {total - prev} to run" in r.stdout, r.stdout
@@ -196,26 +219,43 @@ def test_sigkill_mid_sweep_then_resume(run, kvlab_bin, tmp_path):
     assert r.returncode == 0 and "done: 0 points run" in r.stdout
 
 
-def test_interrupted_commit_is_rolled_back(run, small_results, small_config, tmp_path):
-    """A sealed rollback journal left by a commit killed mid-write is undone on resume."""
+def forge_journal(path, page_index, old_page, new_page, size):
+    """What a commit killed while it rewrote one page in place leaves: the sealed journal of
+    experiments/h5/durable.cpp (format KVLABRB2), tied to the file's device and inode."""
     import struct
     import zlib
+    st = os.stat(path)
+    crcs = b"".join(struct.pack("<I", zlib.crc32(new_page[i:i + 512])) for i in range(0, len(new_page), 512))
+    body = (b"KVLABRB2" + struct.pack("<QQQQIIQ", st.st_dev, st.st_ino, size, size, 4096, 512, 1) +
+            struct.pack("<QII", page_index * 4096, len(old_page), len(new_page)) + old_page + crcs)
+    with open(str(path) + ".rollback", "wb") as f:
+        f.write(body + struct.pack("<I", zlib.crc32(body)))
+
+
+def test_interrupted_commit_is_rolled_back(run, small_results, small_config, tmp_path):
+    """A sealed rollback journal left by a commit killed mid-write is undone on resume; a
+    journal left next to another file of the same name is removed, never applied."""
     f = tmp_path / "j.h5"
     shutil.copy(small_results, f)
     good = open(f, "rb").read()
-    # Forge what a killed commit leaves: page 0 overwritten with garbage, and the journal
-    # holding its old contents (the format of experiments/h5/durable.cpp).
-    page = good[:4096]
-    body = b"KVLABRB1" + struct.pack("<QQQ", len(good), 4096, 1) + struct.pack("<QI", 0, len(page)) + page
-    (tmp_path / "j.h5.rollback").write_bytes(body + struct.pack("<I", zlib.crc32(body)))
+    garbage = b"\xff" * 4096
+    forge_journal(f, 0, good[:4096], garbage, len(good))
     with open(f, "r+b") as fh:
-        fh.write(b"\xff" * 4096)
+        fh.write(garbage)
     with pytest.raises(Exception):
         load(str(f))
     r = run("recover", f)
     assert r.returncode == 0 and "rolled back" in r.stdout, r.stdout + r.stderr
     assert open(f, "rb").read() == good
     assert not os.path.exists(tmp_path / "j.h5.rollback")
+
+    # The same journal, but the file was replaced since (another inode): not applied.
+    forge_journal(f, 0, good[:4096], garbage, len(good))
+    os.rename(f, tmp_path / "old.h5")
+    shutil.copy(tmp_path / "old.h5", f)
+    r = run("recover", f)
+    assert r.returncode == 0 and "stale journal" in r.stdout, r.stdout + r.stderr
+    assert open(f, "rb").read() == good and not os.path.exists(tmp_path / "j.h5.rollback")
 
 
 def test_shards_merge_and_workers(run, small_config, small_results, tmp_path):
@@ -238,7 +278,7 @@ def test_shards_merge_and_workers(run, small_config, small_results, tmp_path):
     r = run("sweep", small_config, "--out", wout, "--workers", "2", "--no-fsync")
     assert r.returncode == 0, r.stdout + r.stderr
     assert sorted(keys(wout)) == sorted(keys(small_results))
-    assert os.path.exists(str(wout) + ".shards/shard-1-of-2.h5")
+    assert not os.path.exists(str(wout) + ".shards")  # merged into --out, then removed
     r = run("sweep", small_config, "--out", wout, "--workers", "2", "--resume", "--progress", "none")
     assert r.returncode == 0 and rows(wout) == rows(small_results), r.stdout + r.stderr
 

@@ -33,7 +33,9 @@ import pandas as pd
 
 SCHEMA_NAME = "kvlab.results"
 # The schema versions this reader knows (a newer file is refused: its layout may differ).
-SCHEMA_VERSIONS = (1,)
+# 1: no identity, no checksums; 2: sweep identity, run_id / sweep_seed per row and CRC-32
+# checksums (verified by analysis/result_integrity.py and `kvlab check`).
+SCHEMA_VERSIONS = (1, 2)
 FILE_COLUMN = "file"
 DEVICE_COLUMN = "device"
 # Columns every row has, before the kind's own.
@@ -192,6 +194,22 @@ def _device_of(attrs: dict) -> str:
     return str(attrs.get("device_name", "") or "").strip()
 
 
+def _open_shared(path: str, timeout_s: float = 10.0):
+    """h5py.File(path, "r"), waiting while a kvlab writer holds the file's lock for the few
+    milliseconds it writes a commit in place (experiments/h5/durable.h): a reader then gets
+    "unable to lock file" from HDF5, never a torn file."""
+    import time
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return h5py.File(path, "r")
+        except OSError as e:
+            if "unable to lock file" in str(e) and time.monotonic() < deadline:
+                time.sleep(0.02)
+                continue
+            raise ResultFileError(f"{path} is not a readable HDF5 file: {e}") from None
+
+
 def _load_one(path: str) -> ResultSet:
     path = os.fspath(path)
     if not os.path.exists(path):
@@ -199,10 +217,7 @@ def _load_one(path: str) -> ResultSet:
     if os.path.exists(path + ".rollback"):
         raise ResultFileError(
             f"{path} has an interrupted commit ({path}.rollback): run `kvlab recover {path}` first")
-    try:
-        f = h5py.File(path, "r")
-    except OSError as e:
-        raise ResultFileError(f"{path} is not a readable HDF5 file: {e}") from None
+    f = _open_shared(path)
     with f:
         attrs = {k: _text(v) for k, v in f.attrs.items()}
         if attrs.get("kvlab_schema") != SCHEMA_NAME:
