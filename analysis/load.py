@@ -5,6 +5,7 @@ files measured on different devices are not drawn on one axis (load_many).
 from __future__ import annotations
 
 from kvlab.results import FILE_COLUMN, SCHEMA_NAME, SCHEMA_VERSIONS, ResultFileError, read_table  # noqa: F401
+from kvlab.results import FORMAT_ALIASES, VARIANT_ALIASES, canonical_format  # noqa: F401
 from kvlab.results import ResultSet as Results  # noqa: F401
 from kvlab.results import _device_of, combine, load_each
 from kvlab.results import load as _load

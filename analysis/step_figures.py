@@ -1,4 +1,4 @@
-"""Full decode step figures and tables (benches decode_step and step_gemm, issue #8).
+"""Full decode step figures and tables (kinds decode_step and step_gemm).
 
     python3 -m analysis.step_figures RESULTS.h5 [--out DIR]
 

@@ -23,6 +23,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import matplotlib.ticker as mticker  # noqa: E402
 import numpy as np  # noqa: E402
 
+from analysis.load import canonical_format  # noqa: E402
+
 SINGLE_COLUMN_IN = 3.4
 DOUBLE_COLUMN_IN = 7.0
 PNG_DPI = 300
@@ -71,30 +73,25 @@ VERSION_COLORS = {
     "peer:flashinfer": "#17becf",
 }
 # KV formats (kv_format), element formats (format_error) and quantization schemes (quant_error)
-# share one table: a scheme has the color of the KV format it stores as.
+# share one table, one key per format in its canonical spelling (reference/layout/
+# layout_names.h; older spellings are mapped by load.canonical_format): a scheme has the
+# color of the KV format it stores as.
 FORMAT_COLORS = {
     "fp32": "#000000",
     "bf16": "#1f77b4",
     "fp16": "#17becf",
     "fp8_e4m3": "#ff7f0e",
-    "e4m3": "#ff7f0e",
-    "fp8_e4m3_per_tensor": "#ff7f0e",
     "fp8_e4m3_pt": "#d62728",
-    "fp8_e4m3_per_token": "#d62728",
     "fp8_e5m2": "#8c564b",
-    "e5m2": "#8c564b",
-    "fp8_e5m2_per_tensor": "#8c564b",
     "fp8_ds_mla": "#e377c2",
     "mxfp8": "#637939",
     "nvfp4": "#2ca02c",
-    "e2m1": "#2ca02c",
     "fp4_e2m1": "#2ca02c",
     "mxfp4": "#9467bd",
     "mxfp4_hadamard": "#8c6d31",
 }
-FORMAT_MARKERS = {"bf16": "o", "fp16": "o", "fp8_e4m3": "s", "fp8_e4m3_per_tensor": "s", "fp8_e4m3_pt": "s",
-                  "fp8_e4m3_per_token": "s", "fp8_e5m2": "D", "fp8_e5m2_per_tensor": "D", "fp8_ds_mla": "P",
-                  "mxfp8": "X", "nvfp4": "^", "mxfp4": "v", "mxfp4_hadamard": "<"}
+FORMAT_MARKERS = {"bf16": "o", "fp16": "o", "fp8_e4m3": "s", "fp8_e4m3_pt": "s", "fp8_e5m2": "D",
+                  "fp8_ds_mla": "P", "mxfp8": "X", "nvfp4": "^", "mxfp4": "v", "mxfp4_hadamard": "<"}
 VARIANT_COLORS = {"eager_unfused": "#1f77b4", "eager_fused": "#ff7f0e", "graph_fused": "#2ca02c",
                   "graph_unfused": "#d62728"}
 # Synthetic distributions (reference/synth presets and the format_error generators).
@@ -137,11 +134,12 @@ def version_marker(v) -> str:
 
 
 def format_color(f) -> str:
-    return FORMAT_COLORS.get(str(f)) or _hashed("format:" + str(f))
+    f = canonical_format(str(f))
+    return FORMAT_COLORS.get(f) or _hashed("format:" + f)
 
 
 def format_marker(f) -> str:
-    return FORMAT_MARKERS.get(str(f), "o")
+    return FORMAT_MARKERS.get(canonical_format(str(f)), "o")
 
 
 def variant_color(v) -> str:

@@ -32,8 +32,8 @@ def _join(*parts) -> str:
 
 
 # The order formats are listed in (widest first); others follow alphabetically.
-FORMAT_ORDER = ["fp32", "fp16", "bf16", "fp8_e5m2", "e5m2", "fp8_e4m3", "e4m3", "fp8_e4m3_pt", "mxfp8", "nvfp4",
-                "mxfp4", "e2m1"]
+FORMAT_ORDER = ["fp32", "fp16", "bf16", "fp8_e5m2", "fp8_e4m3", "fp8_e4m3_pt", "mxfp8", "nvfp4",
+                "mxfp4", "fp4_e2m1"]
 
 
 def _format_sorted(names) -> list:

@@ -103,7 +103,7 @@ def _fidelity(r: Results, cal: pd.DataFrame):
             a3.text(0.03, 0.97 - 0.075 * (li + 1), f"{short} {np.median(e):.1f} %", transform=a3.transAxes,
                     ha="left", va="top", fontsize=5.5, color=_CDF_STYLES[key]["color"])
         a3.text(0.03, 0.97, "median |error|:", transform=a3.transAxes, ha="left", va="top", fontsize=5.5)
-        a3.axvline(10, color="#d62728", lw=0.8, ls="--", label="10 % (issue #6 target for the median)")
+        a3.axvline(10, color="#d62728", lw=0.8, ls="--", label="10 % (the fidelity target for the median)")
         a3.axhline(0.5, color="0.7", lw=0.5)
         a3.set_xscale("log")
         style.plain_log(a3.xaxis)

@@ -14,7 +14,7 @@ from analysis.style import paper  # noqa: E402
 
 
 VARIANT_STYLES = {"public_v4": dict(marker="o", ls="-", ms=4, mfc=None),
-                  "seed004": dict(marker="x", ls=":", ms=5, mfc=None)}
+                  "per_token_scales": dict(marker="x", ls=":", ms=5, mfc=None)}
 
 
 def _variant_style(v, i) -> dict:

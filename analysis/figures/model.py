@@ -39,13 +39,13 @@ from analysis.style import paper  # noqa: E402
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DEFAULT_PERF = os.path.join(ROOT, "data", "perf", "h100_perf_sweep.h5")
 # Scheme presets of model_quality that are a paged cache format of the perf sweep.
-PAGED_FORMAT = {"bf16": "bf16", "fp16": "fp16", "fp8_e4m3_per_tensor": "fp8_e4m3",
-                "fp8_e5m2_per_tensor": "fp8_e5m2", "fp8_e4m3_per_token": "fp8_e4m3_per_token",
-                "nvfp4": "nvfp4", "mxfp4": "mxfp4"}
+# (One spelling: a scheme preset and its paged format share the canonical name.)
+PAGED_FORMAT = {f: f for f in ("bf16", "fp16", "fp8_e4m3", "fp8_e5m2", "fp8_e4m3_pt", "nvfp4",
+                               "mxfp4")}
 
 
 def _fmt_label(row) -> str:
-    """'K=V nvfp4', 'K fp8_e4m3_per_token / V mxfp4', plus the variant (group, rule, rotation,
+    """'K=V nvfp4', 'K fp8_e4m3_pt / V mxfp4', plus the variant (group, rule, rotation,
     BF16 layers, unit scales) when it is not the preset's."""
     k, v = row["k_format"], row["v_format"]
     s = f"K=V {k}" if k == v else f"K {k} / V {v}"

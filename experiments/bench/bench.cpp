@@ -5,7 +5,7 @@
 #include <cmath>
 #include <cstdio>
 
-#include "experiments/sweep/values.h"
+#include "experiments/bench/number_text.h"
 #include "reference/core/error.h"
 
 namespace kvlab::exp {

@@ -6,7 +6,7 @@
 // (a reason when not: the point is recorded as "skipped" with it), runs it, and writes
 // the Record: status, summary metrics (one column each in the index table), declared
 // bytes and FLOPs, and bulk traces under the point's own HDF5 group. Validation against
-// the reference and timing of the same configuration are one record (DESIGN.md).
+// the reference and timing of the same configuration are one record (experiments/README.md).
 #pragma once
 
 #include <cstdint>
@@ -39,12 +39,14 @@ enum class AxisType { kInt, kFloat, kString, kEnum };
 struct AxisSpec {
   AxisSpec() = default;
   AxisSpec(std::string name_, AxisType type_, std::string default_value_,
-           std::vector<std::string> choices_ = {}, std::string doc_ = "")
+           std::vector<std::string> choices_ = {}, std::string doc_ = "",
+           std::vector<std::pair<std::string, std::string>> aliases_ = {})
       : name(std::move(name_)),
         type(type_),
         default_value(std::move(default_value_)),
         choices(std::move(choices_)),
-        doc(std::move(doc_)) {}
+        doc(std::move(doc_)),
+        aliases(std::move(aliases_)) {}
 
   std::string name;
   AxisType type = AxisType::kInt;
@@ -60,6 +62,9 @@ struct AxisSpec {
   bool lo_open = false;
   std::function<std::string(const std::string&)> check;
 
+  // kEnum: older spellings a config or the command line may still use, each with the choice it
+  // names (the expanded point holds the choice: one spelling in every result file).
+  std::vector<std::pair<std::string, std::string>> aliases{};
   bool numeric() const { return type == AxisType::kInt || type == AxisType::kFloat; }
   AxisSpec range(int64_t lo_incl, int64_t hi_incl) const {
     AxisSpec a = *this;
@@ -199,6 +204,18 @@ class Bench {
   // A rough wall-time estimate (for --dry-run and the ETA before the first points finish).
   virtual double estimate_seconds(const Point& p, const RunContext& ctx) const = 0;
 };
+
+// The seed of a point's inputs: the run seed (the config's `seed`, --seed) mixed with the
+// point's own `seed` axis, so that one run seed gives every point its own inputs and a
+// point's inputs change with either. (calibrate/decode_records.cpp recomputes the inputs of
+// recorded decode_attention points with it.)
+inline uint64_t mix_seed(uint64_t run_seed, int64_t point_seed) {
+  return run_seed * 1000003ull + static_cast<uint64_t>(point_seed);
+}
+// mix_seed of the run and the point's `seed` axis.
+inline uint64_t point_seed(const RunContext& ctx, const Point& p) {
+  return mix_seed(ctx.seed, p.integer("seed"));
+}
 
 // ------------------------------------------------------------------ recording a timing
 // Which measured ceiling bounds a timed operation.

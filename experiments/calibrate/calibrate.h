@@ -1,6 +1,6 @@
 // calibrate.h: `kvlab calibrate`: the sim's decode-attention cost model fitted to measured
-// GPU timings, and the fidelity table (issue #6: predicted vs measured decode-attention time
-// on the H100, target median error <= 10 %).
+// GPU timings, and the fidelity table (predicted vs measured decode-attention time on the
+// H100; the target is a median error of at most 10 %).
 //
 //   kvlab calibrate RESULTS.h5 [more.h5 ...] [--gpu auto|NAME] [--version best|NAME]
 //                   [--holdout EXPR] [--out CAL.h5]
@@ -21,11 +21,11 @@
 // Output: a kvlab result file (schema kvlab.results v1) holding one point of kind
 // "calibrate" (the calibrate bench): index metrics = the fitted terms and the error
 // summary; traces `fidelity` (one row per record: shape, bytes, every prediction, measured,
-// errors) and `formats` (efficiency per KV format). analysis/figures/cost_model.py draws predicted vs
-// measured from it; `kvlab simulate --set calibration=CAL.h5` (the simulate kind's
-// `calibration` axis) times its steps with the fitted model. A sweep may also list
-// `kind = calibrate` studies (axes: results, gpu, version, holdout), within the config
-// syntax: no value there may hold '=', ',', ';' or ':' (peer versions and holdouts with
+// errors) and `formats` (efficiency per KV format). analysis/figures/cost_model.py draws predicted
+// vs measured from it; `kvlab simulate --set calibration=CAL.h5` (the simulate kind's `calibration`
+// axis) times its steps with the fitted model. A sweep may also list `kind = calibrate` studies
+// (axes: results, gpu, version, holdout), within the config syntax: no value there may hold '=',
+// ',', ';' or ':' (peer versions and holdouts with
 // ==, >=, <=, != need `kvlab calibrate`, which builds its point directly).
 // Bad input (missing file, another schema, no decode_attention points, unknown GPU or
 // version, a malformed holdout, records that cannot determine the model): exit code 2.

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "experiments/calibrate/calibrate.h"
-#include "experiments/kinds/kind_util.h"
+#include "experiments/bench/table_trace.h"
 #include "experiments/sweep/expr.h"
 #include "experiments/sweep/values.h"
 #include "reference/core/error.h"

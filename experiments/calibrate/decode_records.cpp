@@ -8,6 +8,7 @@
 #include <map>
 #include <sstream>
 
+#include "experiments/bench/bench.h"
 #include "experiments/h5/durable.h"
 #include "experiments/h5/h5.h"
 #include "experiments/results/result_file.h"
@@ -52,9 +53,9 @@ std::vector<int32_t> decode_point_lengths(int64_t batch, int64_t context, bool m
                                           uint64_t run_seed, int64_t point_seed) {
   std::vector<int32_t> lens(static_cast<size_t>(batch), static_cast<int32_t>(context));
   if (!mixed) return lens;
-  // experiments/kinds/decode_attention.cpp: run(): seed = ctx.seed * 1000003 + p.seed;
-  // lengths_of(): SynthRng(seed ^ 0x1e575eed), lo + floor(uniform * (ctx - lo + 1)).
-  const uint64_t seed = run_seed * 1000003ull + static_cast<uint64_t>(point_seed);
+  // The decode_attention kind's lengths: seed = mix_seed(run seed, the point's seed axis);
+  // SynthRng(seed ^ 0x1e575eed), lo + floor(uniform * (ctx - lo + 1)).
+  const uint64_t seed = mix_seed(run_seed, point_seed);
   ref::SynthRng rng(seed ^ 0x1e575eedull);
   const int64_t lo = std::min<int64_t>(1024, context);
   for (auto& l : lens)

@@ -6,7 +6,7 @@
 //     gqa_group, head_dim, block_size, kv_format, BF16 Q/O, LSE written (the kind passes an
 //     LSE buffer); lengths = uniform -> `context` each; lengths = mixed -> the exact seeded
 //     lengths the kind generated (experiments/kinds/decode_attention.cpp, lengths_of):
-//     seed = run seed * 1000003 + the point's `seed` axis, SynthRng(seed ^ 0x1e575eed),
+//     seed = mix_seed(run seed, the point's `seed` axis), SynthRng(seed ^ 0x1e575eed),
 //     uniform in [min(1024, context), context]. The run seed is the file's --seed (argv)
 //     or its config's `seed`. Every record's bytes are checked against the file's own
 //     min_bytes (Q + K/V + scales + O): a reconstruction or byte-accounting drift is an

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# make_fidelity.sh: regenerate experiments/calibrate/FIDELITY.md from the data/perf files (issue #6).
+# make_fidelity.sh: regenerate experiments/calibrate/FIDELITY.md from the data/perf files.
 #
 # Runs every `kvlab calibrate` the document needs into a temporary directory (the main
 # calibration, one per kvlab version, one per peer, the holdout splits), then writes the

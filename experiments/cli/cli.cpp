@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "experiments/bench/registry.h"
-#include "experiments/build_info.h"
+#include "experiments/cli/registry.h"
+#include "experiments/results/build_info.h"
 #include "experiments/calibrate/calibrate.h"
 #include "experiments/cli/summary.h"
 #include "experiments/h5/durable.h"
@@ -202,7 +202,8 @@ int cmd_sweep(const std::vector<std::string>& args, const std::vector<std::strin
       validate_only ? "also keep the records in this HDF5 file"
                     : "result file (default: the config's `out`)");
   add_sweep_selection(d);
-  d.add_options()("markdown", po::value<std::string>(), "also write the results summary (Markdown) here")(
+  d.add_options()("markdown", po::value<std::string>(),
+                  "also write the results summary (Markdown) here")(
       "json", po::value<std::string>(), "also write the results summary (JSON) here");
   d.add_options()("dry-run,n", "list the points and a time estimate; run nothing")(
       "progress", po::value<std::string>()->default_value("auto"), "auto | bar | plain | none")(
@@ -312,7 +313,7 @@ int cmd_sweep(const std::vector<std::string>& args, const std::vector<std::strin
   check_summary_outputs(md, js);
   const bool worker = !opt.serve_identity.empty() || !opt.log_prefix.empty();
   // A worker's stdout is its pipe to the parent: its log goes to stderr.
-  const int rc = run_sweep(spec, opt, worker ? std::cerr : out);
+  const int rc = run_sweep(spec, registered_kinds(), opt, worker ? std::cerr : out);
   // Workers leave the summary to the parent, which reads the merged file; a run that was
   // refused or failed to write has no file to summarize.
   if (!opt.dry_run && !worker && rc != kExitBadInput && rc != kExitIoError)
@@ -398,7 +399,7 @@ int cmd_simulate(const std::vector<std::string>& args, const std::vector<std::st
     }
   std::vector<Point> points;
   try {
-    points = expand(spec);
+    points = expand(spec, registered_kinds());
   } catch (const InvalidArgument& e) {
     std::string m = e.what();  // overrides are reported as --axis by expand(); here they are --set
     if (const auto at = m.find("--axis"); at != std::string::npos) m.replace(at, 6, "--set");
@@ -424,7 +425,7 @@ int cmd_simulate(const std::vector<std::string>& args, const std::vector<std::st
   opt.fsync = vm.count("no-fsync") == 0;
   opt.progress = vm["progress"].as<std::string>();
   out << "simulate: " << points.front().describe() << "\n";
-  const int rc = run_sweep(spec, opt, out);
+  const int rc = run_sweep(spec, registered_kinds(), opt, out);
   // The headline numbers, read back from the file (what a reader of the file sees).
   h5::File f = h5::File::open(opt.out);
   const h5::Table index = h5::Table::open(f, "index");

@@ -6,7 +6,8 @@
 //   - the block-scaled schemes round-trip seeded Gaussian KV within the table's bound;
 //   - paged decode attention equals causal prefill attention of the same sequences (two
 //     independent float64 references, kReferenceCrossCheck);
-//   - with CUDA and a device: one GPU decode version against the reference (run/gpu_hooks.cpp);
+//   - with CUDA and a device: one GPU decode version against the reference
+//     (experiments/cuda/device.cpp);
 //   - the HDF5 layer writes and reads back in memory.
 #include <cmath>
 #include <cstdint>
@@ -17,7 +18,7 @@
 
 #include "experiments/cli/cli.h"
 #include "experiments/h5/h5.h"
-#include "experiments/run/gpu_hooks.h"
+#include "experiments/device/device.h"
 #include "reference/attention/attention.h"
 #include "reference/attention/paged_case.h"
 #include "reference/formats/formats.h"
@@ -151,7 +152,7 @@ bool self_check(std::ostream& out) {
                std::to_string(1 << f.bits) + " codes",
            bad == 0, bad ? std::to_string(bad) + " codes differ" : "");
   }
-  // Rounding: midpoints go to the even code (DESIGN.md: 0.75 -> 1, 2.5 -> 2, 5 -> 4 in E2M1).
+  // Rounding: midpoints go to the even code (0.75 -> 1, 2.5 -> 2, 5 -> 4 in E2M1; formats.h).
   const bool ties = e2m1_to_float(float_to_e2m1(0.75f)) == 1.0f &&
                     e2m1_to_float(float_to_e2m1(2.5f)) == 2.0f &&
                     e2m1_to_float(float_to_e2m1(5.0f)) == 4.0f;

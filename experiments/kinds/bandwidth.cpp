@@ -8,14 +8,14 @@
 //     experiments/peers/peer_timer.py (read, load cg, depth 4 is exactly the L2-flush kernel of
 //     gpu/bench/l2_flush.cuh, which the Python timer compiles too; copy, load memcpy is
 //     cudaMemcpyAsync, which torch's copy_ issues).
-// Validation before timing (bandwidth_device.cpp, the GPU half): a copy's destination equals
-// its source (the whole buffer up to 64 MiB, else its first and last 16 MiB); a read has no
+// Validation before timing (experiments/cuda/bandwidth.cpp, the GPU half): a copy's destination
+// equals its source (the whole buffer up to 64 MiB, else its first and last 16 MiB); a read has no
 // output (its loads are kept live through a never-taken store).
 #include <algorithm>
 #include <string>
 #include <vector>
 
-#include "experiments/kinds/bandwidth_device.h"
+#include "experiments/device/device.h"
 #include "experiments/kinds/kinds.h"
 #include "reference/core/error.h"
 

@@ -6,7 +6,7 @@
 // tokens and concurrent sequences fit, bytes per token and the last-block slack.
 #include <string>
 
-#include "experiments/kinds/kind_util.h"
+#include "experiments/bench/table_trace.h"
 #include "experiments/kinds/kinds.h"
 #include "reference/core/error.h"
 #include "reference/layout/layout_names.h"
@@ -16,12 +16,6 @@
 
 namespace kvlab::exp {
 namespace {
-
-std::vector<std::string> format_names() {
-  std::vector<std::string> v;
-  for (KvFormat f : all_kv_formats()) v.push_back(to_string(f));
-  return v;
-}
 
 class CapacityBench : public Bench {
  public:
@@ -36,7 +30,8 @@ class CapacityBench : public Bench {
          "model preset (sim/model)"},
         AxisSpec{"gpu", AxisType::kString, "H100", {}, "GPU of data/gpus/gpus.csv"}.checked_by(
             known_by(sim::gpu_spec)),
-        {"kv_format", AxisType::kEnum, "bf16", format_names(), "KV storage format"},
+        {"kv_format", AxisType::kEnum, "bf16", kv_format_names(), "KV storage format",
+         format_name_aliases()},
         AxisSpec{"block_size", AxisType::kInt, "16", {}, "tokens per KV block"}.range(1, 1 << 20),
         AxisSpec{"context", AxisType::kInt, "4096", {}, "tokens per sequence"}.range(1, 1 << 30),
         AxisSpec{"gpu_mem_util", AxisType::kFloat, "0.9", {},

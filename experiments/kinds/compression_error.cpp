@@ -14,8 +14,8 @@
 //            UE8M0 scales; RoPE dims BF16) and are read back (Dsv4EntryPages::load)
 //   decode   `queries` queries of `heads` heads at position t = tokens - 1 see every entry
 //            0 .. (t+1)/ratio - 1 plus the raw rows of the window (t - window, t]
-//            (DESIGN.md); attention by ref::prefill_attention_exact (float64, non-causal
-//            over the given keys), sm_scale = 1/sqrt(D)
+//            (reference/README.md, "The DSV4 substrate"); attention by ref::prefill_attention_exact
+//            (float64, non-causal over the given keys), sm_scale = 1/sqrt(D)
 //   truth    the same queries over all `tokens` raw latents, unquantized
 // Reported: attention error of the stored cache and of the FP32 (unquantized) compressed
 // cache against the truth, so that compression loss and storage loss separate; the entry
@@ -30,14 +30,14 @@
 #include <string>
 
 #include "experiments/kinds/dsv4_common.h"
-#include "experiments/kinds/kind_util.h"
+#include "experiments/bench/table_trace.h"
 #include "experiments/kinds/kinds.h"
 #include "reference/attention/attention.h"
 #include "reference/dsv4/compressor.h"
 #include "reference/dsv4/entry_quant.h"
 #include "reference/quant/roundtrip.h"
 #include "reference/synth/synth.h"
-#include "sim/dsv4/model_stack.h"
+#include "sim/dsv4/dsv4_model_stack.h"
 #include "sim/dsv4/schema.h"
 
 namespace kvlab::exp {
@@ -199,7 +199,7 @@ class CompressionErrorBench : public Bench {
               nq = static_cast<int>(p.integer("queries"));
     const Dsv4Variant var = dsv4_variant_of(p);
     const sim::Dsv4CacheSchema sc = schema(p);
-    const uint64_t seed = ctx.seed * 1000003ull + static_cast<uint64_t>(p.integer("seed"));
+    const uint64_t seed = point_seed(ctx, p);
     const int width = csa ? 2 * d : d;
 
     // Latents, lanes and gates.

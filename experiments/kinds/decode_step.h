@@ -1,6 +1,7 @@
 // decode_step.h: factories of the full-decode-step benches (experiments/kinds/decode_step.cpp).
 //
-//   decode_step  the synthetic decoder's whole step on the GPU (gpu/runtime/decode_step_executor.h):
+//   decode_step  the synthetic decoder's whole step on the GPU
+//   (gpu/runtime/decode_step_executor.h):
 //                step time per variant (eager unfused / eager fused / CUDA graph) x batch x
 //                context x KV format, validated in the same run against the eager unfused
 //                step (and against the CPU reference for the small presets), next to the

@@ -14,10 +14,10 @@
 #include <unistd.h>
 
 #include "experiments/kinds/dsv4_common.h"
-#include "experiments/kinds/kind_util.h"
+#include "experiments/bench/table_trace.h"
 #include "experiments/kinds/kinds.h"
 #include "sim/core/text.h"
-#include "sim/dsv4/model_stack.h"
+#include "sim/dsv4/dsv4_model_stack.h"
 #include "sim/dsv4/schema.h"
 #include "sim/plan/capacity.h"
 #include "sim/plan/dsv4_capacity.h"

@@ -19,10 +19,11 @@ inline std::vector<AxisSpec> dsv4_variant_axes() {
   return {
       {"variant",
        AxisType::kEnum,
-       "seed004",
-       {"seed004", "public_v4"},
-       "storage bundle: seed004 (FP8 + FP32 scale per entry, NVFP4 keys) or public_v4 (fp8_ds_mla, "
-       "MXFP4 + Hadamard)"},
+       "per_token_scales",
+       {"per_token_scales", "public_v4"},
+       "storage bundle: per_token_scales (FP8 + FP32 scale per entry, NVFP4 keys) or public_v4 "
+       "(fp8_ds_mla, MXFP4 + Hadamard)",
+       {{"seed004", "per_token_scales"}}},
       {"entry",
        AxisType::kEnum,
        "variant",

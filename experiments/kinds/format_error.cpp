@@ -16,10 +16,11 @@
 #include <cmath>
 #include <random>
 
-#include "experiments/kinds/kind_util.h"
+#include "experiments/bench/table_trace.h"
 #include "experiments/kinds/kinds.h"
 #include "reference/core/error.h"
 #include "reference/formats/formats.h"
+#include "reference/layout/layout_names.h"
 
 namespace kvlab::exp {
 namespace {
@@ -31,11 +32,11 @@ struct Codec {
 };
 
 Codec codec(const std::string& f) {
-  if (f == "e4m3")
+  if (f == "fp8_e4m3")
     return {kE4M3Max, 8, [](float x, Saturation s) { return e4m3_to_float(float_to_e4m3(x, s)); }};
-  if (f == "e5m2")
+  if (f == "fp8_e5m2")
     return {kE5M2Max, 8, [](float x, Saturation s) { return e5m2_to_float(float_to_e5m2(x, s)); }};
-  if (f == "e2m1")
+  if (f == "fp4_e2m1")
     return {kE2M1Max, 4, [](float x, Saturation) { return e2m1_to_float(float_to_e2m1(x)); }};
   if (f == "bf16")
     return {fmt_detail::bits_f32(0x7F7F0000u), 16,
@@ -83,9 +84,10 @@ class FormatErrorBench : public Bench {
     return {
         {"format",
          AxisType::kEnum,
-         "e4m3",
-         {"e4m3", "e5m2", "e2m1", "bf16", "fp16"},
-         "element format"},
+         "fp8_e4m3",
+         {"fp8_e4m3", "fp8_e5m2", "fp4_e2m1", "bf16", "fp16"},
+         "element format",
+         format_name_aliases()},
         {"scaling",
          AxisType::kEnum,
          "amax",
@@ -127,7 +129,7 @@ class FormatErrorBench : public Bench {
     const Codec c = codec(p.str("format"));
     const Saturation sat =
         p.str("saturation") == "satfinite" ? Saturation::kSatFinite : Saturation::kNonSaturating;
-    const uint64_t seed = ctx.seed * 1000003ull + static_cast<uint64_t>(p.integer("seed"));
+    const uint64_t seed = point_seed(ctx, p);
     const Eigen::MatrixXf x = make_input(p.str("dist"), tokens, dim, seed);
     const float amax = x.cwiseAbs().maxCoeff();
     const float scale = p.str("scaling") == "amax" && amax > 0 ? amax / c.max_finite : 1.0f;

@@ -15,7 +15,8 @@
 #include <algorithm>
 #include <cmath>
 
-#include "experiments/kinds/kind_util.h"
+#include "experiments/bench/table_trace.h"
+#include "experiments/device/device.h"
 #include "experiments/kinds/kinds.h"
 #include "experiments/model/model_eval.h"
 #include "reference/core/error.h"
@@ -66,8 +67,10 @@ class ModelQualityBench : public Bench {
          "cpu",
          {"cpu", "gpu"},
          "cpu: the CPU reference decode step; gpu: the GPU decode-step executor"},
-        {"k_format", AxisType::kEnum, "bf16", schemes, "K storage: scheme preset"},
-        {"v_format", AxisType::kEnum, "bf16", schemes, "V storage: scheme preset"},
+        {"k_format", AxisType::kEnum, "bf16", schemes, "K storage: scheme preset",
+         format_name_aliases()},
+        {"v_format", AxisType::kEnum, "bf16", schemes, "V storage: scheme preset",
+         format_name_aliases()},
         {"group_size", AxisType::kInt, "0", {}, "values per scale (0: the presets')"},
         {"scale_rule", AxisType::kEnum, "preset", kRules, "scale rule override"},
         {"hadamard",
@@ -122,9 +125,7 @@ class ModelQualityBench : public Bench {
       return e.what();
     }
     if (engine_of(p) == Engine::kGpu) {
-#if !defined(KVLAB_HAVE_CUDA)
-      return "built without CUDA";
-#endif
+      if (!built_with_cuda()) return "built without CUDA";
       if (!ctx.device_present) return "no device";
     }
     return "";

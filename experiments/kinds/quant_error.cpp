@@ -8,9 +8,10 @@
 // storage cost (bytes per token-head row, bits per value, scales included).
 #include <algorithm>
 
-#include "experiments/kinds/kind_util.h"
+#include "experiments/bench/table_trace.h"
 #include "experiments/kinds/kinds.h"
 #include "reference/core/error.h"
+#include "reference/layout/layout_names.h"
 #include "reference/quant/roundtrip.h"
 #include "reference/quant/schemes.h"
 #include "reference/synth/synth.h"
@@ -38,8 +39,8 @@ class QuantErrorBench : public Bench {
   }
   std::vector<AxisSpec> axes() const override {
     return {
-        {"scheme", AxisType::kEnum, "fp8_e4m3_per_token", ref::scheme_names(),
-         "preset of reference/quant/schemes.h"},
+        {"scheme", AxisType::kEnum, "fp8_e4m3_pt", ref::scheme_names(),
+         "preset of reference/quant/schemes.h", format_name_aliases()},
         AxisSpec{"group_size", AxisType::kInt, "0", {},
                  "elements per scale (per-group schemes); 0 = the preset's"}
             .range(0, 4096)
@@ -94,7 +95,7 @@ class QuantErrorBench : public Bench {
     const int64_t tokens = p.integer("tokens");
     const int32_t heads = static_cast<int32_t>(p.integer("heads")),
                   dim = static_cast<int32_t>(p.integer("head_dim"));
-    const uint64_t seed = ctx.seed * 1000003ull + static_cast<uint64_t>(p.integer("seed"));
+    const uint64_t seed = point_seed(ctx, p);
     const std::vector<float> x =
         ref::synth_kv(ref::synth_preset(p.str("dist"), tokens, heads, dim, seed));
     const int64_t rows = tokens * heads;

@@ -14,10 +14,11 @@
 #include <algorithm>
 #include <cmath>
 
-#include "experiments/kinds/kind_util.h"
+#include "experiments/bench/table_trace.h"
 #include "experiments/kinds/kinds.h"
 #include "experiments/model/model_eval.h"
 #include "reference/core/error.h"
+#include "reference/layout/layout_names.h"
 #include "reference/quant/roundtrip.h"
 #include "reference/quant/schemes.h"
 
@@ -59,8 +60,8 @@ class RealKvErrorBench : public Bench {
         AxisSpec{"layer", AxisType::kInt, "-1", {},
                  "decoder layer (-1: every layer, one trace row each)"}
             .range(-1, 4096),
-        {"scheme", AxisType::kEnum, "fp8_e4m3_per_token", ref::scheme_names(),
-         "preset of reference/quant/schemes.h"},
+        {"scheme", AxisType::kEnum, "fp8_e4m3_pt", ref::scheme_names(),
+         "preset of reference/quant/schemes.h", format_name_aliases()},
         {"group_size", AxisType::kInt, "0", {}, "values per scale (0: the preset's)"},
         {"scale_rule", AxisType::kEnum, "preset", kRules, "scale rule override"},
         {"hadamard",

@@ -15,7 +15,7 @@
 #include <cmath>
 #include <string>
 
-#include "experiments/kinds/kind_util.h"
+#include "experiments/bench/table_trace.h"
 #include "experiments/kinds/kinds.h"
 #include "reference/core/error.h"
 #include "reference/layout/layout_names.h"
@@ -37,8 +37,6 @@ class RooflineBench : public Bench {
            "intensity, bound";
   }
   std::vector<AxisSpec> axes() const override {
-    std::vector<std::string> formats;
-    for (KvFormat f : all_kv_formats()) formats.push_back(to_string(f));
     return {
         AxisSpec{"gpu", AxisType::kString, "H100", {}, "GPU of data/gpus/gpus.csv"}.checked_by(
             known_by(sim::gpu_spec)),
@@ -60,7 +58,8 @@ class RooflineBench : public Bench {
         AxisSpec{"head_dim", AxisType::kInt, "128", {}, "decode: head dimension"}.range(2, 1 << 16),
         AxisSpec{"block_size", AxisType::kInt, "16", {}, "decode: tokens per KV block"}.range(
             1, 1 << 20),
-        {"kv_format", AxisType::kEnum, "bf16", formats, "decode: KV storage format"},
+        {"kv_format", AxisType::kEnum, "bf16", kv_format_names(), "decode: KV storage format",
+         format_name_aliases()},
         AxisSpec{"n", AxisType::kInt, "4096", {}, "gemm: output columns"}.range(1, 1 << 30),
         AxisSpec{"k", AxisType::kInt, "4096", {}, "gemm: reduction length"}.range(1, 1 << 30),
         AxisSpec{"weight_bits", AxisType::kInt, "16", {}, "gemm: bits per weight (4, 8, 16, 32)"}

@@ -29,7 +29,7 @@
 #include <numeric>
 #include <unistd.h>
 
-#include "experiments/kinds/kind_util.h"
+#include "experiments/bench/table_trace.h"
 #include "experiments/kinds/serving_common.h"
 #include "reference/core/error.h"
 #include "sim/core/text.h"
@@ -282,12 +282,8 @@ class ServingBench : public Bench {
   }
   std::string unsupported_reason(const Point& p, const RunContext& ctx) const override {
     if (p.str("executor") != "gpu") return "";
-#if defined(KVLAB_HAVE_CUDA)
+    if (!built_with_cuda()) return "built without CUDA";
     return ctx.device_present ? "" : "no device";
-#else
-    (void)ctx;
-    return "built without CUDA";
-#endif
   }
   double estimate_seconds(const Point& p, const RunContext&) const override {
     const double n = p.integer("num_requests") > 0 ? double(p.integer("num_requests")) : 500.0;
@@ -327,14 +323,10 @@ Record ServingBench::run(const Point& p, RunContext&) {
   std::string clock;
   int32_t max_blocks = 0;
   if (on_gpu) {
-#if defined(KVLAB_HAVE_CUDA)
-    gpu::GpuServingExecutor& ex = serving_executor(c);
+    sim::StepExecutor& ex = serving_executor(c);  // Unsupported without CUDA: skipped
     max_blocks = ex.max_blocks_per_seq();
     meas = sim::run_serving(ec, reqs, &ex);
     clock = "GPU wall clock (" + c.key() + ")";
-#else
-    return Record::skipped("built without CUDA");
-#endif
   } else {
     // Eager launch model on the "measured" side, so the two clocks differ.
     meas = sim::run_serving(ec, reqs, nullptr, roofline(c.decoder, sim::LaunchMode::kEager));

@@ -45,14 +45,6 @@ std::vector<AxisSpec> serving_executor_axes() {
   };
 }
 
-std::string ServingExecutorConfig::key() const {
-  std::ostringstream os;
-  os << to_string(decoder) << " bs" << block_size << " pool" << pool_blocks << " seqs"
-     << max_num_seqs << " rows" << max_num_batched_tokens << " ctx" << max_context
-     << (graph ? " graph" : " eager");
-  return os.str();
-}
-
 ServingExecutorConfig serving_executor_config(const Point& p) {
   ServingExecutorConfig c;
   c.decoder = decoder_preset(p.str("preset"));
@@ -74,26 +66,6 @@ ServingExecutorConfig serving_executor_config(const Point& p) {
   validate(c.decoder);
   return c;
 }
-
-#if defined(KVLAB_HAVE_CUDA)
-gpu::GpuServingExecutor& serving_executor(const ServingExecutorConfig& c) {
-  static std::unique_ptr<gpu::GpuServingExecutor> exec;
-  static std::string key;
-  if (exec && key == c.key()) return *exec;
-  exec.reset();  // free the old one's weights and pool first
-  key.clear();
-  gpu::ServingExecutorOptions o;
-  o.block_size = c.block_size;
-  o.pool_blocks = c.pool_blocks;
-  o.max_rows = c.max_num_batched_tokens;
-  o.max_seqs = c.max_num_seqs;
-  o.max_context = c.max_context;
-  o.graph = c.graph;
-  exec = std::make_unique<gpu::GpuServingExecutor>(c.decoder, o);
-  key = c.key();
-  return *exec;
-}
-#endif
 
 std::vector<sim::StepPartsRecord> read_serving_step_records(const std::string& path,
                                                             const ServingExecutorConfig& c,

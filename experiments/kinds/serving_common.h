@@ -22,35 +22,18 @@
 #include <vector>
 
 #include "experiments/bench/bench.h"
+#include "experiments/device/device.h"  // ServingExecutorConfig, serving_executor
 #include "reference/step/decoder_config.h"
 #include "sim/cost/serving_step_model.h"
-
-#if defined(KVLAB_HAVE_CUDA)
-#include "gpu/runtime/serving_executor.h"
-#endif
 
 namespace kvlab::exp {
 
 // The executor axes, in the order both kinds declare them.
 std::vector<AxisSpec> serving_executor_axes();
 
-struct ServingExecutorConfig {
-  DecoderConfig decoder;
-  int32_t block_size = 16;
-  int32_t pool_blocks = 0;
-  int32_t max_num_seqs = 0;
-  int32_t max_num_batched_tokens = 0;
-  int32_t max_context = 0;
-  bool graph = true;
-  std::string key() const;  // "llama3-8b L32 ... bs16 pool4096 seqs64 rows512 ctx2048 graph"
-};
+// The point's executor axes (experiments/device/device.h: ServingExecutorConfig);
 // InvalidArgument for values outside their ranges.
 ServingExecutorConfig serving_executor_config(const Point& p);
-
-#if defined(KVLAB_HAVE_CUDA)
-// The process's executor for this configuration (built, or rebuilt when it differs).
-gpu::GpuServingExecutor& serving_executor(const ServingExecutorConfig& c);
-#endif
 
 // The serving step model's records of a result file: every ok serving_step point whose
 // executor matches `c` (preset, layers, block size, max_num_seqs, graph). InvalidArgument /

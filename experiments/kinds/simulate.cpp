@@ -23,7 +23,7 @@
 #include <unistd.h>
 
 #include "experiments/calibrate/calibrate.h"
-#include "experiments/kinds/kind_util.h"
+#include "experiments/bench/table_trace.h"
 #include "experiments/kinds/kinds.h"
 #include "reference/core/error.h"
 #include "reference/layout/layout_names.h"
@@ -38,12 +38,6 @@
 
 namespace kvlab::exp {
 namespace {
-
-std::vector<std::string> kv_format_names() {
-  std::vector<std::string> v;
-  for (KvFormat f : all_kv_formats()) v.push_back(to_string(f));
-  return v;
-}
 
 bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() &&
@@ -151,7 +145,8 @@ class SimulateBench : public Bench {
         AxisSpec{"gpu", AxisType::kString, "H100", {},
                  "GPU of data/gpus/gpus.csv (memory and roofline)"}
             .checked_by(known_by(sim::gpu_spec)),
-        {"kv_format", AxisType::kEnum, "bf16", kv_format_names(), "KV storage format"},
+        {"kv_format", AxisType::kEnum, "bf16", kv_format_names(), "KV storage format",
+         format_name_aliases()},
         AxisSpec{"block_size", AxisType::kInt, "16", {}, "tokens per KV block"}.range(1, 1 << 16),
         AxisSpec{"kv_gib", AxisType::kFloat, "0", {},
                  "KV budget in GiB (0 = the GPU's memory x gpu_mem_util minus weights and 2 GiB "

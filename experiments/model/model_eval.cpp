@@ -9,14 +9,11 @@
 #include <numeric>
 #include <sstream>
 
+#include "experiments/device/device.h"
 #include "reference/core/error.h"
 #include "reference/layout/layout_names.h"
 #include "reference/quant/roundtrip.h"
 #include "reference/quant/scale_rules.h"
-
-#if defined(KVLAB_HAVE_CUDA)
-#include "gpu/runtime/decode_step_executor.h"
-#endif
 
 namespace kvlab::exp {
 namespace {
@@ -28,9 +25,9 @@ const std::map<std::string, KvFormat>& paged_presets() {
   static const std::map<std::string, KvFormat> m = {
       {"bf16", KvFormat::kBF16},
       {"fp16", KvFormat::kFP16},
-      {"fp8_e4m3_per_tensor", KvFormat::kFP8E4M3},
-      {"fp8_e5m2_per_tensor", KvFormat::kFP8E5M2},
-      {"fp8_e4m3_per_token", KvFormat::kFP8E4M3PerToken},
+      {"fp8_e4m3", KvFormat::kFP8E4M3},
+      {"fp8_e5m2", KvFormat::kFP8E5M2},
+      {"fp8_e4m3_pt", KvFormat::kFP8E4M3PerToken},
       {"nvfp4", KvFormat::kNVFP4},
       {"mxfp4", KvFormat::kMXFP4},
   };
@@ -254,7 +251,7 @@ TeacherForced teacher_forced(const ModelFile& m, const std::vector<int32_t>& tok
                   keep_logprobs, &out);
     }
   } else {
-#if defined(KVLAB_HAVE_CUDA)
+    KVLAB_UNSUPPORTED_IF(!built_with_cuda(), "built without CUDA");
     KVLAB_UNSUPPORTED_IF(!plan.paged,
                          "the GPU executor runs paged cache formats only (K and V "
                          "in one paged format, no group/rule/Hadamard override)");
@@ -262,29 +259,17 @@ TeacherForced teacher_forced(const ModelFile& m, const std::vector<int32_t>& tok
       KVLAB_UNSUPPORTED_IF(s.format != plan.paged_format,
                            "the GPU executor runs one cache format for every layer (no BF16 "
                            "layers)");
-    int count = 0;
-    KVLAB_UNSUPPORTED_IF(cudaGetDeviceCount(&count) != cudaSuccess || count < 1, "no device");
-    gpu::ExecutorOptions o;
-    o.kv_format = plan.paged_format;
-    o.block_size = 16;
-    o.max_batch = 1;
-    o.max_context = context;
+    std::vector<float> k_scales, v_scales;
     for (const auto& s : plan.layers) {
-      o.layer_k_scales.push_back(s.k_scale);
-      o.layer_v_scales.push_back(s.v_scale);
+      k_scales.push_back(s.k_scale);
+      v_scales.push_back(s.v_scale);
     }
-    gpu::DecodeStepExecutor e(c, o, m.weights);
-    e.start(1);
-    for (int i = 0; i < n; ++i) {
-      e.step(std::vector<int32_t>{tokens[i]}, gpu::StepVariant::kEagerFused, gpu::Sampling{});
-      const std::vector<float> lg = e.logits();
-      score_row(lg.data(), V, i, tokens, baseline, keep_logprobs, &out);
-    }
+    decode_logits_on_device(c, m.weights, plan.paged_format, k_scales, v_scales, context, tokens, n,
+                            [&](int i, const float* lg) {
+                              score_row(lg, V, i, tokens, baseline, keep_logprobs, &out);
+                            });
     out.k_amax.clear();  // not observable inside the fused kernels
     out.v_amax.clear();
-#else
-    throw Unsupported("built without CUDA");
-#endif
   }
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return out;

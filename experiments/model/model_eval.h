@@ -6,7 +6,7 @@
 //     reference/quant/schemes.h), a group-size / scale-rule / Hadamard override, layers kept
 //     in BF16 and the pool-scale rule, turned into one LayerKvSpec per layer. When K and V use
 //     the same preset without overrides and that preset is a paged cache format (bf16, fp16,
-//     fp8_e4m3_per_tensor, fp8_e5m2_per_tensor, fp8_e4m3_per_token, nvfp4, mxfp4), the plan is
+//     fp8_e4m3, fp8_e5m2, fp8_e4m3_pt, nvfp4, mxfp4), the plan is
 //     the paged cache itself (append_kv + load_k/load_v: the kernels' path, and the only one the
 //     GPU executor has); otherwise scheme-coded layers (decode_step.h).
 //   - Pool / tensor scales ("calibrated"): per layer, K and V apart, RN(amax / m) of the BF16

@@ -11,7 +11,7 @@
 #include <random>
 #include <set>
 
-#include "experiments/bench/registry.h"
+#include "experiments/bench/kind_list.h"
 #include "experiments/results/integrity.h"
 #include "experiments/sweep/spec.h"
 #include "experiments/sweep/values.h"
@@ -63,18 +63,19 @@ std::string timing_rules_text(const TimingConfig& t) {
          " graph_calls=" + std::to_string(t.graph_calls);
 }
 
-SweepIdentity make_identity(const SweepSpec& spec, const std::vector<Point>& all, bool timing) {
+SweepIdentity make_identity(const SweepSpec& spec, const std::vector<Point>& all, bool timing,
+                            const KindList& kinds) {
   SweepIdentity id;
   id.keys.reserve(all.size());
   for (const auto& p : all) id.keys.push_back(p.key());
   id.points_fingerprint = fingerprint(all);
   id.seed = spec.seed;
   id.timing = timing ? timing_rules_text(spec.timing) : "off";
-  std::set<std::string> kinds;
-  for (const auto& p : all) kinds.insert(p.kind);
-  for (const auto& st : spec.studies) kinds.insert(st.kind);
-  for (const auto& k : kinds)
-    id.kinds += (id.kinds.empty() ? "" : ",") + k + "=" + find_bench(k).version();
+  std::set<std::string> used;
+  for (const auto& p : all) used.insert(p.kind);
+  for (const auto& st : spec.studies) used.insert(st.kind);
+  for (const auto& k : used)
+    id.kinds += (id.kinds.empty() ? "" : ",") + k + "=" + kinds.find(k).version();
   return id;
 }
 

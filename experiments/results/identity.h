@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "experiments/bench/bench.h"
+#include "experiments/bench/kind_list.h"
 #include "experiments/h5/h5.h"
 
 namespace kvlab::exp {
@@ -37,7 +38,8 @@ struct SweepIdentity {
 std::string timing_rules_text(const TimingConfig& t);
 
 // The identity of a sweep: `all` is its whole expansion (not a shard).
-SweepIdentity make_identity(const SweepSpec& spec, const std::vector<Point>& all, bool timing);
+SweepIdentity make_identity(const SweepSpec& spec, const std::vector<Point>& all, bool timing,
+                            const KindList& kinds);
 
 // Writes the identity as the group /sweep of `f` (sealed with its content_crc).
 void write_identity(h5::File& f, const SweepIdentity& id);

@@ -5,12 +5,9 @@
 
 #include <ctime>
 
-#include "experiments/build_info.h"
+#include "experiments/device/device.h"
+#include "experiments/results/build_info.h"
 #include "kvlab_git_info.h"  // generated at build time (experiments/cmake/git_info.cmake)
-
-#if defined(KVLAB_HAVE_CUDA)
-#include "gpu/core/device_info.h"
-#endif
 
 namespace kvlab::exp {
 
@@ -34,32 +31,6 @@ std::string utc_now() {
   char buf[32];
   std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
   return buf;
-}
-
-DeviceSummary device_summary() {
-  DeviceSummary d;
-#if defined(KVLAB_HAVE_CUDA)
-  std::string err;
-  const auto devs = gpu::list_devices(&err);
-  d.count = static_cast<int>(devs.size());
-  if (devs.empty()) {
-    d.error = err.empty() ? "no device" : "no device (" + err + ")";
-    return d;
-  }
-  const auto& g = devs.front();
-  d.present = true;
-  d.name = g.name;
-  d.sm_count = g.sm_count;
-  d.sm_clock_khz = g.sm_clock_khz;
-  d.mem_clock_khz = g.mem_clock_khz;
-  d.mem_bus_bits = g.mem_bus_bits;
-  d.l2_bytes = g.l2_bytes;
-  d.peak_bytes_per_s = g.peak_bandwidth_bytes_per_s();
-  d.global_mem_bytes = g.global_mem_bytes;
-#else
-  d.error = "built without CUDA";
-#endif
-  return d;
 }
 
 std::vector<std::pair<std::string, h5::Value>> build_provenance() {

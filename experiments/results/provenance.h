@@ -5,20 +5,10 @@
 #include <utility>
 #include <vector>
 
+#include "experiments/device/device.h"  // DeviceSummary, device_summary()
 #include "experiments/h5/h5.h"
 
 namespace kvlab::exp {
-
-struct DeviceSummary {
-  bool present = false;
-  std::string error;  // why there is none ("built without CUDA", the driver's message)
-  int count = 0;
-  std::string name;
-  int sm_count = 0, sm_clock_khz = 0, mem_clock_khz = 0, mem_bus_bits = 0, l2_bytes = 0;
-  double peak_bytes_per_s = 0;
-  uint64_t global_mem_bytes = 0;
-};
-DeviceSummary device_summary();
 
 std::string git_commit();
 bool git_dirty();

@@ -9,7 +9,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "experiments/bench/registry.h"
 #include "experiments/h5/file_io.h"
 #include "experiments/results/provenance.h"
 #include "experiments/sweep/values.h"
@@ -421,8 +420,7 @@ void write_point_group(h5::Group& g, const Point& p, const Record& r,
   }
 }
 
-void ResultFile::write_point(const Point& p, const Record& r) {
-  const Bench& b = find_bench(p.kind);
+void ResultFile::write_point(const Point& p, const Bench& b, const Record& r) {
   const std::vector<const Bench*> benches = {&b};
   const int64_t row = rows();
   const std::string group = "/points/" + row_name(row);

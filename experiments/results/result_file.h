@@ -137,8 +137,9 @@ class ResultFile {
   // row this invocation writes.
   void begin_run(const RunMeta& meta, bool resumed);
   void set_ceilings(double read_bytes_per_s, double copy_bytes_per_s);
-  // Appends the point's index row and group and commits them together.
-  void write_point(const Point& p, const Record& r);
+  // Appends the point's index row and group and commits them together; `kind` is the
+  // point's bench (its axes type the index columns).
+  void write_point(const Point& p, const Bench& kind, const Record& r);
   // Closes this invocation's /runs row (committed).
   void end_run(int64_t points_run, int64_t points_failed);
 

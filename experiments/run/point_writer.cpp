@@ -8,8 +8,8 @@
 #include <iomanip>
 #include <ostream>
 
-#include "experiments/bench/registry.h"
-#include "experiments/run/gpu_hooks.h"
+#include "experiments/bench/kind_list.h"
+#include "experiments/device/device.h"
 #include "reference/core/error.h"
 
 namespace kvlab::exp {
@@ -17,11 +17,7 @@ namespace {
 
 Record run_one(Bench& b, const Point& p, RunContext& ctx) {
   if (b.needs_gpu() && !ctx.device_present) {
-#if defined(KVLAB_HAVE_CUDA)
-    return Record::skipped("no device");
-#else
-    return Record::skipped("built without CUDA");
-#endif
+    return Record::skipped(built_with_cuda() ? "no device" : "built without CUDA");
   }
   try {
     const std::string why = b.unsupported_reason(p, ctx);
@@ -42,8 +38,8 @@ std::string megabytes(double b) {
 
 }  // namespace
 
-double estimate_point(const Point& p, const RunContext& ctx) {
-  Bench& b = find_bench(p.kind);
+double estimate_point(const KindList& kinds, const Point& p, const RunContext& ctx) {
+  Bench& b = kinds.find(p.kind);
   if (b.needs_gpu() && !ctx.device_present) return 1e-3;
   return b.estimate_seconds(p, ctx);
 }
@@ -51,7 +47,7 @@ double estimate_point(const Point& p, const RunContext& ctx) {
 PointWriter::PointWriter(const SweepSpec& spec, const SweepIdentity& id, const SweepOptions& opt,
                          const std::string& out, const std::string& shard, int64_t planned,
                          std::ostream& log)
-    : prefix_(opt.log_prefix), log_(log) {
+    : kinds_(*opt.kinds), prefix_(opt.log_prefix), log_(log) {
   ctx_.seed = spec.seed;
   ctx_.timing = opt.timing;
   ctx_.timing_cfg = spec.timing;
@@ -102,7 +98,7 @@ PointWriter::PointWriter(const SweepSpec& spec, const SweepIdentity& id, const S
   std::vector<const Bench*> kinds;
   std::set<std::string> seen;
   for (const auto& st : spec.studies)
-    if (seen.insert(st.kind).second) kinds.push_back(&find_bench(st.kind));
+    if (seen.insert(st.kind).second) kinds.push_back(&kinds_.find(st.kind));
   rf_->declare(kinds);
   finished_ = rf_->finished_keys();
 }
@@ -112,7 +108,7 @@ PointWriter::~PointWriter() = default;
 void PointWriter::begin(const std::vector<const Point*>& todo) {
   rf_->begin_run(meta_, resumed_);
   bool need_gpu = false;
-  for (const Point* p : todo) need_gpu |= find_bench(p->kind).needs_gpu();
+  for (const Point* p : todo) need_gpu |= kinds_.find(p->kind).needs_gpu();
   if (need_gpu && ctx_.device_present && ctx_.timing) {
     std::string note;
     if (measure_ceilings(&ctx_, &note)) {
@@ -129,11 +125,11 @@ void PointWriter::begin(const std::vector<const Point*>& todo) {
 }
 
 Record PointWriter::run(const Point& p) {
-  Bench& b = find_bench(p.kind);
+  Bench& b = kinds_.find(p.kind);
   const auto t0 = std::chrono::steady_clock::now();
   Record r = run_one(b, p, ctx_);
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  rf_->write_point(p, r);
+  rf_->write_point(p, b, r);
   finished_.insert(p.key());
   return r;
 }

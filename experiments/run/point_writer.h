@@ -42,6 +42,7 @@ class PointWriter {
   std::string io_summary(int64_t points) const;
 
  private:
+  const KindList& kinds_;
   std::unique_ptr<ResultFile> rf_;
   RunMeta meta_;
   RunContext ctx_;
@@ -52,6 +53,6 @@ class PointWriter {
 };
 
 // The exact estimate a point's ETA starts from (no device: GPU points skip at once).
-double estimate_point(const Point& p, const RunContext& ctx);
+double estimate_point(const KindList& kinds, const Point& p, const RunContext& ctx);
 
 }  // namespace kvlab::exp

@@ -13,11 +13,10 @@
 #include <set>
 #include <thread>
 
-#include "experiments/bench/registry.h"
 #include "experiments/h5/file_io.h"
 #include "experiments/results/merge.h"
 #include "experiments/results/result_file.h"
-#include "experiments/run/gpu_hooks.h"
+#include "experiments/device/device.h"
 #include "experiments/run/point_writer.h"
 #include "experiments/run/progress.h"
 #include "experiments/run/workers.h"
@@ -83,14 +82,14 @@ int default_threads(int workers) {
 }
 
 // The points of a sweep that this invocation may run, validated; bad input throws.
-std::vector<Point> validated_points(const SweepSpec& spec) {
-  std::vector<Point> all = expand(spec);
+std::vector<Point> validated_points(const SweepSpec& spec, const KindList& kinds) {
+  std::vector<Point> all = expand(spec, kinds);
   if (all.empty()) throw InvalidArgument("the sweep has no points");
   // Cross-axis checks of every point (every shard checks every point: the same verdict
   // everywhere), before the output is touched.
   for (const auto& p : all) {
     try {
-      find_bench(p.kind).check_point(p);
+      kinds.find(p.kind).check_point(p);
     } catch (const InvalidArgument& e) {
       throw InvalidArgument("[" + p.study + "] " + p.kind + " point " + std::to_string(p.index) +
                             " (" + p.describe() + "): " + e.what());
@@ -111,13 +110,10 @@ int dry_run(const std::vector<Point>& all, const std::vector<const Point*>& poin
   double total = 0;
   for (const Point* pp : points) {
     const Point& p = *pp;
-    Bench& b = find_bench(p.kind);
+    Bench& b = opt.kinds->find(p.kind);
     std::string note;
-#if defined(KVLAB_HAVE_CUDA)
-    if (b.needs_gpu() && !ctx.device_present) note = " (skipped: no device)";
-#else
-    if (b.needs_gpu() && !ctx.device_present) note = " (skipped: built without CUDA)";
-#endif
+    if (b.needs_gpu() && !ctx.device_present)
+      note = built_with_cuda() ? " (skipped: no device)" : " (skipped: built without CUDA)";
     else if (auto why = b.unsupported_reason(p, ctx); !why.empty())
       note = " (skipped: " + why + ")";
     const double est = note.empty() ? b.estimate_seconds(p, ctx) : 0.0;
@@ -179,11 +175,13 @@ void parse_shard(const std::string& text, int* k, int* n) {
   *n = static_cast<int>(b);
 }
 
-int run_sweep(const SweepSpec& spec, const SweepOptions& in_opt, std::ostream& os) {
+int run_sweep(const SweepSpec& spec, const KindList& kinds, const SweepOptions& in_opt,
+              std::ostream& os) {
   SweepOptions opt = in_opt;
+  opt.kinds = &kinds;
   Progress::parse_mode(opt.progress);  // a bad --progress is bad input, before anything else
-  const std::vector<Point> all = validated_points(spec);
-  const SweepIdentity id = make_identity(spec, all, opt.timing);
+  const std::vector<Point> all = validated_points(spec, kinds);
+  const SweepIdentity id = make_identity(spec, all, opt.timing, kinds);
   if (opt.cpu_threads <= 0) opt.cpu_threads = default_threads(opt.workers);
 
   std::vector<const Point*> points;
@@ -223,7 +221,7 @@ int run_sweep(const SweepSpec& spec, const SweepOptions& in_opt, std::ostream& o
   Progress progress(Progress::parse_mode(opt.progress), os, opt.log_prefix);
   std::vector<double> est(todo.size());
   for (size_t i = 0; i < todo.size(); ++i) {
-    est[i] = estimate_point(*todo[i], w.context());
+    est[i] = estimate_point(kinds, *todo[i], w.context());
     progress.plan(todo[i]->kind, est[i]);
   }
   SignalGuard guard;

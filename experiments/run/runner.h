@@ -21,12 +21,14 @@
 #include <string>
 #include <vector>
 
+#include "experiments/bench/kind_list.h"
 #include "experiments/h5/durable.h"
 #include "experiments/sweep/spec.h"
 
 namespace kvlab::exp {
 
 struct SweepOptions {
+  const KindList* kinds = nullptr;  // the kinds the studies name (run_sweep sets it)
   std::string out;                // result file ("" = the config's `out`)
   bool resume = false;            // continue an existing file, skipping finished points
   bool dry_run = false;           // list the points and an estimate, run nothing
@@ -49,9 +51,10 @@ struct SweepOptions {
 // Parses "k/N" (0 <= k < N); throws InvalidArgument naming the text.
 void parse_shard(const std::string& text, int* k, int* n);
 
-// Returns the process exit code: 0 all points ok or skipped, 1 some failed (or `kvlab
-// validate` validated nothing), 130/143 interrupted. Bad input throws (exit code 2), I/O
-// failures throw IoError (exit code 3).
-int run_sweep(const SweepSpec& spec, const SweepOptions& opt, std::ostream& out);
+// Runs the points of `spec`, whose studies name kinds of `kinds`. Returns the process exit
+// code: 0 all points ok or skipped, 1 some failed (or `kvlab validate` validated nothing),
+// 130/143 interrupted. Bad input throws (exit code 2), I/O failures throw IoError (exit code 3).
+int run_sweep(const SweepSpec& spec, const KindList& kinds, const SweepOptions& opt,
+              std::ostream& out);
 
 }  // namespace kvlab::exp

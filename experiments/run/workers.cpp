@@ -21,12 +21,12 @@
 #include <set>
 #include <sstream>
 
-#include "experiments/bench/registry.h"
+#include "experiments/bench/kind_list.h"
 #include "experiments/h5/durable.h"
 #include "experiments/h5/file_io.h"
 #include "experiments/results/merge.h"
 #include "experiments/results/result_file.h"
-#include "experiments/run/gpu_hooks.h"
+#include "experiments/device/device.h"
 #include "experiments/run/point_writer.h"
 #include "experiments/run/progress.h"
 #include "reference/core/error.h"
@@ -304,10 +304,10 @@ int run_workers(const SweepSpec& spec, const std::vector<Point>& all, const Swee
   std::vector<Chunk> chunks;
   std::string last_key;
   for (const Point* p : todo) {
-    const std::string key = find_bench(p->kind).case_key(*p);
+    const std::string key = opt.kinds->find(p->kind).case_key(*p);
     if (chunks.empty() || key.empty() || key != last_key) chunks.push_back({});
     chunks.back().points.push_back(p);
-    chunks.back().estimate += estimate_point(*p, ctx);
+    chunks.back().estimate += estimate_point(*opt.kinds, *p, ctx);
     last_key = key;
   }
   std::stable_sort(chunks.begin(), chunks.end(),
@@ -325,7 +325,7 @@ int run_workers(const SweepSpec& spec, const std::vector<Point>& all, const Swee
   Progress progress(Progress::parse_mode(opt.progress), os, "", std::max(1, n_workers));
   std::map<const Point*, double> est;
   for (const Point* p : todo) {
-    est[p] = estimate_point(*p, ctx);
+    est[p] = estimate_point(*opt.kinds, *p, ctx);
     progress.plan(p->kind, est[p]);
   }
 

@@ -75,10 +75,13 @@ std::string canonical_axis_value(const AxisSpec& a, const std::string& raw,
       break;
     }
     case AxisType::kEnum:
-      if (std::find(a.choices.begin(), a.choices.end(), v) == a.choices.end())
+      // An older spelling names its choice: the expanded point holds the one spelling.
+      canon = v;
+      for (const auto& [alias, choice] : a.aliases)
+        if (v == alias) canon = choice;
+      if (std::find(a.choices.begin(), a.choices.end(), canon) == a.choices.end())
         throw InvalidArgument(what + ": unknown value '" + v + "' (allowed: " + join(a.choices) +
                               ", or all)");
-      canon = v;
       break;
     case AxisType::kString:
       for (unsigned char c : v)

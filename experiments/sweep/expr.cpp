@@ -214,6 +214,15 @@ class Parser {
   int nesting_ = 0;
 };
 
+NodeP map_text_of(const NodeP& n, const std::function<std::string(const std::string&)>& map) {
+  if (!n) return n;
+  auto m = std::make_shared<Expr::Node>(*n);
+  if (m->op == N::kStr) m->str = map(m->str);
+  m->a = map_text_of(n->a, map);
+  m->b = map_text_of(n->b, map);
+  return m;
+}
+
 void collect(const NodeP& n, std::vector<std::string>* out) {
   if (!n) return;
   if (n->op == N::kIdent) out->push_back(n->str);
@@ -324,6 +333,13 @@ std::vector<std::string> Expr::identifiers() const {
   std::vector<std::string> out;
   collect(root_, &out);
   return out;
+}
+
+Expr Expr::map_text(const std::function<std::string(const std::string&)>& map) const {
+  Expr e;
+  e.text_ = text_;
+  e.root_ = map_text_of(root_, map);
+  return e;
 }
 
 bool Expr::eval(const std::function<ExprValue(const std::string&)>& lookup) const {

@@ -34,6 +34,9 @@ class Expr {
   std::vector<std::string> identifiers() const;
   // lookup(name) gives an axis value (throws for unknown names).
   bool eval(const std::function<ExprValue(const std::string&)>& lookup) const;
+  // The same expression with every text literal replaced by map(literal) (sweep expansion
+  // maps an axis's older value spellings to the values the points hold).
+  Expr map_text(const std::function<std::string(const std::string&)>& map) const;
   const std::string& text() const { return text_; }
 
  private:

@@ -9,7 +9,6 @@
 #include <set>
 #include <sstream>
 
-#include "experiments/bench/registry.h"
 #include "experiments/h5/file_io.h"
 #include "experiments/sweep/axis_rule.h"
 #include "experiments/sweep/values.h"
@@ -198,10 +197,6 @@ SweepSpec parse_sweep(const std::string& text, const std::string& origin) {
   if (spec.timing.max_reps < spec.timing.min_reps)
     throw InvalidArgument(origin + ": [timing] max_reps (" + std::to_string(spec.timing.max_reps) +
                           ") is below min_reps (" + std::to_string(spec.timing.min_reps) + ")");
-  for (const auto& st : spec.studies)
-    if (st.kind.empty())
-      throw InvalidArgument(origin + ": [" + st.name +
-                            "] has no 'kind' (known kinds: " + join(bench_names()) + ")");
   if (spec.studies.empty()) throw InvalidArgument(origin + ": no study sections: nothing to run");
   return spec;
 }
@@ -238,8 +233,12 @@ void select_studies(SweepSpec* spec, const std::string& names) {
   spec->studies = kept;
 }
 
-std::vector<Point> expand(const SweepSpec& spec) {
+std::vector<Point> expand(const SweepSpec& spec, const KindList& kinds) {
   const std::string origin = spec.path.empty() ? "sweep" : spec.path;
+  for (const auto& st : spec.studies)
+    if (st.kind.empty())
+      throw InvalidArgument(origin + ": [" + st.name +
+                            "] has no 'kind' (known kinds: " + join(kinds.names()) + ")");
   // Overrides: "[study.]axis=values", each must name an axis of at least one study's bench.
   std::vector<StudySpec> studies = spec.studies;
   for (const auto& ov : spec.overrides) {
@@ -253,7 +252,7 @@ std::vector<Point> expand(const SweepSpec& spec) {
     std::set<std::string> known;
     for (auto& st : studies) {
       if (!only_study.empty() && st.name != only_study) continue;
-      const Bench& b = find_bench(st.kind);
+      const Bench& b = kinds.find(st.kind);
       bool declared = false;
       for (const auto& a : b.axes()) {
         known.insert(a.name);
@@ -282,7 +281,7 @@ std::vector<Point> expand(const SweepSpec& spec) {
   std::vector<Point> points;
   int64_t next = 0;
   for (const auto& st : studies) {
-    const Bench& b = find_bench(st.kind);
+    const Bench& b = kinds.find(st.kind);
     const auto specs = b.axes();
     const std::string where = origin + ": [" + st.name + "]";
     std::map<std::string, std::vector<std::string>> values;
@@ -327,6 +326,17 @@ std::vector<Point> expand(const SweepSpec& spec) {
                          [&](const AxisSpec& s) { return s.name == id; }))
           throw InvalidArgument(where + ": constraint '" + c.text() + "' names unknown axis '" +
                                 id + "'");
+    // The points hold each enum axis's canonical value: a constraint's text literals in an
+    // older spelling (AxisSpec::aliases) compare as the value they name.
+    std::map<std::string, std::string> alias_of;
+    for (const auto& a : specs)
+      for (const auto& [alias, canonical] : a.aliases) alias_of[alias] = canonical;
+    std::vector<Expr> constraints;
+    for (const auto& c : st.constraints)
+      constraints.push_back(c.map_text([&](const std::string& t) {
+        const auto it = alias_of.find(t);
+        return it == alias_of.end() ? t : it->second;
+      }));
 
     struct Dim {
       std::vector<std::string> axes;
@@ -358,7 +368,7 @@ std::vector<Point> expand(const SweepSpec& spec) {
         for (const auto& a : dims[d].axes) chosen[a] = values[a][idx[d]];
       for (const auto& a : specs) p.axes.emplace_back(a.name, chosen[a.name]);
       bool ok = true;
-      for (const auto& c : st.constraints) {
+      for (const auto& c : constraints) {
         try {
         ok = c.eval([&](const std::string& id) -> ExprValue {
           auto a = std::find_if(specs.begin(), specs.end(),

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "experiments/bench/bench.h"
+#include "experiments/bench/kind_list.h"
 #include "experiments/sweep/expr.h"
 
 namespace kvlab::exp {
@@ -54,9 +55,10 @@ SweepSpec parse_sweep(const std::string& text, const std::string& origin);
 // Keeps only the named studies (comma-separated); unknown names are an error.
 void select_studies(SweepSpec* spec, const std::string& names);
 
-// Validates every study against its bench (unknown kind/axis, bad values, zips,
-// constraints, overrides naming no axis) and enumerates the points.
-std::vector<Point> expand(const SweepSpec& spec);
+// Validates every study against its kind in `kinds` (a study without a kind, unknown
+// kind/axis, bad values, zips, constraints, overrides naming no axis) and enumerates the
+// points.
+std::vector<Point> expand(const SweepSpec& spec, const KindList& kinds);
 
 // A short digest of the expanded point keys: shards of one sweep share it.
 std::string fingerprint(const std::vector<Point>& points);

@@ -1,21 +1,9 @@
 // values.cpp: axis value lists and ranges (see values.h).
 #include "experiments/sweep/values.h"
 
-#include <cerrno>
-#include <cmath>
-#include <cstdlib>
-#include <sstream>
-
 #include "reference/core/error.h"
 
 namespace kvlab::exp {
-
-std::string trim(const std::string& s) {
-  const auto b = s.find_first_not_of(" \t\r\n");
-  if (b == std::string::npos) return "";
-  const auto e = s.find_last_not_of(" \t\r\n");
-  return s.substr(b, e - b + 1);
-}
 
 std::vector<std::string> split(const std::string& s, char sep) {
   std::vector<std::string> out;
@@ -30,40 +18,6 @@ std::vector<std::string> split(const std::string& s, char sep) {
   }
   out.push_back(cur);
   return out;
-}
-
-bool parse_int(const std::string& s, long long* out) {
-  const std::string t = trim(s);
-  if (t.empty()) return false;
-  errno = 0;
-  char* end = nullptr;
-  const long long v = std::strtoll(t.c_str(), &end, 10);
-  if (errno != 0 || end != t.c_str() + t.size()) return false;
-  *out = v;
-  return true;
-}
-
-bool parse_float(const std::string& s, double* out) {
-  const std::string t = trim(s);
-  if (t.empty()) return false;
-  errno = 0;
-  char* end = nullptr;
-  const double v = std::strtod(t.c_str(), &end);
-  if (errno != 0 || end != t.c_str() + t.size() || !std::isfinite(v)) return false;
-  *out = v;
-  return true;
-}
-
-std::string canonical_number(double v) {
-  if (v == std::floor(v) && std::fabs(v) < 9.0e15) {
-    std::ostringstream os;
-    os << static_cast<long long>(v);
-    return os.str();
-  }
-  std::ostringstream os;
-  os.precision(12);
-  os << v;
-  return os.str();
 }
 
 namespace {

@@ -12,6 +12,9 @@
 #include <string>
 #include <vector>
 
+#include "experiments/bench/number_text.h"  // parse_int, parse_float, canonical_number
+#include "reference/core/strings.h"         // trim
+
 namespace kvlab::exp {
 
 std::vector<std::string> parse_value_list(const std::string& text, const std::string& what);
@@ -20,12 +23,6 @@ std::vector<std::string> parse_value_list(const std::string& text, const std::st
 std::pair<std::string, std::string> split_assignment(const std::string& text,
                                                      const std::string& what);
 
-std::string trim(const std::string& s);
 std::vector<std::string> split(const std::string& s, char sep);
-
-// Canonical text of numbers (so "16", "16.0" and "0x10" identify the same point).
-bool parse_int(const std::string& s, long long* out);
-bool parse_float(const std::string& s, double* out);
-std::string canonical_number(double v);
 
 }  // namespace kvlab::exp

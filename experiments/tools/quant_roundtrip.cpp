@@ -2,9 +2,9 @@
 //
 // Quantizes [tokens * heads, head_dim] rows (one scale set per (token, head), a row = one
 // token of one head) with each scheme and prints per-token relative L2 (mean, p50, p99,
-// max), NMSE, max abs error and storage bytes per token-head. Defaults reproduce the
-// foundation issue's closing-note table: Gaussian N(0, 1), 4096 tokens x 1 head x 128
-// dims, seed 0, every preset (fp8_ds_mla needs 512 columns and gets its own 4096 x 512).
+// max), NMSE, max abs error and storage bytes per token-head. Defaults give the reference
+// round-trip table of every preset: Gaussian N(0, 1), 4096 tokens x 1 head x 128 dims,
+// seed 0 (fp8_ds_mla needs 512 columns and gets its own 4096 x 512).
 //
 //   kvlab_quant_roundtrip [--data gaussian|heavy_tailed|ar1|kcache] [--tokens N]
 //                         [--heads H] [--head-dim D] [--seed S] [--scheme "spec"]...

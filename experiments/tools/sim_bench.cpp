@@ -1,5 +1,5 @@
-// sim_bench.cpp (kvlab_sim_bench): speed of the serving simulation and the closing tables
-// of issue #6, printed as plain text.
+// sim_bench.cpp (kvlab_sim_bench): speed of the serving simulation and its tables (waste,
+// capacity), printed as plain text.
 //
 //   kvlab_sim_bench --speed          engine steps per second at batch 256 on one core
 //   kvlab_sim_bench --waste          last-block waste vs block size (PagedAttention trend)
@@ -191,8 +191,9 @@ int run_dsv4_capacity(int64_t budget_gib) {
     std::printf("%-22s %9lld %12.1f %14d %12lld %10s %9lld\n", "bf16 dense baseline",
                 static_cast<long long>(ctx), b.bytes_per_token, 0,
                 static_cast<long long>(b.max_seqs), "1.00x", static_cast<long long>(b.num_blocks));
-    for (const auto& v : {std::make_pair("v4 seed004 variant", Dsv4Variant::seed004()),
-                          std::make_pair("v4 public variant", Dsv4Variant::public_v4())}) {
+    for (const auto& v :
+         {std::make_pair("v4 per_token_scales variant", Dsv4Variant::per_token_scales()),
+          std::make_pair("v4 public variant", Dsv4Variant::public_v4())}) {
       Dsv4CacheConfig cfg;
       cfg.variant = v.second;
       const Dsv4CacheSchema schema = build_dsv4_schema(st, cfg);

@@ -3,7 +3,10 @@
 
 #include <cuda_runtime.h>
 
+#include <sstream>
+
 #include "gpu/core/cuda_check.h"
+#include "reference/core/error.h"
 
 namespace kvlab::gpu {
 
@@ -57,6 +60,17 @@ LaunchLimits current_launch_limits() {
                                           cudaDevAttrMaxSharedMemoryPerBlockOptin, l.device));
   KVLAB_CUDA_CHECK(cudaDeviceGetAttribute(&l.max_grid_y, cudaDevAttrMaxGridDimY, l.device));
   return l;
+}
+
+void require_free_memory(double bytes, double fraction, const std::string& what) {
+  size_t free_b = 0, total_b = 0;
+  KVLAB_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+  if (bytes <= fraction * static_cast<double>(free_b)) return;
+  std::ostringstream os;
+  os.precision(3);
+  os << what << " needs " << bytes / double(1 << 30) << " GiB of device memory, "
+     << free_b / double(1 << 30) << " GiB are free (" << 100 * fraction << "% usable)";
+  throw Unsupported(os.str());
 }
 
 }  // namespace kvlab::gpu

@@ -37,4 +37,11 @@ struct LaunchLimits {
 };
 LaunchLimits current_launch_limits();
 
+// The one device-memory guard: throws kvlab::Unsupported (the driver records the point as
+// skipped, with the message) when `bytes` exceed `fraction` of the current device's free
+// memory: "<what> needs 3.2 GiB of device memory, 1.1 GiB are free (80% usable)". The rest of
+// the free memory is left to what the caller allocates beside (cuBLAS and attention workspaces,
+// the timing harness's L2 flush buffer).
+void require_free_memory(double bytes, double fraction, const std::string& what);
+
 }  // namespace kvlab::gpu

@@ -18,6 +18,7 @@
 #include "gpu/core/cuda_check.h"
 #include "gpu/core/device_tables.h"
 #include "reference/core/error.h"
+#include "reference/core/mix64.h"
 
 namespace kvlab::gpu {
 namespace {
@@ -61,11 +62,8 @@ struct FillEntry {
 
 struct HashKey {
   uint64_t seed;
-  __device__ uint64_t operator()(int64_t i) const {  // splitmix64 of (seed, i)
-    uint64_t z = seed + 0x9E3779B97F4A7C15ull * static_cast<uint64_t>(i + 1);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
+  __device__ uint64_t operator()(int64_t i) const {  // SplitMix64's output i from state seed
+    return mix64(seed + kGolden64 * static_cast<uint64_t>(i));
   }
 };
 

@@ -1,13 +1,14 @@
-// append_swa.cu: write raw BF16 tokens into the DSV4 SWA ring (seed 004's append_swa.cu).
+// append_swa.cu: write raw BF16 tokens into the DSV4 SWA ring (quantized entry, BF16 RoPE,
+// position).
 //
 // One thread block of 128 threads per token:
 //   1. amax of the NoPE dims per 64-tile, warp-level reduction (entry_store.cuh);
-//   2. thread 0 picks the ring row — kAtomicHead: atomicAdd(&head[slot], 1) % window (seed
-//      004), kPosModWindow: position % window with head = max(head, position + 1) (public
-//      V4) — and writes the position metadata;
-//   3. the block quantizes NoPE BF16 -> FP8 E4M3 with the per-token FP32 inverse scale (seed)
-//      or per-tile UE8M0 scales (public fp8_ds_mla), and copies the RoPE dims as BF16
-//      (exact: a BF16 input round-trips through float unchanged).
+//   2. thread 0 picks the ring row — kAtomicHead: atomicAdd(&head[slot], 1) % window
+//      (per_token_scales), kPosModWindow: position % window with head = max(head,
+//      position + 1) (public_v4) — and writes the position metadata;
+//   3. the block quantizes NoPE BF16 -> FP8 E4M3 with the per-token FP32 inverse scale
+//      (per_token_scales) or per-tile UE8M0 scales (public_v4's fp8_ds_mla), and copies the RoPE
+//      dims as BF16 (exact: a BF16 input round-trips through float unchanged).
 // Runtime parameters (format, ring mode, dims) cost nothing here: one instance.
 #include "gpu/core/cuda_check.h"
 #include "gpu/dsv4/dsv4_kernels.h"

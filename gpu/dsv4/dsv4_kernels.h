@@ -7,7 +7,7 @@
 //   gpu::dsv4_store_entries       <-> ref::dsv4_store_entries       (store.cu)
 //   gpu::dsv4_store_indexer_keys  <-> ref::dsv4_store_indexer_keys  (store.cu)
 //   gpu::dsv4_decode_attention    <-> ref::dsv4_decode_attention    (decode_attention.cu)
-// Four layers per kernel (DESIGN.md): these entry points validate what the host knows
+// Four layers per kernel (gpu/README.md): these entry points validate what the host knows
 // (shapes, null pointers, counts; throwing InvalidArgument / Unsupported) and launch; a
 // launcher returns cudaError_t; one __global__ kernel per operation takes one params
 // struct; device helpers live in entry_store.cuh. Nothing allocates: every entry point is

@@ -4,19 +4,12 @@
 // Two paths. Contiguous-row layouts (NHD, HND) take the vector path (append_vec_kernel
 // below: 16 elements (32 for FP4 from bf16) and 16-byte accesses per thread). Split-x and
 // unaligned buffers take the row path: one thread block per token, one warp per (token,
-// head, K or V) row; lanes walk the row in rounds of 32 consecutive dims (coalesced reads,
-// and coalesced writes for the NHD/HND/split-x-K layouts). Every scale and element code
-// comes from the same KVLAB_HD functions the reference calls (scale_rules.h, formats.h), so
-// the bytes match by construction; the only cross-lane arithmetic is the amax, whose
-// NaN-absorbing max (amax_accumulate) gives the same bits in any reduction order:
-//   per-token FP8   amax over the whole row: warp shuffle reduction
-//   NVFP4 (16)      amax over half a round: shuffles among 16 lanes
-//   MXFP4 (32)      amax over one round: shuffles among the 32 lanes
-// FP4 stores: where a byte holds two dims of one row (NHD, HND, split-x K) the even lane
-// takes its neighbour's nibble by shuffle and writes the whole byte; in the split-x V pool
-// ([.., head_dim, block_size]) a byte holds two *slots*, i.e. two tokens written by
-// different blocks, so each lane clears and sets its own nibble with atomicAnd/atomicOr
-// on the enclosing 32-bit word (the other nibble is never touched).
+// head, K or V) row, written by append_row() (append.cuh: the one row writer of the op,
+// shared with the decode step's fused RoPE + append); lanes walk the row in rounds of 32
+// consecutive dims (coalesced reads, and coalesced writes for the NHD/HND/split-x-K layouts).
+// Both paths take every scale and element code from the KVLAB_HD functions the reference
+// calls (scale_rules.h, formats.h) or from their division-free equivalents (append_encode.h,
+// exhaustively checked against them), so the bytes match by construction.
 // Row path: the input dtype (bf16 / f16 / f32) is the only template parameter (3 instances);
 // vector path: input dtype x {16-bit, FP8, FP4} (9 instances) + FP4 from bf16 with 32
 // elements per thread (head_dim % 32 == 0; 1 instance).
@@ -37,6 +30,7 @@
 
 #include "gpu/core/cuda_check.h"
 #include "gpu/dispatch.cuh"
+#include "gpu/quant/append.cuh"
 #include "gpu/quant/append.h"
 #include "gpu/quant/append_encode.h"
 #include "reference/layout/layout_names.h"
@@ -66,104 +60,6 @@ __device__ __forceinline__ float load_in(const __half* p, int64_t i) {
   return fp16_bits_to_float(reinterpret_cast<const uint16_t*>(p)[i]);
 }
 
-// amax over `width` lanes (aligned groups), identical bits on every lane of the group.
-template <int kWidth>
-__device__ __forceinline__ float group_amax(float a) {
-#pragma unroll
-  for (int off = kWidth / 2; off > 0; off /= 2)
-    a = amax_accumulate(a, __shfl_xor_sync(0xFFFFFFFFu, a, off));
-  return a;
-}
-
-// Sets the nibble of pool element `idx` to `code` without touching the other nibble.
-__device__ __forceinline__ void store_nibble_atomic(uint8_t* pool, int64_t idx, uint32_t code) {
-  const uintptr_t byte = reinterpret_cast<uintptr_t>(pool + (idx >> 1));
-  unsigned int* word = reinterpret_cast<unsigned int*>(byte & ~uintptr_t{3});
-  const unsigned shift = static_cast<unsigned>((byte & 3u) * 8u + ((idx & 1) ? 4u : 0u));
-  atomicAnd(word, ~(0xFu << shift));
-  atomicOr(word, (code & 0xFu) << shift);
-}
-
-// One (token, head) row of K or V, by one warp. x: the input row [head_dim].
-template <typename TIn>
-__device__ void write_row(const AppendParams& p, bool is_k, const TIn* x, int64_t block, int head,
-                          int slot) {
-  const PageGeometry& g = p.kv.geom;
-  const int D = g.head_dim;
-  const int lane = threadIdx.x % 32;
-  uint8_t* pool = static_cast<uint8_t*>(is_k ? p.kv.k : p.kv.v);
-  void* scales = is_k ? p.kv.k_scales : p.kv.v_scales;
-  const float pool_scale = is_k ? p.kv.k_scale : p.kv.v_scale;
-  auto index = [&](int d) {
-    return is_k ? g.k_index(block, head, slot, d) : g.v_index(block, head, slot, d);
-  };
-
-  switch (g.format) {
-    case KvFormat::kBF16:
-    case KvFormat::kFP16:
-      for (int d = lane; d < D; d += 32) {
-        const float xv = load_in(x, d);
-        reinterpret_cast<uint16_t*>(pool)[index(d)] =
-            g.format == KvFormat::kBF16 ? float_to_bf16_bits(xv, Saturation::kNonSaturating)
-                                        : float_to_fp16_bits(xv, Saturation::kNonSaturating);
-      }
-      return;
-    case KvFormat::kFP8E4M3:
-    case KvFormat::kFP8E5M2: {
-      const ElemFormat ef =
-          g.format == KvFormat::kFP8E4M3 ? ElemFormat::kFP8E4M3 : ElemFormat::kFP8E5M2;
-      for (int d = lane; d < D; d += 32)
-        pool[index(d)] = static_cast<uint8_t>(quantize_element(
-            load_in(x, d), pool_scale, ef, Saturation::kSatFinite, ElementClamp::kEncoder));
-      return;
-    }
-    case KvFormat::kFP8E4M3PerToken: {
-      float amax = 0.0f;
-      for (int d = lane; d < D; d += 32) amax = amax_accumulate(amax, load_in(x, d));
-      amax = group_amax<32>(amax);
-      // A NaN amax gives the canonical NaN scale (fp32_scale_exact), as the reference stores.
-      const float s = kv_fp8_token_scale(amax);
-      for (int d = lane; d < D; d += 32)
-        pool[index(d)] =
-            static_cast<uint8_t>(quantize_element(load_in(x, d), s, ElemFormat::kFP8E4M3,
-                                                  Saturation::kSatFinite, ElementClamp::kEncoder));
-      if (lane == 0) static_cast<float*>(scales)[g.token_scale_index(block, head, slot)] = s;
-      return;
-    }
-    case KvFormat::kNVFP4:
-    case KvFormat::kMXFP4: {
-      const bool nv = g.format == KvFormat::kNVFP4;
-      const int G = g.scale_group();  // 16 or 32; head_dim is a multiple of it (validate())
-      const bool atomic_nibbles = !is_k && g.layout == KvLayout::kSplitX;
-      for (int d0 = 0; d0 < D; d0 += 32) {  // uniform trip count: shuffles below are warp-wide
-        const int d = d0 + lane;
-        const bool valid = d < D;
-        const float xv = valid ? load_in(x, d) : 0.0f;
-        float amax = amax_accumulate(0.0f, xv);
-        amax = nv ? group_amax<16>(amax) : group_amax<32>(amax);
-        const KvBlockScale bs = kv_fp4_block_scale(nv, amax, pool_scale);
-        const uint8_t scode = bs.code;
-        const float div = bs.div;
-        const uint32_t code = quantize_element(xv, div, ElemFormat::kFP4E2M1,
-                                               Saturation::kSatFinite, ElementClamp::kEncoder) &
-                              0xFu;
-        const uint32_t odd_code = __shfl_xor_sync(0xFFFFFFFFu, code, 1);
-        if (valid) {
-          const int64_t idx = index(d);
-          if (atomic_nibbles) {
-            store_nibble_atomic(pool, idx, code);
-          } else if ((d & 1) == 0) {  // dims 2k, 2k+1 share byte idx / 2 (idx even)
-            pool[idx >> 1] = pack_fp4x2(static_cast<uint8_t>(code), static_cast<uint8_t>(odd_code));
-          }
-          if (d % G == 0)
-            static_cast<uint8_t*>(scales)[g.block_scale_index(block, head, slot, d)] = scode;
-        }
-      }
-      return;
-    }
-  }
-}
-
 // grid: num_tokens blocks; block: kAppendThreads (one warp per (head, K|V) row).
 template <typename TIn>
 __global__ void __launch_bounds__(kAppendThreads) append_kv_kernel(const AppendParams p) {
@@ -181,7 +77,8 @@ __global__ void __launch_bounds__(kAppendThreads) append_kv_kernel(const AppendP
     const int head = is_k ? r : r - H;
     const TIn* x =
         static_cast<const TIn*>(is_k ? p.k : p.v) + (static_cast<int64_t>(token) * H + head) * D;
-    write_row<TIn>(p, is_k, x, block, head, slot);
+    append_row(
+        p.kv, !is_k, block, head, slot, [x](int d) { return load_in(x, d); }, threadIdx.x % 32);
   }
 }
 

@@ -1,6 +1,6 @@
-// device_block_allocator.h: the GPU-resident block free list of the DSV4 substrate (seed 004's
-// allocator.py: "GPU stack with pinned host top pointer; acquire/release between graph
-// captures only; OOM raises on exhaustion").
+// device_block_allocator.h: the GPU-resident block free list of the DSV4 substrate: a GPU
+// stack with a pinned host top pointer; acquire / release between graph captures only; out
+// of blocks raises.
 //
 // A device int32 stack of free block ids plus a device in-use flag per block; the stack's
 // top is a host integer kept in pinned, device-mapped memory next to a status record the

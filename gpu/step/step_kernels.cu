@@ -12,7 +12,7 @@
 #include <cmath>
 
 #include "gpu/core/cuda_check.h"
-#include "gpu/step/kv_store.cuh"
+#include "gpu/quant/append.cuh"
 #include "reference/core/error.h"
 #include "reference/formats/formats.h"
 #include "reference/layout/layout_names.h"
@@ -138,8 +138,9 @@ __global__ void cast_bf16_kernel(const float* in, int64_t ld, uint16_t* out, int
 
 // Fused RoPE + append + quantize. grid (M, ceil(units / kRopeWarps)), one warp per unit; a
 // unit is a q head, a k head or a v head of one token. The warp stages the (roped) head
-// vector in shared memory so that the quantizer sees it whole (per-token amax, scale groups)
-// exactly as the reference's append sees its input row.
+// vector in shared memory and writes K and V with append_row (gpu/quant/append.cuh: the
+// append kernel's row writer), which reads the row whole (per-token amax, scale groups)
+// exactly as the reference's append reads its input row.
 constexpr int kRopeWarps = 4;
 
 struct RopeAppendParams {
@@ -186,7 +187,8 @@ __global__ void __launch_bounds__(kRopeWarps * 32) rope_append_kernel(RopeAppend
   }
   const int head = is_v ? unit - p.q_heads - kvh : unit - p.q_heads;
   const int bs = p.kv.geom.block_size;
-  kv_store_head(p.kv, is_v, slot / bs, head, static_cast<int>(slot % bs), x, lane);
+  append_row(
+      p.kv, is_v, slot / bs, head, static_cast<int>(slot % bs), [x](int d) { return x[d]; }, lane);
 }
 
 // ------------------------------------------------------------------ SwiGLU
@@ -311,7 +313,10 @@ void cast_bf16(const float* in, int64_t ld, uint16_t* out, int m, int cols, cuda
 }
 
 const char* rope_append_unsupported_reason(const KvCacheView& kv) {
-  return kv_store_unsupported_reason(kv.geom);
+  // The stage holds kRopeWarps rows of head_dim floats in shared memory.
+  if (kv.geom.head_dim < 2 || kv.geom.head_dim > 1024) return "head_dim outside [2, 1024]";
+  if (kv_format_bits(kv.geom.format) == 0) return "unknown KV format";
+  return "";
 }
 
 void rope_append(const float* qkv, int64_t ld, int q_heads, const int32_t* positions,

@@ -10,6 +10,7 @@
 #include "reference/attention/attention.h"
 #include "reference/attention/parallel.h"
 #include "reference/core/error.h"
+#include "reference/core/mix64.h"
 #include "reference/formats/formats.h"
 #include "reference/layout/layout_names.h"
 #include "reference/quant/append.h"
@@ -20,12 +21,6 @@ namespace {
 // ---- counter-based random numbers: value = f(seed, stream, index) ---------------------------
 enum Stream : uint64_t { kStreamQ = 1, kStreamK = 2, kStreamV = 3, kStreamPages = 4 };
 
-uint64_t mix64(uint64_t x) {  // splitmix64 finalizer
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
 uint64_t random_bits(uint64_t seed, uint64_t stream, uint64_t i) {
   return mix64(mix64(seed ^ (stream * 0xD1B54A32D192ED03ull)) + i);
 }

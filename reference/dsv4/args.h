@@ -1,6 +1,6 @@
 // args.h: argument structs of the DSV4 data-plane kernels, shared by the reference
 // (kvlab::ref::dsv4_*, host buffers) and the GPU (kvlab::gpu::dsv4_*, device buffers, plus
-// a stream): the mirror contract of DESIGN.md. The cache itself is passed as the views of
+// a stream): the mirror contract (reference/README.md). The cache itself is passed as the views of
 // views.h. Pointers are plain; sizes that launch grids are host integers.
 #pragma once
 
@@ -8,7 +8,7 @@
 
 namespace kvlab {
 
-// append_swa: write raw tokens into the SWA ring (seed 004's append_swa.cu).
+// append_swa: write raw tokens into the SWA ring: quantized entry, BF16 RoPE, position.
 //   raw_kv         [num_tokens, head_dim]  BF16 bits (NoPE dims first, then RoPE dims)
 //   request_slots  [num_tokens] int32      ring page of each token, in [0, num_slots)
 //   positions      [num_tokens] int32      absolute position of each token, >= 0

@@ -3,7 +3,7 @@
 // Every rule is a call into reference/quant/scale_rules.h with the parameters of the
 // matching refquant preset (reference/quant/schemes.h), so the reference store, the GPU
 // kernels and refquant's schemes produce the same bytes:
-//   seed entry  (fp8_e4m3_per_token)  s = RN(max(amax_nope, 1e-4) / 448), one FP32 per entry
+//   per-token entry (fp8_e4m3_pt)     s = RN(max(amax_nope, 1e-4) / 448), one FP32 per entry
 //   public entry (fp8_ds_mla)         per 64-tile: s = 2^ceil_log2(RN(max(amax, 1e-4) / 448)),
 //   UE8M0 both                              NoPE code = e4m3(RN(x / s)) satfinite; RoPE = BF16 RNE
 //   of x NVFP4 key   (nvfp4, fixed t)      per 16: code = e4m3(RN(RN(max(amax,1e-4) / 6) / t)),

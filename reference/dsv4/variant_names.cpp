@@ -37,7 +37,7 @@ std::string to_string(Dsv4RingMode m) {
 }
 
 std::string to_string(const Dsv4Variant& v) {
-  if (v == Dsv4Variant::seed004()) return "seed004";
+  if (v == Dsv4Variant::per_token_scales()) return "per_token_scales";
   if (v == Dsv4Variant::public_v4()) return "public_v4";
   return "entry=" + to_string(v.entry) + ",indexer=" + to_string(v.indexer) +
          ",ring=" + to_string(v.ring);
@@ -64,9 +64,10 @@ Dsv4RingMode parse_dsv4_ring_mode(const std::string& s) {
 }
 
 Dsv4Variant parse_dsv4_variant(const std::string& s) {
-  if (s == "seed004") return Dsv4Variant::seed004();
+  // "seed004": the older name of per_token_scales, accepted here only.
+  if (s == "per_token_scales" || s == "seed004") return Dsv4Variant::per_token_scales();
   if (s == "public_v4") return Dsv4Variant::public_v4();
-  Dsv4Variant v = Dsv4Variant::seed004();
+  Dsv4Variant v = Dsv4Variant::per_token_scales();
   std::istringstream in(s);
   std::string item;
   bool any = false;
@@ -74,7 +75,7 @@ Dsv4Variant parse_dsv4_variant(const std::string& s) {
     const auto eq = item.find('=');
     KVLAB_REQUIRE(eq != std::string::npos,
                   "DSV4 variant '" << s
-                                   << "': expected seed004, public_v4 or key=value items "
+                                   << "': expected per_token_scales, public_v4 or key=value items "
                                       "(entry, indexer, ring), got item '"
                                    << item << "'");
     const std::string key = item.substr(0, eq), value = item.substr(eq + 1);
@@ -89,8 +90,9 @@ Dsv4Variant parse_dsv4_variant(const std::string& s) {
                             "' (allowed: entry, indexer, ring)");
     any = true;
   }
-  KVLAB_REQUIRE(any,
-                "empty DSV4 variant (allowed: seed004, public_v4 or entry=..,indexer=..,ring=..)");
+  KVLAB_REQUIRE(
+      any,
+      "empty DSV4 variant (allowed: per_token_scales, public_v4 or entry=..,indexer=..,ring=..)");
   return v;
 }
 

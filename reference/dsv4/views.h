@@ -1,4 +1,4 @@
-// views.h: the plain view structs of the DSV4 KV-cache substrate (seed 004's SWAView,
+// views.h: the plain view structs of the DSV4 KV-cache substrate (reference/README.md: SWAView,
 // ClassicalView, IndexerView) and their address math, host and device.
 //
 // These structs are what LayerCacheHandle hands out and what the reference functions
@@ -10,7 +10,7 @@
 // stored as FP8 E4M3 + rope_dim values stored as BF16 (+ scales). The SWA ring is one page
 // per request slot (rows = window); a compressed pool is one page per block (rows =
 // entries_per_block). Two formats (variant.h):
-//   kFp8PerToken (seed 004), three arrays:
+//   kFp8PerToken (the per_token_scales variant), three arrays:
 //     data       FP8 NoPE   [num_pages, rows, nope_dim]        uint8
 //     rope       BF16 RoPE  [num_pages, rows, rope_dim]        uint16 (bits)
 //     inv_scale  FP32       [num_pages, rows]                  real = e4m3(code) * inv_scale
@@ -21,7 +21,7 @@
 //                real = e4m3(code) * 2^(ue8m0 - 127), one scale per 64-element tile
 //     rope, inv_scale: nullptr
 //
-// The per-entry bytes are 580 (seed) and 584 (public) for 448 + 64 dims.
+// The per-entry bytes are 580 (per_token_scales) and 584 (public_v4) for 448 + 64 dims.
 #pragma once
 
 #include <cstdint>

@@ -21,9 +21,9 @@
 // Scales live beside the pools, in one token-major layout for every element layout:
 //   per-token FP32 inverse scales     [num_blocks, num_kv_heads, block_size]            (float)
 //   block scales (NVFP4 E4M3, MX UE8M0) [num_blocks, num_kv_heads, block_size, head_dim/g] (uint8)
-// where g is the scale group (16 for NVFP4, 32 for MXFP4). "Inverse scale" follows seed
-// 004: real value = stored value * scale (the scale is amax/max_finite; its inverse
-// multiplied on write).
+// where g is the scale group (16 for NVFP4, 32 for MXFP4). An "inverse scale"
+// (reference/README.md): real value = stored value * scale (the scale is amax/max_finite; its
+// inverse multiplied on write).
 //
 // Block tables: int32 [num_seqs, max_blocks_per_seq]; the logical token t of sequence s is
 // in page block_table[s][t / block_size], slot t % block_size. Slot mapping (append): int64

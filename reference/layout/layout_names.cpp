@@ -1,3 +1,4 @@
+// layout_names.cpp: names of layouts and formats (see layout_names.h).
 #include "reference/layout/layout_names.h"
 
 #include "reference/core/error.h"
@@ -48,6 +49,18 @@ const std::vector<KvFormat>& all_kv_formats() {
   return v;
 }
 
+std::vector<std::string> kv_layout_names() {
+  std::vector<std::string> v;
+  for (KvLayout l : all_kv_layouts()) v.push_back(to_string(l));
+  return v;
+}
+
+std::vector<std::string> kv_format_names() {
+  std::vector<std::string> v;
+  for (KvFormat f : all_kv_formats()) v.push_back(to_string(f));
+  return v;
+}
+
 KvLayout parse_kv_layout(const std::string& s) {
   for (KvLayout l : all_kv_layouts())
     if (to_string(l) == s) return l;
@@ -55,13 +68,31 @@ KvLayout parse_kv_layout(const std::string& s) {
   throw InvalidArgument("unknown KV layout '" + s + "' (allowed: nhd, hnd, split_x)");
 }
 
-KvFormat parse_kv_format(const std::string& s) {
+const std::vector<std::pair<std::string, std::string>>& format_name_aliases() {
+  static const std::vector<std::pair<std::string, std::string>> v{
+      {"fp8_e4m3_per_tensor", "fp8_e4m3"},
+      {"e4m3", "fp8_e4m3"},
+      {"fp8_e4m3_per_token", "fp8_e4m3_pt"},
+      {"fp8_e5m2_per_tensor", "fp8_e5m2"},
+      {"e5m2", "fp8_e5m2"},
+      {"e2m1", "fp4_e2m1"}};
+  return v;
+}
+
+std::string canonical_format_name(const std::string& name) {
+  for (const auto& [alias, canonical] : format_name_aliases())
+    if (name == alias) return canonical;
+  return name;
+}
+
+KvFormat parse_kv_format(const std::string& text) {
+  const std::string s = canonical_format_name(text);
   std::string allowed;
   for (KvFormat f : all_kv_formats()) {
     if (to_string(f) == s) return f;
     allowed += (allowed.empty() ? "" : ", ") + to_string(f);
   }
-  throw InvalidArgument("unknown KV format '" + s + "' (allowed: " + allowed + ")");
+  throw InvalidArgument("unknown KV format '" + text + "' (allowed: " + allowed + ")");
 }
 
 void validate(const PageGeometry& g) {

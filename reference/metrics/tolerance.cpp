@@ -112,7 +112,8 @@ const char* kWhyVsOrigFp4 =
     "sanity bound (FP4 E2M1 with block scales, u = 2^-2): measured rel_l2 0.10-0.13, max |err| "
     "<= 3.3u; bound 8u + u|ref|, nmse <= u^2.";
 
-// Full decode step (reference/step/decode_step.h vs gpu/runtime/decode_step_executor.h): logits in f32.
+// Full decode step (reference/step/decode_step.h vs gpu/runtime/decode_step_executor.h): logits in
+// f32.
 const char* kWhyStepLogits =
     "full decode step logits (f32), GPU vs the CPU reference or two GPU variants, teacher-forced "
     "on the same tokens. Both round the same fp32 quantities to bf16 activations and to the "
@@ -256,7 +257,7 @@ const Row kRows[] = {
      F(KvFormat::kFP8E4M3PerToken),
      kAny,
      {kInf, 0, p2(-8) + p2(-16), false,
-      "per-token E4M3 (seed 004): as fp8_e4m3 with s = token amax / 448; NMSE <= 2^-8 + 2^-16 "
+      "per-token E4M3: as fp8_e4m3 with s = token amax / 448; NMSE <= 2^-8 + 2^-16 "
       "per token; elementwise bound scale-dependent (checked by refquant's tests)."}},
     {Op::kQuantRoundTrip,
      F(KvFormat::kFP8E5M2),

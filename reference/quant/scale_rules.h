@@ -9,7 +9,7 @@
 //
 // Vocabulary. A group of elements (a token, a 16/32/64-element block, a whole tensor)
 // shares one scale s. The stored value of element x is code = encode(x / s); its real value
-// is decode(code) * s ("inverse scale" in seed 004's words: s multiplies on read).
+// is decode(code) * s (an "inverse scale": s multiplies on read).
 //
 //   amax        max |x| over the group (amax_accumulate), NaN-propagating: a NaN element
 //               gives amax = NaN and an infinite one amax = +Inf; either gives the group a
@@ -172,7 +172,7 @@ KVLAB_HD float fp32_scale_exact(float amax, float max_finite, float floor, AmaxF
   return scale_detail::is_nan(s) ? scale_detail::nan_f32() : s;
 }
 
-// The FP8 per-token / per-tensor scale of seed 004 and vLLM: exact FP32 amax / 448 (E4M3)
+// The FP8 per-token / per-tensor scale of the DSV4 substrate and vLLM: exact FP32 amax / 448 (E4M3)
 // or amax / 57344 (E5M2) with the given floor.
 KVLAB_HD float fp8_scale_from_amax(float amax, ElemFormat f, float floor, AmaxFloorAt floor_at) {
   return fp32_scale_exact(amax, elem_max_finite(f), floor, floor_at);

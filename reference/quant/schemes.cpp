@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "reference/core/error.h"
+#include "reference/layout/layout_names.h"
 #include "reference/quant/hadamard.h"
 
 namespace kvlab::ref {
@@ -52,7 +53,7 @@ const NameTable<Granularity> kGranNames{{{Granularity::kNone, "none"},
 const NameTable<ScaleFormat> kScaleFmtNames{{{ScaleFormat::kNone, "none"},
                                              {ScaleFormat::kFP32, "fp32"},
                                              {ScaleFormat::kUE8M0, "ue8m0"},
-                                             {ScaleFormat::kE4M3, "e4m3"}}};
+                                             {ScaleFormat::kE4M3, "fp8_e4m3"}}};
 const NameTable<ScaleRule> kRuleNames{{{ScaleRule::kNone, "none"},
                                        {ScaleRule::kExactFP32, "exact"},
                                        {ScaleRule::kCeilPow2, "ceil_pow2"},
@@ -149,7 +150,7 @@ void validate(const SchemeSpec& s) {
   } else {
     KVLAB_REQUIRE(s.scale_format != ScaleFormat::kNone && s.scale_rule != ScaleRule::kNone,
                   who << "granularity " << to_string(s.granularity)
-                      << " needs a scale format (fp32, ue8m0, e4m3) and a rule, got "
+                      << " needs a scale format (fp32, ue8m0, fp8_e4m3) and a rule, got "
                       << to_string(s.scale_format) << " / " << to_string(s.scale_rule));
     KVLAB_REQUIRE(s.elem != ElemFormat::kBF16 && s.elem != ElemFormat::kFP16,
                   who << "element format " << to_string(s.elem)
@@ -182,13 +183,14 @@ void validate(const SchemeSpec& s) {
                         << to_string(s.scale_rule));
       break;
     case ScaleFormat::kE4M3:
-      KVLAB_REQUIRE(s.scale_rule == ScaleRule::kE4M3Rounded,
-                    who << "e4m3 scales take rule e4m3_rounded, got " << to_string(s.scale_rule));
+      KVLAB_REQUIRE(
+          s.scale_rule == ScaleRule::kE4M3Rounded,
+          who << "fp8_e4m3 scales take rule e4m3_rounded, got " << to_string(s.scale_rule));
       break;
   }
   KVLAB_REQUIRE(
       !s.two_level || s.scale_format == ScaleFormat::kE4M3,
-      who << "two_level (an fp32 tensor scale over block scales) needs e4m3 block scales, got "
+      who << "two_level (an fp32 tensor scale over block scales) needs fp8_e4m3 block scales, got "
           << to_string(s.scale_format));
   KVLAB_REQUIRE(!(s.elem == ElemFormat::kFP4E2M1 && s.saturation == Saturation::kNonSaturating),
                 who << "fp4_e2m1 has no Inf or NaN: saturation must be satfinite, got nonsat");
@@ -269,13 +271,13 @@ SchemeSpec parse_scheme_spec(const std::string& text) {
     const std::string k = tok.substr(0, eq), v = tok.substr(eq + 1);
     modified = true;
     if (k == "elem")
-      s.elem = kElemNames.parse(k, v);
+      s.elem = kElemNames.parse(k, canonical_format_name(v));
     else if (k == "gran")
       s.granularity = kGranNames.parse(k, v);
     else if (k == "group")
       s.group_size = parse_int(k, v);
     else if (k == "scale")
-      s.scale_format = kScaleFmtNames.parse(k, v);
+      s.scale_format = kScaleFmtNames.parse(k, canonical_format_name(v));
     else if (k == "rule")
       s.scale_rule = kRuleNames.parse(k, v);
     else if (k == "floor")
@@ -311,20 +313,14 @@ SchemeSpec parse_scheme_spec(const std::string& text) {
 
 // ---------------------------------------------------------------- presets
 const std::vector<std::string>& scheme_names() {
-  static const std::vector<std::string> names{"bf16",
-                                              "fp16",
-                                              "fp8_e4m3_per_tensor",
-                                              "fp8_e5m2_per_tensor",
-                                              "fp8_e4m3_per_token",
-                                              "fp8_ds_mla",
-                                              "mxfp4",
-                                              "mxfp4_hadamard",
-                                              "nvfp4",
-                                              "mxfp8"};
+  static const std::vector<std::string> names{
+      "bf16",       "fp16",  "fp8_e4m3",       "fp8_e5m2", "fp8_e4m3_pt",
+      "fp8_ds_mla", "mxfp4", "mxfp4_hadamard", "nvfp4",    "mxfp8"};
   return names;
 }
 
-SchemeSpec preset_spec(const std::string& name) {
+SchemeSpec preset_spec(const std::string& given) {
+  const std::string name = canonical_format_name(given);
   SchemeSpec s;
   s.name = name;
   if (name == "bf16" || name == "fp16") {
@@ -333,10 +329,10 @@ SchemeSpec preset_spec(const std::string& name) {
     s.scale_format = ScaleFormat::kNone;
     s.scale_rule = ScaleRule::kNone;
     s.saturation = Saturation::kNonSaturating;  // a plain RNE cast
-  } else if (name == "fp8_e4m3_per_tensor" || name == "fp8_e5m2_per_tensor") {
-    s.elem = name == "fp8_e4m3_per_tensor" ? ElemFormat::kFP8E4M3 : ElemFormat::kFP8E5M2;
+  } else if (name == "fp8_e4m3" || name == "fp8_e5m2") {
+    s.elem = name == "fp8_e4m3" ? ElemFormat::kFP8E4M3 : ElemFormat::kFP8E5M2;
     s.granularity = Granularity::kPerTensor;
-  } else if (name == "fp8_e4m3_per_token") {
+  } else if (name == "fp8_e4m3_pt") {
     s.granularity = Granularity::kPerToken;
   } else if (name == "fp8_ds_mla") {
     s.granularity = Granularity::kPerGroup;
@@ -363,7 +359,7 @@ SchemeSpec preset_spec(const std::string& name) {
   } else {
     std::string allowed;
     for (const auto& n : scheme_names()) allowed += (allowed.empty() ? "" : ", ") + n;
-    throw InvalidArgument("unknown quantization scheme '" + name + "' (allowed: " + allowed + ")");
+    throw InvalidArgument("unknown quantization scheme '" + given + "' (allowed: " + allowed + ")");
   }
   validate(s);
   return s;

@@ -1,7 +1,7 @@
 // schemes.h: named, parameterized block-scaled quantization schemes (reference).
 //
 // A QuantScheme quantizes [rows, cols] row-major float data, one row = one token (for a KV
-// tensor [tokens, heads, head_dim] with one scale set per (token, head) — seed 004's "per
+// tensor [tokens, heads, head_dim] with one scale set per (token, head) — the DSV4 substrate's "per
 // entry" — pass rows = tokens * heads, cols = head_dim). Everything about it is a field of
 // SchemeSpec: element format, scale granularity, scale format and rule, amax floor and
 // where it applies, element clamp placement, saturation mode, an optional Walsh-Hadamard
@@ -44,10 +44,13 @@
 //
 // Presets (make_scheme(name); scheme_names() lists them):
 //   bf16, fp16                plain RNE casts, no scale
-//   fp8_e4m3_per_tensor       E4M3, FP32 per-tensor scale amax/448
-//   fp8_e5m2_per_tensor       E5M2, FP32 per-tensor scale amax/57344
-//   fp8_e4m3_per_token        E4M3, FP32 inverse scale per row = RN(max(amax,1e-4)/448) (seed
-//                             004; what append_kv writes for kFP8E4M3PerToken)
+//   fp8_e4m3                  E4M3, FP32 per-tensor scale amax/448
+//   fp8_e5m2                  E5M2, FP32 per-tensor scale amax/57344
+//   fp8_e4m3_pt               E4M3, FP32 inverse scale per row = RN(max(amax,1e-4)/448) (the
+//                             DSV4 per_token_scales entries; what append_kv writes for
+//                             kFP8E4M3PerToken)
+// (Names: reference/layout/layout_names.h; the older spellings fp8_e4m3_per_tensor,
+// fp8_e5m2_per_tensor and fp8_e4m3_per_token are accepted by make_scheme.)
 //   fp8_ds_mla                DeepSeek-V4: cols = 512 = 448 FP8 E4M3 NoPE in 7 tiles of 64
 //                             with UE8M0 ceil-pow2 scales + 64 BF16 RoPE; record = 448 + 128 +
 //                             7 + 1 pad = 584 bytes

@@ -18,6 +18,7 @@
 #endif
 
 #include "reference/core/hostdevice.h"
+#include "reference/core/mix64.h"
 #include "reference/formats/formats.h"
 
 namespace kvlab::step {
@@ -53,13 +54,6 @@ KVLAB_HD float fma_rn(float a, float b, float c) {
 }
 
 // ------------------------------------------------------------------ counter-based randomness
-// SplitMix64's finalizer: a bijective 64-bit mix (Steele, Lea, Flood 2014).
-KVLAB_HD uint64_t mix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
 // Hash of (seed, stream, index): independent streams (tensors, sampling rows) from one seed.
 KVLAB_HD uint64_t hash3(uint64_t seed, uint64_t stream, uint64_t index) {
   return mix64(mix64(seed ^ mix64(stream)) + index);

@@ -5,14 +5,15 @@
 #include <cmath>
 
 #include "reference/core/error.h"
+#include "reference/core/mix64.h"
 
 namespace kvlab::ref {
 namespace {
+// One SplitMix64 step: the output of state x, then x advanced.
 uint64_t splitmix64(uint64_t& x) {
-  uint64_t z = (x += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
+  const uint64_t z = mix64(x);
+  x += kGolden64;
+  return z;
 }
 uint64_t rotl(uint64_t x, int k) {
   return (x << k) | (x >> (64 - k));

@@ -24,14 +24,6 @@ std::string TextLocation::str() const {
   return os.str();
 }
 
-std::string trim(const std::string& s) {
-  const char* ws = " \t\r\n";
-  const size_t b = s.find_first_not_of(ws);
-  if (b == std::string::npos) return "";
-  const size_t e = s.find_last_not_of(ws);
-  return s.substr(b, e - b + 1);
-}
-
 std::vector<std::string> split_fields(const std::string& line, char sep) {
   std::vector<std::string> out;
   size_t start = 0;

@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "reference/core/strings.h"  // trim
+
 namespace kvlab::sim {
 
 // Where a value came from, for error messages: "file:line: field 'name'".
@@ -22,7 +24,6 @@ struct TextLocation {
   std::string str() const;
 };
 
-std::string trim(const std::string& s);
 // Splits on `sep` without quoting rules (sim's files never quote); fields are trimmed.
 std::vector<std::string> split_fields(const std::string& line, char sep);
 

@@ -45,7 +45,8 @@ struct Calibration {
 // time that is not finite and > 0, or all memory-bound records with the same bytes.
 Calibration calibrate(const std::vector<KernelTiming>& records);
 
-// Decode attention: the fidelity target of issue #6 (median error <= 10 % on the H100).
+// Decode attention: the cost model's fidelity target is a median |predicted - measured| /
+// measured of at most 10 % on the H100 (kvlab calibrate, experiments/calibrate/FIDELITY.md).
 struct DecodeAttentionMeasurement {
   std::string label;
   DecodeAttentionShape shape;

@@ -1,9 +1,10 @@
 // gpu_spec.h: GPU figures for the roofline cost model, read from data/gpus/gpus.csv.
 //
 // Every figure is a datasheet number (cited in the CSV), in SI base units here (bytes,
-// bytes/s, FLOP/s). Measured ceilings (the project's H100: read 3.09 TB/s, copy 3.02 TB/s,
-// DESIGN.md) sit beside them; the cost model uses the measured read ceiling for memory-bound
-// operations when one is present and the caller allows it (CostModelConfig).
+// bytes/s, FLOP/s). Measured ceilings (the gpus.csv columns measured_*: the ceilings of
+// gpu/README.md, "Measuring", measured on that device) sit beside them; the cost model uses the
+// measured read ceiling for memory-bound operations when one is present and the caller allows it
+// (CostModelConfig).
 #pragma once
 
 #include <cstdint>

@@ -1,4 +1,4 @@
-// roofline.h: the roofline cost model (seed 001's memory-bound analysis, made executable).
+// roofline.h: the roofline cost model (decode's memory-bound analysis, made executable).
 //
 // An operation moves `bytes` through HBM and performs `flops`; on a GPU with read ceiling
 // BW and matrix rate P it takes at least
@@ -7,7 +7,7 @@
 // memory-bound. Decode attention reads the whole attended KV history once per step
 // (intensity ~ the GQA group size, far below the ridge: memory-bound at any batch); a GEMM
 // [M, K] x [K, N] has intensity ~ M for small M (memory-bound at batch 1, compute-bound at
-// batch in the hundreds, as seed 001 says for nn.Linear(1024, 4096)).
+// batch in the hundreds, e.g. nn.Linear(1024, 4096)).
 //
 // A serving step is the sum of its kernels: per layer QKV projection, RoPE, KV append,
 // decode and prefill attention, O projection, gated MLP, elementwise (norms, residual,

@@ -1,4 +1,4 @@
-// handle.h: LayerCacheHandle, seed 004's typed per-call view of one layer's cache.
+// handle.h: LayerCacheHandle, the typed per-call view of one layer's cache.
 //
 // Returned by KVCacheManager::acquire(layer): a few pointers copied out of views the
 // backend built at creation, so acquiring allocates nothing (0 bytes of device memory;

@@ -1,4 +1,4 @@
-// manager.h: KVCacheManager, seed 004's owner of the DSV4 cache: schema, budget, pools
+// manager.h: KVCacheManager, the owner of the DSV4 cache: schema, budget, pools
 // (through a backend), the block allocator and the request lifecycle. CUDA-free: the
 // serving simulation runs it with the host backend, real runs with the GPU backend.
 //

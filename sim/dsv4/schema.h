@@ -1,6 +1,7 @@
 // schema.h: per-layer KV-cache shapes of the DSV4 substrate and the block budget.
 //
-// The control plane's view of seed 004's schema.py. Everything here is byte accounting and
+// The control plane's view of the per-layer cache shapes (reference/README.md, "The DSV4
+// substrate"). Everything here is byte accounting and
 // shape math (CUDA-free); the GPU pools (gpu/dsv4) and the host pools (sim/dsv4/host_backend)
 // are allocated from exactly these numbers, and the serving simulation's capacity planner
 // consumes the same API.
@@ -17,12 +18,13 @@
 // State (per request slot, allocated for max_requests at start, never paged):
 //   SWA ring   window entries in the layer's entry format + int32 position per entry +
 //              an int32 head                                                 (every layer)
-//   streams    FP32 raw projection rows the streaming compressor still needs (seed 004
-//              calls it the tail; tail_tokens below is its count of pending tokens, 3 / 127):
+//   streams    FP32 raw projection rows the streaming compressor still needs (the "tail":
+//              tail_tokens below counts its pending tokens, 3 / 127):
 //              CSA (overlap): ka, za [2, ratio, d] (lane a of the previous and the current
 //                window, indexed by window parity) and kb, zb [ratio, d] (lane b of the
 //                current window): entry i needs lane a of window i-1 and lane b of window i,
-//                so the state keeps 2 * ratio lane-a rows, more than the seed's tail of 3.
+//                so the state keeps 2 * ratio lane-a rows, more than a tail of 3 pending
+//                tokens would hold.
 //                Kept for the main entries (d = head_dim) and the indexer (d = indexer_dim).
 //              HCA: ka, za [ratio, d] (single lane, d = head_dim).
 //              SWA: none.
@@ -33,7 +35,7 @@
 #include <vector>
 
 #include "reference/dsv4/variant.h"
-#include "sim/dsv4/model_stack.h"
+#include "sim/dsv4/dsv4_model_stack.h"
 
 namespace kvlab::sim {
 
@@ -44,8 +46,8 @@ constexpr int64_t kDsv4ArenaBuffersPerLayer = 18;
 
 struct Dsv4CacheConfig {
   int32_t block_tokens = 128;  // BLOCK_SIZE_ORIGINAL_TOKENS: a multiple of every ratio
-  Dsv4Variant variant = Dsv4Variant::seed004();
-  // NVFP4 indexer keys (seed variant) need a fixed FP32 tensor scale for a cache that
+  Dsv4Variant variant = Dsv4Variant::per_token_scales();
+  // NVFP4 indexer keys (per_token_scales variant) need a fixed FP32 tensor scale for a cache that
   // streams: block scales are E4M3 codes of RN(RN(amax/6) / t). 1.0 covers |key| <= 2688.
   float indexer_tensor_scale = 1.0f;
 };
@@ -71,7 +73,7 @@ struct Dsv4LayerSchema {
 
   // Streaming compressor state.
   bool overlap = false;     // CSA: two lanes, overlapping windows
-  int32_t tail_tokens = 0;  // seed 004's tail: pending tokens of an unfinished window (ratio - 1)
+  int32_t tail_tokens = 0;  // the tail: pending tokens of an unfinished window (ratio - 1)
   int32_t state_rows = 0;   // raw rows kept: CSA 2 * ratio (previous + current window), HCA ratio
   int64_t stream_bytes_per_slot = 0;  // FP32 ka/za(/kb/zb), main + indexer
   int64_t swa_bytes_per_slot = 0;     // ring entries + positions + head

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "reference/core/error.h"
+#include "reference/core/mix64.h"
 #include "sim/alloc/block_table.h"
 
 namespace kvlab::sim {
@@ -15,13 +16,6 @@ namespace {
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 constexpr uint64_t kRootHash = 0x6B766C61625F6B76ull;  // parent hash of block 0
-
-uint64_t mix64(uint64_t z) {  // splitmix64 finalizer
-  z += 0x9E3779B97F4A7C15ull;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
 
 }  // namespace
 

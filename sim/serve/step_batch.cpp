@@ -4,18 +4,9 @@
 #include <algorithm>
 
 #include "reference/core/error.h"
+#include "reference/core/mix64.h"
 
 namespace kvlab::sim {
-namespace {
-
-uint64_t mix64(uint64_t z) {  // splitmix64 finalizer
-  z += 0x9E3779B97F4A7C15ull;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
-}  // namespace
 
 TokenHistory::TokenHistory(const std::vector<Request>& requests, int32_t vocab)
     : reqs_(&requests), vocab_(vocab), gen_(requests.size()) {

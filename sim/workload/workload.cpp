@@ -7,6 +7,7 @@
 #include <unordered_set>
 
 #include "reference/core/error.h"
+#include "reference/core/mix64.h"
 #include "sim/core/text.h"
 #include "sim/workload/random.h"
 
@@ -235,11 +236,9 @@ class LengthSampler {
 };
 
 // Distinct, fixed stream ids so that each quantity has its own generator.
+// (SplitMix64's output number `stream` from state `seed`.)
 uint64_t stream_seed(uint64_t seed, uint64_t stream) {
-  uint64_t z = seed + 0x9E3779B97F4A7C15ull * (stream + 1);  // splitmix64 finalizer
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
+  return mix64(seed + kGolden64 * stream);
 }
 
 }  // namespace

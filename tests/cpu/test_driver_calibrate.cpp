@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "experiments/bench/registry.h"
+#include "experiments/cli/registry.h"
 #include "experiments/calibrate/calibrate.h"
 #include "experiments/cli/cli.h"
 #include "experiments/h5/h5.h"
@@ -128,7 +128,7 @@ void write_results(const std::string& path, const std::vector<SynthPoint>& pts, 
     r.metric("min_bytes",
              fs.min_bytes_factor *
                  kind_min_bytes(sp.format, lens, 8, 8 * static_cast<int>(sp.gqa_group), 128));
-    rf->write_point(p, r);
+    rf->write_point(p, b, r);
   }
   rf->end_run(index, 0);
   rf.reset();

@@ -14,7 +14,7 @@
 #include <random>
 #include <sstream>
 
-#include "experiments/bench/registry.h"
+#include "experiments/cli/registry.h"
 #include "experiments/h5/durable.h"
 #include "experiments/h5/file_io.h"
 #include "experiments/h5/h5.h"
@@ -261,9 +261,9 @@ TEST(DriverIntegrity, CheckFindsChangedCellsTracesAndAttributes) {
   const std::string p = t.file("r.h5");
   const SweepSpec spec = parse_sweep(
       "seed = 4\n[f]\nkind = format_error\nformat = e4m3,e2m1\ntokens = 16\nhead_dim = 32\n", "t");
-  const std::vector<Point> all = expand(spec);
+  const std::vector<Point> all = expand(spec, registered_kinds());
   RunMeta meta;
-  meta.identity = make_identity(spec, all, true);
+  meta.identity = make_identity(spec, all, true, registered_kinds());
   {
     h5::DurableFile::Options o;
     o.fsync = false;
@@ -273,7 +273,7 @@ TEST(DriverIntegrity, CheckFindsChangedCellsTracesAndAttributes) {
     RunContext ctx;
     for (const auto& pt : all) {
       Record r = find_bench("format_error").run(pt, ctx);
-      rf->write_point(pt, r);
+      rf->write_point(pt, find_bench("format_error"), r);
     }
     rf->end_run(2, 0);
   }
@@ -315,8 +315,8 @@ TEST(DriverIntegrity, CheckFindsChangedCellsTracesAndAttributes) {
 TEST(DriverIntegrity, IdentityDifferencesAreSpelledOut) {
   const SweepSpec a = parse_sweep("seed = 1\n[f]\nkind = format_error\ntokens = 16,32\n", "a");
   SweepSpec b = parse_sweep("seed = 2\n[f]\nkind = format_error\ntokens = 16,64\n", "b");
-  const SweepIdentity ia = make_identity(a, expand(a), true);
-  const SweepIdentity ib = make_identity(b, expand(b), false);
+  const SweepIdentity ia = make_identity(a, expand(a, registered_kinds()), true, registered_kinds());
+  const SweepIdentity ib = make_identity(b, expand(b, registered_kinds()), false, registered_kinds());
   EXPECT_EQ(identity_difference(ia, ia, "x", "y"), "");
   const std::string d = identity_difference(ia, ib, "file.h5", "this run");
   EXPECT_NE(d.find("seed: file.h5 has 1, this run has 2"), std::string::npos) << d;
@@ -407,7 +407,7 @@ TEST(DriverIntegrity, WhereParserHasLimits) {
   const SweepSpec s =
       parse_sweep("[f]\nkind = format_error\ntokens = 16,32\nwhere = tokens > 100\n", "t");
   try {
-    expand(s);
+    expand(s, registered_kinds());
     ADD_FAILURE() << "an empty sweep was accepted";
   } catch (const kvlab::InvalidArgument& e) {
     EXPECT_NE(std::string(e.what()).find("no points"), std::string::npos) << e.what();

@@ -8,7 +8,7 @@
 #include <set>
 #include <string>
 
-#include "experiments/bench/registry.h"
+#include "experiments/cli/registry.h"
 #include "experiments/sweep/axis_rule.h"
 #include "reference/core/error.h"
 #include "sim/core/text.h"

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "experiments/bench/registry.h"
+#include "experiments/cli/registry.h"
 #include "experiments/h5/h5.h"
 #include "experiments/kinds/serving_common.h"
 #include "experiments/results/result_file.h"
@@ -114,7 +114,7 @@ void write_calibration(const std::string& path, const std::string& preset = "tin
         {"prefill_context_tokens", double(s.prefill_context_tokens)},
         {"num_sampled", double(s.num_sampled)}};
     for (const auto& [k, v] : m) r.metric(k, v);
-    rf->write_point(p, r);
+    rf->write_point(p, b, r);
   };
   for (int nd : {1, 2, 4, 8, 16})
     for (int ctx : {32, 300}) add(nd, ctx, 0, 0, 0, true);

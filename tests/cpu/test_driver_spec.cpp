@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "experiments/bench/registry.h"
+#include "experiments/cli/registry.h"
 #include "experiments/sweep/expr.h"
 #include "experiments/sweep/spec.h"
 #include "experiments/sweep/values.h"
@@ -80,41 +80,44 @@ TEST(DriverSpec, Expressions) {
 
 TEST(DriverSpec, ExpandCartesianZipConstraint) {
   SweepSpec s = parse_sweep(
-      "seed = 5\n[f]\nkind = format_error\nformat = e4m3,e2m1\ntokens = 8,16,32\nhead_dim = "
+      "seed = 5\n[f]\nkind = format_error\nformat = fp8_e4m3,fp4_e2m1\ntokens = 8,16,32\nhead_dim "
+      "= "
       "16,32,64\n"
-      "zip = tokens, head_dim\nwhere = format == 'e4m3' or tokens < 32\n",
+      "zip = tokens, head_dim\nwhere = format == 'fp8_e4m3' or tokens < 32\n",
       "test");
   EXPECT_EQ(s.seed, 5u);
-  const auto pts = expand(s);
-  ASSERT_EQ(pts.size(), 5u);  // 2 formats x 3 zipped pairs, minus (e2m1, 32)
-  EXPECT_EQ(pts[0].str("format"), "e4m3");
+  const auto pts = expand(s, registered_kinds());
+  ASSERT_EQ(pts.size(), 5u);  // 2 formats x 3 zipped pairs, minus (fp4_e2m1, 32)
+  EXPECT_EQ(pts[0].str("format"), "fp8_e4m3");
   EXPECT_EQ(pts[0].integer("tokens"), 8);
   EXPECT_EQ(pts[0].integer("head_dim"), 16);
   EXPECT_EQ(pts[2].integer("tokens"), 32);
   EXPECT_EQ(pts[2].integer("head_dim"), 64);
-  EXPECT_EQ(pts[4].str("format"), "e2m1");
+  EXPECT_EQ(pts[4].str("format"), "fp4_e2m1");
   EXPECT_EQ(pts[4].integer("tokens"), 16);
   for (size_t i = 0; i < pts.size(); ++i) EXPECT_EQ(pts[i].index, static_cast<int64_t>(i));
   EXPECT_EQ(pts[0].str("dist"), "gaussian");  // the bench's default
   EXPECT_EQ(pts[0].key(),
             "f/"
-            "format_error:format=e4m3,scaling=amax,saturation=satfinite,dist=gaussian,tokens=8,"
+            "format_error:format=fp8_e4m3,scaling=amax,saturation=satfinite,dist=gaussian,tokens=8,"
             "head_dim=16,seed=0");
-  EXPECT_EQ(fingerprint(pts), fingerprint(expand(s)));
+  EXPECT_EQ(fingerprint(pts), fingerprint(expand(s, registered_kinds())));
 }
 
 TEST(DriverSpec, OverridesAndSelection) {
   SweepSpec s = parse_sweep(
       "[a]\nkind = format_error\nformat = e4m3\n[b]\nkind = quant_error\nscheme = mxfp4\n", "t");
   s.overrides = {"tokens=4,8"};  // both kinds have tokens
-  auto pts = expand(s);
+  auto pts = expand(s, registered_kinds());
   EXPECT_EQ(pts.size(), 4u);
   s.overrides = {"a.format=all"};
-  EXPECT_EQ(expand(s).size(), 5u + 1u);
+  EXPECT_EQ(expand(s, registered_kinds()).size(), 5u + 1u);
   s.overrides = {"nope=1"};
-  EXPECT_NE(error_of([&] { expand(s); }).find("unknown axis 'nope'"), std::string::npos);
+  EXPECT_NE(error_of([&] { expand(s, registered_kinds()); }).find("unknown axis 'nope'"),
+            std::string::npos);
   s.overrides = {"c.tokens=1"};
-  EXPECT_NE(error_of([&] { expand(s); }).find("unknown study 'c'"), std::string::npos);
+  EXPECT_NE(error_of([&] { expand(s, registered_kinds()); }).find("unknown study 'c'"),
+            std::string::npos);
   s.overrides = {};
   select_studies(&s, "b");
   ASSERT_EQ(s.studies.size(), 1u);
@@ -124,7 +127,7 @@ TEST(DriverSpec, OverridesAndSelection) {
 
 TEST(DriverSpec, ConfigErrorsNameTheProblem) {
   auto err = [](const std::string& text) {
-    return error_of([&] { expand(parse_sweep(text, "cfg.ini")); });
+    return error_of([&] { expand(parse_sweep(text, "cfg.ini"), registered_kinds()); });
   };
   EXPECT_NE(err("[a]\nkind = format_error\nnot a key value line\n").find("malformed config"),
             std::string::npos);
@@ -169,6 +172,6 @@ TEST(DriverSpec, EveryBenchDeclaresConsistentAxes) {
       EXPECT_FALSE(names.count(m.name)) << b->name() << ": metric " << m.name << " is also an axis";
     // Default points expand and describe themselves.
     SweepSpec s = parse_sweep("[x]\nkind = " + b->name() + "\n", "t");
-    EXPECT_EQ(expand(s).size(), 1u) << b->name();
+    EXPECT_EQ(expand(s, registered_kinds()).size(), 1u) << b->name();
   }
 }

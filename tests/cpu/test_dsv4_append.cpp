@@ -13,7 +13,7 @@ namespace kvlab::test::dsv4 {
 namespace {
 
 const Dsv4Variant kVariants[] = {
-    Dsv4Variant::seed004(),
+    Dsv4Variant::per_token_scales(),
     Dsv4Variant::public_v4(),
     {Dsv4EntryFormat::kFp8DsMla, Dsv4IndexerFormat::kNvfp4, Dsv4RingMode::kAtomicHead},
     {Dsv4EntryFormat::kFp8PerToken, Dsv4IndexerFormat::kMxfp4Hadamard, Dsv4RingMode::kPosModWindow},

@@ -188,7 +188,8 @@ TEST_P(Dsv4Decode, BadInputIsAClearError) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Variants, Dsv4Decode,
-                         ::testing::Values(Dsv4Variant::seed004(), Dsv4Variant::public_v4()),
+                         ::testing::Values(Dsv4Variant::per_token_scales(),
+                                           Dsv4Variant::public_v4()),
                          [](const auto& info) { return to_string(info.param); });
 
 }  // namespace

@@ -28,7 +28,7 @@ struct Fixture {
 // test_tiny: swa, (csa, hca) x 2; ratios 4 / 16, window 16; block_tokens 16:
 // CSA 4 entries per block, HCA 1. Budget: `blocks` blocks, `slots` request slots.
 Fixture make(int64_t blocks, int32_t slots, int64_t max_ctx = 48,
-             Dsv4Variant v = Dsv4Variant::seed004()) {
+             Dsv4Variant v = Dsv4Variant::per_token_scales()) {
   Fixture f;
   Dsv4CacheConfig c;
   c.block_tokens = 16;
@@ -55,7 +55,7 @@ std::string error_of(F&& fn) {
 }
 
 TEST(Dsv4Manager, PoolShapesMatchTheArchitectureSpec) {
-  for (auto v : {Dsv4Variant::seed004(), Dsv4Variant::public_v4()}) {
+  for (auto v : {Dsv4Variant::per_token_scales(), Dsv4Variant::public_v4()}) {
     Dsv4CacheConfig c;
     c.variant = v;
     const auto sc = build_dsv4_schema(load_dsv4_model_stack(model_path("test_mixed.ini")), c);

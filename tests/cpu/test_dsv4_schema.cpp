@@ -142,7 +142,7 @@ TEST(Dsv4Schema, RatioMismatchIsAClearError) {
   c = Dsv4CacheConfig{};
   c.variant = Dsv4Variant::public_v4();
   EXPECT_NE(error_of([&] { build_dsv4_schema(s, c); }).find("multiple of 128"), std::string::npos);
-  c.variant = Dsv4Variant::seed004();
+  c.variant = Dsv4Variant::per_token_scales();
   c.indexer_tensor_scale = 0;
   EXPECT_THROW(build_dsv4_schema(flash(), c), InvalidArgument);
 }
@@ -179,7 +179,7 @@ TEST(Dsv4Schema, ModelFileErrorsNameTheLineAndTheAllowedValues) {
 }
 
 TEST(Dsv4Schema, VariantNamesParse) {
-  EXPECT_EQ(parse_dsv4_variant("seed004"), Dsv4Variant::seed004());
+  EXPECT_EQ(parse_dsv4_variant("seed004"), Dsv4Variant::per_token_scales());
   EXPECT_EQ(parse_dsv4_variant("public_v4"), Dsv4Variant::public_v4());
   const auto v = parse_dsv4_variant("entry=fp8_ds_mla,ring=pos_mod_window");
   EXPECT_EQ(v.entry, Dsv4EntryFormat::kFp8DsMla);
@@ -217,7 +217,7 @@ TEST(Dsv4Schema, BudgetHoldsStatePlusBlocksAndRejectsTooSmall) {
 }
 
 TEST(Dsv4Schema, BytesPerTokenAt128kAgainstBf16) {
-  for (auto variant : {Dsv4Variant::seed004(), Dsv4Variant::public_v4()}) {
+  for (auto variant : {Dsv4Variant::per_token_scales(), Dsv4Variant::public_v4()}) {
     Dsv4CacheConfig c;
     c.variant = variant;
     const auto sc = build_dsv4_schema(flash(), c);

@@ -96,16 +96,9 @@ void check_element_bounds(const QuantScheme& sc, const std::vector<float>& x, in
 }
 
 TEST(QuantSchemes, PresetsExistAndValidate) {
-  const std::vector<std::string> want{"bf16",
-                                      "fp16",
-                                      "fp8_e4m3_per_tensor",
-                                      "fp8_e5m2_per_tensor",
-                                      "fp8_e4m3_per_token",
-                                      "fp8_ds_mla",
-                                      "mxfp4",
-                                      "mxfp4_hadamard",
-                                      "nvfp4",
-                                      "mxfp8"};
+  const std::vector<std::string> want{"bf16",        "fp16",       "fp8_e4m3", "fp8_e5m2",
+                                      "fp8_e4m3_pt", "fp8_ds_mla", "mxfp4",    "mxfp4_hadamard",
+                                      "nvfp4",       "mxfp8"};
   EXPECT_EQ(scheme_names(), want);
   for (const auto& n : scheme_names()) {
     const QuantScheme s = make_scheme(n);

@@ -8,7 +8,7 @@
 #include "reference/core/error.h"
 #include "sim/core/text.h"
 #include "sim/cost/gpu_spec.h"
-#include "sim/dsv4/model_stack.h"
+#include "sim/dsv4/dsv4_model_stack.h"
 #include "sim/dsv4/schema.h"
 #include "sim/model/model_stack.h"
 #include "sim/plan/capacity.h"

@@ -9,8 +9,8 @@
 #include <map>
 #include <string>
 
-#include "experiments/bench/registry.h"
-#include "experiments/run/gpu_hooks.h"
+#include "experiments/cli/registry.h"
+#include "experiments/device/device.h"
 #include "gpu/attention/decode.h"
 #include "gpu/core/device_info.h"
 

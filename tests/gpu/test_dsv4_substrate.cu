@@ -246,7 +246,7 @@ std::map<int32_t, std::vector<uint8_t>> ring_by_position(const Dsv4SwaView& v, i
   return m;
 }
 
-const Dsv4Variant kVariants[] = {Dsv4Variant::seed004(), Dsv4Variant::public_v4()};
+const Dsv4Variant kVariants[] = {Dsv4Variant::per_token_scales(), Dsv4Variant::public_v4()};
 
 // ------------------------------------------------------------------ append_swa
 // Decode-only traffic (one token per slot per launch) wraps the ring several times: the
@@ -764,8 +764,8 @@ TEST(Dsv4Gpu, AcquireAllocatesNothingAndWorksInsideACapturedGraph) {
 TEST(Dsv4Gpu, DeviceManagerLifecycleMirrorsTheHostManager) {
   SKIP_WITHOUT_GPU();
   // 4 slots of up to 64 tokens (4 blocks each) over 6 blocks: exhaustion is reachable.
-  auto host =
-      make_host_cache("test_tiny.ini", Dsv4Variant::seed004(), 16, 4, 64, /*extra_blocks=*/-10);
+  auto host = make_host_cache("test_tiny.ini", Dsv4Variant::per_token_scales(), 16, 4, 64,
+                              /*extra_blocks=*/-10);
   ASSERT_EQ(host.budget.num_blocks, 6);
   auto dev = make_device_cache(host);
   std::mt19937_64 g(seed_for("dsv4.gpu.lifecycle"));

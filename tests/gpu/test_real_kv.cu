@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "experiments/device/device.h"
 #include "experiments/h5/h5.h"
 #include "experiments/model/model_eval.h"
 #include "experiments/model/model_file.h"
@@ -270,6 +271,54 @@ TEST(RealModelExecutor, RealWeightsMatchTheCpuReference) {
       ErrorStats es;
       ASSERT_TRUE(check(lg.data(), r.logits().data(), lg.size(), tol, &es))
           << path << " " << to_string(f) << " position " << i << ": " << to_string(es);
+    }
+  }
+}
+
+// The driver's GPU engine of a teacher-forced run (experiments/device/device.h:
+// decode_logits_on_device, implemented by the CUDA backend in experiments/cuda/real_model.cpp)
+// on the tiny preset's synthetic weights, one sequence fed a seeded token sequence: every
+// step's logits within tolerance(kDecodeStepLogits) of the CPU reference fed the same tokens,
+// per cache format, with a different pool scale per layer; and every step reported once, in
+// order.
+TEST(RealModelExecutor, DriverGpuEngineMatchesTheCpuReference) {
+  KVLAB_SKIP_WITHOUT_GPU();
+  const DecoderConfig c = decoder_preset("tiny");
+  const DecoderWeights w = synthetic_weights(c);
+  const int n = 19;  // steps; the sequence holds one token more than is fed
+  std::vector<int32_t> toks(n + 1);
+  for (int i = 0; i <= n; ++i) toks[i] = (37 * i + 11) % c.vocab;
+  for (KvFormat f :
+       {KvFormat::kBF16, KvFormat::kFP8E4M3, KvFormat::kFP8E4M3PerToken, KvFormat::kNVFP4}) {
+    std::vector<float> ks, vs;
+    ref::StepCacheOptions rc;
+    rc.format = f;
+    for (int l = 0; l < c.layers; ++l) {
+      // around the decode_step kind's 0.02 (unit-scale synthetic K/V over the FP8/FP4 range)
+      ks.push_back(0.02f * (1.0f + 0.25f * l));
+      vs.push_back(0.016f * (1.0f + 0.25f * l));
+      ref::LayerKvSpec ls;
+      ls.format = f;
+      ls.k_scale = ks.back();
+      ls.v_scale = vs.back();
+      rc.layers.push_back(ls);
+    }
+    std::vector<std::vector<float>> got;
+    exp::decode_logits_on_device(c, w, f, ks, vs, n + 1, toks, n, [&](int i, const float* lg) {
+      EXPECT_EQ(i, static_cast<int>(got.size())) << to_string(f);
+      got.emplace_back(lg, lg + c.vocab);
+    });
+    ASSERT_EQ(static_cast<int>(got.size()), n) << to_string(f);
+    ref::DecoderRef r(c, w, rc, 1, n + 1);
+    std::vector<int32_t> table(static_cast<size_t>(r.blocks_per_seq()));
+    for (size_t b = 0; b < table.size(); ++b) table[b] = static_cast<int32_t>(b);
+    r.start(1, table);
+    const Tolerance tol = tolerance(Op::kDecodeStepLogits, f, DType::kF32);
+    for (int i = 0; i < n; ++i) {
+      r.step({toks[i]});
+      ErrorStats es;
+      ASSERT_TRUE(check(got[i].data(), r.logits().data(), got[i].size(), tol, &es))
+          << to_string(f) << " step " << i << ": " << to_string(es);
     }
   }
 }

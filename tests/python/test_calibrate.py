@@ -30,7 +30,7 @@ def _abs_err(pred, meas):
 def test_h100_table_and_summary(calibration):
     out, stdout = calibration
     assert "fidelity: 106 records" in stdout and "on H100-SXM5-80GB" in stdout, stdout[-2000:]
-    assert "calibrated, leave-one-out" in stdout and "issue #6 target" in stdout
+    assert "calibrated, leave-one-out" in stdout and "fidelity target" in stdout
     res = load(str(out))
     cal = res.ok("calibrate")
     assert len(cal) == 1

@@ -52,7 +52,7 @@ def test_sweep_result_is_self_describing(small_results):
     assert (q["rel_l2_mean"] > 0).all() and (q["bytes_per_token"] > 0).all()
     # bf16 is far more accurate than 4-bit formats on the same data.
     by = q.groupby("scheme")["rel_l2_mean"].mean()
-    assert by["bf16"] < by["fp8_e4m3_per_token"] < by["mxfp4"]
+    assert by["bf16"] < by["fp8_e4m3_pt"] < by["mxfp4"]
     trace = r.trace(q.iloc[0], "rel_l2_per_token")
     assert trace.shape == (128,)
 

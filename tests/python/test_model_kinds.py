@@ -117,7 +117,7 @@ where = k_format == v_format
         assert set(status[real & (scheme == "fp8_ds_mla")]) == {"skipped"}  # needs 512 columns
         ok = real & (status == "ok")
         assert (rel[ok & (scheme == "bf16")] < 2 ** -8).all()
-        assert (rel[ok & (scheme == "mxfp4")] > rel[ok & (scheme == "fp8_e4m3_per_token")].max()).all()
+        assert (rel[ok & (scheme == "mxfp4")] > rel[ok & (scheme == "fp8_e4m3_pt")].max()).all()
         assert set(layers[ok & (scheme != "bf16")]) == {2} and set(layers[ok & (scheme == "bf16")]) == {1}
     figs = tmp_path / "figs"
     from analysis.figures import model as model_figures

@@ -1,11 +1,11 @@
 """The cache views of the DeepSeek-V4-style substrate (reference/dsv4/views.h) as plain
 objects of arrays, for kvlab.ref.dsv4_* (numpy) and kvlab.ops.dsv4_* (CUDA tensors).
 
-    ring = SwaRing.empty(num_slots=4, window=128)                       # numpy, seed 004 storage
+    ring = SwaRing.empty(num_slots=4, window=128)                       # numpy, per_token_scales storage
     ring = SwaRing.empty(4, 128, entry_format="fp8_ds_mla", ring_mode="pos_mod_window",
                          like=torch.empty(0, device="cuda"))           # torch on the GPU
 
-Storage variants (reference/dsv4/variant.h): entries "fp8_per_token" (seed 004: FP8 NoPE,
+Storage variants (reference/dsv4/variant.h): entries "fp8_per_token" (per_token_scales: FP8 NoPE,
 BF16 RoPE, one FP32 inverse scale per entry) or "fp8_ds_mla" (public V4: 584-byte records,
 64-element tiles with UE8M0 scales, a page = data rows then scale rows); indexer keys
 "nvfp4" or "mxfp4_hadamard"; ring slots "atomic_head" or "pos_mod_window".

@@ -210,6 +210,40 @@ def _open_shared(path: str, timeout_s: float = 10.0):
             raise ResultFileError(f"{path} is not a readable HDF5 file: {e}") from None
 
 
+# One spelling per format (reference/layout/layout_names.h): files written before the names
+# were unified hold older spellings, mapped here, as a file is read, to the canonical name.
+# FORMAT_ALIASES is format_name_aliases() of reference/layout/layout_names.cpp
+# (tests/python/test_names.py checks that they agree).
+FORMAT_ALIASES = {
+    "fp8_e4m3_per_tensor": "fp8_e4m3",
+    "e4m3": "fp8_e4m3",
+    "fp8_e4m3_per_token": "fp8_e4m3_pt",
+    "fp8_e5m2_per_tensor": "fp8_e5m2",
+    "e5m2": "fp8_e5m2",
+    "e2m1": "fp4_e2m1",
+}
+# The DSV4 storage bundle's older name (reference/dsv4/variant_names.h).
+VARIANT_ALIASES = {"seed004": "per_token_scales"}
+# Index columns that hold format names (kv_format, quant_error's and real_kv_error's scheme,
+# format_error's format, model_quality's k_format / v_format) or DSV4 bundle names.
+_NAME_COLUMNS = {"kv_format": FORMAT_ALIASES, "scheme": FORMAT_ALIASES, "format": FORMAT_ALIASES,
+                 "k_format": FORMAT_ALIASES, "v_format": FORMAT_ALIASES,
+                 "variant": VARIANT_ALIASES}
+
+
+def canonical_format(name):
+    """The canonical spelling of a format name (any other value unchanged)."""
+    return FORMAT_ALIASES.get(name, name) if isinstance(name, str) else name
+
+
+def _canonical_names(index: pd.DataFrame) -> pd.DataFrame:
+    """index with every format / variant name column in its canonical spelling."""
+    for col, aliases in _NAME_COLUMNS.items():
+        if col in index.columns and index[col].dtype == object:
+            index[col] = index[col].map(lambda v, a=aliases: a.get(v, v) if isinstance(v, str) else v)
+    return index
+
+
 def _load_one(path: str) -> ResultSet:
     path = os.fspath(path)
     if not os.path.exists(path):
@@ -227,7 +261,7 @@ def _load_one(path: str) -> ResultSet:
                                   f"{', '.join(map(str, SCHEMA_VERSIONS))}")
         if "index" not in f:
             raise ResultFileError(f"{path} has no /index table")
-        index = read_table(f["index"], missing_as_nan=True)
+        index = _canonical_names(read_table(f["index"], missing_as_nan=True))
         columns = _column_meta(f["index"])
         axes = _kind_axes(f, index)
         runs = read_table(f["runs"], missing_as_nan=True) if "runs" in f else pd.DataFrame()

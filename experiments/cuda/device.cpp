@@ -1,27 +1,58 @@
-// gpu_hooks.cpp: the driver's calls into the GPU side (see gpu_hooks.h).
-#include "experiments/run/gpu_hooks.h"
+// device.cpp: the CUDA backend's device facts and checks (device.h): build, device
+// summary, ceilings, `kvlab info`'s GPU check, the decode version names, and the GPU
+// append_swa for kvlab_dsv4_report.
+#include <cuda_runtime_api.h>
 
-#include "experiments/results/provenance.h"
-
-#if defined(KVLAB_HAVE_CUDA)
 #include <algorithm>
 
+#include "experiments/cuda/timing.h"
+#include "experiments/device/device.h"
 #include "gpu/attention/decode.h"
 #include "gpu/bench/harness.h"
+#include "gpu/core/cuda_check.h"
 #include "gpu/core/device_buffer.h"
+#include "gpu/core/device_info.h"
+#include "gpu/dsv4/dsv4_kernels.h"
 #include "reference/attention/paged_case.h"
 #include "reference/metrics/tolerance.h"
-#endif
 
 namespace kvlab::exp {
 
-#if defined(KVLAB_HAVE_CUDA)
 gpu::bench::TimingOptions to_harness(const TimingConfig& t, bool graph) {
   gpu::bench::TimingOptions o = t;  // the same struct: only the point's graph mode differs
   o.graph = graph;
   return o;
 }
-#endif
+
+bool built_with_cuda() {
+  return true;
+}
+
+std::string cuda_runtime_version() {
+  return std::to_string(CUDART_VERSION / 1000) + "." + std::to_string((CUDART_VERSION % 1000) / 10);
+}
+
+DeviceSummary device_summary() {
+  DeviceSummary d;
+  std::string err;
+  const auto devs = gpu::list_devices(&err);
+  d.count = static_cast<int>(devs.size());
+  if (devs.empty()) {
+    d.error = err.empty() ? "no device" : "no device (" + err + ")";
+    return d;
+  }
+  const auto& g = devs.front();
+  d.present = true;
+  d.name = g.name;
+  d.sm_count = g.sm_count;
+  d.sm_clock_khz = g.sm_clock_khz;
+  d.mem_clock_khz = g.mem_clock_khz;
+  d.mem_bus_bits = g.mem_bus_bits;
+  d.l2_bytes = g.l2_bytes;
+  d.peak_bytes_per_s = g.peak_bandwidth_bytes_per_s();
+  d.global_mem_bytes = g.global_mem_bytes;
+  return d;
+}
 
 void probe_device(RunContext* ctx) {
   const DeviceSummary d = device_summary();
@@ -31,7 +62,6 @@ void probe_device(RunContext* ctx) {
 }
 
 bool measure_ceilings(RunContext* ctx, std::string* note) {
-#if defined(KVLAB_HAVE_CUDA)
   if (!ctx->device_present) {
     *note = ctx->device_name;
     return false;
@@ -40,15 +70,9 @@ bool measure_ceilings(RunContext* ctx, std::string* note) {
   ctx->read_ceiling_bytes_per_s = c.read_bytes_per_s;
   ctx->copy_ceiling_bytes_per_s = c.copy_bytes_per_s;
   return true;
-#else
-  (void)ctx;
-  *note = "built without CUDA";
-  return false;
-#endif
 }
 
 int gpu_self_check(std::string* detail) {
-#if defined(KVLAB_HAVE_CUDA)
   RunContext ctx;
   probe_device(&ctx);
   if (!ctx.device_present) {
@@ -113,10 +137,51 @@ int gpu_self_check(std::string* detail) {
     *detail = std::string("error: ") + e.what();
     return 0;
   }
-#else
-  *detail = "built without CUDA";
-  return -1;
-#endif
+}
+
+std::vector<std::string> decode_version_names() {
+  std::vector<std::string> names;
+  for (const auto& v : gpu::decode_versions()) names.push_back(v.name);
+  return names;
+}
+
+void dsv4_append_swa_on_device(const Dsv4SwaView& ring, const Dsv4AppendSwaArgs& args) {
+  const Dsv4EntryPages& e = ring.ring;
+  const bool per_token = e.format == Dsv4EntryFormat::kFp8PerToken;
+  const size_t rows = static_cast<size_t>(e.num_pages) * e.rows,
+               n = static_cast<size_t>(args.num_tokens);
+  const size_t data_bytes = per_token ? rows * e.nope_dim : static_cast<size_t>(e.bytes());
+  const size_t rope_bytes = per_token ? 2 * rows * e.rope_dim : 0;
+  const size_t inv_bytes = per_token ? 4 * rows : 0;
+  auto up = [](gpu::DeviceBuffer& b, const void* p, size_t bytes) {
+    b.allocate(std::max<size_t>(bytes, 1));
+    if (bytes) b.upload(p, bytes);
+  };
+  gpu::DeviceBuffer data, rope, inv, pos, head, raw, slots, positions;
+  up(data, e.data, data_bytes);
+  up(rope, e.rope, rope_bytes);
+  up(inv, e.inv_scale, inv_bytes);
+  up(pos, ring.pos, 4 * rows);
+  up(head, ring.head, 4 * static_cast<size_t>(e.num_pages));
+  up(raw, args.raw_kv, 2 * n * static_cast<size_t>(e.head_dim()));
+  up(slots, args.request_slots, 4 * n);
+  up(positions, args.positions, 4 * n);
+  Dsv4SwaView dv = ring;
+  dv.ring.data = data.as<uint8_t>();
+  dv.ring.rope = per_token ? rope.as<uint16_t>() : nullptr;
+  dv.ring.inv_scale = per_token ? inv.as<float>() : nullptr;
+  dv.pos = pos.as<int32_t>();
+  dv.head = head.as<int32_t>();
+  gpu::dsv4_append_swa(dv,
+                       Dsv4AppendSwaArgs{raw.as<uint16_t>(), slots.as<int32_t>(),
+                                         positions.as<int32_t>(), args.num_tokens},
+                       nullptr);
+  KVLAB_CUDA_CHECK(cudaDeviceSynchronize());
+  data.download(e.data, data_bytes);
+  if (per_token) {
+    rope.download(e.rope, rope_bytes);
+    inv.download(e.inv_scale, inv_bytes);
+  }
 }
 
 }  // namespace kvlab::exp

@@ -1,4 +1,5 @@
-// decode_step.cpp: benches "decode_step" and "step_gemm" (see decode_step.h).
+// decode_step.cpp: the GPU halves of the kinds "decode_step" and "step_gemm" (declared in
+// experiments/kinds/gpu_kinds.cpp; experiments/kinds/decode_step.h says what they measure).
 //
 // decode_step, per point: a DecodeStepExecutor for (preset, KV format/layout, block size) sized
 // for exactly (batch, context + steps); `context` tokens of synthetic K/V per sequence
@@ -17,7 +18,7 @@
 // the driver's harness (cold L2, a different layer's weight each launch). Prediction:
 // sim::gemm_cost with the run's measured read ceiling and (a) the datasheet BF16 rate,
 // (b) the matrix rate measured once per process on an 8192^3 BF16 GEMM.
-#include "experiments/kinds/decode_step.h"
+#include <cuda_runtime_api.h>
 
 #include <algorithm>
 #include <chrono>
@@ -26,7 +27,13 @@
 #include <numeric>
 #include <random>
 
-#include "experiments/run/gpu_hooks.h"
+#include "experiments/cuda/timing.h"
+#include "experiments/device/device.h"
+#include "gpu/bench/harness.h"
+#include "gpu/core/cuda_check.h"
+#include "gpu/runtime/decode_step_executor.h"
+#include "gpu/step/gemm.h"
+#include "gpu/step/step_kernels.h"
 #include "reference/core/error.h"
 #include "reference/layout/layout_names.h"
 #include "reference/metrics/tolerance.h"
@@ -36,29 +43,8 @@
 #include "sim/cost/roofline.h"
 #include "sim/model/model_stack.h"
 
-#if defined(KVLAB_HAVE_CUDA)
-#include <cuda_runtime_api.h>
-
-#include "gpu/bench/harness.h"
-#include "gpu/core/cuda_check.h"
-#include "gpu/runtime/decode_step_executor.h"
-#include "gpu/step/gemm.h"
-#include "gpu/step/step_kernels.h"
-#endif
-
 namespace kvlab::exp {
 namespace {
-
-std::vector<std::string> format_names() {
-  std::vector<std::string> v;
-  for (KvFormat f : all_kv_formats()) v.push_back(to_string(f));
-  return v;
-}
-std::vector<std::string> layout_names() {
-  std::vector<std::string> v;
-  for (KvLayout l : all_kv_layouts()) v.push_back(to_string(l));
-  return v;
-}
 
 DecoderConfig config_of(const Point& p) {
   DecoderConfig c = decoder_preset(p.str("preset"));
@@ -116,7 +102,6 @@ int64_t ridge_batch(const sim::GpuSpec& g, int64_t n, int64_t k) {
   return -1;
 }
 
-#if defined(KVLAB_HAVE_CUDA)
 // The dense BF16 matrix rate of this device, measured once per process: an 8192^3 GEMM
 // through the same cuBLAS path as the decoder (BF16 in, FP32 out), median of the harness.
 double measured_matmul_flops(const TimingConfig& t) {
@@ -152,83 +137,16 @@ double measured_matmul_flops(const TimingConfig& t) {
   cudaFree(a), cudaFree(b), cudaFree(c), cudaStreamDestroy(st);
   return rate;
 }
-#endif
 
-// ---------------------------------------------------------------------------- decode_step
-class DecodeStepBench : public Bench {
- public:
-  std::string name() const override { return "decode_step"; }
-  std::string summary() const override {
-    return "full decode step of a synthetic decoder on the GPU: time per variant (eager/fused/CUDA "
-           "graph) "
-           "vs batch and context, validated vs the eager unfused step and the CPU reference";
-  }
-  std::vector<AxisSpec> axes() const override {
-    return {
-        {"preset", AxisType::kEnum, "llama3-8b", decoder_preset_names(),
-         "decoder shape (weights synthetic)"},
-        AxisSpec{"layers", AxisType::kInt, "0", {}, "decoder layers (0: the preset's)"}.range(0,
-                                                                                              1024),
-        {"variant",
-         AxisType::kEnum,
-         "graph_fused",
-         {"eager_unfused", "eager_fused", "graph_fused", "graph_unfused"},
-         "eager unfused, eager fused, or captured as a CUDA graph per batch bucket"},
-        AxisSpec{"batch", AxisType::kInt, "1", {}, "sequences decoding one token each"}.range(
-            1, 65535),
-        AxisSpec{"context", AxisType::kInt, "1024", {}, "tokens already in each sequence's cache"}
-            .range(0, 1 << 30),
-        {"kv_format", AxisType::kEnum, "bf16", format_names(), "KV-cache storage format"},
-        {"kv_layout", AxisType::kEnum, "nhd", layout_names(), "KV-cache layout"},
-        AxisSpec{"block_size", AxisType::kInt, "16", {}, "tokens per cache page"}.range(1, 1 << 16),
-        AxisSpec{"top_k", AxisType::kInt, "0", {},
-                 "sampling: 0 greedy, k >= 1 top-k at temperature 1"}
-            .range(0, 1 << 20),
-        AxisSpec{"attn_version", AxisType::kInt, "-1", {},
-                 "decode-attention registry id (-1: the fastest for this shape)"}
-            .range(-1, 1024),
-        AxisSpec{"steps", AxisType::kInt, "4", {}, "back-to-back steps per timed sample"}.range(1,
-                                                                                               64),
-    };
-  }
-  std::vector<MetricSpec> metrics() const override {
-    std::vector<MetricSpec> m = {
-        {"step_us", "us", "median time of one decode step (= median_us)"},
-        {"step_us_q1", "us", "first quartile (= q1_us)"},
-        {"step_us_q3", "us", "third quartile (= q3_us)"},
-        {"samples", "", "timed samples (= reps)"},
-        {"tokens_per_s", "1/s", "batch / step time"},
-        {"weight_bytes", "B", "weights read per step (all but the embedding table)"},
-        {"kv_bytes", "B", "KV cache bytes attended per step (storage format, scales included)"},
-        {"flops", "FLOP", "GEMM + attention FLOPs of one step"},
-        {"predicted_us", "us", "sim cost model: roofline step time, eager or graph launch model"},
-        {"predicted_gemm_us", "us", "sim: GEMM part"},
-        {"predicted_attention_us", "us", "sim: decode attention part"},
-        {"attn_version_used", "", "decode-attention version used (autotuned when the axis is -1)"},
-        {"check_max_abs", "", "max |logit - eager unfused logit| at the same state"},
-        {"check_nmse", "", "NMSE of the same comparison"},
-        {"ref_max_abs", "",
-         "max |logit - CPU reference| over a short teacher-forced run (tiny/small; NaN otherwise)"},
-        {"bitwise_eager_twin", "",
-         "1 when a graph variant's logits equal its eager twin's bitwise (-1: not applicable)"},
-    };
-    for (auto& t : timing_metric_specs(CeilingKind::kRead)) m.push_back(std::move(t));
-    return m;
-  }
-  bool needs_gpu() const override { return true; }
-  double estimate_seconds(const Point& p, const RunContext&) const override {
-    const DecoderConfig c = decoder_preset(p.str("preset"));
-    const double layers = p.integer("layers") > 0 ? double(p.integer("layers")) : c.layers;
-    const double bytes =
-        2.0 * step_weight_elements(c) * layers / c.layers +
-        double(p.integer("batch")) * p.integer("context") * kv_bytes_per_token(c, KvFormat::kBF16);
-    return 1.0 + 60 * p.integer("steps") * bytes / 2.5e12;
-  }
-  Record run(const Point& p, RunContext& ctx) override;
-};
+Linear parse_linear(const std::string& s) {
+  for (int i = 0; i < kNumLinears; ++i)
+    if (s == to_string(static_cast<Linear>(i))) return static_cast<Linear>(i);
+  throw InvalidArgument("unknown linear '" + s + "' (allowed: qkv, o, gate_up, down, lm_head)");
+}
 
-#if defined(KVLAB_HAVE_CUDA)
-Record DecodeStepBench::run(const Point& p, RunContext& ctx) {
+}  // namespace
+
+Record run_decode_step(const Point& p, RunContext& ctx) {
   const DecoderConfig cfg = config_of(p);
   const int batch = static_cast<int>(p.integer("batch"));
   const int context = static_cast<int>(p.integer("context"));
@@ -379,70 +297,8 @@ Record DecodeStepBench::run(const Point& p, RunContext& ctx) {
   r.label("buckets_graph", std::to_string(e.bucket_for(batch)));
   return r;
 }
-#else
-Record DecodeStepBench::run(const Point&, RunContext&) {
-  return Record::skipped("built without CUDA");
-}
-#endif
 
-// ---------------------------------------------------------------------------- step_gemm
-class StepGemmBench : public Bench {
- public:
-  std::string name() const override { return "step_gemm"; }
-  std::string summary() const override {
-    return "one linear layer of the synthetic decoder (cuBLAS, BF16 in, FP32 out) vs batch: the "
-           "memory-bound to compute-bound crossover against sim's roofline";
-  }
-  std::vector<AxisSpec> axes() const override {
-    return {
-        {"preset", AxisType::kEnum, "llama3-8b", decoder_preset_names(), "decoder shape"},
-        AxisSpec{"layers", AxisType::kInt, "0", {},
-                 "weight copies rotated through (0: the preset's layers)"}
-            .range(0, 1024),
-        {"linear",
-         AxisType::kEnum,
-         "qkv",
-         {"qkv", "o", "gate_up", "down", "lm_head"},
-         "which linear layer"},
-        AxisSpec{"batch", AxisType::kInt, "1", {}, "rows M of the GEMM (sequences in the step)"}
-            .range(1, 65535),
-    };
-  }
-  std::vector<MetricSpec> metrics() const override {
-    std::vector<MetricSpec> m = {
-        {"time_us", "us", "median time of one GEMM, cold L2 (= median_us)"},
-        {"gemm_n", "", "output features N"},
-        {"gemm_k", "", "input features K"},
-        {"flops", "FLOP", "2 M N K"},
-        {"bytes", "B", "weights + input + FP32 output, each once"},
-        {"tflops", "TFLOP/s", "achieved"},
-        {"intensity", "FLOP/B", "flops / bytes"},
-        {"predicted_us", "us", "sim roofline: measured read ceiling, datasheet BF16 rate"},
-        {"predicted_us_measured_rate", "us", "sim roofline: measured read ceiling and matrix rate"},
-        {"predicted_compute_bound", "", "1 when sim's roofline (datasheet rate) is compute-bound"},
-        {"ridge_batch", "", "sim: smallest M that is compute-bound (datasheet rate)"},
-        {"ridge_batch_measured_rate", "", "sim: the same with the measured matrix rate"},
-        {"matmul_tflops_measured", "TFLOP/s", "8192^3 BF16 GEMM on this device"},
-        {"read_ceiling", "B/s", "the run's measured read ceiling"},
-    };
-    for (auto& t : timing_metric_specs(CeilingKind::kRead)) m.push_back(std::move(t));
-    return m;
-  }
-  bool needs_gpu() const override { return true; }
-  double estimate_seconds(const Point&, const RunContext& ctx) const override {
-    return 0.5 + 0.5 * ctx.timing_cfg.max_seconds;
-  }
-  Record run(const Point& p, RunContext& ctx) override;
-};
-
-#if defined(KVLAB_HAVE_CUDA)
-Linear parse_linear(const std::string& s) {
-  for (int i = 0; i < kNumLinears; ++i)
-    if (s == to_string(static_cast<Linear>(i))) return static_cast<Linear>(i);
-  throw InvalidArgument("unknown linear '" + s + "' (allowed: qkv, o, gate_up, down, lm_head)");
-}
-
-Record StepGemmBench::run(const Point& p, RunContext& ctx) {
+Record run_step_gemm(const Point& p, RunContext& ctx) {
   const DecoderConfig cfg = config_of(p);
   const Linear which = parse_linear(p.str("linear"));
   const int m = static_cast<int>(p.integer("batch"));
@@ -491,20 +347,6 @@ Record StepGemmBench::run(const Point& p, RunContext& ctx) {
   r.metric("read_ceiling", ctx.read_ceiling_bytes_per_s > 0 ? ctx.read_ceiling_bytes_per_s : NAN);
   r.label("gpu_spec", gpu_used);
   return r;
-}
-#else
-Record StepGemmBench::run(const Point&, RunContext&) {
-  return Record::skipped("built without CUDA");
-}
-#endif
-
-}  // namespace
-
-std::unique_ptr<Bench> make_decode_step_bench() {
-  return std::make_unique<DecodeStepBench>();
-}
-std::unique_ptr<Bench> make_step_gemm_bench() {
-  return std::make_unique<StepGemmBench>();
 }
 
 }  // namespace kvlab::exp

@@ -1,7 +1,8 @@
-// decode_attention.cpp: bench "decode_attention": every registered GPU decode version
+// decode_attention.cpp: the GPU half of the kind "decode_attention" (declared in
+// experiments/kinds/gpu_kinds.cpp): every registered GPU decode version
 // (gpu/attention/decode.h) on a paged KV cache, validated against kvlab::ref::decode_attention
-// through the tolerance table, then timed (gpu/bench), in one record (DESIGN.md: validate
-// before timing, in the same run).
+// through the tolerance table, then timed (gpu/bench), in one record (experiments/README.md:
+// validate before timing, in the same run).
 //
 // The cache of a point (shared by the consecutive points that differ only in version or
 // graph mode: `version` is the last axis):
@@ -35,8 +36,15 @@
 #include <sstream>
 #include <string>
 
-#include "experiments/kinds/kind_util.h"
-#include "experiments/kinds/kinds.h"
+#include "experiments/bench/table_trace.h"
+#include "experiments/cuda/timing.h"
+#include "experiments/device/device.h"
+#include "gpu/attention/decode.h"
+#include "gpu/attention/decode_auto.h"
+#include "gpu/bench/harness.h"
+#include "gpu/core/device_buffer.h"
+#include "gpu/core/device_info.h"
+#include "gpu/core/device_tables.h"
 #include "reference/attention/attention.h"
 #include "reference/attention/paged_case.h"
 #include "reference/core/error.h"
@@ -45,35 +53,15 @@
 #include "reference/metrics/tolerance.h"
 #include "reference/synth/synth.h"
 
-#if defined(KVLAB_HAVE_CUDA)
-#include "experiments/run/gpu_hooks.h"
-#include "gpu/attention/decode.h"
-#include "gpu/attention/decode_auto.h"
-#include "gpu/bench/harness.h"
-#include "gpu/core/device_buffer.h"
-#include "gpu/core/device_tables.h"
-#endif
-
 namespace kvlab::exp {
 namespace {
 
 constexpr int kBasePages = 64;    // distinct pages of real data, repeated over the pool
 constexpr int kMaxValidated = 4;  // sequences compared with the host reference
 
-std::vector<std::string> names_of_formats() {
-  std::vector<std::string> v;
-  for (KvFormat f : all_kv_formats()) v.push_back(to_string(f));
-  return v;
-}
-std::vector<std::string> names_of_layouts() {
-  std::vector<std::string> v;
-  for (KvLayout l : all_kv_layouts()) v.push_back(to_string(l));
-  return v;
-}
-
 // The sequence lengths of a point: `context` each, or seeded uniform in [min(1024, context),
-// context] (a skewed batch, DESIGN.md P4).
-[[maybe_unused]] std::vector<int32_t> lengths_of(const Point& p, uint64_t seed) {
+// context] (a skewed batch).
+std::vector<int32_t> lengths_of(const Point& p, uint64_t seed) {
   const int64_t batch = p.integer("batch"), ctx = p.integer("context");
   std::vector<int32_t> lens(static_cast<size_t>(batch), static_cast<int32_t>(ctx));
   if (p.str("lengths") == "mixed") {
@@ -86,8 +74,8 @@ std::vector<std::string> names_of_layouts() {
 }
 
 // Q + K and V of every attended token at storage precision + their scales + O.
-[[maybe_unused]] double min_bytes(const PageGeometry& g, const std::vector<int32_t>& lens,
-                                  int qo_heads, int q_bytes) {
+double min_bytes(const PageGeometry& g, const std::vector<int32_t>& lens, int qo_heads,
+                 int q_bytes) {
   double tokens = 0;
   for (int32_t l : lens) tokens += l;
   const double per_token_head =
@@ -98,7 +86,6 @@ std::vector<std::string> names_of_layouts() {
          2.0 * lens.size() * qo_heads * g.head_dim * q_bytes;
 }
 
-#if defined(KVLAB_HAVE_CUDA)
 int version_id(const std::string& name) {
   for (const auto& v : gpu::decode_versions())
     if (v.name == name) return v.id;
@@ -106,7 +93,7 @@ int version_id(const std::string& name) {
 }
 
 // Everything of a point except its version and graph mode, on the device and the host.
-struct DecodeCase {
+struct DecodeCase : DeviceState {
   std::string key;
   ref::PagedCase base;  // kBasePages (or fewer) pages of real data
   int64_t pages = 0;
@@ -160,12 +147,7 @@ std::unique_ptr<DecodeCase> build_case(const Point& p, const std::string& key, u
   const size_t pb = static_cast<size_t>(c->base.geom.bytes_per_block());
   const size_t sb = static_cast<size_t>(c->base.geom.scale_bytes() / c->base.geom.num_blocks);
   const double need = 2.0 * static_cast<double>(g.bytes() + g.scale_bytes());
-  size_t free_b = 0, total_b = 0;
-  KVLAB_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
-  if (need > 0.8 * static_cast<double>(free_b))
-    throw Unsupported("the pools need " + std::to_string(need / (1 << 30)) +
-                      " GiB of device memory, " + std::to_string(free_b / double(1 << 30)) +
-                      " GiB are free");
+  gpu::require_free_memory(need, 0.8, "the point's K/V pools");
 
   // Pools: the base pages, then doubling device copies (page p = base page p mod base_pages).
   auto fill = [&](gpu::DeviceBuffer& dst, const std::vector<uint8_t>& src, size_t unit) {
@@ -283,204 +265,106 @@ std::unique_ptr<DecodeCase> build_case(const Point& p, const std::string& key, u
   c->validation = os.str();
   return c;
 }
-#endif
-
-class DecodeAttentionBench : public Bench {
- public:
-  std::string name() const override { return "decode_attention"; }
-  std::string summary() const override {
-    return "GPU decode attention: every registered version, validated against the reference, timed "
-           "(GB/s, % of "
-           "the read ceiling)";
-  }
-  bool needs_gpu() const override { return true; }
-  std::vector<AxisSpec> axes() const override {
-    AxisSpec version{
-        "version", AxisType::kString, "all", {}, "decode version (gpu/attention registry)"};
-#if defined(KVLAB_HAVE_CUDA)
-    version.type = AxisType::kEnum;
-    for (const auto& v : gpu::decode_versions()) version.choices.push_back(v.name);
-    version.default_value = version.choices.empty() ? "" : version.choices.back();  // the newest
-    version.choices.push_back("auto");
-    version.doc +=
-        " (default: the newest; auto: picked per shape from the calibration table; all = every "
-        "version and auto)";
-#else
-    version.doc += " (built without CUDA: any name, recorded as skipped)";
-#endif
-    return {
-        {"layout", AxisType::kEnum, "nhd", names_of_layouts(), "KV page layout (kv_layout.h)"},
-        {"kv_format", AxisType::kEnum, "bf16", names_of_formats(), "KV storage format"},
-        AxisSpec{"head_dim", AxisType::kInt, "128", {}, "head dimension"}.range(1, 4096),
-        AxisSpec{"block_size", AxisType::kInt, "16", {}, "tokens per page"}.range(1, 1 << 16),
-        AxisSpec{"num_kv_heads", AxisType::kInt, "8", {}, "KV heads"}.range(1, 1024),
-        AxisSpec{"gqa_group", AxisType::kInt, "4", {}, "query heads per KV head"}.range(1, 256),
-        AxisSpec{"batch", AxisType::kInt, "1", {}, "sequences"}.range(0, 1 << 20),
-        AxisSpec{"context", AxisType::kInt, "4096", {},
-                 "tokens per sequence (the longest with lengths = mixed)"}
-            .range(0, std::numeric_limits<int32_t>::max()),
-        {"lengths",
-         AxisType::kEnum,
-         "uniform",
-         {"uniform", "mixed"},
-         "uniform: every sequence `context` tokens; mixed: seeded uniform in [min(1024, context), "
-         "context]"},
-        AxisSpec{"seed", AxisType::kInt, "0", {}, "case seed (mixed with the run seed)"}.range(
-            0, kMaxSeed),
-        {"graph",
-         AxisType::kEnum,
-         "off",
-         {"off", "on"},
-         "time by CUDA-graph replay (launch-bound points; also when [timing] graph = true)"},
-        AxisSpec{"num_splits", AxisType::kInt, "0", {},
-                 "plan knob: forced KV splits per item (v4, v5) or persistent blocks per item "
-                 "(v6); 0: the version's (or auto's) plan"}
-            .range(0, 1000000),
-        version,
-    };
-  }
-  // Every version and graph mode of one shape share the device pools and the host reference
-  // (built once per case, the costly part of a validation-heavy sweep).
-  std::string case_key(const Point& p) const override {
-    std::string key;
-    for (const auto& [a, v] : p.axes)
-      if (a != "version" && a != "graph") key += a + "=" + v + ",";
-    return key;
-  }
-  std::vector<MetricSpec> metrics() const override {
-    std::vector<MetricSpec> m = {
-        {"min_bytes", "B", "Q + attended K/V at storage precision + scales + O"},
-        {"max_abs_err", "", "validated outputs: max |gpu - reference|"},
-        {"rel_l2", "", "validated outputs: ||gpu - reference|| / ||reference||"},
-        {"nmse", "", "validated outputs: normalized MSE"},
-        {"max_ulp", "", "validated outputs: max distance in BF16 ULPs"},
-        {"violations", "", "validated outputs outside the tolerance table's bound"},
-        {"lse_max_abs_err", "", "validated LSE: max |gpu - reference|"},
-        {"nonfinite_out", "", "non-finite values in the whole output (every sequence)"},
-        {"validated_seqs", "", "sequences compared with the reference"},
-        {"guards_intact", "", "1 when the guard regions around O and LSE are untouched"},
-        {"picked_version", "", "version = auto: the registry id it ran"},
-        {"picked_splits", "", "version = auto: the split it forced (0: the version's plan)"}};
-    for (auto& t : timing_metric_specs(CeilingKind::kRead)) m.push_back(std::move(t));
-    return m;
-  }
-  double estimate_seconds(const Point& p, const RunContext& ctx) const override {
-    const double tokens = static_cast<double>(p.integer("batch")) * p.integer("context");
-    return 0.05 + 2e-8 * tokens * p.integer("num_kv_heads") +
-           std::min(ctx.timing_cfg.max_seconds, 0.3);
-  }
-  Record run(const Point& p, RunContext& ctx) override {
-#if defined(KVLAB_HAVE_CUDA)
-    const uint64_t seed = ctx.seed * 1000003ull + static_cast<uint64_t>(p.integer("seed"));
-    std::string key;
-    for (const auto& [a, v] : p.axes)
-      if (a != "version" && a != "graph" && a != "num_splits") key += a + "=" + v + ",";
-    key += std::to_string(seed);
-    if (!case_ || case_->key != key) {
-      case_.reset();  // free the previous pools first
-      case_ = build_case(p, key, seed, ctx.cpu_threads);
-    }
-    DecodeCase& c = *case_;
-    gpu::DecodeTuning tuning;
-    tuning.num_splits = static_cast<int>(p.integer("num_splits"));
-    const bool is_auto = p.str("version") == "auto";
-    int id = -1;
-    std::string picked;
-    if (is_auto) {
-      const gpu::DecodeChoice ch = gpu::choose_decode(c.args);
-      id = ch.version;
-      if (tuning.num_splits == 0) tuning = ch.tuning;
-      picked = gpu::decode_version(id).name + ": " + ch.basis;
-    } else {
-      id = version_id(p.str("version"));
-    }
-    const std::string why = gpu::decode_unsupported_reason(c.args, id, tuning);
-    if (!why.empty()) return Record::skipped(why);
-    const size_t ws = gpu::decode_workspace_bytes(c.args, id, tuning);
-    gpu::DeviceBuffer work(ws);
-
-    // Validate: one launch, outputs pre-filled with NaN.
-    c.o.fill_bytes(0xFF);
-    c.lse.fill_bytes(0xFF);
-    gpu::decode_attention(c.args, id, tuning, work.data(), ws, nullptr);
-    KVLAB_CUDA_CHECK(cudaDeviceSynchronize());
-    const int hq = c.args.num_qo_heads, d = c.args.kv.geom.head_dim;
-    const auto o16 = c.o.download<uint16_t>();
-    const auto lse = c.lse.download<float>();
-    const std::vector<float> o = ref::to_float(o16.data(), DType::kBF16, o16.size());
-    int64_t nonfinite = 0;
-    for (float x : o) nonfinite += !std::isfinite(x);
-    std::vector<float> got_o, got_lse;
-    for (int s : c.checked) {
-      got_o.insert(got_o.end(), o.begin() + static_cast<size_t>(s) * hq * d,
-                   o.begin() + static_cast<size_t>(s + 1) * hq * d);
-      got_lse.insert(got_lse.end(), lse.begin() + static_cast<size_t>(s) * hq,
-                     lse.begin() + static_cast<size_t>(s + 1) * hq);
-    }
-    const KvFormat f = c.args.kv.geom.format;
-    const Tolerance tol = tolerance(Op::kDecodeAttention, f, DType::kBF16);
-    const Tolerance tol_lse = tolerance(Op::kDecodeLse, f, DType::kBF16);
-    ErrorStats st, sl;
-    const bool ok_o = check(got_o, c.ref_o, tol, &st, DType::kBF16);
-    const bool ok_l = check(got_lse, c.ref_lse, tol_lse, &sl);
-    const bool guards = c.o.guards_intact() && c.lse.guards_intact();
-    Record r;
-    r.metric("max_abs_err", st.max_abs);
-    r.metric("rel_l2", st.rel_l2);
-    r.metric("nmse", st.nmse);
-    r.metric("max_ulp", static_cast<double>(st.max_ulp));
-    r.metric("violations", static_cast<double>(st.violations));
-    r.metric("lse_max_abs_err", sl.max_abs);
-    r.metric("nonfinite_out", static_cast<double>(nonfinite));
-    r.metric("validated_seqs", static_cast<double>(c.checked.size()));
-    r.metric("guards_intact", guards ? 1.0 : 0.0);
-    r.metric("min_bytes", c.bytes);
-    r.label("validation", c.validation);
-    if (is_auto) {
-      r.metric("picked_version", id);
-      r.metric("picked_splits", tuning.num_splits);
-      r.label("picked", picked);
-    }
-    std::string fail;
-    if (!ok_o)
-      fail = "O: " + explain_failure(st, tol);
-    else if (!ok_l)
-      fail = "LSE: " + explain_failure(sl, tol_lse);
-    else if (nonfinite > 0)
-      fail = std::to_string(nonfinite) +
-             " non-finite outputs (finite data: a sequence was not written)";
-    else if (!guards)
-      fail = "a guard region around O or LSE was overwritten";
-    if (!fail.empty()) {
-      r.status = Status::kFailed;
-      r.reason = "validation failed (" + c.validation + "): " + fail;
-      return r;
-    }
-    if (!ctx.timing) return r;
-
-    // Time the same configuration.
-    const gpu::bench::Timing t = gpu::bench::time_kernel(
-        [&](cudaStream_t s) { gpu::decode_attention(c.args, id, tuning, work.data(), ws, s); },
-        to_harness(ctx.timing_cfg, p.str("graph") == "on" || ctx.timing_cfg.graph));
-    record_timing(&r, t, {c.bytes, CeilingKind::kRead}, ctx);
-    return r;
-#else
-    (void)p;
-    (void)ctx;
-    throw Unsupported("built without CUDA");
-#endif
-  }
-
- private:
-#if defined(KVLAB_HAVE_CUDA)
-  std::unique_ptr<DecodeCase> case_;
-#endif
-};
 
 }  // namespace
 
-std::unique_ptr<Bench> make_decode_attention_bench() {
-  return std::make_unique<DecodeAttentionBench>();
+Record run_decode_attention(const Point& p, RunContext& ctx, std::unique_ptr<DeviceState>* state) {
+  const uint64_t seed = point_seed(ctx, p);
+  std::string key;
+  for (const auto& [a, v] : p.axes)
+    if (a != "version" && a != "graph" && a != "num_splits") key += a + "=" + v + ",";
+  key += std::to_string(seed);
+  auto* cached = dynamic_cast<DecodeCase*>(state->get());
+  if (!cached || cached->key != key) {
+    state->reset();  // free the previous pools first
+    std::unique_ptr<DecodeCase> fresh = build_case(p, key, seed, ctx.cpu_threads);
+    cached = fresh.get();
+    *state = std::move(fresh);
+  }
+  DecodeCase& c = *cached;
+  gpu::DecodeTuning tuning;
+  tuning.num_splits = static_cast<int>(p.integer("num_splits"));
+  const bool is_auto = p.str("version") == "auto";
+  int id = -1;
+  std::string picked;
+  if (is_auto) {
+    const gpu::DecodeChoice ch = gpu::choose_decode(c.args);
+    id = ch.version;
+    if (tuning.num_splits == 0) tuning = ch.tuning;
+    picked = gpu::decode_version(id).name + ": " + ch.basis;
+  } else {
+    id = version_id(p.str("version"));
+  }
+  const std::string why = gpu::decode_unsupported_reason(c.args, id, tuning);
+  if (!why.empty()) return Record::skipped(why);
+  const size_t ws = gpu::decode_workspace_bytes(c.args, id, tuning);
+  gpu::DeviceBuffer work(ws);
+
+  // Validate: one launch, outputs pre-filled with NaN.
+  c.o.fill_bytes(0xFF);
+  c.lse.fill_bytes(0xFF);
+  gpu::decode_attention(c.args, id, tuning, work.data(), ws, nullptr);
+  KVLAB_CUDA_CHECK(cudaDeviceSynchronize());
+  const int hq = c.args.num_qo_heads, d = c.args.kv.geom.head_dim;
+  const auto o16 = c.o.download<uint16_t>();
+  const auto lse = c.lse.download<float>();
+  const std::vector<float> o = ref::to_float(o16.data(), DType::kBF16, o16.size());
+  int64_t nonfinite = 0;
+  for (float x : o) nonfinite += !std::isfinite(x);
+  std::vector<float> got_o, got_lse;
+  for (int s : c.checked) {
+    got_o.insert(got_o.end(), o.begin() + static_cast<size_t>(s) * hq * d,
+                 o.begin() + static_cast<size_t>(s + 1) * hq * d);
+    got_lse.insert(got_lse.end(), lse.begin() + static_cast<size_t>(s) * hq,
+                   lse.begin() + static_cast<size_t>(s + 1) * hq);
+  }
+  const KvFormat f = c.args.kv.geom.format;
+  const Tolerance tol = tolerance(Op::kDecodeAttention, f, DType::kBF16);
+  const Tolerance tol_lse = tolerance(Op::kDecodeLse, f, DType::kBF16);
+  ErrorStats st, sl;
+  const bool ok_o = check(got_o, c.ref_o, tol, &st, DType::kBF16);
+  const bool ok_l = check(got_lse, c.ref_lse, tol_lse, &sl);
+  const bool guards = c.o.guards_intact() && c.lse.guards_intact();
+  Record r;
+  r.metric("max_abs_err", st.max_abs);
+  r.metric("rel_l2", st.rel_l2);
+  r.metric("nmse", st.nmse);
+  r.metric("max_ulp", static_cast<double>(st.max_ulp));
+  r.metric("violations", static_cast<double>(st.violations));
+  r.metric("lse_max_abs_err", sl.max_abs);
+  r.metric("nonfinite_out", static_cast<double>(nonfinite));
+  r.metric("validated_seqs", static_cast<double>(c.checked.size()));
+  r.metric("guards_intact", guards ? 1.0 : 0.0);
+  r.metric("min_bytes", c.bytes);
+  r.label("validation", c.validation);
+  if (is_auto) {
+    r.metric("picked_version", id);
+    r.metric("picked_splits", tuning.num_splits);
+    r.label("picked", picked);
+  }
+  std::string fail;
+  if (!ok_o)
+    fail = "O: " + explain_failure(st, tol);
+  else if (!ok_l)
+    fail = "LSE: " + explain_failure(sl, tol_lse);
+  else if (nonfinite > 0)
+    fail =
+        std::to_string(nonfinite) + " non-finite outputs (finite data: a sequence was not written)";
+  else if (!guards)
+    fail = "a guard region around O or LSE was overwritten";
+  if (!fail.empty()) {
+    r.status = Status::kFailed;
+    r.reason = "validation failed (" + c.validation + "): " + fail;
+    return r;
+  }
+  if (!ctx.timing) return r;
+
+  // Time the same configuration.
+  const gpu::bench::Timing t = gpu::bench::time_kernel(
+      [&](cudaStream_t s) { gpu::decode_attention(c.args, id, tuning, work.data(), ws, s); },
+      to_harness(ctx.timing_cfg, p.str("graph") == "on" || ctx.timing_cfg.graph));
+  record_timing(&r, t, {c.bytes, CeilingKind::kRead}, ctx);
+  return r;
 }
 
 }  // namespace kvlab::exp

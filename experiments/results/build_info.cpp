@@ -1,8 +1,7 @@
-#include "experiments/build_info.h"
+// build_info.cpp: what this binary was built with (see build_info.h).
+#include "experiments/results/build_info.h"
 
-#if defined(KVLAB_HAVE_CUDA)
-#include <cuda_runtime_api.h>
-#endif
+#include "experiments/device/device.h"
 
 namespace kvlab::exp {
 
@@ -20,14 +19,9 @@ BuildInfo build_info() {
   b.compiler = "g++ " + std::to_string(__GNUC__) + "." + std::to_string(__GNUC_MINOR__) + "." +
                std::to_string(__GNUC_PATCHLEVEL__);
 #endif
-#if defined(KVLAB_HAVE_CUDA)
-  b.cuda = true;
-  b.cuda_version =
-      std::to_string(CUDART_VERSION / 1000) + "." + std::to_string((CUDART_VERSION % 1000) / 10);
-#ifdef KVLAB_CUDA_ARCHS
-  b.cuda_archs = KVLAB_CUDA_ARCHS;
-#endif
-#endif
+  b.cuda = built_with_cuda();
+  b.cuda_version = cuda_runtime_version();
+  if (b.cuda) b.cuda_archs = KVLAB_CUDA_ARCHS;
   return b;
 }
 

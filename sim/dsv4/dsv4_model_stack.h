@@ -1,12 +1,12 @@
-// model_stack.h: the layer stack of a DeepSeek-V4-style model, as the KV cache sees it.
+// dsv4_model_stack.h: the layer stack of a DeepSeek-V4-style model, as the KV cache sees it.
 //
-// A layer is one of three kinds (DESIGN.md, seed 004):
+// A layer is one of three kinds (reference/README.md, "The DSV4 substrate"):
 //   SWA  sliding window only: a ring of `window` raw tokens, no compressed pool
 //   CSA  compressed sparse attention: entries pooled over `csa_ratio` (4) tokens with
 //        overlapping windows, plus FP4 indexer keys for the top-k indexer, plus the ring
 //   HCA  heavily compressed attention: entries pooled over `hca_ratio` (128) tokens,
 //        single lane, no indexer, plus the ring
-// Every layer keeps its SWA ring (public V4 does; seed 004's state_cache has one per layer).
+// Every layer keeps its SWA ring (as public V4 does: one ring per layer).
 //
 // Stacks live in data/models/*.ini, a plain INI text the driver names by path:
 //

@@ -1,4 +1,5 @@
-// append.cpp: bench "append": the GPU append / quantize-on-write kernel (gpu/quant/append.h,
+// append.cpp: the GPU half of the kind "append" (declared in experiments/kinds/gpu_kinds.cpp):
+// the GPU append / quantize-on-write kernel (gpu/quant/append.h,
 // vLLM's reshape_and_cache) per format x layout, byte-exact against kvlab::ref::append_kv and
 // timed against the device-to-device copy ceiling.
 //
@@ -7,7 +8,7 @@
 // a seeded permutation (scattered, as a running allocator leaves them), slot t % block_size.
 // Pools start poisoned (0xFF bytes) on both sides.
 // Validation, before timing: the kernel's pools and scale arrays, byte for byte, against the
-// reference's over the same inputs (Op::kAppend: exact). At most kMaxValidatedTokens tokens
+// reference's over the same inputs (Op::kAppend: exact). At most kAppendValidatedTokens tokens
 // are checked on the host: larger points validate a case of that many tokens with the same
 // shape class (format, layout, heads, head_dim, block size, dtype) through the same kernel,
 // and the record says so (label `validation`).
@@ -21,8 +22,12 @@
 #include <numeric>
 #include <string>
 
-#include "experiments/kinds/kind_util.h"
-#include "experiments/kinds/kinds.h"
+#include "experiments/cuda/timing.h"
+#include "experiments/device/device.h"
+#include "gpu/bench/harness.h"
+#include "gpu/core/device_buffer.h"
+#include "gpu/core/device_info.h"
+#include "gpu/quant/append.h"
 #include "reference/core/dtype.h"
 #include "reference/core/error.h"
 #include "reference/formats/formats.h"
@@ -31,17 +36,9 @@
 #include "reference/quant/append.h"
 #include "reference/synth/synth.h"
 
-#if defined(KVLAB_HAVE_CUDA)
-#include "experiments/run/gpu_hooks.h"
-#include "gpu/bench/harness.h"
-#include "gpu/core/device_buffer.h"
-#include "gpu/quant/append.h"
-#endif
-
 namespace kvlab::exp {
 namespace {
 
-constexpr int64_t kMaxValidatedTokens = 4096;
 constexpr int32_t kExtraPages = 3;
 
 // Host inputs and pools of one append problem.
@@ -74,8 +71,8 @@ struct AppendProblem {
 // tile = nullptr: seeded N(0,1) inputs and host pools poisoned with 0xFF. Otherwise the
 // inputs repeat tile's tokens (token t = tile token t mod tile->tokens: real data, built in
 // a memcpy) and the pools are left empty: DeviceAppend poisons them on the device.
-[[maybe_unused]] AppendProblem make_problem(const Point& p, int64_t tokens, uint64_t seed,
-                                            const AppendProblem* tile = nullptr) {
+AppendProblem make_problem(const Point& p, int64_t tokens, uint64_t seed,
+                           const AppendProblem* tile = nullptr) {
   AppendProblem pr;
   const int heads = static_cast<int>(p.integer("num_kv_heads")),
             d = static_cast<int>(p.integer("head_dim"));
@@ -144,7 +141,7 @@ struct AppendProblem {
 }
 
 // Bytes an append must move: K and V read, slots read, K and V written with their scales.
-[[maybe_unused]] double append_bytes(const AppendProblem& pr) {
+double append_bytes(const AppendProblem& pr) {
   const PageGeometry& g = pr.geom;
   const double th = static_cast<double>(pr.tokens) * g.num_kv_heads;
   const double stored = static_cast<double>(g.head_dim) * g.elem_bits() / 8 +
@@ -153,7 +150,6 @@ struct AppendProblem {
   return 2.0 * th * g.head_dim * dtype_bytes(pr.in_dtype) + 8.0 * pr.tokens + 2.0 * th * stored;
 }
 
-#if defined(KVLAB_HAVE_CUDA)
 // The problem on the device: inputs, slots and pools (pools poisoned as on the host).
 struct DeviceAppend {
   gpu::DeviceBuffer k, v, slots, kp, vp, ks, vs;
@@ -194,117 +190,54 @@ int64_t differing_bytes(const std::vector<uint8_t>& a, const gpu::DeviceBuffer& 
   for (size_t i = 0; i < n; ++i) diff += a[i] != b[i];
   return diff;
 }
-#endif
-
-class AppendBench : public Bench {
- public:
-  std::string name() const override { return "append"; }
-  std::string summary() const override {
-    return "GPU append / quantize-on-write (reshape_and_cache): byte-exact vs the reference, GB/s "
-           "vs the copy ceiling";
-  }
-  bool needs_gpu() const override { return true; }
-  std::vector<AxisSpec> axes() const override {
-    std::vector<std::string> formats, layouts;
-    for (KvFormat f : all_kv_formats()) formats.push_back(to_string(f));
-    for (KvLayout l : all_kv_layouts()) layouts.push_back(to_string(l));
-    return {
-        {"kv_format", AxisType::kEnum, "bf16", formats, "KV storage format"},
-        {"layout", AxisType::kEnum, "nhd", layouts, "KV page layout"},
-        AxisSpec{"head_dim", AxisType::kInt, "128", {}, "head dimension"}.range(1, 4096),
-        AxisSpec{"num_kv_heads", AxisType::kInt, "8", {}, "KV heads"}.range(1, 1024),
-        AxisSpec{"block_size", AxisType::kInt, "16", {}, "tokens per page"}.range(1, 1 << 16),
-        AxisSpec{"tokens", AxisType::kInt, "65536", {}, "tokens appended per call"}.range(
-            0, std::numeric_limits<int32_t>::max()),
-        {"in_dtype", AxisType::kEnum, "bf16", {"bf16", "f16", "f32"}, "dtype of the K/V inputs"},
-        AxisSpec{"seed", AxisType::kInt, "0", {}, "input seed (mixed with the run seed)"}.range(
-            0, kMaxSeed),
-        {"graph",
-         AxisType::kEnum,
-         "off",
-         {"off", "on"},
-         "time by CUDA-graph replay (also when [timing] graph = true)"},
-    };
-  }
-  std::vector<MetricSpec> metrics() const override {
-    std::vector<MetricSpec> m = {
-        {"append_bytes", "B", "K/V read + slots read + K/V written with scales"},
-        {"differing_bytes", "", "pool and scale bytes that differ from the reference (exact: 0)"},
-        {"validated_tokens", "", "tokens of the byte-exactness check"}};
-    for (auto& t : timing_metric_specs(CeilingKind::kCopy)) m.push_back(std::move(t));
-    return m;
-  }
-  double estimate_seconds(const Point& p, const RunContext& ctx) const override {
-    const double n = static_cast<double>(std::min(p.integer("tokens"), kMaxValidatedTokens)) *
-                     p.integer("num_kv_heads") * p.integer("head_dim");
-    return 0.05 + 6e-8 * n +
-           4e-9 * p.integer("tokens") * p.integer("num_kv_heads") * p.integer("head_dim") +
-           std::min(ctx.timing_cfg.max_seconds, 0.3);
-  }
-  Record run(const Point& p, RunContext& ctx) override {
-#if defined(KVLAB_HAVE_CUDA)
-    const uint64_t seed = ctx.seed * 1000003ull + static_cast<uint64_t>(p.integer("seed"));
-    const int64_t tokens = p.integer("tokens");
-    const int64_t nv = std::min(tokens, kMaxValidatedTokens);
-    // Byte-exactness on the host-checkable case (the point itself when small enough).
-    AppendProblem small = make_problem(p, nv, seed);
-    DeviceAppend dsmall(small);
-    gpu::append_kv(dsmall.args, nullptr, gpu::SlotCheck::kValidate);
-    KVLAB_CUDA_CHECK(cudaDeviceSynchronize());
-    ref::append_kv(small.args());
-    const int64_t diff = differing_bytes(small.k_pool, dsmall.kp, small.k_pool.size()) +
-                         differing_bytes(small.v_pool, dsmall.vp, small.v_pool.size()) +
-                         differing_bytes(small.k_scales, dsmall.ks, small.k_scales.size()) +
-                         differing_bytes(small.v_scales, dsmall.vs, small.v_scales.size());
-    Record r;
-    r.metric("differing_bytes", static_cast<double>(diff));
-    r.metric("validated_tokens", static_cast<double>(nv));
-    r.label("validation",
-            nv == tokens
-                ? "every pool and scale byte of this point against ref::append_kv"
-                : "every pool and scale byte of a " + std::to_string(nv) +
-                      "-token case of the same shape class (format, layout, heads, head_dim, "
-                      "block size, dtype) against ref::append_kv; the timed point is larger");
-    const Tolerance tol = tolerance(Op::kAppend, small.geom.format, small.in_dtype);
-    if (tol.atol != 0 || tol.rtol != 0 || tol.nmse_max != 0)
-      throw Error(
-          "the tolerance table's append entry is no longer exact: this bench compares bytes");
-    if (diff > 0) {
-      r.status = Status::kFailed;
-      r.reason = std::to_string(diff) +
-                 " pool/scale bytes differ from ref::append_kv (the append is exact: 0 allowed)";
-      return r;
-    }
-    if (!ctx.timing) return r;
-    AppendProblem big = nv == tokens ? std::move(small) : make_problem(p, tokens, seed, &small);
-    const double need = static_cast<double>(big.k.size() + big.v.size() + 8 * big.slots.size()) +
-                        2.0 * static_cast<double>(big.geom.bytes() + big.geom.scale_bytes());
-    size_t free_b = 0, total_b = 0;
-    KVLAB_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
-    if (need > 0.8 * static_cast<double>(free_b))
-      throw Unsupported("inputs and pools need " + std::to_string(need / (1 << 30)) +
-                        " GiB of device memory, " + std::to_string(free_b / double(1 << 30)) +
-                        " GiB are free");
-    DeviceAppend dbig(big);
-    const double bytes = append_bytes(big);
-    const gpu::bench::Timing t = gpu::bench::time_kernel(
-        [&](cudaStream_t s) { gpu::append_kv(dbig.args, s, gpu::SlotCheck::kTrusted); },
-        to_harness(ctx.timing_cfg, p.str("graph") == "on" || ctx.timing_cfg.graph));
-    r.metric("append_bytes", bytes);
-    record_timing(&r, t, {bytes, CeilingKind::kCopy}, ctx);
-    return r;
-#else
-    (void)p;
-    (void)ctx;
-    throw Unsupported("built without CUDA");
-#endif
-  }
-};
 
 }  // namespace
 
-std::unique_ptr<Bench> make_append_bench() {
-  return std::make_unique<AppendBench>();
+Record run_append(const Point& p, RunContext& ctx) {
+  const uint64_t seed = point_seed(ctx, p);
+  const int64_t tokens = p.integer("tokens");
+  const int64_t nv = std::min(tokens, kAppendValidatedTokens);
+  // Byte-exactness on the host-checkable case (the point itself when small enough).
+  AppendProblem small = make_problem(p, nv, seed);
+  DeviceAppend dsmall(small);
+  gpu::append_kv(dsmall.args, nullptr, gpu::SlotCheck::kValidate);
+  KVLAB_CUDA_CHECK(cudaDeviceSynchronize());
+  ref::append_kv(small.args());
+  const int64_t diff = differing_bytes(small.k_pool, dsmall.kp, small.k_pool.size()) +
+                       differing_bytes(small.v_pool, dsmall.vp, small.v_pool.size()) +
+                       differing_bytes(small.k_scales, dsmall.ks, small.k_scales.size()) +
+                       differing_bytes(small.v_scales, dsmall.vs, small.v_scales.size());
+  Record r;
+  r.metric("differing_bytes", static_cast<double>(diff));
+  r.metric("validated_tokens", static_cast<double>(nv));
+  r.label("validation",
+          nv == tokens
+              ? "every pool and scale byte of this point against ref::append_kv"
+              : "every pool and scale byte of a " + std::to_string(nv) +
+                    "-token case of the same shape class (format, layout, heads, head_dim, "
+                    "block size, dtype) against ref::append_kv; the timed point is larger");
+  const Tolerance tol = tolerance(Op::kAppend, small.geom.format, small.in_dtype);
+  if (tol.atol != 0 || tol.rtol != 0 || tol.nmse_max != 0)
+    throw Error("the tolerance table's append entry is no longer exact: this bench compares bytes");
+  if (diff > 0) {
+    r.status = Status::kFailed;
+    r.reason = std::to_string(diff) +
+               " pool/scale bytes differ from ref::append_kv (the append is exact: 0 allowed)";
+    return r;
+  }
+  if (!ctx.timing) return r;
+  AppendProblem big = nv == tokens ? std::move(small) : make_problem(p, tokens, seed, &small);
+  const double need = static_cast<double>(big.k.size() + big.v.size() + 8 * big.slots.size()) +
+                      2.0 * static_cast<double>(big.geom.bytes() + big.geom.scale_bytes());
+  gpu::require_free_memory(need, 0.8, "the point's K/V inputs and pools");
+  DeviceAppend dbig(big);
+  const double bytes = append_bytes(big);
+  const gpu::bench::Timing t = gpu::bench::time_kernel(
+      [&](cudaStream_t s) { gpu::append_kv(dbig.args, s, gpu::SlotCheck::kTrusted); },
+      to_harness(ctx.timing_cfg, p.str("graph") == "on" || ctx.timing_cfg.graph));
+  r.metric("append_bytes", bytes);
+  record_timing(&r, t, {bytes, CeilingKind::kCopy}, ctx);
+  return r;
 }
 
 }  // namespace kvlab::exp

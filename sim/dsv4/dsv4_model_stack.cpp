@@ -1,11 +1,11 @@
-#include "sim/dsv4/model_stack.h"
+#include "sim/dsv4/dsv4_model_stack.h"
 
-#include <cctype>
 #include <fstream>
 #include <map>
 #include <sstream>
 
 #include "reference/core/error.h"
+#include "reference/core/strings.h"
 
 namespace kvlab::sim {
 
@@ -72,13 +72,6 @@ void validate(const Dsv4ModelStack& s) {
 }
 
 namespace {
-
-std::string trim(const std::string& s) {
-  size_t b = 0, e = s.size();
-  while (b < e && std::isspace(static_cast<unsigned char>(s[b]))) ++b;
-  while (e > b && std::isspace(static_cast<unsigned char>(s[e - 1]))) --e;
-  return s.substr(b, e - b);
-}
 
 int32_t parse_int(const std::string& v, const std::string& where) {
   size_t used = 0;

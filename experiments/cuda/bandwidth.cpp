@@ -1,22 +1,17 @@
-// bandwidth_device.cpp: the GPU half of the "bandwidth" kind (see bandwidth_device.h and
-// bandwidth.cpp).
-#include "experiments/kinds/bandwidth_device.h"
-
-#include "reference/core/error.h"
-
-#if defined(KVLAB_HAVE_CUDA)
+// bandwidth.cpp: the GPU half of the kind "bandwidth" (declared in
+// experiments/kinds/bandwidth.cpp; the entries in experiments/device/device.h).
 #include <cstdint>
 #include <vector>
 
-#include "experiments/run/gpu_hooks.h"
+#include "experiments/cuda/timing.h"
+#include "experiments/device/device.h"
 #include "gpu/bench/harness.h"
 #include "gpu/core/cuda_check.h"
 #include "gpu/core/device_buffer.h"
-#endif
+#include "gpu/core/device_info.h"
+#include "reference/core/error.h"
 
 namespace kvlab::exp {
-
-#if defined(KVLAB_HAVE_CUDA)
 namespace {
 
 constexpr uint64_t kWholeCheckBytes = 64 << 20;  // copies up to this size: compared whole
@@ -56,11 +51,8 @@ Record run_bandwidth(const Point& p, RunContext& ctx) {
   const gpu::bench::MemKernel k = kernel_of(p);
   const uint64_t bytes = static_cast<uint64_t>(p.integer("mib")) << 20;
   const bool copy = k.op == gpu::bench::MemOp::kCopy;
-  size_t free_b = 0, total_b = 0;
-  KVLAB_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
-  if ((copy ? 2.0 : 1.0) * static_cast<double>(bytes) > 0.8 * static_cast<double>(free_b))
-    throw Unsupported("the buffers need " + std::to_string((copy ? 2 : 1) * (bytes >> 20)) +
-                      " MiB of device memory, " + std::to_string(free_b >> 20) + " MiB are free");
+  gpu::require_free_memory((copy ? 2.0 : 1.0) * static_cast<double>(bytes), 0.8,
+                           copy ? "the copy's source and destination" : "the read buffer");
   gpu::DeviceBuffer src(bytes), dst(copy ? bytes : 16), sink(4);
   gpu::bench::fill_words(src.data(), bytes);
   Record r;
@@ -101,13 +93,5 @@ Record run_bandwidth(const Point& p, RunContext& ctx) {
   r.label("kernel", k.name());
   return r;
 }
-#else
-std::string bandwidth_kernel_unsupported(const Point&) {
-  return "";
-}
-Record run_bandwidth(const Point&, RunContext&) {
-  throw Unsupported("built without CUDA");
-}
-#endif
 
 }  // namespace kvlab::exp

@@ -1,4 +1,5 @@
-// prefill_attention.cpp: bench "prefill_attention": every registered GPU paged-prefill version
+// prefill_attention.cpp: the GPU half of the kind "prefill_attention" (declared in
+// experiments/kinds/gpu_kinds.cpp): every registered GPU paged-prefill version
 // (gpu/attention/prefill.h) validated against kvlab::ref::paged_prefill_attention through the
 // tolerance table, then timed (gpu/bench), in one record.
 //
@@ -13,13 +14,20 @@
 // keys they see. Timing: the sweep's [timing] options (cold L2), recorded by record_timing
 // (experiments/bench/bench.h) against the read ceiling with the bytes below. FLOPs: 4 * heads *
 // head_dim per causal (query, key) pair; bytes: Q + O + the K/V of every attended token once.
+#include <cuda_runtime_api.h>
+
 #include <algorithm>
 #include <cmath>
 #include <numeric>
 #include <random>
 
-#include "experiments/kinds/kind_util.h"
-#include "experiments/kinds/kinds.h"
+#include "experiments/cuda/timing.h"
+#include "experiments/device/device.h"
+#include "gpu/attention/prefill.h"
+#include "gpu/bench/harness.h"
+#include "gpu/core/cuda_check.h"
+#include "gpu/core/device_buffer.h"
+#include "gpu/step/step_kernels.h"
 #include "reference/attention/attention.h"
 #include "reference/attention/paged_case.h"
 #include "reference/core/error.h"
@@ -28,90 +36,11 @@
 #include "reference/metrics/tolerance.h"
 #include "sim/cost/gpu_spec.h"
 
-#if defined(KVLAB_HAVE_CUDA)
-#include <cuda_runtime_api.h>
-
-#include "experiments/run/gpu_hooks.h"
-#include "gpu/attention/prefill.h"
-#include "gpu/bench/harness.h"
-#include "gpu/core/device_buffer.h"
-#include "gpu/core/cuda_check.h"
-#include "gpu/step/step_kernels.h"
-#endif
-
 namespace kvlab::exp {
 namespace {
 
 constexpr int kValidatedRows = 8;
 
-std::vector<std::string> version_names() {
-  std::vector<std::string> v;
-#if defined(KVLAB_HAVE_CUDA)
-  for (const auto& i : gpu::prefill_versions()) v.push_back(i.name);
-#else
-  v.push_back("prefill_paged_v0_flash_mma");
-#endif
-  return v;
-}
-
-class PrefillAttentionBench : public Bench {
- public:
-  std::string name() const override { return "prefill_attention"; }
-  std::string summary() const override {
-    return "GPU paged chunked-prefill attention versions: validated against the reference, timed";
-  }
-  std::vector<AxisSpec> axes() const override {
-    std::vector<std::string> formats, layouts;
-    for (KvFormat f : all_kv_formats()) formats.push_back(to_string(f));
-    for (KvLayout l : all_kv_layouts()) layouts.push_back(to_string(l));
-    const std::vector<std::string> versions = version_names();
-    return {
-        {"batch", AxisType::kInt, "1", {}, "sequences"},
-        {"chunk", AxisType::kInt, "512", {}, "query tokens per sequence (its prompt chunk)"},
-        {"prefix", AxisType::kInt, "0", {}, "cached tokens before each chunk"},
-        {"num_kv_heads", AxisType::kInt, "8", {}, "KV heads"},
-        {"gqa_group", AxisType::kInt, "4", {}, "query heads per KV head"},
-        {"head_dim", AxisType::kInt, "128", {}, "head dimension"},
-        {"block_size", AxisType::kInt, "16", {}, "tokens per page"},
-        {"layout", AxisType::kEnum, "nhd", layouts, "KV layout"},
-        {"kv_format", AxisType::kEnum, "bf16", formats, "KV storage format"},
-        {"version", AxisType::kEnum, versions.front(), versions, "prefill version"},
-    };
-  }
-  std::vector<MetricSpec> metrics() const override {
-    std::vector<MetricSpec> m = timing_metric_specs(CeilingKind::kRead);
-    const std::vector<MetricSpec> own = {
-        {"max_abs_err", "", "max |O - reference| over the validated rows"},
-        {"nmse", "", "normalized MSE of the same comparison"},
-        {"lse_max_abs_err", "", "max |LSE - reference|"},
-        {"validated_rows", "", "query rows compared with the host reference"},
-        {"nonfinite_out", "", "non-finite outputs anywhere (must be 0)"},
-        {"flops", "FLOP", "4 * heads * head_dim per causal (query, key) pair"},
-        {"min_bytes", "B", "Q + O + the K/V of every attended token, once"},
-        {"tflops", "TFLOP/s", "flops / median"},
-        {"pct_datasheet_flops", "%", "tflops / the GPU table's dense BF16 rate"},
-    };
-    m.insert(m.begin(), own.begin(), own.end());
-    return m;
-  }
-  bool needs_gpu() const override { return true; }
-  std::string unsupported_reason(const Point& p, const RunContext&) const override {
-    for (const char* a : {"batch", "chunk", "num_kv_heads", "gqa_group", "head_dim", "block_size"})
-      if (p.integer(a) < 1) return std::string(a) + " must be >= 1";
-    if (p.integer("prefix") < 0) return "prefix must be >= 0";
-    return "";
-  }
-  double estimate_seconds(const Point& p, const RunContext& ctx) const override {
-    const double pairs = double(p.integer("batch")) * p.integer("chunk") *
-                         (p.integer("prefix") + 0.5 * p.integer("chunk"));
-    const double flops =
-        4.0 * pairs * p.integer("num_kv_heads") * p.integer("gqa_group") * p.integer("head_dim");
-    return 0.3 + ctx.timing_cfg.max_reps * flops / 2e14;
-  }
-  Record run(const Point& p, RunContext& ctx) override;
-};
-
-#if defined(KVLAB_HAVE_CUDA)
 template <class T>
 struct DevBuf {  // typed view of a gpu::DeviceBuffer
   gpu::DeviceBuffer buf;
@@ -119,7 +48,15 @@ struct DevBuf {  // typed view of a gpu::DeviceBuffer
   explicit DevBuf(size_t n) : buf(std::max<size_t>(n, 1) * sizeof(T)), p(buf.as<T>()) {}
 };
 
-Record PrefillAttentionBench::run(const Point& p, RunContext& ctx) {
+}  // namespace
+
+std::vector<std::string> prefill_version_names() {
+  std::vector<std::string> v;
+  for (const auto& i : gpu::prefill_versions()) v.push_back(i.name);
+  return v;
+}
+
+Record run_prefill_attention(const Point& p, RunContext& ctx) {
   const int batch = static_cast<int>(p.integer("batch"));
   const int chunk = static_cast<int>(p.integer("chunk"));
   const int prefix = static_cast<int>(p.integer("prefix"));
@@ -139,7 +76,7 @@ Record PrefillAttentionBench::run(const Point& p, RunContext& ctx) {
   int version = -1;
   for (const auto& i : gpu::prefill_versions())
     if (i.name == p.str("version")) version = i.id;
-  const uint64_t seed = ctx.seed * 1000003ull + static_cast<uint64_t>(p.index);
+  const uint64_t seed = mix_seed(ctx.seed, p.index);
 
   // Host tables: a seeded permutation of the pages.
   std::vector<int32_t> perm(static_cast<size_t>(g.num_blocks));
@@ -292,17 +229,6 @@ Record PrefillAttentionBench::run(const Point& p, RunContext& ctx) {
   r.metric("pct_datasheet_flops", 100.0 * tf * 1e12 / sim::gpu_spec(gpu).bf16_flops);
   r.label("gpu_spec", gpu);
   return r;
-}
-#else
-Record PrefillAttentionBench::run(const Point&, RunContext&) {
-  return Record::skipped("built without CUDA");
-}
-#endif
-
-}  // namespace
-
-std::unique_ptr<Bench> make_prefill_attention_bench() {
-  return std::make_unique<PrefillAttentionBench>();
 }
 
 }  // namespace kvlab::exp

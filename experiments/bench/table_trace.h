@@ -1,4 +1,4 @@
-// kind_util.h: small helpers the benches share to turn result vectors into traces.
+// table_trace.h: small helpers the benches share to turn result vectors into traces.
 #pragma once
 
 #include <algorithm>
