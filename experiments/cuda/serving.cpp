@@ -10,6 +10,8 @@
 #include <vector>
 
 #include "experiments/device/device.h"
+#include "gpu/attention/decode.h"
+#include "gpu/attention/decode_auto.h"
 #include "gpu/bench/harness.h"
 #include "gpu/runtime/serving_executor.h"
 #include "reference/core/error.h"
@@ -37,6 +39,23 @@ gpu::GpuServingExecutor& gpu_serving_executor(const ServingExecutorConfig& c) {
   exec = std::make_unique<gpu::GpuServingExecutor>(c.decoder, o);
   key = c.key();
   return *exec;
+}
+
+// The decode attention the executor runs over `rows` decode rows, for the record's label: the
+// fixed version's name, or auto and its pick for that batch. Never throws (a label must not
+// fail a measured point).
+std::string decode_attention_label(const gpu::DecodeStepExecutor& de, int rows) {
+  try {
+    const int id = de.attn_version();
+    if (id >= 0) return gpu::decode_version(id).name;
+    if (rows < 1) return "auto";
+    const DecodeArgs a = gpu::step_decode_args(de.config(), de.options(), de.cache_view(0), nullptr,
+                                               nullptr, nullptr, nullptr, rows);
+    const gpu::DecodeChoice ch = gpu::choose_decode(a);
+    return "auto: " + gpu::decode_version(ch.version).name + " (" + ch.basis + ")";
+  } catch (const std::exception&) {
+    return "auto";
+  }
 }
 
 // The decode sequences (decode) or the prefill chunks (!decode) of b alone, same rows.
@@ -163,6 +182,7 @@ Record run_serving_step(const Point&, RunContext& ctx, const ServingExecutorConf
   r.metric("check_max_abs", es.max_abs);
   r.metric("check_nmse", es.nmse);
   r.label("executor", c.key());
+  r.label("decode_attention", decode_attention_label(de, graph ? parts.rows : b.num_decode));
   return r;
 }
 

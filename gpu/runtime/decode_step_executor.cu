@@ -118,18 +118,6 @@ struct WeightPlan {
   }
 };
 
-PageGeometry cache_geometry(const DecoderConfig& c, const ExecutorOptions& o) {
-  PageGeometry g;
-  g.layout = o.kv_layout;
-  g.format = o.kv_format;
-  g.num_kv_heads = c.kv_heads;
-  g.head_dim = c.head_dim;
-  g.block_size = o.block_size;
-  const int64_t bps = (int64_t{o.max_context} + o.block_size - 1) / o.block_size;
-  g.num_blocks = o.pool_blocks > 0 ? int64_t{o.pool_blocks} : bps * o.max_batch;
-  return g;
-}
-
 size_t align256(size_t n) {
   return (n + 255) / 256 * 256;
 }
@@ -145,9 +133,8 @@ void validate_options(const DecoderConfig& c, const ExecutorOptions& o) {
                 "engine pool_blocks " << o.pool_blocks << " must be >= 0 (0: per-sequence blocks)");
   kvlab::validate(cache_geometry(c, o));
   KVLAB_REQUIRE(cache_geometry(c, o).num_blocks < (int64_t{1} << 31),
-                "engine max_batch "
-                    << o.max_batch << " x " << cache_geometry(c, o).num_blocks / o.max_batch
-                    << " blocks per sequence exceeds the int32 block ids of a block table");
+                "engine cache of " << cache_geometry(c, o).num_blocks
+                                   << " blocks exceeds the int32 block ids of a block table");
   for (int b : o.graph_buckets)
     KVLAB_REQUIRE(b >= 1 && b <= o.max_batch,
                   "graph bucket " << b << " outside [1, max_batch " << o.max_batch << "]");
@@ -262,20 +249,8 @@ struct DecodeStepExecutor::Impl {
   const uint16_t* w(int64_t off) const { return thrust::raw_pointer_cast(weights.data()) + off; }
 
   DecodeArgs attn_args(const DecoderConfig& c, const ExecutorOptions& opt, int layer, int m) {
-    DecodeArgs a;
-    a.q_dtype = DType::kBF16;
-    a.q = ptr(q);
-    a.o = ptr(o);
-    a.lse = nullptr;
-    a.kv = views[layer];
-    a.block_table = ptr(block_table);
-    a.seq_lens = ptr(seq_lens);
-    a.num_seqs = m;
-    a.num_qo_heads = c.q_heads;
-    a.max_blocks_per_seq = bps;
-    a.max_seq_len = opt.max_context;
-    a.sm_scale = kvlab::ref::step_sm_scale(c);
-    return a;
+    return step_decode_args(c, opt, views[layer], ptr(q), ptr(o), ptr(block_table), ptr(seq_lens),
+                            m);
   }
   // The attention version and plan knobs of a batch of m rows: the fixed version, or auto's
   // pick for that batch.
@@ -435,7 +410,10 @@ void DecodeStepExecutor::allocate_state() {
 
   // KV cache: per layer K pool, V pool, K scales, V scales (256-byte aligned)
   I.geom = cache_geometry(cfg, opt);
-  I.bps = static_cast<int>(I.geom.num_blocks / opt.max_batch);
+  // Table columns: a sequence holds up to max_context tokens. In pool mode (serving) the pool's
+  // size and the rows per step are independent of that: pool_blocks / max_batch would give
+  // tables too narrow for the decode args' max_seq_len (= max_context).
+  I.bps = table_columns(opt);
   I.pool_bytes = align256(I.geom.bytes());
   I.scale_bytes = align256(I.geom.scale_bytes());
   I.cache.resize(static_cast<size_t>(cfg.layers) * 2 * (I.pool_bytes + I.scale_bytes));
@@ -553,18 +531,7 @@ void DecodeStepExecutor::size_workspace() {
 }
 
 int DecodeStepExecutor::bucket_for(int batch) const {
-  KVLAB_REQUIRE(batch >= 1 && batch <= opt_.max_batch,
-                "batch " << batch << " outside [1, max_batch " << opt_.max_batch << "]");
-  if (!opt_.graph_buckets.empty()) {
-    int best = -1;
-    for (int b : opt_.graph_buckets)
-      if (b >= batch && (best < 0 || b < best)) best = b;
-    KVLAB_REQUIRE(best > 0, "batch " << batch << " is above every graph bucket");
-    return best;
-  }
-  int b = 1;
-  while (b < batch) b *= 2;
-  return std::min(b, opt_.max_batch);
+  return graph_bucket(opt_, batch);
 }
 
 void DecodeStepExecutor::start(int batch) {
@@ -913,76 +880,18 @@ int DecodeStepExecutor::autotune_attention(int reps) {
 
 // ------------------------------------------------------------------------------ serving
 // One step scheduled by sim::Engine over the shared pool (see the header). The step's host
-// inputs live in one int32 arena; its layout depends only on (rows, decode rows, prefill
-// sequences, sampled rows, table columns), so a CUDA graph captured for a bucket (all rows
-// decode, no gather) finds its inputs at the same addresses at every replay.
+// inputs live in one int32 arena (layout, packing and the attention arguments over it:
+// step_shapes.h, host code shared with the CPU test of those arguments).
 namespace {
-
-struct ServingLayout {
-  int64_t tokens = 0, positions = 0, seq_lens = 0, table = 0, pf_q_start = 0, pf_seq_lens = 0,
-          pf_table = 0, sample_rows = 0, slots = 0, total = 0;
-};
-
-ServingLayout serving_layout(int64_t rows, int64_t dec_rows, int64_t np, int64_t sampled,
-                             int64_t bps) {
-  ServingLayout L;
-  int64_t off = 0;
-  auto take = [&](int64_t n) {
-    const int64_t o = off;
-    off += n;
-    return o;
-  };
-  L.tokens = take(rows);
-  L.positions = take(rows);
-  L.seq_lens = take(dec_rows);
-  L.table = take(dec_rows * bps);
-  L.pf_q_start = take(np > 0 ? np + 1 : 0);
-  L.pf_seq_lens = take(np);
-  L.pf_table = take(np * bps);
-  L.sample_rows = take(sampled);
-  off = (off + 3) / 4 * 4;  // 16-byte aligned int64 slots
-  L.slots = take(2 * rows);
-  L.total = off;
-  return L;
-}
-
-// What one serving step runs (host-known, fixed for a captured graph).
-struct ServingDims {
-  bool graph = false;  // a CUDA-graph bucket: every row decode, the LM head over every row
-  int rows = 0;        // token rows through every layer
-  int nd = 0;          // decode rows [0, nd) (graph: the bucket, padding rows included)
-  int np = 0;          // prefill sequences (rows [nd, rows))
-  int sampled = 0;     // gathered rows for the LM head (0: the LM head runs over every row)
-  int max_q_len = 0;   // longest prefill chunk
-  ServingLayout L;
-};
 
 PagedPrefillArgs prefill_args(DecodeStepExecutor::Impl& I, const DecoderConfig& c,
                               const ExecutorOptions& opt, const ServingDims& d, int layer) {
-  int32_t* A = ptr(I.srv_arena);
-  PagedPrefillArgs p;
-  p.q_dtype = DType::kBF16;
-  p.q = ptr(I.q) + int64_t{d.nd} * c.q_dim();
-  p.o = ptr(I.o) + int64_t{d.nd} * c.q_dim();
-  p.kv = I.views[layer];
-  p.q_start = A + d.L.pf_q_start;
-  p.seq_lens = A + d.L.pf_seq_lens;
-  p.block_table = A + d.L.pf_table;
-  p.num_seqs = d.np;
-  p.num_qo_heads = c.q_heads;
-  p.max_blocks_per_seq = I.bps;
-  p.max_q_len = d.max_q_len;
-  p.max_seq_len = opt.max_context;
-  p.sm_scale = kvlab::ref::step_sm_scale(c);
-  return p;
+  return serving_prefill_args(c, opt, d, ptr(I.srv_arena), I.views[layer], ptr(I.q), ptr(I.o));
 }
 
-DecodeArgs serving_decode_args(DecodeStepExecutor::Impl& I, const DecoderConfig& c,
-                               const ExecutorOptions& opt, const ServingDims& d, int layer) {
-  DecodeArgs a = I.attn_args(c, opt, layer, d.nd);
-  a.block_table = ptr(I.srv_arena) + d.L.table;
-  a.seq_lens = ptr(I.srv_arena) + d.L.seq_lens;
-  return a;
+DecodeArgs decode_args(DecodeStepExecutor::Impl& I, const DecoderConfig& c,
+                       const ExecutorOptions& opt, const ServingDims& d, int layer) {
+  return serving_decode_args(c, opt, d, ptr(I.srv_arena), I.views[layer], ptr(I.q), ptr(I.o));
 }
 
 // The fused step over the arena's rows: every launch on I.stream, nothing allocated, no sync.
@@ -1004,7 +913,7 @@ void enqueue_serving(DecodeStepExecutor::Impl& I, const DecoderConfig& c,
     I.lin->forward(ptr(I.xn), H, I.w(lo.wqkv), qkvd, H, ptr(I.qkv), qkvd, m);
     ks::rope_append(ptr(I.qkv), qkvd, c.q_heads, positions, slots, ptr(I.rope), opt.max_context,
                     ptr(I.q), I.views[l], m, st);
-    if (d.nd > 0) I.run_attention(c, opt, serving_decode_args(I, c, opt, d, l), st);
+    if (d.nd > 0) I.run_attention(c, opt, decode_args(I, c, opt, d, l), st);
     if (d.np > 0) prefill_attention(prefill_args(I, c, opt, d, l), 0, st);
     I.lin->forward(ptr(I.o), qd, I.w(lo.wo), H, qd, ptr(I.y), H, m);
     ks::add_rmsnorm(ptr(I.h), ptr(I.y), I.w(lo.mlp_norm), ptr(I.xn), m, H, eps, st);
@@ -1081,53 +990,7 @@ ServingDims serving_dims(const DecodeStepExecutor& e, const sim::StepBatch& b, b
                                        << ") outside the executor's vocab, context or pool");
   for (int32_t s : b.sample_rows)
     KVLAB_REQUIRE(s >= 0 && s < rows, "serving_step: sample row " << s << " outside the batch");
-  ServingDims d;
-  d.graph = graph;
-  if (graph) {
-    d.rows = d.nd = e.bucket_for(nd);
-    d.L = serving_layout(d.rows, d.rows, 0, 0, e.blocks_per_seq());
-  } else {
-    d.rows = rows;
-    d.nd = nd;
-    d.np = ns - nd;
-    d.sampled = static_cast<int>(b.sample_rows.size());
-    d.max_q_len = b.max_q_len;
-    d.L = serving_layout(rows, nd, d.np, d.sampled, e.blocks_per_seq());
-  }
-  return d;
-}
-
-// Writes the batch into the pinned arena mirror in layout d.L (padding rows of a graph
-// bucket: token 0, position -1, slot -1, length 0, table row of zeros).
-void pack_serving(const sim::StepBatch& b, const ServingDims& d, int bps, int32_t* h) {
-  const int rows = b.num_rows(), nd = b.num_decode;
-  std::fill(h, h + d.L.total, 0);
-  for (int i = 0; i < d.rows; ++i) {
-    const bool real = i < rows;
-    h[d.L.tokens + i] = real ? b.tokens[static_cast<size_t>(i)] : 0;
-    h[d.L.positions + i] = real ? b.positions[static_cast<size_t>(i)] : -1;
-    const int64_t slot = real ? b.slots[static_cast<size_t>(i)] : -1;
-    std::memcpy(h + d.L.slots + 2 * i, &slot, 8);
-  }
-  for (int s = 0; s < nd; ++s) {
-    h[d.L.seq_lens + s] = b.seq_lens[static_cast<size_t>(s)];
-    std::copy(b.block_table.begin() + int64_t{s} * bps,
-              b.block_table.begin() + int64_t{s + 1} * bps, h + d.L.table + int64_t{s} * bps);
-  }
-  for (int j = 0; j < d.np; ++j) {
-    const int s = nd + j;
-    h[d.L.pf_q_start + j] = b.q_start[static_cast<size_t>(s)] - nd;
-    h[d.L.pf_seq_lens + j] = b.seq_lens[static_cast<size_t>(s)];
-    std::copy(b.block_table.begin() + int64_t{s} * bps,
-              b.block_table.begin() + int64_t{s + 1} * bps, h + d.L.pf_table + int64_t{j} * bps);
-  }
-  if (d.np > 0) h[d.L.pf_q_start + d.np] = rows - nd;
-  for (int k = 0; k < d.sampled; ++k)
-    h[d.L.sample_rows + k] = b.sample_rows[static_cast<size_t>(k)];
-  // Table entries past a sequence's pages are -1 (never read): keep them in range anyway.
-  for (int64_t i = d.L.table; i < d.L.table + int64_t{nd} * bps; ++i) h[i] = std::max(h[i], 0);
-  for (int64_t i = d.L.pf_table; i < d.L.pf_table + int64_t{d.np} * bps; ++i)
-    h[i] = std::max(h[i], 0);
+  return serving_step_dims(b, e.blocks_per_seq(), graph, graph ? e.bucket_for(nd) : 0);
 }
 
 }  // namespace
@@ -1284,7 +1147,7 @@ DecodeStepExecutor::ServingPartTimes DecodeStepExecutor::time_serving_parts(
   if (d.nd > 0)
     t.decode_attn_ms = median_ms([&] {
       for (int l = 0; l < c.layers; ++l)
-        I.run_attention(cfg_, opt_, serving_decode_args(I, c, opt_, d, l), I.stream);
+        I.run_attention(cfg_, opt_, decode_args(I, c, opt_, d, l), I.stream);
     });
   if (d.np > 0)
     t.prefill_attn_ms = median_ms([&] {

@@ -32,6 +32,7 @@
 #include <string>
 #include <vector>
 
+#include "gpu/runtime/step_shapes.h"
 #include "reference/attention/args.h"
 #include "reference/step/decoder_config.h"
 #include "reference/step/decoder_weights.h"
@@ -64,27 +65,7 @@ struct Sampling {
   uint64_t seed = 0;
 };
 
-struct ExecutorOptions {
-  KvFormat kv_format = KvFormat::kBF16;
-  KvLayout kv_layout = KvLayout::kNHD;
-  int block_size = 16;
-  int max_batch = 1;
-  int max_context = 128;  // tokens per sequence, history and generated together
-  // Decode-attention registry id; -1: `auto`, the version and split picked per batch size
-  // from the measured calibration table (gpu/attention/decode_auto.h).
-  int attn_version = -1;
-  std::vector<int> graph_buckets;  // empty: 1, 2, 4, ... and max_batch
-  float k_scale = 1.0f;            // pool scales of kFP8E4M3 / kFP8E5M2 / kNVFP4 caches
-  float v_scale = 1.0f;
-  // Per-layer pool scales (empty: k_scale / v_scale for every layer; else one per layer), e.g.
-  // calibrated from a real model's K/V amax.
-  std::vector<float> layer_k_scales, layer_v_scales;
-  // Serving: > 0 makes the cache ONE pool of pool_blocks blocks whose block tables the caller
-  // gives with every step (serving_step: the tables sim::Engine's allocator hands out), with
-  // max_batch token rows per step and ceil(max_context / block_size) table columns. 0: every
-  // sequence reserves ceil(max_context / block_size) blocks at start() (the decode benches).
-  int pool_blocks = 0;
-};
+// ExecutorOptions: gpu/runtime/step_shapes.h (CUDA-free, with the shapes it implies).
 
 class DecodeStepExecutor {
  public:

@@ -21,15 +21,8 @@
 
 namespace kvlab::gpu {
 
-struct ServingExecutorOptions {
-  int block_size = 16;
-  int pool_blocks = 0;    // the engine's num_blocks (>= 1)
-  int max_rows = 512;     // token rows per step at most (the engine's max_num_batched_tokens)
-  int max_seqs = 64;      // sequences per step at most (the engine's max_num_seqs)
-  int max_context = 0;    // tokens per sequence at most (prompt + output)
-  bool graph = true;      // decode-only steps as CUDA graphs (buckets: default_graph_buckets)
-  int attn_version = -1;  // decode-attention registry id (-1: auto, picked per batch size)
-};
+// ServingExecutorOptions and the executor options they make: step_shapes.h.
+
 
 class GpuServingExecutor : public sim::StepExecutor {
  public:

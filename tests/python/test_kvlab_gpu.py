@@ -141,6 +141,113 @@ def test_decode_every_version_format_layout_against_ref(version):
     assert ran > 0, f"{version} ran no configuration: {skipped}"
 
 
+@pytest.mark.parametrize("batch,context", [(1, 300), (8, 2048), (64, 1024)])
+def test_auto_is_the_cpp_choice_for_the_shape(batch, context):
+    """version="auto" runs what gpu::choose_decode picks for this shape on this device (the
+    rule of a sweep's version = auto), with its split; a prepared handle reports the same
+    pick; when the pick forces no split, auto's output is bitwise the named version's."""
+    g = torch.Generator(device=DEV).manual_seed(31 + batch + context)
+    heads, group, d, bs = 8, 4, 128, 16
+    per_seq = (context + bs - 1) // bs
+    nb = batch * per_seq
+    k = torch.randn(nb, bs, heads, d, generator=g, device=DEV).to(torch.bfloat16)
+    v = torch.randn(nb, bs, heads, d, generator=g, device=DEV).to(torch.bfloat16)
+    table = torch.randperm(nb, generator=g, device=DEV).to(torch.int32).view(batch, per_seq)
+    lens = torch.full((batch,), context, dtype=torch.int32, device=DEV)
+    q = torch.randn(batch, heads * group, d, generator=g, device=DEV).to(torch.bfloat16)
+    ch = ops.choose_decode(q, k, v, table, lens, max_seq_len=context)
+    assert ch.version in [x.id for x in ops.decode_versions()] and ch.num_splits >= 0
+    assert ch.basis.startswith(("calibrated", "no calibration", "the nearest", "the table")), ch.basis
+    ws = torch.empty(ops.decode_workspace_bytes(q, k, v, table, lens, max_seq_len=context) + 1, dtype=torch.uint8,
+                     device=DEV)
+    h = ops.prepare_decode_attention(q, k, v, table, lens, workspace=ws, max_seq_len=context)
+    assert (h.version, h.num_splits, h.basis) == (ch.version, ch.num_splits, ch.basis)
+    auto_out = h.run().clone()
+    direct = ops.decode_attention(q, k, v, table, lens, workspace=ws, max_seq_len=context)
+    torch.cuda.synchronize()
+    assert torch.equal(direct.view(torch.int16), auto_out.view(torch.int16))
+    if ch.num_splits == 0:
+        ws2 = torch.empty(ops.decode_workspace_bytes(q, k, v, table, lens, version=ch.name, max_seq_len=context) + 1,
+                          dtype=torch.uint8, device=DEV)
+        named = ops.decode_attention(q, k, v, table, lens, version=ch.name, workspace=ws2, max_seq_len=context)
+        torch.cuda.synchronize()
+        assert torch.equal(named.view(torch.int16), auto_out.view(torch.int16)), ch
+
+
+def test_sixteen_bit_containers_are_one_call_on_the_device():
+    """q as torch bfloat16 or as its int16 bits (q_dtype="bf16"), out as bfloat16 or int16:
+    the same launch, bitwise the same output; a float16 out for a bf16 q is refused."""
+    c = host_case(77, "bf16", "nhd")
+    k, v = to_dev(c["k"], True), to_dev(c["v"], True)
+    table, lens = to_dev(c["table"]), to_dev(c["lens"])
+    q = to_dev(c["q"], bf16=True)
+    name = next(x.name for x in ops.decode_versions() if not ops.decode_unsupported_reason(q, k, v, table, lens,
+                                                                                         version=x.id))
+    ws = torch.empty(ops.decode_workspace_bytes(q, k, v, table, lens, version=name) + 1, dtype=torch.uint8, device=DEV)
+    a = ops.decode_attention(q, k, v, table, lens, version=name, workspace=ws)
+    assert a.dtype == torch.bfloat16
+    b = ops.decode_attention(q.view(torch.int16), k, v, table, lens, version=name, workspace=ws, q_dtype="bf16")
+    assert b.dtype == torch.int16  # the caller's container
+    out = torch.empty_like(q, dtype=torch.int16)
+    ops.decode_attention(q, k, v, table, lens, version=name, workspace=ws, out=out)
+    torch.cuda.synchronize()
+    assert torch.equal(a.view(torch.int16), b) and torch.equal(b, out)
+    with pytest.raises(ValueError, match="out: dtype float16"):
+        ops.decode_attention(q, k, v, table, lens, version=name, workspace=ws,
+                             out=torch.empty_like(q, dtype=torch.float16))
+
+
+def test_prefill_every_version_format_layout_against_ref():
+    """kvlab.ops.prefill_attention (chunked prefill over the paged cache) against
+    kvlab.ref.paged_prefill_attention on the same bytes: chunks of 1 token, a whole prompt and
+    chunks over a cached prefix; outputs in NaN guard regions; the prefill tolerance entry."""
+    q_lens = [1, 15, 5, 33]
+    ran, skipped, first = 0, [], None
+    for pv in ops.prefill_versions():
+        for fi, fmt in enumerate(FORMATS):
+            for li, layout in enumerate(LAYOUTS):
+                seed = 3000 + 10 * fi + li
+                c = host_case(seed, fmt, layout)
+                rng = np.random.default_rng(seed)
+                q_start = np.concatenate([[0], np.cumsum(q_lens)]).astype(np.int32)
+                qh = formats.encode(rng.standard_normal((int(q_start[-1]), 8, 64)).astype(np.float32), "bf16")
+                q = to_dev(qh, bf16=True)
+                pool_bf16 = paged.storage_kind(fmt) == "bf16"
+                k, v = to_dev(c["k"], pool_bf16), to_dev(c["v"], pool_bf16)
+                if paged.storage_kind(fmt) == "f16":
+                    k, v = k.view(torch.float16), v.view(torch.float16)
+                ks = None if c["ks"] is None else to_dev(c["ks"])
+                vs = None if c["vs"] is None else to_dev(c["vs"])
+                table, lens, qs = to_dev(c["table"]), to_dev(c["lens"]), to_dev(q_start)
+                kw = dict(kv_format=fmt, layout=layout, k_scales=ks, v_scales=vs, k_scale=c["scale"],
+                          v_scale=c["scale"])
+                why = ops.prefill_unsupported_reason(q, k, v, table, lens, qs, version=pv.id, **kw)
+                if why:
+                    skipped.append(f"{pv.name} {fmt}/{layout}: {why}")
+                    continue
+                out, buf = guarded(q.shape, torch.bfloat16)
+                lse, lbuf = guarded(q.shape[:2], torch.float32)
+                ops.prefill_attention(q, k, v, table, lens, qs, version=pv.id, out=out, lse=lse,
+                                      validate_tables=True, **kw)
+                torch.cuda.synchronize()
+                exp_lse = np.empty(q.shape[:2], np.float32)
+                expect = ref.paged_prefill_attention(qh, c["k"], c["v"], c["table"], c["lens"], q_start,
+                                                     kv_format=fmt, layout=layout, k_scales=c["ks"],
+                                                     v_scales=c["vs"], k_scale=c["scale"], v_scale=c["scale"],
+                                                     q_dtype="bf16", lse=exp_lse)
+                ok, msg = ref.check_close(out.float().cpu().numpy(), formats.decode(expect, "bf16"),
+                                          "prefill_attention", fmt, "bf16")
+                assert ok, f"{pv.name} {fmt} {layout} seed {seed}: {msg}"
+                assert guards_intact(buf) and guards_intact(lbuf), f"{pv.name} {fmt} {layout}: wrote outside"
+                ran += 1
+                first = first or (q, k, v, table, lens, kw)
+    assert ran > 0, skipped
+    q, k, v, table, lens, kw = first
+    bad = to_dev(np.int32([0, 1, 16, 21, 53]))  # ends one row short of q
+    with pytest.raises(ValueError, match="q_start: the chunks end at row 53 but q has 54 rows"):
+        ops.prefill_attention(q, k, v, table, lens, bad, validate_tables=True, **kw)
+
+
 def test_decode_against_pytorch_attention():
     """kvlab's paged decode vs PyTorch's scaled_dot_product_attention (float64 math) on the
     same bf16 values gathered into contiguous K/V per sequence, GQA through enable_gqa."""
@@ -264,7 +371,7 @@ def test_runs_on_the_callers_stream_and_inside_a_cuda_graph():
     side = torch.cuda.Stream()
     with torch.cuda.stream(side):
         prepared = ops.prepare_decode_attention(q, k, v, table, lens, workspace=ws, max_seq_len=128)
-        assert prepared._native.stream == side.cuda_stream  # the caller's current stream
+        assert prepared._native.stream == side.cuda_stream and prepared.stream is None  # follows
         prepared.run()
     side.synchronize()
     assert torch.equal(prepared.out, eager)
@@ -277,6 +384,31 @@ def test_runs_on_the_callers_stream_and_inside_a_cuda_graph():
     graph.replay()
     torch.cuda.synchronize()
     assert torch.equal(captured.out, eager)
+    # Prepared outside, run inside a capture (FlashInfer's plan outside / run inside): each run
+    # follows the current stream, here the capture stream (a launch on the stream of
+    # preparation, the legacy one, would break the capture).
+    planned = ops.prepare_decode_attention(q, k, v, table, lens, workspace=ws, max_seq_len=128)
+    graph2 = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph2):
+        planned.run()
+    planned.out.fill_(float("nan"))
+    torch.cuda.synchronize()
+    graph2.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(planned.out, eager)
+    # A timer's own stream (the peer timer's rule): events around run() on that stream see it.
+    timer_stream = torch.cuda.Stream()
+    timer_stream.wait_stream(torch.cuda.current_stream())
+    planned.out.fill_(float("nan"))
+    with torch.cuda.stream(timer_stream):
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        planned.run()
+        stop.record()
+    stop.synchronize()
+    assert torch.equal(planned.out, eager)  # finished by the stop event: it ran on timer_stream
+    fixed = ops.prepare_decode_attention(q, k, v, table, lens, workspace=ws, max_seq_len=128, stream=side)
+    assert fixed.stream == side.cuda_stream
 
 
 def test_bad_inputs_raise_before_launch():

@@ -142,6 +142,50 @@ def test_ref_decode_matches_an_independent_numpy_computation(layout):
     assert ok, why
 
 
+@pytest.mark.parametrize("layout", ["nhd", "split_x"])
+def test_ref_paged_prefill_matches_an_independent_numpy_computation(layout):
+    """Chunked prefill over the paged cache: sequence s's chunk is the last q_len of its
+    cached tokens (a 1-token chunk, a 3-token chunk over a cached prefix, a whole prompt),
+    row i sees the prefix plus the chunk causally. numpy in float64 from the logical K/V."""
+    c = paged_case(seed=515 + len(layout), layout=layout)
+    q_lens = [1, 3, 11]
+    q_start = np.concatenate([[0], np.cumsum(q_lens)]).astype(np.int32)
+    rng = np.random.default_rng(516)
+    heads, group = c["heads"], c["group"]
+    q = bf16_bits(rng.standard_normal((int(q_start[-1]), heads * group, 16)))
+    sm = 1 / np.sqrt(16)
+    expect = np.zeros(q.shape)
+    qf = formats.decode(q, "bf16").astype(np.float64)
+    for s, n in enumerate(c["lens"]):
+        k = formats.roundtrip(c["k_logical"][s], "bf16").astype(np.float64)
+        v = formats.roundtrip(c["v_logical"][s], "bf16").astype(np.float64)
+        for i in range(q_lens[s]):
+            row, visible = q_start[s] + i, n - q_lens[s] + i + 1
+            for h in range(heads * group):
+                z = sm * (k[:visible, h // group, :] @ qf[row, h])
+                p = np.exp(z - z.max())
+                expect[row, h] = (p / p.sum()) @ v[:visible, h // group, :]
+    lse = np.full(q.shape[:2], np.nan, np.float32)
+    out = ref.paged_prefill_attention(q, c["k"], c["v"], c["table"], c["lens"], q_start, kv_format="bf16",
+                                      layout=layout, q_dtype="bf16", lse=lse)
+    assert out.dtype == np.uint16 and out.shape == q.shape and np.isfinite(lse).all()
+    ok, why = ref.check_close(formats.decode(out, "bf16"), expect, "reference_cross_check", "bf16", "bf16")
+    assert ok, why
+    # A 1-token chunk is decode: the same bits as kvlab.ref.decode_attention for that sequence.
+    dec = ref.decode_attention(q[:1], c["k"], c["v"], c["table"][:1], c["lens"][:1], kv_format="bf16", layout=layout,
+                               q_dtype="bf16")
+    ok, why = ref.check_close(formats.decode(out[:1], "bf16"), formats.decode(dec, "bf16"), "reference_cross_check",
+                              "bf16", "bf16")
+    assert ok, why
+    kw = dict(kv_format="bf16", layout=layout, q_dtype="bf16")
+    with pytest.raises(ValueError, match="q_start"):
+        ref.paged_prefill_attention(q, c["k"], c["v"], c["table"], c["lens"], np.int32([1, 2, 5, 15]), **kw)
+    with pytest.raises(ValueError, match=r"q_start: the chunks end at row 14 but q has 15 rows"):
+        ref.paged_prefill_attention(q, c["k"], c["v"], c["table"], c["lens"], np.int32([0, 1, 4, 14]), **kw)
+    with pytest.raises(ValueError, match=r"q_start: shape"):
+        ref.paged_prefill_attention(q, c["k"], c["v"], c["table"], c["lens"], q_start[:-1], **kw)
+
+
 def test_ref_decode_lse_and_empty_sequence():
     c = paged_case(seed=7, lens=(0, 5, 3))
     lse = np.full((3, 6), np.nan, dtype=np.float32)
@@ -236,6 +280,51 @@ def test_bad_arguments_raise_kvlab_messages():
                       c["k"], c["v"], kv_format="bf16")
 
 
+def test_sixteen_bit_dtype_rule_one_for_every_argument():
+    """A 16-bit argument holds its format as the matching float type or as 16-bit integers of
+    its bits, whichever container each array comes in: torch's `t.view(torch.int16)` of a bf16
+    q (the stage's one-liner and the README example) with a uint16 or default out is one call.
+    A float type of the other format is refused, naming the argument and what it expected."""
+    c = paged_case(seed=11)
+    kw = dict(kv_format="bf16", q_dtype="bf16")
+    base = ref.decode_attention(c["q"], c["k"], c["v"], c["table"], c["lens"], **kw)  # uint16 q, uint16 out
+    q16 = c["q"].view(np.int16)
+    k16, v16 = c["k"].view(np.int16), c["v"].view(np.int16)
+    got = ref.decode_attention(q16, k16, v16, c["table"], c["lens"], **kw)  # out: the caller's container
+    assert got.dtype == np.int16 and np.array_equal(got.view(np.uint16), base)
+    assert np.array_equal(formats.decode(got, "bf16"), formats.decode(base, "bf16"), equal_nan=True)
+    out = np.full(c["q"].shape, 0x7FC0, np.uint16)
+    ref.decode_attention(q16, c["k"], v16, c["table"], c["lens"], out=out, **kw)  # int16 q, uint16 out
+    assert np.array_equal(out, base)
+    out16 = np.zeros(c["q"].shape, np.int16)
+    ref.decode_attention(c["q"], c["k"], c["v"], c["table"], c["lens"], out=out16, **kw)
+    assert np.array_equal(out16.view(np.uint16), base)
+    with pytest.raises(ValueError, match=r"out: dtype float16, expected"):
+        ref.decode_attention(c["q"], c["k"], c["v"], c["table"], c["lens"], out=np.zeros(c["q"].shape, np.float16),
+                             **kw)
+    with pytest.raises(ValueError, match=r"out: dtype float32, expected"):
+        ref.decode_attention(c["q"], c["k"], c["v"], c["table"], c["lens"], out=np.zeros(c["q"].shape, np.float32),
+                             **kw)
+    with pytest.raises(ValueError, match=r"q: dtype float16 does not hold bf16"):
+        ref.decode_attention(c["q"].view(np.float16), c["k"], c["v"], c["table"], c["lens"], **kw)
+    # f16 queries: float16 or 16-bit codes; a float16 q's out may be its uint16 bits.
+    qf = formats.decode(c["q"], "bf16").astype(np.float16)
+    o_f = ref.decode_attention(qf, c["k"], c["v"], c["table"], c["lens"], kv_format="bf16")
+    assert o_f.dtype == np.float16
+    o_bits = np.zeros(qf.shape, np.uint16)
+    ref.decode_attention(qf, c["k"], c["v"], c["table"], c["lens"], kv_format="bf16", out=o_bits)
+    assert np.array_equal(o_bits, o_f.view(np.uint16))
+    # append: k and v each float32, or each a 16-bit holder of in_dtype; a float type of another
+    # width or format is refused for v as for k.
+    k = bf16_bits(np.random.default_rng(3).standard_normal((2, 2, 16)))
+    kp, vp = np.zeros_like(c["k"]), np.zeros_like(c["v"])
+    ref.append_kv(k, k.view(np.int16), np.array([0, 1]), kp, vp, kv_format="bf16", in_dtype="bf16")
+    assert np.array_equal(kp[0, :2], k) and np.array_equal(vp[0, :2], k)
+    with pytest.raises(ValueError, match=r"v: dtype float16, expected float32"):
+        ref.append_kv(np.zeros((2, 2, 16), np.float32), np.zeros((2, 2, 16), np.float16), np.array([0, 1]), kp, vp,
+                      kv_format="bf16")
+
+
 def test_ref_rejects_a_scale_array_the_format_does_not_use():
     c = paged_case(seed=2)
     with pytest.raises(ValueError, match="no scale arrays"):
@@ -295,11 +384,88 @@ def test_ops_registry_and_host_arrays_refused():
     newest = max(versions, key=lambda v: v.id)
     assert kvlab.ops.resolve_version(newest.name) == newest.id
     assert kvlab.ops.resolve_version(newest.name.split("_")[0]) == newest.id
-    named_auto = [v for v in versions if v.name == "auto"]
-    assert kvlab.ops.resolve_version("auto") == (named_auto[0].id if named_auto else newest.id)
+    # "auto" is the C++ choose_decode's pick per shape and device (one meaning, the sweep's):
+    # no shape-free id to resolve it to.
+    with pytest.raises(ValueError, match="choose_decode"):
+        kvlab.ops.resolve_version("auto")
+    assert kvlab.ops._version_arg("auto") == native().gpu.AUTO_VERSION < 0
+    assert kvlab.ops._version_arg(newest.name) == newest.id
     with pytest.raises(ValueError, match="registered"):
         kvlab.ops.resolve_version("v99_nothing")
     c = paged_case(seed=4)
     with pytest.raises(ValueError, match="CUDA"):
         kvlab.ops.decode_attention(c["q"], c["k"], c["v"], c["table"], c["lens"], kv_format="bf16",
                                    q_dtype="bf16", out=np.empty_like(c["q"]), version=newest.id)
+    with pytest.raises(ValueError, match="CUDA"):
+        kvlab.ops.choose_decode(c["q"], c["k"], c["v"], c["table"], c["lens"], kv_format="bf16", q_dtype="bf16")
+
+
+# ---- the scripts the GPU stage runs import the installed kvlab -------------------------------
+SCRIPTS = os.path.join(ROOT, "experiments", "python", "scripts")
+
+
+def _installed_kvlab_env():
+    """An environment whose only kvlab is the one these tests imported (pip's site, or the
+    build's staged package with its extension module), as the GPU stage sets PYTHONPATH."""
+    site = os.path.dirname(os.path.dirname(os.path.abspath(kvlab.__file__)))
+    env = dict(os.environ, PYTHONPATH=site + os.pathsep + ROOT)
+    return site, env
+
+
+@pytest.mark.parametrize("script", ["example_flashinfer.py", "timing_crosscheck.py"])
+def test_a_script_run_by_path_imports_the_installed_package(script):
+    """`python DIR/script.py` puts DIR first on sys.path, before PYTHONPATH: a DIR holding the
+    kvlab sources (no extension module there) would shadow the installed package. Python's
+    rule, applied to each script's folder."""
+    import subprocess
+    import sys
+    path = os.path.join(SCRIPTS, script)
+    assert os.path.exists(path)
+    site, env = _installed_kvlab_env()
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); import kvlab; from kvlab._native import native; "
+            "native(); print(kvlab.__file__)")
+    r = subprocess.run([sys.executable, "-c", code, os.path.dirname(path)], env=env, capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert os.path.abspath(r.stdout.strip()).startswith(site + os.sep), (r.stdout, site)
+    # The guard itself: the package's source folder, first on sys.path, does shadow it.
+    r = subprocess.run([sys.executable, "-c", code, os.path.join(ROOT, "experiments", "python")], env=env,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0 or not os.path.abspath(r.stdout.strip()).startswith(site + os.sep)
+
+
+def test_timing_crosscheck_run_as_the_stage_runs_it_reports_the_installed_package(tmp_path):
+    """The real script, run by path with the stage's PYTHONPATH: its first line names the kvlab
+    it imported (the installed one); without a GPU (or torch) it then stops with its own
+    message, never kvlab's 'extension module not built'."""
+    import subprocess
+    import sys
+    site, env = _installed_kvlab_env()
+    r = subprocess.run([sys.executable, os.path.join(SCRIPTS, "timing_crosscheck.py"), "--kvlab", "/nonexistent",
+                        "--out", str(tmp_path)], env=env, capture_output=True, text=True, timeout=120)
+    first = r.stdout.splitlines()[0] if r.stdout else ""
+    assert first.startswith("kvlab: "), (r.stdout, r.stderr)
+    assert os.path.abspath(first[len("kvlab: "):]).startswith(site + os.sep), first
+    assert "not built or not importable" not in r.stderr
+
+
+def test_timing_crosscheck_verdict_fails_outside_the_tolerance():
+    """The cross-check's verdict (compare): a Python median of 3.4 us against the C++ 751.1 us
+    (a call that escaped the timer's events) disagrees, 1.5 % agrees at 2 %, and two sides
+    that ran different kernels stop the script."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("timing_crosscheck", os.path.join(SCRIPTS, "timing_crosscheck.py"))
+    tc = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tc)
+
+    def t(med, ran="v4_mma_decode", splits=0):
+        return dict(median_us=med, q1_us=0.99 * med, q3_us=1.01 * med, reps=10, ran=ran, splits=splits)
+
+    shapes = [(64, 8192), (8, 2048)]
+    rows = tc.compare(shapes, {shapes[0]: t(751.1), shapes[1]: t(34.0)}, {shapes[0]: t(3.4), shapes[1]: t(34.51)},
+                      "auto", "H100", 0.02)
+    assert [r["agree"] for r in rows] == [False, True]
+    assert abs(rows[0]["ratio"] - 3.4 / 751.1) < 1e-12
+    with pytest.raises(SystemExit, match="not one kernel"):
+        tc.compare(shapes[:1], {shapes[0]: t(751.1)}, {shapes[0]: t(751.1, ran="v5_mma_decode_2stage")}, "auto", "H100",
+                   0.02)

@@ -256,9 +256,9 @@ def test_every_standard_figure_keeps_series_apart_and_colours_fixed(mixed, kvlab
 
 
 def test_the_readme_example_is_the_script_the_gpu_stage_runs():
-    """README's kvlab-and-FlashInfer example is experiments/python/example_flashinfer.py,
+    """README's kvlab-and-FlashInfer example is experiments/python/scripts/example_flashinfer.py,
     verbatim (the GPU stage runs that file), and it compiles."""
-    script = open(os.path.join(ROOT, "experiments", "python", "example_flashinfer.py")).read().rstrip()
+    script = open(os.path.join(ROOT, "experiments", "python", "scripts", "example_flashinfer.py")).read().rstrip()
     readme = open(os.path.join(ROOT, "README.md")).read()
     assert "```python\n" + script + "\n```" in readme
     compile(script, "example_flashinfer.py", "exec")

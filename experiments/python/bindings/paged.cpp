@@ -122,10 +122,10 @@ DecodeArgs decode_args(Checker& c, const Array& q, const Array& out, const OptAr
                 "q: head_dim " << dim(q, 2) << " but the cache's head_dim is "
                                << a.kv.geom.head_dim << " (q " << shape_str(q) << ")");
   a.q = q.data();
+  // out holds q's format (bfloat16 / float16, or 16-bit integers holding its bits): the same
+  // rule as every other argument, so q as torch bfloat16 and out as int16 bits (or numpy
+  // int16 q with uint16 out) are one call; float16 out for a bf16 q is refused.
   a.o = c.check(out, "out", qe, {S, Hq, a.kv.geom.head_dim});
-  KVLAB_REQUIRE(out.dtype() == q.dtype(), "out: dtype " << dtype_name(out.dtype())
-                                                         << " differs from q's "
-                                                         << dtype_name(q.dtype()));
   a.lse = static_cast<float*>(c.check_opt(lse, "lse", Elem::kF32, {S, Hq}));
   c.check_rank(block_table, "block_table", Elem::kI32, 2);
   KVLAB_REQUIRE(dim(block_table, 0) == S, "block_table: " << dim(block_table, 0)
@@ -135,6 +135,39 @@ DecodeArgs decode_args(Checker& c, const Array& q, const Array& out, const OptAr
   a.num_seqs = static_cast<int32_t>(S);
   a.num_qo_heads = static_cast<int32_t>(Hq);
   a.max_blocks_per_seq = static_cast<int32_t>(dim(block_table, 1));
+  a.max_seq_len = max_seq_len;
+  a.sm_scale = sm_scale > 0 ? sm_scale : 1.0f / std::sqrt(static_cast<float>(a.kv.geom.head_dim));
+  KVLAB_REQUIRE(a.num_qo_heads > 0 && a.num_qo_heads % a.kv.geom.num_kv_heads == 0,
+                "q: " << a.num_qo_heads << " query heads is not a positive multiple of the "
+                      << a.kv.geom.num_kv_heads << " KV heads");
+  return a;
+}
+
+PagedPrefillArgs prefill_args(Checker& c, const Array& q, const Array& out, const OptArray& lse,
+                              const CacheArrays& cache, const Array& block_table,
+                              const Array& seq_lens, const Array& q_start, float sm_scale,
+                              int max_q_len, int max_seq_len, const std::string& q_dtype) {
+  PagedPrefillArgs a;
+  a.kv = cache_view(c, cache);
+  a.q_dtype = parse_q_dtype(q, q_dtype);
+  const Elem qe = a.q_dtype == DType::kBF16 ? Elem::kBF16 : Elem::kF16;
+  c.check_rank(q, "q", qe, 3);
+  const int64_t T = dim(q, 0), Hq = dim(q, 1);
+  KVLAB_REQUIRE(dim(q, 2) == a.kv.geom.head_dim,
+                "q: head_dim " << dim(q, 2) << " but the cache's head_dim is "
+                               << a.kv.geom.head_dim << " (q " << shape_str(q) << ")");
+  a.q = q.data();
+  a.o = c.check(out, "out", qe, {T, Hq, a.kv.geom.head_dim});  // q's format, as decode's out
+  a.lse = static_cast<float*>(c.check_opt(lse, "lse", Elem::kF32, {T, Hq}));
+  c.check_rank(block_table, "block_table", Elem::kI32, 2);
+  const int64_t S = dim(block_table, 0);
+  a.block_table = static_cast<const int32_t*>(block_table.data());
+  a.seq_lens = static_cast<const int32_t*>(c.check(seq_lens, "seq_lens", Elem::kI32, {S}));
+  a.q_start = static_cast<const int32_t*>(c.check(q_start, "q_start", Elem::kI32, {S + 1}));
+  a.num_seqs = static_cast<int32_t>(S);
+  a.num_qo_heads = static_cast<int32_t>(Hq);
+  a.max_blocks_per_seq = static_cast<int32_t>(dim(block_table, 1));
+  a.max_q_len = max_q_len;
   a.max_seq_len = max_seq_len;
   a.sm_scale = sm_scale > 0 ? sm_scale : 1.0f / std::sqrt(static_cast<float>(a.kv.geom.head_dim));
   KVLAB_REQUIRE(a.num_qo_heads > 0 && a.num_qo_heads % a.kv.geom.num_kv_heads == 0,
@@ -168,9 +201,7 @@ AppendArgs append_args(Checker& c, const Array& k, const Array& v, const Array& 
   const int64_t T = dim(k, 0);
   const std::vector<int64_t> shape = {T, a.kv.geom.num_kv_heads, a.kv.geom.head_dim};
   a.k = c.check(k, "k", e, shape);
-  a.v = c.check(v, "v", e, shape);
-  KVLAB_REQUIRE(k.dtype() == v.dtype(), "v: dtype " << dtype_name(v.dtype()) << " differs from k's "
-                                                     << dtype_name(k.dtype()));
+  a.v = c.check(v, "v", e, shape);  // v holds k's format (the rule of decode's out and q)
   a.slot_mapping =
       static_cast<const int64_t*>(c.check(slot_mapping, "slot_mapping", Elem::kI64, {T}));
   a.num_tokens = static_cast<int32_t>(T);

@@ -42,6 +42,15 @@ DecodeArgs decode_args(Checker& c, const Array& q, const Array& out, const OptAr
                        const CacheArrays& cache, const Array& block_table, const Array& seq_lens,
                        float sm_scale, int max_seq_len, const std::string& q_dtype);
 
+// Paged (chunked) prefill: q, out [T, Hq, D] (T = q_start[S]); lse [T, Hq] float32
+// (optional); q_start int32 [S + 1]; seq_lens int32 [S] (each sequence's tokens in the cache,
+// its chunk included); block_table int32 [S, M]. max_q_len / max_seq_len: host-known bounds
+// (0: the table's). sm_scale <= 0 means 1/sqrt(head_dim).
+PagedPrefillArgs prefill_args(Checker& c, const Array& q, const Array& out, const OptArray& lse,
+                              const CacheArrays& cache, const Array& block_table,
+                              const Array& seq_lens, const Array& q_start, float sm_scale,
+                              int max_q_len, int max_seq_len, const std::string& q_dtype);
+
 // k, v [T, H, D] (float32, bfloat16 or float16; in_dtype names raw 16-bit codes);
 // slot_mapping int64 [T].
 AppendArgs append_args(Checker& c, const Array& k, const Array& v, const Array& slot_mapping,

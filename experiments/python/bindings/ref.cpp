@@ -1,6 +1,6 @@
-// ref.cpp: kvlab._kvlab.ref, the CPU reference on host arrays: decode attention over a paged
-// cache, append / quantize-on-write, quantize and dequantize of every scheme
-// (reference/quant/schemes.h). The DSV4 substrate ops are in dsv4.cpp.
+// ref.cpp: kvlab._kvlab.ref, the CPU reference on host arrays: decode and paged (chunked)
+// prefill attention over a paged cache, append / quantize-on-write, quantize and dequantize of
+// every scheme (reference/quant/schemes.h). The DSV4 substrate ops are in dsv4.cpp.
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
@@ -60,6 +60,26 @@ void decode_attention_exact(const Array& q, const Array& out_exact, const OptArr
   ref::validate_decode_args(a);
   nb::gil_scoped_release unlocked;
   ref::decode_attention_exact(a, o, l);
+}
+
+void paged_prefill_attention(const Array& q, const Array& out, const OptArray& lse,
+                             const Array& k_cache, const Array& v_cache, const OptArray& k_scales,
+                             const OptArray& v_scales, const std::string& layout,
+                             const std::string& kv_format, float k_scale, float v_scale,
+                             const Array& block_table, const Array& seq_lens, const Array& q_start,
+                             float sm_scale, int max_q_len, int max_seq_len,
+                             const std::string& q_dtype) {
+  Checker c(Where::kHost);
+  const PagedPrefillArgs a =
+      prefill_args(c, q, out, lse,
+                   cache(k_cache, v_cache, k_scales, v_scales, layout, kv_format, k_scale, v_scale),
+                   block_table, seq_lens, q_start, sm_scale, max_q_len, max_seq_len, q_dtype);
+  ref::validate_paged_prefill_args(a);
+  KVLAB_REQUIRE(a.q_start[a.num_seqs] == dim(q, 0),
+                "q_start: the chunks end at row " << a.q_start[a.num_seqs] << " but q has "
+                                                  << dim(q, 0) << " rows");
+  nb::gil_scoped_release unlocked;
+  ref::paged_prefill_attention(a);
 }
 
 void append_kv(const Array& k, const Array& v, const Array& slot_mapping, const Array& k_cache,
@@ -170,6 +190,10 @@ void bind_ref(nb::module_& m) {
   m.def("decode_attention_exact", &decode_attention_exact, nb::arg("q"), nb::arg("out"),
         nb::arg("lse").none(), KVLAB_PY_CACHE_ARGS, nb::arg("block_table"), nb::arg("seq_lens"),
         nb::arg("sm_scale"), nb::arg("max_seq_len"), nb::arg("q_dtype"));
+  m.def("paged_prefill_attention", &paged_prefill_attention, nb::arg("q"), nb::arg("out"),
+        nb::arg("lse").none(), KVLAB_PY_CACHE_ARGS, nb::arg("block_table"), nb::arg("seq_lens"),
+        nb::arg("q_start"), nb::arg("sm_scale"), nb::arg("max_q_len"), nb::arg("max_seq_len"),
+        nb::arg("q_dtype"));
   m.def("append_kv", &append_kv, nb::arg("k"), nb::arg("v"), nb::arg("slot_mapping"),
         KVLAB_PY_CACHE_ARGS, nb::arg("in_dtype"));
   m.def("quant_stream_bytes", &stream_bytes, nb::arg("scheme"), nb::arg("rows"), nb::arg("cols"),

@@ -19,6 +19,9 @@ def _info() -> int:
             print(f"CUDA devices: {n}")
             for v in ops.decode_versions():
                 print(f"  decode {v.id} {v.name}: {v.summary}")
+            print("  decode auto: the version and split gpu::choose_decode picks per shape (ops.choose_decode)")
+            for v in ops.prefill_versions():
+                print(f"  prefill {v.id} {v.name}: {v.summary}")
     except ImportError as e:
         print(f"extension: not importable ({e})")
     return 0

@@ -56,6 +56,25 @@ def empty(like, shape, kind: str):
     raise TypeError(f"{type(like).__name__}: pass out= (kvlab allocates outputs only with numpy, torch or cupy)")
 
 
+def empty_like(like, shape=None):
+    """An uninitialized array with the library, device and dtype of `like` (its shape unless
+    `shape` is given): a 16-bit output holding the values of a 16-bit input comes back in the
+    caller's own container (torch bfloat16 stays bfloat16; numpy int16 or uint16 bits stay
+    int16 or uint16)."""
+    lib = library(like)
+    shape = tuple(int(s) for s in (like.shape if shape is None else shape))
+    if lib == "torch":
+        import torch
+        return torch.empty(shape, dtype=like.dtype, device=like.device)
+    if lib == "cupy":
+        import cupy
+        with cupy.cuda.Device(like.device.id):
+            return cupy.empty(shape, dtype=like.dtype)
+    if lib == "numpy":
+        return np.empty(shape, dtype=like.dtype)
+    raise TypeError(f"{type(like).__name__}: pass out= (kvlab allocates outputs only with numpy, torch or cupy)")
+
+
 def kind_of(x) -> str:
     """The kvlab kind of an array's dtype (bf16 for bfloat16, ...), '' when it has none."""
     name = str(getattr(x, "dtype", "")).replace("torch.", "")

@@ -21,11 +21,3 @@ def head_dim_of(q) -> int:
 
 def sm_scale_or_default(sm_scale, q) -> float:
     return float(sm_scale) if sm_scale is not None else 1.0 / math.sqrt(head_dim_of(q))
-
-
-def q_kind(q, q_dtype) -> str:
-    """'bf16' / 'f16' of a query array (q_dtype names raw 16-bit codes)."""
-    if q_dtype:
-        return {"bf16": "bf16", "bfloat16": "bf16", "f16": "f16", "fp16": "f16", "float16": "f16"}.get(q_dtype, q_dtype)
-    name = str(getattr(q, "dtype", "")).replace("torch.", "")
-    return {"bfloat16": "bf16", "float16": "f16"}.get(name, "")

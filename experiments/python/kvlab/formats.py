@@ -47,8 +47,14 @@ def encode(x, format: str, saturation: str = "satfinite") -> np.ndarray:
 
 
 def decode(codes, format: str) -> np.ndarray:
-    """float32 values of codes (same shape), exactly."""
-    codes = np.ascontiguousarray(np.asarray(codes, dtype=np.uint16 if format in _WIDE else np.uint8))
+    """float32 values of codes (same shape), exactly. Codes are unsigned or signed integers of
+    the format's width (int16 bits of a torch bfloat16 tensor's .view(torch.int16) decode as
+    their bit pattern); other dtypes are converted by value."""
+    want = np.dtype(np.uint16 if format in _WIDE else np.uint8)
+    codes = np.asarray(codes)
+    if codes.dtype.kind in "iu" and codes.dtype.itemsize == want.itemsize:
+        codes = codes.view(want)
+    codes = np.ascontiguousarray(np.asarray(codes, dtype=want))
     out = np.empty(codes.shape, dtype=np.float32)
     native().formats.decode(codes, out, format)
     return out

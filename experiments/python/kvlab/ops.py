@@ -2,6 +2,7 @@
 signatures of kvlab.ref.
 
     out = kvlab.ops.decode_attention(q, k_cache, v_cache, block_table, seq_lens)   # version "auto"
+    out = kvlab.ops.prefill_attention(q, k_cache, v_cache, block_table, seq_lens, q_start)  # chunked prefill
 
 Conventions of every op:
 - Arrays are used in place, never copied or converted: they must already have the dtype,
@@ -21,8 +22,10 @@ Conventions of every op:
 
 Decode versions come from the kernel registry (gpu/attention/decode.h) at call time:
 decode_versions() lists them, and `version` takes an id, a full name
-("v3_flash_decoding"), its "vN" prefix, or "auto" (the registry's version named "auto" when
-there is one, else the newest version).
+("v3_flash_decoding"), its "vN" prefix, or "auto": the version and split that
+gpu::choose_decode picks for the call's shape on the arrays' device (the calibration table
+of gpu/attention/decode_auto.h, else the newest version that supports the shape), the same
+rule as `version = auto` in a `kvlab sweep`. choose_decode() says what auto picks and why.
 """
 from __future__ import annotations
 
@@ -32,6 +35,7 @@ from kvlab import _arrays, _common
 from kvlab._native import gpu as _gpu
 
 DecodeVersion = namedtuple("DecodeVersion", "id name summary")
+DecodeChoice = namedtuple("DecodeChoice", "version name num_splits basis")
 
 
 def decode_versions() -> list:
@@ -40,7 +44,11 @@ def decode_versions() -> list:
 
 
 def resolve_version(version) -> int:
-    """The registry id of `version` (id, name, "vN" prefix or "auto")."""
+    """The registry id of an explicit `version` (id, name or "vN" prefix). "auto" depends on
+    the call's shape and device: choose_decode(...) resolves it."""
+    if version == "auto":
+        raise ValueError("version 'auto' is picked per call from the shape and the device: "
+                         "kvlab.ops.choose_decode(q, k_cache, v_cache, block_table, seq_lens) says which")
     versions = decode_versions()
     if isinstance(version, int) and not isinstance(version, bool):
         if any(v.id == version for v in versions):
@@ -49,13 +57,16 @@ def resolve_version(version) -> int:
         for v in versions:
             if version == v.name:
                 return v.id
-        if version == "auto":
-            return max(versions, key=lambda v: v.id).id
         matches = [v for v in versions if v.name.startswith(version + "_")]
         if len(matches) == 1:
             return matches[0].id
     raise ValueError(f"unknown decode version {version!r} (registered: "
                      f"{', '.join(f'{v.id} {v.name}' for v in versions)}; or 'auto')")
+
+
+def _version_arg(version) -> int:
+    """What the binding takes: a registry id, or its AUTO_VERSION for "auto"."""
+    return int(_gpu().AUTO_VERSION) if version == "auto" else resolve_version(version)
 
 
 def device_count() -> int:
@@ -83,7 +94,7 @@ def decode_workspace_bytes(q, k_cache, v_cache, block_table, seq_lens, *, versio
     shapes and max_seq_len only, so one buffer serves every call of a shape."""
     kw, _ = _decode_kwargs(q, k_cache, v_cache, block_table, seq_lens, q, None, kv_format, layout, k_scales,
                            v_scales, k_scale, v_scale, sm_scale, max_seq_len, q_dtype, None)
-    return int(_gpu().decode_workspace_bytes(version=resolve_version(version), **kw))
+    return int(_gpu().decode_workspace_bytes(version=_version_arg(version), **kw))
 
 
 def decode_unsupported_reason(q, k_cache, v_cache, block_table, seq_lens, *, version="auto", kv_format=None,
@@ -92,7 +103,18 @@ def decode_unsupported_reason(q, k_cache, v_cache, block_table, seq_lens, *, ver
     """'' when `version` handles this configuration, else why not."""
     kw, _ = _decode_kwargs(q, k_cache, v_cache, block_table, seq_lens, q, None, kv_format, layout, k_scales,
                            v_scales, k_scale, v_scale, None, max_seq_len, q_dtype, None)
-    return _gpu().decode_unsupported_reason(version=resolve_version(version), **kw)
+    return _gpu().decode_unsupported_reason(version=_version_arg(version), **kw)
+
+
+def choose_decode(q, k_cache, v_cache, block_table, seq_lens, *, kv_format=None, layout="nhd", k_scales=None,
+                  v_scales=None, k_scale=1.0, v_scale=1.0, max_seq_len=0, q_dtype=None) -> DecodeChoice:
+    """What version "auto" runs for these arguments on their device: DecodeChoice(version id,
+    name, num_splits (0: the version's own plan), basis: the calibration row it came from, or
+    the default rule). Launches nothing. kvlab.Unsupported when no version handles them."""
+    kw, _ = _decode_kwargs(q, k_cache, v_cache, block_table, seq_lens, q, None, kv_format, layout, k_scales,
+                           v_scales, k_scale, v_scale, None, max_seq_len, q_dtype, None)
+    vid, splits, basis = _gpu().choose_decode(**kw)
+    return DecodeChoice(vid, next(v.name for v in decode_versions() if v.id == vid), int(splits), basis)
 
 
 def decode_attention(q, k_cache, v_cache, block_table, seq_lens, *, version="auto", kv_format=None, layout="nhd",
@@ -105,14 +127,15 @@ def decode_attention(q, k_cache, v_cache, block_table, seq_lens, *, version="aut
     float8_e5m2), else required; block_table int32 [num_seqs, max_blocks_per_seq]; seq_lens
     int32 [num_seqs] (on the device; max_seq_len, when given, is their host-known bound and
     sizes split-KV plans). Returns out (like q); lse [num_seqs, num_qo_heads] float32 is
-    written when given. workspace: a uint8 CUDA buffer of at least decode_workspace_bytes.
+    written when given. workspace: a uint8 CUDA buffer of at least decode_workspace_bytes
+    (of the same `version`: auto's pick may need a workspace).
     validate_tables=True first checks seq_lens and the block table on the device
     (synchronizes: not for timed loops or graph capture)."""
     if out is None:
-        out = _arrays.empty(q, q.shape, _common.q_kind(q, q_dtype) or "u16")
+        out = _arrays.empty_like(q)
     kw, s = _decode_kwargs(q, k_cache, v_cache, block_table, seq_lens, out, lse, kv_format, layout, k_scales,
                            v_scales, k_scale, v_scale, sm_scale, max_seq_len, q_dtype, stream)
-    vid = resolve_version(version)
+    vid = _version_arg(version)
     if validate_tables:
         _gpu().validate_decode_tables(stream=s, **kw)
     _gpu().decode_attention(version=vid, workspace=_arrays.exchange(workspace, s), stream=s, **kw)
@@ -123,15 +146,28 @@ class PreparedDecode:
     """A decode call checked once and launched by run() (or calling it) with nothing but the
     launch: for timed loops and CUDA-graph capture (FlashInfer's plan / run split). It holds
     its tensors; their contents may change between runs, their shapes and addresses may not.
-    `out` is the output tensor every run writes."""
+    `out` is the output tensor every run writes; `version` (registry id), `num_splits` and
+    `basis` say what runs (for "auto": what choose_decode picked, and why).
 
-    def __init__(self, native, out, version):
+    Stream: prepared with stream=None, each run() launches on the stream current at that run
+    (torch's, or cupy's, for the arrays' device), as a torch op does: inside
+    torch.cuda.stream(s) it runs on s, inside torch.cuda.graph(g) it is captured, inside a
+    timer that makes its own stream current it is timed. `stream` is then None. Prepared with
+    stream=S, every run launches on S."""
+
+    def __init__(self, native, out, stream):
         self._native = native
         self.out = out
-        self.version = version
+        self.stream = stream
+        self.version = int(native.version)
+        self.num_splits = int(native.num_splits)
+        self.basis = native.basis
 
     def run(self):
-        self._native.run()
+        if self.stream is None:
+            self._native.run(_arrays.stream_of([self.out], None))
+        else:
+            self._native.run()
         return self.out
 
     __call__ = run
@@ -141,15 +177,75 @@ def prepare_decode_attention(q, k_cache, v_cache, block_table, seq_lens, *, vers
                              layout="nhd", k_scales=None, v_scales=None, k_scale=1.0, v_scale=1.0, sm_scale=None,
                              max_seq_len=0, q_dtype=None, out=None, lse=None, workspace=None, stream=None):
     """decode_attention's checks now, its launches later: returns a PreparedDecode whose
-    run() launches on `stream` (default: the current stream at preparation). A version that
-    does not handle the configuration raises kvlab.Unsupported here."""
+    run() launches on `stream` when given, else on the stream current at each run. A version
+    that does not handle the configuration raises kvlab.Unsupported here."""
     if out is None:
-        out = _arrays.empty(q, q.shape, _common.q_kind(q, q_dtype) or "u16")
+        out = _arrays.empty_like(q)
     kw, s = _decode_kwargs(q, k_cache, v_cache, block_table, seq_lens, out, lse, kv_format, layout, k_scales,
                            v_scales, k_scale, v_scale, sm_scale, max_seq_len, q_dtype, stream)
-    vid = resolve_version(version)
-    p = _gpu().prepare_decode_attention(version=vid, workspace=_arrays.exchange(workspace, s), stream=s, **kw)
-    return PreparedDecode(p, out, vid)
+    p = _gpu().prepare_decode_attention(version=_version_arg(version), workspace=_arrays.exchange(workspace, s),
+                                        stream=s, **kw)
+    return PreparedDecode(p, out, None if stream is None else s)
+
+
+PrefillVersion = namedtuple("PrefillVersion", "id name summary")
+
+
+def prefill_versions() -> list:
+    """Every registered paged-prefill version (gpu/attention/prefill.h), in id order."""
+    return [PrefillVersion(*v) for v in _gpu().prefill_versions()]
+
+
+def _prefill_id(version) -> int:
+    versions = prefill_versions()
+    if version is None:
+        return versions[-1].id  # the newest
+    for v in versions:
+        if version == v.id or version == v.name:
+            return v.id
+    raise ValueError(f"unknown prefill version {version!r} (registered: "
+                     f"{', '.join(f'{v.id} {v.name}' for v in versions)})")
+
+
+def _prefill_kwargs(q, k_cache, v_cache, block_table, seq_lens, q_start, out, lse, kv_format, layout, k_scales,
+                    v_scales, k_scale, v_scale, sm_scale, max_q_len, max_seq_len, q_dtype, stream):
+    s = _arrays.stream_of([q, k_cache, out], stream)
+
+    def x(a):
+        return _arrays.exchange(a, s)
+
+    kw = _common.cache_kwargs(k_cache, v_cache, k_scales, v_scales, layout, kv_format, k_scale, v_scale, x)
+    kw.update(q=x(q), out=x(out), lse=x(lse), block_table=x(block_table), seq_lens=x(seq_lens), q_start=x(q_start),
+              sm_scale=_common.sm_scale_or_default(sm_scale, q), max_q_len=int(max_q_len),
+              max_seq_len=int(max_seq_len), q_dtype=q_dtype or "")
+    return kw, s
+
+
+def prefill_unsupported_reason(q, k_cache, v_cache, block_table, seq_lens, q_start, *, version=None,
+                               kv_format=None, layout="nhd", k_scales=None, v_scales=None, k_scale=1.0, v_scale=1.0,
+                               max_q_len=0, max_seq_len=0, q_dtype=None) -> str:
+    """'' when the prefill `version` (default: the newest) handles this configuration, else why not."""
+    kw, _ = _prefill_kwargs(q, k_cache, v_cache, block_table, seq_lens, q_start, q, None, kv_format, layout,
+                            k_scales, v_scales, k_scale, v_scale, None, max_q_len, max_seq_len, q_dtype, None)
+    return _gpu().prefill_unsupported_reason(version=_prefill_id(version), **kw)
+
+
+def prefill_attention(q, k_cache, v_cache, block_table, seq_lens, q_start, *, version=None, kv_format=None,
+                      layout="nhd", k_scales=None, v_scales=None, k_scale=1.0, v_scale=1.0, sm_scale=None,
+                      max_q_len=0, max_seq_len=0, q_dtype=None, out=None, lse=None, stream=None,
+                      validate_tables=False):
+    """Paged (chunked) prefill attention on the GPU, with kvlab.ref.paged_prefill_attention's
+    arguments (q_start, seq_lens and block_table on the device; max_q_len / max_seq_len,
+    when given, are their host-known bounds and size the grid). version: a registered
+    prefill version's id or name (default: the newest). Allocates nothing but `out` when it
+    is not given. validate_tables=True first checks q_start, seq_lens and the table on the
+    device, and that the chunks end at q's last row (synchronizes: not for timed loops)."""
+    if out is None:
+        out = _arrays.empty_like(q)
+    kw, s = _prefill_kwargs(q, k_cache, v_cache, block_table, seq_lens, q_start, out, lse, kv_format, layout,
+                            k_scales, v_scales, k_scale, v_scale, sm_scale, max_q_len, max_seq_len, q_dtype, stream)
+    _gpu().prefill_attention(version=_prefill_id(version), validate_tables=bool(validate_tables), stream=s, **kw)
+    return out
 
 
 def append_kv(k, v, slot_mapping, k_cache, v_cache, *, kv_format=None, layout="nhd", k_scales=None, v_scales=None,
@@ -239,7 +335,7 @@ def dsv4_store_indexer_keys(keys, entries, request_slots, first_entry, entry_off
 def dsv4_decode_attention(ring, pool, q, request_slots, positions, *, sm_scale=None, out=None, lse=None, stream=None):
     """kvlab.ref.dsv4_decode_attention on the GPU (FP32 online softmax, one rounding)."""
     if out is None:
-        out = _arrays.empty(q, q.shape, "bf16")
+        out = _arrays.empty_like(q)
     fn, s, (r, p), a = _dsv4("dsv4_decode_attention", [ring, pool], [q, out, lse, request_slots, positions], stream)
     fn(r, p, *a, _common.sm_scale_or_default(sm_scale, q), stream=s)
     return out

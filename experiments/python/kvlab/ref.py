@@ -35,13 +35,35 @@ def decode_attention(q, k_cache, v_cache, block_table, seq_lens, *, kv_format=No
     float64 with exact) is filled when given. sm_scale defaults to 1/sqrt(head_dim)."""
     h = _arrays.host
     q = h(q)
-    kind = _common.q_kind(q, q_dtype)
     if out is None:
-        out = _arrays.empty(q, q.shape, "f64" if exact else (kind or "u16"))
+        out = _arrays.empty(q, q.shape, "f64") if exact else _arrays.empty_like(q)
     kw = _common.cache_kwargs(k_cache, v_cache, k_scales, v_scales, layout, kv_format, k_scale, v_scale, h)
     fn = _ref().decode_attention_exact if exact else _ref().decode_attention
     fn(q=q, out=h(out), lse=h(lse), block_table=h(block_table), seq_lens=h(seq_lens),
        sm_scale=_common.sm_scale_or_default(sm_scale, q), max_seq_len=int(max_seq_len), q_dtype=q_dtype or "", **kw)
+    return out
+
+
+def paged_prefill_attention(q, k_cache, v_cache, block_table, seq_lens, q_start, *, kv_format=None, layout="nhd",
+                            k_scales=None, v_scales=None, k_scale=1.0, v_scale=1.0, sm_scale=None, max_q_len=0,
+                            max_seq_len=0, q_dtype=None, out=None, lse=None):
+    """Paged (chunked) prefill attention: sequence s computes query rows q_start[s] ..
+    q_start[s+1] - 1, the last q_len of its seq_lens[s] cached tokens (append them first);
+    row i sees keys 0 .. seq_lens[s] - q_len + i (its cached prefix plus the chunk, causal).
+
+    q [q_start[-1], num_qo_heads, head_dim] bf16/f16; q_start int32 [num_seqs + 1] (0,
+    non-decreasing); seq_lens int32 [num_seqs]; block_table int32 [num_seqs,
+    max_blocks_per_seq]; pools as decode_attention. Returns out (q's shape and dtype, rounded
+    once from float64); lse [rows, num_qo_heads] float32 is filled when given."""
+    h = _arrays.host
+    q = h(q)
+    if out is None:
+        out = _arrays.empty_like(q)
+    kw = _common.cache_kwargs(k_cache, v_cache, k_scales, v_scales, layout, kv_format, k_scale, v_scale, h)
+    _ref().paged_prefill_attention(q=q, out=h(out), lse=h(lse), block_table=h(block_table), seq_lens=h(seq_lens),
+                                   q_start=h(q_start), sm_scale=_common.sm_scale_or_default(sm_scale, q),
+                                   max_q_len=int(max_q_len), max_seq_len=int(max_seq_len), q_dtype=q_dtype or "",
+                                   **kw)
     return out
 
 
@@ -162,7 +184,7 @@ def dsv4_decode_attention(ring, pool, q, request_slots, positions, *, sm_scale=N
     h = _arrays.host
     q = h(q)
     if out is None:
-        out = _arrays.empty(q, q.shape, "bf16" if _arrays.kind_of(q) == "bf16" else "u16")
+        out = _arrays.empty_like(q)
     _ref().dsv4_decode_attention(ring, pool, q, h(out), h(lse), h(request_slots), h(positions),
                                  _common.sm_scale_or_default(sm_scale, q))
     return out

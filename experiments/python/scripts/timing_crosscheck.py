@@ -5,14 +5,24 @@ of experiments/peers/peer_timer.py (PeerTimer: the timer PyTorch SDPA and FlashI
 measured with, by the C++ harness's rules and flush kernel; it needs torch and CuPy). If both timers flush L2 and count the same way, their medians agree; a ratio away from
 1 means one of them, not the kernel, is off, and every kvlab-vs-peer comparison inherits it.
 
-    python3 experiments/python/timing_crosscheck.py --kvlab build/experiments/kvlab --out DIR
-        [--version NAME] [--shape BATCHxCONTEXT ...]
+    python3 experiments/python/scripts/timing_crosscheck.py --kvlab build/experiments/kvlab --out DIR
+        [--version NAME] [--shape BATCHxCONTEXT ...] [--tolerance 0.02]
+
+Verdict: the timers agree on a shape when their medians differ by at most --tolerance
+(default 2 %, the peers' cross-check tolerance); the script exits 1 when any shape disagrees
+(0 only when all agree, 2 for bad arguments or no GPU).
+
+kvlab is the installed package (pip, or PYTHONPATH=build/python): this folder holds no
+package, so the script's own directory, first on sys.path, shadows nothing. The version
+defaults to auto, resolved by the same C++ rule on both sides (gpu::choose_decode); each
+shape's pick must be the same version and split in both, or the script stops.
 
 Shape: BF16 paged decode, NHD, head_dim 128, 8 KV heads, GQA 4 (32 query heads), block 16,
 uniform lengths, eager launch, cold L2 in both timers. The Python side calls a
 kvlab.ops.prepare_decode_attention handle (checked once; each timed call is the launch
 alone, as in the C++ harness), on a cache with a seeded permutation of the pages and random
-BF16 data. Writes DIR/crosscheck.csv, DIR/crosscheck.png / .pdf (median per timer with
+BF16 data; the handle launches on the stream current at each call, so the peer timer's own
+stream (flush, events and call on one stream) times it. Writes DIR/crosscheck.csv, DIR/crosscheck.png / .pdf (median per timer with
 quartile bars, and the ratio) and DIR/cpp.h5 (the C++ points); prints the table last.
 """
 from __future__ import annotations
@@ -23,7 +33,7 @@ import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(os.path.dirname(HERE))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(HERE)))
 HEAD_DIM, KV_HEADS, GQA, BLOCK = 128, 8, 4, 16
 
 
@@ -54,12 +64,17 @@ def cpp_times(kvlab_bin, version, shapes, out_dir):
     df = kvlab.load(h5, kind="decode_attention")
     config_text = str(df.attrs["provenance"].get("config_text", ""))
     out = {}
+    by_name = {v.id: v.name for v in kvlab.ops.decode_versions()}
     for _, row in df.iterrows():
         if row["status"] != "ok":
             raise SystemExit(f"C++ point {row['key']} {row['status']}: {row['reason']}")
+        if version == "auto":  # what the sweep's choose_decode ran
+            ran, splits = by_name[int(row["picked_version"])], int(row["picked_splits"])
+        else:
+            ran, splits = by_name[kvlab.ops.resolve_version(version)], 0
         out[(int(row["batch"]), int(row["context"]))] = dict(median_us=row["median_us"], q1_us=row["q1_us"],
                                                              q3_us=row["q3_us"], reps=row["reps"],
-                                                             timing=row.get("timing", ""))
+                                                             timing=row.get("timing", ""), ran=ran, splits=splits)
     return out, config_text
 
 
@@ -83,13 +98,32 @@ def python_times(version, shapes, config_text):
         call = kvlab.ops.prepare_decode_attention(q, k, v, table, lens, version=version, workspace=ws,
                                                   max_seq_len=ctx)
         t = timer.time(call.run)
-        out[(b, ctx)] = dict(median_us=t["median_us"], q1_us=t["q1_us"], q3_us=t["q3_us"], reps=t["reps"])
+        ran = next(v.name for v in kvlab.ops.decode_versions() if v.id == call.version)
+        out[(b, ctx)] = dict(median_us=t["median_us"], q1_us=t["q1_us"], q3_us=t["q3_us"], reps=t["reps"], ran=ran,
+                             splits=call.num_splits)
         del k, v, q, table, ws, call
         torch.cuda.empty_cache()
     return out
 
 
-def figure(rows, path_base, device, version):
+def compare(shapes, cpp, py, version, device, tolerance):
+    """One row per shape: both timers' medians and quartiles, their ratio and the verdict
+    (agree: |Python / C++ - 1| <= tolerance). Stops when the two sides ran different kernels."""
+    rows = []
+    for b, ctx in shapes:
+        c, p = cpp[(b, ctx)], py[(b, ctx)]
+        if (c["ran"], c["splits"]) != (p["ran"], p["splits"]):
+            raise SystemExit(f"{b} x {ctx}: the C++ run timed {c['ran']} (splits {c['splits']}), Python "
+                             f"{p['ran']} (splits {p['splits']}): not one kernel")
+        ratio = p["median_us"] / c["median_us"]
+        rows.append(dict(batch=b, context=ctx, version=version, ran=c["ran"], num_splits=c["splits"], device=device,
+                         cpp_median_us=c["median_us"], cpp_q1_us=c["q1_us"], cpp_q3_us=c["q3_us"], cpp_reps=c["reps"],
+                         py_median_us=p["median_us"], py_q1_us=p["q1_us"], py_q3_us=p["q3_us"], py_reps=p["reps"],
+                         ratio=ratio, agree=bool(abs(ratio - 1.0) <= tolerance)))
+    return rows
+
+
+def figure(rows, path_base, device, version, tolerance):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -110,6 +144,7 @@ def figure(rows, path_base, device, version):
     a1.set_xlabel("batch x context (tokens)")
     a1.set_ylabel("time per call, median (µs)")
     a1.legend(loc="upper left", fontsize=7, frameon=False)
+    a2.axhspan(1 - tolerance, 1 + tolerance, color="0.9", lw=0, label=f"agreement band ±{tolerance:.0%}")
     a2.axhline(1.0, color="k", lw=0.8, ls="--")
     a2.plot(list(x), [r["ratio"] for r in rows], marker="o", color="k", ls="")
     a2.set_xticks(list(x), labels)
@@ -127,16 +162,21 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--kvlab", required=True, help="the kvlab binary (C++ harness)")
     ap.add_argument("--out", required=True, help="output directory")
-    ap.add_argument("--version", default="", help="decode version (default: the newest registered)")
+    ap.add_argument("--version", default="auto",
+                    help="decode version: a registered name or 'auto' (default: auto, picked per shape)")
     ap.add_argument("--shape", action="append", help="BATCHxCONTEXT (repeatable; default 64x8192, 1x32768, 8x2048)")
+    ap.add_argument("--tolerance", type=float, default=0.02,
+                    help="largest |Python / C++ - 1| of agreeing medians (default 0.02)")
     a = ap.parse_args(argv)
-    import torch
-
     import kvlab
+    print(f"kvlab: {kvlab.__file__}", flush=True)  # the installed package, not a source tree
+    import torch
     if not torch.cuda.is_available():
         print("timing_crosscheck: no CUDA device", file=sys.stderr)
         return 2
-    version = a.version or max(kvlab.ops.decode_versions(), key=lambda v: v.id).name
+    version = a.version
+    if version != "auto":
+        version = next(v.name for v in kvlab.ops.decode_versions() if v.id == kvlab.ops.resolve_version(version))
     shapes = []
     for s in a.shape or ["64x8192", "1x32768", "8x2048"]:
         b, _, c = s.partition("x")
@@ -145,26 +185,25 @@ def main(argv=None) -> int:
     cpp, config_text = cpp_times(a.kvlab, version, shapes, a.out)
     py = python_times(version, shapes, config_text)
     device = torch.cuda.get_device_name(0)
-    rows = []
-    for b, ctx in shapes:
-        c, p = cpp[(b, ctx)], py[(b, ctx)]
-        rows.append(dict(batch=b, context=ctx, version=version, device=device,
-                         cpp_median_us=c["median_us"], cpp_q1_us=c["q1_us"], cpp_q3_us=c["q3_us"], cpp_reps=c["reps"],
-                         py_median_us=p["median_us"], py_q1_us=p["q1_us"], py_q3_us=p["q3_us"], py_reps=p["reps"],
-                         ratio=p["median_us"] / c["median_us"]))
+    rows = compare(shapes, cpp, py, version, device, a.tolerance)
     import csv
     with open(os.path.join(a.out, "crosscheck.csv"), "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
         w.writeheader()
         w.writerows(rows)
-    figure(rows, os.path.join(a.out, "crosscheck"), device, version)
+    figure(rows, os.path.join(a.out, "crosscheck"), device, version, a.tolerance)
     print(f"two timers, one kernel ({version}, {device}; medians in µs, [q1, q3]):")
-    print("| batch x context | C++ harness | Python peer timer | Python / C++ |")
-    print("|---|---:|---:|---:|")
+    print("| batch x context | kernel (splits) | C++ harness | Python peer timer | Python / C++ | verdict |")
+    print("|---|---|---:|---:|---:|---|")
     for r in rows:
-        print(f"| {r['batch']} x {r['context']} | {r['cpp_median_us']:.1f} [{r['cpp_q1_us']:.1f}, {r['cpp_q3_us']:.1f}] | "
-              f"{r['py_median_us']:.1f} [{r['py_q1_us']:.1f}, {r['py_q3_us']:.1f}] | {r['ratio']:.3f} |")
-    return 0
+        print(f"| {r['batch']} x {r['context']} | {r['ran']} ({r['num_splits']}) | "
+              f"{r['cpp_median_us']:.1f} [{r['cpp_q1_us']:.1f}, {r['cpp_q3_us']:.1f}] | "
+              f"{r['py_median_us']:.1f} [{r['py_q1_us']:.1f}, {r['py_q3_us']:.1f}] | {r['ratio']:.3f} | "
+              f"{'agree' if r['agree'] else 'DISAGREE'} |")
+    bad = [r for r in rows if not r["agree"]]
+    print(f"timers {'DISAGREE' if bad else 'agree'} within {a.tolerance:.1%} on {len(rows) - len(bad)} of "
+          f"{len(rows)} shapes")
+    return 1 if bad else 0
 
 
 if __name__ == "__main__":

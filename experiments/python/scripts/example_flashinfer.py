@@ -1,6 +1,7 @@
 import torch, flashinfer, kvlab
 
 # A paged BF16 cache in PyTorch: 8 sequences, 16-token pages in a shuffled order, NHD pools.
+torch.manual_seed(0)
 batch, heads_q, heads_kv, head_dim, page = 8, 32, 8, 128, 16
 lens = torch.randint(1, 4096, (batch,), dtype=torch.int32, device="cuda")
 pages = (lens + page - 1) // page
