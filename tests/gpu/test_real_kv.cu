@@ -313,7 +313,7 @@ TEST(RealModelExecutor, DriverGpuEngineMatchesTheCpuReference) {
     std::vector<int32_t> table(static_cast<size_t>(r.blocks_per_seq()));
     for (size_t b = 0; b < table.size(); ++b) table[b] = static_cast<int32_t>(b);
     r.start(1, table);
-    const Tolerance tol = tolerance(Op::kDecodeStepLogits, f, DType::kF32);
+    const Tolerance tol = tolerance(Op::kDecodeStepLogits, f, DType::kF32, c.layers);
     for (int i = 0; i < n; ++i) {
       r.step({toks[i]});
       ErrorStats es;
