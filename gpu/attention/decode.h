@@ -4,7 +4,7 @@
 // over decode_versions(); every version takes the same DecodeArgs as
 // kvlab::ref::decode_attention, on device buffers.
 //
-// Four layers per kernel (DESIGN.md): this entry point validates and dispatches ->
+// Four layers per kernel (gpu/README.md): this entry point validates and dispatches ->
 // a templated launcher returning cudaError_t -> the __global__ kernel with one params
 // struct -> device helpers. Runtime->compile-time dispatch lives in gpu/dispatch.cuh.
 #pragma once

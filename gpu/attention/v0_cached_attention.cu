@@ -1,4 +1,4 @@
-// v0_cached_attention.cu: seed 000's cached-attention kernel over the paged cache.
+// v0_cached_attention.cu: the textbook cached-attention kernel (one block per sequence and head) over the paged cache.
 //
 // What: one thread block per (sequence, query head). Q goes to shared memory; pass 1
 // computes every score q.k_t (one warp per token, lanes over head_dim) into a shared-memory
@@ -203,7 +203,7 @@ DecodeVersionImpl make_v0_cached_attention() {
   DecodeVersionImpl v;
   v.info = {
       0, "v0_cached_attention",
-      "seed 000: block per (seq, head), scores in shared memory, softmax, then the V pass; scalar "
+      "textbook: block per (seq, head), scores in shared memory, softmax, then the V pass; scalar "
       "canonical loads (every format/layout)"};
   v.unsupported_reason = v0_unsupported_reason;
   v.workspace_bytes = v0_workspace_bytes;

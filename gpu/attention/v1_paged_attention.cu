@@ -1,4 +1,4 @@
-// v1_paged_attention.cu: vLLM's paged-attention kernel (seed 003), single pass.
+// v1_paged_attention.cu: vLLM's paged-attention kernel (v1), single pass.
 //
 // What changed vs v0: the vLLM memory-access design. A thread block (128 threads, 4 warps)
 // handles one (query head, sequence); warps take tiles of 16 consecutive tokens in turn;
@@ -10,7 +10,7 @@
 // 16-byte *V vecs* along tokens (V_VEC tokens of one row per load), each thread
 // accumulating NUM_ROWS_PER_THREAD output rows; warp shuffles and a shared-memory tree
 // across warps reduce the rows, as in vLLM.
-// Why: reproduce the design seed 003 documents, so its costs can be measured next to v0/v3.
+// Why: reproduce vLLM's paged-attention v1 design, so its costs can be measured next to v0/v3.
 //
 // Generalizations (documented, not in vLLM): the block size is a runtime parameter. vLLM
 // ties a warp to one page (BLOCK_SIZE template); here a warp's 16-token tile looks up each
@@ -418,7 +418,7 @@ cudaError_t launch_paged_attention(const PagedParams& p, int num_seqs, cudaStrea
 DecodeVersionImpl make_v1_paged_attention() {
   DecodeVersionImpl v;
   v.info = {1, "v1_paged_attention",
-            "seed 003 (vLLM v1): thread groups, 8-byte K vecs over split-x chunks, whole-sequence "
+            "vLLM v1: thread groups, 8-byte K vecs over split-x chunks, whole-sequence "
             "logits in "
             "shared memory, 16-byte token-minor V vecs"};
   v.unsupported_reason = v1_unsupported_reason;

@@ -1,4 +1,4 @@
-// v2_paged_attention_partitioned.cu: vLLM's paged attention v2 (seed 003): 512-token
+// v2_paged_attention_partitioned.cu: vLLM's paged attention v2: 512-token
 // partitions plus a reduce kernel.
 //
 // What changed vs v1: grid.z splits every sequence into partitions of 512 tokens. Each
@@ -190,7 +190,7 @@ void v2_run(const DecodeArgs& a, const DecodeTuning&, void* workspace, cudaStrea
 DecodeVersionImpl make_v2_paged_attention_partitioned() {
   DecodeVersionImpl v;
   v.info = {2, "v2_paged_attention_partitioned",
-            "seed 003 (vLLM v2): v1's kernel over 512-token partitions, then a reduce kernel that "
+            "vLLM v2: v1's kernel over 512-token partitions, then a reduce kernel that "
             "merges the "
             "partitions by their max logits and exp-sums"};
   v.unsupported_reason = v2_unsupported_reason;

@@ -21,7 +21,7 @@
 //  * Dequantization in the loop from shared memory (decoders of kv_vec.cuh, exact); the K
 //    pool scale folds into the softmax scale, the V pool scale into the output, per-token
 //    scales into the score / the probability, block scales per 8-element thread slice.
-// Why: the first version designed for bandwidth: P1-P7 in DESIGN.md.
+// Why: the first version designed for bandwidth: the bandwidth targets (K1-K3) in gpu/README.md.
 // Numerics: logits in natural units; exp(s - m) forms s - m before scaling into base 2 (so
 // logits like -1e30 keep their O(1) differences); fully masked splits never produce NaN.
 #include <cuda_runtime.h>
