@@ -1,4 +1,5 @@
-// v0_cached_attention.cu: the textbook cached-attention kernel (one block per sequence and head) over the paged cache.
+// v0_cached_attention.cu: the textbook cached-attention kernel (one block per sequence and head)
+// over the paged cache.
 //
 // What: one thread block per (sequence, query head). Q goes to shared memory; pass 1
 // computes every score q.k_t (one warp per token, lanes over head_dim) into a shared-memory
