@@ -497,12 +497,24 @@ size_t DurableFile::commit_in_place(uint64_t new_size) {
     sync_fd(fd_, opt_.fsync, path_);
   } catch (const IoError& e) {
     // Undo at once from the journal we still hold: the file becomes the last commit again.
+    // The length first: cutting the new tail frees the blocks this commit took, so that on a
+    // full disk the old bytes (which may land in blocks the file system has to allocate again)
+    // still fit.
     try {
-      for (const auto& en : j.entries)
-        write_all(fd_, en.old_bytes.data(), en.old_bytes.size(), static_cast<off_t>(en.offset),
-                  "roll back " + path_);
       if (ftruncate(fd_, static_cast<off_t>(old_size)) != 0)
         throw IoError("truncate " + path_ + ": " + errno_text(errno), errno);
+      for (const auto& en : j.entries) {
+        // Zero bytes are restored by punching a hole (no block to allocate: a page that was a
+        // hole before this commit, and whose write is what filled the disk, stays one).
+        const bool zeros = std::all_of(en.old_bytes.begin(), en.old_bytes.end(),
+                                       [](unsigned char c) { return c == 0; });
+        if (zeros && !en.old_bytes.empty() &&
+            fallocate(fd_, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+                      static_cast<off_t>(en.offset), static_cast<off_t>(en.old_bytes.size())) == 0)
+          continue;
+        write_all(fd_, en.old_bytes.data(), en.old_bytes.size(), static_cast<off_t>(en.offset),
+                  "roll back " + path_);
+      }
       sync_fd(fd_, opt_.fsync, path_);
       unlink(jp.c_str());
     } catch (const std::exception& r) {
