@@ -59,9 +59,15 @@ TEST(Tolerance, TheEntriesTheKernelsNeedExist) {
     }
   EXPECT_NO_THROW(tolerance(Op::kOnlineSoftmaxMerge, KvFormat::kBF16, DType::kF32));
   EXPECT_NO_THROW(tolerance(Op::kReferenceCrossCheck, KvFormat::kBF16, DType::kF32));
+  // MXFP4 beyond 4 layers is unmeasured: no bound rather than a guessed one.
   for (KvFormat f : all_kv_formats())
-    for (int layers : {1, 2, 3, 4, 5, 16, 32})
-      EXPECT_NO_THROW(tolerance(Op::kDecodeStepLogits, f, DType::kF32, layers)) << layers;
+    for (int layers : {1, 2, 3, 4, 5, 16, 32}) {
+      if (f == KvFormat::kMXFP4 && layers > 4)
+        EXPECT_THROW(tolerance(Op::kDecodeStepLogits, f, DType::kF32, layers), Unsupported)
+            << layers;
+      else
+        EXPECT_NO_THROW(tolerance(Op::kDecodeStepLogits, f, DType::kF32, layers)) << layers;
+    }
 }
 
 // No row without a use: prefill outputs are bf16/f16 (the GPU prefill kernel's Q dtype), the
@@ -103,7 +109,7 @@ TEST(Tolerance, StepLogitsAreKeyedByDepth) {
         EXPECT_GE(o.tol.nmse_max, r.tol.nmse_max);
       }
   }
-  EXPECT_EQ(keyed, 2 * kNumKvFormats);
+  EXPECT_EQ(keyed, 2 * kNumKvFormats - 1);  // MXFP4: the shallow row only (unmeasured deeper)
 }
 
 // Every row names the measurement behind it: the command that regenerates it, and the data

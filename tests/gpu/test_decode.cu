@@ -25,6 +25,7 @@
 #include "reference/attention/paged_case.h"
 #include "reference/layout/layout_names.h"
 #include "reference/metrics/tolerance.h"
+#include "tests/common/decode_cases.h"
 #include "tests/common/paged_fixtures.h"
 #include "tests/common/tolerance_check.h"
 #include "tests/gpu/gpu_test_util.cuh"
@@ -32,31 +33,10 @@
 namespace kvlab::test {
 namespace {
 
-struct DecodeConfig {
-  KvLayout layout;
-  KvFormat format;
-  DType q_dtype;
-  int head_dim;
-  int block_size;
-  int qo_heads;
-  int kv_heads;
-  int max_len;
-};
-
-std::string label(const DecodeConfig& c) {
-  return to_string(c.layout) + "_" + to_string(c.format) + "_" + to_string(c.q_dtype) + "_d" +
-         std::to_string(c.head_dim) + "_b" + std::to_string(c.block_size) + "_h" +
-         std::to_string(c.qo_heads) + "x" + std::to_string(c.kv_heads);
-}
-
+// The cases (tests/common/decode_cases.h: the CPU measurement tool builds the same ones).
+std::string label(const DecodeConfig& c) { return decode_case_label(c); }
 ref::PagedCaseSpec spec_for(const DecodeConfig& c, const std::string& name) {
-  ref::PagedCaseSpec s = seeded_spec(name.c_str(), c.layout, c.format, c.q_dtype);
-  s.head_dim = c.head_dim;
-  s.block_size = c.block_size;
-  s.num_qo_heads = c.qo_heads;
-  s.num_kv_heads = c.kv_heads;
-  s.seq_lens = ref::awkward_seq_lens(c.block_size, c.max_len);
-  return s;
+  return decode_case_spec(c, name);
 }
 
 struct Checked {
@@ -103,31 +83,6 @@ TEST(DecodeRegistry, VersionsInIdOrderWithNames) {
 }
 
 // ------------------------------------------------------------------ curated cross product
-std::vector<DecodeConfig> curated_configs() {
-  const int head_dims[] = {64, 128, 256};
-  const int blocks[] = {1, 8, 16, 32, 64, 128, 256};
-  const int groups[][2] = {{8, 8}, {8, 4},  {6, 2},
-                           {8, 2}, {16, 2}, {8, 1}};  // g 1, 2, 3, 4, 8, MQA
-  std::vector<DecodeConfig> v;
-  int i = 0;
-  for (KvFormat f : all_kv_formats()) {
-    for (KvLayout l : all_kv_layouts()) {
-      DecodeConfig c;
-      c.layout = l;
-      c.format = f;
-      c.q_dtype = ((i / 3 + i) % 2) ? DType::kF16 : DType::kBF16;
-      c.head_dim = head_dims[(i / 7) % 3];
-      c.block_size = blocks[i % 7];
-      c.qo_heads = groups[i % 6][0];
-      c.kv_heads = groups[i % 6][1];
-      c.max_len = 3001;
-      v.push_back(c);
-      ++i;
-    }
-  }
-  return v;
-}
-
 class DecodeCurated : public ::testing::TestWithParam<DecodeConfig> {};
 
 TEST_P(DecodeCurated, EveryVersionMatchesReference) {
@@ -146,7 +101,7 @@ TEST_P(DecodeCurated, EveryVersionMatchesReference) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Curated, DecodeCurated, ::testing::ValuesIn(curated_configs()),
+INSTANTIATE_TEST_SUITE_P(Curated, DecodeCurated, ::testing::ValuesIn(curated_decode_configs()),
                          [](const ::testing::TestParamInfo<DecodeConfig>& i) {
                            return label(i.param);
                          });
@@ -159,11 +114,7 @@ class DecodeSmall : public ::testing::TestWithParam<std::tuple<KvFormat, KvLayou
 TEST_P(DecodeSmall, EveryVersionMatchesReference) {
   KVLAB_SKIP_WITHOUT_GPU();
   const auto [f, l] = GetParam();
-  for (const auto& [d, bs] : std::vector<std::pair<int, int>>{{64, 16}, {128, 1}}) {
-    const DecodeConfig cfg{l, f, bs == 1 ? DType::kF16 : DType::kBF16, d, bs, 8, 2, 600};
-    ref::PagedCaseSpec s = spec_for(cfg, "decode.small." + label(cfg));
-    s.seq_lens = {0, 1, 2, 15, 16, 17, 33, 97, 600};
-    if (bs == 1) s.sm_scale = 0.37f;  // an explicit softmax scale (not 1/sqrt(head_dim))
+  for (const ref::PagedCaseSpec& s : small_decode_specs(f, l)) {
     ref::PagedCase c = ref::make_paged_case(s);
     DeviceCase dc(c);
     const ref::DecodeOutputs tight = ref::reference_decode(c);
@@ -535,12 +486,7 @@ TEST(DecodeReport, ErrorTableVersionByFormat) {
   std::printf("\n%-32s %-12s %12s %12s %12s %12s\n", "version", "format", "max_abs", "rel_l2",
               "orig_max_abs", "orig_rel_l2");
   for (KvFormat f : all_kv_formats()) {
-    ref::PagedCaseSpec s =
-        seeded_spec(("decode.report." + to_string(f)).c_str(), KvLayout::kNHD, f);
-    s.num_qo_heads = 32;
-    s.num_kv_heads = 8;
-    s.seq_lens = ref::awkward_seq_lens(16, 3001);
-    ref::PagedCase c = ref::make_paged_case(s);
+    ref::PagedCase c = ref::make_paged_case(report_decode_spec(f));
     DeviceCase d(c);
     const ref::DecodeOutputs tight = ref::reference_decode(c);
     const ref::DecodeOutputs orig = ref::reference_decode_original(c);

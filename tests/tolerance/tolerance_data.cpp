@@ -19,7 +19,9 @@
 //   decode_attention_vs_original  the reference decode over the quantized cache vs the same
 //                                 decode over the original activations, every format x Q dtype,
 //                                 head_dim 32-256, awkward lengths up to 3001, short lengths,
-//                                 single sequences of 1-16 tokens with amax and fixed pool scales
+//                                 single sequences of 1-16 tokens with amax and fixed pool scales,
+//                                 and every case of the GPU decode tests (tests/common/
+//                                 decode_cases.h) with both Q dtypes
 //   decode_step_logits            the float- vs the double-accumulating CPU reference decode
 //                                 step (two legitimate accumulation orders), tiny and small
 //                                 presets, 8 weight seeds, batch 8, 24 steps (the GPU vs CPU
@@ -46,6 +48,7 @@
 #include "reference/quant/roundtrip.h"
 #include "reference/step/decode_step.h"
 #include "reference/synth/synth.h"
+#include "tests/common/decode_cases.h"
 
 namespace kvlab {
 namespace {
@@ -169,6 +172,54 @@ void round_trip(std::vector<Line>* out) {
     }
 }
 
+// ---- decode_attention_vs_original on the GPU decode tests' cases ----------------------------
+// The cases tests/gpu/test_decode.cu checks against the original data (DecodeCurated,
+// DecodeSmall, DecodeReport; tests/common/decode_cases.h builds them with the same names,
+// seeds, shapes and lengths), each also with the other Q dtype (same seed), so every format x
+// Q dtype x layout sees them. The GPU output differs from the reference over the same cache by
+// <= 1 ulp of the Q dtype (the rows' rtol 2^-7 and the decode_attention rows), so the
+// reference decode over the cache stands for every GPU version here.
+void gpu_test_cases_vs_original(std::vector<Line>* out) {
+  std::vector<ref::PagedCaseSpec> specs;
+  for (const test::DecodeConfig& c : test::curated_decode_configs())
+    specs.push_back(
+        test::decode_case_spec(c, "decode.curated." + test::decode_case_label(c)));
+  for (KvFormat f : all_kv_formats())
+    for (KvLayout l : all_kv_layouts())
+      for (const ref::PagedCaseSpec& s : test::small_decode_specs(f, l)) specs.push_back(s);
+  for (KvFormat f : all_kv_formats()) specs.push_back(test::report_decode_spec(f));
+  for (KvFormat f : all_kv_formats())
+    for (DType qd : {DType::kBF16, DType::kF16}) {
+      const Tolerance tol = tolerance(Op::kDecodeAttentionVsBf16, f, qd);
+      Line l;
+      l.op = to_string(Op::kDecodeAttentionVsBf16);
+      l.format = to_string(f);
+      l.subject = "reference decode";
+      l.dtype = to_string(qd);
+      l.rtol = tol.rtol;
+      l.nmse_unit = "case";
+      l.dataset =
+          "reference over the cache vs over the original data, the GPU decode tests' cases "
+          "(tests/common/decode_cases.h: DecodeCurated, DecodeSmall, DecodeReport; both "
+          "layouts; each case with bf16 and f16 Q, seeds as in gpu_tests)";
+      for (ref::PagedCaseSpec s : specs) {
+        if (s.format != f) continue;
+        s.q_dtype = qd;
+        ref::PagedCase c = ref::make_paged_case(s);
+        const ref::DecodeOutputs cache = ref::reference_decode(c);
+        const ref::DecodeOutputs orig = ref::reference_decode_original(c);
+        fold(&l, cache.o.data(), orig.o.data(), cache.o.size());
+        ++l.cases;
+      }
+      out->push_back(l);
+      std::fprintf(stderr,
+                   "vs original %-12s %-5s gpu test cases (%lld) max_abs %.3e needed atol %.3e "
+                   "nmse %.3e\n",
+                   l.format.c_str(), l.dtype.c_str(), static_cast<long long>(l.cases), l.max_abs,
+                   l.needed_atol, l.worst_nmse);
+    }
+}
+
 // ---- decode_attention_vs_original ----------------------------------------------------------
 // Per (format, Q dtype): long awkward lengths (most of the output energy in long averages), the
 // short lengths of the GPU tests' small cases (an output of a 1-token sequence is a dequantized
@@ -256,6 +307,7 @@ void decode_vs_original(std::vector<Line>* out) {
             l.format.c_str(), l.dtype.c_str(), ds.name.c_str(), l.max_abs, l.needed_atol,
             l.worst_nmse);
       }
+  gpu_test_cases_vs_original(out);
 }
 
 // ---- decode_step_logits (float vs double CPU reference) ------------------------------------
