@@ -113,9 +113,11 @@ const char* kGpuCompressorCmd =
     "tests/gpu_stage.sh BIN: gpu_tests --gtest_filter='Dsv4Gpu.Compressor*' with "
     "KVLAB_TOLERANCE_LOG";
 const char* kGpuStepCmd =
-    "tests/gpu_stage.sh BIN: kvlab validate experiments/configs/tolerance.ini (decode_step: "
-    "tiny, small, llama3-8b at 1-32 layers, every KV format, GPU vs the CPU reference from an "
-    "empty cache: ref_max_abs / ref_nmse) and gpu_tests StepEngine.* (24 teacher-forced steps)";
+    "tests/gpu_stage.sh BIN: kvlab validate experiments/configs/tolerance.ini (decode_step, GPU "
+    "vs the CPU reference from an empty cache, ref_max_abs / ref_nmse: tiny and small in every "
+    "KV format, llama3-8b at 1 and 4 layers, and at 32 layers in every format with a deep row; "
+    "written to h100_step_logits.csv) and kvlab sweep experiments/configs/decode_step.ini "
+    "(data/perf/h100_step_sweep.h5: ref_* and the timed vs eager check_*)";
 const char* kExactCmd =
     "ctest --test-dir build -L cpu -R 'AppendRef|QuantSchemes|Dsv4Append' and gpu_tests "
     "--gtest_filter='*Append*:QuantExact*' (0 differing bytes)";

@@ -455,6 +455,10 @@ def baseline_runs(build, ms, work):
         if not os.path.exists(binary):
             raise BadInput(f"{binary} is not built (build the project first)")
         ok, fail, s = run_test(binary, flt, build.root, 1800, log_path)
+        if ok and fail:  # the filter selected no test, or every selected test skipped
+            raise BadInput(f"baseline {target} --gtest_filter={flt}: {fail}; a mutant judged by "
+                           f"it could never be killed (fix the filter, or run where the tests "
+                           f"run); see {log_path}")
         if not ok:
             raise BadInput(f"baseline {target} --gtest_filter={flt} fails without any mutant "
                            f"({fail}); see {log_path}")
