@@ -257,6 +257,26 @@ def test_ref_quantize_round_trip_every_preset(scheme):
 
 
 # ---- argument checks (shared with kvlab.ops) -------------------------------------------------
+def test_tolerance_dict_carries_the_small_unit_nmse_bound():
+    # A row with a small-unit bound (the table's FP8 E4M3 vs-original row) and one without.
+    t = ref.tolerance("decode_attention_vs_original", "fp8_e4m3", "bf16")
+    assert set(t) >= {"atol", "rtol", "nmse_max", "nmse_max_small", "nmse_small_below"}
+    assert t["nmse_small_below"] > 0 and t["nmse_max_small"] > t["nmse_max"] > 0
+    plain = ref.tolerance("decode_attention", "bf16", "bf16")
+    assert plain["nmse_max_small"] == 0 and plain["nmse_small_below"] == 0
+    # check_close holds an array below nmse_small_below to nmse_max_small: an error with an
+    # NMSE between the two bounds passes a small array and fails a large one.
+    rng = np.random.default_rng(19)
+    nmse = (t["nmse_max"] + t["nmse_max_small"]) / 2
+    for n, passes in ((t["nmse_small_below"] // 2, True), (t["nmse_small_below"] * 2, False)):
+        expected = rng.standard_normal(n).astype(np.float32)
+        d = rng.standard_normal(n)
+        d *= np.sqrt(nmse * np.sum(expected.astype(np.float64) ** 2) / np.sum(d ** 2))
+        ok, why = ref.check_close((expected + d).astype(np.float32), expected,
+                                  "decode_attention_vs_original", "fp8_e4m3", "bf16")
+        assert ok == passes, (n, why)
+
+
 def test_bad_arguments_raise_kvlab_messages():
     c = paged_case(seed=1)
     args = (c["q"], c["k"], c["v"], c["table"], c["lens"])

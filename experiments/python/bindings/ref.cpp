@@ -155,6 +155,10 @@ nb::dict tolerance_of(const std::string& op, const std::string& kv_format, const
   d["atol"] = t.atol;
   d["rtol"] = t.rtol;
   d["nmse_max"] = t.nmse_max;
+  // Units (checked arrays) of fewer than nmse_small_below elements are held to nmse_max_small
+  // instead (0, 0: one bound for every size); check_close applies the same rule.
+  d["nmse_max_small"] = t.nmse_max_small;
+  d["nmse_small_below"] = t.nmse_small_below;
   d["allow_nonfinite"] = t.allow_nonfinite;
   d["why"] = std::string(t.why);
   return d;

@@ -81,7 +81,9 @@ def append_kv(k, v, slot_mapping, k_cache, v_cache, *, kv_format=None, layout="n
 def tolerance(op: str, kv_format: str, out_dtype: str = "bf16") -> dict:
     """kvlab's tolerance for an operation and format (reference/metrics/tolerance.h, the one
     table every test uses): atol, rtol (elementwise |out - ref| <= atol + rtol |ref|),
-    nmse_max, allow_nonfinite, why."""
+    nmse_max, nmse_max_small and nmse_small_below (an array of fewer than nmse_small_below
+    elements is held to nmse_max_small instead; 0, 0: one NMSE bound for every size),
+    allow_nonfinite, why."""
     return dict(_ref().tolerance(op, kv_format, out_dtype))
 
 
