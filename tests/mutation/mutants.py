@@ -188,14 +188,15 @@ MUTANTS = [
     # ---------------------------------------------------------------- experiments/ (CPU)
     dict(id="exp-resume-skips-unfinished", kind="cpu", file="experiments/run/runner.cpp",
          what="a resumed sweep skips the first point the file does not hold yet",
-         find="if (!done.count(p.key())) todo.push_back(&p);",
-         replace="if (!done.count(p.key()) && !(resumed && done.size() < points.size() && "
-                 "&p == &points[done.size()]))\n      todo.push_back(&p);",
+         find="    if (!w.finished().count(p->key())) todo.push_back(p);",
+         replace="    if (!w.finished().count(p->key()) &&\n"
+                 "        !(w.resumed() && !w.finished().empty() && todo.empty()))\n"
+                 "      todo.push_back(p);",
          tests=[RESUME]),
     dict(id="exp-shard-ignores-k", kind="cpu", file="experiments/run/runner.cpp",
          what="every shard runs shard 0's points (the shard index is ignored)",
-         find="if (p.index % opt.shard_n == opt.shard_k) points.push_back(p);",
-         replace="if (p.index % opt.shard_n == 0) points.push_back(p);",
+         find="if (p.index % opt.shard_n == opt.shard_k) points.push_back(&p);",
+         replace="if (p.index % opt.shard_n == 0) points.push_back(&p);",
          tests=[RESUME]),
     dict(id="exp-merge-drops-last-row", kind="cpu", file="experiments/results/merge.cpp",
          what="merging shard files drops the last point of every shard",
@@ -219,8 +220,9 @@ MUTANTS = [
          tests=[SPEC]),
     dict(id="exp-journal-rollback-skipped", kind="cpu", file="experiments/h5/durable.cpp",
          what="recovery removes the rollback journal without restoring the old bytes",
-         find='write_all(fd, bytes.data(), bytes.size(), static_cast<off_t>(off), "roll back " + path);',
-         replace="(void)bytes;",
+         find="""    write_all(fd, e.old_bytes.data(), e.old_bytes.size(), static_cast<off_t>(e.offset),
+              "roll back " + path);""",
+         replace="    (void)e;",
          tests=[H5]),
     dict(id="exp-quant-error-nmse-is-rel-l2", kind="cpu", file="experiments/kinds/quant_error.cpp",
          what="the quant_error record stores the mean relative L2 under `nmse`",
