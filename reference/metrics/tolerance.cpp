@@ -142,6 +142,7 @@ const char* kExactCmd =
 // ones keep the bound measured on them. Bounds: about 1.5x the worst measurement.
 constexpr int64_t kVsOrigSmallUnit = 2304;
 const char* kWhyVsOrigBf16 =
+    "(data: data/tolerance/cpu_measurements.csv) "
     "fp16 activations stored as bf16 (RNE, u = 2^-8): measured max |d| 0.0190, needed atol "
     "0.0162 at rtol 2^-8 (the GPU tests' sharp-softmax case: head_dim 128, scale 0.37); worst "
     "NMSE 9.45e-6 over cases of >= 2304 elements (same case), 1.36e-5 over single 1-16 token "
@@ -149,6 +150,7 @@ const char* kWhyVsOrigBf16 =
     "1.4e-5 (1.48x), below 2304 elements 2e-5 (1.47x). A cache that truncates instead of "
     "rounding doubles the error (test_tolerance_teeth).";
 const char* kWhyVsOrigE4M3 =
+    "(data: data/tolerance/cpu_measurements.csv) "
     "FP8 E4M3 storage (amax/448 or a fixed pool scale such as 0.01): half a step of the top "
     "binade is 16 s = 16 amax / 448 ~ 0.18 for amax ~ 5, and a sharp softmax moves the output "
     "further through the K error; measured max |d| 0.480 (needed atol 0.479, the GPU tests' "
@@ -157,18 +159,21 @@ const char* kWhyVsOrigE4M3 =
     "bound atol 0.72 + 2^-7 |ref| (1.5x), NMSE 4.2e-3 (1.5x), below 2304 elements 5.25e-3 "
     "(1.5x). An encoder one mantissa bit short fails (test_tolerance_teeth).";
 const char* kWhyVsOrigE4M3PerToken =
+    "(data: data/tolerance/cpu_measurements.csv) "
     "FP8 E4M3 storage with a per-token amax/448 scale: measured max |d| 0.430 (needed atol "
     "0.428, the GPU tests' sharp-softmax case); worst NMSE 3.13e-3 over cases of >= 2304 "
     "elements (same case), 2.86e-3 over single 1-16 token sequences at head_dim 32 (128 "
     "elements: below the large cases, so one bound serves both); bound atol 0.65 + 2^-7 |ref| "
     "(1.52x), NMSE 4.7e-3 (1.5x).";
 const char* kWhyVsOrigE5M2 =
+    "(data: data/tolerance/cpu_measurements.csv) "
     "FP8 E5M2 storage (amax/57344 or a fixed pool scale such as 0.01): measured max |d| 0.953 "
     "(needed atol 0.948, the GPU tests' sharp-softmax case with bf16 Q); worst NMSE 1.30e-2 "
     "over cases of >= 2304 elements (same case), 1.51e-2 over single 1-16 token sequences at "
     "head_dim 32 (128 elements; fixed scale 0.01); bound atol 1.45 + 2^-7 |ref| (1.53x), NMSE "
     "0.0195 (1.5x), below 2304 elements 0.0225 (1.5x).";
 const char* kWhyVsOrigNvfp4 =
+    "(data: data/tolerance/cpu_measurements.csv) "
     "NVFP4 storage (E2M1 in 16-element blocks, E4M3 block scale s ~ amax/6): the largest V "
     "error is s, half the step between 4 s and 6 s, and a sharp softmax moves the output "
     "further through the K error; measured max |d| 1.117 (needed atol 1.102, the GPU tests' "
@@ -177,6 +182,7 @@ const char* kWhyVsOrigNvfp4 =
     "bound atol 1.65 + 2^-7 |ref| (1.5x), NMSE 0.046 (1.5x), below 2304 elements 0.0625 "
     "(1.5x). An E2M1 encoder that saturates at 4 instead of 6 fails.";
 const char* kWhyVsOrigMxfp4 =
+    "(data: data/tolerance/cpu_measurements.csv) "
     "MXFP4 storage (E2M1 in 32-element blocks, UE8M0 floor scale 2^e with amax/2^e in [4, 8)): "
     "values up to 6 * 2^e err by <= 2^e, values above 6 * 2^e clamp to it (<= 2 * 2^e), and a "
     "sharp softmax moves the output further through the K error; measured max |d| 1.624 "
@@ -225,20 +231,21 @@ const char* kWhyRtMxfp4 =
 // decoder gets no bound (Unsupported) instead of a guessed one.
 const char* kStepData = "data/tolerance/h100_step_logits.csv";
 // The reason shared by every step row (a macro so the rows stay constant strings).
-#define KVLAB_STEP_WHY_COMMON \
-    "full decode step logits (f32), GPU vs the CPU reference or two GPU variants, teacher-forced " \
-    "on the same tokens. Both round the same fp32 quantities to bf16 activations and to the " \
-    "cache format, but their fp32 values differ by accumulation order (~sqrt(K) 2^-24 " \
-    "relative); where that straddles a rounding boundary one activation or cache code differs " \
-    "by a step of its format (bf16 2^-8 |x|, FP8 2^-4..2^-3, FP4 2^-2), and the later layers " \
-    "carry the perturbation to the logits, more of them the deeper the model (random weights " \
-    "amplify it layer after layer). Such flips are rare but unavoidable, so the bound is " \
-    "empirical; logits have unit scale by construction (std ~1, |logit| < 6), so it is " \
-    "absolute (rtol 0). "
+#define KVLAB_STEP_WHY_COMMON                                                                    \
+  "full decode step logits (f32), GPU vs the CPU reference or two GPU variants, teacher-forced " \
+  "on the same tokens. Both round the same fp32 quantities to bf16 activations and to the "      \
+  "cache format, but their fp32 values differ by accumulation order (~sqrt(K) 2^-24 "            \
+  "relative); where that straddles a rounding boundary one activation or cache code differs "    \
+  "by a step of its format (bf16 2^-8 |x|, FP8 2^-4..2^-3, FP4 2^-2), and the later layers "     \
+  "carry the perturbation to the logits, more of them the deeper the model (random weights "     \
+  "amplify it layer after layer). Such flips are rare but unavoidable, so the bound is "         \
+  "empirical; logits have unit scale by construction (std ~1, |logit| < 6), so it is "           \
+  "absolute (rtol 0). "
 const char* kWhyStepShallow = KVLAB_STEP_WHY_COMMON
-    "1-4 layers. Measured worst |dlogit| / NMSE over the H100 GPU-vs-CPU steps (tiny 2, small "
-    "3, llama3-8b shape at 1 and 4 layers; the step sweep's small preset at context up to "
-    "2048) and the CPU float- vs double-accumulating references (tiny, small, 8 weight seeds, "
+    "1-4 layers (data: data/tolerance/h100_step_logits.csv). "
+    "Measured worst |dlogit| / NMSE over the H100 GPU-vs-CPU steps (tiny 2, small "
+    "3, llama3-8b shape at 1 and 4 layers; the step sweep's small preset at context 64) "
+    "and the CPU float- vs double-accumulating references (tiny, small, 8 weight seeds, "
     "24 steps): bf16 0.026 / 2.6e-5, fp16 0.021 / 1.6e-5, e4m3 0.047 / 4.5e-5, e4m3 per token "
     "0.079 / 1.0e-4, e5m2 0.076 / 8.4e-5, nvfp4 0.204 / 1.28e-3 (step sweep, small), mxfp4 "
     "0.178 / 2.9e-4. Bounds: 16-bit atol 2^-4, nmse 2^-13; e4m3 2^-3, 2^-12; e4m3 per token "
@@ -247,7 +254,8 @@ const char* kWhyStepShallow = KVLAB_STEP_WHY_COMMON
     "further off). A wrong model (a RoPE base of 500 from position 8 on, another weight seed, "
     "one layer left out) fails every row (test_tolerance_teeth).";
 const char* kWhyStepDeep = KVLAB_STEP_WHY_COMMON
-    "5-32 layers, from the 32-layer llama3-8b shape on the H100 (GPU vs the CPU reference from "
+    "5-32 layers (data: data/tolerance/h100_step_logits.csv), "
+    "from the 32-layer llama3-8b shape on the H100 (GPU vs the CPU reference from "
     "an empty cache: the GPU stage's tolerance.ini at context 16 and the step sweep at context "
     "2048, batch 1-256; and the timed state vs the eager unfused step in the step sweep): "
     "bf16 0.075 / 1.8e-4 (timed vs eager; vs CPU 0.043 / 7.3e-5), fp16 0.038 / 5.8e-5, e4m3 "

@@ -216,8 +216,8 @@ TEST(ToleranceTeeth, VsOriginalRowsRejectPlantedEncoderBugs) {
       for (const bool sharp : {true, false}) {
         const std::string which = sharp ? "sharp-softmax case" : "ordinary case";
         SCOPED_TRACE(to_string(f) + "/" + to_string(qd) + " " + which);
-        ref::PagedCase c = sharp ? ref::make_paged_case(sharp_spec)
-                                 : small_case("teeth.vs_original", f, qd);
+        ref::PagedCase c =
+            sharp ? ref::make_paged_case(sharp_spec) : small_case("teeth.vs_original", f, qd);
         const std::vector<float> cache = ref::reference_decode(c).o;
         const std::vector<float> orig = ref::reference_decode_original(c).o;
         EXPECT_FALSE(rejects(cache, orig, t)) << "the correct cache must pass";
@@ -242,12 +242,11 @@ TEST(ToleranceTeeth, VsOriginalRowsRejectPlantedEncoderBugs) {
           s.v_scale = c.v_scale * c.v_scale;  // the pool scale applied twice
           EXPECT_TRUE(rejects(ref::reference_decode(s).o, orig, t)) << "v scale applied twice";
         }
-        std::printf("%-12s %-5s %-19s error x2 %s%s\n", to_string(f).c_str(),
-                    to_string(qd).c_str(), which.c_str(), doubled_caught ? "caught" : "NOT caught",
-                    kv_format_bits(f) == 4
-                        ? (sat_caught ? ", E2M1 saturating at 4 caught"
-                                      : ", E2M1 saturating at 4 NOT caught")
-                        : "");
+        std::printf("%-12s %-5s %-19s error x2 %s%s\n", to_string(f).c_str(), to_string(qd).c_str(),
+                    which.c_str(), doubled_caught ? "caught" : "NOT caught",
+                    kv_format_bits(f) == 4 ? (sat_caught ? ", E2M1 saturating at 4 caught"
+                                                         : ", E2M1 saturating at 4 NOT caught")
+                                           : "");
       }
     }
 }
@@ -306,7 +305,6 @@ TEST(ToleranceTeeth, VsOriginalSmallUnitBoundRejectsPlantedEncoderBugs) {
     }
 }
 
-
 // Every decode-step row, at both ends of the depth range it covers, rejects a wrong model: the
 // tiny preset's shape grown to that depth (the llama3-8b shape is too large for a CPU test;
 // the bound is absolute on unit-scale logits, which every preset produces), in the row's KV
@@ -337,7 +335,8 @@ TEST(ToleranceTeeth, StepRowsRejectAWrongModelAtTheirDepth) {
         const DecoderConfig* model;
         const char* what;
         int may_pass;  // leading steps allowed to pass
-      } wrong[] = {{&rope, "RoPE base 500", 8}, {&seed, "another weight seed", 0},
+      } wrong[] = {{&rope, "RoPE base 500", 8},
+                   {&seed, "another weight seed", 0},
                    {&layer, "one layer left out", 0}};
       for (const auto& w : wrong) {
         const int batch = 2, steps = 16;
@@ -355,21 +354,25 @@ TEST(ToleranceTeeth, StepRowsRejectAWrongModelAtTheirDepth) {
           a.step(tok);
           b.step(tok);
           ErrorStats es;
-          const bool pass = check(a.logits().data(), b.logits().data(), a.logits().size(), tol, &es);
+          const bool pass =
+              check(a.logits().data(), b.logits().data(), a.logits().size(), tol, &es);
           failing += pass ? 0 : 1;
           if (!pass && first_failing < 0) first_failing = t;
           if (pass && t >= w.may_pass) ++passing_after;
           worst_nmse = std::max(worst_nmse, es.nmse);
         }
-        const bool blind_spot =
-            w.model == &layer && f == KvFormat::kNVFP4 && depth == 32;
+        const bool blind_spot = w.model == &layer && f == KvFormat::kNVFP4 && depth == 32;
         if (!blind_spot)
           EXPECT_EQ(passing_after, 0)
-            << to_string(f) << " at " << depth << " layers (row " << r.min_layers << "-"
-            << r.max_layers << ", atol " << tol.atol << ", nmse " << tol.nmse_max << "): "
-            << w.what << " passed " << passing_after << " of the steps from position " << w.may_pass;
-        std::printf("%-12s %2d layers %-20s fails %d of %d steps, first at position %d (worst nmse %.3g, bound %.3g)\n",
-                    to_string(f).c_str(), depth, w.what, failing, steps, first_failing, worst_nmse, tol.nmse_max);
+              << to_string(f) << " at " << depth << " layers (row " << r.min_layers << "-"
+              << r.max_layers << ", atol " << tol.atol << ", nmse " << tol.nmse_max
+              << "): " << w.what << " passed " << passing_after << " of the steps from position "
+              << w.may_pass;
+        std::printf(
+            "%-12s %2d layers %-20s fails %d of %d steps, first at position %d (worst nmse %.3g, "
+            "bound %.3g)\n",
+            to_string(f).c_str(), depth, w.what, failing, steps, first_failing, worst_nmse,
+            tol.nmse_max);
       }
     }
   }

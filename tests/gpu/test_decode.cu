@@ -34,7 +34,9 @@ namespace kvlab::test {
 namespace {
 
 // The cases (tests/common/decode_cases.h: the CPU measurement tool builds the same ones).
-std::string label(const DecodeConfig& c) { return decode_case_label(c); }
+std::string label(const DecodeConfig& c) {
+  return decode_case_label(c);
+}
 ref::PagedCaseSpec spec_for(const DecodeConfig& c, const std::string& name) {
   return decode_case_spec(c, name);
 }

@@ -182,8 +182,7 @@ void round_trip(std::vector<Line>* out) {
 void gpu_test_cases_vs_original(std::vector<Line>* out) {
   std::vector<ref::PagedCaseSpec> specs;
   for (const test::DecodeConfig& c : test::curated_decode_configs())
-    specs.push_back(
-        test::decode_case_spec(c, "decode.curated." + test::decode_case_label(c)));
+    specs.push_back(test::decode_case_spec(c, "decode.curated." + test::decode_case_label(c)));
   for (KvFormat f : all_kv_formats())
     for (KvLayout l : all_kv_layouts())
       for (const ref::PagedCaseSpec& s : test::small_decode_specs(f, l)) specs.push_back(s);
@@ -293,8 +292,7 @@ void decode_vs_original(std::vector<Line>* out) {
               // The first two datasets keep the seeds they were measured with.
               s.seed = 0xD0E5ull * 131 + static_cast<uint64_t>(seed) * 7 +
                        static_cast<uint64_t>(d) + lens.size() * 1000003ull +
-                       (ds.cases.size() > 1 ? 0x5EC0ull * (ci + 1) + (ds.fixed_scale ? 77 : 0)
-                                            : 0);
+                       (ds.cases.size() > 1 ? 0x5EC0ull * (ci + 1) + (ds.fixed_scale ? 77 : 0) : 0);
               ref::PagedCase c = ref::make_paged_case(s);
               const ref::DecodeOutputs cache = ref::reference_decode(c);
               const ref::DecodeOutputs orig = ref::reference_decode_original(c);
@@ -302,10 +300,10 @@ void decode_vs_original(std::vector<Line>* out) {
               ++l.cases;
             }
         out->push_back(l);
-        std::fprintf(
-            stderr, "vs original %-12s %-5s %-40.40s max_abs %.3e needed atol %.3e nmse %.3e\n",
-            l.format.c_str(), l.dtype.c_str(), ds.name.c_str(), l.max_abs, l.needed_atol,
-            l.worst_nmse);
+        std::fprintf(stderr,
+                     "vs original %-12s %-5s %-40.40s max_abs %.3e needed atol %.3e nmse %.3e\n",
+                     l.format.c_str(), l.dtype.c_str(), ds.name.c_str(), l.max_abs, l.needed_atol,
+                     l.worst_nmse);
       }
   gpu_test_cases_vs_original(out);
 }
