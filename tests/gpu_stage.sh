@@ -14,8 +14,8 @@
 #      result asserted, all six decode-step cases required, bench kinds that may skip only
 #      where the registry declines, the llama3-8b step against the CPU reference, the decode
 #      versions on the curated and small cases, append, quantize, step kernels, DSV4, device
-#      tables), with KVLAB_TOLERANCE_LOG: every passing table check is logged and folded into
-#      gpu_checks.csv (the decode, LSE, vs-original and compressor rows measured on the GPU).
+#      tables, the serving executor against the shallow bf16 step row), with
+#      KVLAB_TOLERANCE_LOG: every passing table check is logged and folded into gpu_checks.csv (the decode, LSE, vs-original and compressor rows measured on the GPU).
 #      These runs are also the mutants' baseline;
 #   2. kvlab validate experiments/configs/tolerance.ini -> h100_tolerance.h5: the decode-step
 #      logits vs the CPU reference at the depths of the shallow (1-4) and deep (5-32) rows;
@@ -66,7 +66,7 @@ FILTER+=":Dsv4Gpu.AllocatorReplaysTheHostAllocatorsDecisions"
 FILTER+=":Dsv4Gpu.DeviceManagerLifecycleMirrorsTheHostManager"
 FILTER+=":All/AppendExact.*:All/AppendFp4HeadDim.*:All/AppendBoundary.*:All/AppendPoolScale.*"
 FILTER+=":QuantExact.*"
-FILTER+=":StepKernels.*:DeviceTables.*:PrefillPaged.*:DecodeV6.*"
+FILTER+=":StepKernels.*:DeviceTables.*:PrefillPaged.*:DecodeV6.*:ServingExecutor.*"
 rm -f "$S/gpu_tolerance_log.csv"
 export KVLAB_TOLERANCE_LOG="$S/gpu_tolerance_log.csv"
 step gpu_tests 100 "$BIN/gpu_tests" --gtest_filter="$FILTER"
