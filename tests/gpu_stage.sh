@@ -15,7 +15,8 @@
 #      where the registry declines, the llama3-8b step against the CPU reference, the decode
 #      versions on the curated and small cases, append, quantize, step kernels, DSV4, device
 #      tables, the serving executor against the shallow bf16 step row), with
-#      KVLAB_TOLERANCE_LOG: every passing table check is logged and folded into gpu_checks.csv (the decode, LSE, vs-original and compressor rows measured on the GPU).
+#      KVLAB_TOLERANCE_LOG: every passing table check is logged and folded into gpu_checks.csv
+#      (the decode, LSE, vs-original, compressor and step rows measured on the GPU).
 #      These runs are also the mutants' baseline;
 #   2. kvlab validate experiments/configs/tolerance.ini -> h100_tolerance.h5: the decode-step
 #      logits vs the CPU reference at the depths of the shallow (1-4) and deep (5-32) rows;
