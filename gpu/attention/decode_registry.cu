@@ -23,7 +23,8 @@ const std::vector<DecodeVersionImpl>& impls() {
                                                 make_v4_mma_decode(),
                                                 make_v5_mma_decode_2stage(),
                                                 make_v6_stream_k_decode(),
-                                                make_v7_mma_decode_l2_prefetch()};
+                                                make_v7_mma_decode_l2_prefetch(),
+                                                make_v8_mma_decode_bulk_page()};
   return v;
 }
 
@@ -125,6 +126,11 @@ const std::vector<DecodeVersionInfo>& decode_versions() {
 
 const DecodeVersionInfo& decode_version(int id) {
   return detail::impl(id).info;
+}
+
+bool decode_version_in_scope(int id, const PageGeometry& g) {
+  const auto& info = detail::impl(id).info;
+  return info.in_scope == nullptr || info.in_scope(g);
 }
 
 std::string decode_unsupported_reason(const DecodeArgs& args, int version,
