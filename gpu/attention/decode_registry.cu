@@ -102,6 +102,12 @@ void validate_tuning(const DecodeTuning& t) {
                 "tuning.max_chunk_bytes must be positive, got " << t.max_chunk_bytes);
   KVLAB_REQUIRE(t.min_wave_efficiency >= 0 && t.min_wave_efficiency <= 1,
                 "tuning.min_wave_efficiency must be in [0, 1], got " << t.min_wave_efficiency);
+  KVLAB_REQUIRE(t.min_items_unsplit >= 0,
+                "tuning.min_items_unsplit must be >= 0, got " << t.min_items_unsplit);
+  KVLAB_REQUIRE(t.many_items_chunk_factor >= 1,
+                "tuning.many_items_chunk_factor must be >= 1, got " << t.many_items_chunk_factor);
+  KVLAB_REQUIRE(t.max_wave_rule_waves >= 0,
+                "tuning.max_wave_rule_waves must be >= 0, got " << t.max_wave_rule_waves);
   KVLAB_REQUIRE(
       t.min_tiles_per_block >= 0,
       "tuning.min_tiles_per_block must be >= 0 (0: the default), got " << t.min_tiles_per_block);
