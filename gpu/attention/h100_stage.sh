@@ -58,7 +58,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu 
 if [[ ${KERNEL_STAGE:-v8} == v8 ]]; then
   # 1. v8's own suite and the small cases first (own process), the decode suites, sanitizers.
   step smoke 25 "$BIN/gpu_tests" --gtest_filter='DecodeV8.*:DecodeRegistry.*:Small/*'
-  step tests 35 "$BIN/gpu_tests" \
+  step tests 40 "$BIN/gpu_tests" \
     --gtest_filter='Curated/*:DecodeEdge.*:DecodeBadInput.*:DecodeV4.*:DecodeV6.AutoPicksASupportedVersion:StepEngine.EveryVariantMatchesTheReference'
   step memcheck 15 compute-sanitizer --tool memcheck --print-limit 10 --error-exitcode 1 "$BIN/gpu_tests" \
     --gtest_filter='Small/DecodeSmall.*/bf16_hnd:Small/DecodeSmall.*/fp16_hnd:DecodeV8.BadTable*'
@@ -66,7 +66,7 @@ if [[ ${KERNEL_STAGE:-v8} == v8 ]]; then
     --gtest_filter='Small/DecodeSmall.*/bf16_hnd:DecodeV8.BadTable*'
 
   # 2. Timing: v8 against v4 / v5 / v7 / auto on the K-row shapes (the fair harness).
-  step sweep_v8 45 "$BIN/kvlab" sweep experiments/configs/decode_v8.ini --out "$D/decode_v8.h5" \
+  step sweep_v8 40 "$BIN/kvlab" sweep experiments/configs/decode_v8.ini --out "$D/decode_v8.h5" \
     --progress plain
 
   # 3. ncu at 64 x 8k BF16 HND: sections of v8 and v4, then counters (their own runs: a
