@@ -34,6 +34,7 @@ import pandas as pd  # noqa: E402
 
 from analysis import style  # noqa: E402
 from analysis.load import ResultFileError, Results, load  # noqa: E402
+from analysis.skip import Skip  # noqa: E402
 from analysis.style import paper  # noqa: E402
 
 # (metric key in the index, label, unit scale, unit, target |error|)
@@ -43,10 +44,6 @@ METRICS = [
     ("throughput_tok_s", "throughput", 1.0, "tok/s", 0.05),
     ("preemptions", "preemptions", 1.0, "", 0.10),
 ]
-
-
-class Skip(Exception):
-    """No data for this figure."""
 
 
 def runs(r: Results) -> pd.DataFrame:
@@ -275,19 +272,6 @@ FIGURES = [
     ("serving_fidelity", fidelity_figure),
     ("serving_step_residuals", residual_figure),
 ]
-
-
-def figures_for(skip_cls):
-    """FIGURES for another figure list whose "no data" exception is skip_cls (analysis.figures)."""
-    def wrap(fn):
-        def g(r):
-            try:
-                return fn(r)
-            except Skip as e:
-                raise skip_cls(str(e)) from None
-        g.__doc__ = fn.__doc__
-        return g
-    return [(name, wrap(fn)) for name, fn in FIGURES]
 
 
 def main(argv=None) -> int:

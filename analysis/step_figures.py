@@ -31,16 +31,13 @@ import pandas as pd  # noqa: E402
 
 from analysis import style  # noqa: E402
 from analysis.load import ResultFileError, Results, load  # noqa: E402
+from analysis.skip import Skip  # noqa: E402
 from analysis.style import paper  # noqa: E402
 
 FLAT_MAX_BATCH = 8
 SLOPE_MIN_BATCH = 512
 VARIANTS = ["eager_unfused", "eager_fused", "graph_fused", "graph_unfused"]
 COLORS = style.VARIANT_COLORS
-
-
-class Skip(Exception):
-    """No data for this figure."""
 
 
 def measured_crossover(batch, time_us) -> tuple[float, float, float]:
@@ -169,19 +166,6 @@ FIGURES = [
     ("decode_step_time_vs_batch", step_time_vs_batch),
     ("decode_step_gemm_crossover", gemm_crossover),
 ]
-
-
-def figures_for(skip_cls):
-    """FIGURES for another figure list whose "no data" exception is skip_cls (analysis.figures)."""
-    def wrap(fn):
-        def g(r):
-            try:
-                return fn(r)
-            except Skip as e:
-                raise skip_cls(str(e)) from None
-        g.__doc__ = fn.__doc__
-        return g
-    return [(name, wrap(fn)) for name, fn in FIGURES]
 
 
 def report(r: Results) -> str:

@@ -66,6 +66,7 @@ VERSION_COLORS = {
     "v5_mma_decode_2stage": "#2ca02c",
     "v6_stream_k_decode": "#7b4173",
     "v7_mma_decode_l2_prefetch": "#e6550d",
+    "v8_mma_decode_bulk_page": "#bd9e39",
     "auto": "#843c39",
     "peer:sdpa_cudnn": "#d62728",
     "peer:sdpa_flash": "#9467bd",

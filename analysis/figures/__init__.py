@@ -49,8 +49,8 @@ from analysis.load import ResultFileError, Results, load_many  # noqa: E402
 MODULES = [quant, gpu, capacity, cost_model, serving, dsv4, model]
 
 FIGURES = [entry for m in MODULES for entry in m.FIGURES]
-FIGURES += step_figures.figures_for(Skip)
-FIGURES += serving_figures.figures_for(Skip)  # GPU serving runs vs the simulator
+FIGURES += step_figures.FIGURES
+FIGURES += serving_figures.FIGURES  # GPU serving runs vs the simulator
 
 # The figure functions under their historical names (callers and tests use these).
 quant_error_heatmap = quant.quant_error_heatmap

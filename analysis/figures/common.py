@@ -6,10 +6,7 @@ import numpy as np
 import pandas as pd
 
 from analysis import style
-
-
-class Skip(Exception):
-    """A figure whose data is not in the file."""
+from analysis.skip import Skip
 
 
 def _need(df: pd.DataFrame, kind: str, cols: list[str]) -> pd.DataFrame:

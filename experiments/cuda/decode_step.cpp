@@ -65,21 +65,6 @@ DecoderConfig config_of(const Point& p) {
   return c;
 }
 
-sim::ModelStack stack_of(const DecoderConfig& c) {
-  sim::ModelStack m;
-  m.name = c.name;
-  m.num_layers = c.layers;
-  m.hidden = c.hidden;
-  m.num_qo_heads = c.q_heads;
-  m.num_kv_heads = c.kv_heads;
-  m.head_dim = c.head_dim;
-  m.intermediate = c.ffn;
-  m.vocab = c.vocab;
-  m.weight_bits = 16;
-  m.kv_pools = 2;
-  return m;
-}
-
 // The GPU table row for the device (by its marketing name), with the run's measured read
 // ceiling. Unknown devices: the H100 row, labelled so.
 sim::GpuSpec gpu_spec_for(const RunContext& ctx, std::string* used) {
@@ -305,7 +290,7 @@ Record run_decode_step(const Point& p, RunContext& ctx) {
   const sim::GpuSpec g = gpu_spec_for(ctx, &gpu_used);
   sim::CostModelConfig mc;
   mc.launch = gpu::is_graph(variant) ? sim::LaunchMode::kCudaGraph : sim::LaunchMode::kEager;
-  const sim::CostModel model(g, stack_of(cfg), o.kv_format, mc);
+  const sim::CostModel model(g, sim::model_stack_of(cfg), o.kv_format, mc);
   sim::StepShape shape;
   shape.num_decode_seqs = batch;
   shape.decode_context_tokens = int64_t{batch} * (context + 1);

@@ -178,7 +178,8 @@ bool remove_stale_temp(const std::string& tp) {
 
 // Does the file (current length cur_size) hold, in every sector the entry covers, either the
 // old bytes or the new ones? Returns "" when it does, else where it does not.
-std::string sector_mismatch(int fd, uint64_t cur_size, const JournalEntry& e, const std::string& p) {
+std::string sector_mismatch(int fd, uint64_t cur_size, const JournalEntry& e,
+                            const std::string& p) {
   const uint64_t span = std::max<uint64_t>(e.old_bytes.size(), e.new_len);
   unsigned char cur[kSector];
   for (uint64_t s = 0; s * kSector < span; ++s) {
@@ -189,9 +190,9 @@ std::string sector_mismatch(int fd, uint64_t cur_size, const JournalEntry& e, co
     const uint64_t want_new =
         s * kSector < e.new_len ? std::min<uint64_t>(kSector, e.new_len - s * kSector) : 0;
     const uint64_t have = at < cur_size ? std::min<uint64_t>(kSector, cur_size - at) : 0;
-    const size_t got = have ? read_up_to(fd, cur, static_cast<size_t>(have),
-                                         static_cast<off_t>(at), "read " + p)
-                            : 0;
+    const size_t got =
+        have ? read_up_to(fd, cur, static_cast<size_t>(have), static_cast<off_t>(at), "read " + p)
+             : 0;
     // A commit killed in place left the signature poisoned: compare what it stood for.
     if (at == 0 && got >= sizeof kPoison && std::memcmp(cur, kPoison, sizeof kPoison) == 0)
       std::memcpy(cur, kHdf5Signature, sizeof kHdf5Signature);
@@ -277,8 +278,8 @@ Recovery DurableFile::recover_locked(const std::string& path, int fd) {
   for (size_t i = 0; bad.empty() && i < j.entries.size(); ++i)
     bad = sector_mismatch(fd, cur, j.entries[i], path);
   if (!bad.empty())
-    throw Error("cannot recover " + path + ": its journal " + jp +
-                " does not match the file (" + bad +
+    throw Error("cannot recover " + path + ": its journal " + jp + " does not match the file (" +
+                bad +
                 " holds neither the bytes before nor after the interrupted commit); it was not "
                 "applied. Something else wrote the file since; inspect it with `kvlab check`");
   for (const auto& e : j.entries)
@@ -424,7 +425,8 @@ size_t DurableFile::commit_in_place(uint64_t new_size) {
     e.offset = index * kPage;
     e.old_bytes.resize(static_cast<size_t>(std::min<uint64_t>(kPage, old_size - e.offset)));
     overlay_->read_committed(e.offset, e.old_bytes.data(), e.old_bytes.size());
-    e.new_len = e.offset < new_size ? static_cast<uint32_t>(std::min(kPage, new_size - e.offset)) : 0;
+    e.new_len =
+        e.offset < new_size ? static_cast<uint32_t>(std::min(kPage, new_size - e.offset)) : 0;
     std::vector<unsigned char> fresh(e.new_len);
     if (e.new_len) {
       if (now)
@@ -433,8 +435,8 @@ size_t DurableFile::commit_in_place(uint64_t new_size) {
         overlay_->read_committed(e.offset, fresh.data(), e.new_len);
     }
     for (uint32_t s = 0; s * kSector < e.new_len; ++s)
-      e.new_sector_crc.push_back(crc32_of(
-          fresh.data() + s * kSector, std::min<uint64_t>(kSector, e.new_len - s * kSector)));
+      e.new_sector_crc.push_back(crc32_of(fresh.data() + s * kSector,
+                                          std::min<uint64_t>(kSector, e.new_len - s * kSector)));
     j.entries.push_back(std::move(e));
   };
   for (const auto& [index, page] : pages)
@@ -518,8 +520,8 @@ size_t DurableFile::commit_in_place(uint64_t new_size) {
       sync_fd(fd_, opt_.fsync, path_);
       unlink(jp.c_str());
     } catch (const std::exception& r) {
-      throw IoError(std::string(e.what()) + "; undoing the partial commit failed too (" +
-                        r.what() + "): run `kvlab recover " + path_ +
+      throw IoError(std::string(e.what()) + "; undoing the partial commit failed too (" + r.what() +
+                        "): run `kvlab recover " + path_ +
                         "` once the system is healthy (the journal " + jp + " is kept)",
                     e.error_number());
     }

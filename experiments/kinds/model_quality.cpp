@@ -18,6 +18,7 @@
 #include "experiments/bench/table_trace.h"
 #include "experiments/device/device.h"
 #include "experiments/kinds/kinds.h"
+#include "experiments/kinds/scheme_axes.h"
 #include "experiments/model/model_eval.h"
 #include "reference/core/error.h"
 #include "reference/layout/layout_names.h"
@@ -26,16 +27,14 @@
 namespace kvlab::exp {
 namespace {
 
-const std::vector<std::string> kRules = {"preset", "exact", "ceil_pow2", "ocp_floor",
-                                         "e4m3_rounded"};
-
 KvChoice choice_of(const Point& p, int layers) {
   KvChoice c;
   c.k_format = p.str("k_format");
   c.v_format = p.str("v_format");
-  c.group_size = static_cast<int>(p.integer("group_size"));
-  c.scale_rule = p.str("scale_rule");
-  c.hadamard = static_cast<int>(p.integer("hadamard"));
+  const ref::SchemeOverride o = scheme_override(p);
+  c.group_size = o.group_size;
+  c.scale_rule = o.scale_rule;
+  c.hadamard = o.hadamard;
   c.bf16_layers = parse_layer_list(p.str("bf16_layers"), layers);
   c.pool_scale = p.str("pool_scale");
   return c;
@@ -54,7 +53,7 @@ class ModelQualityBench : public Bench {
   }
   std::vector<AxisSpec> axes() const override {
     const std::vector<std::string> schemes = ref::scheme_names();
-    return {
+    std::vector<AxisSpec> axes = {
         {"model",
          AxisType::kString,
          "build/model/smollm2-135m.h5",
@@ -71,13 +70,9 @@ class ModelQualityBench : public Bench {
          format_name_aliases()},
         {"v_format", AxisType::kEnum, "bf16", schemes, "V storage: scheme preset",
          format_name_aliases()},
-        {"group_size", AxisType::kInt, "0", {}, "values per scale (0: the presets')"},
-        {"scale_rule", AxisType::kEnum, "preset", kRules, "scale rule override"},
-        {"hadamard",
-         AxisType::kInt,
-         "0",
-         {},
-         "Walsh-Hadamard rotation of each run of n values before quantizing (0: none)"},
+    };
+    for (AxisSpec& a : scheme_override_axes(true)) axes.push_back(std::move(a));
+    std::vector<AxisSpec> rest = {
         {"bf16_layers",
          AxisType::kString,
          "none",
@@ -89,6 +84,8 @@ class ModelQualityBench : public Bench {
          {"calibrated", "unit"},
          "static pool/tensor scales: RN(amax/max) of the BF16 run's K/V per layer, or 1"},
     };
+    for (AxisSpec& a : rest) axes.push_back(std::move(a));
+    return axes;
   }
   std::vector<MetricSpec> metrics() const override {
     return {
@@ -116,8 +113,6 @@ class ModelQualityBench : public Bench {
   }
   std::string unsupported_reason(const Point& p, const RunContext& ctx) const override {
     if (p.integer("context") < 2) return "context must be >= 2";
-    if (p.integer("group_size") < 0 || p.integer("hadamard") < 0)
-      return "group_size and hadamard must be >= 0";
     try {
       const KvChoice c = choice_of(p, read_model_config(p.str("model")).layers);
       (void)needs_tensor_scale(c, read_model_config(p.str("model")).head_dim);

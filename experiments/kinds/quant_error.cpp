@@ -10,6 +10,7 @@
 
 #include "experiments/bench/table_trace.h"
 #include "experiments/kinds/kinds.h"
+#include "experiments/kinds/scheme_axes.h"
 #include "reference/core/error.h"
 #include "reference/layout/layout_names.h"
 #include "reference/quant/roundtrip.h"
@@ -19,15 +20,9 @@
 namespace kvlab::exp {
 namespace {
 
-const std::vector<std::string> kRules = {"preset", "exact", "ceil_pow2", "ocp_floor",
-                                         "e4m3_rounded"};
-
 // The scheme text parse_scheme_spec understands: "mxfp4 group=16 rule=ceil_pow2".
 std::string scheme_text(const Point& p) {
-  std::string s = p.str("scheme");
-  if (p.integer("group_size") != 0) s += " group=" + std::to_string(p.integer("group_size"));
-  if (p.str("scale_rule") != "preset") s += " rule=" + p.str("scale_rule");
-  return s;
+  return ref::scheme_text(p.str("scheme"), scheme_override(p));
 }
 
 class QuantErrorBench : public Bench {
@@ -38,15 +33,10 @@ class QuantErrorBench : public Bench {
            "NMSE, bytes";
   }
   std::vector<AxisSpec> axes() const override {
-    return {
-        {"scheme", AxisType::kEnum, "fp8_e4m3_pt", ref::scheme_names(),
-         "preset of reference/quant/schemes.h", format_name_aliases()},
-        AxisSpec{"group_size", AxisType::kInt, "0", {},
-                 "elements per scale (per-group schemes); 0 = the preset's"}
-            .range(0, 4096)
-            .powers_of_two(),
-        {"scale_rule", AxisType::kEnum, "preset", kRules,
-         "scale rule override; preset = the preset's"},
+    std::vector<AxisSpec> axes = {{"scheme", AxisType::kEnum, "fp8_e4m3_pt", ref::scheme_names(),
+                                   "preset of reference/quant/schemes.h", format_name_aliases()}};
+    for (AxisSpec& a : scheme_override_axes(false)) axes.push_back(std::move(a));
+    std::vector<AxisSpec> rest = {
         {"dist", AxisType::kEnum, "gaussian", ref::synth_preset_names(),
          "synthetic KV preset of reference/synth"},
         AxisSpec{"tokens", AxisType::kInt, "1024", {}, "tokens"}.range(1, 1 << 24),
@@ -58,6 +48,8 @@ class QuantErrorBench : public Bench {
         AxisSpec{"seed", AxisType::kInt, "0", {}, "input seed (mixed with the run seed)"}.range(
             0, kMaxSeed),
     };
+    for (AxisSpec& a : rest) axes.push_back(std::move(a));
+    return axes;
   }
   void check_point(const Point& p) const override {
     require_tensor_fits(p, {"tokens", "heads", "head_dim"});

@@ -16,6 +16,7 @@
 
 #include "experiments/bench/table_trace.h"
 #include "experiments/kinds/kinds.h"
+#include "experiments/kinds/scheme_axes.h"
 #include "experiments/model/model_eval.h"
 #include "reference/core/error.h"
 #include "reference/layout/layout_names.h"
@@ -25,15 +26,8 @@
 namespace kvlab::exp {
 namespace {
 
-const std::vector<std::string> kRules = {"preset", "exact", "ceil_pow2", "ocp_floor",
-                                         "e4m3_rounded"};
-
 std::string scheme_text(const Point& p) {
-  std::string s = p.str("scheme");
-  if (p.integer("group_size") != 0) s += " group=" + std::to_string(p.integer("group_size"));
-  if (p.str("scale_rule") != "preset") s += " rule=" + p.str("scale_rule");
-  if (p.integer("hadamard") > 0) s += " hadamard=" + std::to_string(p.integer("hadamard"));
-  return s;
+  return ref::scheme_text(p.str("scheme"), scheme_override(p));
 }
 
 class RealKvErrorBench : public Bench {
@@ -44,7 +38,7 @@ class RealKvErrorBench : public Bench {
            "NMSE, bytes";
   }
   std::vector<AxisSpec> axes() const override {
-    return {
+    std::vector<AxisSpec> axes = {
         {"model",
          AxisType::kString,
          "build/model/smollm2-135m.h5",
@@ -62,14 +56,9 @@ class RealKvErrorBench : public Bench {
             .range(-1, 4096),
         {"scheme", AxisType::kEnum, "fp8_e4m3_pt", ref::scheme_names(),
          "preset of reference/quant/schemes.h", format_name_aliases()},
-        {"group_size", AxisType::kInt, "0", {}, "values per scale (0: the preset's)"},
-        {"scale_rule", AxisType::kEnum, "preset", kRules, "scale rule override"},
-        {"hadamard",
-         AxisType::kInt,
-         "0",
-         {},
-         "Walsh-Hadamard rotation of each run of n values before quantizing (0: none)"},
     };
+    for (AxisSpec& a : scheme_override_axes(true)) axes.push_back(std::move(a));
+    return axes;
   }
   std::vector<MetricSpec> metrics() const override {
     return {
@@ -97,8 +86,6 @@ class RealKvErrorBench : public Bench {
   }
   std::string unsupported_reason(const Point& p, const RunContext&) const override {
     if (p.integer("tokens") < 1) return "tokens must be >= 1";
-    if (p.integer("group_size") < 0 || p.integer("hadamard") < 0)
-      return "group_size and hadamard must be >= 0";
     try {
       ref::make_scheme(scheme_text(p)).check_cols(read_model_config(p.str("model")).head_dim);
     } catch (const Error& e) {

@@ -111,26 +111,11 @@ sim::EngineConfig engine_config(const Point& p, const ServingExecutorConfig& c) 
   return e;
 }
 
-sim::ModelStack stack_of(const DecoderConfig& c) {
-  sim::ModelStack m;
-  m.name = c.name;
-  m.num_layers = c.layers;
-  m.hidden = c.hidden;
-  m.num_qo_heads = c.q_heads;
-  m.num_kv_heads = c.kv_heads;
-  m.head_dim = c.head_dim;
-  m.intermediate = c.ffn;
-  m.vocab = c.vocab;
-  m.weight_bits = 16;
-  m.kv_pools = 2;
-  return m;
-}
-
 std::shared_ptr<const sim::StepTimeModel> roofline(const DecoderConfig& d, sim::LaunchMode mode) {
   sim::CostModelConfig cc;
   cc.launch = mode;
   return std::make_shared<sim::RooflineStepTime>(
-      sim::CostModel(sim::gpu_spec("H100"), stack_of(d), KvFormat::kBF16, cc));
+      sim::CostModel(sim::gpu_spec("H100"), sim::model_stack_of(d), KvFormat::kBF16, cc));
 }
 
 // Another model's time times a factor: the prediction's sensitivity to a clock error.

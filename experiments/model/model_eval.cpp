@@ -38,13 +38,11 @@ bool unscaled(const std::string& preset) {
   return preset == "bf16" || preset == "fp16";
 }
 
+// The overrides apply to the scaled formats only: K in BF16 next to V in NVFP4 with group=16
+// keeps its plain cast.
 std::string scheme_text(const std::string& preset, const KvChoice& c) {
-  std::string s = preset;
-  if (unscaled(preset)) return s;  // plain casts: nothing to override
-  if (c.group_size != 0) s += " group=" + std::to_string(c.group_size);
-  if (c.scale_rule != "preset") s += " rule=" + c.scale_rule;
-  if (c.hadamard > 0) s += " hadamard=" + std::to_string(c.hadamard);
-  return s;
+  if (unscaled(preset)) return preset;
+  return ref::scheme_text(preset, {c.group_size, c.scale_rule, c.hadamard});
 }
 
 bool has_tensor_scale(const ref::SchemeSpec& s) {

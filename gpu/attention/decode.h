@@ -25,11 +25,18 @@ struct DecodeVersionInfo {
   int id = 0;           // the N of v<N>_<algorithm>.cu
   std::string name;     // e.g. "v3_flash_decoding"
   std::string summary;  // one line: the algorithm
+  // The page geometries the version is built for; null: every geometry (all formats, layouts
+  // and block sizes). A version declines every geometry outside its scope with a reason (so
+  // auto and sweeps never pick it there), and must handle every geometry inside it.
+  bool (*in_scope)(const PageGeometry&) = nullptr;
 };
 
 // Every registered version, in id order.
 const std::vector<DecodeVersionInfo>& decode_versions();
 const DecodeVersionInfo& decode_version(int id);  // throws InvalidArgument for unknown ids
+// Whether version `id` is built for geometry `g` (DecodeVersionInfo::in_scope; true when the
+// version has no scope).
+bool decode_version_in_scope(int id, const PageGeometry& g);
 
 // "" when `version` handles this configuration (with these plan knobs), else the reason
 // it does not (a sweep records the point as skipped with this text). Never launches

@@ -33,14 +33,26 @@ struct DecodeTuning {
   //   v6: persistent blocks per work item (the grid is min(resident slots, items x this)).
   int num_splits = 0;
   // When the work items fill fewer than one wave of resident blocks, each sequence is split
-  // so that at most `fill_waves` waves of blocks exist (v4, v5).
+  // so that at most `fill_waves` waves of blocks exist (v4, v5, v7, v8; below
+  // `min_items_unsplit` items only).
   int fill_waves = 1;
-  // No block reads more than this many bytes of K+V (v4, v5: bounds the tail of skewed
-  // batches; a long sequence becomes several blocks).
+  // No block reads more than this many bytes of K+V (v4, v5, v7, v8: bounds the tail of
+  // skewed batches; a long sequence becomes several blocks). From `min_items_unsplit` items
+  // on, the cap is `many_items_chunk_factor` times this.
   int64_t max_chunk_bytes = int64_t{4} << 20;
   // Split further while the last wave of blocks would be less than this full (v4, v5:
-  // equal-work blocks finish together, so 1.3 waves take 2); 0 disables.
+  // equal-work blocks finish together, so 1.3 waves take 2); 0 disables. From
+  // `min_items_unsplit` items on, only while the unsplit grid is under
+  // `max_wave_rule_waves` waves.
   double min_wave_efficiency = 0.9;
+  // From this many (sequence, KV head, query tile) items on, the items are not split to
+  // fill a wave, the byte cap is `many_items_chunk_factor` x max_chunk_bytes, and the
+  // wave-efficiency split applies only below `max_wave_rule_waves` waves (TUNING.md, step
+  // 12: one block per item beat the split plans by 2-8 % at batch 16 (128 items) and 256,
+  // and at 64 x 32k; batch 1-8 (<= 64 items) need their splits). 0: every item count.
+  int64_t min_items_unsplit = 96;
+  int many_items_chunk_factor = 4;
+  double max_wave_rule_waves = 2.0;
   // Launch the dependent kernel of a version with programmatic dependent launch (v4, v5:
   // the split merge; v6: the block that zeroes the merge counters runs beside the decode).
   bool pdl = true;
@@ -65,13 +77,19 @@ struct SplitPlan {
   int64_t grid = 0;          // blocks: items x num_splits
 };
 
-// The v4/v5 split rule (TUNING.md steps 2 and 4):
+// The v4/v5 split rule (TUNING.md steps 2, 4 and 13):
 //  1. no split while the items fill a wave; below that, splits for `fill_waves` waves
-//     (floor: items x splits never spills into one more wave);
-//  2. at least ceil(bound / max_chunk) splits (the per-block byte cap);
+//     (floor: items x splits never spills into one more wave) -- only below
+//     `min_items_unsplit` items: from there on one block per item measured faster;
+//  2. at least ceil(bound / max_chunk) splits (the per-block byte cap; from
+//     `min_items_unsplit` items on the cap is `many_items_chunk_factor` times larger, 16 MiB
+//     by default: a 64 x 32k BF16 item stays whole, a 128k one still splits for skewed
+//     batches whose short sequences finish early);
 //  3. at most ceil(bound / (2 granules)) splits (every warp keeps >= 2 tiles: the pipeline
 //     has work);
-//  4. more splits (up to 16) while the last wave would be < min_wave_efficiency full.
+//  4. more splits (up to 16) while the last wave would be < min_wave_efficiency full -- from
+//     `min_items_unsplit` items on only while the unsplit grid is under
+//     `max_wave_rule_waves` waves (measured: 1.29 waves gained 11 %, 5.17 waves lost 2-16 %).
 // A forced `num_splits` replaces 1-4 (clamped to [1, tiles per item]).
 inline SplitPlan plan_kv_splits(const SplitPlanInput& in, const DecodeTuning& tu) {
   SplitPlan pl;
@@ -79,8 +97,11 @@ inline SplitPlan plan_kv_splits(const SplitPlanInput& in, const DecodeTuning& tu
   const int64_t granule = std::max<int64_t>(1, in.granule);
   const int64_t slots = std::max<int64_t>(1, in.slots);
   const int64_t min_chunk = 2 * granule;
+  const bool many = in.items >= tu.min_items_unsplit;
+  const int64_t cap_bytes =
+      many ? tu.max_chunk_bytes * std::max(1, tu.many_items_chunk_factor) : tu.max_chunk_bytes;
   const int64_t max_chunk = std::max(
-      min_chunk, tu.max_chunk_bytes / std::max<int64_t>(1, in.token_bytes) / granule * granule);
+      min_chunk, cap_bytes / std::max<int64_t>(1, in.token_bytes) / granule * granule);
   auto chunk_of = [&](int64_t sp) {
     const int64_t c = bound > 0 ? (bound + sp - 1) / sp : granule;
     return (c + granule - 1) / granule * granule;
@@ -91,13 +112,15 @@ inline SplitPlan plan_kv_splits(const SplitPlanInput& in, const DecodeTuning& tu
                                  std::max<int64_t>(1, (bound + granule - 1) / granule));
   } else {
     if (bound > 0 && in.items > 0) {
-      if (in.items < slots)
+      if (in.items < slots && !many)
         splits = std::max<int64_t>(1, std::max(1, tu.fill_waves) * slots / in.items);
       splits = std::max(splits, (bound + max_chunk - 1) / max_chunk);
       splits = std::min(splits, (bound + min_chunk - 1) / min_chunk);
       splits = std::max<int64_t>(splits, 1);
     }
-    if (bound > 0 && in.items > 0 && tu.min_wave_efficiency > 0) {
+    const double unsplit_waves = static_cast<double>(in.items) / static_cast<double>(slots);
+    const bool wave_rule = !many || (unsplit_waves >= 1.0 && unsplit_waves < tu.max_wave_rule_waves);
+    if (bound > 0 && in.items > 0 && tu.min_wave_efficiency > 0 && wave_rule) {
       for (int64_t sp = splits; sp <= splits + 16; ++sp) {
         const int64_t c = chunk_of(sp);
         if (c < min_chunk && sp > splits) break;

@@ -23,7 +23,8 @@ const std::vector<DecodeVersionImpl>& impls() {
                                                 make_v4_mma_decode(),
                                                 make_v5_mma_decode_2stage(),
                                                 make_v6_stream_k_decode(),
-                                                make_v7_mma_decode_l2_prefetch()};
+                                                make_v7_mma_decode_l2_prefetch(),
+                                                make_v8_mma_decode_bulk_page()};
   return v;
 }
 
@@ -101,6 +102,12 @@ void validate_tuning(const DecodeTuning& t) {
                 "tuning.max_chunk_bytes must be positive, got " << t.max_chunk_bytes);
   KVLAB_REQUIRE(t.min_wave_efficiency >= 0 && t.min_wave_efficiency <= 1,
                 "tuning.min_wave_efficiency must be in [0, 1], got " << t.min_wave_efficiency);
+  KVLAB_REQUIRE(t.min_items_unsplit >= 0,
+                "tuning.min_items_unsplit must be >= 0, got " << t.min_items_unsplit);
+  KVLAB_REQUIRE(t.many_items_chunk_factor >= 1,
+                "tuning.many_items_chunk_factor must be >= 1, got " << t.many_items_chunk_factor);
+  KVLAB_REQUIRE(t.max_wave_rule_waves >= 0,
+                "tuning.max_wave_rule_waves must be >= 0, got " << t.max_wave_rule_waves);
   KVLAB_REQUIRE(
       t.min_tiles_per_block >= 0,
       "tuning.min_tiles_per_block must be >= 0 (0: the default), got " << t.min_tiles_per_block);
@@ -125,6 +132,11 @@ const std::vector<DecodeVersionInfo>& decode_versions() {
 
 const DecodeVersionInfo& decode_version(int id) {
   return detail::impl(id).info;
+}
+
+bool decode_version_in_scope(int id, const PageGeometry& g) {
+  const auto& info = detail::impl(id).info;
+  return info.in_scope == nullptr || info.in_scope(g);
 }
 
 std::string decode_unsupported_reason(const DecodeArgs& args, int version,

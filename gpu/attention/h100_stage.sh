@@ -1,32 +1,35 @@
 #!/usr/bin/env bash
-# h100_stage.sh: the decode-kernels GPU stage, one H100, about 2 minutes (each step has its
-# own time limit, their sum is 210 s; the ncu steps run only while the stage is on time).
-# Run from the repository root:
+# h100_stage.sh: the decode-kernels GPU stage, one H100. Two modes (KERNEL_STAGE):
 #
-#   OUT=/some/dir gpu/attention/h100_stage.sh BIN_DIR
+#   OUT=/some/dir gpu/attention/h100_stage.sh BIN_DIR                  # v8 (default), <= 150 s
+#   KERNEL_STAGE=full OUT=/some/dir gpu/attention/h100_stage.sh BIN_DIR  # every version, ~210 s
 #
 # BIN_DIR holds gpu_tests and kvlab (built with -DCMAKE_CUDA_ARCHITECTURES=90, static Boost).
-# Needs compute-sanitizer, ncu and python3 with h5py (all on the H100 machine). Assumes no
-# other stage ran before it. New since the previous run: v7_mma_decode_l2_prefetch, auto as
-# the default of the decode_attention kind and the decode-step executor, the split measured
-# per shape. Writes $OUT/kernels/:
-#   device.txt              nvidia-smi line
-#   smoke.log               the small decode cases over every version (v7 included), first
-#                           and in their own process: a fault of v7 cannot take the rest
-#   tests.log               every decode suite (all versions), the registry, auto, and the
-#                           decode-step executor (attention = auto) against the reference
-#   memcheck.log racecheck.log  compute-sanitizer on small cases (every version)
-#   splits.h5               experiments/configs/decode_splits.ini, v4/v5 studies: forced
-#                           splits on the fair table's grid (sweep_splits.log)
-#   v7.h5                   the same file's v7 studies and auto (sweep_v7.log)
-#   perf_kernels.h5         experiments/configs/perf_kernels.ini with v4, v5, v7, auto: the
-#                           target shapes (FP8, NVFP4, K6 graph, K7) in one run (sweep_targets.log)
-#   ncu_*.txt               ncu (SpeedOfLight, Occupancy, WarpStateStats, memory) of v7 and
-#                           v4 at 64 x 8k BF16
-#   decode_auto_table.inc   the auto table regenerated from these files (best of all)
-#   split_table.txt         per shape: plan vs best forced split per version, auto
-#   table.txt               per target shape: v4 / v5 / v7 / auto (stage_table.py)
-#   summary.txt             one line per step: name, exit code, seconds
+# Needs compute-sanitizer, ncu and python3 with h5py (all on the H100 machine). Runs from the
+# repository root; assumes no other stage ran before it.
+#
+# KERNEL_STAGE=v8 (TUNING.md step 13: v8_mma_decode_bulk_page, the split rule for many items).
+# Each step has its own time limit; the ncu steps run only while the stage is on time, so the
+# whole mode ends within 150 s (expected ~105 s). Writes $OUT/kernels/:
+#   device.txt          nvidia-smi line
+#   smoke.log           DecodeV8.* (v8 on every geometry of its scope, v5's bits at forced
+#                       splits, declines outside its scope, NaN for a bad table entry), the
+#                       registry, and the small cases over every version -- own process first
+#   tests.log           the decode suites over every version (v8 where in scope, checked to
+#                       decline elsewhere), auto, the decode-step executor (attention = auto)
+#   memcheck.log racecheck.log  compute-sanitizer on v8's small cases (and the other versions')
+#   decode_v8.h5        experiments/configs/decode_v8.ini: v4 / v5 / v7 / v8 / auto on the
+#                       K-row shapes, BF16 HND and NHD block 16, FP8 64 x 8k, the split rule
+#                       (sweep_v8.log)
+#   ncu_v8_64x8k_hnd.txt ncu_v4_64x8k_hnd.txt  SpeedOfLight / memory / occupancy sections
+#   ncu_metrics_v8.txt ncu_metrics_v4.txt      L2 requests and sectors, shared-memory
+#                       wavefronts and bank conflicts (64 x 8k BF16 HND)
+#   table.txt           per shape: v4 / v5 / v7 / v8 / auto, best, % of R, v8 / best older
+#   summary.txt         one line per step: name, exit code, seconds
+#
+# KERNEL_STAGE=full (the second H100 call's stage): smoke/tests/sanitizers over every version,
+# decode_splits.ini (splits.h5, v7.h5), perf_kernels.ini with v4/v5/v7/auto, ncu of v7 and v4,
+# the auto table regenerated from the run (decode_auto_table.inc), split_table.txt, table.txt.
 set -u
 BIN=${1:?usage: gpu/attention/h100_stage.sh BIN_DIR}
 OUT=${OUT:-./stage_out}
@@ -51,6 +54,58 @@ step() {
 
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader \
   > "$D/device.txt" 2>&1
+
+if [[ ${KERNEL_STAGE:-v8} == v8 ]]; then
+  # 1. v8's own suite and the small cases first (own process), the decode suites, sanitizers.
+  step smoke 25 "$BIN/gpu_tests" --gtest_filter='DecodeV8.*:DecodeRegistry.*:Small/*'
+  step tests 40 "$BIN/gpu_tests" \
+    --gtest_filter='Curated/*:DecodeEdge.*:DecodeBadInput.*:DecodeV4.*:DecodeV6.AutoPicksASupportedVersion:StepEngine.EveryVariantMatchesTheReference'
+  step memcheck 15 compute-sanitizer --tool memcheck --print-limit 10 --error-exitcode 1 "$BIN/gpu_tests" \
+    --gtest_filter='Small/DecodeSmall.*/bf16_hnd:Small/DecodeSmall.*/fp16_hnd:DecodeV8.BadTable*'
+  step racecheck 15 compute-sanitizer --tool racecheck --print-limit 10 --error-exitcode 1 "$BIN/gpu_tests" \
+    --gtest_filter='Small/DecodeSmall.*/bf16_hnd:DecodeV8.BadTable*'
+
+  # 2. Timing: v8 against v4 / v5 / v7 / auto on the K-row shapes (the fair harness).
+  step sweep_v8 40 "$BIN/kvlab" sweep experiments/configs/decode_v8.ini --out "$D/decode_v8.h5" \
+    --progress plain
+
+  # 3. ncu at 64 x 8k BF16 HND: sections of v8 and v4, then counters (their own runs: a
+  # metric this ncu does not know loses only that file).
+  ncu_hnd() {  # ncu_hnd NAME KERNEL_REGEX VERSION ARGS...
+    local name=$1 kernel=$2 version=$3
+    shift 3
+    step "$name" 10 ncu --clock-control none --target-processes all --kernel-name "regex:$kernel" \
+      --launch-count 1 "$@" \
+      "$BIN/kvlab" validate experiments/configs/decode_v8.ini --only hnd --axis version="$version" \
+      --axis batch=64 --axis context=8192 --progress none
+    mv -f "$D/$name.log" "$D/$name.txt"
+  }
+  SECTIONS=(--section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy
+    --section WarpStateStats --section LaunchStats --page details)
+  METRICS=(--metrics lts__t_requests.sum,lts__t_sectors.sum,lts__t_sectors_op_read.sum,dram__bytes_read.sum,l1tex__data_pipe_lsu_wavefronts_mem_shared.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum,gpu__time_duration.sum)
+  (($(date +%s) - START < 105)) && ncu_hnd ncu_v8_64x8k_hnd v8_decode_kernel v8_mma_decode_bulk_page "${SECTIONS[@]}"
+  (($(date +%s) - START < 115)) && ncu_hnd ncu_v4_64x8k_hnd v4_decode_kernel v4_mma_decode "${SECTIONS[@]}"
+  (($(date +%s) - START < 125)) && ncu_hnd ncu_metrics_v8 v8_decode_kernel v8_mma_decode_bulk_page "${METRICS[@]}"
+  (($(date +%s) - START < 133)) && ncu_hnd ncu_metrics_v4 v4_decode_kernel v4_mma_decode "${METRICS[@]}"
+
+  # 4. The table.
+  [[ -s $D/decode_v8.h5 ]] && python3 gpu/attention/stage_table.py "$D/decode_v8.h5" > "$D/table.txt" 2>&1
+
+  echo "== decode-kernels stage (v8): $(cat "$D/device.txt")"
+  echo "== steps"
+  cat "$SUMMARY"
+  echo "== tests"
+  grep -hE "^\[  PASSED|^\[  FAILED|tests ran" "$D/smoke.log" "$D/tests.log" | tail -14
+  grep -hE "ERROR SUMMARY|RACECHECK SUMMARY" "$D/memcheck.log" "$D/racecheck.log"
+  for f in "$D"/ncu_*.txt; do
+    [[ -f $f ]] || continue
+    echo "== $(basename "$f" .txt)"
+    grep -E "DRAM Throughput|L2 Cache Throughput|L2 Hit Rate|Achieved Occupancy|Registers Per|Duration|lts__t_|dram__bytes|l1tex__data|gpu__time" "$f" | head -12
+  done
+  echo "== table"
+  cat "$D/table.txt" 2>/dev/null
+  exit 0
+fi
 
 # 1. Smoke (own process), then the decode suites, then the sanitizers on small cases.
 step smoke 20 "$BIN/gpu_tests" --gtest_filter='Small/*:DecodeRegistry.*'

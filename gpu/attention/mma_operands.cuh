@@ -90,13 +90,15 @@ __device__ __forceinline__ void decode4(uint32_t w, float (&f)[4]) {
 
 // ------------------------------------------------------------------ tile geometry
 // What every loader of a (format, head_dim) shares: the row and fragment geometry.
-template <KvFormat F, int D>
+// kRowPad: bytes between consecutive rows of the shared tile (16: rows start 4 banks apart,
+// the cp.async tiles; 0: the stored rows back to back, as one bulk copy of a page run lands).
+template <KvFormat F, int D, int kRowPad = 16>
 struct OperandGeometry {
   static constexpr KvFormat kFormat = F;
   static constexpr KvElem kElem = kv_elem_of(F);
   static constexpr int kBits = kv_elem_bits(kElem);
   static constexpr int kRowBytes = D * kBits / 8;
-  static constexpr int kRowStride = kRowBytes + 16;    // consecutive rows start 4 banks apart
+  static constexpr int kRowStride = kRowBytes + kRowPad;
   static constexpr int kMT = D / 16;                   // k-steps of Q.K^T = m-tiles of P.V
   static constexpr int kCS = kMT < 8 ? kMT : 8;        // k-steps per K-slice load
   static constexpr int kCBytes = kCS * 4 * kBits / 8;  // bytes per token per K-slice load
@@ -189,9 +191,9 @@ template <KvFormat F, int D>
 struct MmaOperand;
 
 // 16-bit storage: the stored pairs are the fragments.
-template <KvFormat F, int D, bool kF16>
-struct Operand16 : OperandGeometry<F, D> {
-  using G = OperandGeometry<F, D>;
+template <KvFormat F, int D, bool kF16, int kRowPad = 16>
+struct Operand16 : OperandGeometry<F, D, kRowPad> {
+  using G = OperandGeometry<F, D, kRowPad>;
   static constexpr bool kQkF16 = kF16, kPvF16 = kF16;
   static constexpr float kOutScale = kF16 ? 1.0f / kPScale : 1.0f;
   template <class Emit>

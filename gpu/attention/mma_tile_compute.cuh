@@ -110,9 +110,10 @@ __device__ __forceinline__ void q_fragments(const QSlice<D>& qs, bool q_bf16, fl
 // ------------------------------------------------------------------ one warp's attention
 // The state of one warp over a run of tiles of one (sequence, KV head, query tile): the
 // online softmax of heads 2t, 2t+1 and O^T fragments acc[m-tile][c0..c3].
-template <KvFormat F, int D, int kWT>
+// OpT: the operand loader (default: the format's, reading padded cp.async tiles).
+template <KvFormat F, int D, int kWT, class OpT = MmaOperand<F, D>>
 struct WarpAttention {
-  using Op = MmaOperand<F, D>;
+  using Op = OpT;
   static constexpr int kSub = kWT / 16;  // 16-token mma passes per tile
   static constexpr int kMT = D / 16;
   static_assert(kWT % 16 == 0, "warp tiles are whole mma passes");
@@ -214,9 +215,9 @@ struct WarpMerge {
   static constexpr int kBytes = 2 * kWarps * kHeadsPerTile * 4 + kWarps * kHeadsPerTile * kDP * 4;
 
   // A warp's state (sums already reduced) into the area.
-  template <int kWT>
+  template <int kWT, class OpT>
   __device__ static void store_warp(uint8_t* area, int warp, int lane,
-                                    const WarpAttention<F, D, kWT>& wa) {
+                                    const WarpAttention<F, D, kWT, OpT>& wa) {
     const int g = lane >> 2, t = lane & 3;
     float* red_m = reinterpret_cast<float*>(area);
     float* red_l = red_m + kWarps * kHeadsPerTile;

@@ -6,7 +6,7 @@ ceiling measured in the same run, and the K-targets of gpu/attention/TUNING.md c
 the rows present (peers are not in these files: K1's comparison with cuDNN / FlashInfer
 needs experiments/peers/ on the same shapes).
 
-    python3 gpu/attention/stage_table.py perf_v45.h5 perf_v6.h5 [--markdown]
+    python3 gpu/attention/stage_table.py perf_kernels.h5 decode_v8.h5 [--markdown]
 
 Needs h5py and numpy. Exit code 0 when the files could be read (whatever the targets say),
 2 when not.
@@ -18,9 +18,11 @@ from collections import defaultdict
 
 import h5py
 
-VERSIONS = ["v4_mma_decode", "v5_mma_decode_2stage", "v6_stream_k_decode", "auto"]
+VERSIONS = ["v4_mma_decode", "v5_mma_decode_2stage", "v6_stream_k_decode",
+            "v7_mma_decode_l2_prefetch", "v8_mma_decode_bulk_page", "auto"]
 SHORT = {"v4_mma_decode": "v4", "v5_mma_decode_2stage": "v5", "v6_stream_k_decode": "v6",
-         "auto": "auto"}
+         "v7_mma_decode_l2_prefetch": "v7", "v8_mma_decode_bulk_page": "v8", "auto": "auto"}
+NEW = "v8_mma_decode_bulk_page"  # the last column: NEW / the best of the older versions
 
 
 def _col(ix, name, n, default):
@@ -103,7 +105,10 @@ def main(argv=None):
             continue
         by[shape_key(r)][r["version"]] = r
     sep = " | " if a.markdown else "  "
-    head = ["shape"] + [SHORT[v] + " us" for v in VERSIONS] + ["auto pick", "best", "%R", "v6/best v4,v5"]
+    present = {r["version"] for r in rows}
+    cols = [v for v in VERSIONS if v in present]  # versions without rows take no column
+    head = ["shape"] + [SHORT[v] + " us" for v in cols] + ["auto pick", "best", "%R",
+                                                          SHORT[NEW] + "/best older"]
     print(f"device {device}; read ceiling R = {R / 1e12:.3f} TB/s (the best of the files)")
     if a.markdown:
         print("| " + " | ".join(head) + " |")
@@ -114,7 +119,7 @@ def main(argv=None):
     for k in sorted(by):
         vs = by[k]
         cells = [label(k)]
-        for v in VERSIONS:
+        for v in cols:
             cells.append(f"{vs[v]['median_us']:.1f}" if v in vs else "-")
         pick = "-"
         if "auto" in vs and math.isfinite(vs["auto"]["picked_version"]):
@@ -127,9 +132,8 @@ def main(argv=None):
             br = real[bv]
             best_of[k] = br
             pct = 100.0 * br["min_bytes"] / (br["median_us"] * 1e-6) / R if math.isfinite(R) else math.nan
-            old = [real[v]["median_us"] for v in ("v4_mma_decode", "v5_mma_decode_2stage") if v in real]
-            ratio = (f"{real['v6_stream_k_decode']['median_us'] / min(old):.3f}"
-                     if "v6_stream_k_decode" in real and old else "-")
+            old = [r["median_us"] for v, r in real.items() if v != NEW]
+            ratio = f"{real[NEW]['median_us'] / min(old):.3f}" if NEW in real and old else "-"
             cells += [pick, SHORT.get(bv, bv), f"{pct:.1f}", ratio]
         else:
             cells += [pick, "-", "-", "-"]

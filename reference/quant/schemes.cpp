@@ -760,4 +760,18 @@ QuantizedTensor QuantScheme::unpack_pages(const uint8_t* bytes, size_t n, int64_
   return q;
 }
 
+const std::vector<std::string>& scale_rule_override_names() {
+  static const std::vector<std::string> names = {"preset", "exact", "ceil_pow2", "ocp_floor",
+                                                 "e4m3_rounded"};
+  return names;
+}
+
+std::string scheme_text(const std::string& preset, const SchemeOverride& o) {
+  std::string s = preset;
+  if (o.group_size != 0) s += " group=" + std::to_string(o.group_size);
+  if (o.scale_rule != "preset") s += " rule=" + o.scale_rule;
+  if (o.hadamard > 0) s += " hadamard=" + std::to_string(o.hadamard);
+  return s;
+}
+
 }  // namespace kvlab::ref

@@ -182,4 +182,16 @@ const std::vector<std::string>& scheme_names();
 SchemeSpec preset_spec(const std::string& name);  // throws InvalidArgument listing the names
 QuantScheme make_scheme(const std::string& name_or_spec);  // parse_scheme_spec + QuantScheme
 
+// The overrides a study may put on a preset (sweep axes group_size, scale_rule, hadamard).
+struct SchemeOverride {
+  int group_size = 0;                 // 0: the preset's
+  std::string scale_rule = "preset";  // or one of scale_rule_override_names()
+  int hadamard = 0;                   // 0 (or less): the preset's; n: rotate runs of n values
+};
+// "preset", then the ScaleRule names a study may force: exact, ceil_pow2, ocp_floor, e4m3_rounded.
+const std::vector<std::string>& scale_rule_override_names();
+// The parse_scheme_spec text of a preset with its overrides, e.g. "mxfp4 group=16
+// rule=ceil_pow2 hadamard=32" (make_scheme refuses an override the preset cannot take).
+std::string scheme_text(const std::string& preset, const SchemeOverride& o);
+
 }  // namespace kvlab::ref

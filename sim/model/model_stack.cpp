@@ -66,6 +66,21 @@ int64_t ModelStack::num_params() const {
   return 2 * static_cast<int64_t>(vocab) * h + num_layers * (attn + mlp + norms) + h;
 }
 
+ModelStack model_stack_of(const DecoderConfig& c) {
+  ModelStack m;
+  m.name = c.name;
+  m.num_layers = c.layers;
+  m.hidden = c.hidden;
+  m.num_qo_heads = c.q_heads;
+  m.num_kv_heads = c.kv_heads;
+  m.head_dim = c.head_dim;
+  m.intermediate = c.ffn;
+  m.vocab = c.vocab;
+  m.weight_bits = 16;
+  m.kv_pools = 2;
+  return m;
+}
+
 ModelStack model_preset(const std::string& name) {
   ModelStack m;
   m.name = name;

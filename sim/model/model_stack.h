@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "reference/layout/kv_layout.h"
+#include "reference/step/decoder_config.h"
 
 namespace kvlab::sim {
 
@@ -61,6 +62,9 @@ struct ModelStack {
 //                   MLP is not gated; modelled as SwiGLU of width 10240, same parameters),
 //                   vocab 50272: the PagedAttention paper's model
 ModelStack model_preset(const std::string& name);
+// The stack of a decode-step decoder (reference/step/decoder_config.h): BF16 weights, separate
+// K and V pools, every layer kFull. What the cost model predicts for the GPU executor's runs.
+ModelStack model_stack_of(const DecoderConfig& c);
 std::vector<std::string> model_preset_names();
 
 // Bytes of one KV block (block_size tokens of every paged layer), split as the ledger

@@ -78,14 +78,57 @@ TEST(DecodeSplitPlan, InvariantsOverAGridOfShapes) {
             EXPECT_LT((pl.num_splits - 1) * pl.chunk_tokens, bound) << what << ": no empty split";
             // Every warp keeps at least 2 tiles unless the sequence itself is shorter.
             if (bound >= 2 * granule) EXPECT_GE(pl.chunk_tokens, 2 * granule) << what;
-            // The byte cap (4 MiB), unless a chunk of 2 granules is already above it.
-            EXPECT_LE(pl.chunk_tokens, std::max<int64_t>(2 * granule, 8192)) << what;
+            // The byte cap (4 MiB; 16 MiB from min_items_unsplit items on), unless a chunk of
+            // 2 granules is already above it.
+            const int64_t cap_tokens = items >= tu.min_items_unsplit ? 32768 : 8192;
+            EXPECT_LE(pl.chunk_tokens, std::max<int64_t>(2 * granule, cap_tokens)) << what;
+            // Many items below one wave are never split to fill it.
+            if (items >= tu.min_items_unsplit && items < slots &&
+                bound <= cap_tokens)
+              EXPECT_EQ(pl.num_splits, 1) << what;
           } else {
             EXPECT_EQ(pl.num_splits, 1) << what;
           }
           ++checked;
         }
   std::printf("%d shapes checked\n", checked);
+}
+
+// The shapes where the fair sweep measured one block per item faster than the split rule
+// (TUNING.md, step 12, H100: v4 2 blocks/SM = 264 slots, v5 3 = 396), the shapes where the
+// splits won, and the knob that restores the old rule.
+TEST(DecodeSplitPlan, ManyItemsAreNotSplitWhereOneBlockPerItemMeasuredFaster) {
+  const DecodeTuning tu;
+  // Batch 16 x 8 KV heads = 128 items on 264 slots (v4): the one-wave fill split them in two;
+  // no split measured 2-8 % faster at 512 .. 128k tokens.
+  for (int64_t bound : {512, 2048, 4096, 8192, 32768})
+    EXPECT_EQ(plan_kv_splits(split_input(128, bound, kBf16TokenBytes, 64, 264), tu).num_splits, 1)
+        << "batch 16 x " << bound;
+  // Batch 256 = 2048 items on 396 slots (v5): 5.17 waves, the wave rule split them in two;
+  // no split measured 2-16 % faster.
+  for (int64_t bound : {512, 2048, 8192})
+    EXPECT_EQ(plan_kv_splits(split_input(2048, bound, kBf16TokenBytes, 64, 396), tu).num_splits,
+              1)
+        << "batch 256 x " << bound;
+  // 64 x 32k (512 items, 16 MiB each): the 4 MiB cap split them in four; no split measured
+  // faster (v4).
+  EXPECT_EQ(plan_kv_splits(split_input(512, 32768, kBf16TokenBytes, 64, 264), tu).num_splits, 1);
+  // Still split: v5 at 64 x 8k (1.29 waves: the wave rule gained 11 %), batch 1-8.
+  EXPECT_EQ(plan_kv_splits(split_input(512, 8192, kBf16TokenBytes, 64, 396), tu).num_splits, 3);
+  EXPECT_GT(plan_kv_splits(split_input(64, 32768, kBf16TokenBytes, 64, 264), tu).num_splits, 1)
+      << "batch 8 x 32k";
+  EXPECT_EQ(plan_kv_splits(split_input(8, 32768, kBf16TokenBytes, 64, 264), tu).num_splits, 32)
+      << "batch 1 x 32k";
+  // A 128k bound with many items still splits at the 16 MiB cap (skewed batches).
+  const SplitPlan skew = plan_kv_splits(split_input(256, 131072, kBf16TokenBytes, 64, 264), tu);
+  EXPECT_EQ(skew.chunk_tokens, 32768);
+  EXPECT_EQ(skew.num_splits, 4);
+  // min_items_unsplit above the item count restores the old rule (fill, 4 MiB cap, waves).
+  DecodeTuning old;
+  old.min_items_unsplit = int64_t{1} << 40;
+  EXPECT_EQ(plan_kv_splits(split_input(128, 8192, kBf16TokenBytes, 64, 264), old).num_splits, 2);
+  EXPECT_EQ(plan_kv_splits(split_input(2048, 2048, kBf16TokenBytes, 64, 396), old).num_splits, 2);
+  EXPECT_EQ(plan_kv_splits(split_input(512, 32768, kBf16TokenBytes, 64, 264), old).num_splits, 4);
 }
 
 TEST(DecodeSplitPlan, ForcedSplitsAreHonouredAndClamped) {

@@ -240,6 +240,13 @@ TEST(BenchHarness, BulkReadMovesItsBytes) {
 // peer timer and the C++ harness may then differ in stream without differing in time. The
 // read is the flush kernel itself (load cg, depth 4, 8 blocks per SM), the two-timer
 // cross-check's operation, at the cross-check's sizes.
+//
+// The bound: 2 % of the time, but never below 5 ticks of the event clock (5 x 32 ns). Four
+// H100 runs of this test (data/perf/h100_stream_kind.csv) put the spread of the four medians
+// of one size (own, legacy, per-thread, own again) at up to 0.160 us, and a median's largest
+// distance from the own stream's at 0.128 us (1 MiB: 4.29 vs 4.16 us, 3 %): below ~6 us a
+// pure 2 % band fails on the event clock's granularity alone. The planted check below shows
+// the bound still rejects a real stream-dependent error: a read timed without its flush.
 TEST(BenchHarness, ColdReadTimeDoesNotDependOnTheStreamKind) {
   KVLAB_SKIP_WITHOUT_GPU_BENCH();
   const gpu::bench::MemKernel k{gpu::bench::MemOp::kRead, gpu::bench::MemLoad::kCg, 4, 8};
@@ -252,26 +259,31 @@ TEST(BenchHarness, ColdReadTimeDoesNotDependOnTheStreamKind) {
   o.target_rel_iqr = 0.01;
   o.max_seconds = 1.0;
   o.cold_l2 = true;
+  constexpr double kRel = 0.02, kEventTickUs = 0.032, kTicks = 5;
+  auto same_time = [&](double a, double b) {
+    return std::abs(a - b) <= std::max(kRel * b, kTicks * kEventTickUs);
+  };
   for (size_t mib : {1, 4, 16}) {
+    auto launch = [&](cudaStream_t st) {
+      gpu::bench::launch_mem_kernel(k, thrust::raw_pointer_cast(buf.data()), nullptr, mib << 20,
+                                    thrust::raw_pointer_cast(sink.data()), st);
+    };
     auto timed = [&](cudaStream_t stream) {
-      return gpu::bench::time_kernel(
-                 [&](cudaStream_t st) {
-                   gpu::bench::launch_mem_kernel(k, thrust::raw_pointer_cast(buf.data()), nullptr,
-                                                 mib << 20, thrust::raw_pointer_cast(sink.data()),
-                                                 st);
-                 },
-                 o, stream)
-          .median_us;
+      return gpu::bench::time_kernel(launch, o, stream).median_us;
     };
     const double own = timed(nullptr), legacy = timed(cudaStreamLegacy),
                  per_thread = timed(cudaStreamPerThread), own_again = timed(nullptr);
+    const double warm =
+        gpu::bench::time_kernel(launch, o, gpu::bench::L2Flush::kNone, 0, cudaStreamLegacy)
+            .median_us;
     std::printf(
         "[streams] read_cg_d4_b8 %2zu MiB cold: own stream %.3f us, legacy %.3f us, per-thread "
-        "%.3f us, own again %.3f us\n",
-        mib, own, legacy, per_thread, own_again);
-    EXPECT_NEAR(legacy / own, 1.0, 0.02) << mib << " MiB";
-    EXPECT_NEAR(per_thread / own, 1.0, 0.02) << mib << " MiB";
-    EXPECT_NEAR(own_again / own, 1.0, 0.02) << mib << " MiB";
+        "%.3f us, own again %.3f us; planted warm (no flush) on legacy %.3f us\n",
+        mib, own, legacy, per_thread, own_again, warm);
+    EXPECT_TRUE(same_time(legacy, own)) << mib << " MiB: legacy " << legacy << " own " << own;
+    EXPECT_TRUE(same_time(per_thread, own)) << mib << " MiB: per-thread " << per_thread;
+    EXPECT_TRUE(same_time(own_again, own)) << mib << " MiB: own again " << own_again;
+    EXPECT_FALSE(same_time(warm, own)) << mib << " MiB: a warm read passes the bound";
   }
 }
 

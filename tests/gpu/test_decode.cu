@@ -45,11 +45,19 @@ struct Checked {
   ErrorStats tight, orig;
 };
 
-// Runs one version over a built case and checks it; returns false when unsupported.
+// Runs one version over a built case and checks it; returns false when unsupported. A
+// version with a declared scope (DecodeVersionInfo::in_scope) must decline a case outside it
+// (checked here; then true without a run) and handle every case inside it.
 bool check_version(ref::PagedCase& c, DeviceCase& d, int version, const ref::DecodeOutputs& tight,
                    const ref::DecodeOutputs* orig, Checked* out = nullptr) {
-  const GpuDecodeRun r = run_gpu_decode(c, d, version);
   const std::string ctx = gpu::decode_version(version).name + " | " + c.describe();
+  if (!gpu::decode_version_in_scope(version, c.geom)) {
+    const std::string why =
+        gpu::decode_unsupported_reason(d.decode_args(c, nullptr, nullptr), version);
+    EXPECT_FALSE(why.empty()) << ctx << ": outside the version's scope but not declined";
+    return !why.empty();
+  }
+  const GpuDecodeRun r = run_gpu_decode(c, d, version);
   if (!r.supported) {
     std::printf("[unsupported] %s: %s\n", ctx.c_str(), r.reason.c_str());
     return false;
@@ -74,14 +82,14 @@ bool check_version(ref::PagedCase& c, DeviceCase& d, int version, const ref::Dec
 // ------------------------------------------------------------------ registry
 TEST(DecodeRegistry, VersionsInIdOrderWithNames) {
   const auto& v = gpu::decode_versions();
-  ASSERT_EQ(v.size(), 8u);
+  ASSERT_EQ(v.size(), 9u);
   for (size_t i = 0; i < v.size(); ++i) {
     EXPECT_EQ(v[i].id, static_cast<int>(i));
     EXPECT_EQ(v[i].name.rfind("v" + std::to_string(i) + "_", 0), 0u) << v[i].name;
     EXPECT_FALSE(v[i].summary.empty());
     EXPECT_EQ(gpu::decode_version(v[i].id).name, v[i].name);
   }
-  EXPECT_THROW(gpu::decode_version(8), InvalidArgument);
+  EXPECT_THROW(gpu::decode_version(9), InvalidArgument);
 }
 
 // ------------------------------------------------------------------ curated cross product
@@ -169,10 +177,15 @@ TEST(DecodeEdge, LongContextSplitsAndSingleSplit) {
   // Every version either runs and matches the reference, or declines for the one reason its
   // design allows: v0 and v1 keep a whole sequence's scores in shared memory. The split-KV
   // versions (v2 onwards) must run.
-  int ran = 0;
+  int ran = 0, out_of_scope = 0;
   for (const auto& v : gpu::decode_versions()) {
     const std::string why =
         gpu::decode_unsupported_reason(d.decode_args(c, nullptr, nullptr), v.id);
+    if (!gpu::decode_version_in_scope(v.id, c.geom)) {
+      EXPECT_FALSE(why.empty()) << v.name << " runs outside its declared scope";
+      ++out_of_scope;
+      continue;
+    }
     if (!why.empty()) {
       EXPECT_LT(v.id, 2) << v.name << " declined the 40000-token sequence: " << why;
       EXPECT_NE(why.find("shared memory"), std::string::npos) << v.name << ": " << why;
@@ -181,7 +194,7 @@ TEST(DecodeEdge, LongContextSplitsAndSingleSplit) {
     EXPECT_TRUE(check_version(c, d, v.id, tight, nullptr)) << v.name;
     ++ran;
   }
-  EXPECT_GE(ran, static_cast<int>(gpu::decode_versions().size()) - 2);
+  EXPECT_GE(ran, static_cast<int>(gpu::decode_versions().size()) - 2 - out_of_scope);
   const GpuDecodeRun r3 = run_gpu_decode(c, d, 3);
   EXPECT_GT(r3.workspace_bytes, 0u) << "v3 should split a single long sequence";
   const GpuDecodeRun r4 = run_gpu_decode(c, d, 4);
@@ -235,6 +248,7 @@ TEST(DecodeEdge, EmptyBatchIsANoOp) {
   a.q = nullptr;
   for (const auto& v : gpu::decode_versions()) {
     EXPECT_EQ(gpu::decode_workspace_bytes(a, v.id), 0u);
+    if (!gpu::decode_version_in_scope(v.id, a.kv.geom)) continue;  // declines (Unsupported)
     EXPECT_NO_THROW(gpu::decode_attention(a, v.id, nullptr, 0, nullptr)) << v.name;
   }
 }
@@ -246,6 +260,7 @@ TEST(DecodeEdge, RepeatedRunsAreBitwiseIdentical) {
   ref::PagedCase c = ref::make_paged_case(s);
   DeviceCase d(c);
   for (const auto& v : gpu::decode_versions()) {
+    if (!gpu::decode_version_in_scope(v.id, c.geom)) continue;
     const GpuDecodeRun a = run_gpu_decode(c, d, v.id), b = run_gpu_decode(c, d, v.id);
     ASSERT_TRUE(a.supported) << a.reason;
     ASSERT_EQ(a.o.size(), b.o.size());
@@ -262,6 +277,7 @@ TEST(DecodeEdge, CudaGraphReplayMatchesDirectLaunch) {
   ref::PagedCase c = ref::make_paged_case(s);
   DeviceCase d(c);
   for (const auto& v : gpu::decode_versions()) {
+    if (!gpu::decode_version_in_scope(v.id, c.geom)) continue;
     thrust::device_vector<uint16_t> o1(c.o_elements()), o2(c.o_elements());
     thrust::device_vector<float> l1(c.lse_elements()), l2(c.lse_elements());
     DecodeArgs a1 = d.decode_args(c, raw(o1), raw(l1));
@@ -319,6 +335,7 @@ TEST(DecodeEdge, PoolAbove2e31ElementsUses64BitOffsets) {
     d.block_table = to_device(table);
     const ref::DecodeOutputs tight = ref::reference_decode(c);
     for (const auto& v : gpu::decode_versions()) {
+      if (!gpu::decode_version_in_scope(v.id, big)) continue;
       GuardedBuffer o_host(static_cast<size_t>(c.o_elements()), c.spec.q_dtype);
       GuardedBuffer l_host(static_cast<size_t>(c.lse_elements()), DType::kF32);
       DeviceGuarded o_dev(o_host), l_dev(l_host);
@@ -456,6 +473,7 @@ TEST(DecodeBadInput, TablesAreCheckedOnTheDeviceAndNeverReadOutOfRange) {
                                            "block_table[1][1]");
   // The kernels never read it: they report NaN for that sequence (and only that one).
   for (const auto& v : gpu::decode_versions()) {
+    if (!gpu::decode_version_in_scope(v.id, b.c.geom)) continue;
     const GpuDecodeRun r = run_gpu_decode(b.c, b.d, v.id);
     ASSERT_TRUE(r.supported);
     const size_t per_seq = static_cast<size_t>(b.c.spec.num_qo_heads) * b.c.spec.head_dim;
@@ -473,6 +491,7 @@ TEST(DecodeBadInput, TablesAreCheckedOnTheDeviceAndNeverReadOutOfRange) {
   expect_throw_containing<InvalidArgument>([&] { gpu::validate_decode_tables(b.args(), nullptr); },
                                            "seq_lens[0]");
   for (const auto& v : gpu::decode_versions()) {
+    if (!gpu::decode_version_in_scope(v.id, b.c.geom)) continue;
     const GpuDecodeRun r = run_gpu_decode(b.c, b.d, v.id);
     ASSERT_TRUE(r.supported);
     EXPECT_TRUE(std::isnan(r.o[0]) && std::isnan(r.lse[0])) << v.name;
@@ -494,6 +513,7 @@ TEST(DecodeReport, ErrorTableVersionByFormat) {
     const ref::DecodeOutputs orig = ref::reference_decode_original(c);
     for (const auto& v : gpu::decode_versions()) {
       Checked ck;
+      if (!gpu::decode_version_in_scope(v.id, c.geom)) continue;
       if (!check_version(c, d, v.id, tight, &orig, &ck)) continue;
       std::printf("%-32s %-12s %12.3e %12.3e %12.3e %12.3e\n", v.name.c_str(), to_string(f).c_str(),
                   ck.tight.max_abs, ck.tight.rel_l2, ck.orig.max_abs, ck.orig.rel_l2);

@@ -39,6 +39,10 @@ void expect_matches(ref::PagedCase& c, int version, const std::string& what,
   DeviceCase d(c);
   const ref::DecodeOutputs tight = ref::reference_decode(c);
   const GpuDecodeRun r = run_gpu_decode(c, d, version, nullptr, tuning);
+  if (!gpu::decode_version_in_scope(version, c.geom)) {  // a scoped version must decline
+    EXPECT_FALSE(r.supported) << gpu::decode_version(version).name << " ran outside its scope";
+    return;
+  }
   const std::string ctx = gpu::decode_version(version).name + " " + what + " | " + c.describe();
   ASSERT_TRUE(r.supported) << ctx << ": " << r.reason;
   EXPECT_EQ(r.guard_damage, "") << ctx;
@@ -86,6 +90,9 @@ TEST(DecodeV4, PlanSplitsOnlyWhenTheGridIsNotFull) {
   DeviceCase dm(cm);
   thrust::device_vector<uint16_t> o1(c1.o_elements()), om(cm.o_elements());
   for (int v : mma_versions()) {
+    expect_matches(c1, v, "batch 1");
+    expect_matches(cm, v, "batch 600");
+    if (!gpu::decode_version_in_scope(v, c1.geom)) continue;
     EXPECT_GT(gpu::decode_workspace_bytes(d1.decode_args(c1, raw(o1), nullptr), v), 0u)
         << "version " << v;
     // v4, v5: no split (no workspace) when the grid is full; v6's persistent grid always
@@ -93,8 +100,6 @@ TEST(DecodeV4, PlanSplitsOnlyWhenTheGridIsNotFull) {
     if (v <= 5)
       EXPECT_EQ(gpu::decode_workspace_bytes(dm.decode_args(cm, raw(om), nullptr), v), 0u)
           << "version " << v;
-    expect_matches(c1, v, "batch 1");
-    expect_matches(cm, v, "batch 600");
   }
 }
 
@@ -115,6 +120,7 @@ TEST(DecodeV4, LongSequencesOfASkewedBatchAreCappedAndMerged) {
   DeviceCase d(c);
   thrust::device_vector<uint16_t> o(c.o_elements());
   for (int v : mma_versions()) {
+    if (!gpu::decode_version_in_scope(v, c.geom)) continue;
     EXPECT_GT(gpu::decode_workspace_bytes(d.decode_args(c, raw(o), nullptr), v, tu), 0u)
         << "the cap must split (v4, v5) / the persistent grid must share items (v6+)";
     expect_matches(c, v, "skewed, capped", tu);

@@ -295,6 +295,12 @@ def test_bad_arguments_raise_kvlab_messages():
         ref.decode_attention(*args[:4], np.array([1, 7, 99], np.int32), **kw)
     with pytest.raises(ValueError, match="unknown KV format|allowed"):
         ref.decode_attention(*args, kv_format="fp9", q_dtype="bf16")
+    with pytest.raises(ValueError, match=r"block_table: 2 rows for 3 sequences"):
+        ref.decode_attention(*args[:3], c["table"][:2], c["lens"][:2], **kw)
+    with pytest.raises(ValueError, match=r"q: head_dim .* but the cache's head_dim"):
+        ref.decode_attention(c["q"][:, :, :-2].copy(), *args[1:], **kw)
+    with pytest.raises(ValueError, match=r"not a positive multiple of the"):
+        ref.decode_attention(c["q"][:, :1].copy(), *args[1:], **kw)  # 1 query head, 2 KV heads
     with pytest.raises(ValueError, match="slot"):
         ref.append_kv(np.zeros((1, 2, 16), np.float32), np.zeros((1, 2, 16), np.float32), np.array([10 ** 6]),
                       c["k"], c["v"], kv_format="bf16")

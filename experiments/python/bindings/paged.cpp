@@ -2,6 +2,7 @@
 #include "experiments/python/bindings/paged.h"
 
 #include <cmath>
+#include <type_traits>
 
 #include "reference/layout/layout_names.h"
 
@@ -109,15 +110,20 @@ KvCacheView cache_view(Checker& c, const CacheArrays& a) {
   return view;
 }
 
-DecodeArgs decode_args(Checker& c, const Array& q, const Array& out, const OptArray& lse,
-                       const CacheArrays& cache, const Array& block_table, const Array& seq_lens,
-                       float sm_scale, int max_seq_len, const std::string& q_dtype) {
-  DecodeArgs a;
-  a.kv = cache_view(c, cache);
+namespace {
+
+// The query side that decode and prefill share: q [rows, query heads, head_dim] in q_dtype, out
+// in q's format and shape, lse [rows, query heads] FP32, the block table's row count (one per
+// sequence), sm_scale (0: 1/sqrt(head_dim)) and query heads a positive multiple of the KV
+// heads; decode also one block-table row per query row. `a` is a DecodeArgs or PagedPrefillArgs with its kv view already set.
+template <class Args>
+void query_side(Checker& c, Args& a, const Array& q, const Array& out, const OptArray& lse,
+                const Array& block_table, const Array& seq_lens, float sm_scale,
+                const std::string& q_dtype) {
   a.q_dtype = parse_q_dtype(q, q_dtype);
   const Elem qe = a.q_dtype == DType::kBF16 ? Elem::kBF16 : Elem::kF16;
   c.check_rank(q, "q", qe, 3);
-  const int64_t S = dim(q, 0), Hq = dim(q, 1);
+  const int64_t rows = dim(q, 0), Hq = dim(q, 1);
   KVLAB_REQUIRE(dim(q, 2) == a.kv.geom.head_dim,
                 "q: head_dim " << dim(q, 2) << " but the cache's head_dim is "
                                << a.kv.geom.head_dim << " (q " << shape_str(q) << ")");
@@ -125,21 +131,32 @@ DecodeArgs decode_args(Checker& c, const Array& q, const Array& out, const OptAr
   // out holds q's format (bfloat16 / float16, or 16-bit integers holding its bits): the same
   // rule as every other argument, so q as torch bfloat16 and out as int16 bits (or numpy
   // int16 q with uint16 out) are one call; float16 out for a bf16 q is refused.
-  a.o = c.check(out, "out", qe, {S, Hq, a.kv.geom.head_dim});
-  a.lse = static_cast<float*>(c.check_opt(lse, "lse", Elem::kF32, {S, Hq}));
+  a.o = c.check(out, "out", qe, {rows, Hq, a.kv.geom.head_dim});
+  a.lse = static_cast<float*>(c.check_opt(lse, "lse", Elem::kF32, {rows, Hq}));
   c.check_rank(block_table, "block_table", Elem::kI32, 2);
-  KVLAB_REQUIRE(dim(block_table, 0) == S, "block_table: " << dim(block_table, 0)
-                                                          << " rows for " << S << " sequences");
+  const int64_t S = dim(block_table, 0);
+  if constexpr (std::is_same_v<Args, DecodeArgs>)  // decode: one query row per sequence
+    KVLAB_REQUIRE(S == rows, "block_table: " << S << " rows for " << rows << " sequences");
   a.block_table = static_cast<const int32_t*>(block_table.data());
   a.seq_lens = static_cast<const int32_t*>(c.check(seq_lens, "seq_lens", Elem::kI32, {S}));
   a.num_seqs = static_cast<int32_t>(S);
   a.num_qo_heads = static_cast<int32_t>(Hq);
   a.max_blocks_per_seq = static_cast<int32_t>(dim(block_table, 1));
-  a.max_seq_len = max_seq_len;
   a.sm_scale = sm_scale > 0 ? sm_scale : 1.0f / std::sqrt(static_cast<float>(a.kv.geom.head_dim));
   KVLAB_REQUIRE(a.num_qo_heads > 0 && a.num_qo_heads % a.kv.geom.num_kv_heads == 0,
                 "q: " << a.num_qo_heads << " query heads is not a positive multiple of the "
                       << a.kv.geom.num_kv_heads << " KV heads");
+}
+
+}  // namespace
+
+DecodeArgs decode_args(Checker& c, const Array& q, const Array& out, const OptArray& lse,
+                       const CacheArrays& cache, const Array& block_table, const Array& seq_lens,
+                       float sm_scale, int max_seq_len, const std::string& q_dtype) {
+  DecodeArgs a;
+  a.kv = cache_view(c, cache);
+  query_side(c, a, q, out, lse, block_table, seq_lens, sm_scale, q_dtype);
+  a.max_seq_len = max_seq_len;
   return a;
 }
 
@@ -149,30 +166,11 @@ PagedPrefillArgs prefill_args(Checker& c, const Array& q, const Array& out, cons
                               int max_q_len, int max_seq_len, const std::string& q_dtype) {
   PagedPrefillArgs a;
   a.kv = cache_view(c, cache);
-  a.q_dtype = parse_q_dtype(q, q_dtype);
-  const Elem qe = a.q_dtype == DType::kBF16 ? Elem::kBF16 : Elem::kF16;
-  c.check_rank(q, "q", qe, 3);
-  const int64_t T = dim(q, 0), Hq = dim(q, 1);
-  KVLAB_REQUIRE(dim(q, 2) == a.kv.geom.head_dim,
-                "q: head_dim " << dim(q, 2) << " but the cache's head_dim is "
-                               << a.kv.geom.head_dim << " (q " << shape_str(q) << ")");
-  a.q = q.data();
-  a.o = c.check(out, "out", qe, {T, Hq, a.kv.geom.head_dim});  // q's format, as decode's out
-  a.lse = static_cast<float*>(c.check_opt(lse, "lse", Elem::kF32, {T, Hq}));
-  c.check_rank(block_table, "block_table", Elem::kI32, 2);
-  const int64_t S = dim(block_table, 0);
-  a.block_table = static_cast<const int32_t*>(block_table.data());
-  a.seq_lens = static_cast<const int32_t*>(c.check(seq_lens, "seq_lens", Elem::kI32, {S}));
-  a.q_start = static_cast<const int32_t*>(c.check(q_start, "q_start", Elem::kI32, {S + 1}));
-  a.num_seqs = static_cast<int32_t>(S);
-  a.num_qo_heads = static_cast<int32_t>(Hq);
-  a.max_blocks_per_seq = static_cast<int32_t>(dim(block_table, 1));
+  query_side(c, a, q, out, lse, block_table, seq_lens, sm_scale, q_dtype);
+  a.q_start = static_cast<const int32_t*>(
+      c.check(q_start, "q_start", Elem::kI32, {int64_t{a.num_seqs} + 1}));
   a.max_q_len = max_q_len;
   a.max_seq_len = max_seq_len;
-  a.sm_scale = sm_scale > 0 ? sm_scale : 1.0f / std::sqrt(static_cast<float>(a.kv.geom.head_dim));
-  KVLAB_REQUIRE(a.num_qo_heads > 0 && a.num_qo_heads % a.kv.geom.num_kv_heads == 0,
-                "q: " << a.num_qo_heads << " query heads is not a positive multiple of the "
-                      << a.kv.geom.num_kv_heads << " KV heads");
   return a;
 }
 
