@@ -7,7 +7,7 @@
 # BIN/gpu_mutants.tar.xz is made on the build machine from the same tree as the binaries:
 #   bash tests/mutation/pack_gpu_mutants.sh build BIN
 #
-# Steps (logs and data under $OUT/teeth/; at most BUDGET_S = 280 s of device time in all, the
+# Steps (logs and data under $OUT/teeth/; at most BUDGET_S = 300 s of device time in all, the
 # steps' limits cut to what is left; expected about 180 s on an H100: gpu_tests ~60 s, the
 # tolerance measurement ~90 s, the mutants ~30 s):
 #   1. gpu_tests on the fixed checks and on every test a GPU mutant is judged by (the 40k-token
@@ -36,9 +36,9 @@ cd "$(dirname "$0")/.."
 export LD_LIBRARY_PATH="/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
 PY="${PY:-python3}"
 
-# The whole stage stays within BUDGET_S seconds (default 280): each step's own limit is cut
+# The whole stage stays within BUDGET_S seconds (default 300): each step's own limit is cut
 # to what is left, and a step with less than 10 s left is not started.
-BUDGET_S="${BUDGET_S:-280}"
+BUDGET_S="${BUDGET_S:-300}"
 declare -A status seconds
 step() {  # step NAME TIMEOUT_S COMMAND...
   local name=$1 limit=$2
@@ -79,7 +79,8 @@ fi
 
 # 2. The tolerance measurement (validation only).
 rm -f "$S/h100_tolerance.h5"
-step tolerance 110 "$BIN/kvlab" validate experiments/configs/tolerance.ini \
+# (150 s: its 22 points took 124 s on the H100, and the summary runs after them)
+step tolerance 150 "$BIN/kvlab" validate experiments/configs/tolerance.ini \
   --out "$S/h100_tolerance.h5" --progress plain
 
 # 3. GPU mutants.
