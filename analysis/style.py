@@ -67,6 +67,7 @@ VERSION_COLORS = {
     "v6_stream_k_decode": "#7b4173",
     "v7_mma_decode_l2_prefetch": "#e6550d",
     "v8_mma_decode_bulk_page": "#bd9e39",
+    "v9_mma_decode_bulk_rows": "#6b6ecf",
     "auto": "#843c39",
     "peer:sdpa_cudnn": "#d62728",
     "peer:sdpa_flash": "#9467bd",

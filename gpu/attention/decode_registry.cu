@@ -24,7 +24,8 @@ const std::vector<DecodeVersionImpl>& impls() {
                                                 make_v5_mma_decode_2stage(),
                                                 make_v6_stream_k_decode(),
                                                 make_v7_mma_decode_l2_prefetch(),
-                                                make_v8_mma_decode_bulk_page()};
+                                                make_v8_mma_decode_bulk_page(),
+                                                make_v9_mma_decode_bulk_rows()};
   return v;
 }
 
