@@ -19,10 +19,11 @@ from collections import defaultdict
 import h5py
 
 VERSIONS = ["v4_mma_decode", "v5_mma_decode_2stage", "v6_stream_k_decode",
-            "v7_mma_decode_l2_prefetch", "v8_mma_decode_bulk_page", "auto"]
+            "v7_mma_decode_l2_prefetch", "v8_mma_decode_bulk_page", "v9_mma_decode_bulk_rows", "auto"]
 SHORT = {"v4_mma_decode": "v4", "v5_mma_decode_2stage": "v5", "v6_stream_k_decode": "v6",
-         "v7_mma_decode_l2_prefetch": "v7", "v8_mma_decode_bulk_page": "v8", "auto": "auto"}
-NEW = "v8_mma_decode_bulk_page"  # the last column: NEW / the best of the older versions
+         "v7_mma_decode_l2_prefetch": "v7", "v8_mma_decode_bulk_page": "v8",
+         "v9_mma_decode_bulk_rows": "v9", "auto": "auto"}
+NEW = "v9_mma_decode_bulk_rows"  # the last column: NEW / the best of the older versions
 
 
 def _col(ix, name, n, default):
