@@ -19,6 +19,12 @@
 //  * Lane 0 announces the tile's bytes (expect_tx) and arrives before a __syncwarp; then the
 //    lanes issue their row copies. Each issuing lane fences the async proxy after the
 //    __syncwarp that ends the warp's reads of the stage.
+//  * The cost: a bulk copy's operands are uniform registers (SASS UBLKCP), so 32 lanes with 32
+//    addresses compile to an ELECT loop, one copy per turn (8 instructions: ELECT, 4 R2UR,
+//    UBLKCP, branch): ~256 issued instructions per tile where v8 issues 2 copies. At 2 warps
+//    per scheduler and v8's 10 cycles per issued instruction the issue slots are there; the
+//    turns' latency (~400 cycles a tile) comes before the tile's compute, two tiles ahead of
+//    its use (TUNING.md step 14 names it as the risk).
 //  * Everything else is v8's: the page of a tile is one block-table load by lane 0, one tile
 //    ahead (broadcast by a shuffle); only rows below the sequence's end are copied; V rows past
 //    it are zeroed after the copy lands; a bad table entry makes the sequence's output NaN.
