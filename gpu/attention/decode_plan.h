@@ -47,10 +47,14 @@ struct DecodeTuning {
   double min_wave_efficiency = 0.9;
   // From this many (sequence, KV head, query tile) items on, the items are not split to
   // fill a wave, the byte cap is `many_items_chunk_factor` x max_chunk_bytes, and the
-  // wave-efficiency split applies only below `max_wave_rule_waves` waves (TUNING.md, step
-  // 12: one block per item beat the split plans by 2-8 % at batch 16 (128 items) and 256,
-  // and at 64 x 32k; batch 1-8 (<= 64 items) need their splits). 0: every item count.
-  int64_t min_items_unsplit = 96;
+  // wave-efficiency split applies only below `max_wave_rule_waves` waves. Off by default
+  // (kNeverUnsplit): step 12 measured one block per item 2-8 % faster for v4/v5 BF16 at
+  // batch 16 and 256 and at 64 x 32k, but the fair run with 96 as the default (TUNING.md,
+  // step 14) measured the same rule 1.3-2.2x slower for v7 at batch 16, for v5 FP8 / NVFP4
+  // at batch 16 and for the skewed 32 x 64k batch. The shapes where it wins get their
+  // forced split from auto's measured table instead. 0: every item count.
+  static constexpr int64_t kNeverUnsplit = int64_t{1} << 62;
+  int64_t min_items_unsplit = kNeverUnsplit;
   int many_items_chunk_factor = 4;
   double max_wave_rule_waves = 2.0;
   // Launch the dependent kernel of a version with programmatic dependent launch (v4, v5:
@@ -77,10 +81,11 @@ struct SplitPlan {
   int64_t grid = 0;          // blocks: items x num_splits
 };
 
-// The v4/v5 split rule (TUNING.md steps 2, 4 and 13):
+// The v4/v5 split rule (TUNING.md steps 2, 4, 13 and 14; the `min_items_unsplit` parts are
+// off by default, see DecodeTuning):
 //  1. no split while the items fill a wave; below that, splits for `fill_waves` waves
 //     (floor: items x splits never spills into one more wave) -- only below
-//     `min_items_unsplit` items: from there on one block per item measured faster;
+//     `min_items_unsplit` items;
 //  2. at least ceil(bound / max_chunk) splits (the per-block byte cap; from
 //     `min_items_unsplit` items on the cap is `many_items_chunk_factor` times larger, 16 MiB
 //     by default: a 64 x 32k BF16 item stays whole, a 128k one still splits for skewed
