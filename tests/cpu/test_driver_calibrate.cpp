@@ -442,7 +442,7 @@ TEST(CalibrateH100, TableFromTheShippedRun) {
   req.files = {"data/perf/h100_perf_sweep.h5"};
   const CalibrateResult c = run_calibration(req);
   const auto& recs = c.selection.records;
-  EXPECT_EQ(c.selection.points_read, 548);  // 613 points: 548 decode_attention, the rest append
+  EXPECT_EQ(c.selection.points_read, 570);  // 701 points: 570 decode_attention, the rest append
                                             // and bandwidth
   EXPECT_EQ(c.selection.device_name, "NVIDIA H100 80GB HBM3");
   EXPECT_EQ(c.gpu.name, "H100-SXM5-80GB");
