@@ -218,8 +218,14 @@ def main():
         log(r.stdout.strip())
         array = r.stdout.split()[2]
         merge_job = r.stdout.split()[7].rstrip(",")
-        # Kill task 1 with SIGKILL after a quarter of its points (its sibling still runs, so the
-        # merge, which waits for every task, cannot start before the requeue), then requeue it.
+        # Kill task 1 with SIGKILL after a quarter of its points, then requeue it. The merge job
+        # (afterany: it waits for every task to end) is held meanwhile: between the kill and the
+        # requeue task 1 counts as ended, and a sibling that finishes then would let the merge
+        # start on a partial shard.
+        r = cl.run("scontrol", "hold", merge_job)
+        if r.returncode != 0:
+            print(f"FAIL: scontrol hold {merge_job}: {r.stderr.strip()}")
+            return 1
         shard = os.path.join(out, "shard-1-of-2.h5")
         want = len(reference) // 8
         deadline = time.time() + 300
@@ -233,7 +239,17 @@ def main():
             return 1
         os.kill(pid, signal.SIGKILL)
         log(f"SIGKILLed task 1 (pid {pid}) with {before} of its points committed")
-        time.sleep(0.5)
+        # Requeue only once the controller has seen the task end, and two seconds after it: slurmd
+        # revokes a killed job's credential with a one-second timestamp, and a relaunch within
+        # the same second is refused ("Job credential revoked", the task then fails with no
+        # resume: seen once in CI when the requeue came 0.5 s after the kill).
+        gone = time.time() + 60
+        while time.time() < gone:
+            q = cl.run("squeue", "-h", "-j", f"{array}_1", "-o", "%T")
+            if q.returncode == 0 and q.stdout.strip() not in ("RUNNING", "COMPLETING"):
+                break
+            time.sleep(0.2)
+        time.sleep(2.0)
         r = cl.run("scontrol", "requeue", f"{array}_1")
         if r.returncode != 0:
             print(f"FAIL: scontrol requeue {array}_1: {r.stderr.strip()}")
@@ -242,6 +258,10 @@ def main():
         # node time to recover, this test only needs the restart.
         cl.run("scontrol", "update", f"jobid={array}_1", "StartTime=now")
         log(f"requeued {array}_1")
+        r = cl.run("scontrol", "release", merge_job)
+        if r.returncode != 0:
+            print(f"FAIL: scontrol release {merge_job}: {r.stderr.strip()}")
+            return 1
         deadline = time.time() + 600
         while time.time() < deadline:
             q = cl.run("squeue", "-h", "-o", "%i %T %r")
