@@ -21,8 +21,8 @@
 // subnormal-free, and the output scale undoes it.
 //
 // Shared-memory tile of one warp and stage, per token (row) r of the tile:
-//   K row  [kRowBytes + 16 padding]   at sk + r * kRowStride   (the stored row, dims in order)
-//   V row  idem                       at sv + r * kRowStride
+//   K row  (the stored row, dims in order)   byte b at sk + at(r, b)   (a row geometry below)
+//   V row  idem                              byte b at sv + at(r, b)
 //   scales [kScaleStride] bytes       at sks / svs + r * kScaleStride (per-token FP32, or the
 //                                     block-scale codes of the row; none for 16-bit / pool)
 //
@@ -88,17 +88,51 @@ __device__ __forceinline__ void decode4(uint32_t w, float (&f)[4]) {
   }
 }
 
+// ------------------------------------------------------------------ row geometries
+// Where byte `byte` of row `row` of a shared tile lies, relative to the tile's base: the one
+// address function every loader reads the tile through (OperandGeometry::at). A copy path
+// picks the geometry its copies land in:
+//  * PaddedRows<kPad>: rows row_bytes + kPad apart. 16: rows start 4 banks apart (the cp.async
+//    tiles of v4-v7, v9's per-row bulk copies); 0: back to back, as one bulk copy of a page
+//    run lands them (v8).
+//  * Swizzle128Rows: back to back, and inside each 128-byte line (line = offset / 128) the
+//    16-byte chunk index is XORed with line % 8: what a TMA tensor copy with
+//    CU_TENSOR_MAP_SWIZZLE_128B writes (v10). The tile base must be 1024-byte aligned (the
+//    pattern's period) and a 16-byte chunk never straddles two places, so any load of <= 16
+//    bytes at a 16-byte-aligned-or-inside-a-chunk offset is one address.
+template <int kPad>
+struct PaddedRows {
+  static constexpr bool kSwizzled = false;
+  __host__ __device__ static constexpr int stride(int row_bytes) { return row_bytes + kPad; }
+  __host__ __device__ static constexpr int offset(int row_bytes, int row, int byte) {
+    return row * (row_bytes + kPad) + byte;
+  }
+};
+struct Swizzle128Rows {
+  static constexpr bool kSwizzled = true;
+  __host__ __device__ static constexpr int stride(int row_bytes) { return row_bytes; }
+  __host__ __device__ static constexpr int offset(int row_bytes, int row, int byte) {
+    const int o = row * row_bytes + byte;
+    return o ^ (((o >> 7) & 7) << 4);
+  }
+};
+
 // ------------------------------------------------------------------ tile geometry
 // What every loader of a (format, head_dim) shares: the row and fragment geometry.
-// kRowPad: bytes between consecutive rows of the shared tile (16: rows start 4 banks apart,
-// the cp.async tiles; 0: the stored rows back to back, as one bulk copy of a page run lands).
-template <KvFormat F, int D, int kRowPad = 16>
+// Rows: the row geometry of the shared tile (above).
+template <KvFormat F, int D, class Rows = PaddedRows<16>>
 struct OperandGeometry {
   static constexpr KvFormat kFormat = F;
   static constexpr KvElem kElem = kv_elem_of(F);
   static constexpr int kBits = kv_elem_bits(kElem);
   static constexpr int kRowBytes = D * kBits / 8;
-  static constexpr int kRowStride = kRowBytes + kRowPad;
+  // Bytes between the first rows of two 16-token passes, per row (a pass starts at
+  // 16 * kRowStride: a multiple of 1024 for the swizzled rows, so the pattern restarts).
+  static constexpr int kRowStride = Rows::stride(kRowBytes);
+  static_assert(!Rows::kSwizzled || (16 * kRowStride) % 1024 == 0,
+                "swizzled passes start on the pattern's period");
+  // The one address function of the tile: byte `byte` of row `row`.
+  __device__ static int at(int row, int byte) { return Rows::offset(kRowBytes, row, byte); }
   static constexpr int kMT = D / 16;                   // k-steps of Q.K^T = m-tiles of P.V
   static constexpr int kCS = kMT < 8 ? kMT : 8;        // k-steps per K-slice load
   static constexpr int kCBytes = kCS * 4 * kBits / 8;  // bytes per token per K-slice load
@@ -126,16 +160,30 @@ struct OperandGeometry {
   // The K slice loop shared by every loader: thread (g, t) loads its dims of rows r0 = g and
   // r1 = g + 8 of a 16-token pass in kCBytes pieces; conv(words0, words1, s_, ks, a) turns
   // k-step ks (slot s_ of the piece) into an A fragment, which goes to emit(ks, a).
+  // kWords words of row `row` from byte `byte` on, in pieces of at most 16 bytes (one
+  // address each through at(): a piece never crosses a 16-byte chunk).
+  template <int kWords>
+  __device__ static void lds_row(const uint8_t* base, int row, int byte, uint32_t (&w)[kWords]) {
+    if constexpr (kWords <= 4) {
+      lds_words<kWords>(base + at(row, byte), w);
+    } else {
+#pragma unroll
+      for (int i = 0; i < kWords / 4; ++i) {
+        uint32_t q[4];
+        lds_words<4>(base + at(row, byte + 16 * i), q);
+        w[4 * i] = q[0], w[4 * i + 1] = q[1], w[4 * i + 2] = q[2], w[4 * i + 3] = q[3];
+      }
+    }
+  }
+
   template <class Conv, class Emit>
   __device__ static void k_slices(const uint8_t* sk_pass, int lane, Conv&& conv, Emit&& emit) {
     const int g = lane >> 2, t = lane & 3;
-    const uint8_t* k0 = sk_pass + g * kRowStride + t * (kRowBytes / 4);
-    const uint8_t* k1 = k0 + 8 * kRowStride;
 #pragma unroll
     for (int ck = 0; ck < kMT / kCS; ++ck) {
       uint32_t w0[kCW], w1[kCW];
-      lds_words<kCW>(k0 + ck * kCBytes, w0);
-      lds_words<kCW>(k1 + ck * kCBytes, w1);
+      lds_row<kCW>(sk_pass, g, t * (kRowBytes / 4) + ck * kCBytes, w0);
+      lds_row<kCW>(sk_pass, g + 8, t * (kRowBytes / 4) + ck * kCBytes, w1);
 #pragma unroll
       for (int s_ = 0; s_ < kCS; ++s_) {
         uint32_t a[4];
@@ -156,14 +204,15 @@ struct OperandGeometry {
     const int o0 = g * kRangeBytes, o1 = (g + 8) * kRangeBytes;
     uint32_t wa0[kRangeWords], wa1[kRangeWords], wb0[kRangeWords], wb1[kRangeWords];
     uint32_t wc0[kRangeWords], wc1[kRangeWords], wd0[kRangeWords], wd1[kRangeWords];
-    lds_range<kRangeBytes>(sv_pass + ra * kRowStride + o0, wa0);
-    lds_range<kRangeBytes>(sv_pass + ra * kRowStride + o1, wa1);
-    lds_range<kRangeBytes>(sv_pass + rb * kRowStride + o0, wb0);
-    lds_range<kRangeBytes>(sv_pass + rb * kRowStride + o1, wb1);
-    lds_range<kRangeBytes>(sv_pass + rc * kRowStride + o0, wc0);
-    lds_range<kRangeBytes>(sv_pass + rc * kRowStride + o1, wc1);
-    lds_range<kRangeBytes>(sv_pass + rd * kRowStride + o0, wd0);
-    lds_range<kRangeBytes>(sv_pass + rd * kRowStride + o1, wd1);
+    static_assert(kRangeBytes <= 16 && 16 % kRangeBytes == 0, "a range inside one 16-byte chunk");
+    lds_range<kRangeBytes>(sv_pass + at(ra, o0), wa0);
+    lds_range<kRangeBytes>(sv_pass + at(ra, o1), wa1);
+    lds_range<kRangeBytes>(sv_pass + at(rb, o0), wb0);
+    lds_range<kRangeBytes>(sv_pass + at(rb, o1), wb1);
+    lds_range<kRangeBytes>(sv_pass + at(rc, o0), wc0);
+    lds_range<kRangeBytes>(sv_pass + at(rc, o1), wc1);
+    lds_range<kRangeBytes>(sv_pass + at(rd, o0), wd0);
+    lds_range<kRangeBytes>(sv_pass + at(rd, o1), wd1);
     constexpr int kPerWord = 32 / kBits;  // elements per word
 #pragma unroll
     for (int q4 = 0; q4 < kRange / 4; ++q4) {  // 4 dims (4 m-tiles) at a time
@@ -190,10 +239,11 @@ struct OperandGeometry {
 template <KvFormat F, int D>
 struct MmaOperand;
 
-// 16-bit storage: the stored pairs are the fragments.
-template <KvFormat F, int D, bool kF16, int kRowPad = 16>
-struct Operand16 : OperandGeometry<F, D, kRowPad> {
-  using G = OperandGeometry<F, D, kRowPad>;
+// 16-bit storage: the stored pairs are the fragments. Rows: the tile's row geometry (v4's
+// padded rows unless a copy path lands its rows otherwise).
+template <KvFormat F, int D, bool kF16, class Rows = PaddedRows<16>>
+struct Operand16 : OperandGeometry<F, D, Rows> {
+  using G = OperandGeometry<F, D, Rows>;
   static constexpr bool kQkF16 = kF16, kPvF16 = kF16;
   static constexpr float kOutScale = kF16 ? 1.0f / kPScale : 1.0f;
   template <class Emit>
@@ -213,12 +263,11 @@ struct Operand16 : OperandGeometry<F, D, kRowPad> {
   // (i/2)*8 + l%8, columns (dims) mt*16 + (i%2)*8.
   template <class Emit>
   __device__ static void v_frags(const uint8_t* sv_pass, const uint8_t*, int lane, Emit&& emit) {
-    const uint8_t* vrow =
-        sv_pass + ((lane >> 4) * 8 + (lane & 7)) * G::kRowStride + ((lane >> 3) & 1) * 16;
+    const int vr = (lane >> 4) * 8 + (lane & 7), vb = ((lane >> 3) & 1) * 16;
 #pragma unroll
     for (int mt = 0; mt < G::kMT; ++mt) {
       uint32_t a[4];
-      ldmatrix_x4_trans(a, vrow + mt * 32);
+      ldmatrix_x4_trans(a, sv_pass + G::at(vr, vb + mt * 32));
       emit(mt, a);
     }
   }

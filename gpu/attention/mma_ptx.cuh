@@ -16,10 +16,12 @@
 #pragma once
 
 #include <cuda_bf16.h>
+#include <cuda_runtime.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
 #include <cstdint>
+#include <utility>
 
 namespace kvlab::gpu::mma {
 
@@ -152,6 +154,24 @@ __device__ __forceinline__ void pdl_launch_dependents() {
 __device__ __forceinline__ void pdl_wait() {
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
 }
+// Host: kernel<<<grid, block, 0, stream>>>(args...), launched as the programmatic dependent of
+// the stream's previous kernel when `pdl` (its blocks may start while that kernel finishes
+// and wait in pdl_wait()), as an ordinary launch otherwise.
+template <class... Params, class... Args>
+cudaError_t launch_dependent(void (*kernel)(Params...), unsigned grid, unsigned block, bool pdl,
+                             cudaStream_t stream, Args&&... args) {
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(grid);
+  cfg.blockDim = dim3(block);
+  cfg.dynamicSmemBytes = 0;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = pdl ? 1 : 0;
+  return cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
+}
 
 // ------------------------------------------------------------------ mbarrier + bulk copies (sm_90)
 // A shared-memory barrier (8 bytes, 8-byte aligned) counts arrivals and transaction bytes;
@@ -213,6 +233,21 @@ __device__ __forceinline__ void bulk_copy_g2s(void* smem_dst, const void* gmem_s
 __device__ __forceinline__ void bulk_prefetch_l2(const void* gmem_src, uint32_t bytes) {
   asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(gmem_src), "r"(bytes)
                : "memory");
+}
+// TMA tensor copy of one box of a 3-D tensor map (a CUtensorMap in param/const/global
+// memory, e.g. a __grid_constant__ kernel parameter) at coordinates {c0, c1, c2} (innermost
+// first) into shared memory, completing the box's bytes on `bar`; L2 hint as bulk_copy_g2s.
+// The box lands in the map's shared-memory layout (swizzled if the map says so); elements
+// outside the tensor are filled with zeros.
+__device__ __forceinline__ void tensor_copy_3d_g2s(void* smem_dst, const void* tensor_map, int c0,
+                                                   int c1, int c2, uint64_t* bar,
+                                                   uint64_t l2_policy) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+      ".L2::cache_hint [%0], [%1, {%2, %3, %4}], [%5], %6;\n" ::"r"(smem_addr(smem_dst)),
+      "l"(reinterpret_cast<uint64_t>(tensor_map)), "r"(c0), "r"(c1), "r"(c2),
+      "r"(smem_addr(bar)), "l"(l2_policy)
+      : "memory");
 }
 __device__ __forceinline__ uint64_t l2_evict_first_policy() {
   uint64_t pol;

@@ -135,26 +135,110 @@ __device__ __forceinline__ void v4_startup_loads(const V4Params& p, int seq, int
                                         p.pools.geom.block_size, lane, su.pages);
 }
 
+// The (sequence, KV head, query tile, split) of this block: grid num_splits x num_seqs x
+// num_kv_heads x num_qtiles blocks, split slowest.
+struct V4Item {
+  int seq, kv_head, qtile, split;
+};
+__device__ __forceinline__ V4Item v4_item(const V4Params& p) {
+  int64_t b = blockIdx.x;
+  V4Item it;
+  it.qtile = static_cast<int>(b % p.num_qtiles);
+  b /= p.num_qtiles;
+  it.kv_head = static_cast<int>(b % p.pools.geom.num_kv_heads);
+  b /= p.pools.geom.num_kv_heads;
+  it.seq = static_cast<int>(b % p.num_seqs);
+  it.split = static_cast<int>(b / p.num_seqs);
+  return it;
+}
+
+// The block's token range [start, end) from the sequence length; false when there is nothing
+// to attend to (the rows are then written here). Single split: NaN rows for a bad length,
+// zero rows / -inf for an empty sequence. Multi-split: the merge kernel handles both (it
+// reads only splits that hold tokens).
+template <int D>
+__device__ __forceinline__ bool v4_token_range(const V4Params& p, const V4Item& it, int start,
+                                               int& end) {
+  const int len = p.seq_lens[it.seq];
+  const bool bad_len = len < 0 || len > p.seq_len_bound;
+  end = bad_len ? 0 : min(len, start + p.chunk_tokens);
+  if (!bad_len && start < end) return true;
+  if (p.num_splits != 1) return false;
+  constexpr int kOE = D / 16;
+  const int hl = threadIdx.x >> 4, part = threadIdx.x & 15;
+  const int gl = it.qtile * mma::kHeadsPerTile + hl;
+  if (gl >= p.group_size) return false;
+  const int64_t row =
+      static_cast<int64_t>(it.seq) * p.num_qo_heads + it.kv_head * p.group_size + gl;
+  float x[kOE];
+#pragma unroll
+  for (int e = 0; e < kOE; ++e) x[e] = bad_len ? NAN : 0.0f;
+  mma::store_act_n<kOE>(p.o, row * D + part * kOE, x, p.q_bf16);
+  if (part == 0 && p.lse) p.lse[row] = bad_len ? NAN : -INFINITY;
+  return false;
+}
+
+// The end of every 4-warp block body (v4, v5, v7, the bulk-copy family): the warps' row sums,
+// their states merged by log-sum-exp through `smem` (the pipeline area: the barrier inside
+// also means every warp is done with its buffers; every copy must have landed), then thread
+// (hl = tid / 16, part = tid % 16) writes head hl's dims [part*D/16, +D/16): the output row
+// (single split) or the split's partial row and lse. `bad`: this thread saw a table entry
+// outside the pool (any thread's makes the block's rows NaN).
+template <int D, KvFormat F, int kWT, class Op>
+__device__ __forceinline__ void v4_merge_warps_and_store(const V4Params& p, uint8_t* smem,
+                                                         const V4Item& it,
+                                                         mma::WarpAttention<F, D, kWT, Op>& wa,
+                                                         bool bad) {
+  using Merge = mma::WarpMerge<F, D, kV4Warps>;
+  const int tid = threadIdx.x, warp = tid / kWarpSize, lane = tid % kWarpSize;
+  wa.reduce_sums();
+  bad = __syncthreads_or(bad);  // also: every warp is done with its pipeline buffers
+  Merge::store_warp(smem, warp, lane, wa);
+  __syncthreads();
+
+  const int hl = tid >> 4, part = tid & 15;
+  const int gl = it.qtile * mma::kHeadsPerTile + hl;
+  if (gl >= p.group_size) return;
+  const int64_t row =
+      static_cast<int64_t>(it.seq) * p.num_qo_heads + it.kv_head * p.group_size + gl;
+  float o[Merge::kOE], mm, ll;
+  Merge::combine(smem, hl, part, o, mm, ll);
+  const float inv = p.out_scale * Op::kOutScale / ll;
+#pragma unroll
+  for (int e = 0; e < Merge::kOE; ++e) o[e] = bad ? NAN : o[e] * inv;
+  const float lse = bad ? NAN : mm + logf(ll);
+  if (p.num_splits == 1) {
+    mma::store_act_n<Merge::kOE>(p.o, row * D + part * Merge::kOE, o, p.q_bf16);
+    if (part == 0 && p.lse) p.lse[row] = lse;
+  } else {
+    const int64_t prow = row * p.num_splits + it.split;
+    float4* dst = reinterpret_cast<float4*>(p.partial_o + prow * D + part * Merge::kOE);
+#pragma unroll
+    for (int e = 0; e < Merge::kOE; e += 4)
+      dst[e / 4] = make_float4(o[e], o[e + 1], o[e + 2], o[e + 3]);
+    if (part == 0) p.partial_lse[prow] = lse;
+  }
+}
+
 // The block body of one (sequence, KV head, query tile, split) over tokens [start, end).
 // blockDim 128 (4 warps); shared memory laid out by v4_smem(). Each warp owns every 4th
 // tile of the range and runs its own kStages-deep cp.async pipeline (no block barrier in
 // the main loop); the 4 warps are merged by log-sum-exp at the end.
 template <class Cfg, int D, KvFormat F>
-__device__ __forceinline__ void v4_block(const V4Params& p, uint8_t* smem, int seq, int kv_head,
-                                         int qtile, int split, int start, int end,
-                                         const V4Startup<Cfg, D, F>& su) {
+__device__ __forceinline__ void v4_block(const V4Params& p, uint8_t* smem, const V4Item& it,
+                                         int start, int end, const V4Startup<Cfg, D, F>& su) {
   using Op = mma::MmaOperand<F, D>;
   constexpr V4Smem kS = v4_smem<Cfg, D, F>();
   constexpr int kWT = kS.warp_tile;
   constexpr int kStages = Cfg::kStages;
   using Copy = mma::TileCopy<F, D, kWT>;
   using Stage = mma::TileStage<F, D, kWT>;
-  using Merge = mma::WarpMerge<F, D, kV4Warps>;
 
   const int tid = threadIdx.x, warp = tid / kWarpSize, lane = tid % kWarpSize;
   const int t = lane & 3;
+  const int kv_head = it.kv_head;
   const bool split_x = p.pools.geom.layout == KvLayout::kSplitX;
-  const int32_t* table = p.block_table + static_cast<int64_t>(seq) * p.max_blocks_per_seq;
+  const int32_t* table = p.block_table + static_cast<int64_t>(it.seq) * p.max_blocks_per_seq;
 
   uint8_t* wbase = smem + warp * kS.warp_bytes;
   int64_t* offs = reinterpret_cast<int64_t*>(wbase + kStages * kS.stage_bytes);
@@ -257,32 +341,7 @@ __device__ __forceinline__ void v4_block(const V4Params& p, uint8_t* smem, int s
   cp_async_wait<0>();
 
   // ---- merge the 4 warps by log-sum-exp through shared memory (the pipeline area).
-  wa.reduce_sums();
-  bad = __syncthreads_or(bad);  // also: every warp is done with its pipeline buffers
-  Merge::store_warp(smem, warp, lane, wa);
-  __syncthreads();
-
-  const int hl = tid >> 4, part = tid & 15;
-  const int gl = qtile * mma::kHeadsPerTile + hl;
-  if (gl >= p.group_size) return;
-  const int64_t row = static_cast<int64_t>(seq) * p.num_qo_heads + kv_head * p.group_size + gl;
-  float o[Merge::kOE], mm, ll;
-  Merge::combine(smem, hl, part, o, mm, ll);
-  const float inv = p.out_scale * Op::kOutScale / ll;
-#pragma unroll
-  for (int e = 0; e < Merge::kOE; ++e) o[e] = bad ? NAN : o[e] * inv;
-  const float lse = bad ? NAN : mm + logf(ll);
-  if (p.num_splits == 1) {
-    mma::store_act_n<Merge::kOE>(p.o, row * D + part * Merge::kOE, o, p.q_bf16);
-    if (part == 0 && p.lse) p.lse[row] = lse;
-  } else {
-    const int64_t prow = row * p.num_splits + split;
-    float4* dst = reinterpret_cast<float4*>(p.partial_o + prow * D + part * Merge::kOE);
-#pragma unroll
-    for (int e = 0; e < Merge::kOE; e += 4)
-      dst[e / 4] = make_float4(o[e], o[e + 1], o[e + 2], o[e + 3]);
-    if (part == 0) p.partial_lse[prow] = lse;
-  }
+  v4_merge_warps_and_store<D, F>(p, smem, it, wa, bad);
 }
 
 // grid: num_splits x num_seqs x num_kv_heads x num_qtiles blocks (split slowest), 128
@@ -292,37 +351,13 @@ __global__ void __launch_bounds__(kV4Threads, Cfg::min_blocks(D, F))
     v4_decode_kernel(const V4Params p) {
   extern __shared__ __align__(16) uint8_t smem[];
   mma::pdl_launch_dependents();  // the merge kernel may start launching (it waits for us)
-  int64_t b = blockIdx.x;
-  const int qtile = static_cast<int>(b % p.num_qtiles);
-  b /= p.num_qtiles;
-  const int kv_head = static_cast<int>(b % p.pools.geom.num_kv_heads);
-  b /= p.pools.geom.num_kv_heads;
-  const int seq = static_cast<int>(b % p.num_seqs);
-  const int split = static_cast<int>(b / p.num_seqs);
-
-  const int start = split * p.chunk_tokens;
+  const V4Item it = v4_item(p);
+  const int start = it.split * p.chunk_tokens;
   V4Startup<Cfg, D, F> su;
-  v4_startup_loads<Cfg, D, F>(p, seq, kv_head, qtile, start, su);  // in flight with the length
-  const int len = p.seq_lens[seq];
-  const bool bad_len = len < 0 || len > p.seq_len_bound;
-  const int end = bad_len ? 0 : min(len, start + p.chunk_tokens);
-  if (bad_len || start >= end) {
-    // Single split: NaN rows for a bad length, zero rows / -inf for an empty sequence.
-    // Multi-split: the merge kernel handles both (it reads only splits that hold tokens).
-    if (p.num_splits != 1) return;
-    constexpr int kOE = D / 16;
-    const int hl = threadIdx.x >> 4, part = threadIdx.x & 15;
-    const int gl = qtile * mma::kHeadsPerTile + hl;
-    if (gl >= p.group_size) return;
-    const int64_t row = static_cast<int64_t>(seq) * p.num_qo_heads + kv_head * p.group_size + gl;
-    float x[kOE];
-#pragma unroll
-    for (int e = 0; e < kOE; ++e) x[e] = bad_len ? NAN : 0.0f;
-    mma::store_act_n<kOE>(p.o, row * D + part * kOE, x, p.q_bf16);
-    if (part == 0 && p.lse) p.lse[row] = bad_len ? NAN : -INFINITY;
-    return;
-  }
-  v4_block<Cfg, D, F>(p, smem, seq, kv_head, qtile, split, start, end, su);
+  v4_startup_loads<Cfg, D, F>(p, it.seq, it.kv_head, it.qtile, start, su);  // with the length
+  int end;
+  if (!v4_token_range<D>(p, it, start, end)) return;
+  v4_block<Cfg, D, F>(p, smem, it, start, end, su);
 }
 
 // grid = rows (one block per (sequence, query head) row), 128 threads.
@@ -438,6 +473,11 @@ __global__ void __launch_bounds__(kMergeWarps* kWarpSize) v4_merge_kernel(const 
 }
 
 // ------------------------------------------------------------------ host side
+// The host side every 4-warp kernel of this family shares (v4's design points and the
+// bulk-copy family): the plan, the reasons a plan cannot run, the kernel parameters and the
+// merge launch. What differs per kernel (its shared memory, its tile, its occupancy query) is
+// passed in.
+
 // Every (head_dim, format) instance of a design point, through the one dispatch header.
 template <class F>
 cudaError_t dispatch_instance(int head_dim, KvFormat format, F&& fn) {
@@ -448,30 +488,20 @@ cudaError_t dispatch_instance(int head_dim, KvFormat format, F&& fn) {
   });
 }
 
-// Shared memory of the (head_dim, format) instance of a design point.
-template <class Cfg>
-size_t v4_smem_bytes(int head_dim, KvFormat f) {
-  size_t bytes = 0;
-  dispatch_instance(head_dim, f, [&](auto d, auto fm) {
-    bytes = static_cast<size_t>(v4_smem<Cfg, decltype(d)::value, decltype(fm)::value>().total);
-    return cudaSuccess;
-  });
-  return bytes;
-}
-
-template <class Cfg, int D, KvFormat F>
-cudaError_t prepare_kernel(size_t smem) {
+// Raises a kernel's dynamic shared-memory limit when it needs more than the default 48 KB.
+template <class Kernel>
+cudaError_t allow_dynamic_smem(Kernel kernel, size_t smem) {
   if (smem > 48 * 1024)
-    return cudaFuncSetAttribute(v4_decode_kernel<Cfg, D, F>,
-                                cudaFuncAttributeMaxDynamicSharedMemorySize,
+    return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                 static_cast<int>(smem));
   return cudaSuccess;
 }
 
-// Resident blocks per SM of the (head_dim, format) instance (occupancy API, cached per
-// device and instance; 0 when the block does not fit).
-template <class Cfg>
-int blocks_per_sm(int device, int head_dim, KvFormat f, size_t smem) {
+// Resident blocks per SM of one kernel instance (occupancy API), computed once per (device,
+// head_dim, format) and cached per Tag (one cache per kernel family / design point); 0 when
+// the block does not fit. kernel_of(fn) calls fn(kernel) with the instance's kernel.
+template <class Tag, class KernelOf>
+int cached_blocks_per_sm(int device, int head_dim, KvFormat f, size_t smem, KernelOf&& kernel_of) {
   static std::mutex mu;
   static std::map<std::tuple<int, int, int>, int> cache;
   const auto key = std::make_tuple(device, head_dim, static_cast<int>(f));
@@ -479,11 +509,8 @@ int blocks_per_sm(int device, int head_dim, KvFormat f, size_t smem) {
   const auto it = cache.find(key);
   if (it != cache.end()) return it->second;
   int n = 0;
-  dispatch_instance(head_dim, f, [&](auto d, auto fm) {
-    constexpr int kD = decltype(d)::value;
-    constexpr KvFormat kF = decltype(fm)::value;
-    auto kernel = v4_decode_kernel<Cfg, kD, kF>;
-    KVLAB_CUDA_CHECK((prepare_kernel<Cfg, kD, kF>(smem)));
+  kernel_of([&](auto kernel) {
+    KVLAB_CUDA_CHECK(allow_dynamic_smem(kernel, smem));
     KVLAB_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, kV4Threads, smem));
     return cudaSuccess;
   });
@@ -498,25 +525,23 @@ struct V4Plan {
   int blocks_per_sm = 0;
 };
 
-template <class Cfg>
-V4Plan make_plan(const DecodeArgs& a, const LaunchLimits& lim, const DecodeTuning& tu) {
+// The plan of a 4-warp kernel with `smem` bytes per block and `warp_tile`-token tiles;
+// blocks(smem) gives its resident blocks per SM (called only when the block fits).
+template <class Blocks>
+V4Plan v4_family_plan(const DecodeArgs& a, const LaunchLimits& lim, const DecodeTuning& tu,
+                      size_t smem, int warp_tile, Blocks&& blocks) {
   V4Plan pl;
   const PageGeometry& g = a.kv.geom;
-  pl.smem = v4_smem_bytes<Cfg>(g.head_dim, g.format);
+  pl.smem = smem;
   pl.num_qtiles = (a.group_size() + mma::kHeadsPerTile - 1) / mma::kHeadsPerTile;
   if (pl.smem > static_cast<size_t>(lim.smem_per_block_optin))
     return pl;  // reported as unsupported
-  pl.blocks_per_sm = blocks_per_sm<Cfg>(lim.device, g.head_dim, g.format, pl.smem);
-  int wt = 0;
-  dispatch_instance(g.head_dim, g.format, [&](auto d, auto fm) {
-    wt = v4_warp_tile<Cfg, decltype(d)::value, decltype(fm)::value>();
-    return cudaSuccess;
-  });
+  pl.blocks_per_sm = blocks(pl.smem);
   SplitPlanInput in;
   in.items = static_cast<int64_t>(a.num_seqs) * g.num_kv_heads * pl.num_qtiles;
   in.seq_len_bound = seq_len_bound64(a);
   in.token_bytes = 2 * static_cast<int64_t>(g.head_dim) * kv_format_bits(g.format) / 8;
-  in.granule = static_cast<int64_t>(wt) * kV4Warps;
+  in.granule = static_cast<int64_t>(warp_tile) * kV4Warps;  // split starts on whole tiles
   in.slots = static_cast<int64_t>(lim.sm_count) * std::max(1, pl.blocks_per_sm);
   pl.split = plan_kv_splits(in, tu);
   if (pl.split.num_splits > 1)
@@ -525,41 +550,34 @@ V4Plan make_plan(const DecodeArgs& a, const LaunchLimits& lim, const DecodeTunin
   return pl;
 }
 
-template <class Cfg>
-std::string v4_unsupported_reason(const DecodeArgs& a, const DecodeTuning& tu) {
-  const LaunchLimits lim = current_launch_limits();
-  const V4Plan pl = make_plan<Cfg>(a, lim, tu);
+// "" when the plan can run; else why not, named `name`.
+inline std::string v4_family_reason(const char* name, const DecodeArgs& a,
+                                    const LaunchLimits& lim, const V4Plan& pl) {
   std::ostringstream os;
   if (pl.smem > static_cast<size_t>(lim.smem_per_block_optin)) {
-    os << Cfg::kName << " needs " << pl.smem
-       << " bytes of shared memory per block, the device allows " << lim.smem_per_block_optin;
+    os << name << " needs " << pl.smem << " bytes of shared memory per block, the device allows "
+       << lim.smem_per_block_optin;
     return os.str();
   }
   if (pl.blocks_per_sm < 1) {
-    os << Cfg::kName << "'s block (" << kV4Threads << " threads, " << pl.smem
+    os << name << "'s block (" << kV4Threads << " threads, " << pl.smem
        << " bytes of shared memory) cannot be resident";
     return os.str();
   }
   if (static_cast<int64_t>(a.num_seqs) * a.num_qo_heads > INT32_MAX) {
-    os << Cfg::kName << " merges one block per output row; "
+    os << name << " merges one block per output row; "
        << static_cast<int64_t>(a.num_seqs) * a.num_qo_heads << " rows exceed the 1-D grid limit";
     return os.str();
   }
   if (pl.split.grid > INT32_MAX) {
-    os << Cfg::kName << " grid of " << pl.split.grid << " blocks exceeds the 1-D grid limit";
+    os << name << " grid of " << pl.split.grid << " blocks exceeds the 1-D grid limit";
     return os.str();
   }
   return "";
 }
 
-template <class Cfg>
-size_t v4_workspace_bytes(const DecodeArgs& a, const DecodeTuning& tu) {
-  return make_plan<Cfg>(a, current_launch_limits(), tu).workspace;
-}
-
-template <class Cfg>
-void v4_run(const DecodeArgs& a, const DecodeTuning& tu, void* workspace, cudaStream_t stream) {
-  const V4Plan pl = make_plan<Cfg>(a, current_launch_limits(), tu);
+// The kernel parameters of a plan.
+inline V4Params v4_params(const DecodeArgs& a, const V4Plan& pl, void* workspace) {
   const PageGeometry& g = a.kv.geom;
   V4Params p{};
   p.q = a.q;
@@ -589,30 +607,65 @@ void v4_run(const DecodeArgs& a, const DecodeTuning& tu, void* workspace, cudaSt
     p.partial_o = static_cast<float*>(workspace);
     p.partial_lse = p.partial_o + rows * g.head_dim;
   }
-  cudaError_t e = dispatch_instance(g.head_dim, g.format, [&](auto d, auto fm) {
+  return p;
+}
+
+// The split merge after a multi-split launch (one block per output row), with programmatic
+// dependent launch when the tuning asks for it.
+inline void v4_launch_merge(const V4Params& p, const DecodeTuning& tu, cudaStream_t stream) {
+  if (p.num_splits <= 1) return;
+  const int64_t rows = static_cast<int64_t>(p.num_seqs) * p.num_qo_heads;
+  KVLAB_CUDA_CHECK(mma::launch_dependent(v4_merge_kernel, static_cast<unsigned>(rows),
+                                         kMergeWarps * kWarpSize, tu.pdl, stream, p));
+}
+
+// ---- v4's design points (v4, v5, v7): every format, v4_decode_kernel<Cfg, D, F>.
+template <class Cfg>
+V4Plan make_plan(const DecodeArgs& a, const LaunchLimits& lim, const DecodeTuning& tu) {
+  const PageGeometry& g = a.kv.geom;
+  size_t smem = 0;
+  int wt = 0;
+  dispatch_instance(g.head_dim, g.format, [&](auto d, auto fm) {
     constexpr int kD = decltype(d)::value;
     constexpr KvFormat kF = decltype(fm)::value;
-    cudaError_t r = prepare_kernel<Cfg, kD, kF>(pl.smem);
+    smem = static_cast<size_t>(v4_smem<Cfg, kD, kF>().total);
+    wt = v4_warp_tile<Cfg, kD, kF>();
+    return cudaSuccess;
+  });
+  return v4_family_plan(a, lim, tu, smem, wt, [&](size_t bytes) {
+    return cached_blocks_per_sm<Cfg>(lim.device, g.head_dim, g.format, bytes, [&](auto&& fn) {
+      return dispatch_instance(g.head_dim, g.format, [&](auto d, auto fm) {
+        return fn(v4_decode_kernel<Cfg, decltype(d)::value, decltype(fm)::value>);
+      });
+    });
+  });
+}
+
+template <class Cfg>
+std::string v4_unsupported_reason(const DecodeArgs& a, const DecodeTuning& tu) {
+  const LaunchLimits lim = current_launch_limits();
+  return v4_family_reason(Cfg::kName, a, lim, make_plan<Cfg>(a, lim, tu));
+}
+
+template <class Cfg>
+size_t v4_workspace_bytes(const DecodeArgs& a, const DecodeTuning& tu) {
+  return make_plan<Cfg>(a, current_launch_limits(), tu).workspace;
+}
+
+template <class Cfg>
+void v4_run(const DecodeArgs& a, const DecodeTuning& tu, void* workspace, cudaStream_t stream) {
+  const V4Plan pl = make_plan<Cfg>(a, current_launch_limits(), tu);
+  const PageGeometry& g = a.kv.geom;
+  const V4Params p = v4_params(a, pl, workspace);
+  cudaError_t e = dispatch_instance(g.head_dim, g.format, [&](auto d, auto fm) {
+    auto kernel = v4_decode_kernel<Cfg, decltype(d)::value, decltype(fm)::value>;
+    cudaError_t r = allow_dynamic_smem(kernel, pl.smem);
     if (r != cudaSuccess) return r;
-    v4_decode_kernel<Cfg, kD, kF>
-        <<<static_cast<unsigned>(pl.split.grid), kV4Threads, pl.smem, stream>>>(p);
+    kernel<<<static_cast<unsigned>(pl.split.grid), kV4Threads, pl.smem, stream>>>(p);
     return cudaGetLastError();
   });
   KVLAB_CUDA_CHECK(e);
-  if (pl.split.num_splits > 1) {
-    const int64_t rows = static_cast<int64_t>(a.num_seqs) * a.num_qo_heads;
-    cudaLaunchConfig_t cfg{};
-    cfg.gridDim = dim3(static_cast<unsigned>(rows));
-    cfg.blockDim = dim3(kMergeWarps * kWarpSize);
-    cfg.dynamicSmemBytes = 0;
-    cfg.stream = stream;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = tu.pdl ? 1 : 0;
-    KVLAB_CUDA_CHECK(cudaLaunchKernelEx(&cfg, v4_merge_kernel, p));
-  }
+  v4_launch_merge(p, tu, stream);
   KVLAB_CHECK_LAUNCH();
 }
 

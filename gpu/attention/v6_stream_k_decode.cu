@@ -605,17 +605,10 @@ void v6_run(const DecodeArgs& a, const DecodeTuning& tu, void* workspace, cudaSt
     kernel<<<static_cast<unsigned>(pl.sk.blocks), kV6Threads, pl.smem, stream>>>(p);
     cudaError_t r = cudaGetLastError();
     if (r != cudaSuccess) return r;
-    cudaLaunchConfig_t cfg{};
-    cfg.gridDim = dim3(static_cast<unsigned>(static_cast<int64_t>(a.num_seqs) * a.num_qo_heads));
-    cfg.blockDim = dim3(kV6MergeWarps * kWarpSize);
-    cfg.dynamicSmemBytes = 0;
-    cfg.stream = stream;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = tu.pdl ? 1 : 0;
-    return cudaLaunchKernelEx(&cfg, v6_merge_kernel<kD>, p);
+    return mma::launch_dependent(
+        v6_merge_kernel<kD>,
+        static_cast<unsigned>(static_cast<int64_t>(a.num_seqs) * a.num_qo_heads),
+        kV6MergeWarps * kWarpSize, tu.pdl, stream, p);
   }));
   KVLAB_CHECK_LAUNCH();
 }

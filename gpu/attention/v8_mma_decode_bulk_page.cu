@@ -16,7 +16,7 @@
 //    sequence's end are copied; V rows past it are zeroed after the copy lands (P is 0 there,
 //    but 0 x NaN garbage would not be), K rows past it are masked to -inf by the tile compute.
 //  * The rows land back to back (a bulk copy cannot pad), so the shared tile has no 16-byte
-//    row padding: the loaders are v4's 16-bit loaders at kRowPad = 0 (mma_operands.cuh). This
+//    row padding: the loaders are v4's 16-bit loaders over mma::PaddedRows<0>. This
 //    costs bank conflicts (K fragment loads 4-way, V ldmatrix.trans 8-way instead of 2-way /
 //    none); at v4's 2 blocks per SM the shared-memory pipe has room for them at the HBM rate
 //    (about 450 of ~630 cycles per 8 KB tile per SM at 3 TB/s), and the step's ncu reports
@@ -26,403 +26,46 @@
 //    layouts and block sizes are reported unsupported, so auto and sweeps never pick v8 there.
 // Numerics, the split plan (decode_plan.h) and the PDL merge kernel: v4's; for the same split
 // the outputs are bitwise v4's (the same mma sequence over the same operand values).
-#include "gpu/attention/v4_mma_decode.cuh"
-#include "reference/layout/layout_names.h"
+// The block body, kernel entry and host side are the bulk-copy family's
+// (mma_bulk_decode.cuh); this file holds v8's copy policy, below.
+#include "gpu/attention/mma_bulk_decode.cuh"
 
 namespace kvlab::gpu::detail {
 namespace {
 
-constexpr int kV8Tile = 16;    // tokens per warp tile: the mma M, one page run at block 16
-constexpr int kV8Stages = 3;   // v4's pipeline depth: the same bytes in flight per SM
-
-// What the shared start-up loads (v4_startup_loads) read of a design point: the tile size.
-struct V8Config {
+// v8's copy policy: lane 0 copies the tile's K rows below the end with one bulk copy and its
+// V rows with another, back to back into the stage (the block body, the kernel and the host
+// side are the bulk-copy family's: mma_bulk_decode.cuh).
+struct V8PageRunCopy {
   static constexpr const char* kName = "v8_mma_decode_bulk_page";
-  static constexpr int kTileBytes = 0;  // 16-token tiles (v4_warp_tile clamps to 16)
-};
-static_assert(v4_warp_tile<V8Config, 128, KvFormat::kBF16>() == kV8Tile, "16-token tiles");
+  static constexpr const char* kCopies = "page runs";
+  using Rows = mma::PaddedRows<0>;  // rows back to back, as one bulk copy lands them
+  static constexpr int kSmemAlign = 16;
+  static constexpr bool kWarpIssues = false;  // lane 0 alone
+  using Maps = NoMaps;
 
-template <KvFormat F, int D>
-using V8Operand = mma::Operand16<F, D, F == KvFormat::kFP16, 0>;
-
-// Shared memory of a block:
-//   [warp 0: 3 stages of [K rows | V rows], 16 x row bytes each] ... [warp 3]  (reused by
-//   the warp merge) [Q^T fragments hi | lo | column scales] [mbarriers: 4 warps x 3 stages]
-struct V8Smem {
-  int row_bytes, stage_bytes, warp_bytes, qbase, qfrag_bytes, bar_off, total;
-};
-template <int D, KvFormat F>
-KVLAB_HD constexpr V8Smem v8_smem() {
-  V8Smem s{};
-  s.row_bytes = D * 2;
-  s.stage_bytes = 2 * kV8Tile * s.row_bytes;
-  s.warp_bytes = kV8Stages * s.stage_bytes;
-  const int pipe = kV4Warps * s.warp_bytes;
-  const int merge = mma::WarpMerge<F, D, kV4Warps>::kBytes;
-  s.qbase = pipe > merge ? pipe : merge;
-  s.qfrag_bytes = 2 * (D / 16) * kWarpSize * 8 + mma::kHeadsPerTile * 4;
-  s.bar_off = (s.qbase + s.qfrag_bytes + 7) / 8 * 8;
-  s.total = s.bar_off + kV4Warps * kV8Stages * 8;
-  return s;
-}
-
-// The block body of one (sequence, KV head, query tile, split) over tokens [start, end):
-// v4_block with the tile copy replaced by the page-run bulk copies.
-template <int D, KvFormat F>
-__device__ __forceinline__ void v8_block(const V4Params& p, uint8_t* smem, int seq, int kv_head,
-                                         int qtile, int split, int start, int end,
-                                         const V4Startup<V8Config, D, F>& su) {
-  using Op = V8Operand<F, D>;
-  constexpr V8Smem kS = v8_smem<D, F>();
-  constexpr int kWT = kV8Tile;
-  constexpr int kStages = kV8Stages;
-  using Merge = mma::WarpMerge<F, D, kV4Warps>;
-  static_assert(Op::kRowStride == kS.row_bytes, "rows back to back, as a bulk copy lands them");
-
-  const int tid = threadIdx.x, warp = tid / kWarpSize, lane = tid % kWarpSize;
-  const int t = lane & 3;
-  const PageGeometry& geom = p.pools.geom;
-  const int bs = geom.block_size;
-  const int32_t* table = p.block_table + static_cast<int64_t>(seq) * p.max_blocks_per_seq;
-
-  uint8_t* wbase = smem + warp * kS.warp_bytes;
-  uint64_t* bars = reinterpret_cast<uint64_t*>(smem + kS.bar_off) + warp * kStages;
-  uint2* qf_hi = reinterpret_cast<uint2*>(smem + kS.qbase);  // [D/16][32] B fragments of Q^T
-  uint2* qf_lo = qf_hi + (D / 16) * kWarpSize;
-  float* colscale = reinterpret_cast<float*>(qf_lo + (D / 16) * kWarpSize);  // [8]
-
-  // ---- this warp's tiles: every 4th 16-token tile of [start, end)
-  const int num_tiles = (end - start + kWT - 1) / kWT;
-  const int my_tiles = num_tiles > warp ? (num_tiles - warp + kV4Warps - 1) / kV4Warps : 0;
-  auto first_token = [&](int i) { return start + (warp + kV4Warps * i) * kWT; };
-  bool bad = false;  // lane 0: a table entry outside the pool (the output becomes NaN)
-  int pf = su.pages[0];  // lane 0: the page of the next tile to load (first tile: start-up)
-  const uint64_t l2_policy = mma::l2_evict_first_policy();
-
-  if (lane == 0) {
-#pragma unroll
-    for (int s = 0; s < kStages; ++s) mma::mbarrier_init(&bars[s], 1);
-    mma::fence_barrier_init();
-  }
-  __syncwarp();
-
-  // Lane 0: tile i's K and V rows below the end into stage st, one bulk copy each. The
-  // stage's earlier readers (every lane of this warp) are done: the caller passed a
-  // __syncwarp after their last read.
-  auto load_tile = [&](int i, int st) {
-    if (lane != 0) return;
-    uint64_t* bar = &bars[st];
-    const int f = first_token(i);
-    const int n = min(kWT, end - f);
-    const int64_t pg = pf;
-    if (pg < 0 || pg >= geom.num_blocks) {
-      bad = true;  // nothing copied: the phase completes on the arrival alone
-      mma::mbarrier_arrive(bar);
-      return;
-    }
-    const int64_t off = geom.k_index(pg, kv_head, f % bs, 0) * 2;
-    const uint32_t bytes = static_cast<uint32_t>(n * kS.row_bytes);
-    uint8_t* sk = wbase + st * kS.stage_bytes;
+  template <int D>
+  __device__ static void issue(const BulkTile& t, const Maps&) {
+    const PageGeometry& geom = t.pools->geom;
+    const int64_t off = geom.k_index(t.page, t.kv_head, t.slot, 0) * 2;
+    const uint32_t bytes = static_cast<uint32_t>(t.rows * D * 2);
     mma::fence_proxy_async_smem();  // generic reads/writes of the stage before the async writes
-    mma::mbarrier_expect_tx(bar, 2 * bytes);
-    mma::mbarrier_arrive(bar);
-    mma::bulk_copy_g2s(sk, p.pools.k + off, bytes, bar, l2_policy);
-    mma::bulk_copy_g2s(sk + kWT * kS.row_bytes, p.pools.v + off, bytes, bar, l2_policy);
-  };
-  auto fetch_page = [&](int i) {  // lane 0: the table entry of tile i (-1 past the end)
-    if (lane != 0) return;
-    const int f = first_token(i);
-    pf = f < end ? __ldg(table + f / bs) : -1;
-  };
-
-  // ---- pipeline prologue first: its copies fly while Q is prepared.
-#pragma unroll
-  for (int s = 0; s < kStages - 1; ++s) {
-    if (s < my_tiles) {
-      load_tile(s, s);
-      if (s + 1 < my_tiles) fetch_page(s + 1);
-    }
+    mma::mbarrier_expect_tx(t.bar, 2 * bytes);
+    mma::mbarrier_arrive(t.bar);
+    mma::bulk_copy_g2s(t.sk, t.pools->k + off, bytes, t.bar, t.l2_policy);
+    mma::bulk_copy_g2s(t.sv, t.pools->v + off, bytes, t.bar, t.l2_policy);
   }
-
-  mma::q_fragments<Op, D>(su.q, p.q_bf16, p.qk_scale, qf_hi, qf_lo, colscale);
-  __syncthreads();
-  const float cs0 = colscale[2 * t], cs1 = colscale[2 * t + 1];
-  const bool q_lo = !Op::kQkF16 && !p.q_bf16;  // an f16 Q split into bf16 hi + lo
-
-  mma::WarpAttention<F, D, kWT, Op> wa;
-  wa.reset();
-
-  // ---- main loop: wait for tile i, refill the stage tile i-1 used, compute tile i.
-  for (int i = 0; i < my_tiles; ++i) {
-    const int st = i % kStages;
-    mma::mbarrier_wait(&bars[st], static_cast<uint32_t>((i / kStages) & 1));
-    uint8_t* sk = wbase + st * kS.stage_bytes;
-    uint8_t* sv = sk + kWT * kS.row_bytes;
-    const int n_valid = end - first_token(i);
-    if (n_valid < kWT) {
-      // The sequence's last tile: zero the V rows past the end (the copy did not touch them).
-      constexpr int kChunksPerRow = kS.row_bytes / 16;
-      for (int c = n_valid * kChunksPerRow + lane; c < kWT * kChunksPerRow; c += kWarpSize)
-        reinterpret_cast<uint4*>(sv)[c] = make_uint4(0u, 0u, 0u, 0u);
-    }
-    __syncwarp();  // every lane is done with tile i-1's stage and sees tile i's zeroed rows
-    const int nxt = i + kStages - 1;
-    if (nxt < my_tiles) {
-      load_tile(nxt, nxt % kStages);
-      if (nxt + 1 < my_tiles) fetch_page(nxt + 1);
-    }
-    wa.tile(sk, sv, nullptr, nullptr, n_valid, qf_hi, qf_lo, q_lo, cs0, cs1, lane);
-  }
-
-  // ---- merge the 4 warps by log-sum-exp through shared memory (the pipeline area; every
-  // copy a warp issued was waited for in its loop).
-  wa.reduce_sums();
-  bad = __syncthreads_or(bad);  // also: every warp is done with its pipeline buffers
-  Merge::store_warp(smem, warp, lane, wa);
-  __syncthreads();
-
-  const int hl = tid >> 4, part = tid & 15;
-  const int gl = qtile * mma::kHeadsPerTile + hl;
-  if (gl >= p.group_size) return;
-  const int64_t row = static_cast<int64_t>(seq) * p.num_qo_heads + kv_head * p.group_size + gl;
-  float o[Merge::kOE], mm, ll;
-  Merge::combine(smem, hl, part, o, mm, ll);
-  const float inv = p.out_scale * Op::kOutScale / ll;
-#pragma unroll
-  for (int e = 0; e < Merge::kOE; ++e) o[e] = bad ? NAN : o[e] * inv;
-  const float lse = bad ? NAN : mm + logf(ll);
-  if (p.num_splits == 1) {
-    mma::store_act_n<Merge::kOE>(p.o, row * D + part * Merge::kOE, o, p.q_bf16);
-    if (part == 0 && p.lse) p.lse[row] = lse;
-  } else {
-    const int64_t prow = row * p.num_splits + split;
-    float4* dst = reinterpret_cast<float4*>(p.partial_o + prow * D + part * Merge::kOE);
-#pragma unroll
-    for (int e = 0; e < Merge::kOE; e += 4)
-      dst[e / 4] = make_float4(o[e], o[e + 1], o[e + 2], o[e + 3]);
-    if (part == 0) p.partial_lse[prow] = lse;
-  }
-}
-
-// grid: num_splits x num_seqs x num_kv_heads x num_qtiles blocks (split slowest), 128
-// threads; dynamic shared memory v8_smem<D, F>().total.
-template <int D, KvFormat F>
-__global__ void __launch_bounds__(kV4Threads, 1) v8_decode_kernel(const V4Params p) {
-  extern __shared__ __align__(128) uint8_t smem[];
-  mma::pdl_launch_dependents();  // the merge kernel may start launching (it waits for us)
-  int64_t b = blockIdx.x;
-  const int qtile = static_cast<int>(b % p.num_qtiles);
-  b /= p.num_qtiles;
-  const int kv_head = static_cast<int>(b % p.pools.geom.num_kv_heads);
-  b /= p.pools.geom.num_kv_heads;
-  const int seq = static_cast<int>(b % p.num_seqs);
-  const int split = static_cast<int>(b / p.num_seqs);
-
-  const int start = split * p.chunk_tokens;
-  V4Startup<V8Config, D, F> su;
-  v4_startup_loads<V8Config, D, F>(p, seq, kv_head, qtile, start, su);  // with the length
-  const int len = p.seq_lens[seq];
-  const bool bad_len = len < 0 || len > p.seq_len_bound;
-  const int end = bad_len ? 0 : min(len, start + p.chunk_tokens);
-  if (bad_len || start >= end) {
-    // As v4: single split: NaN rows for a bad length, zero rows / -inf for an empty
-    // sequence; multi-split: the merge kernel handles both.
-    if (p.num_splits != 1) return;
-    constexpr int kOE = D / 16;
-    const int hl = threadIdx.x >> 4, part = threadIdx.x & 15;
-    const int gl = qtile * mma::kHeadsPerTile + hl;
-    if (gl >= p.group_size) return;
-    const int64_t row = static_cast<int64_t>(seq) * p.num_qo_heads + kv_head * p.group_size + gl;
-    float x[kOE];
-#pragma unroll
-    for (int e = 0; e < kOE; ++e) x[e] = bad_len ? NAN : 0.0f;
-    mma::store_act_n<kOE>(p.o, row * D + part * kOE, x, p.q_bf16);
-    if (part == 0 && p.lse) p.lse[row] = bad_len ? NAN : -INFINITY;
-    return;
-  }
-  v8_block<D, F>(p, smem, seq, kv_head, qtile, split, start, end, su);
-}
-
-// ------------------------------------------------------------------ host side
-// The (head_dim, format) instances: every compiled head_dim, BF16 and FP16 only.
-template <class Fn>
-cudaError_t v8_dispatch(int head_dim, KvFormat format, Fn&& fn) {
-  return KVLAB_DISPATCH_HEAD_DIM(head_dim, kD, [&] {
-    if (format == KvFormat::kBF16)
-      return fn(std::integral_constant<int, kD>{},
-                std::integral_constant<KvFormat, KvFormat::kBF16>{});
-    if (format == KvFormat::kFP16)
-      return fn(std::integral_constant<int, kD>{},
-                std::integral_constant<KvFormat, KvFormat::kFP16>{});
-    return cudaErrorInvalidValue;  // unreachable: v8_unsupported_reason rejects the format
-  });
-}
-
-// "" when v8's copy scheme applies to the pool: 16-bit rows, HND, page runs of whole tiles.
-std::string v8_layout_reason(const PageGeometry& g) {
-  std::ostringstream os;
-  if (g.format != KvFormat::kBF16 && g.format != KvFormat::kFP16)
-    os << V8Config::kName << " copies 16-bit (bf16, fp16) page runs, got " << to_string(g.format);
-  else if (g.layout != KvLayout::kHND)
-    os << V8Config::kName << " copies contiguous (page, KV head) runs of the HND layout, got "
-       << to_string(g.layout);
-  else if (g.block_size % kV8Tile != 0)
-    os << V8Config::kName << " needs block_size a multiple of " << kV8Tile
-       << " (a warp tile inside one page), got " << g.block_size;
-  return os.str();
-}
-
-struct V8Plan {
-  int num_qtiles = 1;
-  SplitPlan split;
-  size_t smem = 0, workspace = 0;
-  int blocks_per_sm = 0;
+  static std::string maps_reason(const DecodeArgs&) { return ""; }
+  static Maps maps(const DecodeArgs&) { return {}; }
 };
-
-V8Plan v8_make_plan(const DecodeArgs& a, const LaunchLimits& lim, const DecodeTuning& tu) {
-  V8Plan pl;
-  const PageGeometry& g = a.kv.geom;
-  pl.num_qtiles = (a.group_size() + mma::kHeadsPerTile - 1) / mma::kHeadsPerTile;
-  v8_dispatch(g.head_dim, g.format, [&](auto d, auto fm) {
-    pl.smem = static_cast<size_t>(v8_smem<decltype(d)::value, decltype(fm)::value>().total);
-    return cudaSuccess;
-  });
-  if (pl.smem > static_cast<size_t>(lim.smem_per_block_optin)) return pl;
-  {  // resident blocks per SM (occupancy API), cached per device and instance
-    static std::mutex mu;
-    static std::map<std::tuple<int, int, int>, int> cache;
-    const auto key = std::make_tuple(lim.device, g.head_dim, static_cast<int>(g.format));
-    std::lock_guard<std::mutex> lock(mu);
-    const auto it = cache.find(key);
-    if (it != cache.end()) {
-      pl.blocks_per_sm = it->second;
-    } else {
-      int n = 0;
-      v8_dispatch(g.head_dim, g.format, [&](auto d, auto fm) {
-        auto kernel = v8_decode_kernel<decltype(d)::value, decltype(fm)::value>;
-        KVLAB_CUDA_CHECK(cudaFuncSetAttribute(
-            kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(pl.smem)));
-        KVLAB_CUDA_CHECK(
-            cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, kV4Threads, pl.smem));
-        return cudaSuccess;
-      });
-      cache[key] = n;
-      pl.blocks_per_sm = n;
-    }
-  }
-  SplitPlanInput in;
-  in.items = static_cast<int64_t>(a.num_seqs) * g.num_kv_heads * pl.num_qtiles;
-  in.seq_len_bound = seq_len_bound64(a);
-  in.token_bytes = 2 * static_cast<int64_t>(g.head_dim) * 2;
-  in.granule = int64_t{kV8Tile} * kV4Warps;  // split starts stay 16-aligned: tiles in one page
-  in.slots = static_cast<int64_t>(lim.sm_count) * std::max(1, pl.blocks_per_sm);
-  pl.split = plan_kv_splits(in, tu);
-  if (pl.split.num_splits > 1)
-    pl.workspace = static_cast<size_t>(a.num_seqs) * a.num_qo_heads * pl.split.num_splits *
-                   (g.head_dim + 1) * sizeof(float);
-  return pl;
-}
-
-std::string v8_unsupported_reason(const DecodeArgs& a, const DecodeTuning& tu) {
-  const std::string layout = v8_layout_reason(a.kv.geom);
-  if (!layout.empty()) return layout;
-  const LaunchLimits lim = current_launch_limits();
-  const V8Plan pl = v8_make_plan(a, lim, tu);
-  std::ostringstream os;
-  if (pl.smem > static_cast<size_t>(lim.smem_per_block_optin)) {
-    os << V8Config::kName << " needs " << pl.smem
-       << " bytes of shared memory per block, the device allows " << lim.smem_per_block_optin;
-    return os.str();
-  }
-  if (pl.blocks_per_sm < 1) {
-    os << V8Config::kName << "'s block (" << kV4Threads << " threads, " << pl.smem
-       << " bytes of shared memory) cannot be resident";
-    return os.str();
-  }
-  if (static_cast<int64_t>(a.num_seqs) * a.num_qo_heads > INT32_MAX) {
-    os << V8Config::kName << " merges one block per output row; "
-       << static_cast<int64_t>(a.num_seqs) * a.num_qo_heads << " rows exceed the 1-D grid limit";
-    return os.str();
-  }
-  if (pl.split.grid > INT32_MAX) {
-    os << V8Config::kName << " grid of " << pl.split.grid << " blocks exceeds the 1-D grid limit";
-    return os.str();
-  }
-  return "";
-}
-
-size_t v8_workspace_bytes(const DecodeArgs& a, const DecodeTuning& tu) {
-  return v8_make_plan(a, current_launch_limits(), tu).workspace;
-}
-
-void v8_run(const DecodeArgs& a, const DecodeTuning& tu, void* workspace, cudaStream_t stream) {
-  const V8Plan pl = v8_make_plan(a, current_launch_limits(), tu);
-  const PageGeometry& g = a.kv.geom;
-  V4Params p{};
-  p.q = a.q;
-  p.o = a.o;
-  p.lse = a.lse;
-  p.q_bf16 = a.q_dtype == DType::kBF16;
-  p.pools.k = static_cast<const uint8_t*>(a.kv.k);
-  p.pools.v = static_cast<const uint8_t*>(a.kv.v);
-  p.pools.k_scales = nullptr;  // 16-bit pools: no scales
-  p.pools.v_scales = nullptr;
-  p.pools.geom = g;
-  p.qk_scale = a.sm_scale;
-  p.out_scale = 1.0f;
-  p.block_table = a.block_table;
-  p.seq_lens = a.seq_lens;
-  p.num_seqs = a.num_seqs;
-  p.num_qo_heads = a.num_qo_heads;
-  p.group_size = a.group_size();
-  p.max_blocks_per_seq = a.max_blocks_per_seq;
-  p.seq_len_bound = static_cast<int>(seq_len_bound64(a));
-  p.num_qtiles = pl.num_qtiles;
-  p.num_splits = pl.split.num_splits;
-  p.chunk_tokens = static_cast<int>(pl.split.chunk_tokens);
-  if (pl.split.num_splits > 1) {
-    const size_t rows = static_cast<size_t>(a.num_seqs) * a.num_qo_heads * pl.split.num_splits;
-    p.partial_o = static_cast<float*>(workspace);
-    p.partial_lse = p.partial_o + rows * g.head_dim;
-  }
-  cudaError_t e = v8_dispatch(g.head_dim, g.format, [&](auto d, auto fm) {
-    auto kernel = v8_decode_kernel<decltype(d)::value, decltype(fm)::value>;
-    cudaError_t r = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         static_cast<int>(pl.smem));
-    if (r != cudaSuccess) return r;
-    kernel<<<static_cast<unsigned>(pl.split.grid), kV4Threads, pl.smem, stream>>>(p);
-    return cudaGetLastError();
-  });
-  KVLAB_CUDA_CHECK(e);
-  if (pl.split.num_splits > 1) {
-    const int64_t rows = static_cast<int64_t>(a.num_seqs) * a.num_qo_heads;
-    cudaLaunchConfig_t cfg{};
-    cfg.gridDim = dim3(static_cast<unsigned>(rows));
-    cfg.blockDim = dim3(kMergeWarps * kWarpSize);
-    cfg.dynamicSmemBytes = 0;
-    cfg.stream = stream;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = tu.pdl ? 1 : 0;
-    KVLAB_CUDA_CHECK(cudaLaunchKernelEx(&cfg, v4_merge_kernel, p));
-  }
-  KVLAB_CHECK_LAUNCH();
-}
 
 }  // namespace
 
 DecodeVersionImpl make_v8_mma_decode_bulk_page() {
-  DecodeVersionImpl v;
-  v.info = {8, "v8_mma_decode_bulk_page",
-            "v4's tensor-core decode loading each 16-token tile of an HND page (K and V) with one "
-            "bulk copy each on an mbarrier (bf16/fp16, block_size a multiple of 16)"};
-  v.info.in_scope = [](const PageGeometry& g) { return v8_layout_reason(g).empty(); };
-  v.unsupported_reason = v8_unsupported_reason;
-  v.workspace_bytes = v8_workspace_bytes;
-  v.run = v8_run;
-  return v;
+  return bulk_version<V8PageRunCopy>(
+      8,
+      "v4's tensor-core decode loading each 16-token tile of an HND page (K and V) with one "
+      "bulk copy each on an mbarrier (bf16/fp16, block_size a multiple of 16)");
 }
 
 }  // namespace kvlab::gpu::detail

@@ -1,0 +1,330 @@
+// mma_bulk_decode.cuh: the bulk-copy family of v4's tensor-core decode (v8, v9, v10): one
+// block body, one kernel entry and one host side, templated on a copy policy: how a
+// 16-token tile's K and V rows land in a pipeline stage (one bulk copy per page run, one per
+// row, one TMA tensor copy per tile) and which row geometry the operand loaders read them
+// through (mma_operands.cuh). Each version's file holds its policy, the header saying what
+// changed and why, and its registry entry.
+//
+// The design point every member shares (v4's, gpu/attention/TUNING.md steps 13-15):
+//  * 128 threads = 4 warps; warp w owns the 16-token tiles w, w + 4, ... of the block's
+//    token range and runs its own 3-stage pipeline, each stage [K rows | V rows] of one tile,
+//    completion counted on the stage's mbarrier (no block barrier in the main loop).
+//  * Scope: BF16 and FP16 pools, HND layout, block_size a multiple of 16: the tile's 16 slots
+//    of one (page, KV head) are one contiguous run, 16 x head_dim x 2 bytes.
+//  * The tile's page is one block-table load by lane 0, one tile ahead. A table entry outside
+//    the pool copies nothing and turns the block's rows into NaN.
+//  * Rows past the sequence's end: K is masked to -inf by the tile compute (a select, never
+//    arithmetic on what the stage holds there), V rows are zeroed after the copy lands (P is
+//    0 there, but 0 x NaN would not be).
+//  * Numerics, the split plan (decode_plan.h) and the PDL merge kernel: v4's; for the same
+//    split the outputs are bitwise v4's / v5's (the same mma sequence over the same values).
+//
+// A copy policy Copy provides (every member static):
+//   kName, kCopies        registry name; what one copy moves (for the unsupported reasons)
+//   Rows                  the stage's row geometry (mma::PaddedRows<N>, mma::Swizzle128Rows)
+//   kSmemAlign            alignment the stage buffers need (16, or 1024 for the swizzle)
+//   kWarpIssues           true: the whole warp calls issue(); false: lane 0 alone
+//   Maps                  extra kernel parameter (__grid_constant__), e.g. tensor maps
+//   issue<D>(t)           copies tile t (BulkTile below) into its stage, completing on t.bar
+//   maps_reason(a), maps(a)   host: "" or why Maps cannot be built; the Maps of a launch
+#pragma once
+
+#include <string>
+
+#include "gpu/attention/v4_mma_decode.cuh"
+#include "reference/layout/layout_names.h"
+
+namespace kvlab::gpu::detail {
+namespace {
+
+constexpr int kBulkTile = 16;    // tokens per warp tile: the mma M, one page run at block 16
+constexpr int kBulkStages = 3;   // v4's pipeline depth: the same bytes in flight per SM
+
+// What the shared start-up loads (v4_startup_loads) read of a design point: the tile size.
+struct BulkConfig {
+  static constexpr int kTileBytes = 0;  // 16-token tiles (v4_warp_tile clamps to 16)
+};
+static_assert(v4_warp_tile<BulkConfig, 128, KvFormat::kBF16>() == kBulkTile, "16-token tiles");
+
+// Kernel parameter of the policies that need none.
+struct NoMaps {};
+
+template <class Copy, KvFormat F, int D>
+using BulkOperand = mma::Operand16<F, D, F == KvFormat::kFP16, typename Copy::Rows>;
+
+// One tile copy, as the block body hands it to the policy. Lane 0's page (the whole warp's
+// when Copy::kWarpIssues) is checked to lie inside the pool before issue() is called.
+struct BulkTile {
+  const mma::PoolView* pools;
+  int64_t page;     // the (page, KV head) run holds slots [slot, slot + 16)
+  int kv_head;
+  int slot;         // first slot of the tile in its page (a multiple of 16)
+  int rows;         // rows below the sequence's end (1..16)
+  uint8_t* sk;      // the stage's K rows
+  uint8_t* sv;      // the stage's V rows
+  uint64_t* bar;    // the stage's mbarrier (one arrival expected)
+  uint64_t l2_policy;
+  int lane;
+};
+
+// Shared memory of a block:
+//   [warp 0: 3 stages of [K rows | V rows], 16 rows each] ... [warp 3]  (reused by the warp
+//   merge) [Q^T fragments hi | lo | column scales] [mbarriers: 4 warps x 3 stages]
+// plus Copy::kSmemAlign - 16 bytes of slack when the stages need more than the 16-byte
+// alignment of the dynamic shared memory (the kernel rounds its base up).
+struct BulkSmem {
+  int row_bytes, row_stride, stage_bytes, warp_bytes, qbase, qfrag_bytes, bar_off, total;
+};
+template <class Copy, int D, KvFormat F>
+KVLAB_HD constexpr BulkSmem bulk_smem() {
+  BulkSmem s{};
+  s.row_bytes = D * 2;
+  s.row_stride = Copy::Rows::stride(s.row_bytes);
+  s.stage_bytes = 2 * kBulkTile * s.row_stride;
+  s.warp_bytes = kBulkStages * s.stage_bytes;
+  const int pipe = kV4Warps * s.warp_bytes;
+  const int merge = mma::WarpMerge<F, D, kV4Warps>::kBytes;
+  s.qbase = pipe > merge ? pipe : merge;
+  s.qfrag_bytes = 2 * (D / 16) * kWarpSize * 8 + mma::kHeadsPerTile * 4;
+  s.bar_off = (s.qbase + s.qfrag_bytes + 7) / 8 * 8;
+  s.total = s.bar_off + kV4Warps * kBulkStages * 8 + (Copy::kSmemAlign > 16 ? Copy::kSmemAlign - 16 : 0);
+  return s;
+}
+
+// The block body of one (sequence, KV head, query tile, split) over tokens [start, end).
+template <class Copy, int D, KvFormat F>
+__device__ __forceinline__ void bulk_block(const V4Params& p, const typename Copy::Maps& maps,
+                                           uint8_t* smem, const V4Item& it, int start, int end,
+                                           const V4Startup<BulkConfig, D, F>& su) {
+  using Op = BulkOperand<Copy, F, D>;
+  constexpr BulkSmem kS = bulk_smem<Copy, D, F>();
+  constexpr int kWT = kBulkTile;
+  constexpr int kStages = kBulkStages;
+  static_assert(Op::kRowStride == kS.row_stride, "the loaders read the rows where the copies put them");
+  static_assert(kS.stage_bytes % Copy::kSmemAlign == 0 &&
+                    (kWT * kS.row_stride) % Copy::kSmemAlign == 0,
+                "every stage's K and V rows keep the buffers' alignment");
+
+  const int tid = threadIdx.x, warp = tid / kWarpSize, lane = tid % kWarpSize;
+  const int t = lane & 3;
+  const PageGeometry& geom = p.pools.geom;
+  const int bs = geom.block_size;
+  const int32_t* table = p.block_table + static_cast<int64_t>(it.seq) * p.max_blocks_per_seq;
+
+  uint8_t* wbase = smem + warp * kS.warp_bytes;
+  uint64_t* bars = reinterpret_cast<uint64_t*>(smem + kS.bar_off) + warp * kStages;
+  uint2* qf_hi = reinterpret_cast<uint2*>(smem + kS.qbase);  // [D/16][32] B fragments of Q^T
+  uint2* qf_lo = qf_hi + (D / 16) * kWarpSize;
+  float* colscale = reinterpret_cast<float*>(qf_lo + (D / 16) * kWarpSize);  // [8]
+
+  // ---- this warp's tiles: every 4th 16-token tile of [start, end)
+  const int num_tiles = (end - start + kWT - 1) / kWT;
+  const int my_tiles = num_tiles > warp ? (num_tiles - warp + kV4Warps - 1) / kV4Warps : 0;
+  auto first_token = [&](int i) { return start + (warp + kV4Warps * i) * kWT; };
+  bool bad = false;  // lane 0: a table entry outside the pool (the output becomes NaN)
+  int pf = su.pages[0];  // lane 0: the page of the next tile to load (first tile: start-up)
+  const uint64_t l2_policy = mma::l2_evict_first_policy();
+
+  if (lane == 0) {
+#pragma unroll
+    for (int s = 0; s < kStages; ++s) mma::mbarrier_init(&bars[s], 1);
+    mma::fence_barrier_init();
+  }
+  __syncwarp();
+
+  // Tile i into stage st. The stage's earlier readers (every lane of this warp) are done:
+  // the caller passed a __syncwarp after their last read.
+  auto load_tile = [&](int i, int st) {
+    int64_t pg = pf;
+    if constexpr (Copy::kWarpIssues)
+      pg = __shfl_sync(0xFFFFFFFFu, pf, 0);  // lane 0's table entry
+    else if (lane != 0)
+      return;
+    uint64_t* bar = &bars[st];
+    if (pg < 0 || pg >= geom.num_blocks) {
+      if (lane == 0) {
+        bad = true;  // nothing copied: the phase completes on the arrival alone
+        mma::mbarrier_arrive(bar);
+      }
+      return;
+    }
+    const int f = first_token(i);
+    BulkTile tile;
+    tile.pools = &p.pools;
+    tile.page = pg;
+    tile.kv_head = it.kv_head;
+    tile.slot = f % bs;
+    tile.rows = min(kWT, end - f);
+    tile.sk = wbase + st * kS.stage_bytes;
+    tile.sv = tile.sk + kWT * kS.row_stride;
+    tile.bar = bar;
+    tile.l2_policy = l2_policy;
+    tile.lane = lane;
+    Copy::template issue<D>(tile, maps);
+  };
+  auto fetch_page = [&](int i) {  // lane 0: the table entry of tile i (-1 past the end)
+    if (lane != 0) return;
+    const int f = first_token(i);
+    pf = f < end ? __ldg(table + f / bs) : -1;
+  };
+
+  // ---- pipeline prologue first: its copies fly while Q is prepared.
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < my_tiles) {
+      load_tile(s, s);
+      if (s + 1 < my_tiles) fetch_page(s + 1);
+    }
+  }
+
+  mma::q_fragments<Op, D>(su.q, p.q_bf16, p.qk_scale, qf_hi, qf_lo, colscale);
+  __syncthreads();
+  const float cs0 = colscale[2 * t], cs1 = colscale[2 * t + 1];
+  const bool q_lo = !Op::kQkF16 && !p.q_bf16;  // an f16 Q split into bf16 hi + lo
+
+  mma::WarpAttention<F, D, kWT, Op> wa;
+  wa.reset();
+
+  // ---- main loop: wait for tile i, refill the stage tile i-1 used, compute tile i.
+  for (int i = 0; i < my_tiles; ++i) {
+    const int st = i % kStages;
+    mma::mbarrier_wait(&bars[st], static_cast<uint32_t>((i / kStages) & 1));
+    uint8_t* sk = wbase + st * kS.stage_bytes;
+    uint8_t* sv = sk + kWT * kS.row_stride;
+    const int n_valid = end - first_token(i);
+    if (n_valid < kWT) {
+      // The sequence's last tile: zero the V rows past the end (whatever the copy left there:
+      // stale rows, or the pool's unused slots).
+      constexpr int kChunksPerRow = kS.row_bytes / 16;
+      for (int c = n_valid * kChunksPerRow + lane; c < kWT * kChunksPerRow; c += kWarpSize)
+        *reinterpret_cast<uint4*>(sv + Op::at(c / kChunksPerRow, (c % kChunksPerRow) * 16)) =
+            make_uint4(0u, 0u, 0u, 0u);
+    }
+    __syncwarp();  // every lane is done with tile i-1's stage and sees tile i's zeroed rows
+    const int nxt = i + kStages - 1;
+    if (nxt < my_tiles) {
+      load_tile(nxt, nxt % kStages);
+      if (nxt + 1 < my_tiles) fetch_page(nxt + 1);
+    }
+    wa.tile(sk, sv, nullptr, nullptr, n_valid, qf_hi, qf_lo, q_lo, cs0, cs1, lane);
+  }
+
+  // ---- merge the 4 warps (the pipeline area; every copy a warp issued was waited for in
+  // its loop).
+  v4_merge_warps_and_store<D, F>(p, smem, it, wa, bad);
+}
+
+// grid: num_splits x num_seqs x num_kv_heads x num_qtiles blocks (split slowest), 128
+// threads; dynamic shared memory bulk_smem<Copy, D, F>().total.
+template <class Copy, int D, KvFormat F>
+__global__ void __launch_bounds__(kV4Threads, 1)
+    bulk_decode_kernel(const V4Params p, const __grid_constant__ typename Copy::Maps maps) {
+  extern __shared__ __align__(128) uint8_t smem_raw[];
+  uint8_t* smem = smem_raw;
+  if constexpr (Copy::kSmemAlign > 16)  // round the shared-space address up (the slack is counted)
+    smem += (Copy::kSmemAlign - mma::smem_addr(smem_raw) % Copy::kSmemAlign) % Copy::kSmemAlign;
+  mma::pdl_launch_dependents();  // the merge kernel may start launching (it waits for us)
+  const V4Item it = v4_item(p);
+  const int start = it.split * p.chunk_tokens;
+  V4Startup<BulkConfig, D, F> su;
+  v4_startup_loads<BulkConfig, D, F>(p, it.seq, it.kv_head, it.qtile, start, su);
+  int end;
+  if (!v4_token_range<D>(p, it, start, end)) return;
+  bulk_block<Copy, D, F>(p, maps, smem, it, start, end, su);
+}
+
+// ------------------------------------------------------------------ host side
+// The (head_dim, format) instances: every compiled head_dim, BF16 and FP16 only.
+template <class Fn>
+cudaError_t bulk_dispatch(int head_dim, KvFormat format, Fn&& fn) {
+  return KVLAB_DISPATCH_HEAD_DIM(head_dim, kD, [&] {
+    if (format == KvFormat::kBF16)
+      return fn(std::integral_constant<int, kD>{},
+                std::integral_constant<KvFormat, KvFormat::kBF16>{});
+    if (format == KvFormat::kFP16)
+      return fn(std::integral_constant<int, kD>{},
+                std::integral_constant<KvFormat, KvFormat::kFP16>{});
+    return cudaErrorInvalidValue;  // unreachable: bulk_layout_reason rejects the format
+  });
+}
+
+// "" when the family's copies apply to the pool: 16-bit rows, HND, page runs of whole tiles.
+template <class Copy>
+std::string bulk_layout_reason(const PageGeometry& g) {
+  std::ostringstream os;
+  if (g.format != KvFormat::kBF16 && g.format != KvFormat::kFP16)
+    os << Copy::kName << " copies 16-bit (bf16, fp16) " << Copy::kCopies << ", got "
+       << to_string(g.format);
+  else if (g.layout != KvLayout::kHND)
+    os << Copy::kName << " copies " << Copy::kCopies
+       << " of contiguous (page, KV head) runs of the HND layout, got " << to_string(g.layout);
+  else if (g.block_size % kBulkTile != 0)
+    os << Copy::kName << " needs block_size a multiple of " << kBulkTile
+       << " (a warp tile inside one page), got " << g.block_size;
+  return os.str();
+}
+
+template <class Copy>
+V4Plan bulk_make_plan(const DecodeArgs& a, const LaunchLimits& lim, const DecodeTuning& tu) {
+  const PageGeometry& g = a.kv.geom;
+  size_t smem = 0;
+  bulk_dispatch(g.head_dim, g.format, [&](auto d, auto fm) {
+    smem = static_cast<size_t>(bulk_smem<Copy, decltype(d)::value, decltype(fm)::value>().total);
+    return cudaSuccess;
+  });
+  return v4_family_plan(a, lim, tu, smem, kBulkTile, [&](size_t bytes) {
+    return cached_blocks_per_sm<Copy>(lim.device, g.head_dim, g.format, bytes, [&](auto&& fn) {
+      return bulk_dispatch(g.head_dim, g.format, [&](auto d, auto fm) {
+        return fn(bulk_decode_kernel<Copy, decltype(d)::value, decltype(fm)::value>);
+      });
+    });
+  });
+}
+
+template <class Copy>
+std::string bulk_unsupported_reason(const DecodeArgs& a, const DecodeTuning& tu) {
+  const std::string layout = bulk_layout_reason<Copy>(a.kv.geom);
+  if (!layout.empty()) return layout;
+  const LaunchLimits lim = current_launch_limits();
+  const std::string plan = v4_family_reason(Copy::kName, a, lim, bulk_make_plan<Copy>(a, lim, tu));
+  if (!plan.empty()) return plan;
+  return Copy::maps_reason(a);
+}
+
+template <class Copy>
+size_t bulk_workspace_bytes(const DecodeArgs& a, const DecodeTuning& tu) {
+  return bulk_make_plan<Copy>(a, current_launch_limits(), tu).workspace;
+}
+
+template <class Copy>
+void bulk_run(const DecodeArgs& a, const DecodeTuning& tu, void* workspace, cudaStream_t stream) {
+  const V4Plan pl = bulk_make_plan<Copy>(a, current_launch_limits(), tu);
+  const PageGeometry& g = a.kv.geom;
+  const V4Params p = v4_params(a, pl, workspace);
+  const typename Copy::Maps maps = Copy::maps(a);
+  cudaError_t e = bulk_dispatch(g.head_dim, g.format, [&](auto d, auto fm) {
+    auto kernel = bulk_decode_kernel<Copy, decltype(d)::value, decltype(fm)::value>;
+    cudaError_t r = allow_dynamic_smem(kernel, pl.smem);
+    if (r != cudaSuccess) return r;
+    kernel<<<static_cast<unsigned>(pl.split.grid), kV4Threads, pl.smem, stream>>>(p, maps);
+    return cudaGetLastError();
+  });
+  KVLAB_CUDA_CHECK(e);
+  v4_launch_merge(p, tu, stream);
+  KVLAB_CHECK_LAUNCH();
+}
+
+// The registry entry of a policy.
+template <class Copy>
+DecodeVersionImpl bulk_version(int id, const char* description) {
+  DecodeVersionImpl v;
+  v.info = {id, Copy::kName, description};
+  v.info.in_scope = [](const PageGeometry& g) { return bulk_layout_reason<Copy>(g).empty(); };
+  v.unsupported_reason = bulk_unsupported_reason<Copy>;
+  v.workspace_bytes = bulk_workspace_bytes<Copy>;
+  v.run = bulk_run<Copy>;
+  return v;
+}
+
+}  // namespace
+}  // namespace kvlab::gpu::detail

@@ -1,0 +1,191 @@
+// test_decode_bulk_copy.cu: the bulk-copy family of the tensor-core decode
+// (gpu/attention/mma_bulk_decode.cuh) beyond the registry-wide suites, one parameterised
+// suite over its members:
+//   v8_mma_decode_bulk_page     one bulk copy per K and V page run of a 16-token tile
+//   v9_mma_decode_bulk_rows     one bulk copy per K and V row, into v4's padded rows
+// Each member runs and matches the reference on every geometry of its scope (bf16 / fp16
+// HND, block_size a multiple of 16, every compiled head_dim, GQA 1-16, sequence ends inside
+// and at the edges of tiles and pages), declines everything outside it with a reason, gives
+// the bits of the versions with the same tiles and mma sequence for the same split (v5's;
+// v9 also v8's), and turns a bad table entry into NaN for that sequence only.
+// Cases: seeded (per version), permuted over-provisioned tables, NaN in unused slots
+// (reference/attention/paged_case.h: the rows a tile reads past the sequence's end); outputs guarded and NaN-prefilled (run_gpu_decode).
+// Test names: DecodeV<N>/BulkCopyDecode.<test>/v<N>.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "gpu/attention/decode.h"
+#include "reference/attention/paged_case.h"
+#include "reference/layout/layout_names.h"
+#include "reference/metrics/tolerance.h"
+#include "tests/common/paged_fixtures.h"
+#include "tests/common/tolerance_check.h"
+#include "tests/gpu/gpu_test_util.cuh"
+
+namespace kvlab::test {
+namespace {
+
+struct BulkMember {
+  int id;
+  const char* name;                // the registry name, which every unsupported reason carries
+  std::vector<int> bitwise_peers;  // versions with the same tiles and mma sequence
+};
+
+// gtest prints a parameter by its registry name.
+void PrintTo(const BulkMember& m, std::ostream* os) { *os << m.name; }
+
+class BulkCopyDecode : public ::testing::TestWithParam<BulkMember> {
+ protected:
+  int id() const { return GetParam().id; }
+  std::string tag() const { return "v" + std::to_string(id()); }
+
+  void expect_matches(ref::PagedCase& c, const std::string& what,
+                      const gpu::DecodeTuning& tu = gpu::DecodeTuning{}) {
+    DeviceCase d(c);
+    const ref::DecodeOutputs tight = ref::reference_decode(c);
+    const std::string ctx = tag() + " " + what + " | " + c.describe();
+    ASSERT_TRUE(gpu::decode_version_in_scope(id(), c.geom)) << ctx;
+    const GpuDecodeRun r = run_gpu_decode(c, d, id(), nullptr, tu);
+    ASSERT_TRUE(r.supported) << ctx << ": " << r.reason;
+    EXPECT_EQ(r.guard_damage, "") << ctx;
+    EXPECT_TRUE(
+        within_tolerance(r.o, tight.o, Op::kDecodeAttention, c.geom.format, c.spec.q_dtype, ctx));
+    EXPECT_TRUE(
+        within_tolerance(r.lse, tight.lse, Op::kDecodeLse, c.geom.format, c.spec.q_dtype, ctx));
+  }
+};
+
+// Sequence lengths around tile (16) and page edges, an empty one, and a long one.
+std::vector<int32_t> edge_lengths(int block_size) {
+  return {0, 1, 15, 16, 17, block_size - 1, block_size, block_size + 1, 63, 64, 65, 600, 2049};
+}
+
+TEST_P(BulkCopyDecode, EveryGeometryOfItsScopeMatchesTheReference) {
+  KVLAB_SKIP_WITHOUT_GPU();
+  const int groups[][2] = {{8, 8}, {8, 2}, {32, 8}, {16, 1}};  // GQA 1, 4, 4, 16 (2 query tiles)
+  int i = 0;
+  for (KvFormat f : {KvFormat::kBF16, KvFormat::kFP16})
+    for (int d : {64, 128, 256})
+      for (int bs : {16, 32, 128}) {
+        const auto& g = groups[i++ % 4];
+        const DType qd = (i % 2) ? DType::kF16 : DType::kBF16;
+        ref::PagedCaseSpec s = seeded_spec(("decode." + tag() + "." + to_string(f)).c_str(),
+                                           KvLayout::kHND, f, qd);
+        s.head_dim = d;
+        s.block_size = bs;
+        s.num_qo_heads = g[0];
+        s.num_kv_heads = g[1];
+        s.seq_lens = edge_lengths(bs);
+        ref::PagedCase c = ref::make_paged_case(s);
+        ASSERT_TRUE(c.spec.poison_unused) << "unused slots must hold NaN (rows past the end)";
+        expect_matches(c, "d" + std::to_string(d) + " b" + std::to_string(bs));
+      }
+}
+
+TEST_P(BulkCopyDecode, ForcedSplitsAndPlanKnobsMatchTheReferenceAndPeersBitwise) {
+  KVLAB_SKIP_WITHOUT_GPU();
+  ref::PagedCaseSpec s =
+      seeded_spec(("decode." + tag() + ".splits").c_str(), KvLayout::kHND, KvFormat::kBF16);
+  s.num_qo_heads = 32;
+  s.num_kv_heads = 8;
+  s.block_size = 16;
+  s.seq_lens = {3001, 1, 0, 700, 33, 1024};
+  ref::PagedCase c = ref::make_paged_case(s);
+  DeviceCase d(c);
+  for (int splits : {1, 2, 5, 47}) {
+    gpu::DecodeTuning tu;
+    tu.num_splits = splits;
+    expect_matches(c, "splits " + std::to_string(splits), tu);
+    // The same split, the same 16-token tiles and warps, the same mma sequence over the same
+    // values (another copy path, another shared-memory geometry): the peers' bits.
+    const GpuDecodeRun r = run_gpu_decode(c, d, id(), nullptr, tu);
+    for (int other : GetParam().bitwise_peers) {
+      const GpuDecodeRun ro = run_gpu_decode(c, d, other, nullptr, tu);
+      ASSERT_TRUE(r.supported && ro.supported) << r.reason << ro.reason;
+      ASSERT_EQ(r.o.size(), ro.o.size());
+      EXPECT_EQ(0, std::memcmp(r.o.data(), ro.o.data(), r.o.size() * sizeof(float)))
+          << "splits " << splits << ": " << tag() << " and v" << other << " differ";
+      EXPECT_EQ(0, std::memcmp(r.lse.data(), ro.lse.data(), r.lse.size() * sizeof(float)))
+          << "splits " << splits << ": " << tag() << " and v" << other;
+    }
+  }
+  for (bool pdl : {true, false}) {
+    gpu::DecodeTuning tu;
+    tu.pdl = pdl;
+    tu.fill_waves = 4;
+    expect_matches(c, pdl ? "fill 4 pdl" : "fill 4 no-pdl", tu);
+  }
+}
+
+TEST_P(BulkCopyDecode, DeclinesEverythingOutsideItsScope) {
+  KVLAB_SKIP_WITHOUT_GPU();
+  struct Out {
+    KvLayout l;
+    KvFormat f;
+    int bs;
+    const char* why;
+  };
+  const Out outs[] = {{KvLayout::kNHD, KvFormat::kBF16, 16, "HND"},
+                      {KvLayout::kSplitX, KvFormat::kFP16, 16, "HND"},
+                      {KvLayout::kHND, KvFormat::kFP8E4M3, 16, "16-bit"},
+                      {KvLayout::kHND, KvFormat::kNVFP4, 32, "16-bit"},
+                      {KvLayout::kHND, KvFormat::kBF16, 8, "multiple of 16"},
+                      {KvLayout::kHND, KvFormat::kBF16, 1, "multiple of 16"}};
+  for (const Out& o : outs) {
+    ref::PagedCaseSpec s = seeded_spec(("decode." + tag() + ".out").c_str(), o.l, o.f);
+    s.block_size = o.bs;
+    s.seq_lens = {40, 3};
+    ref::PagedCase c = ref::make_paged_case(s);
+    DeviceCase d(c);
+    EXPECT_FALSE(gpu::decode_version_in_scope(id(), c.geom)) << c.describe();
+    const std::string why =
+        gpu::decode_unsupported_reason(d.decode_args(c, nullptr, nullptr), id());
+    EXPECT_NE(why.find(o.why), std::string::npos) << c.describe() << ": " << why;
+    EXPECT_NE(why.find(GetParam().name), std::string::npos) << why;
+    thrust::device_vector<uint16_t> out(c.o_elements());
+    EXPECT_THROW(
+        gpu::decode_attention(d.decode_args(c, raw(out), nullptr), id(), nullptr, 0, nullptr),
+        Unsupported)
+        << c.describe();
+  }
+}
+
+TEST_P(BulkCopyDecode, BadTableEntryGivesNaNForThatSequenceOnly) {
+  KVLAB_SKIP_WITHOUT_GPU();
+  ref::PagedCaseSpec s =
+      seeded_spec(("decode." + tag() + ".bad_table").c_str(), KvLayout::kHND, KvFormat::kBF16);
+  s.seq_lens = {40, 40, 300};
+  ref::PagedCase c = ref::make_paged_case(s);
+  DeviceCase d(c);
+  std::vector<int32_t> table = c.block_table;
+  table[1 * c.max_blocks_per_seq + 2] = static_cast<int32_t>(c.geom.num_blocks);  // the 3rd page
+  d.block_table = to_device(table);
+  const GpuDecodeRun r = run_gpu_decode(c, d, id());
+  ASSERT_TRUE(r.supported) << r.reason;
+  EXPECT_EQ(r.guard_damage, "");
+  const size_t per_seq = static_cast<size_t>(c.spec.num_qo_heads) * c.spec.head_dim;
+  for (size_t i = 0; i < per_seq; ++i) ASSERT_FALSE(std::isnan(r.o[i])) << "seq 0 element " << i;
+  for (size_t i = per_seq; i < 2 * per_seq; ++i)
+    ASSERT_TRUE(std::isnan(r.o[i])) << "seq 1 element " << i;
+  for (size_t i = 2 * per_seq; i < 3 * per_seq; ++i)
+    ASSERT_FALSE(std::isnan(r.o[i])) << "seq 2 element " << i;
+}
+
+std::string member_name(const ::testing::TestParamInfo<BulkMember>& info) {
+  return "v" + std::to_string(info.param.id);
+}
+
+INSTANTIATE_TEST_SUITE_P(DecodeV8, BulkCopyDecode,
+                         ::testing::Values(BulkMember{8, "v8_mma_decode_bulk_page", {5}}),
+                         member_name);
+INSTANTIATE_TEST_SUITE_P(DecodeV9, BulkCopyDecode,
+                         ::testing::Values(BulkMember{9, "v9_mma_decode_bulk_rows", {5, 8}}),
+                         member_name);
+
+}  // namespace
+}  // namespace kvlab::test
