@@ -35,6 +35,7 @@ DecodeVersionImpl make_v6_stream_k_decode();
 DecodeVersionImpl make_v7_mma_decode_l2_prefetch();
 DecodeVersionImpl make_v8_mma_decode_bulk_page();
 DecodeVersionImpl make_v9_mma_decode_bulk_rows();
+DecodeVersionImpl make_v10_mma_decode_tma_swizzle();
 
 // Throws kvlab::InvalidArgument for malformed arguments: null pointers, geometry
 // (validate(PageGeometry)), head counts, GQA divisibility, max_seq_len beyond the table,

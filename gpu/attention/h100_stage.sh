@@ -1,33 +1,36 @@
 #!/usr/bin/env bash
 # h100_stage.sh: the decode-kernels GPU stage, one H100. Two modes (KERNEL_STAGE):
 #
-#   OUT=/some/dir gpu/attention/h100_stage.sh BIN_DIR                  # v8/v9 (default), <= 150 s
+#   OUT=/some/dir gpu/attention/h100_stage.sh BIN_DIR                  # bulk-copy family (default), <= 150 s
 #   KERNEL_STAGE=full OUT=/some/dir gpu/attention/h100_stage.sh BIN_DIR  # every version, ~210 s
 #
 # BIN_DIR holds gpu_tests and kvlab (built with -DCMAKE_CUDA_ARCHITECTURES=90, static Boost).
 # Needs compute-sanitizer, ncu and python3 with h5py (all on the H100 machine). Runs from the
 # repository root; assumes no other stage ran before it.
 #
-# KERNEL_STAGE=v8 (TUNING.md step 13: v8_mma_decode_bulk_page, the split rule for many items;
-# step 14: v9_mma_decode_bulk_rows, v8's copies per row into padded rows). Each step has its
-# own time limit; the ncu steps run only while the stage is on time, so the whole mode ends
-# within 150 s (expected ~85 s; the H100 ran the v8-only stage in 67 s). Writes $OUT/kernels/:
+# KERNEL_STAGE=bulk (TUNING.md steps 13-15: the bulk-copy family v8_mma_decode_bulk_page,
+# v9_mma_decode_bulk_rows and v10_mma_decode_tma_swizzle, the TMA tensor copy with the
+# 128-byte swizzle). Each step has its own time limit; the ncu steps run only while the stage
+# is on time, so the whole mode ends within 150 s (expected ~85 s; the H100 ran the v8/v9
+# stage in 65 s). Writes $OUT/kernels/:
 #   device.txt          nvidia-smi line
-#   smoke.log           DecodeV9.* and DecodeV8.* (each on every geometry of its scope, v5's
-#                       bits at forced splits, declines outside its scope, NaN for a bad table
-#                       entry), the registry, and the small cases over every version -- own
-#                       process first
-#   tests.log           the decode suites over every version (v8 and v9 where in scope, checked
-#                       to decline elsewhere), auto, the decode-step executor (attention = auto)
-#   memcheck.log racecheck.log  compute-sanitizer on v8's and v9's small cases (and the other
-#                       versions')
-#   decode_v8.h5        experiments/configs/decode_v8.ini: v4 / v5 / v7 / v8 / v9 / auto on the
-#                       K-row shapes, BF16 HND and NHD block 16, FP8 64 x 8k, the split rule
-#                       (sweep_v8.log)
-#   ncu_v9_64x8k_hnd.txt ncu_v8_64x8k_hnd.txt  SpeedOfLight / memory / occupancy sections
-#   ncu_metrics_v9.txt ncu_metrics_v8.txt ncu_metrics_v4.txt  L2 requests and sectors,
-#                       shared-memory wavefronts and bank conflicts (64 x 8k BF16 HND)
-#   table.txt           per shape: v4 / v5 / v7 / v8 / v9 / auto, best, % of R, v9 / best older
+#   smoke.log           DecodeV10/, DecodeV9/ and DecodeV8/BulkCopyDecode.* (each on every
+#                       geometry of its scope, the peers' bits at forced splits -- v10: v5's
+#                       and v8's --, declines outside its scope, NaN for a bad table entry),
+#                       the registry, and the small cases over every version -- own process
+#   tests.log           the decode suites over every version (v8, v9, v10 where in scope,
+#                       checked to decline elsewhere), auto, the decode-step executor
+#   memcheck.log racecheck.log  compute-sanitizer on the small cases of every version (v10's
+#                       among them) and v10's / v8's bad-table case
+#   decode_bulk_copy.h5 experiments/configs/decode_bulk_copy.ini: v4 / v5 / v7 / v8 / v9 / v10
+#                       / auto on the K-row shapes, BF16 HND and NHD block 16, FP8 64 x 8k, the
+#                       split rule (sweep_bulk.log)
+#   ncu_v10_64x8k_hnd.txt ncu_v8_64x8k_hnd.txt  SpeedOfLight / memory / warp-state sections
+#   ncu_metrics_v10.txt ncu_metrics_v8.txt ncu_metrics_v9.txt ncu_metrics_v4.txt  L2 requests
+#                       and sectors, shared-memory wavefronts and bank conflicts (64 x 8k BF16
+#                       HND)
+#   table.txt           per shape: v4 / v5 / v7 / v8 / v9 / v10 / auto, best, % of R,
+#                       v10 / best older
 #   summary.txt         one line per step: name, exit code, seconds
 #
 # KERNEL_STAGE=full (the second H100 call's stage): smoke/tests/sanitizers over every version,
@@ -55,50 +58,57 @@ step() {
   return $rc
 }
 
+case ${KERNEL_STAGE:-bulk} in
+  bulk | full) ;;
+  *) echo "h100_stage.sh: KERNEL_STAGE must be bulk (default) or full, got '$KERNEL_STAGE'" >&2; exit 2 ;;
+esac
+
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader \
   > "$D/device.txt" 2>&1
 
-if [[ ${KERNEL_STAGE:-v8} == v8 ]]; then
-  # 1. v9's and v8's own suites and the small cases first (own process), the decode suites,
+if [[ ${KERNEL_STAGE:-bulk} == bulk ]]; then
+  # 1. The family's own suites and the small cases first (own process), the decode suites,
   # sanitizers.
-  step smoke 30 "$BIN/gpu_tests" --gtest_filter='DecodeV9.*:DecodeV8.*:DecodeRegistry.*:Small/*'
+  step smoke 30 "$BIN/gpu_tests" --gtest_filter='DecodeV10/*:DecodeV9/*:DecodeV8/*:DecodeRegistry.*:Small/*'
   step tests 45 "$BIN/gpu_tests" \
     --gtest_filter='Curated/*:DecodeEdge.*:DecodeBadInput.*:DecodeV4.*:DecodeV6.AutoPicksASupportedVersion:StepEngine.EveryVariantMatchesTheReference'
-  step memcheck 15 compute-sanitizer --tool memcheck --print-limit 10 --error-exitcode 1 "$BIN/gpu_tests" \
-    --gtest_filter='Small/DecodeSmall.*/bf16_hnd:Small/DecodeSmall.*/fp16_hnd:DecodeV8.BadTable*:DecodeV9.BadTable*'
-  step racecheck 15 compute-sanitizer --tool racecheck --print-limit 10 --error-exitcode 1 "$BIN/gpu_tests" \
-    --gtest_filter='Small/DecodeSmall.*/bf16_hnd:DecodeV8.BadTable*:DecodeV9.BadTable*'
+  step memcheck 20 compute-sanitizer --tool memcheck --print-limit 10 --error-exitcode 1 "$BIN/gpu_tests" \
+    --gtest_filter='Small/DecodeSmall.*/bf16_hnd:Small/DecodeSmall.*/fp16_hnd:DecodeV10/*.BadTable*:DecodeV8/*.BadTable*'
+  step racecheck 20 compute-sanitizer --tool racecheck --print-limit 10 --error-exitcode 1 "$BIN/gpu_tests" \
+    --gtest_filter='Small/DecodeSmall.*/bf16_hnd:DecodeV10/*.BadTable*'
 
-  # 2. Timing: v9 and v8 against v4 / v5 / v7 / auto on the K-row shapes (the fair harness).
-  step sweep_v8 30 "$BIN/kvlab" sweep experiments/configs/decode_v8.ini --out "$D/decode_v8.h5" \
-    --progress plain
+  # 2. Timing: v10, v9 and v8 against v4 / v5 / v7 / auto on the K-row shapes (the fair harness).
+  CFG=experiments/configs/decode_bulk_copy.ini
+  step sweep_bulk 40 "$BIN/kvlab" sweep "$CFG" --out "$D/decode_bulk_copy.h5" --progress plain
 
-  # 3. ncu at 64 x 8k BF16 HND: sections of v9, the counters of v9, v4 and v8 (their own runs:
-  # a metric this ncu does not know loses only that file), then v8's sections (v4's were
-  # measured in the v8 call, main 2830634). Each step <= 10 s (+5 s kill): the last one starts
-  # before 132 s, so the stage ends by ~147 s at worst.
+  # 3. ncu at 64 x 8k BF16 HND: sections of v10, the counters of v10, v8, v9 and v4 (their own
+  # runs: a metric this ncu does not know loses only that file), then v8's sections. The
+  # family's kernel is bulk_decode_kernel<policy, ...>; `kvlab validate --axis version=X` runs
+  # only X's. Each step <= 10 s (+5 s kill): the last one starts before 132 s, so the stage
+  # ends by ~147 s at worst.
   ncu_hnd() {  # ncu_hnd NAME KERNEL_REGEX VERSION ARGS...
     local name=$1 kernel=$2 version=$3
     shift 3
     step "$name" 10 ncu --clock-control none --target-processes all --kernel-name "regex:$kernel" \
       --launch-count 1 "$@" \
-      "$BIN/kvlab" validate experiments/configs/decode_v8.ini --only hnd --axis version="$version" \
+      "$BIN/kvlab" validate "$CFG" --only hnd --axis version="$version" \
       --axis batch=64 --axis context=8192 --progress none
     mv -f "$D/$name.log" "$D/$name.txt"
   }
   SECTIONS=(--section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy
     --section WarpStateStats --section LaunchStats --page details)
   METRICS=(--metrics lts__t_requests.sum,lts__t_sectors.sum,lts__t_sectors_op_read.sum,dram__bytes_read.sum,l1tex__data_pipe_lsu_wavefronts_mem_shared.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum,gpu__time_duration.sum)
-  (($(date +%s) - START < 100)) && ncu_hnd ncu_v9_64x8k_hnd v9_decode_kernel v9_mma_decode_bulk_rows "${SECTIONS[@]}"
-  (($(date +%s) - START < 110)) && ncu_hnd ncu_metrics_v9 v9_decode_kernel v9_mma_decode_bulk_rows "${METRICS[@]}"
-  (($(date +%s) - START < 118)) && ncu_hnd ncu_metrics_v4 v4_decode_kernel v4_mma_decode "${METRICS[@]}"
-  (($(date +%s) - START < 125)) && ncu_hnd ncu_metrics_v8 v8_decode_kernel v8_mma_decode_bulk_page "${METRICS[@]}"
-  (($(date +%s) - START < 132)) && ncu_hnd ncu_v8_64x8k_hnd v8_decode_kernel v8_mma_decode_bulk_page "${SECTIONS[@]}"
+  (($(date +%s) - START < 100)) && ncu_hnd ncu_v10_64x8k_hnd bulk_decode_kernel v10_mma_decode_tma_swizzle "${SECTIONS[@]}"
+  (($(date +%s) - START < 108)) && ncu_hnd ncu_metrics_v10 bulk_decode_kernel v10_mma_decode_tma_swizzle "${METRICS[@]}"
+  (($(date +%s) - START < 114)) && ncu_hnd ncu_metrics_v8 bulk_decode_kernel v8_mma_decode_bulk_page "${METRICS[@]}"
+  (($(date +%s) - START < 120)) && ncu_hnd ncu_metrics_v4 v4_decode_kernel v4_mma_decode "${METRICS[@]}"
+  (($(date +%s) - START < 126)) && ncu_hnd ncu_metrics_v9 bulk_decode_kernel v9_mma_decode_bulk_rows "${METRICS[@]}"
+  (($(date +%s) - START < 132)) && ncu_hnd ncu_v8_64x8k_hnd bulk_decode_kernel v8_mma_decode_bulk_page "${SECTIONS[@]}"
 
   # 4. The table.
-  [[ -s $D/decode_v8.h5 ]] && python3 gpu/attention/stage_table.py "$D/decode_v8.h5" > "$D/table.txt" 2>&1
+  [[ -s $D/decode_bulk_copy.h5 ]] && python3 gpu/attention/stage_table.py "$D/decode_bulk_copy.h5" > "$D/table.txt" 2>&1
 
-  echo "== decode-kernels stage (v8/v9): $(cat "$D/device.txt")"
+  echo "== decode-kernels stage (bulk-copy family v8/v9/v10): $(cat "$D/device.txt")"
   echo "== steps"
   cat "$SUMMARY"
   echo "== tests"

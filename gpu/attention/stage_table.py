@@ -6,7 +6,7 @@ ceiling measured in the same run, and the K-targets of gpu/attention/TUNING.md c
 the rows present (peers are not in these files: K1's comparison with cuDNN / FlashInfer
 needs experiments/peers/ on the same shapes).
 
-    python3 gpu/attention/stage_table.py perf_kernels.h5 decode_v8.h5 [--markdown]
+    python3 gpu/attention/stage_table.py perf_kernels.h5 decode_bulk_copy.h5 [--markdown]
 
 Needs h5py and numpy. Exit code 0 when the files could be read (whatever the targets say),
 2 when not.
@@ -19,11 +19,12 @@ from collections import defaultdict
 import h5py
 
 VERSIONS = ["v4_mma_decode", "v5_mma_decode_2stage", "v6_stream_k_decode",
-            "v7_mma_decode_l2_prefetch", "v8_mma_decode_bulk_page", "v9_mma_decode_bulk_rows", "auto"]
+            "v7_mma_decode_l2_prefetch", "v8_mma_decode_bulk_page", "v9_mma_decode_bulk_rows",
+            "v10_mma_decode_tma_swizzle", "auto"]
 SHORT = {"v4_mma_decode": "v4", "v5_mma_decode_2stage": "v5", "v6_stream_k_decode": "v6",
          "v7_mma_decode_l2_prefetch": "v7", "v8_mma_decode_bulk_page": "v8",
-         "v9_mma_decode_bulk_rows": "v9", "auto": "auto"}
-NEW = "v9_mma_decode_bulk_rows"  # the last column: NEW / the best of the older versions
+         "v9_mma_decode_bulk_rows": "v9", "v10_mma_decode_tma_swizzle": "v10", "auto": "auto"}
+NEW = "v10_mma_decode_tma_swizzle"  # the last column: NEW / the best of the older versions
 
 
 def _col(ix, name, n, default):

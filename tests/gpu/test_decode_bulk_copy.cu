@@ -3,13 +3,15 @@
 // suite over its members:
 //   v8_mma_decode_bulk_page     one bulk copy per K and V page run of a 16-token tile
 //   v9_mma_decode_bulk_rows     one bulk copy per K and V row, into v4's padded rows
+//   v10_mma_decode_tma_swizzle  one TMA tensor copy per K and V tile, 128-byte swizzled
 // Each member runs and matches the reference on every geometry of its scope (bf16 / fp16
 // HND, block_size a multiple of 16, every compiled head_dim, GQA 1-16, sequence ends inside
 // and at the edges of tiles and pages), declines everything outside it with a reason, gives
 // the bits of the versions with the same tiles and mma sequence for the same split (v5's;
-// v9 also v8's), and turns a bad table entry into NaN for that sequence only.
+// v9 and v10 also v8's), and turns a bad table entry into NaN for that sequence only.
 // Cases: seeded (per version), permuted over-provisioned tables, NaN in unused slots
-// (reference/attention/paged_case.h: the rows a tile reads past the sequence's end); outputs guarded and NaN-prefilled (run_gpu_decode).
+// (reference/attention/paged_case.h: the rows a tile reads past the sequence's end, which
+// v10's full 16-row box copies too); outputs guarded and NaN-prefilled (run_gpu_decode).
 // Test names: DecodeV<N>/BulkCopyDecode.<test>/v<N>.
 #include <gtest/gtest.h>
 
@@ -185,6 +187,9 @@ INSTANTIATE_TEST_SUITE_P(DecodeV8, BulkCopyDecode,
                          member_name);
 INSTANTIATE_TEST_SUITE_P(DecodeV9, BulkCopyDecode,
                          ::testing::Values(BulkMember{9, "v9_mma_decode_bulk_rows", {5, 8}}),
+                         member_name);
+INSTANTIATE_TEST_SUITE_P(DecodeV10, BulkCopyDecode,
+                         ::testing::Values(BulkMember{10, "v10_mma_decode_tma_swizzle", {5, 8}}),
                          member_name);
 
 }  // namespace

@@ -1,0 +1,188 @@
+// v10_mma_decode_tma_swizzle.cu: v8 (v4's tensor-core decode, 3 stages of one 16-token tile
+// per warp, 2 blocks of 4 warps per SM for d128 16-bit, copies completing on a per-stage
+// mbarrier) with each tile's K and V moved by ONE TMA tensor copy each
+// (cp.async.bulk.tensor.3d through a CUtensorMap over the pool) that lands the 16 rows
+// 128-byte swizzled, so the copy is as large as v8's and the shared-memory reads conflict no
+// more than v4's / v9's.
+//
+// What changed vs v8 / v9, and why (gpu/attention/TUNING.md, steps 13-15; H100, 64 x 8k BF16
+// HND block 16):
+//  * Measured: v4 752 us, v8 738.5 us (one bulk copy per 4 KB page run of K and of V into
+//    unpadded rows), v9 758 us (one bulk copy per 256-byte row into v4's 272-byte padded rows);
+//    cuDNN on contiguous KV 697.7 us. ncu: L2 requests v4 66.1 M, v8 33.8 M, v9 65.0 M; shared
+//    bank conflicts v4 8.7 M, v8 84.0 M, v9 8.5 M. Large copies halve the L2 requests (v8),
+//    padded rows remove the conflicts (v9); neither has both. A bulk copy cannot pad or
+//    permute; a TMA tensor copy can swizzle.
+//  * The pool as a 3-D tensor of 16-bit elements {64, D/64, rows} (innermost first), strides
+//    {128 B, D*2 B}, row = k_index(page, kv_head, slot, 0) / D (HND: the slots of a (page, KV
+//    head) are consecutive rows); box {64, D/64, 16}, CU_TENSOR_MAP_SWIZZLE_128B. One copy per
+//    K tile and one per V tile lands the 16 rows as [row][part][128 B] = row * 2D + byte, with
+//    the 16-byte chunk index inside each 128-byte line XORed by line % 8 (line = offset / 128
+//    = row * D/64 + part). Stage buffers are 1024-byte aligned (the pattern's period; the
+//    kernel rounds its shared-memory base up). One map per pool, built on the host with
+//    cuTensorMapEncodeTiled (found through cudaGetDriverEntryPointByVersion: nothing links
+//    libcuda), cached per (pool pointer, geometry), passed as a __grid_constant__ parameter.
+//  * The loaders are v4's 16-bit loaders reading through mma::Swizzle128Rows, the one address
+//    function (row, byte) -> offset of mma_operands.cuh; the values and the mma sequence are
+//    v8's, so for the same split the output is bitwise v8's (and v4's / v5's).
+//  * Bank conflicts of the reads (a 16-byte load or an ldmatrix row is served 8 lanes = 128
+//    bytes per wavefront; ideal = 4 wavefronts per warp instruction):
+//      K fragment loads (k_slices; lanes g = 2q, 2q+1, t = 0..3 of a phase read rows g at byte
+//      t*D/2 + 16i): d64, d128, d256 conflict-free (the line index varies with g and with t's
+//      part, so the 8 chunks land on 8 distinct bank groups); v8 4-way, v4 / v9 2-way at d128.
+//      V ldmatrix.trans (8 consecutive rows at one byte offset per matrix): d64 conflict-free,
+//      d128 2-way (rows r and r + 4 share line % 8 = 2r + part), d256 4-way; v8 8-way, v4 / v9
+//      conflict-free. Per 16-token pass at d128: 32 + 64 = 96 wavefronts, v4's / v9's count
+//      (v8: 128 + 256). The other box order {64, rows, D/64} ([part][row][128 B], line % 8 =
+//      row % 8) makes V conflict-free and K 2-way at d128 (4-way at d256): the same 96, so the
+//      suggested order stays. No order gives both: K needs the chunk XOR to vary with t's part,
+//      V needs it to run through all 8 values over 8 consecutive rows, and the TMA's XOR is
+//      line % 8 of a row-major line index.
+//  * The copy is issued by lane 0 (one instruction per K and per V tile, as v8); the stage's
+//    mbarrier expects the full box (a TMA box always writes its 16 rows). Rows past the
+//    sequence's end hold whatever the pool has in those slots (NaN in the tests): K rows are
+//    masked to -inf by a select in the tile compute, V rows are zeroed after the copy lands.
+//    A tile is 16-aligned inside a page whose block_size is a multiple of 16, so the box never
+//    leaves its (page, KV head) run; rows past the tensor's end would be zero-filled by TMA.
+//  * Scope, split plan, merge: v8's (BF16 / FP16, HND, block_size a multiple of 16; the rest
+//    declined with a reason). A pool the tensor map cannot describe (address not 16-byte
+//    aligned, more than 2^31 rows) is declined with the encoder's reason.
+#include <cuda.h>
+#include <cudaTypedefs.h>
+
+#include <cstring>
+
+#include "gpu/attention/mma_bulk_decode.cuh"
+
+namespace kvlab::gpu::detail {
+namespace {
+
+// The K and V tensor maps of one launch (kernel parameter, __grid_constant__: the TMA unit
+// reads them where the launch put them).
+struct V10Maps {
+  CUtensorMap k;
+  CUtensorMap v;
+};
+
+// ---- host: tensor maps, cached per (pool pointer, geometry)
+using EncodeTiledFn = PFN_cuTensorMapEncodeTiled_v12000;
+
+EncodeTiledFn encode_tiled_fn() {
+  static const EncodeTiledFn fn = [] {
+    void* f = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault,
+                                         &q) != cudaSuccess ||
+        q != cudaDriverEntryPointSuccess)
+      return static_cast<EncodeTiledFn>(nullptr);
+    return reinterpret_cast<EncodeTiledFn>(f);
+  }();
+  return fn;
+}
+
+// The map of one pool: {64, D/64, rows} 16-bit elements, box {64, D/64, 16}, 128-byte swizzle.
+// "" or why it cannot be built.
+std::string encode_pool_map(const void* pool, const PageGeometry& g, CUtensorMap& map) {
+  std::ostringstream os;
+  const int64_t rows = g.num_blocks * g.num_kv_heads * static_cast<int64_t>(g.block_size);
+  if (rows > INT32_MAX) {
+    os << "v10_mma_decode_tma_swizzle addresses pool rows with 32-bit TMA coordinates; the pool "
+          "has "
+       << rows << " rows";
+    return os.str();
+  }
+  if (reinterpret_cast<uintptr_t>(pool) % 16 != 0) {
+    os << "v10_mma_decode_tma_swizzle's tensor map needs a 16-byte aligned pool, got " << pool;
+    return os.str();
+  }
+  const EncodeTiledFn encode = encode_tiled_fn();
+  if (!encode)
+    return "v10_mma_decode_tma_swizzle: the driver has no cuTensorMapEncodeTiled (CUDA 12+)";
+  const int d = g.head_dim;
+  const cuuint64_t dims[3] = {64, static_cast<cuuint64_t>(d / 64), static_cast<cuuint64_t>(rows)};
+  const cuuint64_t strides[2] = {128, static_cast<cuuint64_t>(d) * 2};  // bytes, dims 1 and 2
+  const cuuint32_t box[3] = {64, static_cast<cuuint32_t>(d / 64), kBulkTile};
+  const cuuint32_t elem_strides[3] = {1, 1, 1};
+  const CUresult r = encode(&map, CU_TENSOR_MAP_DATA_TYPE_UINT16, 3, const_cast<void*>(pool), dims,
+                            strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                            CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS) {
+    os << "v10_mma_decode_tma_swizzle: cuTensorMapEncodeTiled rejected the pool (CUresult "
+       << static_cast<int>(r) << ", head_dim " << d << ", " << rows << " rows)";
+    return os.str();
+  }
+  return "";
+}
+
+// The maps of (K pool, V pool, geometry), or the reason there are none. Entries never go
+// stale: a map holds only the address and the geometry, both in the key. The cache is
+// bounded (cleared past 256 entries: a sweep allocates a few pools per shape).
+std::string pool_maps(const DecodeArgs& a, V10Maps& out) {
+  using Key = std::tuple<const void*, const void*, int64_t, int, int, int, int>;
+  static std::mutex mu;
+  static std::map<Key, V10Maps> cache;
+  const PageGeometry& g = a.kv.geom;
+  const Key key{a.kv.k, a.kv.v, g.num_blocks, g.num_kv_heads, g.block_size, g.head_dim,
+                static_cast<int>(g.format)};
+  std::lock_guard<std::mutex> lock(mu);
+  const auto it = cache.find(key);
+  if (it != cache.end()) {
+    out = it->second;
+    return "";
+  }
+  V10Maps m;
+  std::memset(&m, 0, sizeof(m));
+  std::string why = encode_pool_map(a.kv.k, g, m.k);
+  if (why.empty()) why = encode_pool_map(a.kv.v, g, m.v);
+  if (!why.empty()) return why;
+  if (cache.size() >= 256) cache.clear();
+  cache.emplace(key, m);
+  out = m;
+  return "";
+}
+
+// v10's copy policy: lane 0 copies the tile's 16 K rows with one tensor copy and its 16 V
+// rows with another, 128-byte swizzled (the block body, the kernel and the host side are
+// the bulk-copy family's: mma_bulk_decode.cuh).
+struct V10TensorCopy {
+  static constexpr const char* kName = "v10_mma_decode_tma_swizzle";
+  static constexpr const char* kCopies = "16-row tensor tiles";
+  using Rows = mma::Swizzle128Rows;  // as CU_TENSOR_MAP_SWIZZLE_128B lands them
+  static constexpr int kSmemAlign = 1024;  // the swizzle pattern's period
+  static constexpr bool kWarpIssues = false;  // lane 0 alone
+  using Maps = V10Maps;
+
+  template <int D>
+  __device__ static void issue(const BulkTile& t, const Maps& maps) {
+    const int row = static_cast<int>(t.pools->geom.k_index(t.page, t.kv_head, t.slot, 0) / D);
+    constexpr uint32_t kBoxBytes = kBulkTile * D * 2;  // the box always writes its 16 rows
+    mma::fence_proxy_async_smem();  // generic reads/writes of the stage before the async writes
+    mma::mbarrier_expect_tx(t.bar, 2 * kBoxBytes);
+    mma::mbarrier_arrive(t.bar);
+    mma::tensor_copy_3d_g2s(t.sk, &maps.k, 0, 0, row, t.bar, t.l2_policy);
+    mma::tensor_copy_3d_g2s(t.sv, &maps.v, 0, 0, row, t.bar, t.l2_policy);
+  }
+  static std::string maps_reason(const DecodeArgs& a) {
+    V10Maps m;
+    return pool_maps(a, m);
+  }
+  static Maps maps(const DecodeArgs& a) {
+    V10Maps m;
+    const std::string why = pool_maps(a, m);
+    KVLAB_REQUIRE(why.empty(), why);
+    return m;
+  }
+};
+
+}  // namespace
+
+DecodeVersionImpl make_v10_mma_decode_tma_swizzle() {
+  return bulk_version<V10TensorCopy>(
+      10,
+      "v4's tensor-core decode loading each 16-token tile of an HND page (K and V) with one "
+      "TMA tensor copy each, 128-byte swizzled, on an mbarrier (bf16/fp16, block_size a "
+      "multiple of 16)");
+}
+
+}  // namespace kvlab::gpu::detail
