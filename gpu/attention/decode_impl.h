@@ -10,6 +10,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 #include "gpu/attention/decode.h"
@@ -52,6 +53,34 @@ std::string common_unsupported_reason(const DecodeArgs& a);
 inline int64_t seq_len_bound64(const DecodeArgs& a) {
   return a.max_seq_len > 0 ? a.max_seq_len
                            : static_cast<int64_t>(a.max_blocks_per_seq) * a.kv.geom.block_size;
+}
+
+// The parameters every tensor-core decode kernel (v4's family, v6) takes from the call, set on
+// its parameter struct P (fields of the same names): Q / O / lse, the pools and their
+// geometry, the softmax and output scales (a pool scale folded in), the table, the lengths
+// and the head counts.
+template <class P>
+void set_call_params(P& p, const DecodeArgs& a) {
+  const PageGeometry& g = a.kv.geom;
+  p.q = a.q;
+  p.o = a.o;
+  p.lse = a.lse;
+  p.q_bf16 = a.q_dtype == DType::kBF16;
+  p.pools.k = static_cast<const uint8_t*>(a.kv.k);
+  p.pools.v = static_cast<const uint8_t*>(a.kv.v);
+  p.pools.k_scales = static_cast<const uint8_t*>(a.kv.k_scales);
+  p.pools.v_scales = static_cast<const uint8_t*>(a.kv.v_scales);
+  p.pools.geom = g;
+  const bool pool = kv_format_has_pool_scale(g.format);  // kPool and NVFP4's tensor scale
+  p.qk_scale = a.sm_scale * (pool ? a.kv.k_scale : 1.0f);
+  p.out_scale = pool ? a.kv.v_scale : 1.0f;
+  p.block_table = a.block_table;
+  p.seq_lens = a.seq_lens;
+  p.num_seqs = a.num_seqs;
+  p.num_qo_heads = a.num_qo_heads;
+  p.group_size = a.group_size();
+  p.max_blocks_per_seq = a.max_blocks_per_seq;
+  p.seq_len_bound = static_cast<int>(seq_len_bound64(a));
 }
 
 }  // namespace kvlab::gpu::detail

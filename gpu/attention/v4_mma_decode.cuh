@@ -580,25 +580,7 @@ inline std::string v4_family_reason(const char* name, const DecodeArgs& a,
 inline V4Params v4_params(const DecodeArgs& a, const V4Plan& pl, void* workspace) {
   const PageGeometry& g = a.kv.geom;
   V4Params p{};
-  p.q = a.q;
-  p.o = a.o;
-  p.lse = a.lse;
-  p.q_bf16 = a.q_dtype == DType::kBF16;
-  p.pools.k = static_cast<const uint8_t*>(a.kv.k);
-  p.pools.v = static_cast<const uint8_t*>(a.kv.v);
-  p.pools.k_scales = static_cast<const uint8_t*>(a.kv.k_scales);
-  p.pools.v_scales = static_cast<const uint8_t*>(a.kv.v_scales);
-  p.pools.geom = g;
-  const bool pool = kv_format_has_pool_scale(g.format);  // kPool and NVFP4's tensor scale
-  p.qk_scale = a.sm_scale * (pool ? a.kv.k_scale : 1.0f);
-  p.out_scale = pool ? a.kv.v_scale : 1.0f;
-  p.block_table = a.block_table;
-  p.seq_lens = a.seq_lens;
-  p.num_seqs = a.num_seqs;
-  p.num_qo_heads = a.num_qo_heads;
-  p.group_size = a.group_size();
-  p.max_blocks_per_seq = a.max_blocks_per_seq;
-  p.seq_len_bound = static_cast<int>(seq_len_bound64(a));
+  set_call_params(p, a);
   p.num_qtiles = pl.num_qtiles;
   p.num_splits = pl.split.num_splits;
   p.chunk_tokens = static_cast<int>(pl.split.chunk_tokens);

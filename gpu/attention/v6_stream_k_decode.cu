@@ -565,25 +565,7 @@ void v6_run(const DecodeArgs& a, const DecodeTuning& tu, void* workspace, cudaSt
   const V6Plan pl = v6_plan(a, current_launch_limits(), tu);
   const PageGeometry& g = a.kv.geom;
   V6Params p{};
-  p.q = a.q;
-  p.o = a.o;
-  p.lse = a.lse;
-  p.q_bf16 = a.q_dtype == DType::kBF16;
-  p.pools.k = static_cast<const uint8_t*>(a.kv.k);
-  p.pools.v = static_cast<const uint8_t*>(a.kv.v);
-  p.pools.k_scales = static_cast<const uint8_t*>(a.kv.k_scales);
-  p.pools.v_scales = static_cast<const uint8_t*>(a.kv.v_scales);
-  p.pools.geom = g;
-  const bool pool = kv_format_has_pool_scale(g.format);  // kPool and NVFP4's tensor scale
-  p.qk_scale = a.sm_scale * (pool ? a.kv.k_scale : 1.0f);
-  p.out_scale = pool ? a.kv.v_scale : 1.0f;
-  p.block_table = a.block_table;
-  p.seq_lens = a.seq_lens;
-  p.num_seqs = a.num_seqs;
-  p.num_qo_heads = a.num_qo_heads;
-  p.group_size = a.group_size();
-  p.max_blocks_per_seq = a.max_blocks_per_seq;
-  p.seq_len_bound = static_cast<int>(seq_len_bound64(a));
+  set_call_params(p, a);
   p.num_qtiles = pl.num_qtiles;
   p.hq = pl.hq;
   uint8_t* ws = static_cast<uint8_t*>(workspace);
