@@ -55,10 +55,9 @@ inline int64_t seq_len_bound64(const DecodeArgs& a) {
                            : static_cast<int64_t>(a.max_blocks_per_seq) * a.kv.geom.block_size;
 }
 
-// The parameters every tensor-core decode kernel (v4's family, v6) takes from the call, set on
-// its parameter struct P (fields of the same names): Q / O / lse, the pools and their
-// geometry, the softmax and output scales (a pool scale folded in), the table, the lengths
-// and the head counts.
+// The parameters every tensor-core decode kernel (v4's family, v6) takes from the call
+// (mma::CallParams, mma_tile_copy.cuh): Q / O / lse, the pools and their geometry, the softmax
+// and output scales (a pool scale folded in), the table, the lengths and the head counts.
 template <class P>
 void set_call_params(P& p, const DecodeArgs& a) {
   const PageGeometry& g = a.kv.geom;

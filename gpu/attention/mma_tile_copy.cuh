@@ -55,6 +55,25 @@ struct PoolView {
   PageGeometry geom;
 };
 
+// What every tensor-core decode kernel (v4's family, v6) takes from the call (set on the host
+// by set_call_params, decode_impl.h); each kernel's parameters extend it with its plan.
+struct CallParams {
+  const void* q;  // [num_seqs, num_qo_heads, head_dim]  bf16/fp16
+  void* o;        // [num_seqs, num_qo_heads, head_dim]
+  float* lse;     // [num_seqs, num_qo_heads] or null
+  bool q_bf16;
+  PoolView pools;
+  float qk_scale;              // sm_scale x K pool scale (kPool, NVFP4 tensor scale)
+  float out_scale;             // V pool scale (kPool, NVFP4 tensor scale), else 1
+  const int32_t* block_table;  // [num_seqs, max_blocks_per_seq]
+  const int32_t* seq_lens;     // [num_seqs]
+  int num_seqs;
+  int num_qo_heads;
+  int group_size;
+  int max_blocks_per_seq;
+  int seq_len_bound;
+};
+
 // One stage of a warp's tile: [K rows][V rows][K scale rows][V scale rows].
 template <KvFormat F, int D, int kWT>
 struct TileStage {

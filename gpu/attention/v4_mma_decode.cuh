@@ -80,21 +80,7 @@ KVLAB_HD constexpr V4Smem v4_smem() {
   return s;
 }
 
-struct V4Params {
-  const void* q;  // [num_seqs, num_qo_heads, head_dim]  bf16/fp16
-  void* o;        // [num_seqs, num_qo_heads, head_dim]
-  float* lse;     // [num_seqs, num_qo_heads] or null
-  bool q_bf16;
-  mma::PoolView pools;
-  float qk_scale;              // sm_scale x K pool scale (kPool, NVFP4 tensor scale)
-  float out_scale;             // V pool scale (kPool, NVFP4 tensor scale), else 1
-  const int32_t* block_table;  // [num_seqs, max_blocks_per_seq]
-  const int32_t* seq_lens;     // [num_seqs]
-  int num_seqs;
-  int num_qo_heads;
-  int group_size;
-  int max_blocks_per_seq;
-  int seq_len_bound;
+struct V4Params : mma::CallParams {
   int num_qtiles;  // ceil(group_size / 8)
   int num_splits;
   int chunk_tokens;    // tokens per split
