@@ -20,11 +20,12 @@
 #                       the registry, and the small cases over every version -- own process
 #   tests.log           the decode suites over every version (v8, v9, v10 where in scope,
 #                       checked to decline elsewhere), auto, the decode-step executor
-#   memcheck.log racecheck.log  compute-sanitizer on the small cases of every version (v10's
-#                       among them) and v10's / v8's bad-table case
+#   memcheck.log racecheck.log  compute-sanitizer on the small bf16 / fp16 / fp8_e4m3 HND
+#                       cases of every version (v10's bf16 / fp16 at d64 among them), v10's and
+#                       v8's bad-table case; memcheck also on v10's FP8 suite (d128 / d256)
 #   decode_bulk_copy.h5 experiments/configs/decode_bulk_copy.ini: v4 / v5 / v7 / v8 / v9 / v10
-#                       / auto on the K-row shapes, BF16 HND and NHD block 16, FP8 64 x 8k, the
-#                       split rule (sweep_bulk.log)
+#                       / auto on the K-row shapes, BF16 HND and NHD block 16, FP8 E4M3 HND on
+#                       the K4 shapes (v10 among them), the split rule (sweep_bulk.log)
 #   ncu_v10_64x8k_hnd.txt ncu_v8_64x8k_hnd.txt  SpeedOfLight / memory / warp-state sections
 #   ncu_metrics_v10.txt ncu_metrics_v8.txt ncu_metrics_v9.txt ncu_metrics_v4.txt  L2 requests
 #                       and sectors, shared-memory wavefronts and bank conflicts (64 x 8k BF16
@@ -72,10 +73,10 @@ if [[ ${KERNEL_STAGE:-bulk} == bulk ]]; then
   step smoke 30 "$BIN/gpu_tests" --gtest_filter='DecodeV10/*:DecodeV9/*:DecodeV8/*:DecodeRegistry.*:Small/*'
   step tests 45 "$BIN/gpu_tests" \
     --gtest_filter='Curated/*:DecodeEdge.*:DecodeBadInput.*:DecodeV4.*:DecodeV6.AutoPicksASupportedVersion:StepEngine.EveryVariantMatchesTheReference'
-  step memcheck 20 compute-sanitizer --tool memcheck --print-limit 10 --error-exitcode 1 "$BIN/gpu_tests" \
-    --gtest_filter='Small/DecodeSmall.*/bf16_hnd:Small/DecodeSmall.*/fp16_hnd:DecodeV10/*.BadTable*:DecodeV8/*.BadTable*'
+  step memcheck 30 compute-sanitizer --tool memcheck --print-limit 10 --error-exitcode 1 "$BIN/gpu_tests" \
+    --gtest_filter='Small/DecodeSmall.*/bf16_hnd:Small/DecodeSmall.*/fp16_hnd:Small/DecodeSmall.*/fp8_e4m3_hnd:DecodeV10/*.BadTable*:DecodeV10/*.Fp8*:DecodeV8/*.BadTable*'
   step racecheck 20 compute-sanitizer --tool racecheck --print-limit 10 --error-exitcode 1 "$BIN/gpu_tests" \
-    --gtest_filter='Small/DecodeSmall.*/bf16_hnd:DecodeV10/*.BadTable*'
+    --gtest_filter='Small/DecodeSmall.*/bf16_hnd:Small/DecodeSmall.*/fp8_e4m3_hnd:DecodeV10/*.BadTable*'
 
   # 2. Timing: v10, v9 and v8 against v4 / v5 / v7 / auto on the K-row shapes (the fair harness).
   CFG=experiments/configs/decode_bulk_copy.ini

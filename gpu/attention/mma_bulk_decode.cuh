@@ -9,8 +9,9 @@
 //  * 128 threads = 4 warps; warp w owns the 16-token tiles w, w + 4, ... of the block's
 //    token range and runs its own 3-stage pipeline, each stage [K rows | V rows] of one tile,
 //    completion counted on the stage's mbarrier (no block barrier in the main loop).
-//  * Scope: BF16 and FP16 pools, HND layout, block_size a multiple of 16: the tile's 16 slots
-//    of one (page, KV head) are one contiguous run, 16 x head_dim x 2 bytes.
+//  * Scope: BF16 and FP16 pools (and FP8 E4M3 with a pool scale at head_dim >= 128 where the
+//    policy says kFP8), HND layout, block_size a multiple of 16: the tile's 16 slots of one
+//    (page, KV head) are one contiguous run, 16 x head_dim x element bytes.
 //  * The tile's page is one block-table load by lane 0, one tile ahead. A table entry outside
 //    the pool copies nothing and turns the block's rows into NaN.
 //  * Rows past the sequence's end: K is masked to -inf by the tile compute (a select, never
@@ -24,8 +25,9 @@
 //   Rows                  the stage's row geometry (mma::PaddedRows<N>, mma::Swizzle128Rows)
 //   kSmemAlign            alignment the stage buffers need (16, or 1024 for the swizzle)
 //   kWarpIssues           true: the whole warp calls issue(); false: lane 0 alone
+//   kFP8                  true: FP8 E4M3 pools (pool scale) at head_dim >= 128 too
 //   Maps                  extra kernel parameter (__grid_constant__), e.g. tensor maps
-//   issue<D>(t)           copies tile t (BulkTile below) into its stage, completing on t.bar
+//   issue<D, F>(t, maps)  copies tile t (BulkTile below) into its stage, completing on t.bar
 //   maps_reason(a), maps(a)   host: "" or why Maps cannot be built; the Maps of a launch
 #pragma once
 
@@ -49,8 +51,19 @@ static_assert(v4_warp_tile<BulkConfig, 128, KvFormat::kBF16>() == kBulkTile, "16
 // Kernel parameter of the policies that need none.
 struct NoMaps {};
 
+// The operand loader of a (policy, format): v4's loaders over the policy's row geometry.
 template <class Copy, KvFormat F, int D>
-using BulkOperand = mma::Operand16<F, D, F == KvFormat::kFP16, typename Copy::Rows>;
+using BulkOperand =
+    std::conditional_t<F == KvFormat::kFP8E4M3, mma::MmaOperand<F, D, typename Copy::Rows>,
+                       mma::Operand16<F, D, F == KvFormat::kFP16, typename Copy::Rows>>;
+
+// Resident blocks the kernel is compiled for: 4 for FP8 at head_dim <= 128 (v5's measured
+// FP8 design point: f16 operands both ways, <= 128 registers), else 1 (no register cap: the
+// 16-bit instances are held to 2 blocks per SM by their shared memory).
+template <int D, KvFormat F>
+constexpr int bulk_min_blocks() {
+  return F == KvFormat::kFP8E4M3 && D <= 128 ? 4 : 1;
+}
 
 // One tile copy, as the block body hands it to the policy. Lane 0's page (the whole warp's
 // when Copy::kWarpIssues) is checked to lie inside the pool before issue() is called.
@@ -78,8 +91,8 @@ struct BulkSmem {
 template <class Copy, int D, KvFormat F>
 KVLAB_HD constexpr BulkSmem bulk_smem() {
   BulkSmem s{};
-  s.row_bytes = D * 2;
-  s.row_stride = Copy::Rows::stride(s.row_bytes);
+  s.row_bytes = BulkOperand<Copy, F, D>::kRowBytes;
+  s.row_stride = BulkOperand<Copy, F, D>::kRowStride;
   s.stage_bytes = 2 * kBulkTile * s.row_stride;
   s.warp_bytes = kBulkStages * s.stage_bytes;
   const int pipe = kV4Warps * s.warp_bytes;
@@ -160,7 +173,7 @@ __device__ __forceinline__ void bulk_block(const V4Params& p, const typename Cop
     tile.bar = bar;
     tile.l2_policy = l2_policy;
     tile.lane = lane;
-    Copy::template issue<D>(tile, maps);
+    Copy::template issue<D, F>(tile, maps);
   };
   auto fetch_page = [&](int i) {  // lane 0: the table entry of tile i (-1 past the end)
     if (lane != 0) return;
@@ -217,7 +230,7 @@ __device__ __forceinline__ void bulk_block(const V4Params& p, const typename Cop
 // grid: num_splits x num_seqs x num_kv_heads x num_qtiles blocks (split slowest), 128
 // threads; dynamic shared memory bulk_smem<Copy, D, F>().total.
 template <class Copy, int D, KvFormat F>
-__global__ void __launch_bounds__(kV4Threads, 1)
+__global__ void __launch_bounds__(kV4Threads, bulk_min_blocks<D, F>())
     bulk_decode_kernel(const V4Params p, const __grid_constant__ typename Copy::Maps maps) {
   extern __shared__ __align__(128) uint8_t smem_raw[];
   uint8_t* smem = smem_raw;
@@ -234,8 +247,13 @@ __global__ void __launch_bounds__(kV4Threads, 1)
 }
 
 // ------------------------------------------------------------------ host side
-// The (head_dim, format) instances: every compiled head_dim, BF16 and FP16 only.
-template <class Fn>
+// The (head_dim, format) instances of a policy: every compiled head_dim in BF16 and FP16,
+// and FP8 E4M3 at head_dim >= 128 when the policy copies it.
+template <class Copy>
+constexpr bool bulk_fp8_head_dim(int d) {
+  return Copy::kFP8 && d >= 128;
+}
+template <class Copy, class Fn>
 cudaError_t bulk_dispatch(int head_dim, KvFormat format, Fn&& fn) {
   return KVLAB_DISPATCH_HEAD_DIM(head_dim, kD, [&] {
     if (format == KvFormat::kBF16)
@@ -244,17 +262,28 @@ cudaError_t bulk_dispatch(int head_dim, KvFormat format, Fn&& fn) {
     if (format == KvFormat::kFP16)
       return fn(std::integral_constant<int, kD>{},
                 std::integral_constant<KvFormat, KvFormat::kFP16>{});
+    if constexpr (bulk_fp8_head_dim<Copy>(kD)) {
+      if (format == KvFormat::kFP8E4M3)
+        return fn(std::integral_constant<int, kD>{},
+                  std::integral_constant<KvFormat, KvFormat::kFP8E4M3>{});
+    }
     return cudaErrorInvalidValue;  // unreachable: bulk_layout_reason rejects the format
   });
 }
 
-// "" when the family's copies apply to the pool: 16-bit rows, HND, page runs of whole tiles.
+// "" when the family's copies apply to the pool: 16-bit rows (or FP8 E4M3 ones of >= 128
+// bytes where the policy copies them), HND, page runs of whole tiles.
 template <class Copy>
 std::string bulk_layout_reason(const PageGeometry& g) {
   std::ostringstream os;
-  if (g.format != KvFormat::kBF16 && g.format != KvFormat::kFP16)
-    os << Copy::kName << " copies 16-bit (bf16, fp16) " << Copy::kCopies << ", got "
+  const bool fp8 = g.format == KvFormat::kFP8E4M3 && Copy::kFP8;
+  if (g.format != KvFormat::kBF16 && g.format != KvFormat::kFP16 && !fp8)
+    os << Copy::kName << " copies 16-bit (bf16, fp16) "
+       << (Copy::kFP8 ? "or fp8_e4m3 (pool scale) " : "") << Copy::kCopies << ", got "
        << to_string(g.format);
+  else if (fp8 && !bulk_fp8_head_dim<Copy>(g.head_dim))
+    os << Copy::kName << " copies fp8_e4m3 rows of head_dim >= 128 (one 128-byte swizzle line "
+       << "or more), got head_dim " << g.head_dim;
   else if (g.layout != KvLayout::kHND)
     os << Copy::kName << " copies " << Copy::kCopies
        << " of contiguous (page, KV head) runs of the HND layout, got " << to_string(g.layout);
@@ -268,13 +297,13 @@ template <class Copy>
 V4Plan bulk_make_plan(const DecodeArgs& a, const LaunchLimits& lim, const DecodeTuning& tu) {
   const PageGeometry& g = a.kv.geom;
   size_t smem = 0;
-  bulk_dispatch(g.head_dim, g.format, [&](auto d, auto fm) {
+  bulk_dispatch<Copy>(g.head_dim, g.format, [&](auto d, auto fm) {
     smem = static_cast<size_t>(bulk_smem<Copy, decltype(d)::value, decltype(fm)::value>().total);
     return cudaSuccess;
   });
   return v4_family_plan(a, lim, tu, smem, kBulkTile, [&](size_t bytes) {
     return cached_blocks_per_sm<Copy>(lim.device, g.head_dim, g.format, bytes, [&](auto&& fn) {
-      return bulk_dispatch(g.head_dim, g.format, [&](auto d, auto fm) {
+      return bulk_dispatch<Copy>(g.head_dim, g.format, [&](auto d, auto fm) {
         return fn(bulk_decode_kernel<Copy, decltype(d)::value, decltype(fm)::value>);
       });
     });
@@ -302,7 +331,7 @@ void bulk_run(const DecodeArgs& a, const DecodeTuning& tu, void* workspace, cuda
   const PageGeometry& g = a.kv.geom;
   const V4Params p = v4_params(a, pl, workspace);
   const typename Copy::Maps maps = Copy::maps(a);
-  cudaError_t e = bulk_dispatch(g.head_dim, g.format, [&](auto d, auto fm) {
+  cudaError_t e = bulk_dispatch<Copy>(g.head_dim, g.format, [&](auto d, auto fm) {
     auto kernel = bulk_decode_kernel<Copy, decltype(d)::value, decltype(fm)::value>;
     cudaError_t r = allow_dynamic_smem(kernel, pl.smem);
     if (r != cudaSuccess) return r;

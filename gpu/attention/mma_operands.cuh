@@ -236,7 +236,9 @@ struct OperandGeometry {
 //   scale_probs(p, svs, r0, r1)  P's factor before rounding: 2^14 (f16 P) or V's token scale
 //   v_frags(sv_pass, svs_pass, lane, emit)   emit(mt, a) for the kMT m-tiles of a pass
 //   kOutScale                what the output is multiplied by to undo scale_probs' constant
-template <KvFormat F, int D>
+// Rows: the tile's row geometry (v4's padded rows unless a copy path lands its rows otherwise;
+// the 16-bit and FP8 E4M3 loaders take any, the others v4's).
+template <KvFormat F, int D, class Rows = PaddedRows<16>>
 struct MmaOperand;
 
 // 16-bit storage: the stored pairs are the fragments. Rows: the tile's row geometry (v4's
@@ -278,9 +280,9 @@ template <int D>
 struct MmaOperand<KvFormat::kFP16, D> : Operand16<KvFormat::kFP16, D, true> {};
 
 // FP8 E4M3 with a pool scale: one cvt per pair, f16 operands both ways.
-template <int D>
-struct MmaOperand<KvFormat::kFP8E4M3, D> : OperandGeometry<KvFormat::kFP8E4M3, D> {
-  using G = OperandGeometry<KvFormat::kFP8E4M3, D>;
+template <int D, class Rows>
+struct MmaOperand<KvFormat::kFP8E4M3, D, Rows> : OperandGeometry<KvFormat::kFP8E4M3, D, Rows> {
+  using G = OperandGeometry<KvFormat::kFP8E4M3, D, Rows>;
   static constexpr bool kQkF16 = true, kPvF16 = true;
   static constexpr float kOutScale = 1.0f / kPScale;
   template <class Emit>

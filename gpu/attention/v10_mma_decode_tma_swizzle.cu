@@ -45,8 +45,16 @@
 //    A tile is 16-aligned inside a page whose block_size is a multiple of 16, so the box never
 //    leaves its (page, KV head) run; rows past the tensor's end would be zero-filled by TMA.
 //  * Scope, split plan, merge: v8's (BF16 / FP16, HND, block_size a multiple of 16; the rest
-//    declined with a reason). A pool the tensor map cannot describe (address not 16-byte
-//    aligned, more than 2^31 rows) is declined with the encoder's reason.
+//    declined with a reason), plus FP8 E4M3 with a pool scale at head_dim >= 128: an FP8 row
+//    of 128 elements is exactly one 128-byte swizzle line (map {128, D/128, rows} of bytes,
+//    box {128, D/128, 16}), read by v4's FP8 loaders (k_slices, v_ranges) through the same
+//    address function. FP8 at d128: K loads conflict-free (lanes g = 2q, 2q+1 read chunks
+//    2t + i XOR g), V ranges (8 bytes, half-warp phases) conflict-free (chunk g/2 XOR 2t);
+//    compiled for 4 blocks per SM (<= 128 registers, v5's FP8 design point), and for the same
+//    split bitwise v5's FP8 (the same 16-token tiles and mma sequence). FP8 at head_dim 64 (a
+//    64-byte row, half a swizzle line) is declined. A pool the tensor map cannot describe
+//    (address not 16-byte aligned, more than 2^31 rows) is declined with the encoder's
+//    reason.
 #include <cuda.h>
 #include <cudaTypedefs.h>
 
@@ -80,8 +88,9 @@ EncodeTiledFn encode_tiled_fn() {
   return fn;
 }
 
-// The map of one pool: {64, D/64, rows} 16-bit elements, box {64, D/64, 16}, 128-byte swizzle.
-// "" or why it cannot be built.
+// The map of one pool: rows of head_dim elements as {128-byte line, lines per row, rows}
+// (16-bit: {64, D/64, rows}; FP8: {128, D/128, rows}), box {line, lines per row, 16},
+// 128-byte swizzle. "" or why it cannot be built.
 std::string encode_pool_map(const void* pool, const PageGeometry& g, CUtensorMap& map) {
   std::ostringstream os;
   const int64_t rows = g.num_blocks * g.num_kv_heads * static_cast<int64_t>(g.block_size);
@@ -99,11 +108,17 @@ std::string encode_pool_map(const void* pool, const PageGeometry& g, CUtensorMap
   if (!encode)
     return "v10_mma_decode_tma_swizzle: the driver has no cuTensorMapEncodeTiled (CUDA 12+)";
   const int d = g.head_dim;
-  const cuuint64_t dims[3] = {64, static_cast<cuuint64_t>(d / 64), static_cast<cuuint64_t>(rows)};
-  const cuuint64_t strides[2] = {128, static_cast<cuuint64_t>(d) * 2};  // bytes, dims 1 and 2
-  const cuuint32_t box[3] = {64, static_cast<cuuint32_t>(d / 64), kBulkTile};
+  const int elem_bytes = kv_format_bits(g.format) / 8;  // 2 (bf16, fp16) or 1 (fp8_e4m3)
+  const int line = 128 / elem_bytes, lines = d * elem_bytes / 128;
+  const cuuint64_t dims[3] = {static_cast<cuuint64_t>(line), static_cast<cuuint64_t>(lines),
+                              static_cast<cuuint64_t>(rows)};
+  const cuuint64_t strides[2] = {128, static_cast<cuuint64_t>(d) * elem_bytes};  // dims 1, 2
+  const cuuint32_t box[3] = {static_cast<cuuint32_t>(line), static_cast<cuuint32_t>(lines),
+                             kBulkTile};
   const cuuint32_t elem_strides[3] = {1, 1, 1};
-  const CUresult r = encode(&map, CU_TENSOR_MAP_DATA_TYPE_UINT16, 3, const_cast<void*>(pool), dims,
+  const CUresult r = encode(&map, elem_bytes == 2 ? CU_TENSOR_MAP_DATA_TYPE_UINT16
+                                                  : CU_TENSOR_MAP_DATA_TYPE_UINT8,
+                            3, const_cast<void*>(pool), dims,
                             strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
                             CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                             CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
@@ -151,12 +166,14 @@ struct V10TensorCopy {
   using Rows = mma::Swizzle128Rows;  // as CU_TENSOR_MAP_SWIZZLE_128B lands them
   static constexpr int kSmemAlign = 1024;  // the swizzle pattern's period
   static constexpr bool kWarpIssues = false;  // lane 0 alone
+  static constexpr bool kFP8 = true;  // FP8 E4M3 rows of >= 128 bytes: whole swizzle lines
   using Maps = V10Maps;
 
-  template <int D>
+  template <int D, KvFormat F>
   __device__ static void issue(const BulkTile& t, const Maps& maps) {
     const int row = static_cast<int>(t.pools->geom.k_index(t.page, t.kv_head, t.slot, 0) / D);
-    constexpr uint32_t kBoxBytes = kBulkTile * D * 2;  // the box always writes its 16 rows
+    // The box always writes its 16 rows.
+    constexpr uint32_t kBoxBytes = kBulkTile * BulkOperand<V10TensorCopy, F, D>::kRowBytes;
     mma::fence_proxy_async_smem();  // generic reads/writes of the stage before the async writes
     mma::mbarrier_expect_tx(t.bar, 2 * kBoxBytes);
     mma::mbarrier_arrive(t.bar);

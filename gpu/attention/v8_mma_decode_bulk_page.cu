@@ -42,10 +42,12 @@ struct V8PageRunCopy {
   using Rows = mma::PaddedRows<0>;  // rows back to back, as one bulk copy lands them
   static constexpr int kSmemAlign = 16;
   static constexpr bool kWarpIssues = false;  // lane 0 alone
+  static constexpr bool kFP8 = false;         // 16-bit pools only
   using Maps = NoMaps;
 
-  template <int D>
+  template <int D, KvFormat F>
   __device__ static void issue(const BulkTile& t, const Maps&) {
+    static_assert(F == KvFormat::kBF16 || F == KvFormat::kFP16, "16-bit rows");
     const PageGeometry& geom = t.pools->geom;
     const int64_t off = geom.k_index(t.page, t.kv_head, t.slot, 0) * 2;
     const uint32_t bytes = static_cast<uint32_t>(t.rows * D * 2);

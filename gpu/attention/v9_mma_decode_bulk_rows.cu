@@ -47,11 +47,13 @@ struct V9RowCopy {
   using Rows = mma::PaddedRows<16>;  // v4's padded rows: v4's shared-memory access pattern
   static constexpr int kSmemAlign = 16;
   static constexpr bool kWarpIssues = true;  // every lane copies a row
+  static constexpr bool kFP8 = false;        // 16-bit pools only
   using Maps = NoMaps;
 
   // Called by the whole warp.
-  template <int D>
+  template <int D, KvFormat F>
   __device__ static void issue(const BulkTile& t, const Maps&) {
+    static_assert(F == KvFormat::kBF16 || F == KvFormat::kFP16, "16-bit rows");
     constexpr int kRowBytes = D * 2;
     constexpr int kStride = Rows::stride(kRowBytes);
     static_assert(kStride % 16 == 0 && kRowBytes % 16 == 0, "bulk copies: 16-byte units");

@@ -6,7 +6,8 @@
 //   v10_mma_decode_tma_swizzle  one TMA tensor copy per K and V tile, 128-byte swizzled
 // Each member runs and matches the reference on every geometry of its scope (bf16 / fp16
 // HND, block_size a multiple of 16, every compiled head_dim, GQA 1-16, sequence ends inside
-// and at the edges of tiles and pages), declines everything outside it with a reason, gives
+// and at the edges of tiles and pages; v10 also fp8_e4m3 at head_dim 128 and 256, with v5's
+// bits at forced splits), declines everything outside it with a reason, gives
 // the bits of the versions with the same tiles and mma sequence for the same split (v5's;
 // v9 and v10 also v8's), and turns a bad table entry into NaN for that sequence only.
 // Cases: seeded (per version), permuted over-provisioned tables, NaN in unused slots
@@ -36,6 +37,7 @@ struct BulkMember {
   int id;
   const char* name;                // the registry name, which every unsupported reason carries
   std::vector<int> bitwise_peers;  // versions with the same tiles and mma sequence
+  bool fp8;                        // copies FP8 E4M3 (pool scale) rows at head_dim >= 128 too
 };
 
 // gtest prints a parameter by its registry name.
@@ -124,23 +126,78 @@ TEST_P(BulkCopyDecode, ForcedSplitsAndPlanKnobsMatchTheReferenceAndPeersBitwise)
   }
 }
 
+// FP8 E4M3 with a pool scale: where the member copies it (head_dim >= 128: an FP8 row is one
+// or more whole 128-byte swizzle lines), the reference on every such geometry and v5's bits
+// at forced splits (v5 runs FP8 in the same 16-token tiles and mma sequence); elsewhere the
+// declines below.
+TEST_P(BulkCopyDecode, Fp8GeometriesOfItsScopeMatchTheReferenceAndV5Bitwise) {
+  KVLAB_SKIP_WITHOUT_GPU();
+  if (!GetParam().fp8) GTEST_SKIP() << tag() << " copies 16-bit rows only (declines: below)";
+  const int groups[][2] = {{8, 8}, {8, 2}, {32, 8}, {16, 1}};
+  int i = 0;
+  for (int d : {128, 256})
+    for (int bs : {16, 32, 128}) {
+      const auto& g = groups[i++ % 4];
+      const DType qd = (i % 2) ? DType::kF16 : DType::kBF16;
+      ref::PagedCaseSpec s =
+          seeded_spec(("decode." + tag() + ".fp8").c_str(), KvLayout::kHND, KvFormat::kFP8E4M3, qd);
+      s.head_dim = d;
+      s.block_size = bs;
+      s.num_qo_heads = g[0];
+      s.num_kv_heads = g[1];
+      s.seq_lens = edge_lengths(bs);
+      ref::PagedCase c = ref::make_paged_case(s);
+      ASSERT_TRUE(c.spec.poison_unused) << "unused slots must hold NaN (rows past the end)";
+      expect_matches(c, "fp8 d" + std::to_string(d) + " b" + std::to_string(bs));
+    }
+  ref::PagedCaseSpec s =
+      seeded_spec(("decode." + tag() + ".fp8.splits").c_str(), KvLayout::kHND, KvFormat::kFP8E4M3);
+  s.num_qo_heads = 32;
+  s.num_kv_heads = 8;
+  s.block_size = 16;
+  s.seq_lens = {3001, 1, 0, 700, 33, 1024};
+  ref::PagedCase c = ref::make_paged_case(s);
+  DeviceCase d(c);
+  for (int splits : {1, 2, 5, 47}) {
+    gpu::DecodeTuning tu;
+    tu.num_splits = splits;
+    expect_matches(c, "fp8 splits " + std::to_string(splits), tu);
+    const GpuDecodeRun r = run_gpu_decode(c, d, id(), nullptr, tu);
+    const GpuDecodeRun r5 = run_gpu_decode(c, d, 5, nullptr, tu);
+    ASSERT_TRUE(r.supported && r5.supported) << r.reason << r5.reason;
+    ASSERT_EQ(r.o.size(), r5.o.size());
+    EXPECT_EQ(0, std::memcmp(r.o.data(), r5.o.data(), r.o.size() * sizeof(float)))
+        << "fp8 splits " << splits << ": " << tag() << " and v5 differ";
+    EXPECT_EQ(0, std::memcmp(r.lse.data(), r5.lse.data(), r.lse.size() * sizeof(float)))
+        << "fp8 splits " << splits << ": " << tag() << " and v5";
+  }
+}
+
 TEST_P(BulkCopyDecode, DeclinesEverythingOutsideItsScope) {
   KVLAB_SKIP_WITHOUT_GPU();
   struct Out {
     KvLayout l;
     KvFormat f;
     int bs;
+    int d;
     const char* why;
   };
-  const Out outs[] = {{KvLayout::kNHD, KvFormat::kBF16, 16, "HND"},
-                      {KvLayout::kSplitX, KvFormat::kFP16, 16, "HND"},
-                      {KvLayout::kHND, KvFormat::kFP8E4M3, 16, "16-bit"},
-                      {KvLayout::kHND, KvFormat::kNVFP4, 32, "16-bit"},
-                      {KvLayout::kHND, KvFormat::kBF16, 8, "multiple of 16"},
-                      {KvLayout::kHND, KvFormat::kBF16, 1, "multiple of 16"}};
+  std::vector<Out> outs = {{KvLayout::kNHD, KvFormat::kBF16, 16, 128, "HND"},
+                           {KvLayout::kSplitX, KvFormat::kFP16, 16, 128, "HND"},
+                           {KvLayout::kHND, KvFormat::kNVFP4, 32, 128, "16-bit"},
+                           {KvLayout::kHND, KvFormat::kFP8E5M2, 16, 128, "16-bit"},
+                           {KvLayout::kHND, KvFormat::kBF16, 8, 128, "multiple of 16"},
+                           {KvLayout::kHND, KvFormat::kBF16, 1, 128, "multiple of 16"}};
+  if (GetParam().fp8) {
+    outs.push_back({KvLayout::kHND, KvFormat::kFP8E4M3, 16, 64, "head_dim >= 128"});
+    outs.push_back({KvLayout::kNHD, KvFormat::kFP8E4M3, 16, 128, "HND"});
+  } else {
+    outs.push_back({KvLayout::kHND, KvFormat::kFP8E4M3, 16, 128, "16-bit"});
+  }
   for (const Out& o : outs) {
     ref::PagedCaseSpec s = seeded_spec(("decode." + tag() + ".out").c_str(), o.l, o.f);
     s.block_size = o.bs;
+    s.head_dim = o.d;
     s.seq_lens = {40, 3};
     ref::PagedCase c = ref::make_paged_case(s);
     DeviceCase d(c);
@@ -183,13 +240,14 @@ std::string member_name(const ::testing::TestParamInfo<BulkMember>& info) {
 }
 
 INSTANTIATE_TEST_SUITE_P(DecodeV8, BulkCopyDecode,
-                         ::testing::Values(BulkMember{8, "v8_mma_decode_bulk_page", {5}}),
+                         ::testing::Values(BulkMember{8, "v8_mma_decode_bulk_page", {5}, false}),
                          member_name);
 INSTANTIATE_TEST_SUITE_P(DecodeV9, BulkCopyDecode,
-                         ::testing::Values(BulkMember{9, "v9_mma_decode_bulk_rows", {5, 8}}),
+                         ::testing::Values(BulkMember{9, "v9_mma_decode_bulk_rows", {5, 8}, false}),
                          member_name);
 INSTANTIATE_TEST_SUITE_P(DecodeV10, BulkCopyDecode,
-                         ::testing::Values(BulkMember{10, "v10_mma_decode_tma_swizzle", {5, 8}}),
+                         ::testing::Values(BulkMember{10, "v10_mma_decode_tma_swizzle", {5, 8},
+                                                      true}),
                          member_name);
 
 }  // namespace
