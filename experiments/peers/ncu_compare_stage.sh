@@ -5,6 +5,7 @@
 # at 64 x 8k (is it memory- or issue-bound?).
 #
 #   OUT=out experiments/peers/ncu_compare_stage.sh BIN_DIR      # <= 170 s on an H100
+#   KVLAB_NCU_HND="v8_mma_decode_bulk_page v10_..." ...          # HND versions at 64 x 8k
 #
 # BIN_DIR holds kvlab. Needs ncu and python3 with torch (the H100 machine has both). Writes
 # $OUT/ncu_compare/{device.txt, summary.txt, <side>_<shape>.txt} and prints, per file, the
@@ -50,15 +51,19 @@ cudnn_point() {  # cudnn_point NAME BATCH CONTEXT
     "$PY" experiments/peers/peer_ncu.py --peer sdpa_cudnn --batch "$2" --context "$3"
 }
 
-# The shapes: the flagship, a long single sequence, a short batch, a long batch-16.
-for shape in "64 8192" "1 32768" "16 512" "16 32768"; do
+# The shapes: the flagship, a long single sequence, a short batch, a long batch-16, the fixed
+# cost's shape.
+for shape in "64 8192" "1 32768" "16 512" "16 32768" "1 512"; do
   set -- $shape
   name="${1}x$2"
   (($(date +%s) - START < 130)) || break
   kvlab_point "auto_nhd_$name" auto nhd bf16 "$1" "$2"
   cudnn_point "$name" "$1" "$2"
 done
-(($(date +%s) - START < 140)) && kvlab_point v8_hnd_64x8192 v8_mma_decode_bulk_page hnd bf16 64 8192
+# The HND versions the auto table may not pick yet (KVLAB_NCU_HND: space-separated versions).
+for v in ${KVLAB_NCU_HND:-v8_mma_decode_bulk_page}; do
+  (($(date +%s) - START < 140)) && kvlab_point "${v%%_*}_hnd_64x8192" "$v" hnd bf16 64 8192
+done
 (($(date +%s) - START < 150)) && step kvlab_nvfp4_v5_64x8192 25 ncu --clock-control none --target-processes all \
   --kernel-name "regex:_decode_kernel" --launch-count 1 --section SpeedOfLight --section ComputeWorkloadAnalysis \
   --section WarpStateStats --section InstructionStats --section Occupancy \
