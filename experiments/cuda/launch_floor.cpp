@@ -12,9 +12,10 @@ Record run_launch_floor(const Point& p, RunContext& ctx) {
   k.chain = static_cast<int>(p.integer("chain"));
   k.tail = p.integer("tail_kib") > 0;
   const std::string& primed = p.str("primed");
-  const gpu::bench::FloorPrime prime = primed == "lines"   ? gpu::bench::FloorPrime::kLines
-                                       : primed == "pages" ? gpu::bench::FloorPrime::kPages
-                                                           : gpu::bench::FloorPrime::kNone;
+  const gpu::bench::FloorPrime prime = primed == "lines"       ? gpu::bench::FloorPrime::kLines
+                                       : primed == "pages"     ? gpu::bench::FloorPrime::kPages
+                                       : primed == "elsewhere" ? gpu::bench::FloorPrime::kElsewhere
+                                                               : gpu::bench::FloorPrime::kNone;
   gpu::bench::LaunchFloorCase c(k, point_seed(ctx, p));
   Record r;
   const std::string wrong = c.validate();
@@ -37,6 +38,8 @@ Record run_launch_floor(const Point& p, RunContext& ctx) {
                                            "(L2 and TLB warm)"
                     : primed == "pages" ? "after the flush, a word 32 KiB away in each page read "
                                            "(TLB warm, lines cold)"
+                    : primed == "elsewhere" ? "after the flush, as many reads of another allocation "
+                                              "(a kernel in between, nothing of the call warm)"
                                         : "nothing: the call starts on the flush's state");
   return r;
 }

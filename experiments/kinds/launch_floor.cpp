@@ -7,9 +7,10 @@
 //                           start-up chain: seq_len -> block-table entry -> first page);
 //   chainN_page16k          the same chain, then one block reads the 16 KiB page it names;
 //   page16k                 the page alone (no chain);
-//   ..._primed_lines/pages  controls: an untimed kernel between the flush and the timed call
-//                           touches the very words and page (lines: L2 warm) or words 32 KiB
-//                           away in the same 2 MiB pages (pages: TLB warm, lines cold).
+//   ..._primed_X           controls: an untimed kernel between the flush and the timed call
+//                           touches the very words and page (lines: L2 warm), words 32 KiB
+//                           away in the same 2 MiB pages (pages: TLB warm, lines cold), or as
+//                           many words of another allocation (elsewhere: their baseline).
 // A row's excess over its (tiny) bandwidth floor is its time: what a decode call at the same
 // rules cannot go below, whatever its kernel does.
 // Validation before timing (experiments/cuda/launch_floor.cpp): the chain's end or the page's
@@ -62,10 +63,11 @@ class LaunchFloorBench : public Bench {
         {"primed",
          AxisType::kEnum,
          "none",
-         {"none", "pages", "lines"},
-         "untimed kernel after the flush, before the timed call: none (the floor); pages (a "
-         "word 32 KiB away from each word and page read: TLB warm, lines cold); lines (the very "
-         "words and page: L2 warm)"},
+         {"none", "elsewhere", "pages", "lines"},
+         "untimed kernel after the flush, before the timed call: none (the floor); elsewhere (as "
+         "many reads of another allocation: a kernel in between, nothing warm); pages (a word "
+         "32 KiB away from each word and page read: TLB warm, lines cold); lines (the very words "
+         "and page: L2 warm)"},
         {"graph",
          AxisType::kEnum,
          "off",

@@ -14,7 +14,8 @@
 # pandas, numpy. Output in $OUT/launch_floor/:
 #   gpu_tests.log    gpu_tests LaunchFloor.* (every floor kernel validates; the cold 3-load chain
 #                    is slower than its lines-primed twin: the flush evicts the chain)
-#   floor_sweep.h5, floor_sweep.log   the sweep (ceilings measured first, as in every run)
+#   floor_sweep.h5, floor_sweep.log   the sweep: 50 points (10 decode, 16 floor rows, 24 primed
+#                    controls), the ceilings measured first as in every run
 #   clocks.csv       nvidia-smi every 100 ms (SM / memory clocks, power)
 #   summary.txt      the rows (median, quartiles, excess over the bandwidth floor) and K6's
 #                    target lines of target_table.py on this file; printed last
@@ -81,8 +82,10 @@ for g in ("off", "on"):
         return f"{t[a] - t[b]:+.3f}" if a in t and b in t else "-"
     print(f"  {'graph' if g == 'on' else 'eager'}: each cold load: chain1-empty {d('chain1', 'empty')}, "
           f"chain2-chain1 {d('chain2', 'chain1')}, chain3-chain2 {d('chain3', 'chain2')}; "
-          f"chain3 cold - lines primed {d('chain3', 'chain3_primed_lines')} (DRAM vs L2; > 0: the flush evicts), "
-          f"cold - pages primed {d('chain3', 'chain3_primed_pages')} (the TLB part); "
+          f"chain3 primed elsewhere - lines {d('chain3_primed_elsewhere', 'chain3_primed_lines')} (3 loads DRAM vs "
+          f"L2; > 0: the flush evicts), elsewhere - pages {d('chain3_primed_elsewhere', 'chain3_primed_pages')} (the "
+          f"TLB part), cold - elsewhere {d('chain3', 'chain3_primed_elsewhere')} (after the flush vs after a small "
+          f"kernel); "
           f"16 KiB page after the chain {d('chain3_page16k', 'chain3')}")
     if not dec.empty and "empty" in t:
         b = dec.loc[dec["excess_us"].idxmin()]

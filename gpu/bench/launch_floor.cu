@@ -113,6 +113,8 @@ LaunchFloorCase::LaunchFloorCase(FloorKernel k, uint64_t seed) : k_(k) {
     tail_.allocate(kFloorTailBufferBytes);
     fill_words(tail_.data(), kFloorTailBufferBytes);
   }
+  elsewhere_.allocate(kFloorChainBufferBytes);
+  fill_words(elsewhere_.data(), kFloorChainBufferBytes);
   out_.allocate(kFloorTailThreads * 4, 256);
   sink_.allocate(4);
   sink_.fill_bytes(0);
@@ -146,14 +148,18 @@ void LaunchFloorCase::prime(FloorPrime p, cudaStream_t s) const {
   if (p == FloorPrime::kNone) return;
   PrimeTargets t{};
   const bool lines = p == FloorPrime::kLines;
+  const uint32_t* other = elsewhere_.as<uint32_t>();
   for (int i = 0; i < k_.chain; ++i) {
     const uint32_t* w = link_[i].as<uint32_t>() + word_[i];
-    t.word[i] = lines ? w : same_page_elsewhere(w);
+    t.word[i] = p == FloorPrime::kElsewhere ? other + word_[i] : lines ? w : same_page_elsewhere(w);
   }
   t.words = k_.chain;
   if (k_.tail) {
     const uint4* pg = tail_.as<uint4>() + uint64_t{page_} * kPageVecs;
-    t.page = lines ? pg : same_page_elsewhere(pg);
+    // elsewhere: the 16 KiB at 1 MiB into the other allocation
+    t.page = p == FloorPrime::kElsewhere ? elsewhere_.as<uint4>() + (1 << 20) / 16
+             : lines                     ? pg
+                                         : same_page_elsewhere(pg);
   }
   floor_prime_kernel<<<1, kFloorTailThreads, 0, s>>>(t, sink_.as<uint32_t>());
   KVLAB_CUDA_CHECK(cudaGetLastError());

@@ -13,7 +13,8 @@
 // Every byte comes from buffers the harness's flush evicts (the flush is relied upon, not a
 // second buffer); the primed controls prove it: after the flush and before the start event an
 // untimed kernel touches either the very words and page the timed call reads (lines: L2 and
-// TLB warm) or words 32 KiB away in the same 2 MiB pages (pages: TLB warm, lines still cold).
+// TLB warm), or words 32 KiB away in the same 2 MiB pages (pages: TLB warm, lines still cold),
+// or as many words of another allocation (elsewhere: the same kernel in between, nothing warm).
 // A cold chain that is no slower than its lines-primed twin would mean the flush left the
 // chain in L2.
 #pragma once
@@ -35,9 +36,11 @@ constexpr uint64_t kFloorTailBufferBytes = 64ull << 20;  // 4096 pages of 16 KiB
 
 // What the untimed kernel between the flush and the timed call touches.
 enum class FloorPrime {
-  kNone,   // nothing: the timed call starts on the flush's state (the measured floor)
-  kPages,  // one word 32 KiB away from each word (page) the call reads: TLB warm, L2 cold
-  kLines,  // the very words and page the call reads: L2 (and TLB) warm
+  kNone,       // nothing: the timed call starts on the flush's state (the measured floor)
+  kElsewhere,  // as many words (and a page) of another allocation: a kernel in between, nothing
+               // of the call warm (the baseline of the two below)
+  kPages,      // one word 32 KiB away from each word (page) the call reads: TLB warm, L2 cold
+  kLines,      // the very words and page the call reads: L2 (and TLB) warm
 };
 
 struct FloorKernel {
@@ -63,7 +66,7 @@ class LaunchFloorCase {
  private:
   FloorKernel k_;
   DeviceBuffer link_[kFloorMaxChain];  // link i holds the index into link i + 1 (or the page)
-  DeviceBuffer tail_, out_, sink_;
+  DeviceBuffer tail_, out_, sink_, elsewhere_;  // elsewhere_: the kElsewhere prime's reads
   uint32_t start_ = 0;            // first index (chain 0: the page)
   uint32_t word_[kFloorMaxChain]{};  // word index read in each link
   uint32_t page_ = 0;             // the page the chain ends at

@@ -16,13 +16,13 @@ def test_perf_floor_sections_expand_to_the_floor_rows(run):
     r = run("sweep", PERF, "--only", "K6_floor,K6_floor_primed", "--dry-run")
     assert r.returncode == 0, r.stderr
     pts = [ln for ln in r.stdout.splitlines() if " launch_floor " in ln]
-    assert len(pts) == 32, r.stdout
+    assert len(pts) == 40, r.stdout
     floor = [ln for ln in pts if ln.split()[1] == "K6_floor"]
     # chain 0-3 x page 0/16 KiB x eager/graph, nothing primed; the controls prime chains 1 and 3.
     assert len(floor) == 16 and all("primed=none" in ln for ln in floor)
     assert any("chain=0 tail_kib=0 primed=none graph=on" in ln for ln in floor)
     ctl = [ln for ln in pts if ln.split()[1] == "K6_floor_primed"]
-    assert {ln.split("primed=")[1].split()[0] for ln in ctl} == {"pages", "lines"}
+    assert {ln.split("primed=")[1].split()[0] for ln in ctl} == {"elsewhere", "pages", "lines"} and len(ctl) == 24
     assert all("chain=0" not in ln for ln in ctl)
 
 
@@ -47,6 +47,7 @@ def test_floor_rows_without_a_device_are_skipped_saying_why(run, tmp_path):
     ("primed = both", "unknown value 'both'"),
     ("chain = 0\nprimed = lines", "needs something to prime"),
     ("chain = 0, 3\nprimed = pages", "needs something to prime"),
+    ("chain = 0\nprimed = elsewhere", "needs something to prime"),
     ("graph = maybe", "unknown value 'maybe'"),
     ("chain = two", "chain"),
 ])
