@@ -35,12 +35,13 @@ Record run_launch_floor(const Point& p, RunContext& ctx) {
   if (prime == gpu::bench::FloorPrime::kLines) t.cold_l2 = false;
   record_timing(&r, t, {c.bytes(), CeilingKind::kRead}, ctx);
   r.label("primed", primed == "lines"   ? "after the flush, the call's words and page read "
-                                           "(L2 and TLB warm)"
+                                          "(L2 and TLB warm)"
                     : primed == "pages" ? "after the flush, a word 32 KiB away in each page read "
-                                           "(TLB warm, lines cold)"
-                    : primed == "elsewhere" ? "after the flush, as many reads of another allocation "
-                                              "(a kernel in between, nothing of the call warm)"
-                                        : "nothing: the call starts on the flush's state");
+                                          "(TLB warm, lines cold)"
+                    : primed == "elsewhere"
+                        ? "after the flush, as many reads of another allocation "
+                          "(a kernel in between, nothing of the call warm)"
+                        : "nothing: the call starts on the flush's state");
   return r;
 }
 

@@ -38,8 +38,8 @@ std::string launch_floor_row_name(const Point& p) {
 
 namespace {
 
-constexpr int64_t kMaxChain = 3;   // gpu::bench::kFloorMaxChain
-constexpr int64_t kTailKib = 16;   // gpu::bench::kFloorTailBytes / 1024
+constexpr int64_t kMaxChain = 3;  // gpu::bench::kFloorMaxChain
+constexpr int64_t kTailKib = 16;  // gpu::bench::kFloorTailBytes / 1024
 
 class LaunchFloorBench : public Bench {
  public:
@@ -52,11 +52,17 @@ class LaunchFloorBench : public Bench {
   bool needs_gpu() const override { return true; }
   std::vector<AxisSpec> axes() const override {
     return {
-        AxisSpec{"chain", AxisType::kInt, "0", {},
+        AxisSpec{"chain",
+                 AxisType::kInt,
+                 "0",
+                 {},
                  "dependent 4-byte global loads by one thread, each address from the previous "
                  "load, each in its own allocation (0: none)"}
             .range(0, kMaxChain),
-        AxisSpec{"tail_kib", AxisType::kInt, "0", {},
+        AxisSpec{"tail_kib",
+                 AxisType::kInt,
+                 "0",
+                 {},
                  "then one block of 128 threads reads the page the chain names: 0 (no page) or "
                  "16 KiB"}
             .range(0, kTailKib),
@@ -73,11 +79,13 @@ class LaunchFloorBench : public Bench {
          "off",
          {"off", "on"},
          "time by CUDA-graph replay, one call per replay after the flush (as decode rows)"},
-        AxisSpec{"seed", AxisType::kInt, "0", {}, "positions of the chain's words and page"}
-            .range(0, 1000000),
+        AxisSpec{"seed", AxisType::kInt, "0", {}, "positions of the chain's words and page"}.range(
+            0, 1000000),
     };
   }
-  std::vector<MetricSpec> metrics() const override { return timing_metric_specs(CeilingKind::kRead); }
+  std::vector<MetricSpec> metrics() const override {
+    return timing_metric_specs(CeilingKind::kRead);
+  }
   void check_point(const Point& p) const override {
     const int64_t tail = p.integer("tail_kib");
     if (tail != 0 && tail != kTailKib)

@@ -78,7 +78,9 @@ __global__ void floor_prime_kernel(PrimeTargets t, uint32_t* sink) {
 
 // Word `w` of a link or vector `v` of the tail after the buffers' fill (fill_words: word j
 // holds j + 1) and before the chain words are written.
-uint32_t filled_word(uint64_t w) { return static_cast<uint32_t>(w + 1); }
+uint32_t filled_word(uint64_t w) {
+  return static_cast<uint32_t>(w + 1);
+}
 
 // An address moved kPrimeStride away inside its 64 KiB-aligned block of the address space,
 // hence inside the same 2 MiB page (the GPU's page of a large cudaMalloc); a position at least
@@ -92,8 +94,8 @@ const T* same_page_elsewhere(const T* p) {
 
 LaunchFloorCase::LaunchFloorCase(FloorKernel k, uint64_t seed) : k_(k) {
   if (k.chain < 0 || k.chain > kFloorMaxChain)
-    throw Error("launch floor: chain must be in [0, " + std::to_string(kFloorMaxChain) +
-                "], got " + std::to_string(k.chain));
+    throw Error("launch floor: chain must be in [0, " + std::to_string(kFloorMaxChain) + "], got " +
+                std::to_string(k.chain));
   std::mt19937_64 rng(seed);
   // Positions at least 64 KiB from either end, so that the word 32 KiB away stays inside.
   std::uniform_int_distribution<uint32_t> word_at((64 << 10) / 4, kLinkWords - (64 << 10) / 4 - 1);
@@ -105,8 +107,8 @@ LaunchFloorCase::LaunchFloorCase(FloorKernel k, uint64_t seed) : k_(k) {
     fill_words(link_[i].data(), kFloorChainBufferBytes);
     // Link i holds, at the word the chain reads, the index into link i + 1, the last the page.
     const uint32_t next = i + 1 < k.chain ? word_[i + 1] : page_;
-    KVLAB_CUDA_CHECK(cudaMemcpy(link_[i].as<uint32_t>() + word_[i], &next, 4,
-                                cudaMemcpyHostToDevice));
+    KVLAB_CUDA_CHECK(
+        cudaMemcpy(link_[i].as<uint32_t>() + word_[i], &next, 4, cudaMemcpyHostToDevice));
   }
   start_ = k.chain > 0 ? word_[0] : page_;
   if (k.tail) {
@@ -130,15 +132,32 @@ void LaunchFloorCase::launch(cudaStream_t s) const {
 #define KVLAB_FLOOR_LAUNCH(C, T) \
   floor_chain_kernel<C, T><<<1, threads, 0, s>>>(l0, l1, l2, start_, t, o)
   switch (k_.chain * 2 + (k_.tail ? 1 : 0)) {
-    case 0: floor_empty_kernel<<<1, 32, 0, s>>>(); break;
-    case 1: KVLAB_FLOOR_LAUNCH(0, true); break;
-    case 2: KVLAB_FLOOR_LAUNCH(1, false); break;
-    case 3: KVLAB_FLOOR_LAUNCH(1, true); break;
-    case 4: KVLAB_FLOOR_LAUNCH(2, false); break;
-    case 5: KVLAB_FLOOR_LAUNCH(2, true); break;
-    case 6: KVLAB_FLOOR_LAUNCH(3, false); break;
-    case 7: KVLAB_FLOOR_LAUNCH(3, true); break;
-    default: throw Error("launch floor: no kernel for chain " + std::to_string(k_.chain));
+    case 0:
+      floor_empty_kernel<<<1, 32, 0, s>>>();
+      break;
+    case 1:
+      KVLAB_FLOOR_LAUNCH(0, true);
+      break;
+    case 2:
+      KVLAB_FLOOR_LAUNCH(1, false);
+      break;
+    case 3:
+      KVLAB_FLOOR_LAUNCH(1, true);
+      break;
+    case 4:
+      KVLAB_FLOOR_LAUNCH(2, false);
+      break;
+    case 5:
+      KVLAB_FLOOR_LAUNCH(2, true);
+      break;
+    case 6:
+      KVLAB_FLOOR_LAUNCH(3, false);
+      break;
+    case 7:
+      KVLAB_FLOOR_LAUNCH(3, true);
+      break;
+    default:
+      throw Error("launch floor: no kernel for chain " + std::to_string(k_.chain));
   }
 #undef KVLAB_FLOOR_LAUNCH
   KVLAB_CUDA_CHECK(cudaGetLastError());
@@ -186,7 +205,8 @@ std::string LaunchFloorCase::validate() {
   for (int t = 0; t < kFloorTailThreads; ++t)
     if (got[t] != want[t])
       return "output word " + std::to_string(t) + " is " + std::to_string(got[t]) + ", expected " +
-             std::to_string(want[t]) + (k_.tail ? " (sum of the page's words)" : " (the chain's end)");
+             std::to_string(want[t]) +
+             (k_.tail ? " (sum of the page's words)" : " (the chain's end)");
   if (!out_.guards_intact()) return "a guard region around the output was overwritten";
   return "";
 }

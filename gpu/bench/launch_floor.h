@@ -28,9 +28,9 @@
 
 namespace kvlab::gpu::bench {
 
-constexpr int kFloorMaxChain = 3;          // dependent loads of the longest chain
-constexpr int kFloorTailBytes = 16 << 10;  // the page read after the chain
-constexpr int kFloorTailThreads = 128;     // 128 threads x 8 x 16 bytes = 16 KiB
+constexpr int kFloorMaxChain = 3;                        // dependent loads of the longest chain
+constexpr int kFloorTailBytes = 16 << 10;                // the page read after the chain
+constexpr int kFloorTailThreads = 128;                   // 128 threads x 8 x 16 bytes = 16 KiB
 constexpr uint64_t kFloorChainBufferBytes = 4ull << 20;  // each chain link's allocation
 constexpr uint64_t kFloorTailBufferBytes = 64ull << 20;  // 4096 pages of 16 KiB
 
@@ -67,9 +67,9 @@ class LaunchFloorCase {
   FloorKernel k_;
   DeviceBuffer link_[kFloorMaxChain];  // link i holds the index into link i + 1 (or the page)
   DeviceBuffer tail_, out_, sink_, elsewhere_;  // elsewhere_: the kElsewhere prime's reads
-  uint32_t start_ = 0;            // first index (chain 0: the page)
-  uint32_t word_[kFloorMaxChain]{};  // word index read in each link
-  uint32_t page_ = 0;             // the page the chain ends at
+  uint32_t start_ = 0;                          // first index (chain 0: the page)
+  uint32_t word_[kFloorMaxChain]{};             // word index read in each link
+  uint32_t page_ = 0;                           // the page the chain ends at
 };
 
 }  // namespace kvlab::gpu::bench

@@ -34,12 +34,13 @@ Point floor_point(const std::map<std::string, std::string>& set) {
 TEST(LaunchFloorKind, RowNamesSayWhatTheRowIs) {
   EXPECT_EQ(launch_floor_row_name(floor_point({})), "empty");
   EXPECT_EQ(launch_floor_row_name(floor_point({{"chain", "3"}})), "chain3");
-  EXPECT_EQ(launch_floor_row_name(floor_point({{"chain", "1"}, {"tail_kib", "16"}})), "chain1_page16k");
+  EXPECT_EQ(launch_floor_row_name(floor_point({{"chain", "1"}, {"tail_kib", "16"}})),
+            "chain1_page16k");
   EXPECT_EQ(launch_floor_row_name(floor_point({{"tail_kib", "16"}})), "page16k");
   EXPECT_EQ(launch_floor_row_name(floor_point({{"chain", "3"}, {"primed", "lines"}})),
             "chain3_primed_lines");
-  EXPECT_EQ(launch_floor_row_name(
-                floor_point({{"chain", "2"}, {"tail_kib", "16"}, {"primed", "pages"}, {"graph", "on"}})),
+  EXPECT_EQ(launch_floor_row_name(floor_point(
+                {{"chain", "2"}, {"tail_kib", "16"}, {"primed", "pages"}, {"graph", "on"}})),
             "chain2_page16k_primed_pages");
 }
 
@@ -61,7 +62,8 @@ TEST(LaunchFloorKind, RecordsEveryTimingColumnAndNeedsAGpu) {
 
 TEST(LaunchFloorKind, PointCheckRefusesAPageOtherThan16KiBAndPrimingNothing) {
   const Bench& b = find_bench("launch_floor");
-  EXPECT_NO_THROW(b.check_point(floor_point({{"chain", "3"}, {"tail_kib", "16"}, {"primed", "lines"}})));
+  EXPECT_NO_THROW(
+      b.check_point(floor_point({{"chain", "3"}, {"tail_kib", "16"}, {"primed", "lines"}})));
   EXPECT_NO_THROW(b.check_point(floor_point({{"tail_kib", "16"}, {"primed", "pages"}})));
   EXPECT_THROW(b.check_point(floor_point({{"tail_kib", "8"}})), InvalidArgument);
   EXPECT_THROW(b.check_point(floor_point({{"primed", "lines"}})), InvalidArgument);

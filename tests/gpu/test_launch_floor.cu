@@ -55,11 +55,11 @@ TEST(LaunchFloor, FlushEvictsTheChainPrimedLinesAreFaster) {
   const gpu::bench::Timing elsewhere = time_floor(c, FloorPrime::kElsewhere);
   const gpu::bench::Timing pages = time_floor(c, FloorPrime::kPages);
   const gpu::bench::Timing lines = time_floor(c, FloorPrime::kLines);
-  std::printf("[floor] chain3 medians [q1, q3] us: cold %.3f [%.3f, %.3f], primed elsewhere %.3f "
-              "[%.3f, %.3f], pages %.3f [%.3f, %.3f], lines %.3f [%.3f, %.3f]\n",
-              cold.median_us, cold.q1_us, cold.q3_us, elsewhere.median_us, elsewhere.q1_us,
-              elsewhere.q3_us, pages.median_us, pages.q1_us, pages.q3_us, lines.median_us,
-              lines.q1_us, lines.q3_us);
+  std::printf(
+      "[floor] chain3 medians [q1, q3] us: cold %.3f [%.3f, %.3f], primed elsewhere %.3f "
+      "[%.3f, %.3f], pages %.3f [%.3f, %.3f], lines %.3f [%.3f, %.3f]\n",
+      cold.median_us, cold.q1_us, cold.q3_us, elsewhere.median_us, elsewhere.q1_us, elsewhere.q3_us,
+      pages.median_us, pages.q1_us, pages.q3_us, lines.median_us, lines.q1_us, lines.q3_us);
   // Beyond both noise bands: the cold chain's fast quartile above the primed one's slow
   // quartile, right after the flush and with the same untimed kernel in between.
   EXPECT_GT(cold.q1_us, lines.q3_us);
