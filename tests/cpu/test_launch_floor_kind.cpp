@@ -52,6 +52,9 @@ TEST(LaunchFloorKind, RecordsEveryTimingColumnAndNeedsAGpu) {
   for (const char* want : {"median_us", "q1_us", "q3_us", "rel_iqr", "reps", "cold_l2", "excess_us",
                            "floor_us", "working_set_bytes", "timing_valid"})
     EXPECT_EQ(m.count(want), 1u) << want;
+  // No bandwidth of a 16 KiB call: the kind's headline is its time.
+  for (const char* not_here : {"bytes_per_s", "pct_read_ceiling", "pct_datasheet"})
+    EXPECT_EQ(m.count(not_here), 0u) << not_here;
   std::map<std::string, std::string> defaults;
   for (const auto& a : b.axes()) defaults[a.name] = a.default_value;
   EXPECT_EQ(defaults.at("chain"), "0");
