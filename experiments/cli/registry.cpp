@@ -23,6 +23,7 @@ const KindList& registered_kinds() {
     v.push_back(make_decode_attention_bench());
     v.push_back(make_append_bench());
     v.push_back(make_bandwidth_bench());
+    v.push_back(make_launch_floor_bench());  // the floor under cold decode timings
     v.push_back(make_decode_step_bench());  // the full decode step on the GPU
     v.push_back(make_step_gemm_bench());    // one linear layer of that step
     v.push_back(make_calibrate_bench());    // the cost model's fidelity (experiments/calibrate)

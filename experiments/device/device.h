@@ -84,6 +84,9 @@ Record run_step_gemm(const Point& p, RunContext& ctx);
 // kernel over `mib` MiB with ctx's [timing] options (Unsupported without device memory).
 std::string bandwidth_kernel_unsupported(const Point& p);
 Record run_bandwidth(const Point& p, RunContext& ctx);
+// The launch_floor kind (kinds/launch_floor.cpp): validates the floor kernel of the point (chain,
+// tail_kib) and times it, primed as the point says, with ctx's [timing] options.
+Record run_launch_floor(const Point& p, RunContext& ctx);
 // The prefill_attention kind: the registered GPU paged-prefill versions (empty without CUDA)
 // and a point: validated against ref::paged_prefill_attention, then timed.
 std::vector<std::string> prefill_version_names();

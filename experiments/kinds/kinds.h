@@ -2,6 +2,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 
 #include "experiments/bench/bench.h"
 
@@ -22,5 +23,8 @@ std::unique_ptr<Bench> make_decode_attention_bench();
 std::unique_ptr<Bench> make_append_bench();
 std::unique_ptr<Bench> make_bandwidth_bench();
 std::unique_ptr<Bench> make_prefill_attention_bench();
+std::unique_ptr<Bench> make_launch_floor_bench();
+// The launch_floor kind's row name ("empty", "chain3", "chain3_page16k", "chain3_primed_lines").
+std::string launch_floor_row_name(const Point& p);
 
 }  // namespace kvlab::exp

@@ -68,6 +68,9 @@ std::string bandwidth_kernel_unsupported(const Point&) {
 Record run_bandwidth(const Point&, RunContext&) {
   not_built();
 }
+Record run_launch_floor(const Point&, RunContext&) {
+  not_built();
+}
 std::vector<std::string> prefill_version_names() {
   return {};
 }

@@ -212,7 +212,8 @@ Timing time_kernel(const std::function<void(cudaStream_t)>& launch, const Timing
 }
 
 Timing time_kernel(const std::function<void(cudaStream_t)>& launch, const TimingOptions& opt,
-                   L2Flush flush, uint64_t flush_bytes, cudaStream_t stream) {
+                   L2Flush flush, uint64_t flush_bytes, cudaStream_t stream,
+                   const std::function<void(cudaStream_t)>& after_flush) {
   if (!opt.cold_l2 && flush != L2Flush::kSelf) flush = L2Flush::kNone;
   OwnedStream st(stream);
   cudaStream_t s = st.s;
@@ -242,6 +243,7 @@ Timing time_kernel(const std::function<void(cudaStream_t)>& launch, const Timing
   Event start, stop;
   for (int i = 0; i < opt.warmup; ++i) {
     flusher.flush(s);
+    if (after_flush) after_flush(s);
     run_once();
   }
   KVLAB_CUDA_CHECK(cudaStreamSynchronize(s));
@@ -251,6 +253,7 @@ Timing time_kernel(const std::function<void(cudaStream_t)>& launch, const Timing
   Timing result;
   for (;;) {
     flusher.flush(s);
+    if (after_flush) after_flush(s);
     KVLAB_CUDA_CHECK(cudaEventRecord(start.e, s));
     run_once();
     KVLAB_CUDA_CHECK(cudaEventRecord(stop.e, s));

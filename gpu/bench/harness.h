@@ -48,9 +48,12 @@ Timing time_kernel(const std::function<void(cudaStream_t)>& launch, const Timing
 
 // The same loop with an explicit flush between calls (used when opt.cold_l2; kNone and kSelf
 // flush nothing) of flush_bytes (0: l2_flush_bytes of the device). For the flush test and
-// its controls; results go through the overload above.
+// its controls; results go through the overload above. after_flush (if set) is enqueued after
+// every flush, warm-up included, and before the start event, outside any graph: untimed work
+// that sets up the cache state of a control (launch_floor.h's primed rows).
 Timing time_kernel(const std::function<void(cudaStream_t)>& launch, const TimingOptions& opt,
-                   L2Flush flush, uint64_t flush_bytes, cudaStream_t stream);
+                   L2Flush flush, uint64_t flush_bytes, cudaStream_t stream,
+                   const std::function<void(cudaStream_t)>& after_flush = nullptr);
 
 // The current device's L2 size and the bytes the flush reads for it (l2_flush.cuh's rule).
 uint64_t device_l2_bytes();
