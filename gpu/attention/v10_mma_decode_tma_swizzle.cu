@@ -181,6 +181,7 @@ struct V10TensorCopy {
     mma::tensor_copy_3d_g2s(t.sv, &maps.v, 0, 0, row, t.bar, t.l2_policy);
   }
   static std::string maps_reason(const DecodeArgs& a) {
+    if (a.num_seqs == 0) return "";  // an empty batch reads nothing (its pools may be null)
     V10Maps m;
     return pool_maps(a, m);
   }
