@@ -18,6 +18,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <initializer_list>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -32,6 +33,11 @@
 
 namespace kvlab::test {
 namespace {
+
+// Sequence lengths around tile (16) and page edges, an empty one, and a long one.
+std::vector<int32_t> edge_lengths(int block_size) {
+  return {0, 1, 15, 16, 17, block_size - 1, block_size, block_size + 1, 63, 64, 65, 600, 2049};
+}
 
 struct BulkMember {
   int id;
@@ -62,62 +68,71 @@ class BulkCopyDecode : public ::testing::TestWithParam<BulkMember> {
     EXPECT_TRUE(
         within_tolerance(r.lse, tight.lse, Op::kDecodeLse, c.geom.format, c.spec.q_dtype, ctx));
   }
-};
 
-// Sequence lengths around tile (16) and page edges, an empty one, and a long one.
-std::vector<int32_t> edge_lengths(int block_size) {
-  return {0, 1, 15, 16, 17, block_size - 1, block_size, block_size + 1, 63, 64, 65, 600, 2049};
-}
+  // Every geometry of the scope in formats `fs` at head_dims `dims` (block 16 / 32 / 128, GQA
+  // 1-16, sequence ends inside and at the edges of tiles and pages, NaN in unused slots).
+  void expect_geometries(std::initializer_list<KvFormat> fs, std::initializer_list<int> dims) {
+    const int groups[][2] = {{8, 8}, {8, 2}, {32, 8}, {16, 1}};  // GQA 1, 4, 4, 16 (2 q tiles)
+    int i = 0;
+    for (KvFormat f : fs)
+      for (int d : dims)
+        for (int bs : {16, 32, 128}) {
+          const auto& g = groups[i++ % 4];
+          const DType qd = (i % 2) ? DType::kF16 : DType::kBF16;
+          ref::PagedCaseSpec s = seeded_spec(("decode." + tag() + "." + to_string(f)).c_str(),
+                                             KvLayout::kHND, f, qd);
+          s.head_dim = d;
+          s.block_size = bs;
+          s.num_qo_heads = g[0];
+          s.num_kv_heads = g[1];
+          s.seq_lens = edge_lengths(bs);
+          ref::PagedCase c = ref::make_paged_case(s);
+          ASSERT_TRUE(c.spec.poison_unused) << "unused slots must hold NaN (rows past the end)";
+          expect_matches(c, to_string(f) + " d" + std::to_string(d) + " b" + std::to_string(bs));
+        }
+  }
+
+  // A skewed batch in format f at forced splits 1, 2, 5, 47: the reference, and for the same
+  // split the bits of `peers` (the same 16-token tiles and warps, the same mma sequence over
+  // the same values: another copy path, another shared-memory geometry).
+  void expect_forced_splits(KvFormat f, const std::string& seed, const std::vector<int>& peers,
+                            ref::PagedCase* keep = nullptr) {
+    ref::PagedCaseSpec s = seeded_spec(("decode." + tag() + "." + seed).c_str(), KvLayout::kHND, f);
+    s.num_qo_heads = 32;
+    s.num_kv_heads = 8;
+    s.block_size = 16;
+    s.seq_lens = {3001, 1, 0, 700, 33, 1024};
+    ref::PagedCase c = ref::make_paged_case(s);
+    DeviceCase d(c);
+    for (int splits : {1, 2, 5, 47}) {
+      gpu::DecodeTuning tu;
+      tu.num_splits = splits;
+      expect_matches(c, to_string(f) + " splits " + std::to_string(splits), tu);
+      const GpuDecodeRun r = run_gpu_decode(c, d, id(), nullptr, tu);
+      for (int other : peers) {
+        const GpuDecodeRun ro = run_gpu_decode(c, d, other, nullptr, tu);
+        ASSERT_TRUE(r.supported && ro.supported) << r.reason << ro.reason;
+        ASSERT_EQ(r.o.size(), ro.o.size());
+        EXPECT_EQ(0, std::memcmp(r.o.data(), ro.o.data(), r.o.size() * sizeof(float)))
+            << to_string(f) << " splits " << splits << ": " << tag() << " and v" << other
+            << " differ";
+        EXPECT_EQ(0, std::memcmp(r.lse.data(), ro.lse.data(), r.lse.size() * sizeof(float)))
+            << to_string(f) << " splits " << splits << ": " << tag() << " and v" << other;
+      }
+    }
+    if (keep) *keep = c;
+  }
+};
 
 TEST_P(BulkCopyDecode, EveryGeometryOfItsScopeMatchesTheReference) {
   KVLAB_SKIP_WITHOUT_GPU();
-  const int groups[][2] = {{8, 8}, {8, 2}, {32, 8}, {16, 1}};  // GQA 1, 4, 4, 16 (2 query tiles)
-  int i = 0;
-  for (KvFormat f : {KvFormat::kBF16, KvFormat::kFP16})
-    for (int d : {64, 128, 256})
-      for (int bs : {16, 32, 128}) {
-        const auto& g = groups[i++ % 4];
-        const DType qd = (i % 2) ? DType::kF16 : DType::kBF16;
-        ref::PagedCaseSpec s = seeded_spec(("decode." + tag() + "." + to_string(f)).c_str(),
-                                           KvLayout::kHND, f, qd);
-        s.head_dim = d;
-        s.block_size = bs;
-        s.num_qo_heads = g[0];
-        s.num_kv_heads = g[1];
-        s.seq_lens = edge_lengths(bs);
-        ref::PagedCase c = ref::make_paged_case(s);
-        ASSERT_TRUE(c.spec.poison_unused) << "unused slots must hold NaN (rows past the end)";
-        expect_matches(c, "d" + std::to_string(d) + " b" + std::to_string(bs));
-      }
+  expect_geometries({KvFormat::kBF16, KvFormat::kFP16}, {64, 128, 256});
 }
 
 TEST_P(BulkCopyDecode, ForcedSplitsAndPlanKnobsMatchTheReferenceAndPeersBitwise) {
   KVLAB_SKIP_WITHOUT_GPU();
-  ref::PagedCaseSpec s =
-      seeded_spec(("decode." + tag() + ".splits").c_str(), KvLayout::kHND, KvFormat::kBF16);
-  s.num_qo_heads = 32;
-  s.num_kv_heads = 8;
-  s.block_size = 16;
-  s.seq_lens = {3001, 1, 0, 700, 33, 1024};
-  ref::PagedCase c = ref::make_paged_case(s);
-  DeviceCase d(c);
-  for (int splits : {1, 2, 5, 47}) {
-    gpu::DecodeTuning tu;
-    tu.num_splits = splits;
-    expect_matches(c, "splits " + std::to_string(splits), tu);
-    // The same split, the same 16-token tiles and warps, the same mma sequence over the same
-    // values (another copy path, another shared-memory geometry): the peers' bits.
-    const GpuDecodeRun r = run_gpu_decode(c, d, id(), nullptr, tu);
-    for (int other : GetParam().bitwise_peers) {
-      const GpuDecodeRun ro = run_gpu_decode(c, d, other, nullptr, tu);
-      ASSERT_TRUE(r.supported && ro.supported) << r.reason << ro.reason;
-      ASSERT_EQ(r.o.size(), ro.o.size());
-      EXPECT_EQ(0, std::memcmp(r.o.data(), ro.o.data(), r.o.size() * sizeof(float)))
-          << "splits " << splits << ": " << tag() << " and v" << other << " differ";
-      EXPECT_EQ(0, std::memcmp(r.lse.data(), ro.lse.data(), r.lse.size() * sizeof(float)))
-          << "splits " << splits << ": " << tag() << " and v" << other;
-    }
-  }
+  ref::PagedCase c;
+  expect_forced_splits(KvFormat::kBF16, "splits", GetParam().bitwise_peers, &c);
   for (bool pdl : {true, false}) {
     gpu::DecodeTuning tu;
     tu.pdl = pdl;
@@ -133,44 +148,8 @@ TEST_P(BulkCopyDecode, ForcedSplitsAndPlanKnobsMatchTheReferenceAndPeersBitwise)
 TEST_P(BulkCopyDecode, Fp8GeometriesOfItsScopeMatchTheReferenceAndV5Bitwise) {
   KVLAB_SKIP_WITHOUT_GPU();
   if (!GetParam().fp8) GTEST_SKIP() << tag() << " copies 16-bit rows only (declines: below)";
-  const int groups[][2] = {{8, 8}, {8, 2}, {32, 8}, {16, 1}};
-  int i = 0;
-  for (int d : {128, 256})
-    for (int bs : {16, 32, 128}) {
-      const auto& g = groups[i++ % 4];
-      const DType qd = (i % 2) ? DType::kF16 : DType::kBF16;
-      ref::PagedCaseSpec s =
-          seeded_spec(("decode." + tag() + ".fp8").c_str(), KvLayout::kHND, KvFormat::kFP8E4M3, qd);
-      s.head_dim = d;
-      s.block_size = bs;
-      s.num_qo_heads = g[0];
-      s.num_kv_heads = g[1];
-      s.seq_lens = edge_lengths(bs);
-      ref::PagedCase c = ref::make_paged_case(s);
-      ASSERT_TRUE(c.spec.poison_unused) << "unused slots must hold NaN (rows past the end)";
-      expect_matches(c, "fp8 d" + std::to_string(d) + " b" + std::to_string(bs));
-    }
-  ref::PagedCaseSpec s =
-      seeded_spec(("decode." + tag() + ".fp8.splits").c_str(), KvLayout::kHND, KvFormat::kFP8E4M3);
-  s.num_qo_heads = 32;
-  s.num_kv_heads = 8;
-  s.block_size = 16;
-  s.seq_lens = {3001, 1, 0, 700, 33, 1024};
-  ref::PagedCase c = ref::make_paged_case(s);
-  DeviceCase d(c);
-  for (int splits : {1, 2, 5, 47}) {
-    gpu::DecodeTuning tu;
-    tu.num_splits = splits;
-    expect_matches(c, "fp8 splits " + std::to_string(splits), tu);
-    const GpuDecodeRun r = run_gpu_decode(c, d, id(), nullptr, tu);
-    const GpuDecodeRun r5 = run_gpu_decode(c, d, 5, nullptr, tu);
-    ASSERT_TRUE(r.supported && r5.supported) << r.reason << r5.reason;
-    ASSERT_EQ(r.o.size(), r5.o.size());
-    EXPECT_EQ(0, std::memcmp(r.o.data(), r5.o.data(), r.o.size() * sizeof(float)))
-        << "fp8 splits " << splits << ": " << tag() << " and v5 differ";
-    EXPECT_EQ(0, std::memcmp(r.lse.data(), r5.lse.data(), r.lse.size() * sizeof(float)))
-        << "fp8 splits " << splits << ": " << tag() << " and v5";
-  }
+  expect_geometries({KvFormat::kFP8E4M3}, {128, 256});
+  expect_forced_splits(KvFormat::kFP8E4M3, "fp8.splits", {5});
 }
 
 TEST_P(BulkCopyDecode, DeclinesEverythingOutsideItsScope) {
