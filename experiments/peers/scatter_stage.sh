@@ -15,6 +15,7 @@
 # pandas, numpy. Output in $OUT/scatter/:
 #   gpu_tests.log       gpu_tests ScatterRead.* (every byte read exactly once at an awkward size,
 #                       by both kernels, checksums against the host; a doubled granule caught)
+#   memcheck.log        the checking test again under compute-sanitizer memcheck (last, ~20 s cap)
 #   scatter_sweep.h5, scatter_sweep.log   the sweep: 54 contiguous read rows + 35 scattered rows,
 #                       the ceilings measured first as in every run
 #   clocks.csv          nvidia-smi every 100 ms (SM / memory clocks, power)
@@ -52,11 +53,19 @@ timeout -s TERM -k 5 "$(cap 45 8)" "$BIN/kvlab" sweep experiments/configs/perf.i
   --out "$D/scatter_sweep.h5" --progress plain > "$D/scatter_sweep.log" 2>&1 || rc=1
 kill "$SMI" 2>/dev/null
 
+# The checking kernels under compute-sanitizer memcheck (out-of-bounds reads of the short last
+# granule, the index array, the shared rings), with what time is left.
+step "compute-sanitizer memcheck: ScatterRead.EveryByteIsReadExactlyOnce"
+SAN=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+timeout -k 5 "$(cap 20 3)" "$SAN" --tool memcheck --error-exitcode 9 "$BIN/gpu_tests" \
+  --gtest_filter='ScatterRead.EveryByteIsReadExactlyOnce' > "$D/memcheck.log" 2>&1 || rc=1
+
 step "summary"
 {
   echo "device: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1)"
   grep -E "^\[ceilings\]" "$D/scatter_sweep.log"
   grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[  FAILED  \]" "$D/gpu_tests.log"
+  echo "memcheck: $(grep -E "ERROR SUMMARY|^\[  (PASSED|FAILED) " "$D/memcheck.log" | tr '\n' ' ')"
   timeout -k 5 20 $PY - "$D/scatter_sweep.h5" <<'PYEOF'
 import sys
 from analysis.load import load
