@@ -9,6 +9,7 @@
 #include "gpu/core/cuda_check.h"
 #include "gpu/core/device_buffer.h"
 #include "gpu/core/device_info.h"
+#include "gpu/core/device_tables.h"
 #include "reference/core/error.h"
 
 namespace kvlab::exp {
@@ -30,6 +31,7 @@ gpu::bench::MemKernel kernel_of(const Point& p) {
   k.blocks_per_sm = static_cast<int>(p.integer("blocks_per_sm"));
   k.chunk_kib = static_cast<int>(p.integer("chunk_kib"));
   k.ranges = p.str("order") == "ranges";
+  k.granule = p.str("order") == "scatter" ? static_cast<int>(p.integer("granule")) : 0;
   return k;
 }
 
@@ -58,6 +60,15 @@ Record run_bandwidth(const Point& p, RunContext& ctx) {
                            copy ? "the copy's source and destination" : "the read buffer");
   gpu::DeviceBuffer src(bytes), dst(copy ? bytes : 16), sink(4);
   gpu::bench::fill_words(src.data(), bytes);
+  // Scattered reads: the granules' order, one seeded permutation made by the function that
+  // makes decode's page tables, before timing (its index words are read by the kernel and
+  // counted in the row's bytes).
+  const uint64_t granules = gpu::bench::scatter_granules(k, bytes);
+  gpu::DeviceBuffer order(granules * 4 + 4);
+  if (granules > 0)
+    gpu::shuffled_page_list(static_cast<int64_t>(granules), ctx.seed ^ 0x5ca77e4ull,
+                            order.as<int32_t>(), nullptr);
+  const int32_t* ord = granules > 0 ? order.as<int32_t>() : nullptr;
   Record r;
   if (copy) {
     dst.fill_bytes(0xFF);
@@ -86,13 +97,15 @@ Record run_bandwidth(const Point& p, RunContext& ctx) {
   if (!ctx.timing) return r;
   const Timing t = gpu::bench::time_kernel(
       [&](cudaStream_t s) {
-        gpu::bench::launch_mem_kernel(k, src.data(), dst.data(), bytes, sink.as<unsigned int>(), s);
+        gpu::bench::launch_mem_kernel(k, src.data(), dst.data(), bytes, sink.as<unsigned int>(), s,
+                                      ord);
       },
       to_harness(ctx.timing_cfg, false));
-  record_timing(&r, t,
-                {(copy ? 2.0 : 1.0) * static_cast<double>(bytes),
-                 copy ? CeilingKind::kCopy : CeilingKind::kRead},
-                ctx);
+  record_timing(
+      &r, t,
+      {(copy ? 2.0 : 1.0) * static_cast<double>(bytes) + 4.0 * static_cast<double>(granules),
+       copy ? CeilingKind::kCopy : CeilingKind::kRead},
+      ctx);
   r.label("kernel", k.name());
   return r;
 }

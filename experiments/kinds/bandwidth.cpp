@@ -8,6 +8,10 @@
 //     experiments/peers/peer_timer.py (read, load cg, depth 4 is exactly the L2-flush kernel of
 //     gpu/bench/l2_flush.cuh, which the Python timer compiles too; copy, load memcpy is
 //     cudaMemcpyAsync, which torch's copy_ issues).
+//   - the scattered-granule reads (order scatter): the buffer read as granules of `granule`
+//     bytes in one seeded random permutation, the ceiling of a paged read with small pages
+//     (R_scatter(G), gpu/bench/scatter_read.cuh); their bytes count the order's index words.
+//     They are rows only, never candidates of R.
 // Validation before timing (experiments/cuda/bandwidth.cpp, the GPU half): a copy's destination
 // equals its source (the whole buffer up to 64 MiB, else its first and last 16 MiB); a read has no
 // output (its loads are kept live through a never-taken store).
@@ -56,8 +60,16 @@ class BandwidthBench : public Bench {
         {"order",
          AxisType::kEnum,
          "interleaved",
-         {"interleaved", "ranges"},
-         "bulk reads: blocks interleave chunk by chunk, or each streams its own contiguous range"},
+         {"interleaved", "ranges", "scatter"},
+         "bulk reads: blocks interleave chunk by chunk, or each streams its own contiguous range; "
+         "scatter: reads (nc, plain or bulk) of granules of `granule` bytes in one seeded random "
+         "order (the permutation decode's page tables use), each byte once"},
+        {"granule",
+         AxisType::kInt,
+         "0",
+         {},
+         "order scatter: bytes per granule (a multiple of 16, at most the working set; 256 is "
+         "one d128 BF16 K or V row, a page of block_size 1); 0 for the other orders"},
         {"mib", AxisType::kInt, "1024", {}, "working set: MiB read (copies: read and written)"},
     };
   }
@@ -74,6 +86,23 @@ class BandwidthBench : public Bench {
     if (p.integer("mib") < 1 || p.integer("mib") > kMaxMib)
       throw InvalidArgument("mib must be in [1, " + std::to_string(kMaxMib) + "], got " +
                             p.str("mib"));
+    const int64_t g = p.integer("granule");
+    if (p.str("order") == "scatter") {
+      if (g <= 0 || g % 16 != 0)
+        throw InvalidArgument("order scatter needs granule a positive multiple of 16 bytes, got " +
+                              p.str("granule"));
+      if (g > p.integer("mib") << 20)
+        throw InvalidArgument("granule " + p.str("granule") + " bytes exceeds the working set of " +
+                              p.str("mib") + " MiB");
+      if (((p.integer("mib") << 20) / 16) >= (int64_t{1} << 32))
+        throw InvalidArgument(
+            "order scatter reads fewer than 2^32 16-byte vectors (mib < 65536), "
+            "got mib " +
+            p.str("mib"));
+    } else if (g != 0) {
+      throw InvalidArgument("granule is for order scatter only, got granule " + p.str("granule") +
+                            " with order " + p.str("order"));
+    }
     if (p.integer("depth") < 0 || p.integer("blocks_per_sm") < 0 || p.integer("chunk_kib") < 0)
       throw InvalidArgument("depth, blocks_per_sm and chunk_kib must be >= 0, got " +
                             p.str("depth") + ", " + p.str("blocks_per_sm") + " and " +

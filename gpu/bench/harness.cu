@@ -15,6 +15,7 @@
 
 #include "gpu/bench/bulk_read.cuh"
 #include "gpu/bench/l2_flush.cuh"
+#include "gpu/bench/scatter_read.cuh"
 #include "gpu/core/cuda_check.h"
 
 namespace kvlab::gpu::bench {
@@ -106,6 +107,52 @@ void launch_bulk(const MemKernel& k, const void* p, uint64_t bytes, unsigned int
   kvlab_read_bulk<<<blocks, 32, static_cast<size_t>(k.depth) * chunk, s>>>(
       static_cast<const unsigned char*>(p), bytes, chunk, static_cast<unsigned>(k.depth),
       k.ranges ? 1u : 0u, sink);
+}
+
+// Scattered-granule reads (scatter_read.cuh). kCheck: the tests' checking twin, which adds
+// what it read into check[3]. 16-byte loads: blocks_per_sm blocks of KVLAB_L2_FLUSH_THREADS per
+// SM (0: as many as fit); bulk: blocks_per_sm (0: 1) blocks of one warp, a ring of depth x G.
+template <bool kCheck>
+void launch_scatter(const MemKernel& k, const void* src, uint64_t bytes, const int32_t* order,
+                    unsigned int* sink, unsigned long long* check, cudaStream_t s) {
+  const auto granules = static_cast<unsigned>(scatter_granules(k, bytes));
+  const auto* ord = reinterpret_cast<const unsigned*>(order);
+  const unsigned g = static_cast<unsigned>(k.granule);
+  if (k.load == MemLoad::kBulk) {
+    static bool opted_in = false;  // the ring may exceed the default 48 KiB of shared memory
+    if (!opted_in) {
+      KVLAB_CUDA_CHECK(cudaFuncSetAttribute(kvlab_read_bulk_scatter<kCheck>,
+                                            cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            kBulkSmemPerSm));
+      opted_in = true;
+    }
+    const int per_sm = std::max(k.blocks_per_sm, 1);
+    const int blocks = static_cast<int>(std::max<uint64_t>(
+        1, std::min<uint64_t>(granules, static_cast<uint64_t>(sm_count()) * per_sm)));
+    kvlab_read_bulk_scatter<kCheck><<<blocks, 32, static_cast<size_t>(k.depth) * g, s>>>(
+        static_cast<const unsigned char*>(src), bytes, ord, granules, g,
+        static_cast<unsigned>(k.depth), sink, check);
+    return;
+  }
+  const uint4* p = static_cast<const uint4*>(src);
+  const unsigned long long n = bytes / 16, total = uint64_t{granules} * (g / 16);
+  auto go = [&](auto kernel) {
+    kernel<<<grid_for(kernel, k.blocks_per_sm, total), kThreads, 0, s>>>(p, n, ord, granules,
+                                                                         g / 16, sink, check);
+  };
+  if (kCheck) {  // one checking twin: what it proves (the indexing) is the same for every load
+    go(kvlab_read_scatter<KVLAB_LOAD_NC, 4, true>);
+  } else if (k.load == MemLoad::kNc) {
+    if (k.depth == 4)
+      go(kvlab_read_scatter<KVLAB_LOAD_NC, 4, false>);
+    else
+      go(kvlab_read_scatter<KVLAB_LOAD_NC, 8, false>);
+  } else {
+    if (k.depth == 4)
+      go(kvlab_read_scatter<KVLAB_LOAD_PLAIN, 4, false>);
+    else
+      go(kvlab_read_scatter<KVLAB_LOAD_PLAIN, 8, false>);
+  }
 }
 
 // A buffer of non-zero, distinct words (never time on zeros) and its sink word.
@@ -297,6 +344,12 @@ const char* to_string(MemLoad load) {
 }
 
 std::string MemKernel::name() const {
+  if (granule > 0)
+    return std::string(to_string(op)) + "_scatter_g" + std::to_string(granule) + "_" +
+           to_string(load) + "_d" + std::to_string(depth) + "_b" +
+           (load == MemLoad::kBulk ? std::to_string(std::max(blocks_per_sm, 1))
+            : blocks_per_sm > 0    ? std::to_string(blocks_per_sm)
+                                   : std::string("max"));
   std::string n = std::string(to_string(op)) + "_" + to_string(load);
   if (load == MemLoad::kMemcpy) return n;
   if (load == MemLoad::kBulk)
@@ -308,6 +361,34 @@ std::string MemKernel::name() const {
 
 std::string mem_kernel_unsupported(const MemKernel& k) {
   if (k.blocks_per_sm < 0) return "blocks_per_sm must be >= 0 (0: as many as fit)";
+  if (k.granule < 0 || k.granule % 16 != 0)
+    return "granule must be a positive multiple of 16 bytes, not " + std::to_string(k.granule);
+  if (k.granule > 0) {
+    if (k.op != MemOp::kRead) return "scattered granules are read, not copied";
+    if (k.chunk_kib != 0 || k.ranges)
+      return "scattered reads take no chunk_kib or ranges: a bulk copy per granule, blocks "
+             "each reading a range of the permutation";
+    if (k.load == MemLoad::kBulk) {
+      if (k.depth < 1 || k.depth > KVLAB_BULK_MAX_STAGES)
+        return "bulk reads keep 1 to " + std::to_string(KVLAB_BULK_MAX_STAGES) +
+               " copies in flight per block (depth), not " + std::to_string(k.depth);
+      if (k.blocks_per_sm > kScatterBulkBlocksPerSm)
+        return "scattered bulk reads run at most " + std::to_string(kScatterBulkBlocksPerSm) +
+               " blocks per SM, not " + std::to_string(k.blocks_per_sm);
+      const int64_t ring = int64_t{std::max(k.blocks_per_sm, 1)} * k.depth * k.granule;
+      if (ring > kBulkSmemPerSm)
+        return "bulk rings of " + std::to_string(ring) + " bytes per SM (blocks_per_sm x depth " +
+               "x granule) exceed " + std::to_string(kBulkSmemPerSm) + " bytes";
+      return "";
+    }
+    if (k.load != MemLoad::kNc && k.load != MemLoad::kPlain)
+      return std::string("scattered reads use nc or plain 16-byte loads or bulk copies, not ") +
+             to_string(k.load);
+    if (k.depth != 4 && k.depth != 8)
+      return "scattered read kernels are compiled for depth 4 and 8, not " +
+             std::to_string(k.depth);
+    return "";
+  }
   if (k.op == MemOp::kRead) {
     if (k.load == MemLoad::kMemcpy) return "memcpy is a copy, not a read";
     if (k.load == MemLoad::kBulk) {
@@ -338,6 +419,10 @@ std::string mem_kernel_unsupported(const MemKernel& k) {
 }
 
 std::vector<MemKernel> ceiling_kernels(MemOp op) {
+  // Contiguous kernels only (granule 0). Scattered-granule reads (scatter_read.cuh) are not
+  // candidates: R is the best contiguous read, and each scattered row is its own ceiling
+  // R_scatter(G), reported as a % of R. Physically they cannot move more than a contiguous read
+  // of the same buffer (the same bytes plus the order's index words, in smaller DRAM bursts).
   std::vector<MemKernel> v;
   if (op == MemOp::kRead) {
     for (MemLoad l : {MemLoad::kPlain, MemLoad::kNc, MemLoad::kCg})
@@ -367,10 +452,47 @@ std::vector<MemKernel> ceiling_kernels(MemOp op) {
   return v;
 }
 
-void launch_mem_kernel(const MemKernel& k, const void* src, void* dst, uint64_t bytes,
-                       unsigned int* sink, cudaStream_t s) {
+uint64_t scatter_granules(const MemKernel& k, uint64_t bytes) {
+  return k.granule > 0 ? (bytes + k.granule - 1) / k.granule : 0;
+}
+
+namespace {
+void check_scatter(const MemKernel& k, uint64_t bytes, const int32_t* order) {
+  if (bytes % 16 != 0 || static_cast<uint64_t>(k.granule) > bytes)
+    throw Error("bandwidth kernel " + k.name() + ": " + std::to_string(bytes) +
+                " bytes are not a multiple of 16 or smaller than one granule");
+  if (scatter_granules(k, bytes) * (k.granule / 16) >= (uint64_t{1} << 32))
+    throw Error("bandwidth kernel " + k.name() + ": 2^32 or more 16-byte vectors (32-bit index)");
+  if (!order) throw Error("bandwidth kernel " + k.name() + ": no granule order given");
+}
+}  // namespace
+
+std::array<uint64_t, 3> scatter_read_checksum(const MemKernel& k, const void* src, uint64_t bytes,
+                                              const int32_t* order) {
   const std::string why = mem_kernel_unsupported(k);
   if (!why.empty()) throw Error("bandwidth kernel " + k.name() + ": " + why);
+  if (k.granule <= 0) throw Error("scatter_read_checksum: " + k.name() + " is not scattered");
+  check_scatter(k, bytes, order);
+  thrust::device_vector<unsigned long long> check(3, 0ull);
+  launch_scatter<true>(k, src, bytes, order, nullptr, thrust::raw_pointer_cast(check.data()),
+                       nullptr);
+  KVLAB_CUDA_CHECK(cudaGetLastError());
+  KVLAB_CUDA_CHECK(cudaDeviceSynchronize());
+  std::array<uint64_t, 3> out{};
+  thrust::copy(check.begin(), check.end(), out.begin());
+  return out;
+}
+
+void launch_mem_kernel(const MemKernel& k, const void* src, void* dst, uint64_t bytes,
+                       unsigned int* sink, cudaStream_t s, const int32_t* order) {
+  const std::string why = mem_kernel_unsupported(k);
+  if (!why.empty()) throw Error("bandwidth kernel " + k.name() + ": " + why);
+  if (k.granule > 0) {
+    check_scatter(k, bytes, order);
+    launch_scatter<false>(k, src, bytes, order, sink, nullptr, s);
+    KVLAB_CUDA_CHECK(cudaGetLastError());
+    return;
+  }
   const unsigned long long n = bytes / 16;
   const uint4* p = static_cast<const uint4*>(src);
   if (k.op == MemOp::kCopy) {

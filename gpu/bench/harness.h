@@ -23,6 +23,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -77,22 +78,39 @@ struct MemKernel {
   int chunk_kib = 0;         // bulk: bytes of one copy, in KiB (others: unused, 0)
   bool ranges = false;       // bulk: each block reads its own contiguous range (else the
                              // blocks interleave chunk by chunk); see bulk_read.cuh
+  int granule = 0;           // reads: > 0 reads the buffer as granules of this many bytes in
+                             // a seeded random order (scatter_read.cuh; 0: contiguous). Never a
+                             // candidate of R: a scattered row is its own ceiling R_scatter(G)
   std::string name() const;  // e.g. "read_nc_d8_b4", "read_bulk_c16k_d8_b1",
-                             // "read_bulk_ranges_c16k_d8_b1", "copy_memcpy"
+                             // "read_bulk_ranges_c16k_d8_b1", "copy_memcpy",
+                             // "read_scatter_g256_nc_d4_bmax", "read_scatter_g4096_bulk_d8_b4"
 };
 const char* to_string(MemOp op);
 const char* to_string(MemLoad load);
 // "" when the kernel exists (compiled depths: read 2, 4, 8; copy 2, 4; bulk: chunk a
 // power of two in [1, 64] KiB, depth in [1, 16], the ring of every block of an SM within
-// kBulkSmemPerSm), else why not.
+// kBulkSmemPerSm; scattered reads: granule a multiple of 16 bytes, loads nc or plain at depth 4
+// or 8, or bulk (chunk_kib 0: one copy per granule) at depth [1, 16] with up to
+// kScatterBulkBlocksPerSm blocks per SM, the rings within kBulkSmemPerSm), else why not.
 std::string mem_kernel_unsupported(const MemKernel& k);
-constexpr int kBulkSmemPerSm = 192 << 10;  // bulk rings of one SM: at most this many bytes
-// The kernels a ceiling is the best of.
+constexpr int kBulkSmemPerSm = 192 << 10;    // bulk rings of one SM: at most this many bytes
+constexpr int kScatterBulkBlocksPerSm = 32;  // the most resident blocks of an sm_90 SM
+// The kernels a ceiling is the best of: contiguous reads only (granule 0). Scattered reads
+// move no more than contiguous ones and are judged against R, never part of it.
 std::vector<MemKernel> ceiling_kernels(MemOp op);
+// Granules of a scattered read of `bytes` (the last one may be shorter); 0 for contiguous.
+uint64_t scatter_granules(const MemKernel& k, uint64_t bytes);
 // Enqueues one pass over `bytes` (a multiple of 16): read src, or copy src to dst. `sink`
-// (4 bytes, reads only) receives nothing in practice; it keeps the loads live.
+// (4 bytes, reads only) receives nothing in practice; it keeps the loads live. Scattered reads
+// (k.granule > 0) need `order` [scatter_granules(k, bytes)]: the permutation of the granules
+// in the order they are read (gpu::shuffled_page_list's, as decode's page tables).
 void launch_mem_kernel(const MemKernel& k, const void* src, void* dst, uint64_t bytes,
-                       unsigned int* sink, cudaStream_t stream);
+                       unsigned int* sink, cudaStream_t stream, const int32_t* order = nullptr);
+// Tests: one scattered read of src [bytes] in `order` by k's kernel in its checking twin,
+// which adds up what it read. Returns {16-byte vectors read, sum of the 32-bit words, sum of
+// their squares} (mod 2^64): a buffer read exactly once gives bytes / 16 and its own sums.
+std::array<uint64_t, 3> scatter_read_checksum(const MemKernel& k, const void* src, uint64_t bytes,
+                                              const int32_t* order);
 
 // Diagnostic: times the flush kernel's read of p [bytes] (blocks_per_sm blocks per SM) by
 // time_kernel's rules with l2_flush.cuh's stamped twin, which also measures every call inside

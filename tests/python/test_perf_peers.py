@@ -250,6 +250,58 @@ def test_target_table_judges_k6_on_the_excess_and_shows_the_floor_rows(tmp_path)
     assert "timing floor rows: empty launch 1.90 us, 3 cold loads 3.80 us" in graph
 
 
+SCATTER_AXES = AXES + ["op", "load", "order", "granule", "depth", "blocks_per_sm", "mib"]
+SCATTER_NUMERIC = NUMERIC | {"granule", "depth", "blocks_per_sm", "mib"}
+
+
+def scatter_row(granule, load, us, status="ok", order="scatter", depth=4):
+    """A bandwidth row of order scatter as experiments/kinds/bandwidth.cpp records it: 4 GiB plus
+    the order's index words (4 bytes per granule)."""
+    nbytes = float(4 << 30) + 4.0 * ((4 << 30) // granule if granule else 0)
+    row = dict(study="ceilings_scatter", kind="bandwidth", op="read", load=load, order=order, granule=granule,
+               depth=depth, blocks_per_sm=0, mib=4096, seed=0, status=status, reason="")
+    t = peer_timer.summarize([us * (1 + 0.001 * (i - 5)) for i in range(11)], 0.02)
+    t.update(cold_l2=True, graph=False, calls_per_sample=1, flush="read_allocate", flush_bytes=200 << 20,
+             l2_bytes=50 << 20, samples_us=[us] * 11)
+    peer_timer.record_timing(row, t, nbytes, R, "read", 3.35e12)
+    return row
+
+
+def test_target_table_k7_shows_the_scattered_read_ceiling_of_the_block_1_granule(tmp_path):
+    """K7's page-size line carries the run's R_scatter(256 B) against R_scatter(4 KB): the best
+    scattered row per granule (a failed or contiguous row never counts); without scatter rows the
+    line is as before."""
+    k7 = [decode_row("K2", "v4_mma_decode", 64, 8192, "bf16", 735.2),
+          decode_row("K7", "v4_mma_decode", 64, 8192, "bf16", 761.3, block=1),
+          decode_row("K7", "v4_mma_decode", 64, 8192, "bf16", 740.0, block=64)]
+    gib = 4 << 30
+    # 4 KB: best 1450 us (nc); 256 B: best 1500 us (bulk); the failed 256 B row at 1400 us and a
+    # contiguous row at 1300 us are no scattered ceiling.
+    sc = [scatter_row(4096, "nc", 1450.0), scatter_row(4096, "bulk", 1480.0), scatter_row(256, "nc", 1560.0),
+          scatter_row(256, "bulk", 1500.0), scatter_row(256, "nc", 1400.0, status="failed", depth=8),
+          scatter_row(0, "nc", 1300.0, order="interleaved")]
+    for rows, name in ((k7 + sc, "with.h5"), (k7, "without.h5")):
+        path = tmp_path / name
+        peer_results.write_result_file(str(path), rows, {"device_name": "NVIDIA H100 80GB HBM3",
+                                                         "read_ceiling_bytes_per_s": R, "copy_ceiling_bytes_per_s": C,
+                                                         "device_peak_bytes_per_s": 3.35e12},
+                                       SCATTER_AXES, SCATTER_NUMERIC, METRICS, LABELS,
+                                       run={"started_utc": "x", "argv": "t"})
+        r = subprocess.run([sys.executable, TABLE, str(path), "--targets-only"], capture_output=True, text=True,
+                           timeout=120)
+        assert r.returncode == 0, r.stderr
+        line = [ln for ln in r.stdout.splitlines() if ln.startswith("K7") and "block_size" in ln]
+        assert len(line) == 1, r.stdout
+        assert "worst block_size=1.0: +3.6 %" in line[0] and line[0].rstrip().endswith("NO")
+        if name == "with.h5":
+            r256 = (gib + 4 * (gib // 256)) / 1500e-6
+            r4k = (gib + 4 * (gib // 4096)) / 1450e-6
+            assert f"(scattered 256 B reads: {100 * (r256 / r4k - 1):+.1f} % vs 4 KB runs)" in line[0]
+            assert "-1.9 %" in line[0]
+        else:
+            assert "scattered" not in line[0]
+
+
 def test_target_table_markdown_and_bad_input(perf_files, tmp_path):
     sweep, peers = perf_files
     r = subprocess.run([sys.executable, TABLE, str(sweep), str(peers), "--markdown"], capture_output=True, text=True,

@@ -1,0 +1,144 @@
+// test_scatter_read.cu: the scattered-granule reads (gpu/bench/scatter_read.cuh) read every
+// byte of the buffer exactly once, in the seeded order decode's page tables use, for granules
+// that do and do not divide an awkward buffer size (the last granule shorter), by the 16-byte
+// load kernel and by one bulk copy per granule; the checking twins' sums are compared with the
+// host's, and an order that reads one granule twice and another never is caught. The timed
+// kernels of perf.ini's scatter sections launch, and each is a row name of its own.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+#include <thrust/copy.h>
+#include <thrust/device_vector.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "gpu/bench/harness.h"
+#include "gpu/core/cuda_check.h"
+#include "gpu/core/device_info.h"
+#include "gpu/core/device_tables.h"
+#include "reference/core/error.h"
+
+namespace kvlab::test {
+namespace {
+
+using gpu::bench::MemKernel;
+using gpu::bench::MemLoad;
+using gpu::bench::MemOp;
+
+// 3 MiB + 37 x 16 bytes: no granule of the tests divides it.
+constexpr uint64_t kBytes = (uint64_t{3} << 20) + 37 * 16;
+
+// {vectors, sum of words, sum of squares} of fill_words' 1, 2, ..., bytes / 4 (mod 2^64).
+std::array<uint64_t, 3> host_sums(uint64_t bytes) {
+  std::array<uint64_t, 3> s{bytes / 16, 0, 0};
+  for (uint64_t w = 1; w <= bytes / 4; ++w) {
+    s[1] += w;
+    s[2] += w * w;
+  }
+  return s;
+}
+
+MemKernel scatter(MemLoad load, int granule, int depth, int blocks_per_sm) {
+  MemKernel k;
+  k.op = MemOp::kRead;
+  k.load = load;
+  k.granule = granule;
+  k.depth = depth;
+  k.blocks_per_sm = blocks_per_sm;
+  return k;
+}
+
+struct Buffer {
+  thrust::device_vector<unsigned> words{kBytes / 4};
+  Buffer() { gpu::bench::fill_words(thrust::raw_pointer_cast(words.data()), kBytes); }
+  const void* data() const { return thrust::raw_pointer_cast(words.data()); }
+};
+
+thrust::device_vector<int32_t> order_of(const MemKernel& k, uint64_t seed) {
+  thrust::device_vector<int32_t> o(gpu::bench::scatter_granules(k, kBytes));
+  gpu::shuffled_page_list(static_cast<int64_t>(o.size()), seed, thrust::raw_pointer_cast(o.data()),
+                          nullptr);
+  return o;
+}
+
+}  // namespace
+
+TEST(ScatterRead, EveryByteIsReadExactlyOnce) {
+  if (!gpu::device_available()) GTEST_SKIP() << "no CUDA device present";
+  Buffer buf;
+  const std::array<uint64_t, 3> want = host_sums(kBytes);
+  for (int g : {16, 256, 272, 4096, 16384}) {
+    for (const MemKernel& k :
+         {scatter(MemLoad::kNc, g, 4, 0), scatter(MemLoad::kBulk, g, 4, 2),
+          scatter(MemLoad::kBulk, g, g <= 4096 ? 16 : 4, g <= 1024 ? 16 : 1)}) {
+      ASSERT_EQ(gpu::bench::mem_kernel_unsupported(k), "") << k.name();
+      const thrust::device_vector<int32_t> order = order_of(k, 0xC0FFEEull + g);
+      // The order is a permutation of the granules, and not the identity.
+      std::vector<int32_t> h(order.size());
+      thrust::copy(order.begin(), order.end(), h.begin());
+      std::vector<int32_t> sorted = h;
+      std::sort(sorted.begin(), sorted.end());
+      std::vector<int32_t> iota(h.size());
+      std::iota(iota.begin(), iota.end(), 0);
+      ASSERT_EQ(sorted, iota) << k.name();
+      ASSERT_NE(h, iota) << k.name();
+      const std::array<uint64_t, 3> got = gpu::bench::scatter_read_checksum(
+          k, buf.data(), kBytes, thrust::raw_pointer_cast(order.data()));
+      EXPECT_EQ(got[0], want[0]) << k.name() << ": 16-byte vectors read";
+      EXPECT_EQ(got[1], want[1]) << k.name() << ": sum of the words read";
+      EXPECT_EQ(got[2], want[2]) << k.name() << ": sum of their squares";
+    }
+  }
+}
+
+TEST(ScatterRead, AnOrderThatReadsAGranuleTwiceIsCaught) {
+  if (!gpu::device_available()) GTEST_SKIP() << "no CUDA device present";
+  Buffer buf;
+  const std::array<uint64_t, 3> want = host_sums(kBytes);
+  for (const MemKernel& k :
+       {scatter(MemLoad::kNc, 256, 4, 0), scatter(MemLoad::kBulk, 256, 16, 16)}) {
+    thrust::device_vector<int32_t> order = order_of(k, 7);
+    // Two whole granules (not the short last one): the first read twice, the second never.
+    const int32_t last = static_cast<int32_t>(order.size()) - 1;
+    std::vector<size_t> at;
+    for (size_t i = 0; at.size() < 2; ++i)
+      if (order[i] != last) at.push_back(i);
+    order[at[1]] = static_cast<int32_t>(order[at[0]]);
+    const std::array<uint64_t, 3> got = gpu::bench::scatter_read_checksum(
+        k, buf.data(), kBytes, thrust::raw_pointer_cast(order.data()));
+    EXPECT_EQ(got[0], want[0]) << k.name();  // as many vectors (both granules are whole) ...
+    EXPECT_NE(got[1], want[1]) << k.name();  // ... but other bytes
+    EXPECT_NE(got[2], want[2]) << k.name();
+  }
+}
+
+TEST(ScatterRead, TimedKernelsOfThePerfSectionsLaunch) {
+  if (!gpu::device_available()) GTEST_SKIP() << "no CUDA device present";
+  Buffer buf;
+  thrust::device_vector<unsigned> sink(1, 0u);
+  std::vector<MemKernel> ks;
+  for (int g : {256, 272, 16384})
+    for (int d : {4, 8})
+      for (int b : {4, 0}) ks.push_back(scatter(MemLoad::kNc, g, d, b));
+  ks.push_back(scatter(MemLoad::kPlain, 256, 8, 0));
+  ks.push_back(scatter(MemLoad::kBulk, 256, 16, 32));
+  ks.push_back(scatter(MemLoad::kBulk, 16384, 4, 2));
+  for (const MemKernel& k : ks) {
+    ASSERT_EQ(gpu::bench::mem_kernel_unsupported(k), "") << k.name();
+    const thrust::device_vector<int32_t> order = order_of(k, 11);
+    gpu::bench::launch_mem_kernel(k, buf.data(), nullptr, kBytes,
+                                  thrust::raw_pointer_cast(sink.data()), nullptr,
+                                  thrust::raw_pointer_cast(order.data()));
+    KVLAB_CUDA_CHECK(cudaDeviceSynchronize());
+  }
+  // Without the order, the launcher refuses instead of reading garbage.
+  EXPECT_THROW(gpu::bench::launch_mem_kernel(ks[0], buf.data(), nullptr, kBytes,
+                                             thrust::raw_pointer_cast(sink.data()), nullptr),
+               Error);
+}
+
+}  // namespace kvlab::test
