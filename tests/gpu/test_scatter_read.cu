@@ -2,8 +2,9 @@
 // byte of the buffer exactly once, in the seeded order decode's page tables use, for granules
 // that do and do not divide an awkward buffer size (the last granule shorter), by the 16-byte
 // load kernel and by one bulk copy per granule; the checking twins' sums are compared with the
-// host's, and an order that reads one granule twice and another never is caught. The timed
-// kernels of perf.ini's scatter sections launch, and each is a row name of its own.
+// host's; an order that reads one granule twice and another never, and a read one vector off
+// inside every granule, are caught. The timed kernels of perf.ini's scatter sections launch,
+// and each is a row name of its own.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 #include <thrust/copy.h>
@@ -52,9 +53,17 @@ MemKernel scatter(MemLoad load, int granule, int depth, int blocks_per_sm) {
   return k;
 }
 
+// `bytes` of fill_words' 1, 2, ..., bytes / 4. Parentheses, not braces: words{n} would pick
+// device_vector's initializer_list constructor, a vector of ONE word holding n, and the fill
+// would run 3 MiB past that allocation into the orders and check words allocated after it.
 struct Buffer {
-  thrust::device_vector<unsigned> words{kBytes / 4};
-  Buffer() { gpu::bench::fill_words(thrust::raw_pointer_cast(words.data()), kBytes); }
+  thrust::device_vector<unsigned> words;
+  explicit Buffer(uint64_t bytes = kBytes) : words(bytes / 4) {
+    if (words.size() != bytes / 4)
+      throw Error("scatter test buffer: " + std::to_string(words.size()) + " words allocated, " +
+                  std::to_string(bytes / 4) + " asked");
+    gpu::bench::fill_words(thrust::raw_pointer_cast(words.data()), bytes);
+  }
   const void* data() const { return thrust::raw_pointer_cast(words.data()); }
 };
 
@@ -102,6 +111,11 @@ TEST(ScatterRead, AnOrderThatReadsAGranuleTwiceIsCaught) {
   for (const MemKernel& k :
        {scatter(MemLoad::kNc, 256, 4, 0), scatter(MemLoad::kBulk, 256, 16, 16)}) {
     thrust::device_vector<int32_t> order = order_of(k, 7);
+    // The true order gives the host's sums: what differs below is the planted granule alone.
+    ASSERT_EQ(gpu::bench::scatter_read_checksum(k, buf.data(), kBytes,
+                                                thrust::raw_pointer_cast(order.data())),
+              want)
+        << k.name();
     // Two whole granules (not the short last one): the first read twice, the second never.
     const int32_t last = static_cast<int32_t>(order.size()) - 1;
     std::vector<size_t> at;
@@ -114,6 +128,28 @@ TEST(ScatterRead, AnOrderThatReadsAGranuleTwiceIsCaught) {
     EXPECT_NE(got[1], want[1]) << k.name();  // ... but other bytes
     EXPECT_NE(got[2], want[2]) << k.name();
   }
+}
+
+// A read one 16-byte vector off inside every granule (what an off-by-one in the offset within
+// a granule does: each granule's first vector never read, the next granule's first twice, the
+// count unchanged): the kernels are given the buffer's base + 16 over a buffer one vector
+// longer (so the shifted reads stay inside the allocation and 16-byte aligned for bulk copies).
+TEST(ScatterRead, AReadOneVectorOffInsideEveryGranuleIsCaught) {
+  if (!gpu::device_available()) GTEST_SKIP() << "no CUDA device present";
+  Buffer buf(kBytes + 16);
+  const std::array<uint64_t, 3> want = host_sums(kBytes);
+  const auto* base = static_cast<const unsigned char*>(buf.data());
+  for (int g : {256, 272})
+    for (const MemKernel& k : {scatter(MemLoad::kNc, g, 4, 0), scatter(MemLoad::kBulk, g, 16, 16)}) {
+      const thrust::device_vector<int32_t> order = order_of(k, 13);
+      const int32_t* ord = thrust::raw_pointer_cast(order.data());
+      ASSERT_EQ(gpu::bench::scatter_read_checksum(k, base, kBytes, ord), want) << k.name();
+      const std::array<uint64_t, 3> got =
+          gpu::bench::scatter_read_checksum(k, base + 16, kBytes, ord);
+      EXPECT_EQ(got[0], want[0]) << k.name();  // as many vectors ...
+      EXPECT_NE(got[1], want[1]) << k.name();  // ... but other bytes
+      EXPECT_NE(got[2], want[2]) << k.name();
+    }
 }
 
 TEST(ScatterRead, TimedKernelsOfThePerfSectionsLaunch) {
