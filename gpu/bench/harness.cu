@@ -110,7 +110,7 @@ void launch_bulk(const MemKernel& k, const void* p, uint64_t bytes, unsigned int
 }
 
 // Scattered-granule reads (scatter_read.cuh). kCheck: the tests' checking twin, which adds
-// what it read into check[3]. 16-byte loads: blocks_per_sm blocks of KVLAB_L2_FLUSH_THREADS per
+// what it read into check[4]. 16-byte loads: blocks_per_sm blocks of KVLAB_L2_FLUSH_THREADS per
 // SM (0: as many as fit); bulk: blocks_per_sm (0: 1) blocks of one warp, a ring of depth x G.
 template <bool kCheck>
 void launch_scatter(const MemKernel& k, const void* src, uint64_t bytes, const int32_t* order,
@@ -467,18 +467,18 @@ void check_scatter(const MemKernel& k, uint64_t bytes, const int32_t* order) {
 }
 }  // namespace
 
-std::array<uint64_t, 3> scatter_read_checksum(const MemKernel& k, const void* src, uint64_t bytes,
+std::array<uint64_t, 4> scatter_read_checksum(const MemKernel& k, const void* src, uint64_t bytes,
                                               const int32_t* order) {
   const std::string why = mem_kernel_unsupported(k);
   if (!why.empty()) throw Error("bandwidth kernel " + k.name() + ": " + why);
   if (k.granule <= 0) throw Error("scatter_read_checksum: " + k.name() + " is not scattered");
   check_scatter(k, bytes, order);
-  thrust::device_vector<unsigned long long> check(3, 0ull);
+  thrust::device_vector<unsigned long long> check(4, 0ull);
   launch_scatter<true>(k, src, bytes, order, nullptr, thrust::raw_pointer_cast(check.data()),
                        nullptr);
   KVLAB_CUDA_CHECK(cudaGetLastError());
   KVLAB_CUDA_CHECK(cudaDeviceSynchronize());
-  std::array<uint64_t, 3> out{};
+  std::array<uint64_t, 4> out{};
   thrust::copy(check.begin(), check.end(), out.begin());
   return out;
 }

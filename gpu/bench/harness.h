@@ -108,8 +108,9 @@ void launch_mem_kernel(const MemKernel& k, const void* src, void* dst, uint64_t 
                        unsigned int* sink, cudaStream_t stream, const int32_t* order = nullptr);
 // Tests: one scattered read of src [bytes] in `order` by k's kernel in its checking twin,
 // which adds up what it read. Returns {16-byte vectors read, sum of the 32-bit words, sum of
-// their squares} (mod 2^64): a buffer read exactly once gives bytes / 16 and its own sums.
-std::array<uint64_t, 3> scatter_read_checksum(const MemKernel& k, const void* src, uint64_t bytes,
+// their squares, sum over the granules of (place in `order` + 1) x their words} (mod 2^64): a
+// buffer read exactly once gives bytes / 16 and its own sums, read in `order` the fourth too.
+std::array<uint64_t, 4> scatter_read_checksum(const MemKernel& k, const void* src, uint64_t bytes,
                                               const int32_t* order);
 
 // Diagnostic: times the flush kernel's read of p [bytes] (blocks_per_sm blocks per SM) by

@@ -27,21 +27,29 @@
 //     32 copies, the next batch fetched while the current one is issued); lane 0 issues, every
 //     lane waits on the slot's mbarrier before the slot is consumed and reused.
 // kCheck = true (tests only, never timed): instead of keeping the loads live through a
-// never-taken store, every thread adds what it read to check[3] = {16-byte vectors read, sum of
-// the 32-bit words, sum of their squares} (mod 2^64), which the host compares with the buffer's.
+// never-taken store, every thread adds what it read to check[4] = {16-byte vectors read, sum of
+// the 32-bit words, sum of their squares, sum of (j + 1) x the words of the j-th granule read}
+// (mod 2^64), which the host compares with the buffer's. The first three hold for any read of
+// every byte once; the fourth also for the order (a kernel that read the granules contiguously,
+// ignoring `order`, would pass the first three).
 #pragma once
 
 #include "gpu/bench/bulk_read.cuh"
 #include "gpu/bench/l2_flush.cuh"
 
-__device__ __forceinline__ void kvlab_scatter_fold(const uint4& v, unsigned long long* s) {
+// Adds one 16-byte vector of the j-th granule read (position = j + 1) to the check sums s[4].
+__device__ __forceinline__ void kvlab_scatter_fold(const uint4& v, unsigned long long position,
+                                                   unsigned long long* s) {
   const unsigned w[4] = {v.x, v.y, v.z, v.w};
+  unsigned long long words = 0;
 #pragma unroll
   for (int k = 0; k < 4; ++k) {
-    s[1] += w[k];
+    words += w[k];
     s[2] += static_cast<unsigned long long>(w[k]) * w[k];
   }
   s[0] += 1;
+  s[1] += words;
+  s[3] += position * words;
 }
 
 __device__ __forceinline__ unsigned kvlab_ld_nc_u32(const unsigned* p) {
@@ -61,7 +69,7 @@ __global__ void __launch_bounds__(KVLAB_L2_FLUSH_THREADS)
   const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
   unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
   unsigned acc = 0;
-  unsigned long long sums[3] = {0, 0, 0};
+  unsigned long long sums[4] = {0, 0, 0, 0};
   // The physical vector of logical vector li (n when it lies past the buffer's end).
   auto where = [&](unsigned li) -> unsigned long long {
     const unsigned g = li / vpg;
@@ -80,7 +88,7 @@ __global__ void __launch_bounds__(KVLAB_L2_FLUSH_THREADS)
 #pragma unroll
     for (int u = 0; u < kDepth; ++u) {
       if (kCheck) {
-        if (at[u] < n) kvlab_scatter_fold(v[u], sums);
+        if (at[u] < n) kvlab_scatter_fold(v[u], (i + u * stride) / vpg + 1, sums);
       } else {
         acc ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
       }
@@ -91,12 +99,12 @@ __global__ void __launch_bounds__(KVLAB_L2_FLUSH_THREADS)
     if (at >= n) continue;
     const uint4 v = kvlab_load16<kLoad>(p + at);
     if (kCheck)
-      kvlab_scatter_fold(v, sums);
+      kvlab_scatter_fold(v, i / vpg + 1, sums);
     else
       acc ^= v.x ^ v.y ^ v.z ^ v.w;
   }
   if (kCheck) {
-    for (int k = 0; k < 3; ++k) atomicAdd(&check[k], sums[k]);
+    for (int k = 0; k < 4; ++k) atomicAdd(&check[k], sums[k]);
   } else if (acc == 0x9E3779B9u) {
     sink[0] = acc;
   }
@@ -123,19 +131,20 @@ __global__ void __launch_bounds__(32)
   const unsigned first = blockIdx.x * per_block < granules ? blockIdx.x * per_block : granules;
   const unsigned end = first + per_block < granules ? first + per_block : granules;
   unsigned acc = 0;
-  unsigned long long sums[3] = {0, 0, 0};
+  unsigned long long sums[4] = {0, 0, 0, 0};
+  unsigned size_of_slot[KVLAB_BULK_MAX_STAGES];      // bytes of each slot's copy in flight
+  unsigned position_of_slot[KVLAB_BULK_MAX_STAGES];  // its granule's place in the order + 1
   // Consumes slot t (all lanes, after its copy landed): the check sums every 16-byte vector of
   // the copy's n bytes; the timed kernel folds lane 0's first word (the copy must not be dropped).
   auto consume = [&](unsigned t, unsigned n) {
     const unsigned char* src = scatter_ring + static_cast<size_t>(t) * granule;
     if (kCheck) {
       for (unsigned o = lane * 16; o < n; o += 32 * 16)
-        kvlab_scatter_fold(*reinterpret_cast<const uint4*>(src + o), sums);
+        kvlab_scatter_fold(*reinterpret_cast<const uint4*>(src + o), position_of_slot[t], sums);
     } else if (lane == 0) {
       acc ^= *reinterpret_cast<const unsigned*>(src);
     }
   };
-  unsigned size_of_slot[KVLAB_BULK_MAX_STAGES];  // bytes of each slot's copy in flight
   unsigned k = 0, slot = 0, parity = 0;
   unsigned next = first + lane < end ? kvlab_ld_nc_u32(order + first + lane) : 0;
   for (unsigned base = first; base < end; base += 32) {
@@ -154,10 +163,11 @@ __global__ void __launch_bounds__(32)
       const unsigned long long off = static_cast<unsigned long long>(g) * granule;
       const unsigned n = static_cast<unsigned>(bytes - off < granule ? bytes - off : granule);
       size_of_slot[slot] = n;
+      position_of_slot[slot] = base + j + 1;
       if (lane == 0) {
         kvlab_mbar_expect(bar, n);
-        kvlab_bulk_g2s(kvlab_smem_addr(scatter_ring + static_cast<size_t>(slot) * granule), p + off, n,
-                       bar);
+        kvlab_bulk_g2s(kvlab_smem_addr(scatter_ring + static_cast<size_t>(slot) * granule), p + off,
+                       n, bar);
       }
       if (++slot == stages) {
         slot = 0;
@@ -172,7 +182,7 @@ __global__ void __launch_bounds__(32)
     consume(t, size_of_slot[t]);
   }
   if (kCheck) {
-    for (int c = 0; c < 3; ++c) atomicAdd(&check[c], sums[c]);
+    for (int c = 0; c < 4; ++c) atomicAdd(&check[c], sums[c]);
   } else if (acc == 0x9E3779B9u) {
     sink[0] = acc;
   }
