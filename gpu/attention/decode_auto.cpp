@@ -53,7 +53,13 @@ DecodeChoice choose_decode(const DecodeArgs& a) {
 
   DecodeChoice ch;
   std::ostringstream why;
-  if (const DecodeAutoRow* r = nearest_auto_row(decode_auto_table(), q)) {
+  // Rows of versions that are registered and whose scope holds this geometry (rule 2a).
+  auto in_scope = [&](const DecodeAutoRow& r) {
+    for (const auto& v : decode_versions())
+      if (v.name == r.version) return decode_version_in_scope(v.id, a.kv.geom);
+    return false;
+  };
+  if (const DecodeAutoRow* r = nearest_auto_row(decode_auto_table(), q, in_scope)) {
     for (const auto& v : decode_versions()) {
       if (v.name != r->version) continue;
       DecodeTuning tu;
@@ -72,10 +78,9 @@ DecodeChoice choose_decode(const DecodeArgs& a) {
       ch.basis = why.str();
       return ch;
     }
-    if (why.str().empty()) why << "the table's version " << r->version << " is not registered; ";
   } else {
     why << "no calibration for " << (device.empty() ? "this device" : device) << " / "
-        << q.kv_format << "; ";
+        << q.kv_format << " / " << q.layout << " of a version in scope; ";
   }
   // Default rule: v5 (every format at its own measured design point), then v4, then the
   // newest version that supports the shape. Not simply the newest: a new version is tuned

@@ -9,6 +9,8 @@
 //   1. rows of the same device (name) and KV format only;
 //   2. the nearest by: layout, head_dim, GQA group and block size mismatches (penalties
 //      4, 4, 2, 1) plus |log2(batch / b)| + |log2(context / c)|;
+//   2a. among the rows whose version's scope holds the query's geometry
+//      (DecodeVersionInfo::in_scope);
 //   3. its version; its num_splits only when batch and context match the measured shape
 //      exactly (a forced split measured at one batch is no plan for another: elsewhere the
 //      version's own plan splits).
@@ -57,15 +59,24 @@ inline double auto_row_distance(const DecodeAutoRow& r, const DecodeAutoQuery& q
          std::fabs(lg(static_cast<double>(q.context)) - lg(static_cast<double>(r.context)));
 }
 
-// The nearest row (the first of equally near ones, in table order); nullptr when no row has
-// the query's device and format.
-inline const DecodeAutoRow* nearest_auto_row(const std::vector<DecodeAutoRow>& rows,
-                                             const DecodeAutoQuery& q) {
+// Every row is a candidate (nearest_auto_row without a scope).
+struct AnyAutoRow {
+  bool operator()(const DecodeAutoRow&) const { return true; }
+};
+
+// The nearest row among those `usable` accepts (the first of equally near ones, in table
+// order); nullptr when no such row has the query's device and format. choose_decode passes
+// the row's version's scope for the query's geometry, so an unmeasured shape that a nearby
+// row's version declines (v8-v10's layout / block_size / format scopes) takes the nearest
+// row of a version that serves it, never a version out of its scope.
+template <class Usable = AnyAutoRow>
+const DecodeAutoRow* nearest_auto_row(const std::vector<DecodeAutoRow>& rows,
+                                      const DecodeAutoQuery& q, Usable usable = Usable{}) {
   const DecodeAutoRow* best = nullptr;
   double best_d = INFINITY;
   for (const DecodeAutoRow& r : rows) {
     const double d = auto_row_distance(r, q);
-    if (d < best_d) best = &r, best_d = d;
+    if (d < best_d && usable(r)) best = &r, best_d = d;
   }
   return best;
 }

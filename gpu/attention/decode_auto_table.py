@@ -70,6 +70,8 @@ def main(argv=None):
     ap.add_argument("--best-of-all", action="store_true",
                     help="the fastest row over all files wins (default: later files replace "
                     "earlier ones shape by shape)")
+    ap.add_argument("--sources", default="",
+                    help="what the files are (runs, configs), written into the header's comment")
     a = ap.parse_args(argv)
     best = {}
     for order, path in enumerate(a.files):
@@ -100,6 +102,9 @@ def main(argv=None):
         "(decode_auto.h).",
         "// Command: python3 gpu/attention/decode_auto_table.py " + " ".join(a.files) +
         (" --best-of-all" if a.best_of_all else "") + " --out " + a.out,
+    ]
+    lines += ["// " + x for x in a.sources.splitlines() if x.strip()]
+    lines += [
         "// {device, kv_format, layout, head_dim, gqa_group, block_size, batch, context, version,",
         "//  num_splits, median_us}",
     ]

@@ -10,8 +10,10 @@
 //    token range and runs its own 3-stage pipeline, each stage [K rows | V rows] of one tile,
 //    completion counted on the stage's mbarrier (no block barrier in the main loop).
 //  * Scope: BF16 and FP16 pools (and FP8 E4M3 with a pool scale at head_dim >= 128 where the
-//    policy says kFP8), HND layout, block_size a multiple of 16: the tile's 16 slots of one
-//    (page, KV head) are one contiguous run, 16 x head_dim x element bytes.
+//    policy says kFP8), HND layout (and NHD where the policy says kNHD), block_size a
+//    multiple of 16: the tile's 16 slots of one (page, KV head) lie in one page (HND: one
+//    contiguous run, 16 x head_dim x element bytes; NHD: 16 rows num_kv_heads x head_dim
+//    elements apart).
 //  * The tile's page is one block-table load by lane 0, one tile ahead. A table entry outside
 //    the pool copies nothing and turns the block's rows into NaN.
 //  * Rows past the sequence's end: K is masked to -inf by the tile compute (a select, never
@@ -26,6 +28,7 @@
 //   kSmemAlign            alignment the stage buffers need (16, or 1024 for the swizzle)
 //   kWarpIssues           true: the whole warp calls issue(); false: lane 0 alone
 //   kFP8                  true: FP8 E4M3 pools (pool scale) at head_dim >= 128 too
+//   kNHD                  true: NHD pools too (the copy gathers the tile's strided rows)
 //   Maps                  extra kernel parameter (__grid_constant__), e.g. tensor maps
 //   issue<D, F>(t, maps)  copies tile t (BulkTile below) into its stage, completing on t.bar
 //   maps_reason(a), maps(a)   host: "" or why Maps cannot be built; the Maps of a launch
@@ -272,7 +275,8 @@ cudaError_t bulk_dispatch(int head_dim, KvFormat format, Fn&& fn) {
 }
 
 // "" when the family's copies apply to the pool: 16-bit rows (or FP8 E4M3 ones of >= 128
-// bytes where the policy copies them), HND, page runs of whole tiles.
+// bytes where the policy copies them), HND (or NHD where the policy copies it), whole tiles
+// inside a page.
 template <class Copy>
 std::string bulk_layout_reason(const PageGeometry& g) {
   std::ostringstream os;
@@ -284,9 +288,11 @@ std::string bulk_layout_reason(const PageGeometry& g) {
   else if (fp8 && !bulk_fp8_head_dim<Copy>(g.head_dim))
     os << Copy::kName << " copies fp8_e4m3 rows of head_dim >= 128 (one 128-byte swizzle line "
        << "or more), got head_dim " << g.head_dim;
-  else if (g.layout != KvLayout::kHND)
+  else if (g.layout != KvLayout::kHND && !(Copy::kNHD && g.layout == KvLayout::kNHD))
     os << Copy::kName << " copies " << Copy::kCopies
-       << " of contiguous (page, KV head) runs of the HND layout, got " << to_string(g.layout);
+       << (Copy::kNHD ? " of (page, KV head) rows of the HND or NHD layout, got "
+                      : " of contiguous (page, KV head) runs of the HND layout, got ")
+       << to_string(g.layout);
   else if (g.block_size % kBulkTile != 0)
     os << Copy::kName << " needs block_size a multiple of " << kBulkTile
        << " (a warp tile inside one page), got " << g.block_size;

@@ -234,18 +234,18 @@ __device__ __forceinline__ void bulk_prefetch_l2(const void* gmem_src, uint32_t 
   asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(gmem_src), "r"(bytes)
                : "memory");
 }
-// TMA tensor copy of one box of a 3-D tensor map (a CUtensorMap in param/const/global
-// memory, e.g. a __grid_constant__ kernel parameter) at coordinates {c0, c1, c2} (innermost
-// first) into shared memory, completing the box's bytes on `bar`; L2 hint as bulk_copy_g2s.
-// The box lands in the map's shared-memory layout (swizzled if the map says so); elements
-// outside the tensor are filled with zeros.
-__device__ __forceinline__ void tensor_copy_3d_g2s(void* smem_dst, const void* tensor_map, int c0,
-                                                   int c1, int c2, uint64_t* bar,
+// TMA tensor copy of one box of a 4-D tensor map (a CUtensorMap in param/const/global
+// memory, e.g. a __grid_constant__ kernel parameter) at coordinates {c0, c1, c2, c3}
+// (innermost first) into shared memory, completing the box's bytes on `bar`; L2 hint as
+// bulk_copy_g2s. The box lands in the map's shared-memory layout (swizzled if the map says
+// so); elements outside the tensor are filled with zeros.
+__device__ __forceinline__ void tensor_copy_4d_g2s(void* smem_dst, const void* tensor_map, int c0,
+                                                   int c1, int c2, int c3, uint64_t* bar,
                                                    uint64_t l2_policy) {
   asm volatile(
-      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
-      ".L2::cache_hint [%0], [%1, {%2, %3, %4}], [%5], %6;\n" ::"r"(smem_addr(smem_dst)),
-      "l"(reinterpret_cast<uint64_t>(tensor_map)), "r"(c0), "r"(c1), "r"(c2),
+      "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+      ".L2::cache_hint [%0], [%1, {%2, %3, %4, %5}], [%6], %7;\n" ::"r"(smem_addr(smem_dst)),
+      "l"(reinterpret_cast<uint64_t>(tensor_map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3),
       "r"(smem_addr(bar)), "l"(l2_policy)
       : "memory");
 }

@@ -1,9 +1,9 @@
 // v10_mma_decode_tma_swizzle.cu: v8 (v4's tensor-core decode, 3 stages of one 16-token tile
 // per warp, 2 blocks of 4 warps per SM for d128 16-bit, copies completing on a per-stage
 // mbarrier) with each tile's K and V moved by ONE TMA tensor copy each
-// (cp.async.bulk.tensor.3d through a CUtensorMap over the pool) that lands the 16 rows
+// (cp.async.bulk.tensor.4d through a CUtensorMap over the pool) that lands the 16 rows
 // 128-byte swizzled, so the copy is as large as v8's and the shared-memory reads conflict no
-// more than v4's / v9's.
+// more than v4's / v9's; the same map form gathers the strided rows of NHD pages too.
 //
 // What changed vs v8 / v9, and why (gpu/attention/TUNING.md, steps 13-15; H100, 64 x 8k BF16
 // HND block 16):
@@ -13,9 +13,12 @@
 //    bank conflicts v4 8.7 M, v8 84.0 M, v9 8.5 M. Large copies halve the L2 requests (v8),
 //    padded rows remove the conflicts (v9); neither has both. A bulk copy cannot pad or
 //    permute; a TMA tensor copy can swizzle.
-//  * The pool as a 3-D tensor of 16-bit elements {64, D/64, rows} (innermost first), strides
-//    {128 B, D*2 B}, row = k_index(page, kv_head, slot, 0) / D (HND: the slots of a (page, KV
-//    head) are consecutive rows); box {64, D/64, 16}, CU_TENSOR_MAP_SWIZZLE_128B. One copy per
+//  * The pool as a 4-D tensor of 16-bit elements {64, D/64, A, B} (innermost first), strides
+//    {128 B, D*2 B, A's stride}; HND: A = slot, B = page * H + head (the slots of a (page, KV
+//    head) are consecutive rows), box {64, D/64, 16, 1}; NHD: A = head, B = page * bs + slot
+//    (the tile's rows are H * D elements apart), box {64, D/64, 1, 16} (TUNING.md step 16:
+//    a TMA box gathers strided rows at the cost of one, so NHD loses nothing to HND);
+//    CU_TENSOR_MAP_SWIZZLE_128B. One copy per
 //    K tile and one per V tile lands the 16 rows as [row][part][128 B] = row * 2D + byte, with
 //    the 16-byte chunk index inside each 128-byte line XORed by line % 8 (line = offset / 128
 //    = row * D/64 + part). Stage buffers are 1024-byte aligned (the pattern's period; the
@@ -43,11 +46,12 @@
 //    sequence's end hold whatever the pool has in those slots (NaN in the tests): K rows are
 //    masked to -inf by a select in the tile compute, V rows are zeroed after the copy lands.
 //    A tile is 16-aligned inside a page whose block_size is a multiple of 16, so the box never
-//    leaves its (page, KV head) run; rows past the tensor's end would be zero-filled by TMA.
-//  * Scope, split plan, merge: v8's (BF16 / FP16, HND, block_size a multiple of 16; the rest
-//    declined with a reason), plus FP8 E4M3 with a pool scale at head_dim >= 128: an FP8 row
-//    of 128 elements is exactly one 128-byte swizzle line (map {128, D/128, rows} of bytes,
-//    box {128, D/128, 16}), read by v4's FP8 loaders (k_slices, v_ranges) through the same
+//    leaves its page (HND: its (page, KV head) run); rows past the tensor's end would be zero-filled by TMA.
+//  * Scope, split plan, merge: v8's (BF16 / FP16, block_size a multiple of 16; the rest
+//    declined with a reason) in the HND and NHD layouts, plus FP8 E4M3 with a pool scale at
+//    head_dim >= 128: an FP8 row of 128 elements is exactly one 128-byte swizzle line (map
+//    {128, D/128, A, B} of bytes, box {128, D/128, 16, 1} or {128, D/128, 1, 16}), read by
+//    v4's FP8 loaders (k_slices, v_ranges) through the same
 //    address function. FP8 at d128: K loads conflict-free (lanes g = 2q, 2q+1 read chunks
 //    2t + i XOR g), V ranges (8 bytes, half-warp phases) conflict-free (chunk g/2 XOR 2t);
 //    compiled for 4 blocks per SM (<= 128 registers, v5's FP8 design point), and for the same
@@ -88,9 +92,18 @@ EncodeTiledFn encode_tiled_fn() {
   return fn;
 }
 
-// The map of one pool: rows of head_dim elements as {128-byte line, lines per row, rows}
-// (16-bit: {64, D/64, rows}; FP8: {128, D/128, rows}), box {line, lines per row, 16},
-// 128-byte swizzle. "" or why it cannot be built.
+// The map of one pool: rows of head_dim elements as a 4-D tensor {128-byte line, lines per
+// row, A, B} (16-bit: line = 64 elements, D/64 lines; FP8: 128, D/128), box {line, lines,
+// 16 rows along the slot axis}, 128-byte swizzle:
+//   HND [page][head][slot][d]: A = slot (stride D), B = page * H + head (stride bs * D),
+//       box {line, lines, 16, 1}
+//   NHD [page][slot][head][d]: A = head (stride D), B = page * bs + slot (stride H * D),
+//       box {line, lines, 1, 16}
+// Both boxes land as [16 rows][lines][128 B] (the innermost box dimension first), so the
+// loaders read either through the same Swizzle128Rows. Limits (cuTensorMapEncodeTiled):
+// dims < 2^32 and coordinates < 2^31 (B <= rows, checked), strides multiples of 16 (D *
+// element bytes >= 128) and < 2^40, box dims <= 256 (line <= 128, lines <= 4, 16).
+// "" or why it cannot be built.
 std::string encode_pool_map(const void* pool, const PageGeometry& g, CUtensorMap& map) {
   std::ostringstream os;
   const int64_t rows = g.num_blocks * g.num_kv_heads * static_cast<int64_t>(g.block_size);
@@ -110,36 +123,43 @@ std::string encode_pool_map(const void* pool, const PageGeometry& g, CUtensorMap
   const int d = g.head_dim;
   const int elem_bytes = kv_format_bits(g.format) / 8;  // 2 (bf16, fp16) or 1 (fp8_e4m3)
   const int line = 128 / elem_bytes, lines = d * elem_bytes / 128;
-  const cuuint64_t dims[3] = {static_cast<cuuint64_t>(line), static_cast<cuuint64_t>(lines),
-                              static_cast<cuuint64_t>(rows)};
-  const cuuint64_t strides[2] = {128, static_cast<cuuint64_t>(d) * elem_bytes};  // dims 1, 2
-  const cuuint32_t box[3] = {static_cast<cuuint32_t>(line), static_cast<cuuint32_t>(lines),
-                             kBulkTile};
-  const cuuint32_t elem_strides[3] = {1, 1, 1};
+  const bool hnd = g.layout == KvLayout::kHND;
+  const cuuint64_t H = static_cast<cuuint64_t>(g.num_kv_heads);
+  const cuuint64_t bs = static_cast<cuuint64_t>(g.block_size);
+  const cuuint64_t row_bytes = static_cast<cuuint64_t>(d) * elem_bytes;
+  const cuuint64_t pages = static_cast<cuuint64_t>(g.num_blocks);
+  const cuuint64_t dims[4] = {static_cast<cuuint64_t>(line), static_cast<cuuint64_t>(lines),
+                              hnd ? bs : H, hnd ? pages * H : pages * bs};
+  const cuuint64_t strides[3] = {128, row_bytes, (hnd ? bs : H) * row_bytes};  // dims 1, 2, 3
+  const cuuint32_t box[4] = {static_cast<cuuint32_t>(line), static_cast<cuuint32_t>(lines),
+                             hnd ? static_cast<cuuint32_t>(kBulkTile) : 1u,
+                             hnd ? 1u : static_cast<cuuint32_t>(kBulkTile)};
+  const cuuint32_t elem_strides[4] = {1, 1, 1, 1};
   const CUresult r = encode(&map, elem_bytes == 2 ? CU_TENSOR_MAP_DATA_TYPE_UINT16
                                                   : CU_TENSOR_MAP_DATA_TYPE_UINT8,
-                            3, const_cast<void*>(pool), dims,
+                            4, const_cast<void*>(pool), dims,
                             strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
                             CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                             CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS) {
     os << "v10_mma_decode_tma_swizzle: cuTensorMapEncodeTiled rejected the pool (CUresult "
-       << static_cast<int>(r) << ", head_dim " << d << ", " << rows << " rows)";
+       << static_cast<int>(r) << ", " << to_string(g.layout) << ", head_dim " << d << ", "
+       << rows << " rows)";
     return os.str();
   }
   return "";
 }
 
 // The maps of (K pool, V pool, geometry), or the reason there are none. Entries never go
-// stale: a map holds only the address and the geometry, both in the key. The cache is
+// stale: a map holds only the address and the geometry (layout included), both in the key. The cache is
 // bounded (cleared past 256 entries: a sweep allocates a few pools per shape).
 std::string pool_maps(const DecodeArgs& a, V10Maps& out) {
-  using Key = std::tuple<const void*, const void*, int64_t, int, int, int, int>;
+  using Key = std::tuple<const void*, const void*, int64_t, int, int, int, int, int>;
   static std::mutex mu;
   static std::map<Key, V10Maps> cache;
   const PageGeometry& g = a.kv.geom;
   const Key key{a.kv.k, a.kv.v, g.num_blocks, g.num_kv_heads, g.block_size, g.head_dim,
-                static_cast<int>(g.format)};
+                static_cast<int>(g.format), static_cast<int>(g.layout)};
   std::lock_guard<std::mutex> lock(mu);
   const auto it = cache.find(key);
   if (it != cache.end()) {
@@ -167,18 +187,24 @@ struct V10TensorCopy {
   static constexpr int kSmemAlign = 1024;  // the swizzle pattern's period
   static constexpr bool kWarpIssues = false;  // lane 0 alone
   static constexpr bool kFP8 = true;  // FP8 E4M3 rows of >= 128 bytes: whole swizzle lines
+  static constexpr bool kNHD = true;  // the 4-D map gathers NHD's strided rows
   using Maps = V10Maps;
 
   template <int D, KvFormat F>
   __device__ static void issue(const BulkTile& t, const Maps& maps) {
-    const int row = static_cast<int>(t.pools->geom.k_index(t.page, t.kv_head, t.slot, 0) / D);
+    // The box's coordinates {0, 0, A, B} (encode_pool_map); B <= the pool's rows < 2^31.
+    const PageGeometry& g = t.pools->geom;
+    const bool hnd = g.layout == KvLayout::kHND;
+    const int a = hnd ? t.slot : t.kv_head;
+    const int b = static_cast<int>(hnd ? t.page * g.num_kv_heads + t.kv_head
+                                       : t.page * g.block_size + t.slot);
     // The box always writes its 16 rows.
     constexpr uint32_t kBoxBytes = kBulkTile * BulkOperand<V10TensorCopy, F, D>::kRowBytes;
     mma::fence_proxy_async_smem();  // generic reads/writes of the stage before the async writes
     mma::mbarrier_expect_tx(t.bar, 2 * kBoxBytes);
     mma::mbarrier_arrive(t.bar);
-    mma::tensor_copy_3d_g2s(t.sk, &maps.k, 0, 0, row, t.bar, t.l2_policy);
-    mma::tensor_copy_3d_g2s(t.sv, &maps.v, 0, 0, row, t.bar, t.l2_policy);
+    mma::tensor_copy_4d_g2s(t.sk, &maps.k, 0, 0, a, b, t.bar, t.l2_policy);
+    mma::tensor_copy_4d_g2s(t.sv, &maps.v, 0, 0, a, b, t.bar, t.l2_policy);
   }
   static std::string maps_reason(const DecodeArgs& a) {
     if (a.num_seqs == 0) return "";  // an empty batch reads nothing (its pools may be null)
@@ -198,9 +224,9 @@ struct V10TensorCopy {
 DecodeVersionImpl make_v10_mma_decode_tma_swizzle() {
   return bulk_version<V10TensorCopy>(
       10,
-      "v4's tensor-core decode loading each 16-token tile of an HND page (K and V) with one "
-      "TMA tensor copy each, 128-byte swizzled, on an mbarrier (bf16/fp16, block_size a "
-      "multiple of 16)");
+      "v4's tensor-core decode loading each 16-token tile of an HND or NHD page (K and V) "
+      "with one TMA tensor copy each, 128-byte swizzled, on an mbarrier (bf16/fp16, fp8_e4m3 "
+      "at head_dim >= 128, block_size a multiple of 16)");
 }
 
 }  // namespace kvlab::gpu::detail

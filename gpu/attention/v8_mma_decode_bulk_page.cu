@@ -43,6 +43,7 @@ struct V8PageRunCopy {
   static constexpr int kSmemAlign = 16;
   static constexpr bool kWarpIssues = false;  // lane 0 alone
   static constexpr bool kFP8 = false;         // 16-bit pools only
+  static constexpr bool kNHD = false;         // a page run is contiguous in HND only
   using Maps = NoMaps;
 
   template <int D, KvFormat F>

@@ -48,6 +48,7 @@ struct V9RowCopy {
   static constexpr int kSmemAlign = 16;
   static constexpr bool kWarpIssues = true;  // every lane copies a row
   static constexpr bool kFP8 = false;        // 16-bit pools only
+  static constexpr bool kNHD = false;        // HND rows (v8's scope)
   using Maps = NoMaps;
 
   // Called by the whole warp.

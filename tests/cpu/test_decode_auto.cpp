@@ -116,5 +116,73 @@ TEST(DecodeAuto, ForcedSplitsOnlyForTheMeasuredShape) {
   EXPECT_EQ(auto_row_splits(rows[0], q), 0);
 }
 
+// The scopes the registry declares for the versions that decline some geometries
+// (DecodeVersionInfo::in_scope of the bulk-copy family, gpu/attention/mma_bulk_decode.cuh;
+// the GPU suites DecodeV8/9/10 check the real predicates against these declines): v8 / v9
+// copy bf16 / fp16 HND, v10 also NHD and fp8_e4m3 at head_dim >= 128; all need block_size a
+// multiple of 16. The other versions serve every geometry of these queries.
+bool mirrored_scope(const std::string& version, const DecodeAutoQuery& q) {
+  const bool b16 = q.kv_format == "bf16" || q.kv_format == "fp16";
+  const bool tiles = q.block_size % 16 == 0;
+  if (version == "v8_mma_decode_bulk_page" || version == "v9_mma_decode_bulk_rows")
+    return b16 && q.layout == "hnd" && tiles;
+  if (version == "v10_mma_decode_tma_swizzle")
+    return (b16 || (q.kv_format == "fp8_e4m3" && q.head_dim >= 128)) &&
+           (q.layout == "hnd" || q.layout == "nhd") && tiles;
+  return true;
+}
+
+// Unmeasured shapes (other layouts, block sizes, head_dims, groups, sizes) next to measured
+// rows of scoped versions: the rule never returns a row whose version declines the query,
+// and returns the nearest of those that serve it. Without the scope, some of these queries
+// do land on a declining version's row (the test checks that it covers such cases).
+TEST(DecodeAuto, UnmeasuredShapesNeverPickAVersionOutOfItsScope) {
+  const auto& t = compiled_table();
+  int landed_out_of_scope_unscoped = 0, queries = 0;
+  for (const char* f : {"bf16", "fp16", "fp8_e4m3"})
+    for (const char* l : {"hnd", "nhd", "split_x"})
+      for (int bs : {1, 8, 16, 24, 32, 128})
+        for (int d : {64, 128, 256})
+          for (int g : {1, 4, 8})
+            for (int64_t b : {1, 3, 64, 200})
+              for (int64_t c : {512, 6000, 32768, 100000}) {
+                DecodeAutoQuery q;
+                q.device = t.front().device, q.kv_format = f, q.layout = l;
+                q.block_size = bs, q.head_dim = d, q.gqa_group = g, q.batch = b, q.context = c;
+                auto usable = [&](const DecodeAutoRow& r) { return mirrored_scope(r.version, q); };
+                const DecodeAutoRow* plain = nearest_auto_row(t, q);
+                const DecodeAutoRow* n = nearest_auto_row(t, q, usable);
+                if (!plain) continue;  // an unmeasured format on this device
+                ++queries;
+                if (!mirrored_scope(plain->version, q)) ++landed_out_of_scope_unscoped;
+                ASSERT_NE(n, nullptr) << f << " " << l << " b" << bs;
+                const std::string what = std::string(f) + " " + l + " bs" + std::to_string(bs) +
+                                         " d" + std::to_string(d) + " " + std::to_string(b) +
+                                         "x" + std::to_string(c) + ": " + n->version;
+                EXPECT_TRUE(mirrored_scope(n->version, q)) << what;
+                double nearest_usable = INFINITY;
+                for (const DecodeAutoRow& r : t)
+                  if (usable(r)) nearest_usable = std::fmin(nearest_usable, auto_row_distance(r, q));
+                EXPECT_EQ(auto_row_distance(*n, q), nearest_usable) << what;
+              }
+  EXPECT_GT(queries, 1000);
+  EXPECT_GT(landed_out_of_scope_unscoped, 0)
+      << "the table has no scoped version next to a declined geometry: the test proves nothing";
+}
+
+// The scope filter on a synthetic table: a declining version's exact row is passed over for
+// the nearest row of a version that serves the query.
+TEST(DecodeAuto, TheScopeFilterPassesOverDecliningVersions) {
+  const auto rows = synthetic();
+  DecodeAutoQuery q;
+  q.device = "GPU A", q.kv_format = "bf16", q.layout = "hnd";
+  q.head_dim = 128, q.gqa_group = 4, q.block_size = 16, q.batch = 64, q.context = 8192;
+  EXPECT_STREQ(nearest_auto_row(rows, q)->version, "v6_stream_k_decode");
+  auto no_v6 = [](const DecodeAutoRow& r) { return std::string(r.version) != "v6_stream_k_decode"; };
+  EXPECT_STREQ(nearest_auto_row(rows, q, no_v6)->version, "v5_mma_decode_2stage");
+  auto none = [](const DecodeAutoRow&) { return false; };
+  EXPECT_EQ(nearest_auto_row(rows, q, none), nullptr);
+}
+
 }  // namespace
 }  // namespace kvlab::gpu

@@ -5,11 +5,12 @@
 //   v9_mma_decode_bulk_rows     one bulk copy per K and V row, into v4's padded rows
 //   v10_mma_decode_tma_swizzle  one TMA tensor copy per K and V tile, 128-byte swizzled
 // Each member runs and matches the reference on every geometry of its scope (bf16 / fp16
-// HND, block_size a multiple of 16, every compiled head_dim, GQA 1-16, sequence ends inside
-// and at the edges of tiles and pages; v10 also fp8_e4m3 at head_dim 128 and 256, with v5's
-// bits at forced splits), declines everything outside it with a reason, gives
-// the bits of the versions with the same tiles and mma sequence for the same split (v5's;
-// v9 and v10 also v8's), and turns a bad table entry into NaN for that sequence only.
+// HND -- v10 also NHD --, block_size a multiple of 16, every compiled head_dim, GQA 1-16,
+// sequence ends inside and at the edges of tiles and pages; v10 also fp8_e4m3 at head_dim
+// 128 and 256, with v5's bits at forced splits), declines everything outside it with a
+// reason, gives the bits of the versions with the same tiles and mma sequence for the same
+// split (v5's in every layout; v9 and v10 also v8's in HND), and turns a bad table entry
+// into NaN for that sequence only.
 // Cases: seeded (per version), permuted over-provisioned tables, NaN in unused slots
 // (reference/attention/paged_case.h: the rows a tile reads past the sequence's end, which
 // v10's full 16-row box copies too); outputs guarded and NaN-prefilled (run_gpu_decode).
@@ -44,6 +45,7 @@ struct BulkMember {
   const char* name;                // the registry name, which every unsupported reason carries
   std::vector<int> bitwise_peers;  // versions with the same tiles and mma sequence
   bool fp8;                        // copies FP8 E4M3 (pool scale) rows at head_dim >= 128 too
+  std::vector<KvLayout> layouts;   // the layouts it copies
 };
 
 // gtest prints a parameter by its registry name.
@@ -71,7 +73,8 @@ class BulkCopyDecode : public ::testing::TestWithParam<BulkMember> {
 
   // Every geometry of the scope in formats `fs` at head_dims `dims` (block 16 / 32 / 128, GQA
   // 1-16, sequence ends inside and at the edges of tiles and pages, NaN in unused slots).
-  void expect_geometries(std::initializer_list<KvFormat> fs, std::initializer_list<int> dims) {
+  void expect_geometries(std::initializer_list<KvFormat> fs, std::initializer_list<int> dims,
+                         KvLayout layout) {
     const int groups[][2] = {{8, 8}, {8, 2}, {32, 8}, {16, 1}};  // GQA 1, 4, 4, 16 (2 q tiles)
     int i = 0;
     for (KvFormat f : fs)
@@ -79,8 +82,9 @@ class BulkCopyDecode : public ::testing::TestWithParam<BulkMember> {
         for (int bs : {16, 32, 128}) {
           const auto& g = groups[i++ % 4];
           const DType qd = (i % 2) ? DType::kF16 : DType::kBF16;
-          ref::PagedCaseSpec s = seeded_spec(("decode." + tag() + "." + to_string(f)).c_str(),
-                                             KvLayout::kHND, f, qd);
+          ref::PagedCaseSpec s = seeded_spec(
+              ("decode." + tag() + "." + to_string(f) + "." + to_string(layout)).c_str(),
+              layout, f, qd);
           s.head_dim = d;
           s.block_size = bs;
           s.num_qo_heads = g[0];
@@ -88,7 +92,8 @@ class BulkCopyDecode : public ::testing::TestWithParam<BulkMember> {
           s.seq_lens = edge_lengths(bs);
           ref::PagedCase c = ref::make_paged_case(s);
           ASSERT_TRUE(c.spec.poison_unused) << "unused slots must hold NaN (rows past the end)";
-          expect_matches(c, to_string(f) + " d" + std::to_string(d) + " b" + std::to_string(bs));
+          expect_matches(c, to_string(layout) + " " + to_string(f) + " d" + std::to_string(d) +
+                                " b" + std::to_string(bs));
         }
   }
 
@@ -96,8 +101,9 @@ class BulkCopyDecode : public ::testing::TestWithParam<BulkMember> {
   // split the bits of `peers` (the same 16-token tiles and warps, the same mma sequence over
   // the same values: another copy path, another shared-memory geometry).
   void expect_forced_splits(KvFormat f, const std::string& seed, const std::vector<int>& peers,
-                            ref::PagedCase* keep = nullptr) {
-    ref::PagedCaseSpec s = seeded_spec(("decode." + tag() + "." + seed).c_str(), KvLayout::kHND, f);
+                            ref::PagedCase* keep = nullptr, KvLayout layout = KvLayout::kHND) {
+    ref::PagedCaseSpec s = seeded_spec(
+        ("decode." + tag() + "." + seed + "." + to_string(layout)).c_str(), layout, f);
     s.num_qo_heads = 32;
     s.num_kv_heads = 8;
     s.block_size = 16;
@@ -107,37 +113,49 @@ class BulkCopyDecode : public ::testing::TestWithParam<BulkMember> {
     for (int splits : {1, 2, 5, 47}) {
       gpu::DecodeTuning tu;
       tu.num_splits = splits;
-      expect_matches(c, to_string(f) + " splits " + std::to_string(splits), tu);
+      expect_matches(c, to_string(layout) + " " + to_string(f) + " splits " +
+                            std::to_string(splits), tu);
       const GpuDecodeRun r = run_gpu_decode(c, d, id(), nullptr, tu);
       for (int other : peers) {
         const GpuDecodeRun ro = run_gpu_decode(c, d, other, nullptr, tu);
         ASSERT_TRUE(r.supported && ro.supported) << r.reason << ro.reason;
         ASSERT_EQ(r.o.size(), ro.o.size());
         EXPECT_EQ(0, std::memcmp(r.o.data(), ro.o.data(), r.o.size() * sizeof(float)))
-            << to_string(f) << " splits " << splits << ": " << tag() << " and v" << other
-            << " differ";
+            << to_string(layout) << " " << to_string(f) << " splits " << splits << ": " << tag()
+            << " and v" << other << " differ";
         EXPECT_EQ(0, std::memcmp(r.lse.data(), ro.lse.data(), r.lse.size() * sizeof(float)))
-            << to_string(f) << " splits " << splits << ": " << tag() << " and v" << other;
+            << to_string(layout) << " " << to_string(f) << " splits " << splits << ": " << tag()
+            << " and v" << other;
       }
     }
     if (keep) *keep = c;
   }
+
+  // A table entry past the pool in sequence 1: NaN there, the others untouched.
+  void expect_bad_table_gives_nan(KvLayout layout);
 };
 
 TEST_P(BulkCopyDecode, EveryGeometryOfItsScopeMatchesTheReference) {
   KVLAB_SKIP_WITHOUT_GPU();
-  expect_geometries({KvFormat::kBF16, KvFormat::kFP16}, {64, 128, 256});
+  for (KvLayout l : GetParam().layouts)
+    expect_geometries({KvFormat::kBF16, KvFormat::kFP16}, {64, 128, 256}, l);
 }
 
+// The peers' bits in HND; in the other layouts v5's (v5 runs every layout in the same tiles
+// and mma sequence; v8 / v9 copy HND only).
 TEST_P(BulkCopyDecode, ForcedSplitsAndPlanKnobsMatchTheReferenceAndPeersBitwise) {
   KVLAB_SKIP_WITHOUT_GPU();
-  ref::PagedCase c;
-  expect_forced_splits(KvFormat::kBF16, "splits", GetParam().bitwise_peers, &c);
-  for (bool pdl : {true, false}) {
-    gpu::DecodeTuning tu;
-    tu.pdl = pdl;
-    tu.fill_waves = 4;
-    expect_matches(c, pdl ? "fill 4 pdl" : "fill 4 no-pdl", tu);
+  for (KvLayout l : GetParam().layouts) {
+    ref::PagedCase c;
+    expect_forced_splits(KvFormat::kBF16, "splits",
+                         l == KvLayout::kHND ? GetParam().bitwise_peers : std::vector<int>{5}, &c,
+                         l);
+    for (bool pdl : {true, false}) {
+      gpu::DecodeTuning tu;
+      tu.pdl = pdl;
+      tu.fill_waves = 4;
+      expect_matches(c, to_string(l) + (pdl ? " fill 4 pdl" : " fill 4 no-pdl"), tu);
+    }
   }
 }
 
@@ -148,8 +166,10 @@ TEST_P(BulkCopyDecode, ForcedSplitsAndPlanKnobsMatchTheReferenceAndPeersBitwise)
 TEST_P(BulkCopyDecode, Fp8GeometriesOfItsScopeMatchTheReferenceAndV5Bitwise) {
   KVLAB_SKIP_WITHOUT_GPU();
   if (!GetParam().fp8) GTEST_SKIP() << tag() << " copies 16-bit rows only (declines: below)";
-  expect_geometries({KvFormat::kFP8E4M3}, {128, 256});
-  expect_forced_splits(KvFormat::kFP8E4M3, "fp8.splits", {5});
+  for (KvLayout l : GetParam().layouts) {
+    expect_geometries({KvFormat::kFP8E4M3}, {128, 256}, l);
+    expect_forced_splits(KvFormat::kFP8E4M3, "fp8.splits", {5}, nullptr, l);
+  }
 }
 
 TEST_P(BulkCopyDecode, DeclinesEverythingOutsideItsScope) {
@@ -161,17 +181,26 @@ TEST_P(BulkCopyDecode, DeclinesEverythingOutsideItsScope) {
     int d;
     const char* why;
   };
-  std::vector<Out> outs = {{KvLayout::kNHD, KvFormat::kBF16, 16, 128, "HND"},
-                           {KvLayout::kSplitX, KvFormat::kFP16, 16, 128, "HND"},
+  const bool nhd = GetParam().layouts.size() > 1;  // HND and NHD
+  std::vector<Out> outs = {{KvLayout::kSplitX, KvFormat::kFP16, 16, 128, "HND"},
                            {KvLayout::kHND, KvFormat::kNVFP4, 32, 128, "16-bit"},
                            {KvLayout::kHND, KvFormat::kFP8E5M2, 16, 128, "16-bit"},
                            {KvLayout::kHND, KvFormat::kBF16, 8, 128, "multiple of 16"},
                            {KvLayout::kHND, KvFormat::kBF16, 1, 128, "multiple of 16"}};
+  if (nhd) {
+    outs.push_back({KvLayout::kNHD, KvFormat::kBF16, 8, 128, "multiple of 16"});
+    outs.push_back({KvLayout::kNHD, KvFormat::kFP16, 24, 64, "multiple of 16"});
+    outs.push_back({KvLayout::kNHD, KvFormat::kNVFP4, 32, 128, "16-bit"});
+  } else {
+    outs.push_back({KvLayout::kNHD, KvFormat::kBF16, 16, 128, "HND"});
+  }
   if (GetParam().fp8) {
     outs.push_back({KvLayout::kHND, KvFormat::kFP8E4M3, 16, 64, "head_dim >= 128"});
-    outs.push_back({KvLayout::kNHD, KvFormat::kFP8E4M3, 16, 128, "HND"});
+    outs.push_back({nhd ? KvLayout::kNHD : KvLayout::kHND, KvFormat::kFP8E4M3, 16, 64,
+                    "head_dim >= 128"});
   } else {
     outs.push_back({KvLayout::kHND, KvFormat::kFP8E4M3, 16, 128, "16-bit"});
+    outs.push_back({KvLayout::kNHD, KvFormat::kFP8E4M3, 16, 128, "16-bit"});
   }
   for (const Out& o : outs) {
     ref::PagedCaseSpec s = seeded_spec(("decode." + tag() + ".out").c_str(), o.l, o.f);
@@ -195,8 +224,15 @@ TEST_P(BulkCopyDecode, DeclinesEverythingOutsideItsScope) {
 
 TEST_P(BulkCopyDecode, BadTableEntryGivesNaNForThatSequenceOnly) {
   KVLAB_SKIP_WITHOUT_GPU();
-  ref::PagedCaseSpec s =
-      seeded_spec(("decode." + tag() + ".bad_table").c_str(), KvLayout::kHND, KvFormat::kBF16);
+  for (KvLayout l : GetParam().layouts) {
+    SCOPED_TRACE(to_string(l));
+    expect_bad_table_gives_nan(l);
+  }
+}
+
+void BulkCopyDecode::expect_bad_table_gives_nan(KvLayout layout) {
+  ref::PagedCaseSpec s = seeded_spec(
+      ("decode." + tag() + ".bad_table." + to_string(layout)).c_str(), layout, KvFormat::kBF16);
   s.seq_lens = {40, 40, 300};
   ref::PagedCase c = ref::make_paged_case(s);
   DeviceCase d(c);
@@ -219,14 +255,16 @@ std::string member_name(const ::testing::TestParamInfo<BulkMember>& info) {
 }
 
 INSTANTIATE_TEST_SUITE_P(DecodeV8, BulkCopyDecode,
-                         ::testing::Values(BulkMember{8, "v8_mma_decode_bulk_page", {5}, false}),
+                         ::testing::Values(BulkMember{8, "v8_mma_decode_bulk_page", {5}, false,
+                                                      {KvLayout::kHND}}),
                          member_name);
 INSTANTIATE_TEST_SUITE_P(DecodeV9, BulkCopyDecode,
-                         ::testing::Values(BulkMember{9, "v9_mma_decode_bulk_rows", {5, 8}, false}),
+                         ::testing::Values(BulkMember{9, "v9_mma_decode_bulk_rows", {5, 8}, false,
+                                                      {KvLayout::kHND}}),
                          member_name);
 INSTANTIATE_TEST_SUITE_P(DecodeV10, BulkCopyDecode,
                          ::testing::Values(BulkMember{10, "v10_mma_decode_tma_swizzle", {5, 8},
-                                                      true}),
+                                                      true, {KvLayout::kHND, KvLayout::kNHD}}),
                          member_name);
 
 }  // namespace
