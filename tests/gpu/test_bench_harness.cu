@@ -241,12 +241,16 @@ TEST(BenchHarness, BulkReadMovesItsBytes) {
 // read is the flush kernel itself (load cg, depth 4, 8 blocks per SM), the two-timer
 // cross-check's operation, at the cross-check's sizes.
 //
-// The bound: 2 % of the time, but never below 5 ticks of the event clock (5 x 32 ns). Four
+// The bound: 2 % of the time, but never below 8 ticks of the event clock (8 x 32 ns). Six
 // H100 runs of this test (data/perf/h100_stream_kind.csv) put the spread of the four medians
-// of one size (own, legacy, per-thread, own again) at up to 0.160 us, and a median's largest
-// distance from the own stream's at 0.128 us (1 MiB: 4.29 vs 4.16 us, 3 %): below ~6 us a
-// pure 2 % band fails on the event clock's granularity alone. The planted check below shows
-// the bound still rejects a real stream-dependent error: a read timed without its flush.
+// of one size (own, legacy, per-thread, own again) at up to 0.224 us, and a median's largest
+// distance from the own stream's at 0.224 us (1 MiB: legacy 4.192 vs own 4.416 us, 5 %; the
+// own stream measured again 4.288 us in the same run, so the spread is the own stream's noise,
+// not the stream kind): below ~13 us a pure 2 % band fails on that noise alone (the first four
+// runs' largest distance, 0.128 us, set 5 ticks; the sixth run failed it). The planted check
+// below shows the bound still rejects a real stream-dependent error: a read timed without its
+// flush (the runs that printed it: 16 MiB 9.20 vs 9.82 us and 8.00 vs 9.76 us, 1 MiB 7.17 vs
+// 4.42 us) lies 2.4x the bound or more from the cold read.
 TEST(BenchHarness, ColdReadTimeDoesNotDependOnTheStreamKind) {
   KVLAB_SKIP_WITHOUT_GPU_BENCH();
   const gpu::bench::MemKernel k{gpu::bench::MemOp::kRead, gpu::bench::MemLoad::kCg, 4, 8};
@@ -259,7 +263,7 @@ TEST(BenchHarness, ColdReadTimeDoesNotDependOnTheStreamKind) {
   o.target_rel_iqr = 0.01;
   o.max_seconds = 1.0;
   o.cold_l2 = true;
-  constexpr double kRel = 0.02, kEventTickUs = 0.032, kTicks = 5;
+  constexpr double kRel = 0.02, kEventTickUs = 0.032, kTicks = 8;
   auto same_time = [&](double a, double b) {
     return std::abs(a - b) <= std::max(kRel * b, kTicks * kEventTickUs);
   };
