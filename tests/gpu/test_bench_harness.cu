@@ -241,13 +241,14 @@ TEST(BenchHarness, BulkReadMovesItsBytes) {
 // read is the flush kernel itself (load cg, depth 4, 8 blocks per SM), the two-timer
 // cross-check's operation, at the cross-check's sizes.
 //
-// The bound: 2 % of the time, but never below 8 ticks of the event clock (8 x 32 ns). Six
+// The bound: 2 % of the time, but never below 8 ticks of the event clock (8 x 32 ns). Nine
 // H100 runs of this test (data/perf/h100_stream_kind.csv) put the spread of the four medians
 // of one size (own, legacy, per-thread, own again) at up to 0.224 us, and a median's largest
 // distance from the own stream's at 0.224 us (1 MiB: legacy 4.192 vs own 4.416 us, 5 %; the
 // own stream measured again 4.288 us in the same run, so the spread is the own stream's noise,
 // not the stream kind): below ~13 us a pure 2 % band fails on that noise alone (the first four
-// runs' largest distance, 0.128 us, set 5 ticks; the sixth run failed it). The planted check
+// runs' largest distance, 0.128 us, set 5 ticks; the sixth run failed it, and the ninth would
+// have: 0.192 us at 1 and 4 MiB). The planted check
 // below shows the bound still rejects a real stream-dependent error: a read timed without its
 // flush (the runs that printed it: 16 MiB 9.20 vs 9.82 us and 8.00 vs 9.76 us, 1 MiB 7.17 vs
 // 4.42 us) lies 2.4x the bound or more from the cold read.
