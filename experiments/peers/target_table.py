@@ -279,19 +279,30 @@ def main(argv) -> int:
         if m[axis].nunique() < 2:
             continue
         per = {v: best(m[m[axis] == v]) for v in sorted(m[axis].unique(), key=str)}
+        # K7's page sizes are 16 to 128 (a 16-token tile in one page); smaller pages are run and
+        # shown beside the verdict, not judged by it.
+        info = {}
+        if axis == "block_size":
+            info = {v: p for v, p in per.items() if float(v) < 16}
+            per = {v: p for v, p in per.items() if float(v) >= 16}
+            if len(per) < 2:
+                continue
         top = min(p["median_us"] for p in per.values())
         worst = max(per.items(), key=lambda kv_: kv_[1]["median_us"])
         d = 100 * (worst[1]["median_us"] / top - 1)
-        # Beside the page-size spread, what the HBM gives the block-1 granule (one d128 BF16 K or
-        # V row, 256 B) read in random order against 4 KB runs (an HND page of 16), same run.
-        floor_note = ""
-        if axis == "block_size":
-            g1 = 2 * int(m["head_dim"].iloc[0]) if "head_dim" in m.columns else 256
-            rs, r4k = scatter_ceiling(df, g1), scatter_ceiling(df, 4096)
-            if rs is not None and r4k is not None:
-                floor_note = f" (scattered {g1} B reads: {100 * (rs / r4k - 1):+.1f} % vs 4 KB runs)"
+        # Beside it, each smaller page's spread and what the HBM gives the block-1 granule (one
+        # d128 BF16 K or V row, 256 B) read in random order against 4 KB runs (an HND page of
+        # 16), same run.
+        notes = ""
+        for v, p in sorted(info.items(), key=lambda kv_: float(kv_[0])):
+            notes += f"; block_size {v} (not judged): +{100 * (p['median_us'] / top - 1):.1f} %"
+            if float(v) == 1:
+                g1 = 2 * int(m["head_dim"].iloc[0]) if "head_dim" in m.columns else 256
+                rs, r4k = scatter_ceiling(df, g1), scatter_ceiling(df, 4096)
+                if rs is not None and r4k is not None:
+                    notes += f" (scattered {g1} B reads: {100 * (rs / r4k - 1):+.1f} % vs 4 KB runs)"
         target("K7", f"64 x 8k BF16, {axis} {', '.join(str(v) for v in per)}: within 3 % of the best",
-               f"worst {axis}={worst[0]}: +{d:.1f} %{floor_note}", "yes" if d <= 3 else "NO")
+               f"worst {axis}={worst[0]}: +{d:.1f} %{notes}", "yes" if d <= 3 else "NO")
     app = df[(df["kind"] == "append") & (df["status"] == "ok")]
     for _, x in app.iterrows():
         pct = x.get("pct_copy_ceiling", float("nan"))
