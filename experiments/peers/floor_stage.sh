@@ -20,24 +20,10 @@
 #   summary.txt      the rows (median, quartiles, excess over the bandwidth floor) and K6's
 #                    target lines of target_table.py on this file; printed last
 set -u
-BIN=${1:?usage: floor_stage.sh BIN (a folder with gpu_tests and kvlab)}
-BIN=$(cd "$BIN" && pwd)
-OUT=${OUT:-./perf_out}
-D="$OUT/launch_floor"
-mkdir -p "$D"
-T0=$(date +%s)
-export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
-export PYTHONPATH=$(pwd)${PYTHONPATH:+:$PYTHONPATH}
-PY=${PYTHON:-python3}
-STAGE_S=${STAGE_S:-60}
-rc=0
-step() { echo "[floor $(( $(date +%s) - T0 )) s] $*" | tee -a "$D/stage.log"; }
-left() { echo $(( STAGE_S - ($(date +%s) - T0) )); }
-cap() { local c=$(( $(left) - $2 )); (( c > $1 )) && c=$1; (( c < 5 )) && c=5; echo $c; }
-
-nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu --format=csv -lms 100 \
-  > "$D/clocks.csv" 2>&1 &
-SMI=$!
+B_ARG=${1:?usage: floor_stage.sh BIN (a folder with gpu_tests and kvlab)}
+source "$(dirname "${BASH_SOURCE[0]}")/stage_common.sh"
+stage_init floor launch_floor "$B_ARG"
+clocks_start
 
 step "gpu_tests LaunchFloor.*"
 timeout -k 5 "$(cap 15 40)" "$BIN/gpu_tests" --gtest_filter='LaunchFloor.*' > "$D/gpu_tests.log" 2>&1 || rc=1
@@ -47,7 +33,7 @@ rm -f "$D/floor_sweep.h5"
 timeout -s TERM -k 5 "$(cap 40 8)" "$BIN/kvlab" sweep experiments/configs/perf.ini \
   --only K6_fixed,K6_floor,K6_floor_primed -a K6_fixed.kv_format=bf16 -a K6_fixed.context=512 \
   --out "$D/floor_sweep.h5" --progress plain > "$D/floor_sweep.log" 2>&1 || rc=1
-kill "$SMI" 2>/dev/null
+clocks_stop
 
 step "summary"
 {

@@ -24,24 +24,10 @@
 #   summary.txt         every row (GB/s at the median, % of the run's R), then R_scatter(G) per
 #                       granule and the block-1 line target_table.py prints beside K7; printed last
 set -u
-BIN=${1:?usage: scatter_stage.sh BIN (a folder with gpu_tests and kvlab)}
-BIN=$(cd "$BIN" && pwd)
-OUT=${OUT:-./perf_out}
-D="$OUT/scatter"
-mkdir -p "$D"
-T0=$(date +%s)
-export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
-export PYTHONPATH=$(pwd)${PYTHONPATH:+:$PYTHONPATH}
-PY=${PYTHON:-python3}
-STAGE_S=${STAGE_S:-60}
-rc=0
-step() { echo "[scatter $(( $(date +%s) - T0 )) s] $*" | tee -a "$D/stage.log"; }
-left() { echo $(( STAGE_S - ($(date +%s) - T0) )); }
-cap() { local c=$(( $(left) - $2 )); (( c > $1 )) && c=$1; (( c < 5 )) && c=5; echo $c; }
-
-nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu --format=csv -lms 100 \
-  > "$D/clocks.csv" 2>&1 &
-SMI=$!
+B_ARG=${1:?usage: scatter_stage.sh BIN (a folder with gpu_tests and kvlab)}
+source "$(dirname "${BASH_SOURCE[0]}")/stage_common.sh"
+stage_init scatter scatter "$B_ARG"
+clocks_start
 
 step "gpu_tests ScatterRead.*"
 timeout -k 5 "$(cap 15 45)" "$BIN/gpu_tests" --gtest_filter='ScatterRead.*' > "$D/gpu_tests.log" 2>&1 || rc=1
@@ -53,7 +39,7 @@ step "kvlab sweep perf.ini: the contiguous read ceilings and the scattered granu
 rm -f "$D/scatter_sweep.h5"
 timeout -s TERM -k 5 "$(cap 45 8)" "$BIN/kvlab" sweep experiments/configs/perf.ini --only "$SECTIONS" \
   --out "$D/scatter_sweep.h5" --progress plain > "$D/scatter_sweep.log" 2>&1 || rc=1
-kill "$SMI" 2>/dev/null
+clocks_stop
 
 # The checking kernels under compute-sanitizer memcheck (out-of-bounds reads of the short last
 # granule, the index array, the shared rings), with what time is left.
