@@ -59,165 +59,18 @@
 //    64-byte row, half a swizzle line) is declined. A pool the tensor map cannot describe
 //    (address not 16-byte aligned, more than 2^31 rows) is declined with the encoder's
 //    reason.
-#include <cuda.h>
-#include <cudaTypedefs.h>
-
-#include <cstring>
-
-#include "gpu/attention/mma_bulk_decode.cuh"
+#include "gpu/attention/tma_pool_map.cuh"
 
 namespace kvlab::gpu::detail {
 namespace {
 
-// The K and V tensor maps of one launch (kernel parameter, __grid_constant__: the TMA unit
-// reads them where the launch put them).
-struct V10Maps {
-  CUtensorMap k;
-  CUtensorMap v;
-};
-
-// ---- host: tensor maps, cached per (pool pointer, geometry)
-using EncodeTiledFn = PFN_cuTensorMapEncodeTiled_v12000;
-
-EncodeTiledFn encode_tiled_fn() {
-  static const EncodeTiledFn fn = [] {
-    void* f = nullptr;
-    cudaDriverEntryPointQueryResult q{};
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault,
-                                         &q) != cudaSuccess ||
-        q != cudaDriverEntryPointSuccess)
-      return static_cast<EncodeTiledFn>(nullptr);
-    return reinterpret_cast<EncodeTiledFn>(f);
-  }();
-  return fn;
-}
-
-// The map of one pool: rows of head_dim elements as a 4-D tensor {128-byte line, lines per
-// row, A, B} (16-bit: line = 64 elements, D/64 lines; FP8: 128, D/128), box {line, lines,
-// 16 rows along the slot axis}, 128-byte swizzle:
-//   HND [page][head][slot][d]: A = slot (stride D), B = page * H + head (stride bs * D),
-//       box {line, lines, 16, 1}
-//   NHD [page][slot][head][d]: A = head (stride D), B = page * bs + slot (stride H * D),
-//       box {line, lines, 1, 16}
-// Both boxes land as [16 rows][lines][128 B] (the innermost box dimension first), so the
-// loaders read either through the same Swizzle128Rows. Limits (cuTensorMapEncodeTiled):
-// dims < 2^32 and coordinates < 2^31 (B <= rows, checked), strides multiples of 16 (D *
-// element bytes >= 128) and < 2^40, box dims <= 256 (line <= 128, lines <= 4, 16).
-// "" or why it cannot be built.
-std::string encode_pool_map(const void* pool, const PageGeometry& g, CUtensorMap& map) {
-  std::ostringstream os;
-  const int64_t rows = g.num_blocks * g.num_kv_heads * static_cast<int64_t>(g.block_size);
-  if (rows > INT32_MAX) {
-    os << "v10_mma_decode_tma_swizzle addresses pool rows with 32-bit TMA coordinates; the pool "
-          "has "
-       << rows << " rows";
-    return os.str();
-  }
-  if (reinterpret_cast<uintptr_t>(pool) % 16 != 0) {
-    os << "v10_mma_decode_tma_swizzle's tensor map needs a 16-byte aligned pool, got " << pool;
-    return os.str();
-  }
-  const EncodeTiledFn encode = encode_tiled_fn();
-  if (!encode)
-    return "v10_mma_decode_tma_swizzle: the driver has no cuTensorMapEncodeTiled (CUDA 12+)";
-  const int d = g.head_dim;
-  const int elem_bytes = kv_format_bits(g.format) / 8;  // 2 (bf16, fp16) or 1 (fp8_e4m3)
-  const int line = 128 / elem_bytes, lines = d * elem_bytes / 128;
-  const bool hnd = g.layout == KvLayout::kHND;
-  const cuuint64_t H = static_cast<cuuint64_t>(g.num_kv_heads);
-  const cuuint64_t bs = static_cast<cuuint64_t>(g.block_size);
-  const cuuint64_t row_bytes = static_cast<cuuint64_t>(d) * elem_bytes;
-  const cuuint64_t pages = static_cast<cuuint64_t>(g.num_blocks);
-  const cuuint64_t dims[4] = {static_cast<cuuint64_t>(line), static_cast<cuuint64_t>(lines),
-                              hnd ? bs : H, hnd ? pages * H : pages * bs};
-  const cuuint64_t strides[3] = {128, row_bytes, (hnd ? bs : H) * row_bytes};  // dims 1, 2, 3
-  const cuuint32_t box[4] = {static_cast<cuuint32_t>(line), static_cast<cuuint32_t>(lines),
-                             hnd ? static_cast<cuuint32_t>(kBulkTile) : 1u,
-                             hnd ? 1u : static_cast<cuuint32_t>(kBulkTile)};
-  const cuuint32_t elem_strides[4] = {1, 1, 1, 1};
-  const CUresult r = encode(&map, elem_bytes == 2 ? CU_TENSOR_MAP_DATA_TYPE_UINT16
-                                                  : CU_TENSOR_MAP_DATA_TYPE_UINT8,
-                            4, const_cast<void*>(pool), dims,
-                            strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                            CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (r != CUDA_SUCCESS) {
-    os << "v10_mma_decode_tma_swizzle: cuTensorMapEncodeTiled rejected the pool (CUresult "
-       << static_cast<int>(r) << ", " << to_string(g.layout) << ", head_dim " << d << ", "
-       << rows << " rows)";
-    return os.str();
-  }
-  return "";
-}
-
-// The maps of (K pool, V pool, geometry), or the reason there are none. Entries never go
-// stale: a map holds only the address and the geometry (layout included), both in the key. The cache is
-// bounded (cleared past 256 entries: a sweep allocates a few pools per shape).
-std::string pool_maps(const DecodeArgs& a, V10Maps& out) {
-  using Key = std::tuple<const void*, const void*, int64_t, int, int, int, int, int>;
-  static std::mutex mu;
-  static std::map<Key, V10Maps> cache;
-  const PageGeometry& g = a.kv.geom;
-  const Key key{a.kv.k, a.kv.v, g.num_blocks, g.num_kv_heads, g.block_size, g.head_dim,
-                static_cast<int>(g.format), static_cast<int>(g.layout)};
-  std::lock_guard<std::mutex> lock(mu);
-  const auto it = cache.find(key);
-  if (it != cache.end()) {
-    out = it->second;
-    return "";
-  }
-  V10Maps m;
-  std::memset(&m, 0, sizeof(m));
-  std::string why = encode_pool_map(a.kv.k, g, m.k);
-  if (why.empty()) why = encode_pool_map(a.kv.v, g, m.v);
-  if (!why.empty()) return why;
-  if (cache.size() >= 256) cache.clear();
-  cache.emplace(key, m);
-  out = m;
-  return "";
-}
-
 // v10's copy policy: lane 0 copies the tile's 16 K rows with one tensor copy and its 16 V
-// rows with another, 128-byte swizzled (the block body, the kernel and the host side are
-// the bulk-copy family's: mma_bulk_decode.cuh).
-struct V10TensorCopy {
+// rows with another, 128-byte swizzled (tma_pool_map.cuh; the block body, the kernel and the
+// host side are the bulk-copy family's: mma_bulk_decode.cuh, with the PDL split merge).
+struct V10Name {
   static constexpr const char* kName = "v10_mma_decode_tma_swizzle";
-  static constexpr const char* kCopies = "16-row tensor tiles";
-  using Rows = mma::Swizzle128Rows;  // as CU_TENSOR_MAP_SWIZZLE_128B lands them
-  static constexpr int kSmemAlign = 1024;  // the swizzle pattern's period
-  static constexpr bool kWarpIssues = false;  // lane 0 alone
-  static constexpr bool kFP8 = true;  // FP8 E4M3 rows of >= 128 bytes: whole swizzle lines
-  static constexpr bool kNHD = true;  // the 4-D map gathers NHD's strided rows
-  using Maps = V10Maps;
-
-  template <int D, KvFormat F>
-  __device__ static void issue(const BulkTile& t, const Maps& maps) {
-    // The box's coordinates {0, 0, A, B} (encode_pool_map); B <= the pool's rows < 2^31.
-    const PageGeometry& g = t.pools->geom;
-    const bool hnd = g.layout == KvLayout::kHND;
-    const int a = hnd ? t.slot : t.kv_head;
-    const int b = static_cast<int>(hnd ? t.page * g.num_kv_heads + t.kv_head
-                                       : t.page * g.block_size + t.slot);
-    // The box always writes its 16 rows.
-    constexpr uint32_t kBoxBytes = kBulkTile * BulkOperand<V10TensorCopy, F, D>::kRowBytes;
-    mma::fence_proxy_async_smem();  // generic reads/writes of the stage before the async writes
-    mma::mbarrier_expect_tx(t.bar, 2 * kBoxBytes);
-    mma::mbarrier_arrive(t.bar);
-    mma::tensor_copy_4d_g2s(t.sk, &maps.k, 0, 0, a, b, t.bar, t.l2_policy);
-    mma::tensor_copy_4d_g2s(t.sv, &maps.v, 0, 0, a, b, t.bar, t.l2_policy);
-  }
-  static std::string maps_reason(const DecodeArgs& a) {
-    if (a.num_seqs == 0) return "";  // an empty batch reads nothing (its pools may be null)
-    V10Maps m;
-    return pool_maps(a, m);
-  }
-  static Maps maps(const DecodeArgs& a) {
-    V10Maps m;
-    const std::string why = pool_maps(a, m);
-    KVLAB_REQUIRE(why.empty(), why);
-    return m;
-  }
 };
+using V10TensorCopy = TmaSwizzleCopy<V10Name>;
 
 }  // namespace
 
