@@ -345,4 +345,41 @@ struct CompactWarpMerge {
   }
 };
 
+// ------------------------------------------------------------------ split merge
+// The arithmetic of the split merges (v4's merge kernel, v6's last-block merge, v11's
+// cluster merge, which replays v4's kernel's warps one after the other): the same operations
+// in the same order wherever the same partials are merged, so the bits agree.
+// One batch of kB partials (normalized o as kH float4s, log-sum-exp l) folded into a warp's
+// running state (softmax_state.h's LseAccumulator): the batch's max, the rescale of what is
+// held, the weighted sum; partials with use[b] false are skipped.
+template <int kB, int kH>
+__device__ __forceinline__ void merge_fold_batch(LseAccumulator& la, float4 (&acc)[kH],
+                                                 const float (&l)[kB], const float4 (&x)[kB][kH],
+                                                 const bool (&use)[kB]) {
+  const float bm = la.batch_max(l, use);
+  if (bm == -INFINITY) return;  // nothing valid yet (n reached, or every lse -inf)
+  const float r = la.raise_to(bm);
+#pragma unroll
+  for (int h = 0; h < kH; ++h) acc[h].x *= r, acc[h].y *= r, acc[h].z *= r, acc[h].w *= r;
+#pragma unroll
+  for (int b = 0; b < kB; ++b) {
+    if (use[b]) {
+      const float w = la.weight(l[b]);
+#pragma unroll
+      for (int h = 0; h < kH; ++h)
+        acc[h].x += w * x[b][h].x, acc[h].y += w * x[b][h].y, acc[h].z += w * x[b][h].z,
+            acc[h].w += w * x[b][h].w;
+    }
+  }
+}
+// The warps' accumulators y[w] weighted by combine_partials' sc[w], in warp order.
+template <int kW>
+__device__ __forceinline__ float4 merge_weighted_sum(const float (&sc)[kW], const float4 (&y)[kW]) {
+  float4 t = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+  for (int w = 0; w < kW; ++w)
+    t.x += sc[w] * y[w].x, t.y += sc[w] * y[w].y, t.z += sc[w] * y[w].z, t.w += sc[w] * y[w].w;
+  return t;
+}
+
 }  // namespace kvlab::gpu::mma

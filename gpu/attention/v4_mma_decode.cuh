@@ -122,19 +122,25 @@ __device__ __forceinline__ void v4_startup_loads(const V4Params& p, int seq, int
 }
 
 // The (sequence, KV head, query tile, split) of this block: grid num_splits x num_seqs x
-// num_kv_heads x num_qtiles blocks, split slowest.
+// num_kv_heads x num_qtiles blocks, split slowest; kSplitFastest: split fastest instead
+// (the splits of one item are consecutive blocks: one thread-block cluster, v11).
 struct V4Item {
   int seq, kv_head, qtile, split;
 };
+template <bool kSplitFastest = false>
 __device__ __forceinline__ V4Item v4_item(const V4Params& p) {
   int64_t b = blockIdx.x;
   V4Item it;
+  if constexpr (kSplitFastest) {
+    it.split = static_cast<int>(b % p.num_splits);
+    b /= p.num_splits;
+  }
   it.qtile = static_cast<int>(b % p.num_qtiles);
   b /= p.num_qtiles;
   it.kv_head = static_cast<int>(b % p.pools.geom.num_kv_heads);
   b /= p.pools.geom.num_kv_heads;
   it.seq = static_cast<int>(b % p.num_seqs);
-  it.split = static_cast<int>(b / p.num_seqs);
+  if constexpr (!kSplitFastest) it.split = static_cast<int>(b / p.num_seqs);
   return it;
 }
 
@@ -168,13 +174,15 @@ __device__ __forceinline__ bool v4_token_range(const V4Params& p, const V4Item& 
 // their states merged by log-sum-exp through `smem` (the pipeline area: the barrier inside
 // also means every warp is done with its buffers; every copy must have landed), then thread
 // (hl = tid / 16, part = tid % 16) writes head hl's dims [part*D/16, +D/16): the output row
-// (single split) or the split's partial row and lse. `bad`: this thread saw a table entry
-// outside the pool (any thread's makes the block's rows NaN).
+// (single split) or the split's partial row and lse: into the workspace, or with
+// `smem_partial` into this block's shared memory, [lse: 8 heads][o: 8 heads][D] floats
+// (v11's cluster merge reads it from the other blocks of the cluster). `bad`: this thread
+// saw a table entry outside the pool (any thread's makes the block's rows NaN).
 template <int D, KvFormat F, int kWT, class Op>
 __device__ __forceinline__ void v4_merge_warps_and_store(const V4Params& p, uint8_t* smem,
                                                          const V4Item& it,
                                                          mma::WarpAttention<F, D, kWT, Op>& wa,
-                                                         bool bad) {
+                                                         bool bad, float* smem_partial = nullptr) {
   using Merge = mma::WarpMerge<F, D, kV4Warps>;
   const int tid = threadIdx.x, warp = tid / kWarpSize, lane = tid % kWarpSize;
   wa.reduce_sums();
@@ -198,11 +206,14 @@ __device__ __forceinline__ void v4_merge_warps_and_store(const V4Params& p, uint
     if (part == 0 && p.lse) p.lse[row] = lse;
   } else {
     const int64_t prow = row * p.num_splits + it.split;
-    float4* dst = reinterpret_cast<float4*>(p.partial_o + prow * D + part * Merge::kOE);
+    float4* dst =
+        smem_partial ? reinterpret_cast<float4*>(smem_partial + mma::kHeadsPerTile + hl * D +
+                                                 part * Merge::kOE)
+                     : reinterpret_cast<float4*>(p.partial_o + prow * D + part * Merge::kOE);
 #pragma unroll
     for (int e = 0; e < Merge::kOE; e += 4)
       dst[e / 4] = make_float4(o[e], o[e + 1], o[e + 2], o[e + 3]);
-    if (part == 0) p.partial_lse[prow] = lse;
+    if (part == 0) (smem_partial ? smem_partial[hl] : p.partial_lse[prow]) = lse;
   }
 }
 
@@ -346,6 +357,12 @@ __global__ void __launch_bounds__(kV4Threads, Cfg::min_blocks(D, F))
   v4_block<Cfg, D, F>(p, smem, it, start, end, su);
 }
 
+// Splits that hold tokens for a sequence of length len (ceil(len / chunk)); -2 for a bad
+// length (the row becomes NaN).
+__device__ __forceinline__ int merge_used_splits(const V4Params& p, int len) {
+  return (len < 0 || len > p.seq_len_bound) ? -2 : (len + p.chunk_tokens - 1) / p.chunk_tokens;
+}
+
 // grid = rows (one block per (sequence, query head) row), 128 threads.
 // o = sum_i exp(lse_i - M) o_i / sum_i exp(lse_i - M); lse = M + log(sum_i exp(lse_i - M)).
 // Warp w takes splits w, w + 4, ... in batches of kMergeBatch, each batch's partial rows
@@ -393,33 +410,17 @@ __global__ void __launch_bounds__(kMergeWarps* kWarpSize) v4_merge_kernel(const 
                       : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     }
     if (n < 0) {
-      const int len = p.seq_lens[seq];
-      n = (len < 0 || len > p.seq_len_bound) ? -2 : (len + p.chunk_tokens - 1) / p.chunk_tokens;
+      n = merge_used_splits(p, p.seq_lens[seq]);
       if (n < 0) break;
     }
     bool use[kMergeBatch];
 #pragma unroll
     for (int u = 0; u < kMergeBatch; ++u)
       use[u] = i0 + u * kMergeWarps < n && LseAccumulator::contributes(l[u]);
-    const float bm = la.batch_max(l, use);
-    if (bm == -INFINITY) continue;  // nothing valid yet (n reached, or every lse -inf)
-    const float r = la.raise_to(bm);
-#pragma unroll
-    for (int h = 0; h < 2; ++h) acc[h].x *= r, acc[h].y *= r, acc[h].z *= r, acc[h].w *= r;
-#pragma unroll
-    for (int u = 0; u < kMergeBatch; ++u) {
-      if (use[u]) {
-        const float w = la.weight(l[u]);
-#pragma unroll
-        for (int h = 0; h < 2; ++h)
-          acc[h].x += w * x[u][h].x, acc[h].y += w * x[u][h].y, acc[h].z += w * x[u][h].z,
-              acc[h].w += w * x[u][h].w;
-      }
-    }
+    mma::merge_fold_batch(la, acc, l, x, use);
   }
   if (n < 0) {  // the first batch never ran (num_splits < warp) or a bad length
-    const int len = p.seq_lens[seq];
-    n = (len < 0 || len > p.seq_len_bound) ? -2 : (len + p.chunk_tokens - 1) / p.chunk_tokens;
+    n = merge_used_splits(p, p.seq_lens[seq]);
   }
   if (n == -2 || n == 0) {
     if (warp == 0) {
@@ -443,12 +444,10 @@ __global__ void __launch_bounds__(kMergeWarps* kWarpSize) v4_merge_kernel(const 
   const float inv = 1.0f / sum;
   for (int h = 0; h < halves; ++h) {
     if (!lane_live) break;
-    float4 t = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    float4 y[kMergeWarps];
 #pragma unroll
-    for (int w = 0; w < kMergeWarps; ++w) {
-      const float4 y = red[w][h][lane];
-      t.x += sc[w] * y.x, t.y += sc[w] * y.y, t.z += sc[w] * y.z, t.w += sc[w] * y.w;
-    }
+    for (int w = 0; w < kMergeWarps; ++w) y[w] = red[w][h][lane];
+    const float4 t = mma::merge_weighted_sum(sc, y);
     const int d = lane * 4 + h * 4 * kWarpSize;
     if (any_bad)
       store4(d, NAN, NAN, NAN, NAN);
@@ -483,25 +482,35 @@ cudaError_t allow_dynamic_smem(Kernel kernel, size_t smem) {
   return cudaSuccess;
 }
 
-// Resident blocks per SM of one kernel instance (occupancy API), computed once per (device,
-// head_dim, format) and cached per Tag (one cache per kernel family / design point); 0 when
-// the block does not fit. kernel_of(fn) calls fn(kernel) with the instance's kernel.
-template <class Tag, class KernelOf>
-int cached_blocks_per_sm(int device, int head_dim, KvFormat f, size_t smem, KernelOf&& kernel_of) {
+// compute() once per (device, head_dim, format) and Tag (one cache per kernel family /
+// design point and per quantity), then the cached value.
+template <class Tag, class Compute>
+int cached_per_instance(int device, int head_dim, KvFormat f, Compute&& compute) {
   static std::mutex mu;
   static std::map<std::tuple<int, int, int>, int> cache;
   const auto key = std::make_tuple(device, head_dim, static_cast<int>(f));
   std::lock_guard<std::mutex> lock(mu);
   const auto it = cache.find(key);
   if (it != cache.end()) return it->second;
-  int n = 0;
-  kernel_of([&](auto kernel) {
-    KVLAB_CUDA_CHECK(allow_dynamic_smem(kernel, smem));
-    KVLAB_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, kV4Threads, smem));
-    return cudaSuccess;
-  });
+  const int n = compute();
   cache[key] = n;
   return n;
+}
+
+// Resident blocks per SM of one kernel instance (occupancy API), cached per Tag and instance
+// (cached_per_instance); 0 when the block does not fit. kernel_of(fn) calls fn(kernel) with
+// the instance's kernel.
+template <class Tag, class KernelOf>
+int cached_blocks_per_sm(int device, int head_dim, KvFormat f, size_t smem, KernelOf&& kernel_of) {
+  return cached_per_instance<Tag>(device, head_dim, f, [&] {
+    int n = 0;
+    kernel_of([&](auto kernel) {
+      KVLAB_CUDA_CHECK(allow_dynamic_smem(kernel, smem));
+      KVLAB_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, kV4Threads, smem));
+      return cudaSuccess;
+    });
+    return n;
+  });
 }
 
 struct V4Plan {

@@ -404,21 +404,7 @@ __global__ void __launch_bounds__(kV6MergeWarps* kWarpSize) v6_merge_kernel(cons
                                         : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
       use[b] = use[b] && LseAccumulator::contributes(l[b]);
     }
-    const float bm = la.batch_max(l, use);
-    if (bm == -INFINITY) continue;
-    const float r = la.raise_to(bm);
-#pragma unroll
-    for (int h = 0; h < kHalves; ++h) acc[h].x *= r, acc[h].y *= r, acc[h].z *= r, acc[h].w *= r;
-#pragma unroll
-    for (int b = 0; b < kV6MergeBatch; ++b) {
-      if (use[b]) {
-        const float w = la.weight(l[b]);
-#pragma unroll
-        for (int h = 0; h < kHalves; ++h)
-          acc[h].x += w * x[b][h].x, acc[h].y += w * x[b][h].y, acc[h].z += w * x[b][h].z,
-              acc[h].w += w * x[b][h].w;
-      }
-    }
+    mma::merge_fold_batch(la, acc, l, x, use);
   }
 #pragma unroll
   for (int h = 0; h < kHalves; ++h) red[warp][h][lane] = acc[h];
@@ -434,12 +420,10 @@ __global__ void __launch_bounds__(kV6MergeWarps* kWarpSize) v6_merge_kernel(cons
   const float inv = 1.0f / sum;
 #pragma unroll
   for (int h = 0; h < kHalves; ++h) {
-    float4 y = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    float4 z[kV6MergeWarps];
 #pragma unroll
-    for (int w = 0; w < kV6MergeWarps; ++w) {
-      const float4 z = red[w][h][lane];
-      y.x += sc[w] * z.x, y.y += sc[w] * z.y, y.z += sc[w] * z.z, y.w += sc[w] * z.w;
-    }
+    for (int w = 0; w < kV6MergeWarps; ++w) z[w] = red[w][h][lane];
+    const float4 y = mma::merge_weighted_sum(sc, z);
     float v[4] = {y.x * inv, y.y * inv, y.z * inv, y.w * inv};
     if (any_bad) v[0] = v[1] = v[2] = v[3] = NAN;
     mma::store_act_n<4>(p.o, row * D + lane * 4 + h * 4 * kWarpSize, v, p.q_bf16);
