@@ -145,6 +145,42 @@ inline SplitPlan plan_kv_splits(const SplitPlanInput& in, const DecodeTuning& tu
   return pl;
 }
 
+// ------------------------------------------------------------------ cluster split merge (v11)
+// v11 launches the splits of one item as one thread-block cluster and merges them through
+// distributed shared memory, so an item has at most as many splits as a cluster can hold
+// blocks. The sizes tried, largest first: 16 (non-portable: the kernel must allow it), 8 (the
+// portable limit), 4, 2.
+constexpr int kClusterSizes[] = {16, 8, 4, 2};
+
+// The largest size of kClusterSizes with at least one resident cluster; active(size) is the
+// occupancy answer (cudaOccupancyMaxActiveClusters for a cluster of `size` blocks; <= 0 when
+// the cluster cannot be resident or the query failed). 1 when no size fits: no split can
+// then be merged in a cluster.
+template <class ActiveClusters>
+int largest_resident_cluster(ActiveClusters&& active) {
+  for (int size : kClusterSizes)
+    if (active(size) >= 1) return size;
+  return 1;
+}
+
+// What v11 does with a plan of `planned` splits (after the plan's clamp to the item's tiles)
+// and a cluster limit `limit` (largest_resident_cluster): run it as it is; the plan's own
+// choice above the limit is re-planned at `limit` splits (force_splits); a forced split
+// (tuning.num_splits > 0) above it is declined.
+struct ClusterSplitDecision {
+  bool decline = false;  // a forced split the clusters cannot hold
+  int force_splits = 0;  // > 0: re-plan with tuning.num_splits = force_splits
+};
+inline ClusterSplitDecision cluster_split_decision(int planned, bool forced, int limit) {
+  ClusterSplitDecision d;
+  if (planned <= std::max(1, limit)) return d;
+  if (forced)
+    d.decline = true;
+  else
+    d.force_splits = std::max(1, limit);
+  return d;
+}
+
 // ------------------------------------------------------------------ stream-K (v6)
 // W work units (tiles) in item order over C blocks: block c owns [unit_begin(c), unit_begin(c+1)).
 // The ranges differ in length by at most one unit; with W < C some are empty.

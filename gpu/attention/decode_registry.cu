@@ -26,7 +26,8 @@ const std::vector<DecodeVersionImpl>& impls() {
                                                 make_v7_mma_decode_l2_prefetch(),
                                                 make_v8_mma_decode_bulk_page(),
                                                 make_v9_mma_decode_bulk_rows(),
-                                                make_v10_mma_decode_tma_swizzle()};
+                                                make_v10_mma_decode_tma_swizzle(),
+                                                make_v11_mma_decode_cluster_merge()};
   return v;
 }
 

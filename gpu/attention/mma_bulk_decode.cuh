@@ -19,8 +19,18 @@
 //  * Rows past the sequence's end: K is masked to -inf by the tile compute (a select, never
 //    arithmetic on what the stage holds there), V rows are zeroed after the copy lands (P is
 //    0 there, but 0 x NaN would not be).
-//  * Numerics, the split plan (decode_plan.h) and the PDL merge kernel: v4's; for the same
-//    split the outputs are bitwise v4's / v5's (the same mma sequence over the same values).
+//  * Numerics and the split plan (decode_plan.h): v4's; for the same split the outputs are
+//    bitwise v4's / v5's (the same mma sequence over the same values).
+//  * The split merge is a second policy, Merge:
+//      PdlSplitMerge      (v8, v9, v10) each split's partial (o, lse) to the workspace, v4's
+//                         merge kernel launched after it (programmatic dependent launch when
+//                         tuning.pdl); grid split slowest.
+//      ClusterSplitMerge  (v11) the splits of an item are one thread-block cluster (split
+//                         fastest, cluster dims num_splits x 1 x 1); each block keeps its
+//                         partial in its shared memory and the cluster merges them through
+//                         distributed shared memory (cluster_split_merge.cuh): one launch, no
+//                         workspace. The plan's splits are clamped to the largest cluster
+//                         that can be resident (a forced split above it is declined).
 //
 // A copy policy Copy provides (every member static):
 //   kName, kCopies        registry name; what one copy moves (for the unsupported reasons)
@@ -36,6 +46,7 @@
 
 #include <string>
 
+#include "gpu/attention/cluster_split_merge.cuh"
 #include "gpu/attention/v4_mma_decode.cuh"
 #include "reference/layout/layout_names.h"
 
@@ -84,12 +95,17 @@ struct BulkTile {
 };
 
 // Shared memory of a block:
-//   [warp 0: 3 stages of [K rows | V rows], 16 rows each] ... [warp 3]  (reused by the warp
-//   merge) [Q^T fragments hi | lo | column scales] [mbarriers: 4 warps x 3 stages]
+//   [warp 0: 3 stages of [K rows | V rows], 16 rows each] ... [warp 3]  (after the loop: the
+//   warp merge's area, then the cluster merge's partial at partial_off)
+//   [Q^T fragments hi | lo | column scales] [mbarriers: 4 warps x 3 stages]
 // plus Copy::kSmemAlign - 16 bytes of slack when the stages need more than the 16-byte
-// alignment of the dynamic shared memory (the kernel rounds its base up).
+// alignment of the dynamic shared memory (the kernel rounds its base up). The partial (8 x
+// (D + 1) floats) fits in the pipeline area of every instance (the max below never grows
+// it: pipe >= 384 x D bytes > warp merge + partial, about 160 x D + 800), so v11's shared
+// memory is v10's.
 struct BulkSmem {
-  int row_bytes, row_stride, stage_bytes, warp_bytes, qbase, qfrag_bytes, bar_off, total;
+  int row_bytes, row_stride, stage_bytes, warp_bytes, partial_off, qbase, qfrag_bytes, bar_off,
+      total;
 };
 template <class Copy, int D, KvFormat F>
 KVLAB_HD constexpr BulkSmem bulk_smem() {
@@ -100,18 +116,23 @@ KVLAB_HD constexpr BulkSmem bulk_smem() {
   s.warp_bytes = kBulkStages * s.stage_bytes;
   const int pipe = kV4Warps * s.warp_bytes;
   const int merge = mma::WarpMerge<F, D, kV4Warps>::kBytes;
-  s.qbase = pipe > merge ? pipe : merge;
+  s.partial_off = (merge + 15) / 16 * 16;  // beside the warp merge's area: no barrier between
+  const int after = s.partial_off + ClusterPartial<D>::kBytes;
+  s.qbase = pipe > after ? pipe : after;
   s.qfrag_bytes = 2 * (D / 16) * kWarpSize * 8 + mma::kHeadsPerTile * 4;
   s.bar_off = (s.qbase + s.qfrag_bytes + 7) / 8 * 8;
   s.total = s.bar_off + kV4Warps * kBulkStages * 8 + (Copy::kSmemAlign > 16 ? Copy::kSmemAlign - 16 : 0);
   return s;
 }
 
-// The block body of one (sequence, KV head, query tile, split) over tokens [start, end).
+// The block body of one (sequence, KV head, query tile, split) over tokens [start, end);
+// a multi-split partial goes to smem_partial when given (the cluster merge), else to the
+// workspace.
 template <class Copy, int D, KvFormat F>
 __device__ __forceinline__ void bulk_block(const V4Params& p, const typename Copy::Maps& maps,
                                            uint8_t* smem, const V4Item& it, int start, int end,
-                                           const V4Startup<BulkConfig, D, F>& su) {
+                                           const V4Startup<BulkConfig, D, F>& su,
+                                           float* smem_partial) {
   using Op = BulkOperand<Copy, F, D>;
   constexpr BulkSmem kS = bulk_smem<Copy, D, F>();
   constexpr int kWT = kBulkTile;
@@ -227,26 +248,46 @@ __device__ __forceinline__ void bulk_block(const V4Params& p, const typename Cop
 
   // ---- merge the 4 warps (the pipeline area; every copy a warp issued was waited for in
   // its loop).
-  v4_merge_warps_and_store<D, F>(p, smem, it, wa, bad);
+  v4_merge_warps_and_store<D, F>(p, smem, it, wa, bad, smem_partial);
 }
 
-// grid: num_splits x num_seqs x num_kv_heads x num_qtiles blocks (split slowest), 128
-// threads; dynamic shared memory bulk_smem<Copy, D, F>().total.
-template <class Copy, int D, KvFormat F>
+// The split merge policies (the header above).
+struct PdlSplitMerge {
+  static constexpr bool kCluster = false;
+};
+struct ClusterSplitMerge {
+  static constexpr bool kCluster = true;
+};
+
+// grid: num_splits x num_seqs x num_kv_heads x num_qtiles blocks (PdlSplitMerge: split
+// slowest; ClusterSplitMerge: split fastest, one cluster of num_splits blocks per item when
+// num_splits > 1), 128 threads; dynamic shared memory bulk_smem<Copy, D, F>().total.
+template <class Copy, class Merge, int D, KvFormat F>
 __global__ void __launch_bounds__(kV4Threads, bulk_min_blocks<D, F>())
     bulk_decode_kernel(const V4Params p, const __grid_constant__ typename Copy::Maps maps) {
   extern __shared__ __align__(128) uint8_t smem_raw[];
   uint8_t* smem = smem_raw;
   if constexpr (Copy::kSmemAlign > 16)  // round the shared-space address up (the slack is counted)
     smem += (Copy::kSmemAlign - mma::smem_addr(smem_raw) % Copy::kSmemAlign) % Copy::kSmemAlign;
-  mma::pdl_launch_dependents();  // the merge kernel may start launching (it waits for us)
-  const V4Item it = v4_item(p);
+  mma::pdl_launch_dependents();  // a dependent launch may start (it waits for us)
+  const V4Item it = v4_item<Merge::kCluster>(p);
   const int start = it.split * p.chunk_tokens;
   V4Startup<BulkConfig, D, F> su;
   v4_startup_loads<BulkConfig, D, F>(p, it.seq, it.kv_head, it.qtile, start, su);
   int end;
-  if (!v4_token_range<D>(p, it, start, end)) return;
-  bulk_block<Copy, D, F>(p, maps, smem, it, start, end, su);
+  const bool has_tokens = v4_token_range<D>(p, it, start, end);
+  if constexpr (!Merge::kCluster) {
+    if (!has_tokens) return;
+    bulk_block<Copy, D, F>(p, maps, smem, it, start, end, su, nullptr);
+  } else {
+    // No return before the cluster merge while a cluster is launched (num_splits > 1): every
+    // block must reach its two barriers, a block without tokens included.
+    constexpr BulkSmem kS = bulk_smem<Copy, D, F>();
+    float* partial = reinterpret_cast<float*>(smem + kS.partial_off);
+    if (has_tokens) bulk_block<Copy, D, F>(p, maps, smem, it, start, end, su, partial);
+    if (p.num_splits == 1) return;  // uniform: one block per item, its rows written
+    cluster_merge_splits<D>(p, it, partial);
+  }
 }
 
 // ------------------------------------------------------------------ host side
@@ -299,65 +340,113 @@ std::string bulk_layout_reason(const PageGeometry& g) {
   return os.str();
 }
 
-template <class Copy>
-V4Plan bulk_make_plan(const DecodeArgs& a, const LaunchLimits& lim, const DecodeTuning& tu) {
+// One cache of resident blocks / clusters per (copy, merge) kernel family.
+template <class Copy, class Merge>
+struct BulkTag {};
+
+// A bulk plan: v4's plan, and for the cluster merge the largest resident cluster (0 when not
+// asked: a single split) and whether a forced split exceeds it.
+struct BulkPlan : V4Plan {
+  int cluster_limit = 0;
+  bool cluster_declined = false;
+};
+
+template <class Copy, class Merge>
+BulkPlan bulk_make_plan(const DecodeArgs& a, const LaunchLimits& lim, const DecodeTuning& tu) {
   const PageGeometry& g = a.kv.geom;
   size_t smem = 0;
   bulk_dispatch<Copy>(g.head_dim, g.format, [&](auto d, auto fm) {
     smem = static_cast<size_t>(bulk_smem<Copy, decltype(d)::value, decltype(fm)::value>().total);
     return cudaSuccess;
   });
-  return v4_family_plan(a, lim, tu, smem, kBulkTile, [&](size_t bytes) {
-    return cached_blocks_per_sm<Copy>(lim.device, g.head_dim, g.format, bytes, [&](auto&& fn) {
-      return bulk_dispatch<Copy>(g.head_dim, g.format, [&](auto d, auto fm) {
-        return fn(bulk_decode_kernel<Copy, decltype(d)::value, decltype(fm)::value>);
-      });
+  auto kernel_of = [&](auto&& fn) {
+    return bulk_dispatch<Copy>(g.head_dim, g.format, [&](auto d, auto fm) {
+      return fn(bulk_decode_kernel<Copy, Merge, decltype(d)::value, decltype(fm)::value>);
     });
-  });
+  };
+  auto blocks = [&](size_t bytes) {
+    return cached_blocks_per_sm<BulkTag<Copy, Merge>>(lim.device, g.head_dim, g.format, bytes,
+                                                      kernel_of);
+  };
+  BulkPlan pl;
+  static_cast<V4Plan&>(pl) = v4_family_plan(a, lim, tu, smem, kBulkTile, blocks);
+  if constexpr (Merge::kCluster) {
+    pl.workspace = 0;  // the partials stay in the cluster's shared memory
+    if (pl.split.num_splits > 1 && pl.blocks_per_sm >= 1) {
+      pl.cluster_limit = cached_cluster_limit<BulkTag<Copy, Merge>>(lim.device, g.head_dim,
+                                                                   g.format, pl.smem, kernel_of);
+      const ClusterSplitDecision dec =
+          cluster_split_decision(pl.split.num_splits, tu.num_splits > 0, pl.cluster_limit);
+      pl.cluster_declined = dec.decline;
+      if (dec.force_splits > 0) {  // the plan's own choice, clamped to the cluster limit
+        DecodeTuning t = tu;
+        t.num_splits = dec.force_splits;
+        static_cast<V4Plan&>(pl) = v4_family_plan(a, lim, t, smem, kBulkTile, blocks);
+        pl.workspace = 0;
+      }
+    }
+  }
+  return pl;
 }
 
-template <class Copy>
+template <class Copy, class Merge>
 std::string bulk_unsupported_reason(const DecodeArgs& a, const DecodeTuning& tu) {
   const std::string layout = bulk_layout_reason<Copy>(a.kv.geom);
   if (!layout.empty()) return layout;
   const LaunchLimits lim = current_launch_limits();
-  const std::string plan = v4_family_reason(Copy::kName, a, lim, bulk_make_plan<Copy>(a, lim, tu));
+  const BulkPlan pl = bulk_make_plan<Copy, Merge>(a, lim, tu);
+  const std::string plan = v4_family_reason(Copy::kName, a, lim, pl);
   if (!plan.empty()) return plan;
+  if (pl.cluster_declined) {
+    std::ostringstream os;
+    os << Copy::kName << " merges the splits of an item inside one thread-block cluster; the "
+       << "largest cluster of its blocks that can be resident on this device "
+       << "(cudaOccupancyMaxActiveClusters over sizes 16, 8, 4, 2) holds " << pl.cluster_limit
+       << " blocks, the forced num_splits " << tu.num_splits << " gives " << pl.split.num_splits
+       << " splits per item";
+    return os.str();
+  }
   return Copy::maps_reason(a);
 }
 
-template <class Copy>
+template <class Copy, class Merge>
 size_t bulk_workspace_bytes(const DecodeArgs& a, const DecodeTuning& tu) {
-  return bulk_make_plan<Copy>(a, current_launch_limits(), tu).workspace;
+  return bulk_make_plan<Copy, Merge>(a, current_launch_limits(), tu).workspace;
 }
 
-template <class Copy>
+template <class Copy, class Merge>
 void bulk_run(const DecodeArgs& a, const DecodeTuning& tu, void* workspace, cudaStream_t stream) {
-  const V4Plan pl = bulk_make_plan<Copy>(a, current_launch_limits(), tu);
+  const BulkPlan pl = bulk_make_plan<Copy, Merge>(a, current_launch_limits(), tu);
   const PageGeometry& g = a.kv.geom;
-  const V4Params p = v4_params(a, pl, workspace);
+  const V4Params p = v4_params(a, pl, Merge::kCluster ? nullptr : workspace);
   const typename Copy::Maps maps = Copy::maps(a);
   cudaError_t e = bulk_dispatch<Copy>(g.head_dim, g.format, [&](auto d, auto fm) {
-    auto kernel = bulk_decode_kernel<Copy, decltype(d)::value, decltype(fm)::value>;
+    auto kernel = bulk_decode_kernel<Copy, Merge, decltype(d)::value, decltype(fm)::value>;
+    const unsigned grid = static_cast<unsigned>(pl.split.grid);
+    if constexpr (Merge::kCluster) {
+      if (pl.split.num_splits > 1)
+        return launch_cluster(kernel, grid, kV4Threads, pl.smem, pl.split.num_splits, stream, p,
+                              maps);
+    }
     cudaError_t r = allow_dynamic_smem(kernel, pl.smem);
     if (r != cudaSuccess) return r;
-    kernel<<<static_cast<unsigned>(pl.split.grid), kV4Threads, pl.smem, stream>>>(p, maps);
+    kernel<<<grid, kV4Threads, pl.smem, stream>>>(p, maps);
     return cudaGetLastError();
   });
   KVLAB_CUDA_CHECK(e);
-  v4_launch_merge(p, tu, stream);
+  if constexpr (!Merge::kCluster) v4_launch_merge(p, tu, stream);
   KVLAB_CHECK_LAUNCH();
 }
 
-// The registry entry of a policy.
-template <class Copy>
+// The registry entry of a (copy, merge) policy pair.
+template <class Copy, class Merge = PdlSplitMerge>
 DecodeVersionImpl bulk_version(int id, const char* description) {
   DecodeVersionImpl v;
   v.info = {id, Copy::kName, description};
   v.info.in_scope = [](const PageGeometry& g) { return bulk_layout_reason<Copy>(g).empty(); };
-  v.unsupported_reason = bulk_unsupported_reason<Copy>;
-  v.workspace_bytes = bulk_workspace_bytes<Copy>;
-  v.run = bulk_run<Copy>;
+  v.unsupported_reason = bulk_unsupported_reason<Copy, Merge>;
+  v.workspace_bytes = bulk_workspace_bytes<Copy, Merge>;
+  v.run = bulk_run<Copy, Merge>;
   return v;
 }
 

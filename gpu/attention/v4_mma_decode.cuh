@@ -579,7 +579,7 @@ inline V4Params v4_params(const DecodeArgs& a, const V4Plan& pl, void* workspace
   p.num_qtiles = pl.num_qtiles;
   p.num_splits = pl.split.num_splits;
   p.chunk_tokens = static_cast<int>(pl.split.chunk_tokens);
-  if (pl.split.num_splits > 1) {
+  if (pl.split.num_splits > 1 && workspace) {  // none: the splits merge elsewhere (v11)
     const size_t rows = static_cast<size_t>(a.num_seqs) * a.num_qo_heads * pl.split.num_splits;
     p.partial_o = static_cast<float*>(workspace);
     p.partial_lse = p.partial_o + rows * g.head_dim;
