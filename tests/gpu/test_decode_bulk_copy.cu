@@ -4,13 +4,19 @@
 //   v8_mma_decode_bulk_page     one bulk copy per K and V page run of a 16-token tile
 //   v9_mma_decode_bulk_rows     one bulk copy per K and V row, into v4's padded rows
 //   v10_mma_decode_tma_swizzle  one TMA tensor copy per K and V tile, 128-byte swizzled
+//   v11_mma_decode_cluster_merge  v10's copies, the KV splits of an item merged inside one
+//                               thread-block cluster (distributed shared memory, one launch)
 // Each member runs and matches the reference on every geometry of its scope (bf16 / fp16
 // HND -- v10 also NHD --, block_size a multiple of 16, every compiled head_dim, GQA 1-16,
 // sequence ends inside and at the edges of tiles and pages; v10 also fp8_e4m3 at head_dim
 // 128 and 256, with v5's bits at forced splits), declines everything outside it with a
 // reason, gives the bits of the versions with the same tiles and mma sequence for the same
-// split (v5's in every layout; v9 and v10 also v8's in HND), and turns a bad table entry
-// into NaN for that sequence only.
+// split (v5's in every layout; v9 and v10 also v8's in HND; v11 also v10's in every layout:
+// its cluster merge replays v4's merge kernel's arithmetic in the kernel's order), and turns
+// a bad table entry into NaN for that sequence only. v11 also: forced splits 2, 3, 5, 8, 16
+// over lengths that leave most blocks of a cluster without tokens (1, 17, 63, 1000, 2500,
+// 4096), GQA 1 / 4 / 8, HND and NHD, bad table entries at forced splits, and forced splits
+// above the cluster limit declined with the reason.
 // Cases: seeded (per version), permuted over-provisioned tables, NaN in unused slots
 // (reference/attention/paged_case.h: the rows a tile reads past the sequence's end, which
 // v10's full 16-row box copies too); outputs guarded and NaN-prefilled (run_gpu_decode).
@@ -43,9 +49,11 @@ std::vector<int32_t> edge_lengths(int block_size) {
 struct BulkMember {
   int id;
   const char* name;                // the registry name, which every unsupported reason carries
-  std::vector<int> bitwise_peers;  // versions with the same tiles and mma sequence
+  std::vector<int> bitwise_peers;  // versions with the same tiles and mma sequence (HND)
   bool fp8;                        // copies FP8 E4M3 (pool scale) rows at head_dim >= 128 too
   std::vector<KvLayout> layouts;   // the layouts it copies
+  std::vector<int> other_peers = {5};  // the same bits in the other layouts (and FP8)
+  int max_splits = 0;  // > 0: the splits of an item merge in one cluster of at most this many
 };
 
 // gtest prints a parameter by its registry name.
@@ -113,6 +121,15 @@ class BulkCopyDecode : public ::testing::TestWithParam<BulkMember> {
     for (int splits : {1, 2, 5, 47}) {
       gpu::DecodeTuning tu;
       tu.num_splits = splits;
+      if (GetParam().max_splits > 0 && splits > GetParam().max_splits) {
+        // 47 splits of the 3001-token sequence cannot merge in one cluster.
+        const std::string why = gpu::decode_unsupported_reason(d.decode_args(c, nullptr, nullptr),
+                                                               id(), tu);
+        EXPECT_NE(why.find("thread-block cluster"), std::string::npos) << splits << ": " << why;
+        EXPECT_NE(why.find("forced num_splits " + std::to_string(splits)), std::string::npos)
+            << why;
+        continue;
+      }
       expect_matches(c, to_string(layout) + " " + to_string(f) + " splits " +
                             std::to_string(splits), tu);
       const GpuDecodeRun r = run_gpu_decode(c, d, id(), nullptr, tu);
@@ -132,7 +149,8 @@ class BulkCopyDecode : public ::testing::TestWithParam<BulkMember> {
   }
 
   // A table entry past the pool in sequence 1: NaN there, the others untouched.
-  void expect_bad_table_gives_nan(KvLayout layout);
+  void expect_bad_table_gives_nan(KvLayout layout,
+                                  const gpu::DecodeTuning& tu = gpu::DecodeTuning{});
 };
 
 TEST_P(BulkCopyDecode, EveryGeometryOfItsScopeMatchesTheReference) {
@@ -148,8 +166,8 @@ TEST_P(BulkCopyDecode, ForcedSplitsAndPlanKnobsMatchTheReferenceAndPeersBitwise)
   for (KvLayout l : GetParam().layouts) {
     ref::PagedCase c;
     expect_forced_splits(KvFormat::kBF16, "splits",
-                         l == KvLayout::kHND ? GetParam().bitwise_peers : std::vector<int>{5}, &c,
-                         l);
+                         l == KvLayout::kHND ? GetParam().bitwise_peers : GetParam().other_peers,
+                         &c, l);
     for (bool pdl : {true, false}) {
       gpu::DecodeTuning tu;
       tu.pdl = pdl;
@@ -168,7 +186,7 @@ TEST_P(BulkCopyDecode, Fp8GeometriesOfItsScopeMatchTheReferenceAndV5Bitwise) {
   if (!GetParam().fp8) GTEST_SKIP() << tag() << " copies 16-bit rows only (declines: below)";
   for (KvLayout l : GetParam().layouts) {
     expect_geometries({KvFormat::kFP8E4M3}, {128, 256}, l);
-    expect_forced_splits(KvFormat::kFP8E4M3, "fp8.splits", {5}, nullptr, l);
+    expect_forced_splits(KvFormat::kFP8E4M3, "fp8.splits", GetParam().other_peers, nullptr, l);
   }
 }
 
@@ -230,7 +248,7 @@ TEST_P(BulkCopyDecode, BadTableEntryGivesNaNForThatSequenceOnly) {
   }
 }
 
-void BulkCopyDecode::expect_bad_table_gives_nan(KvLayout layout) {
+void BulkCopyDecode::expect_bad_table_gives_nan(KvLayout layout, const gpu::DecodeTuning& tu) {
   ref::PagedCaseSpec s = seeded_spec(
       ("decode." + tag() + ".bad_table." + to_string(layout)).c_str(), layout, KvFormat::kBF16);
   s.seq_lens = {40, 40, 300};
@@ -239,7 +257,7 @@ void BulkCopyDecode::expect_bad_table_gives_nan(KvLayout layout) {
   std::vector<int32_t> table = c.block_table;
   table[1 * c.max_blocks_per_seq + 2] = static_cast<int32_t>(c.geom.num_blocks);  // the 3rd page
   d.block_table = to_device(table);
-  const GpuDecodeRun r = run_gpu_decode(c, d, id());
+  const GpuDecodeRun r = run_gpu_decode(c, d, id(), nullptr, tu);
   ASSERT_TRUE(r.supported) << r.reason;
   EXPECT_EQ(r.guard_damage, "");
   const size_t per_seq = static_cast<size_t>(c.spec.num_qo_heads) * c.spec.head_dim;
@@ -248,6 +266,94 @@ void BulkCopyDecode::expect_bad_table_gives_nan(KvLayout layout) {
     ASSERT_TRUE(std::isnan(r.o[i])) << "seq 1 element " << i;
   for (size_t i = 2 * per_seq; i < 3 * per_seq; ++i)
     ASSERT_FALSE(std::isnan(r.o[i])) << "seq 2 element " << i;
+}
+
+// The cluster merge (members with max_splits): forced splits 2, 3, 5, 8, 16 over a batch whose
+// short sequences leave most blocks of their cluster without tokens (length 1 and 17: only
+// rank 0 holds tokens; 0: none; 4096 = the bound: exactly 16 chunks of 256 at 16 splits), GQA
+// 1 / 4 / 8, HND and NHD, NaN in the unused slots: the reference, and v10's bits (v10 merges
+// the same partials in its merge kernel, whose arithmetic the cluster replays). 16 splits may
+// exceed the device's cluster limit for a (head_dim, format); then the decline must say so.
+TEST_P(BulkCopyDecode, ClusterMergeAtForcedSplitsMatchesTheReferenceAndV10Bitwise) {
+  KVLAB_SKIP_WITHOUT_GPU();
+  if (GetParam().max_splits == 0) GTEST_SKIP() << tag() << " merges splits in a second kernel";
+  const int groups[][2] = {{8, 8}, {32, 8}, {16, 2}};  // GQA 1, 4, 8
+  int i = 0;
+  for (KvLayout l : GetParam().layouts)
+    for (const auto& g : groups) {
+      ++i;
+      ref::PagedCaseSpec s = seeded_spec(
+          ("decode." + tag() + ".cluster." + to_string(l) + "." + std::to_string(i)).c_str(), l,
+          KvFormat::kBF16, (i % 2) ? DType::kF16 : DType::kBF16);
+      s.num_qo_heads = g[0];
+      s.num_kv_heads = g[1];
+      s.block_size = i % 3 == 0 ? 32 : 16;
+      s.seq_lens = {1, 17, 1000, 4096, 0, 63, 2500};
+      ref::PagedCase c = ref::make_paged_case(s);
+      ASSERT_TRUE(c.spec.poison_unused);
+      DeviceCase d(c);
+      thrust::device_vector<uint16_t> out(c.o_elements());
+      for (int splits : {2, 3, 5, 8, 16}) {
+        gpu::DecodeTuning tu;
+        tu.num_splits = splits;
+        const std::string what = to_string(l) + " GQA " + std::to_string(g[0] / g[1]) +
+                                 " splits " + std::to_string(splits);
+        const std::string why =
+            gpu::decode_unsupported_reason(d.decode_args(c, nullptr, nullptr), id(), tu);
+        if (!why.empty()) {
+          EXPECT_GT(splits, 8) << what << ": clusters of up to 8 blocks are portable: " << why;
+          EXPECT_NE(why.find("thread-block cluster"), std::string::npos) << what << ": " << why;
+          continue;
+        }
+        EXPECT_EQ(gpu::decode_workspace_bytes(d.decode_args(c, raw(out), nullptr), id(), tu), 0u)
+            << what;
+        expect_matches(c, what, tu);
+        const GpuDecodeRun r = run_gpu_decode(c, d, id(), nullptr, tu);
+        const GpuDecodeRun r10 = run_gpu_decode(c, d, 10, nullptr, tu);
+        ASSERT_TRUE(r.supported && r10.supported) << r.reason << r10.reason;
+        ASSERT_EQ(r.o.size(), r10.o.size());
+        EXPECT_EQ(0, std::memcmp(r.o.data(), r10.o.data(), r.o.size() * sizeof(float)))
+            << what << ": " << tag() << " and v10 differ";
+        EXPECT_EQ(0, std::memcmp(r.lse.data(), r10.lse.data(), r.lse.size() * sizeof(float)))
+            << what << ": " << tag() << " and v10 lse differ";
+      }
+    }
+}
+
+// A bad table entry at forced splits: only the blocks of the item that read it see it, and
+// the cluster turns the item's rows into NaN through the merged partial; the other sequences
+// (whose clusters read good pages) stay finite. Forced splits far above the cluster limit
+// are declined with the reason, and the plan's own choice never exceeds the limit.
+TEST_P(BulkCopyDecode, ClusterMergeBadTableAndSplitLimit) {
+  KVLAB_SKIP_WITHOUT_GPU();
+  if (GetParam().max_splits == 0) GTEST_SKIP() << tag() << " merges splits in a second kernel";
+  for (KvLayout l : GetParam().layouts)
+    for (int splits : {2, 5}) {
+      SCOPED_TRACE(to_string(l) + " splits " + std::to_string(splits));
+      gpu::DecodeTuning tu;
+      tu.num_splits = splits;
+      expect_bad_table_gives_nan(l, tu);
+    }
+  ref::PagedCaseSpec s = seeded_spec(("decode." + tag() + ".limit").c_str(), KvLayout::kNHD,
+                                     KvFormat::kBF16);
+  s.seq_lens = {20000};
+  ref::PagedCase c = ref::make_paged_case(s);
+  DeviceCase d(c);
+  gpu::DecodeTuning tu;
+  tu.num_splits = GetParam().max_splits + 1;
+  const std::string why =
+      gpu::decode_unsupported_reason(d.decode_args(c, nullptr, nullptr), id(), tu);
+  EXPECT_NE(why.find("thread-block cluster"), std::string::npos) << why;
+  EXPECT_NE(why.find(GetParam().name), std::string::npos) << why;
+  thrust::device_vector<uint16_t> out(c.o_elements());
+  EXPECT_THROW(gpu::decode_attention(d.decode_args(c, raw(out), nullptr), id(), tu, nullptr, 0,
+                                     nullptr),
+               Unsupported);
+  // One sequence of 20000 tokens on one KV-head group: the plan alone would split it far
+  // more than 16 ways to fill the SMs; v11 clamps to its cluster limit, needs no workspace
+  // and matches the reference.
+  EXPECT_EQ(gpu::decode_workspace_bytes(d.decode_args(c, raw(out), nullptr), id()), 0u);
+  expect_matches(c, "plan clamped to the cluster limit");
 }
 
 std::string member_name(const ::testing::TestParamInfo<BulkMember>& info) {
@@ -265,6 +371,15 @@ INSTANTIATE_TEST_SUITE_P(DecodeV9, BulkCopyDecode,
 INSTANTIATE_TEST_SUITE_P(DecodeV10, BulkCopyDecode,
                          ::testing::Values(BulkMember{10, "v10_mma_decode_tma_swizzle", {5, 8},
                                                       true, {KvLayout::kHND, KvLayout::kNHD}}),
+                         member_name);
+INSTANTIATE_TEST_SUITE_P(DecodeV11, BulkCopyDecode,
+                         ::testing::Values(BulkMember{11,
+                                                      "v11_mma_decode_cluster_merge",
+                                                      {5, 8, 10},
+                                                      true,
+                                                      {KvLayout::kHND, KvLayout::kNHD},
+                                                      {5, 10},
+                                                      16}),
                          member_name);
 
 }  // namespace
