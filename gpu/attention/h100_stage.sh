@@ -8,33 +8,45 @@
 # Needs compute-sanitizer, ncu and python3 with h5py (all on the H100 machine). Runs from the
 # repository root; assumes no other stage ran before it.
 #
-# KERNEL_STAGE=bulk (TUNING.md steps 13-16: the bulk-copy family v8_mma_decode_bulk_page,
-# v9_mma_decode_bulk_rows and v10_mma_decode_tma_swizzle, the TMA tensor copy with the
-# 128-byte swizzle, on HND and NHD pools). Correctness first, then timing. Every step runs
-# under its own limit and under the mode's deadline (95 s: a step's limit is cut to what is
-# left, a step that would start after it is recorded as skipped), so the mode ends within
-# 100 s (expected ~80 s; the H100 ran the previous v10 stage's steps in 61 s + 16 s of ncu).
+# KERNEL_STAGE=bulk (TUNING.md steps 13-16 and v11: the bulk-copy family v8_mma_decode_bulk_page,
+# v9_mma_decode_bulk_rows, v10_mma_decode_tma_swizzle -- the TMA tensor copy with the
+# 128-byte swizzle, on HND and NHD pools -- and v11_mma_decode_cluster_merge, v10 with the KV
+# splits of an item merged inside one thread-block cluster). Correctness first, then timing,
+# then the sanitizers (a sanitizer fault cannot cost the timing rows). Every step runs under
+# its own limit and under the mode's deadline (95 s: a step's limit is cut to what is left, a
+# step that would start after it is recorded as skipped), so the mode ends within 100 s
+# (expected ~85 s: the H100 ran the previous bulk stage's steps in 61 s + 16 s of ncu; the v10
+# ncu steps are gone -- their counters are in data/perf/h100_ncu_compare/ and
+# h100_v10_l2_promotion/ --, v11's suites, sanitizer cases and sweep rows came in).
 # Writes $OUT/kernels/:
 #   device.txt          nvidia-smi line
-#   smoke.log           DecodeV10/, DecodeV9/ and DecodeV8/BulkCopyDecode.* (each on every
-#                       geometry of its scope -- v10: HND and NHD --, the peers' bits at forced
-#                       splits -- v10: v5's and v8's in HND, v5's in NHD --, declines outside
-#                       its scope, NaN for a bad table entry), the registry, and the small
-#                       cases over every version (v10 NHD among them) -- own process
-#   tests.log           the decode suites over every version (v8, v9, v10 where in scope,
-#                       checked to decline elsewhere), auto, the decode-step executor
+#   smoke.log           DecodeV11/, DecodeV10/, DecodeV9/ and DecodeV8/BulkCopyDecode.* (each
+#                       on every geometry of its scope -- v10, v11: HND and NHD --, the peers'
+#                       bits at forced splits -- v10: v5's and v8's in HND, v5's in NHD; v11
+#                       also v10's in both --, declines outside its scope, NaN for a bad table
+#                       entry; v11: forced splits 2 / 3 / 5 / 8 / 16 over lengths that leave
+#                       blocks of a cluster empty, GQA 1 / 4 / 8, v10's bits, bad table entries
+#                       at forced splits, forced splits above the cluster limit declined), the
+#                       registry, and the small cases over every version -- own process
+#   tests.log           the decode suites over every version (v8-v11 where in scope, checked
+#                       to decline elsewhere), auto, the decode-step executor
+#   decode_bulk_copy.h5 experiments/configs/decode_bulk_copy.ini: v4 / v5 / v10 / auto on the
+#                       K-row shapes (BF16 HND and NHD, FP8 HND); v11 against v10 and auto on
+#                       the split shapes (BF16 NHD), at their plans and at forced splits 2, 4,
+#                       8, 16 (sweep_bulk.log)
 #   memcheck.log racecheck.log  compute-sanitizer on the small bf16 / fp16 / fp8_e4m3 HND and
-#                       bf16 NHD cases of every version (v10's bf16 / fp16 d64 HND and NHD among
-#                       them), v10's bad-table cases (HND, NHD) and v8's; memcheck also on v10's
-#                       FP8 suite (d128 / d256, HND and NHD)
-#   decode_bulk_copy.h5 experiments/configs/decode_bulk_copy.ini: v4 / v5 / v7 / v8 / v9 / v10
-#                       / auto on the K-row shapes, BF16 HND and NHD block 16, FP8 E4M3 HND and
-#                       NHD on the K4 shapes, the split rule (sweep_bulk.log)
-#   ncu_metrics_v10_nhd.txt ncu_metrics_v10_hnd.txt  L2 requests and sectors, DRAM bytes,
-#                       shared-memory wavefronts and bank conflicts of one v10 launch at 64 x 8k
-#                       BF16, NHD and HND (while the deadline allows)
-#   table.txt           per shape: v4 / v5 / v7 / v8 / v9 / v10 / auto, best, % of R,
-#                       v10 / best older
+#                       bf16 NHD cases of every version (v10's and v11's among them: small
+#                       batches, so v11's plan splits and runs clusters), v11's bad-table cases
+#                       at forced splits 2 / 5 (HND, NHD) with its 16-split clamped plan, v10's
+#                       bad-table cases; memcheck also on v10's FP8 suite. Distributed shared memory: memcheck checks v11's remote reads
+#                       (map_shared_rank addresses) like other shared-memory accesses; whether
+#                       racecheck tracks hazards between the blocks of a cluster (the two
+#                       cluster barriers) is not stated in the compute-sanitizer documentation
+#                       this stage was written against -- its clean result covers each block's
+#                       own shared memory for certain, the cross-block order by the barriers
+#                       and by the bitwise test against v10.
+#   table.txt           per shape: v4 / v5 / v10 / v11 / auto, best, % of R, v11 / best older,
+#                       v11 / v10; then v11 / v10 per forced split and per shape
 #   summary.txt         one line per step: name, exit code, seconds
 #
 # KERNEL_STAGE=full (the second H100 call's stage): smoke/tests/sanitizers over every version,
@@ -85,36 +97,25 @@ if [[ ${KERNEL_STAGE:-bulk} == bulk ]]; then
   DEADLINE=95
   # 1. The family's own suites and the small cases first (own process), the decode suites,
   # sanitizers.
-  step smoke 30 "$BIN/gpu_tests" --gtest_filter='DecodeV10/*:DecodeV9/*:DecodeV8/*:DecodeRegistry.*:Small/*'
-  step tests 40 "$BIN/gpu_tests" \
+  step smoke 30 "$BIN/gpu_tests" --gtest_filter='DecodeV11/*:DecodeV10/*:DecodeV9/*:DecodeV8/*:DecodeRegistry.*:Small/*'
+  step tests 30 "$BIN/gpu_tests" \
     --gtest_filter='Curated/*:DecodeEdge.*:DecodeBadInput.*:DecodeV4.*:DecodeV6.AutoPicksASupportedVersion:StepEngine.EveryVariantMatchesTheReference'
-  step memcheck 20 compute-sanitizer --tool memcheck --print-limit 10 --error-exitcode 1 "$BIN/gpu_tests" \
-    --gtest_filter='Small/DecodeSmall.*/bf16_hnd:Small/DecodeSmall.*/fp16_hnd:Small/DecodeSmall.*/fp8_e4m3_hnd:Small/DecodeSmall.*/bf16_nhd:DecodeV10/*.BadTable*:DecodeV10/*.Fp8*:DecodeV8/*.BadTable*'
-  step racecheck 12 compute-sanitizer --tool racecheck --print-limit 10 --error-exitcode 1 "$BIN/gpu_tests" \
-    --gtest_filter='Small/DecodeSmall.*/bf16_hnd:Small/DecodeSmall.*/bf16_nhd:Small/DecodeSmall.*/fp8_e4m3_hnd:DecodeV10/*.BadTable*'
 
-  # 2. Timing: v10, v9 and v8 against v4 / v5 / v7 / auto on the K-row shapes (the fair harness).
+  # 2. Timing: v11 against v10 / auto on the split shapes (plans and forced splits), v10
+  # against v4 / v5 / auto on the K-row shapes (the fair harness).
   CFG=experiments/configs/decode_bulk_copy.ini
   step sweep_bulk 30 "$BIN/kvlab" sweep "$CFG" --out "$D/decode_bulk_copy.h5" --progress plain
 
-  # 3. ncu counters of one v10 launch at 64 x 8k BF16, NHD then HND (the family's kernel is
-  # bulk_decode_kernel<policy, ...>; `kvlab validate --axis version=X` runs only X's). Each
-  # step <= 8 s, cut by the deadline.
-  METRICS=(--metrics lts__t_requests.sum,lts__t_sectors.sum,lts__t_sectors_op_read.sum,dram__bytes_read.sum,l1tex__data_pipe_lsu_wavefronts_mem_shared.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum,gpu__time_duration.sum)
-  ncu_v10() {  # ncu_v10 STUDY
-    step "ncu_metrics_v10_$1" 8 ncu --clock-control none --target-processes all \
-      --kernel-name "regex:bulk_decode_kernel" --launch-count 1 "${METRICS[@]}" \
-      "$BIN/kvlab" validate "$CFG" --only "$1" --axis version=v10_mma_decode_tma_swizzle \
-      --axis batch=64 --axis context=8192 --progress none
-    [[ -f $D/ncu_metrics_v10_$1.log ]] && mv -f "$D/ncu_metrics_v10_$1.log" "$D/ncu_metrics_v10_$1.txt"
-  }
-  ncu_v10 nhd
-  ncu_v10 hnd
+  # 3. Sanitizers on the small cases, v11's cluster merge and the bad-table cases.
+  step memcheck 20 compute-sanitizer --tool memcheck --print-limit 10 --error-exitcode 1 "$BIN/gpu_tests" \
+    --gtest_filter='Small/DecodeSmall.*/bf16_hnd:Small/DecodeSmall.*/fp16_hnd:Small/DecodeSmall.*/fp8_e4m3_hnd:Small/DecodeSmall.*/bf16_nhd:DecodeV11/*.ClusterMergeBadTable*:DecodeV10/*.BadTable*:DecodeV10/*.Fp8*'
+  step racecheck 15 compute-sanitizer --tool racecheck --print-limit 10 --error-exitcode 1 "$BIN/gpu_tests" \
+    --gtest_filter='Small/DecodeSmall.*/bf16_hnd:Small/DecodeSmall.*/bf16_nhd:Small/DecodeSmall.*/fp8_e4m3_hnd:DecodeV11/*.ClusterMergeBadTable*:DecodeV10/*.BadTable*'
 
   # 4. The table.
   [[ -s $D/decode_bulk_copy.h5 ]] && timeout 20 python3 gpu/attention/stage_table.py "$D/decode_bulk_copy.h5" > "$D/table.txt" 2>&1
 
-  echo "== decode-kernels stage (bulk-copy family v8/v9/v10, HND + NHD): $(cat "$D/device.txt")"
+  echo "== decode-kernels stage (bulk-copy family v8-v11, HND + NHD): $(cat "$D/device.txt")"
   echo "== steps ($(($(date +%s) - START)) s)"
   cat "$SUMMARY"
   echo "== tests"

@@ -20,11 +20,13 @@ import h5py
 
 VERSIONS = ["v4_mma_decode", "v5_mma_decode_2stage", "v6_stream_k_decode",
             "v7_mma_decode_l2_prefetch", "v8_mma_decode_bulk_page", "v9_mma_decode_bulk_rows",
-            "v10_mma_decode_tma_swizzle", "auto"]
+            "v10_mma_decode_tma_swizzle", "v11_mma_decode_cluster_merge", "auto"]
 SHORT = {"v4_mma_decode": "v4", "v5_mma_decode_2stage": "v5", "v6_stream_k_decode": "v6",
          "v7_mma_decode_l2_prefetch": "v7", "v8_mma_decode_bulk_page": "v8",
-         "v9_mma_decode_bulk_rows": "v9", "v10_mma_decode_tma_swizzle": "v10", "auto": "auto"}
-NEW = "v10_mma_decode_tma_swizzle"  # the last column: NEW / the best of the older versions
+         "v9_mma_decode_bulk_rows": "v9", "v10_mma_decode_tma_swizzle": "v10",
+         "v11_mma_decode_cluster_merge": "v11", "auto": "auto"}
+NEW = "v11_mma_decode_cluster_merge"  # a column: NEW / the best of the older versions
+PREV = "v10_mma_decode_tma_swizzle"   # and NEW / PREV on the same shape (and forced split)
 
 
 def _col(ix, name, n, default):
@@ -110,7 +112,8 @@ def main(argv=None):
     present = {r["version"] for r in rows}
     cols = [v for v in VERSIONS if v in present]  # versions without rows take no column
     head = ["shape"] + [SHORT[v] + " us" for v in cols] + ["auto pick", "best", "%R",
-                                                          SHORT[NEW] + "/best older"]
+                                                          SHORT[NEW] + "/best older",
+                                                          SHORT[NEW] + "/" + SHORT[PREV]]
     print(f"device {device}; read ceiling R = {R / 1e12:.3f} TB/s (the best of the files)")
     if a.markdown:
         print("| " + " | ".join(head) + " |")
@@ -136,9 +139,11 @@ def main(argv=None):
             pct = 100.0 * br["min_bytes"] / (br["median_us"] * 1e-6) / R if math.isfinite(R) else math.nan
             old = [r["median_us"] for v, r in real.items() if v != NEW]
             ratio = f"{real[NEW]['median_us'] / min(old):.3f}" if NEW in real and old else "-"
-            cells += [pick, SHORT.get(bv, bv), f"{pct:.1f}", ratio]
+            vs_prev = (f"{real[NEW]['median_us'] / real[PREV]['median_us']:.3f}"
+                       if NEW in real and PREV in real else "-")
+            cells += [pick, SHORT.get(bv, bv), f"{pct:.1f}", ratio, vs_prev]
         else:
-            cells += [pick, "-", "-", "-"]
+            cells += [pick, "-", "-", "-", "-"]
         if a.markdown:
             print("| " + " | ".join(cells) + " |")
         else:
@@ -196,12 +201,26 @@ def main(argv=None):
                   f"({SHORT.get(r['version'])}) -> {'holds' if r['median_us'] <= 1.03 * top else 'NO'} (within 3 %)")
     sp = defaultdict(list)
     for k, vs in by.items():
-        if k[0] == "splits":
+        if k[0] in ("splits", "cluster_splits", "cluster"):
             for v, r in vs.items():
                 sp[(v, k[5], k[6])].append((k[9], r["median_us"]))
     for (v, b, ctx), xs in sorted(sp.items()):
         xs.sort()
-        print(f"  splits {SHORT.get(v, v)} {b} x {ctx}: " + ", ".join(f"{s}: {t:.1f}" for s, t in xs))
+        print(f"  splits {SHORT.get(v, v)} {b} x {ctx}: " + ", ".join(f"{s}: {t:.1f}" for s, t in xs)
+              + "  (0: the version's plan)")
+    # The split merge: NEW (one launch, cluster merge) / PREV (merge kernel) per shape, at each
+    # version's plan and at the same forced split; the plan's best of each.
+    cl = defaultdict(dict)
+    for (v, b, ctx), xs in sp.items():
+        if v in (NEW, PREV):
+            cl[(b, ctx)][v] = dict(xs)
+    for (b, ctx), d in sorted(cl.items()):
+        if NEW not in d or PREV not in d:
+            continue
+        same = [f"{s}: {d[NEW][s] / d[PREV][s]:.3f}" for s in sorted(d[NEW]) if s in d[PREV]]
+        bn, bp = min(d[NEW].values()), min(d[PREV].values())
+        print(f"  {SHORT[NEW]}/{SHORT[PREV]} {b} x {ctx}: " + ", ".join(same)
+              + f"; best of each {bn:.1f} / {bp:.1f} us = {bn / bp:.3f}")
     if bad:
         print(f"\n{len(bad)} rows not ok:")
         for r in bad[:20]:
