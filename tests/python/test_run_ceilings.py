@@ -4,7 +4,8 @@ synthetic run whose big-working-set bulk read beat the ceilings pass (recorded, 
 the rule did, as "timing invalid") gets R raised to that row's fast edge, and target_table.py then
 reports every % of R, floor and excess on it, with no "TIMING INVALID" for that row; a small
 working-set read or a decode row that beats R never raises it and is still shouted. Also the
-shipped fair run (data/perf/h100_perf_sweep.h5): R 3.158 -> 3.174 TB/s."""
+shipped fair run (data/perf/h100_perf_sweep.h5): R 3.158 -> 3.174 TB/s. And perf.ini measures the
+layouts the tables choose between: FP8 and BF16 on HND pages on every K1 grid point."""
 import math
 import os
 import subprocess
@@ -155,3 +156,28 @@ def test_shipped_fair_run_r_is_its_best_cold_read():
     assert rc.read == pytest.approx(3.1737e12, rel=1e-4)
     assert rc.read_row["study"] == "ceilings_bulk" and rc.read_row["status"] == "failed"
     assert not math.isnan(rc.copy) and rc.copy >= rc.pass_copy
+
+
+def test_perf_ini_measures_every_grid_point_in_both_layouts(run):
+    """K4 and K1 take the best layout per shape: perf.ini must run FP8 E4M3 on HND pages (v10 and
+    auto) and BF16 HND (auto) on every K1 grid point, each HND point once."""
+    perf = os.path.join(ROOT, "experiments", "configs", "perf.ini")
+    r = run("sweep", perf, "--dry-run")
+    assert r.returncode == 0, r.stderr
+    pts = []
+    for ln in r.stdout.splitlines():
+        if " decode_attention " not in ln:
+            continue
+        ax = dict(kv.split("=", 1) for kv in ln.split() if "=" in kv)
+        pts.append((ln.split()[1], ax))
+    grid = {(ax["batch"], ax["context"]) for st, ax in pts if st == "K1_grid"}
+    assert len(grid) == 22
+    for fmt, version in (("fp8_e4m3", "v10_mma_decode_tma_swizzle"), ("fp8_e4m3", "auto"), ("bf16", "auto")):
+        for layout in ("nhd", "hnd"):
+            have = [(ax["batch"], ax["context"]) for st, ax in pts
+                    if ax["kv_format"] == fmt and ax["version"] == version and ax["layout"] == layout and
+                    ax["lengths"] == "uniform" and ax["graph"] == "off" and ax["block_size"] == "16" and
+                    ax["gqa_group"] == "4" and (ax["batch"], ax["context"]) in grid]
+            assert set(have) == grid, (fmt, version, layout, sorted(grid - set(have)))
+            if layout == "hnd":  # K1_grid_hnd leaves out what K2_large, K3_long and K4_mid run
+                assert len(have) == len(set(have)), (fmt, version, layout, "a grid point twice")
