@@ -94,6 +94,10 @@ def main(argv) -> int:
     df["version"] = df["version"].fillna("").astype(str)
     df = rescale(df, R, C)
     dec = df[df["kind"] == "decode_attention"].copy()
+    if "page_order" in dec.columns:
+        # Pages in pool order are a control (experiments/configs/page_order.ini): every target
+        # is judged on shuffled pages, as a serving pool holds them.
+        dec = dec[dec["page_order"].fillna("shuffled").astype(str).isin(["shuffled", ""])]
     ok = dec[dec["status"] == "ok"]
     kv = ok[~ok["version"].str.startswith("peer:")]
     peers = ok[ok["version"].str.startswith("peer:")]

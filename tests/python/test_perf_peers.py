@@ -206,6 +206,26 @@ def test_target_table_compares_and_flags(perf_files):
     assert k7 and "layout" in k7[0] and "+0.4 %" in k7[0] and k7[0].rstrip().endswith("yes")
 
 
+def test_target_table_skips_sequential_page_order_rows(tmp_path):
+    """Rows timed on pages in pool order (page_order = sequential, a control) never become kvlab's
+    best: a 720 us sequential row at 64 x 8k leaves the shuffled 745 us row behind cuDNN's 730."""
+    axes = AXES[:-1] + ["page_order", "version"]
+    kv = [dict(decode_row("K2", "v5_mma_decode_2stage", 64, 8192, "bf16", 745.0), page_order="shuffled"),
+          dict(decode_row("page_order", "v5_mma_decode_2stage", 64, 8192, "bf16", 720.0), page_order="sequential")]
+    peers = [decode_row("K2", "peer:sdpa_cudnn", 64, 8192, "bf16", 730.0, layout="contiguous")]
+    attrs = {"device_name": "NVIDIA H100 80GB HBM3", "read_ceiling_bytes_per_s": R, "copy_ceiling_bytes_per_s": C,
+             "device_peak_bytes_per_s": 3.35e12}
+    sweep, peer = tmp_path / "sweep.h5", tmp_path / "peers.h5"
+    peer_results.write_result_file(str(sweep), kv, attrs, axes, NUMERIC, METRICS, LABELS,
+                                   run={"started_utc": "x", "argv": "t"})
+    write(peer, peers)
+    r = subprocess.run([sys.executable, TABLE, str(sweep), str(peer)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    line = [ln for ln in r.stdout.splitlines() if ln.startswith("64 x 8192 ") and " bf16 " in ln]
+    assert len(line) == 1 and "745.0 (v5_mma_decode_2stage, nhd)" in line[0], r.stdout
+    assert "BEHIND sdpa_cudnn by 2.1 %" in line[0]
+
+
 FLOOR_AXES = AXES + ["chain", "tail_kib", "primed"]
 FLOOR_NUMERIC = NUMERIC | {"chain", "tail_kib"}
 
