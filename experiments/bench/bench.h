@@ -168,9 +168,14 @@ struct RunContext {
   int cpu_threads = 1;  // CPU threads a point may use (reference computations): cores / workers
   bool timing = true;  // false for `kvlab validate`: check only
   TimingConfig timing_cfg;
-  // Measured once per run by the GPU harness (0 when not measured).
+  // The run's ceilings R and C (0 when not measured): the ceilings pass's before the first
+  // point, raised by the run's own ceiling rows as they come (raise_run_ceiling), so that
+  // at the end they are the best valid cold DRAM read / copy of the whole run.
   double read_ceiling_bytes_per_s = 0;
   double copy_ceiling_bytes_per_s = 0;
+  // What the ceilings pass alone measured (gpu::bench::measure_ceilings; 0 when not measured).
+  double pass_read_ceiling_bytes_per_s = 0;
+  double pass_copy_ceiling_bytes_per_s = 0;
   double peak_bytes_per_s = 0;  // datasheet-style figure of the device
   std::string device_name;
   bool device_present = false;
@@ -248,5 +253,28 @@ struct TimedBytes {
 void record_timing(Record* r, const Timing& t, const TimedBytes& b, const RunContext& ctx);
 // The metric declarations of record_timing's columns (append them to a bench's metrics()).
 std::vector<MetricSpec> timing_metric_specs(CeilingKind ceiling);
+
+// ------------------------------------------------------------------ the run's ceilings
+// R (C) is the best valid cold DRAM read (copy) of the run: the ceilings pass before the first
+// point, and every ceiling row of the sweep. A ceiling row is a timing of a contiguous read or
+// copy kernel (kind bandwidth, order interleaved or ranges: the kernels the pass draws from, or
+// any other contiguous one; scattered-granule reads never) that is cold (the flush ran before
+// every call), passed its validation, and whose working set is at least
+// kCeilingRowMinL2Multiple times the L2 the timing recorded. Such a read streams through L2
+// eight times before its first byte is needed again, so neither a flush that failed nor the
+// previous call could serve it from L2: when it beats R it shows that the pass measured R low,
+// not that the flush failed, and it raises R (at its fast edge, working set / q1 time, the
+// edge the pass takes a ceiling at) instead of being recorded as timing invalid. Everything
+// else that beats the bound (small working sets, decode rows, peers: L2 could explain it) is
+// still judged by record_timing and fails. experiments/peers/run_ceilings.py applies the same
+// rule to a result file (for files written before the sweep raised its ceilings).
+constexpr double kCeilingRowMinL2Multiple = 8;
+// True when a timing of `bytes` is cold and large enough to be a ceiling row.
+bool is_ceiling_row_timing(const Timing& t, double bytes);
+// For a ceiling row (the caller, the bandwidth kind, vouches for the kernel: contiguous, its
+// validation passed): raises ctx's R (b.ceiling kRead) or C (kCopy) to b.bytes / t.q1_us when
+// that is higher. Call it before record_timing, so the row is judged against the raised ceiling.
+// Returns true when it raised; *from gets the ceiling before.
+bool raise_run_ceiling(const Timing& t, const TimedBytes& b, RunContext* ctx, double* from);
 
 }  // namespace kvlab::exp

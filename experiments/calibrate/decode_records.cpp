@@ -210,6 +210,7 @@ FileRows read_file(const std::string& path) {
   c.opt_str("lengths", "uniform");
   c.opt_str("graph", "off");
   c.opt_str("study", "");
+  c.opt_str("page_order", "shuffled");
   bool need_seed = false;
   for (size_t i : rows) need_seed |= c.str["lengths"][i] == "mixed";
   uint64_t run_seed = 0;
@@ -224,6 +225,9 @@ FileRows read_file(const std::string& path) {
     const std::string where = path + " /index row " + std::to_string(i);
     const double med = c.num["median_us"][i];
     if (!(std::isfinite(med) && med > 0)) continue;  // validated but not timed (kvlab validate)
+    // Pages in pool order are a control (the cost of the scatter), not what a serving pool
+    // holds: the calibration is of shuffled pools only.
+    if (c.str["page_order"][i] != "shuffled") continue;
     DecodeRecord r;
     r.source = path;
     r.row = static_cast<int64_t>(i);

@@ -196,12 +196,19 @@ std::unique_ptr<DecodeCase> build_case(const Point& p, const std::string& key, u
     KVLAB_CUDA_CHECK(cudaDeviceSynchronize());
   }
 
-  // Block table: a seeded permutation of the pages, sequence after sequence.
+  // Block table: the pool's pages, sequence after sequence, in a seeded permutation
+  // (page_order = shuffled) or in pool order (sequential).
   c->dtable.allocate(static_cast<size_t>(batch) * mbps * 4 + 4);
   c->dlens.allocate(c->lens.size() * 4 + 4);
   if (batch > 0) c->dlens.upload(c->lens);
   gpu::DeviceBuffer perm(static_cast<size_t>(g.num_blocks) * 4);
-  gpu::shuffled_page_list(g.num_blocks, seed ^ 0x7ab1eull, perm.as<int32_t>(), nullptr);
+  if (p.str("page_order") == "sequential") {
+    std::vector<int32_t> order(static_cast<size_t>(g.num_blocks));
+    std::iota(order.begin(), order.end(), 0);
+    if (!order.empty()) perm.upload(order);
+  } else {
+    gpu::shuffled_page_list(g.num_blocks, seed ^ 0x7ab1eull, perm.as<int32_t>(), nullptr);
+  }
   if (batch > 0)
     gpu::build_block_tables(c->dlens.as<int32_t>(), batch, bs, mbps, g.num_blocks,
                             perm.as<int32_t>(), -1, c->dtable.as<int32_t>(), nullptr);

@@ -67,8 +67,8 @@ bool measure_ceilings(RunContext* ctx, std::string* note) {
     return false;
   }
   const gpu::bench::Ceilings c = gpu::bench::measure_ceilings(to_harness(ctx->timing_cfg, false));
-  ctx->read_ceiling_bytes_per_s = c.read_bytes_per_s;
-  ctx->copy_ceiling_bytes_per_s = c.copy_bytes_per_s;
+  ctx->read_ceiling_bytes_per_s = ctx->pass_read_ceiling_bytes_per_s = c.read_bytes_per_s;
+  ctx->copy_ceiling_bytes_per_s = ctx->pass_copy_ceiling_bytes_per_s = c.copy_bytes_per_s;
   return true;
 }
 

@@ -12,6 +12,8 @@
 //     bytes in one seeded random permutation, the ceiling of a paged read with small pages
 //     (R_scatter(G), gpu/bench/scatter_read.cuh); their bytes count the order's index words.
 //     They are rows only, never candidates of R.
+// The contiguous rows at working sets of 8 x L2 and more are the run's ceiling rows: one that beats
+// the ceilings pass raises the run's R (C) rather than fail (experiments/bench/bench.h).
 // Validation before timing (experiments/cuda/bandwidth.cpp, the GPU half): a copy's destination
 // equals its source (the whole buffer up to 64 MiB, else its first and last 16 MiB); a read has no
 // output (its loads are kept live through a never-taken store).

@@ -81,6 +81,14 @@ class DecodeAttentionBench : public Bench {
          {"uniform", "mixed"},
          "uniform: every sequence `context` tokens; mixed: seeded uniform in [min(1024, context), "
          "context]"},
+        {"page_order",
+         AxisType::kEnum,
+         "shuffled",
+         {"shuffled", "sequential"},
+         "the pool's pages in the block tables: shuffled (a seeded permutation, as a running "
+         "allocator leaves them; what every target is judged on) or sequential (sequence after "
+         "sequence in pool order, the most contiguous paged KV: separates the cost of the page "
+         "scatter from the kernel's; calibration and the target table skip these rows)"},
         AxisSpec{"seed", AxisType::kInt, "0", {}, "case seed (mixed with the run seed)"}.range(0, kMaxSeed),
         {"graph",
          AxisType::kEnum,

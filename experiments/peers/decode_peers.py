@@ -6,7 +6,7 @@
     python3 experiments/peers/decode_peers.py prewarm      # FlashInfer's JIT modules, no timing
 
 peers: reads the decode_attention rows of a `kvlab sweep` result file (e.g. of
-experiments/configs/perf.ini), its read ceiling, datasheet figure and [timing] section, and
+experiments/configs/perf.ini), the run's read and copy ceilings (run_ceilings.py: the pass raised by the sweep's ceiling rows), datasheet figure and [timing] section, and
 times on every shape of it, with peer_timer.PeerTimer (the same flush kernel, bytes, events,
 warm-up and stopping rule as gpu/bench):
   peer:sdpa_cudnn      PyTorch scaled_dot_product_attention, cuDNN backend, on contiguous
@@ -57,6 +57,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from peer_results import ROOT, device_attrs, load_results, utc_now, write_result_file  # noqa: E402
 from peer_timer import PeerTimer, TimingOptions, record_timing  # noqa: E402
+from run_ceilings import run_ceilings  # noqa: E402
 
 # A peer is validated against float32 math over its own inputs: BF16 output rounding alone
 # gives ~4e-3; a wrong layout, page table or scale gives ~1. Tighter than any real bug, far
@@ -296,8 +297,10 @@ def cmd_peers(a) -> int:
     res, rows = read_sweep(a.kvlab_h5)
     if not rows:
         raise BadInput(f"{a.kvlab_h5} has no decode_attention rows to take shapes from")
-    ceiling = float(res.attrs.get("read_ceiling_bytes_per_s", 0) or 0)
-    copy_ceiling = float(res.attrs.get("copy_ceiling_bytes_per_s", 0) or 0)
+    # The run's R and C (the ceilings pass raised by the sweep's ceiling rows; run_ceilings.py):
+    # the peers are judged against the same ceilings as kvlab's rows.
+    ceilings = run_ceilings(res)
+    ceiling, copy_ceiling = ceilings.read, ceilings.copy
     peak = float(res.attrs.get("device_peak_bytes_per_s", 0) or 0)
     opts = TimingOptions.from_config_text(str(res.attrs.get("config_text", "")))
     if a.max_seconds is not None:
@@ -356,6 +359,7 @@ def cmd_peers(a) -> int:
             f"TB/s of this run "
             f"({'cold: recorded as invalid' if r.get('cold_l2') == 1.0 else 'warm L2'})")
     attrs = device_attrs(res)
+    attrs.update(read_ceiling_bytes_per_s=np.float64(ceiling), copy_ceiling_bytes_per_s=np.float64(copy_ceiling))
     attrs.update(argv=" ".join(sys.argv), sweep_name="peers", config_path="", config_text=str(res.attrs.get(
         "config_text", "")), peer_source=os.path.abspath(a.kvlab_h5), peer_source_commit=str(res.attrs.get(
             "git_commit", "")), ceiling_exceeded_rows=np.int64(len(exceeded)),
@@ -364,8 +368,7 @@ def cmd_peers(a) -> int:
     write_result_file(a.out, out, attrs, DECODE_AXES, DECODE_NUMERIC, PEER_METRICS, PEER_LABELS,
                       run=dict(started_utc=start, argv=" ".join(sys.argv), resumed=0,
                                device_name=str(res.attrs.get("device_name", "")),
-                               read_ceiling_bytes_per_s=ceiling,
-                               copy_ceiling_bytes_per_s=float(res.attrs.get("copy_ceiling_bytes_per_s", 0) or 0)))
+                               read_ceiling_bytes_per_s=ceiling, copy_ceiling_bytes_per_s=copy_ceiling))
     n = {s: sum(r["status"] == s for r in out) for s in ("ok", "skipped", "failed")}
     log(f"[peers] wrote {a.out}: {len(out)} peer rows (ok {n['ok']}, skipped {n['skipped']}, failed {n['failed']}); "
         f"{len(exceeded)} beyond the run's best DRAM bandwidth")

@@ -8,7 +8,7 @@
 # gpu_tests and kvlab. WHEELS (optional) holds flashinfer_python-0.5.3 and its dependencies
 # (apache_tvm_ffi, einops, nvidia_cudnn_frontend, nvidia_ml_py); without it the FlashInfer
 # rows are recorded as skipped. python3 must have torch, cupy, h5py, pandas, numpy.
-# Steps (each bounded; the whole stage by STAGE_S seconds, default 400), all output in
+# Steps (each bounded; the whole stage by STAGE_S seconds, default 430), all output in
 # $OUT/fair_timing/:
 #   0. after step 2, in the background, niced: FlashInfer wheels installed into a scratch folder
 #      and its four JIT modules compiled (CPU only: no GPU context) prewarm.log     ~60-80 s CPU
@@ -17,9 +17,11 @@
 #   2. the two-timer cross-check: kvlab sweep timer_check.ini, then decode_peers.py crosscheck
 #      --diagnose (1, 4, 16, 256 MiB reads, 4 and 256 MiB copies)
 #                                                timer_check.h5, crosscheck.h5, crosscheck.log ~30 s
-#   3. kvlab sweep experiments/configs/perf.ini (347 points)      perf_sweep.h5, perf_sweep.log ~90 s
+#   3. kvlab sweep experiments/configs/perf.ini (945 points)     perf_sweep.h5, perf_sweep.log ~115 s
 #   4. the peers on perf_sweep.h5's shapes (cuDNN / FlashAttention SDPA, FlashInfer tensor-core and
-#      CUDA-core)                                                   perf_peers.h5, peers.log ~70 s
+#      CUDA-core)                                                  perf_peers.h5, peers.log ~110 s
+#      (the run of main 9a8b6c8, 900 points: 92 s and 103 s; perf.ini's K1_grid_hnd, 45 points,
+#      adds at most the 21 s its NHD twins took, setup included, and ~5 s of FlashInfer HND rows)
 #   5. kvlab sweep experiments/configs/decode_step.ini              step_sweep.h5, step_sweep.log
 #      (the rest of the budget, ~120 s wanted; a cut sweep resumes with
 #       `kvlab sweep experiments/configs/decode_step.ini --resume --out step_sweep.h5`)
@@ -31,7 +33,7 @@ BIN=$(cd "$BIN" && pwd)
 OUT=${OUT:-./perf_out}
 D="$OUT/fair_timing"
 mkdir -p "$D"
-STAGE_S=${STAGE_S:-400}
+STAGE_S=${STAGE_S:-430}
 T0=$(date +%s)
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 export PYTHONUNBUFFERED=1
@@ -97,7 +99,7 @@ if [[ -n "$PREWARM" ]]; then
   for _ in $(seq 1 "$(cap 60 180)"); do kill -0 "$PREWARM" 2>/dev/null || break; sleep 1; done
   kill -0 "$PREWARM" 2>/dev/null && echo "[prewarm] still compiling: the peers wait on its locks" >> "$D/prewarm.log"
 fi
-PEER_CAP=$(cap 130 60)
+PEER_CAP=$(cap 150 60)
 timeout -k 15 $(( PEER_CAP + 20 )) $PY "$PEERS" peers --kvlab-h5 "$D/perf_sweep.h5" --out "$D/perf_peers.h5" \
   --budget-s $(( PEER_CAP - 15 )) > "$D/peers.log" 2>&1 || rc=1
 

@@ -6,7 +6,9 @@
 //                          created_utc, argv, config_path, config_text, sweep_name,
 //                          sweep_fingerprint, shard ("k/N", "merged", "worker"), points_planned,
 //                          read_ceiling_bytes_per_s / copy_ceiling_bytes_per_s (0 = not
-//                          measured), attrs_crc
+//                          measured; the last run's R and C: its ceilings pass raised by its
+//                          ceiling rows, experiments/bench/bench.h), ceilings_pass_read_ /
+//                          ceilings_pass_copy_bytes_per_s (the pass alone), attrs_crc
 //   /sweep                 the sweep's identity (identity.h): attributes identity (digest),
 //                          points_fingerprint, point_count, seed, timing, kinds, doc,
 //                          content_crc; dataset keys (every point key of the whole sweep)

@@ -42,7 +42,7 @@ struct Truth {
 
 struct SynthPoint {
   std::string version = "v_fast", format = "bf16", lengths = "uniform", graph = "off",
-              layout = "nhd";
+              layout = "nhd", page_order = "shuffled";
   int64_t batch = 1, context = 4096, seed = 0, block_size = 16, gqa_group = 4;
   std::string study = "s";
   double time_factor = 1.0;  // multiplies the true time (repeats)
@@ -112,6 +112,7 @@ void write_results(const std::string& path, const std::vector<SynthPoint>& pts, 
                                                     {"batch", std::to_string(sp.batch)},
                                                     {"context", std::to_string(sp.context)},
                                                     {"lengths", sp.lengths},
+                                                    {"page_order", sp.page_order},
                                                     {"seed", std::to_string(sp.seed)},
                                                     {"graph", sp.graph},
                                                     {"version", sp.version}};
@@ -254,6 +255,33 @@ TEST_F(CalibrateTest, RecoversTheGeneratingModelFromTheBestVersion) {
   EXPECT_NEAR(s.model.fixed_s, 1.5 * t.fixed, 1.5 * t.fixed * kFitRelTol);
   EXPECT_NEAR(s.model.efficiency(KvFormat::kBF16), 0.95 / 1.5, kFitRelTol);
   EXPECT_FALSE(s.model.graph_fixed_fitted);
+}
+
+// Rows timed on pages in pool order (page_order = sequential) are a control, not a serving
+// pool: a 2x faster such row of a shape must not become its record.
+TEST_F(CalibrateTest, SequentialPageOrderRowsAreNotCalibrated) {
+  const Truth t;
+  auto pts = grid();
+  SynthPoint seq = pts[0];
+  seq.study = "page_order";
+  seq.page_order = "sequential";
+  seq.time_factor = 0.5;
+  pts.push_back(seq);
+  write_results(path("r.h5"), pts, t);
+  CalibrateRequest req;
+  req.files = {path("r.h5")};
+  const CalibrateResult c = run_calibration(req);
+  EXPECT_EQ(c.selection.points_read, static_cast<int64_t>(pts.size()) - 1);
+  ASSERT_EQ(c.selection.records.size(), 31u);
+  EXPECT_EQ(c.selection.records[0].repeats, 1);
+  EXPECT_LT(c.train.max, kFitRelTol);  // the fit is the shuffled rows' own
+
+  // The planted bug this catches: the same file with the control counted as a shuffled row.
+  pts.back().page_order = "shuffled";
+  write_results(path("r2.h5"), pts, t);
+  req.files = {path("r2.h5")};
+  const CalibrateResult bad = run_calibration(req);
+  EXPECT_EQ(bad.selection.records[0].repeats, 2);
 }
 
 TEST_F(CalibrateTest, HoldoutIsATrainTestSplitByShape) {

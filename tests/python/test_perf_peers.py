@@ -206,6 +206,49 @@ def test_target_table_compares_and_flags(perf_files):
     assert k7 and "layout" in k7[0] and "+0.4 %" in k7[0] and k7[0].rstrip().endswith("yes")
 
 
+def test_target_table_skips_sequential_page_order_rows(tmp_path):
+    """Rows timed on pages in pool order (page_order = sequential, a control) never become kvlab's
+    best: a 720 us sequential row at 64 x 8k leaves the shuffled 745 us row behind cuDNN's 730."""
+    axes = AXES[:-1] + ["page_order", "version"]
+    kv = [dict(decode_row("K2", "v5_mma_decode_2stage", 64, 8192, "bf16", 745.0), page_order="shuffled"),
+          dict(decode_row("page_order", "v5_mma_decode_2stage", 64, 8192, "bf16", 720.0), page_order="sequential")]
+    peers = [decode_row("K2", "peer:sdpa_cudnn", 64, 8192, "bf16", 730.0, layout="contiguous")]
+    attrs = {"device_name": "NVIDIA H100 80GB HBM3", "read_ceiling_bytes_per_s": R, "copy_ceiling_bytes_per_s": C,
+             "device_peak_bytes_per_s": 3.35e12}
+    sweep, peer = tmp_path / "sweep.h5", tmp_path / "peers.h5"
+    peer_results.write_result_file(str(sweep), kv, attrs, axes, NUMERIC, METRICS, LABELS,
+                                   run={"started_utc": "x", "argv": "t"})
+    write(peer, peers)
+    r = subprocess.run([sys.executable, TABLE, str(sweep), str(peer)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    line = [ln for ln in r.stdout.splitlines() if ln.startswith("64 x 8192 ") and " bf16 " in ln]
+    assert len(line) == 1 and "745.0 (v5_mma_decode_2stage, nhd)" in line[0], r.stdout
+    assert "BEHIND sdpa_cudnn by 2.1 %" in line[0]
+
+
+def test_page_order_table_prints_the_scatter_cost(tmp_path):
+    axes = AXES[:-1] + ["page_order", "version"]
+    kv = [dict(decode_row("large", "v10_mma_decode_tma_swizzle", 64, 8192, "bf16", 745.0), page_order="shuffled"),
+          dict(decode_row("large", "auto", 64, 8192, "bf16", 741.0), page_order="shuffled"),
+          dict(decode_row("large", "v10_mma_decode_tma_swizzle", 64, 8192, "bf16", 720.0), page_order="sequential")]
+    attrs = {"device_name": "NVIDIA H100 80GB HBM3", "read_ceiling_bytes_per_s": R, "copy_ceiling_bytes_per_s": C,
+             "device_peak_bytes_per_s": 3.35e12}
+    sweep, peer = tmp_path / "sweep.h5", tmp_path / "peers.h5"
+    peer_results.write_result_file(str(sweep), kv, attrs, axes, NUMERIC, METRICS, LABELS,
+                                   run={"started_utc": "x", "argv": "t"})
+    write(peer, [decode_row("large", "peer:sdpa_cudnn", 64, 8192, "bf16", 730.0, layout="contiguous")])
+    script = os.path.join(os.path.dirname(TABLE), "page_order_table.py")
+    r = subprocess.run([sys.executable, script, str(sweep), str(peer)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    line = [ln for ln in r.stdout.splitlines() if ln.startswith("64 x 8192")]
+    assert len(line) == 1, r.stdout
+    # best shuffled 741.0 (auto), sequential 720.0: the scatter costs 741 / 720 - 1 = +2.9 %
+    assert "741.0 (2.900, auto)" in line[0] and "720.0 (2.984, v10_mma_decode_tma_swizzle)" in line[0]
+    assert "+2.9 %" in line[0] and "730.0 (2.943)" in line[0]
+    bad = subprocess.run([sys.executable, script, str(peer)], capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "page_order" in bad.stderr
+
+
 FLOOR_AXES = AXES + ["chain", "tail_kib", "primed"]
 FLOOR_NUMERIC = NUMERIC | {"chain", "tail_kib"}
 
