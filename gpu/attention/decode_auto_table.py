@@ -40,7 +40,7 @@ def read_rows(path):
         ix = f["index"]
         n = ix["kind"].shape[0]
         cols = {k: _col(ix, k, n, "") for k in ("kind", "status", "version", "kv_format", "layout",
-                                                "graph", "lengths")}
+                                                "graph", "lengths", "page_order")}
         nums = {k: _col(ix, k, n, math.nan) for k in ("head_dim", "gqa_group", "block_size", "batch",
                                                       "context", "median_us", "num_splits")}
     rows = []
@@ -50,6 +50,8 @@ def read_rows(path):
         if cols["version"][i] in ("", "auto") or cols["graph"][i] == "on":
             continue
         if cols["lengths"][i] not in ("", "uniform"):
+            continue
+        if cols["page_order"][i] not in ("", "shuffled"):  # pages in pool order: a control
             continue
         t = float(nums["median_us"][i])
         if not math.isfinite(t) or t <= 0:
