@@ -250,8 +250,11 @@ TEST(BenchHarness, BulkReadMovesItsBytes) {
 // runs' largest distance, 0.128 us, set 5 ticks; the sixth run failed it, and the ninth would
 // have: 0.192 us at 1 and 4 MiB). The planted check
 // below shows the bound still rejects a real stream-dependent error: a read timed without its
-// flush (the runs that printed it: 16 MiB 9.20 vs 9.82 us and 8.00 vs 9.76 us, 1 MiB 7.17 vs
-// 4.42 us) lies 2.4x the bound or more from the cold read.
+// flush lies far outside it at 1 and 4 MiB (1 MiB 7.17 / 7.65 / 7.74 us warm vs 4.42 / 4.22 /
+// 4.35 cold; 4 MiB 7.87 / 7.82 vs 5.31 / 5.38: 8x the bound and more). At 16 MiB the warm read
+// is no reliable plant: 9.20 vs 9.82 and 8.00 vs 9.76 us in two runs, but 9.872 vs 9.792 (call
+// O of session 3) and 9.872 vs 9.840 (call Q of session 4) in two others, inside the bound, so
+// the planted check is asserted at 1 and 4 MiB and only printed at 16.
 TEST(BenchHarness, ColdReadTimeDoesNotDependOnTheStreamKind) {
   KVLAB_SKIP_WITHOUT_GPU_BENCH();
   const gpu::bench::MemKernel k{gpu::bench::MemOp::kRead, gpu::bench::MemLoad::kCg, 4, 8};
@@ -288,7 +291,7 @@ TEST(BenchHarness, ColdReadTimeDoesNotDependOnTheStreamKind) {
     EXPECT_TRUE(same_time(legacy, own)) << mib << " MiB: legacy " << legacy << " own " << own;
     EXPECT_TRUE(same_time(per_thread, own)) << mib << " MiB: per-thread " << per_thread;
     EXPECT_TRUE(same_time(own_again, own)) << mib << " MiB: own again " << own_again;
-    EXPECT_FALSE(same_time(warm, own)) << mib << " MiB: a warm read passes the bound";
+    if (mib <= 4) EXPECT_FALSE(same_time(warm, own)) << mib << " MiB: a warm read passes the bound";
   }
 }
 
