@@ -145,11 +145,25 @@ def test_a_file_whose_sweep_already_raised_r_names_the_row(tmp_path):
 
 
 SHIPPED = os.path.join(ROOT, "data", "perf", "h100_perf_sweep.h5")
+# The fair run of main 9a8b6c8, written before the sweep raised R itself.
+SHIPPED_9A8B6C8 = os.path.join(ROOT, "data", "perf", "h100_perf_sweep_9a8b6c8.h5")
 
 
 @pytest.mark.skipif(not os.path.isfile(SHIPPED), reason="no shipped fair run")
-def test_shipped_fair_run_r_is_its_best_cold_read():
+def test_shipped_fair_run_keeps_the_pass_r_and_names_the_row_that_raised_c():
+    """The fair run of main 2d52096 (the sweep applies the rule itself): no contiguous read beat
+    the ceilings pass's R; the cold 4 GiB memcpy raised C, and the file's C is that row's."""
     res = load(SHIPPED)
+    rc = run_ceilings.run_ceilings(res)
+    assert rc.read == rc.pass_read == pytest.approx(3.1645e12, rel=1e-4) and rc.read_row is None
+    assert rc.pass_copy == pytest.approx(3.0316e12, rel=1e-4) and rc.copy == pytest.approx(3.0359e12, rel=1e-4)
+    assert rc.copy_row["study"] == "ceilings_memcpy" and rc.copy_row["status"] == "ok"
+    assert float(res.attrs["copy_ceiling_bytes_per_s"]) == pytest.approx(rc.copy, rel=1e-9)
+
+
+@pytest.mark.skipif(not os.path.isfile(SHIPPED_9A8B6C8), reason="no fair run of 9a8b6c8")
+def test_shipped_fair_run_r_is_its_best_cold_read():
+    res = load(SHIPPED_9A8B6C8)
     rc = run_ceilings.run_ceilings(res)
     assert rc.pass_read == pytest.approx(3.1577e12, rel=1e-4)
     # The ceilings_bulk row c16k d8 b1 (median 3.172, slower quartile 3.168 TB/s) at its fast edge.
