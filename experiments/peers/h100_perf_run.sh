@@ -17,11 +17,11 @@
 #   2. the two-timer cross-check: kvlab sweep timer_check.ini, then decode_peers.py crosscheck
 #      --diagnose (1, 4, 16, 256 MiB reads, 4 and 256 MiB copies)
 #                                                timer_check.h5, crosscheck.h5, crosscheck.log ~30 s
-#   3. kvlab sweep experiments/configs/perf.ini (945 points)     perf_sweep.h5, perf_sweep.log ~115 s
+#   3. kvlab sweep experiments/configs/perf.ini (945 points)     perf_sweep.h5, perf_sweep.log ~100 s
 #   4. the peers on perf_sweep.h5's shapes (cuDNN / FlashAttention SDPA, FlashInfer tensor-core and
-#      CUDA-core)                                                  perf_peers.h5, peers.log ~110 s
-#      (the run of main 9a8b6c8, 900 points: 92 s and 103 s; perf.ini's K1_grid_hnd, 45 points,
-#      adds at most the 21 s its NHD twins took, setup included, and ~5 s of FlashInfer HND rows)
+#      CUDA-core)                                                  perf_peers.h5, peers.log ~100 s
+#      (the run of main 2d52096 on an H100, 945 points: steps 3 and 4 took 98 s and 99 s; the
+#      whole stage 413 s, of which the decode-step sweep 188 s)
 #   5. kvlab sweep experiments/configs/decode_step.ini              step_sweep.h5, step_sweep.log
 #      (the rest of the budget, ~120 s wanted; a cut sweep resumes with
 #       `kvlab sweep experiments/configs/decode_step.ini --resume --out step_sweep.h5`)

@@ -45,7 +45,7 @@
 //    HND and NHD, block_size a multiple of 16), through the same copy policy
 //    (tma_pool_map.cuh) and the same instances (one kernel per (head_dim, format)).
 //
-// Prediction (not measured yet; no GPU number exists for v11): at the split shapes (batch
+// Prediction (written before the first H100 run): at the split shapes (batch
 // 1-4, 16 x 512 / 2k where v10's plan splits, 1 x 512 for the fixed cost) v11 saves the merge
 // kernel's launch and its dependent-load chain, roughly 2-5 us per call (PDL already hides
 // part of the launch, so likely nearer 2-3 us), e.g. 16 x 2k at 2 splits from 54.6 toward the
@@ -58,8 +58,16 @@
 // blocks start late (a cluster is launched only when all its blocks fit) delay the whole
 // item; (3) the merge now runs on S blocks that stay resident through two barriers instead of
 // a small separate grid, and reads remote shared memory (about L2 latency per round trip, S
-// sequential batches per unit). Version auto's table does not list v11: no measurement
-// exists yet; it is reachable as version v11_mma_decode_cluster_merge (or 11).
+// sequential batches per unit).
+//
+// Measured (H100 call P of session 4, main 493a0f2; data/perf/h100_decode_v11.h5; TUNING.md step
+// 18): correct and bitwise v10 at the same split, and slower than v10 almost everywhere: +2-4 %
+// at batch 1 with 2-8 splits (1 x 32k at 8 splits 75.2 vs 72.1 us), +14-53 % where the grid
+// holds many or large clusters (1 x 32k at 16 splits 76.9 vs 53.7; 16 x 2k at 2 splits 61.4 vs
+// 53.9; 64 x 8k at its plan 816.3 vs 709.6). The merge kernel it removes is worth less than what
+// the cluster launch costs; why (placement of a cluster's blocks) is not measured yet. Version
+// auto's table reads the file and never picks v11 (it is never the fastest row); v11 is
+// reachable as version v11_mma_decode_cluster_merge (or 11).
 #include "gpu/attention/tma_pool_map.cuh"
 
 namespace kvlab::gpu::detail {
