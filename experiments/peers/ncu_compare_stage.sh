@@ -6,6 +6,10 @@
 #
 #   OUT=out experiments/peers/ncu_compare_stage.sh BIN_DIR      # <= 170 s on an H100
 #   KVLAB_NCU_HND="v8_mma_decode_bulk_page v10_..." ...          # HND versions at 64 x 8k
+#   NCU_SET=page_order OUT=out experiments/peers/ncu_compare_stage.sh BIN_DIR   # <= 200 s
+#     v10 (NHD, its plan) on shuffled and on sequential page tables (experiments/configs/
+#     page_order.ini, TUNING.md step 19) at 16 x 8k, 16 x 32k and 64 x 8k, with cuDNN on the same
+#     shapes: what the page scatter and the per-block stream cost in counters
 #
 # BIN_DIR holds kvlab. Needs ncu and python3 with torch (the H100 machine has both). Writes
 # $OUT/ncu_compare/{device.txt, summary.txt, <side>_<shape>.txt} and prints, per file, the
@@ -51,8 +55,25 @@ cudnn_point() {  # cudnn_point NAME BATCH CONTEXT
     "$PY" experiments/peers/peer_ncu.py --peer sdpa_cudnn --batch "$2" --context "$3"
 }
 
+page_point() {  # page_point NAME ORDER BATCH CONTEXT: v10, NHD, BF16, its plan, the page order given
+  step "kvlab_$1" 25 "${NCU[@]}" --kernel-name "regex:_decode_kernel|_merge_kernel" --launch-count 2 \
+    "$BIN/kvlab" validate experiments/configs/page_order.ini --only large \
+    --axis version=v10_mma_decode_tma_swizzle --axis layout=nhd --axis "page_order=$2" \
+    --axis "batch=$3" --axis "context=$4" --progress none
+}
+if [[ ${NCU_SET:-} == page_order ]]; then
+  for shape in "16 8192" "16 32768" "64 8192"; do
+    set -- $shape
+    name="${1}x$2"
+    (($(date +%s) - START < 170)) || break
+    page_point "v10_shuffled_$name" shuffled "$1" "$2"
+    page_point "v10_sequential_$name" sequential "$1" "$2"
+    cudnn_point "$name" "$1" "$2"
+  done
+fi
 # The shapes: the flagship, a long single sequence, a short batch, a long batch-16, the fixed
 # cost's shape.
+[[ ${NCU_SET:-} == page_order ]] ||
 for shape in "64 8192" "1 32768" "16 512" "16 32768" "1 512"; do
   set -- $shape
   name="${1}x$2"
@@ -61,10 +82,11 @@ for shape in "64 8192" "1 32768" "16 512" "16 32768" "1 512"; do
   cudnn_point "$name" "$1" "$2"
 done
 # The HND versions the auto table may not pick yet (KVLAB_NCU_HND: space-separated versions).
+[[ ${NCU_SET:-} == page_order ]] ||
 for v in ${KVLAB_NCU_HND:-v8_mma_decode_bulk_page}; do
   (($(date +%s) - START < 140)) && kvlab_point "${v%%_*}_hnd_64x8192" "$v" hnd bf16 64 8192
 done
-(($(date +%s) - START < 150)) && step kvlab_nvfp4_v5_64x8192 25 ncu --clock-control none --target-processes all \
+[[ ${NCU_SET:-} != page_order ]] && (($(date +%s) - START < 150)) && step kvlab_nvfp4_v5_64x8192 25 ncu --clock-control none --target-processes all \
   --kernel-name "regex:_decode_kernel" --launch-count 1 --section SpeedOfLight --section ComputeWorkloadAnalysis \
   --section WarpStateStats --section InstructionStats --section Occupancy \
   "$BIN/kvlab" validate experiments/configs/perf.ini --only K2_large --axis version=v5_mma_decode_2stage \
