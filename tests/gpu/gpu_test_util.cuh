@@ -27,6 +27,7 @@
 #include "gpu/core/device_info.h"
 #include "reference/attention/guard_region.h"
 #include "reference/attention/paged_case.h"
+#include "tests/common/tolerance_check.h"
 
 #define KVLAB_SKIP_WITHOUT_GPU()                                                     \
   do {                                                                               \
@@ -128,6 +129,18 @@ inline GpuDecodeRun run_gpu_decode(ref::PagedCase& c, DeviceCase& d, int version
   r.o = ref::to_float(o_host.data(), c.spec.q_dtype, o_host.elements());
   r.lse = ref::to_float(lse_host.data(), DType::kF32, lse_host.elements());
   return r;
+}
+
+// A supported run with intact guards whose O and LSE lie within the tolerance table's bounds
+// of the reference `tight` (the same cache); `ctx` names the case in every failure.
+inline void expect_run_matches(const GpuDecodeRun& r, const ref::DecodeOutputs& tight,
+                               const ref::PagedCase& c, const std::string& ctx) {
+  ASSERT_TRUE(r.supported) << ctx << ": " << r.reason;
+  EXPECT_EQ(r.guard_damage, "") << ctx;
+  EXPECT_TRUE(
+      within_tolerance(r.o, tight.o, Op::kDecodeAttention, c.geom.format, c.spec.q_dtype, ctx));
+  EXPECT_TRUE(
+      within_tolerance(r.lse, tight.lse, Op::kDecodeLse, c.geom.format, c.spec.q_dtype, ctx));
 }
 
 }  // namespace kvlab::test

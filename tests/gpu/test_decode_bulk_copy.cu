@@ -71,12 +71,7 @@ class BulkCopyDecode : public ::testing::TestWithParam<BulkMember> {
     const std::string ctx = tag() + " " + what + " | " + c.describe();
     ASSERT_TRUE(gpu::decode_version_in_scope(id(), c.geom)) << ctx;
     const GpuDecodeRun r = run_gpu_decode(c, d, id(), nullptr, tu);
-    ASSERT_TRUE(r.supported) << ctx << ": " << r.reason;
-    EXPECT_EQ(r.guard_damage, "") << ctx;
-    EXPECT_TRUE(
-        within_tolerance(r.o, tight.o, Op::kDecodeAttention, c.geom.format, c.spec.q_dtype, ctx));
-    EXPECT_TRUE(
-        within_tolerance(r.lse, tight.lse, Op::kDecodeLse, c.geom.format, c.spec.q_dtype, ctx));
+    expect_run_matches(r, tight, c, ctx);
   }
 
   // Every geometry of the scope in formats `fs` at head_dims `dims` (block 16 / 32 / 128, GQA

@@ -51,12 +51,7 @@ void expect_matches(ref::PagedCase& c, int version, const std::string& what,
     return;
   }
   const std::string ctx = gpu::decode_version(version).name + " " + what + " | " + c.describe();
-  ASSERT_TRUE(r.supported) << ctx << ": " << r.reason;
-  EXPECT_EQ(r.guard_damage, "") << ctx;
-  EXPECT_TRUE(
-      within_tolerance(r.o, tight.o, Op::kDecodeAttention, c.geom.format, c.spec.q_dtype, ctx));
-  EXPECT_TRUE(
-      within_tolerance(r.lse, tight.lse, Op::kDecodeLse, c.geom.format, c.spec.q_dtype, ctx));
+  expect_run_matches(r, tight, c, ctx);
 }
 
 TEST(DecodeV4, GroupsAboveEightUseQueryTiles) {
