@@ -451,3 +451,145 @@ def test_timing_report_lists_the_ceiling_kernels_and_the_crosscheck(tmp_path):
     r = subprocess.run([sys.executable, TIMING_REPORT, paths[0], paths[1], str(tmp_path / "none.h5")],
                        capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=ROOT))
     assert r.returncode == 2 and "no such file" in r.stderr
+
+
+# ------------------------------------------------------------------------- paged peers
+def test_page_table_is_one_seeded_permutation_of_exactly_the_needed_pages():
+    import decode_peers
+    per_seq, pages, table = decode_peers.page_table(3, 1000, 16)
+    assert per_seq == 63 and pages == 3 * 63 and table.dtype == np.int32 and table.shape == (pages,)
+    assert sorted(table.tolist()) == list(range(pages))  # every page of the pool, each once
+    assert not np.array_equal(table, np.arange(pages))  # shuffled, not in pool order
+    again = decode_peers.page_table(3, 1000, 16)[2]
+    assert np.array_equal(table, again)  # seeded: the same table every run
+    # Exactly divisible contexts need no partial page; a different pool draws another permutation.
+    assert decode_peers.page_table(2, 64, 16)[:2] == (4, 8)
+    assert not np.array_equal(decode_peers.page_table(4, 1000, 16)[2][:pages], table)
+    with pytest.raises(ValueError):
+        decode_peers.page_table(0, 1000, 16)
+
+
+def scatter_into_pool(k, table, per_seq, block, layout):
+    """A page pool of the given layout holding k [batch, L, kv_heads, d], sequence s's tokens on pages
+    table[s * per_seq:], NaN in the unused tail slots."""
+    b, L, kvh, d = k.shape
+    pages = len(table)
+    pool = np.full((pages, block, kvh, d) if layout == "nhd" else (pages, kvh, block, d), np.nan, np.float32)
+    for s in range(b):
+        for t in range(L):
+            page, slot = table[s * per_seq + t // block], t % block
+            if layout == "nhd":
+                pool[page, slot] = k[s, t]
+            else:
+                pool[page, :, slot] = k[s, t]
+    return pool
+
+
+def gather_as_cudnn(pool, dims, strides, table, s, per_seq, L):
+    """What cuDNN reads for sequence s through the container description: [kv_heads, L, d]."""
+    view = np.lib.stride_tricks.as_strided(pool, dims, [x * pool.itemsize for x in strides])
+    pg = view[table[s * per_seq:(s + 1) * per_seq]]  # [per_seq, kv_heads, block, d]
+    kvh, d = dims[1], dims[3]
+    return pg.transpose(1, 0, 2, 3).reshape(kvh, per_seq * dims[2], d)[:, :L]
+
+
+@pytest.mark.parametrize("layout", ["nhd", "hnd"])
+def test_cudnn_container_describes_the_pool_so_the_table_gathers_each_sequence(layout):
+    import decode_peers
+    b, L, kvh, d, block = 3, 37, 2, 8, 16  # L not a multiple of the page: a partial last page
+    per_seq, pages, table = decode_peers.page_table(b, L, block)
+    k = np.random.default_rng(7).standard_normal((b, L, kvh, d)).astype(np.float32)
+    pool = scatter_into_pool(k, table, per_seq, block, layout)
+    dims, strides = decode_peers.page_pool_as_cudnn_container(layout, pages, kvh, block, d)
+    assert dims == [pages, kvh, block, d]
+    for s in range(b):
+        got = gather_as_cudnn(pool, dims, strides, table, s, per_seq, L)
+        assert np.array_equal(got, k[s].transpose(1, 0, 2)), (layout, s)
+    # Teeth: the other layout's strides over this pool read other tokens (or the NaN tail).
+    other = "hnd" if layout == "nhd" else "nhd"
+    _, wrong = decode_peers.page_pool_as_cudnn_container(other, pages, kvh, block, d)
+    assert not np.array_equal(gather_as_cudnn(pool, dims, wrong, table, 0, per_seq, L), k[0].transpose(1, 0, 2))
+    with pytest.raises(ValueError):
+        decode_peers.page_pool_as_cudnn_container("contiguous", pages, kvh, block, d)
+
+
+def peer_shape(**kw):
+    s = dict(study="K2", batch=2, context=100, lengths="uniform", kv_format="bf16", layout="nhd", block_size=16,
+             gqa_group=4, num_kv_heads=8, head_dim=128, graph="off", seed=0, min_bytes=1.0)
+    s.update(kw)
+    return s
+
+
+class StubPeers:
+    """decode_peers.Peers without a GPU: paged_case builds only the page table, and the two paged
+    peers record which case object (so which table) they were handed."""
+
+    @staticmethod
+    def make(flashinfer_error="", cudnn_error=""):
+        import decode_peers
+        p = object.__new__(decode_peers.Peers)
+        p.deadline, p.flashinfer_error, p.cudnn_error = float("inf"), flashinfer_error, cudnn_error
+        p.flashinfer = None if flashinfer_error else object()
+        p.cudnn = None if cudnn_error else object()
+        p.seen = []
+
+        def paged_case(shape):
+            per_seq, pages, table = decode_peers.page_table(shape["batch"], shape["context"], shape["block_size"])
+            return dict(table=table, per_seq=per_seq, pages=pages)
+
+        def fi(shape, case):
+            p.seen.append(("flashinfer", case))
+            return [decode_peers.peer_row(shape, "peer:flashinfer_tc"), decode_peers.peer_row(shape, "peer:flashinfer_cc")]
+
+        def cu(shape, case):
+            p.seen.append(("cudnn_paged", case))
+            return [decode_peers.peer_row(shape, "peer:cudnn_paged")]
+        p.paged_case, p.flashinfer_rows, p.cudnn_paged_rows = paged_case, fi, cu
+        return p
+
+
+def test_both_paged_peers_read_the_same_table():
+    import decode_peers
+    p = StubPeers.make()
+    rows = p.paged_rows(peer_shape(), set(decode_peers.PEER_GROUPS))
+    assert [r["version"] for r in rows] == ["peer:flashinfer_tc", "peer:flashinfer_cc", "peer:cudnn_paged"]
+    assert [w for w, _ in p.seen] == ["flashinfer", "cudnn_paged"]
+    assert p.seen[0][1] is p.seen[1][1]  # one case: the same pools, query and page table
+    assert np.array_equal(p.seen[0][1]["table"], decode_peers.page_table(2, 100, 16)[2])
+    # --only cudnn_paged: FlashInfer neither runs nor is recorded.
+    p = StubPeers.make()
+    rows = p.paged_rows(peer_shape(), {"cudnn_paged"})
+    assert [r["version"] for r in rows] == ["peer:cudnn_paged"] and [w for w, _ in p.seen] == ["cudnn_paged"]
+
+
+def test_cudnn_paged_skips_with_the_reason():
+    import decode_peers
+    # cudnn-frontend not importable: its row says so, FlashInfer still runs.
+    p = StubPeers.make(cudnn_error="cudnn-frontend not usable: ModuleNotFoundError: No module named 'cudnn'")
+    rows = {r["version"]: r for r in p.paged_rows(peer_shape(), set(decode_peers.PEER_GROUPS))}
+    assert rows["peer:cudnn_paged"]["status"] == "skipped"
+    assert "No module named 'cudnn'" in rows["peer:cudnn_paged"]["reason"]
+    assert rows["peer:flashinfer_tc"]["status"] == "ok" and [w for w, _ in p.seen] == ["flashinfer"]
+    # FP8 KV: BF16-only peer, FlashInfer runs its FP8 path.
+    p = StubPeers.make()
+    rows = {r["version"]: r for r in p.paged_rows(peer_shape(kv_format="fp8_e4m3"), set(decode_peers.PEER_GROUPS))}
+    assert rows["peer:cudnn_paged"]["status"] == "skipped"
+    assert rows["peer:cudnn_paged"]["reason"].startswith("BF16 only: cuDNN's FP8 SDPA")
+    assert "fp8_e4m3" in rows["peer:cudnn_paged"]["reason"] and [w for w, _ in p.seen] == ["flashinfer"]
+    # No peer runs: no inputs are made at all; every refusal is recorded.
+    p = StubPeers.make(flashinfer_error="flashinfer not importable: x")
+    rows = p.paged_rows(peer_shape(kv_format="nvfp4"), set(decode_peers.PEER_GROUPS))
+    assert [r["status"] for r in rows] == ["skipped"] * 3 and not p.seen
+    assert decode_peers.cudnn_paged_refusal(peer_shape(layout="contiguous")).startswith("cuDNN's paged container")
+    assert decode_peers.cudnn_paged_refusal(peer_shape(lengths="mixed")).startswith("mixed lengths")
+    assert decode_peers.cudnn_paged_refusal(peer_shape()) == ""
+    assert decode_peers.cudnn_paged_refusal(peer_shape(), "cudnn-frontend not usable: x") == "cudnn-frontend not usable: x"
+
+
+def test_decode_peers_only_names_known_peers(tmp_path, perf_files):
+    import decode_peers
+    assert decode_peers.parse_only("") == {"sdpa", "flashinfer", "cudnn_paged"}
+    assert decode_peers.parse_only("cudnn_paged") == {"cudnn_paged"}
+    r = subprocess.run([sys.executable, DECODE_PEERS, "peers", "--kvlab-h5", str(perf_files[0]), "--out",
+                        str(tmp_path / "p.h5"), "--only", "sdpa,cudnn_pagd"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "unknown peer 'cudnn_pagd'" in r.stderr and not (tmp_path / "p.h5").exists()
