@@ -593,3 +593,75 @@ def test_decode_peers_only_names_known_peers(tmp_path, perf_files):
     r = subprocess.run([sys.executable, DECODE_PEERS, "peers", "--kvlab-h5", str(perf_files[0]), "--out",
                         str(tmp_path / "p.h5"), "--only", "sdpa,cudnn_pagd"], capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "unknown peer 'cudnn_pagd'" in r.stderr and not (tmp_path / "p.h5").exists()
+
+
+def test_target_table_adds_the_best_paged_peer_and_keeps_k1(tmp_path):
+    """The best paged peer (cuDNN paged, FlashInfer TC / CC) gets its own column and summary line;
+    K1 and the "kvlab vs best peer" column stay on cuDNN contiguous and FlashInfer: a cuDNN paged
+    row faster than kvlab at 1 x 2k flags BEHIND there only. A failed cuDNN paged row is no result."""
+    kv = [decode_row("K1_grid", "v5_mma_decode_2stage", 64, 8192, "bf16", 745.0),
+          decode_row("K1_grid", "v5_mma_decode_2stage", 8, 8192, "bf16", 100.0),
+          decode_row("K1_grid", "v5_mma_decode_2stage", 1, 2048, "bf16", 10.0),
+          decode_row("K1_grid", "v5_mma_decode_2stage", 4, 2048, "bf16", 20.0)]
+    peers = [decode_row("K1_grid", "peer:sdpa_cudnn", 64, 8192, "bf16", 730.0, layout="contiguous"),
+             decode_row("K1_grid", "peer:flashinfer_tc", 64, 8192, "bf16", 750.0),
+             decode_row("K1_grid", "peer:cudnn_paged", 64, 8192, "bf16", 740.0),
+             decode_row("K1_grid", "peer:cudnn_paged", 64, 8192, "bf16", 760.0, layout="hnd"),
+             decode_row("K1_grid", "peer:sdpa_cudnn", 8, 8192, "bf16", 95.0, layout="contiguous"),
+             decode_row("K1_grid", "peer:flashinfer_cc", 8, 8192, "bf16", 110.0),
+             decode_row("K1_grid", "peer:cudnn_paged", 8, 8192, "bf16", 104.0),
+             decode_row("K1_grid", "peer:cudnn_paged", 8, 8192, "bf16", 50.0, layout="hnd", status="failed",
+                        reason="validation failed: rel_l2 1 >= 0.02"),
+             decode_row("K1_grid", "peer:flashinfer_tc", 1, 2048, "bf16", 11.0),
+             decode_row("K1_grid", "peer:cudnn_paged", 1, 2048, "bf16", 9.5)]
+    sweep, peer = write(tmp_path / "sweep.h5", kv), write(tmp_path / "peers.h5", peers)
+    r = subprocess.run([sys.executable, TABLE, str(sweep), str(peer)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    out = r.stdout
+
+    def line(shape):
+        found = [ln for ln in out.splitlines() if ln.startswith(shape + " ") and " bf16 " in ln]
+        assert len(found) == 1, (shape, out)
+        return found[0]
+    big = line("64 x 8192")
+    assert "BEHIND sdpa_cudnn by 2.1 %" in big and "740.0" in big and "BEHIND cudnn_paged by 0.7 %" in big
+    mid = line("8 x 8192")
+    assert "BEHIND sdpa_cudnn by 5.3 %" in mid and "104.0" in mid and "ahead of cudnn_paged by 3.8 %" in mid
+    small = line("1 x 2048")
+    assert "ahead of flashinfer_tc by 9.1 %" in small and "BEHIND cudnn_paged by 5.3 %" in small
+    assert line("4 x 2048").rstrip().endswith("no paged peer")
+    # K1 unchanged: judged on cuDNN contiguous and FlashInfer only.
+    k1 = [ln for ln in out.splitlines() if ln.startswith("K1")]
+    assert len(k1) == 1 and "1 of 3 points" in k1[0] and "1x2048" not in k1[0] and k1[0].rstrip().endswith("NO")
+    summary = [ln for ln in out.splitlines() if ln.startswith("paged peers")]
+    assert summary == ["paged peers (information, not a target): kvlab ahead of the best paged peer (cudnn_paged, "
+                       "flashinfer_tc / cc) on 1 of 3 BF16 K1 points; behind at 64x8192 (745.0 vs cudnn_paged 740.0, "
+                       "BEHIND by 0.7 %), 1x2048 (10.0 vs cudnn_paged 9.5, BEHIND by 5.3 %)"], out
+    md = subprocess.run([sys.executable, TABLE, str(sweep), str(peer), "--markdown"], capture_output=True, text=True,
+                        timeout=120)
+    assert md.returncode == 0 and "| kvlab vs best peer | cuDNN paged | kvlab vs best paged peer |" in md.stdout
+    alone = subprocess.run([sys.executable, TABLE, str(sweep), "--targets-only"], capture_output=True, text=True,
+                           timeout=120)
+    assert alone.returncode == 0 and "no BF16 K1 point has a paged peer row" in alone.stdout
+
+
+def test_page_order_table_shows_cudnn_paged_on_the_row_layout(tmp_path):
+    axes = AXES[:-1] + ["page_order", "version"]
+    kv = [dict(decode_row("large", "auto", 64, 8192, "bf16", 741.0), page_order="shuffled"),
+          dict(decode_row("large", "auto", 64, 8192, "bf16", 720.0), page_order="sequential"),
+          dict(decode_row("large", "auto", 64, 8192, "bf16", 744.0, layout="hnd"), page_order="shuffled")]
+    attrs = {"device_name": "NVIDIA H100 80GB HBM3", "read_ceiling_bytes_per_s": R, "copy_ceiling_bytes_per_s": C,
+             "device_peak_bytes_per_s": 3.35e12}
+    sweep, peer = tmp_path / "sweep.h5", tmp_path / "peers.h5"
+    peer_results.write_result_file(str(sweep), kv, attrs, axes, NUMERIC, METRICS, LABELS,
+                                   run={"started_utc": "x", "argv": "t"})
+    write(peer, [decode_row("large", "peer:sdpa_cudnn", 64, 8192, "bf16", 730.0, layout="contiguous"),
+                 decode_row("large", "peer:cudnn_paged", 64, 8192, "bf16", 735.0),
+                 decode_row("large", "peer:cudnn_paged", 64, 8192, "bf16", 738.0, layout="hnd")])
+    script = os.path.join(os.path.dirname(TABLE), "page_order_table.py")
+    r = subprocess.run([sys.executable, script, str(sweep), str(peer)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    lines = {ln.split()[4]: ln for ln in r.stdout.splitlines() if ln.startswith("64 x 8192")}
+    assert set(lines) == {"nhd", "hnd"}, r.stdout
+    assert lines["nhd"].rstrip().endswith("735.0 (2.923)") and lines["hnd"].rstrip().endswith("738.0 (2.911)")
+    assert "cuDNN paged, shuffled us (TB/s)" in r.stdout
