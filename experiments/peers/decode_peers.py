@@ -37,7 +37,8 @@ they read the same scatter). Inputs are seeded N(0, 1) (never zeros).
 Each peer is validated before it is timed: relative L2 of the first <= 4 sequences' outputs
 against float32 math over the same inputs (the same FP8 values for FP8), bound
 PEER_REL_L2_MAX. Rows keep the kvlab schema and the kvlab row's study, axes and working set
-(min_bytes), with version "peer:NAME"; what cannot run is recorded as skipped with the reason
+(min_bytes), with version "peer:NAME" (cudnn_paged rows also name the plan that ran, label engine,
+and the seconds its graph took to build, graph_build_s); what cannot run is recorded as skipped with the reason
 (other KV formats, mixed lengths, a backend's refusal, the time budget). A cold peer row that
 beats the run's best DRAM bandwidth (max of its read and copy ceilings) is recorded as failed ("timing invalid"), printed as a WARNING, and
 counted in the file's attribute ceiling_exceeded_rows.
@@ -52,6 +53,10 @@ verdict (columns python_own_stream_us, python_fresh_buffers_us; information only
 and reads once more with l2_flush.cuh's stamped kernel: events and in-kernel duration
 (python_stamped_events_us, python_in_kernel_us; gpu_tests BenchHarness.EventsBracketTheKernel
 prints the C++ side's).
+
+--only picks peers (sdpa, flashinfer, cudnn_paged; default all), --studies the sweep's studies to take
+shapes from (default all). The file's peer_software attribute names torch, CUDA, torch's cuDNN,
+FlashInfer and cudnn-frontend with the cuDNN library it drives.
 
 Exit codes: 0 ok, 1 a cross-check disagreed or the peers failed to run at all, 2 bad input.
 """
@@ -461,6 +466,14 @@ def cmd_peers(a) -> int:
     res, rows = read_sweep(a.kvlab_h5)
     if not rows:
         raise BadInput(f"{a.kvlab_h5} has no decode_attention rows to take shapes from")
+    if a.studies:
+        want = [s.strip() for s in a.studies.split(",") if s.strip()]
+        have = {str(r["study"]) for r in rows}
+        missing = [s for s in want if s not in have]
+        if missing:
+            raise BadInput(f"--studies: {a.kvlab_h5} has no decode_attention rows of study '{missing[0]}' "
+                           f"(it has: {', '.join(sorted(have))})")
+        rows = [r for r in rows if str(r["study"]) in want]
     # The run's R and C (the ceilings pass raised by the sweep's ceiling rows; run_ceilings.py):
     # the peers are judged against the same ceilings as kvlab's rows.
     ceilings = run_ceilings(res)
@@ -724,6 +737,7 @@ def main(argv) -> int:
     p.add_argument("--out", required=True, help="HDF5 result file to write (kvlab schema; replaced)")
     p.add_argument("--sdpa", default="cudnn,flash", help="SDPA backends: cudnn, flash, efficient (default cudnn,flash)")
     p.add_argument("--only", default="", help="comma list of sdpa, flashinfer, cudnn_paged (default all three)")
+    p.add_argument("--studies", default="", help="comma list of the sweep's studies to take shapes from (default all)")
     p.add_argument("--budget-s", type=float, default=0.0,
                    help="stop starting peers after this many seconds (the rest are recorded as skipped)")
     p.add_argument("--max-seconds", type=float, default=None,

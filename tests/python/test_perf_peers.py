@@ -665,3 +665,11 @@ def test_page_order_table_shows_cudnn_paged_on_the_row_layout(tmp_path):
     assert set(lines) == {"nhd", "hnd"}, r.stdout
     assert lines["nhd"].rstrip().endswith("735.0 (2.923)") and lines["hnd"].rstrip().endswith("738.0 (2.911)")
     assert "cuDNN paged, shuffled us (TB/s)" in r.stdout
+
+
+def test_decode_peers_studies_must_exist(tmp_path, perf_files):
+    r = subprocess.run([sys.executable, DECODE_PEERS, "peers", "--kvlab-h5", str(perf_files[0]), "--out",
+                        str(tmp_path / "p.h5"), "--only", "cudnn_paged", "--studies", "K2,K9"], capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 2 and "no decode_attention rows of study 'K9'" in r.stderr and "K2, K3, K6" in r.stderr
+    assert not (tmp_path / "p.h5").exists()
