@@ -14,9 +14,8 @@
 //    multiple of 16: the tile's 16 slots of one (page, KV head) lie in one page (HND: one
 //    contiguous run, 16 x head_dim x element bytes; NHD: 16 rows num_kv_heads x head_dim
 //    elements apart).
-//  * The tiles' pages come from a per-warp ring of table entries, one per lane, loaded 32
-//    tiles ahead (tile 0's from the start-up loads); a tile's page is one shuffle. A table
-//    entry outside the pool copies nothing and turns the block's rows into NaN.
+//  * The tile's page is one block-table load by lane 0, one tile ahead. A table entry outside
+//    the pool copies nothing and turns the block's rows into NaN.
 //  * Rows past the sequence's end: K is masked to -inf by the tile compute (a select, never
 //    arithmetic on what the stage holds there), V rows are zeroed after the copy lands (P is
 //    0 there, but 0 x NaN would not be).
@@ -160,20 +159,8 @@ __device__ __forceinline__ void bulk_block(const V4Params& p, const typename Cop
   const int my_tiles = num_tiles > warp ? (num_tiles - warp + kV4Warps - 1) / kV4Warps : 0;
   auto first_token = [&](int i) { return start + (warp + kV4Warps * i) * kWT; };
   bool bad = false;  // lane 0: a table entry outside the pool (the output becomes NaN)
+  int pf = su.pages[0];  // lane 0: the page of the next tile to load (first tile: start-up)
   const uint64_t l2_policy = mma::l2_evict_first_policy();
-
-  // The warp's page entries, one per lane, loaded 32 tiles ahead: lane j holds the table entry
-  // of tile 32c + j (ring_cur, the chunk c being issued) and of tile 32(c + 1) + j (ring_nxt).
-  // A tile's page is a shuffle from ring_cur, so no table load sits between a stage's release
-  // and its next copy (with one load per tile, one tile ahead, a cold table entry's DRAM
-  // latency is of the order of a whole iteration when one block of 4 warps streams per SM).
-  // Tile 0's page comes from the start-up loads (su.pages[0], lane 0), already in flight.
-  auto entry = [&](int i) -> int {  // the table entry of tile i, -1 past the range's end
-    const int f = first_token(i);
-    return f < end ? __ldg(table + f / bs) : -1;
-  };
-  int ring_cur = entry(lane), ring_nxt = entry(kWarpSize + lane);
-  const int page0 = __shfl_sync(0xFFFFFFFFu, su.pages[0], 0);
 
   if (lane == 0) {
 #pragma unroll
@@ -184,17 +171,12 @@ __device__ __forceinline__ void bulk_block(const V4Params& p, const typename Cop
 
   // Tile i into stage st. The stage's earlier readers (every lane of this warp) are done:
   // the caller passed a __syncwarp after their last read.
-  // Called by the whole warp, for i = 0, 1, 2, ... in order (the ring turns at every 32nd).
   auto load_tile = [&](int i, int st) {
-    if (i > 0 && i % kWarpSize == 0) {  // warp-uniform: chunk i / 32 starts
-      ring_cur = ring_nxt;
-      ring_nxt = entry(i + kWarpSize + lane);
-    }
-    const int from_ring = __shfl_sync(0xFFFFFFFFu, ring_cur, i % kWarpSize);
-    const int64_t pg = i == 0 ? page0 : from_ring;
-    if constexpr (!Copy::kWarpIssues) {
-      if (lane != 0) return;
-    }
+    int64_t pg = pf;
+    if constexpr (Copy::kWarpIssues)
+      pg = __shfl_sync(0xFFFFFFFFu, pf, 0);  // lane 0's table entry
+    else if (lane != 0)
+      return;
     uint64_t* bar = &bars[st];
     if (pg < 0 || pg >= geom.num_blocks) {
       if (lane == 0) {
@@ -217,10 +199,19 @@ __device__ __forceinline__ void bulk_block(const V4Params& p, const typename Cop
     tile.lane = lane;
     Copy::template issue<D, F>(tile, maps);
   };
+  auto fetch_page = [&](int i) {  // lane 0: the table entry of tile i (-1 past the end)
+    if (lane != 0) return;
+    const int f = first_token(i);
+    pf = f < end ? __ldg(table + f / bs) : -1;
+  };
+
   // ---- pipeline prologue first: its copies fly while Q is prepared.
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
-    if (s < my_tiles) load_tile(s, s);
+    if (s < my_tiles) {
+      load_tile(s, s);
+      if (s + 1 < my_tiles) fetch_page(s + 1);
+    }
   }
 
   mma::q_fragments<Op, D>(su.q, p.q_bf16, p.qk_scale, qf_hi, qf_lo, colscale);
@@ -248,7 +239,10 @@ __device__ __forceinline__ void bulk_block(const V4Params& p, const typename Cop
     }
     __syncwarp();  // every lane is done with tile i-1's stage and sees tile i's zeroed rows
     const int nxt = i + kStages - 1;
-    if (nxt < my_tiles) load_tile(nxt, nxt % kStages);
+    if (nxt < my_tiles) {
+      load_tile(nxt, nxt % kStages);
+      if (nxt + 1 < my_tiles) fetch_page(nxt + 1);
+    }
     wa.tile(sk, sv, nullptr, nullptr, n_valid, qf_hi, qf_lo, q_lo, cs0, cs1, lane);
   }
 
