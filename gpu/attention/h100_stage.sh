@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # h100_stage.sh: the decode-kernels GPU stage, one H100. Two modes (KERNEL_STAGE):
 #
-#   OUT=/some/dir gpu/attention/h100_stage.sh BIN_DIR                  # bulk-copy family (default), <= 100 s
+#   OUT=/some/dir gpu/attention/h100_stage.sh BIN_DIR                  # bulk-copy family (default), <= 135 s
 #   KERNEL_STAGE=full OUT=/some/dir gpu/attention/h100_stage.sh BIN_DIR  # every version, ~210 s
 #
 # BIN_DIR holds gpu_tests and kvlab (built with -DCMAKE_CUDA_ARCHITECTURES=90, static Boost).
@@ -13,12 +13,11 @@
 # 128-byte swizzle, on HND and NHD pools -- and v11_mma_decode_cluster_merge, v10 with the KV
 # splits of an item merged inside one thread-block cluster). Correctness first, then timing,
 # then the sanitizers (a sanitizer fault cannot cost the timing rows). Every step runs under
-# its own limit and under the mode's deadline (95 s: a step's limit is cut to what is left, a
-# step that would start after it is recorded as skipped), so the mode ends within 100 s
-# (expected ~90 s: the H100 ran the previous bulk stage in 72 s + 5 s of ncu -- smoke 23, tests
-# 24, memcheck 9, racecheck 4, 140 sweep points 12 --; the v10 ncu steps and the v8 / v9 family
-# suites are gone -- their counters are in data/perf/h100_ncu_compare/ and
-# h100_v10_l2_promotion/ --, v11's suites, sanitizer cases and 45 more sweep points came in).
+# its own limit and under the mode's deadline (130 s: a step's limit is cut to what is left, a
+# step that would start after it is recorded as skipped), so the mode ends within 135 s
+# (expected ~115 s. Measured on the H100 with v11's suites in: smoke 39 s and 40+ s -- cut by
+# its former 40 s limit in one run --, tests 30-32, 185 sweep points 16-17, memcheck 8; with
+# the former 95 s deadline racecheck never started. Hence smoke 60 s and the 130 s deadline.)
 # Writes $OUT/kernels/:
 #   device.txt          nvidia-smi line
 #   smoke.log           DecodeV11/ and DecodeV10/BulkCopyDecode.* (each on every geometry of
@@ -97,10 +96,10 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu 
   > "$D/device.txt" 2>&1
 
 if [[ ${KERNEL_STAGE:-bulk} == bulk ]]; then
-  DEADLINE=95
+  DEADLINE=130
   # 1. The family's own suites and the small cases first (own process), the decode suites,
   # sanitizers.
-  step smoke 40 "$BIN/gpu_tests" --gtest_filter='DecodeV11/*:DecodeV10/*:DecodeRegistry.*:Small/*'
+  step smoke 60 "$BIN/gpu_tests" --gtest_filter='DecodeV11/*:DecodeV10/*:DecodeRegistry.*:Small/*'
   step tests 35 "$BIN/gpu_tests" \
     --gtest_filter='Curated/*:DecodeEdge.*:DecodeBadInput.*:DecodeV4.*:DecodeV6.AutoPicksASupportedVersion:StepEngine.EveryVariantMatchesTheReference'
 

@@ -1,9 +1,9 @@
 // v5_mma_decode_2stage.cu: v4's tensor-core decode (v4_mma_decode.cuh) at a
 // higher-occupancy design point: 2 cp.async stages of one 16-token tile per warp and a
-// register cap, so 3 (16-bit, FP4, per-token FP8) or 4 (FP8 with a pool scale) blocks of 4
-// warps are resident per SM (d <= 128) instead of v4's 2 (16-bit) or 1 (FP8, FP4: v4's
-// 8 KB tiles of 32-64 tokens take 121-141 KB of shared memory per block). Every format
-// runs at this design point (each has its own operand loader, mma_operands.cuh).
+// register cap, so 3 (16-bit, MXFP4, per-token FP8), 4 (FP8 with a pool scale) or 5 (NVFP4)
+// blocks of 4 warps are resident per SM (d <= 128) instead of v4's 2 (16-bit) or 1 (FP8,
+// FP4: v4's 8 KB tiles of 32-64 tokens take 121-141 KB of shared memory per block). Every
+// format runs at this design point (each has its own operand loader, mma_operands.cuh).
 //
 // What changed vs v4, and why (gpu/attention/TUNING.md, step 3): v4 reached 93 % of the
 // read ceiling with BF16 but 70 % with FP8 on the same shape, and its layout did not
@@ -25,10 +25,14 @@ struct V5Config {
   static constexpr int kStages = 2;
   static constexpr int kTileBytes = 0;  // 16-token warp tiles (the mma M) for every format
   // The register cap: 4 blocks (128 registers) for FP8 with a pool scale (f16 operands both
-  // ways, the cheapest conversions), 3 (170) for the others; head_dim 256 needs its
-  // registers (1 block: no cap).
+  // ways, the cheapest conversions); 5 (96 registers, an 8-byte spill) for NVFP4, whose
+  // decode is issue- and latency-bound (TUNING.md step 21: measured against 3, 4 and 6 blocks
+  // on the H100, 5 is the fastest on every K5 shape but 4 x 32k, 3.0-8.4 % faster than 3);
+  // 3 (170) for the others; head_dim 256 needs its registers (1 block: no cap).
   static constexpr int min_blocks(int d, KvFormat f) {
-    return d > 128 ? 1 : ((f == KvFormat::kFP8E4M3 || f == KvFormat::kFP8E5M2) ? 4 : 3);
+    if (d > 128) return 1;
+    if (f == KvFormat::kFP8E4M3 || f == KvFormat::kFP8E5M2) return 4;
+    return f == KvFormat::kNVFP4 ? 5 : 3;
   }
 };
 

@@ -1,0 +1,93 @@
+#!/usr/bin/env python3
+"""Two or more builds of kvlab timed on one sweep config, alternated (A, B, ..., A, B, ...),
+side by side: per decode_attention point, every run's median time per build, and each build's
+best run against the first build's best run.
+
+    python3 gpu/attention/build_ab_table.py DIR main,s4,s5      # DIR/main_1.h5, DIR/main_2.h5, ...
+
+The files of build NAME are DIR/NAME_*.h5 (one `kvlab sweep` result file per run, the same
+config for every build, e.g. experiments/configs/decode_v10_ab.ini). A point that is not ok in
+a run shows as nan. Needs h5py. Exit code 0 when every file could be read, 2 when not (a
+missing build, a file that is not a kvlab result file, no decode_attention rows).
+"""
+import argparse
+import glob
+import math
+import os
+import sys
+
+import h5py
+
+
+class BadInput(Exception):
+    pass
+
+
+def _col(ix, name, n):
+    if name not in ix:
+        return ["-"] * n
+    return [x.decode() if isinstance(x, bytes) else x for x in ix[name][:]]
+
+
+def load_run(path):
+    """{(batch, context, kv_format, layout, page_order): median_us (nan when not ok)}."""
+    try:
+        with h5py.File(path, "r") as f:
+            ix = f["index"]
+            n = len(ix["kind"])
+            kind, status = _col(ix, "kind", n), _col(ix, "status", n)
+            batch, context = ix["batch"][:], ix["context"][:]
+            fmt, layout, order = _col(ix, "kv_format", n), _col(ix, "layout", n), _col(ix, "page_order", n)
+            med = ix["median_us"][:]
+    except (OSError, KeyError) as e:
+        raise BadInput(f"{path}: not a kvlab result file with an index ({e})") from None
+    out = {}
+    for i in range(n):
+        if kind[i] != "decode_attention":
+            continue
+        key = (int(batch[i]), int(context[i]), fmt[i], layout[i], order[i])
+        out[key] = float(med[i]) if status[i] == "ok" else math.nan
+    if not out:
+        raise BadInput(f"{path}: no decode_attention rows")
+    return out
+
+
+def table(directory, builds):
+    runs = {}
+    for b in builds:
+        files = sorted(glob.glob(os.path.join(directory, f"{b}_*.h5")))
+        if not files:
+            raise BadInput(f"no runs of build '{b}' ({directory}/{b}_*.h5)")
+        runs[b] = [load_run(p) for p in files]
+    lines = ["shape".ljust(34) + "".join(f"{b:>22s}" for b in builds) +
+             "".join(f"{b + '/' + builds[0]:>14s}" for b in builds[1:])]
+    for key in runs[builds[0]][0]:
+        best, cells = {}, ""
+        for b in builds:
+            xs = [r.get(key, math.nan) for r in runs[b]]
+            ok = [x for x in xs if not math.isnan(x)]
+            best[b] = min(ok) if ok else math.nan
+            cells += f"{' / '.join(f'{x:8.2f}' for x in xs):>22s}"
+        ratios = "".join(f"{(best[b] / best[builds[0]] - 1) * 100:+13.2f}%" for b in builds[1:])
+        lines.append(f"{key[0]}x{key[1]} {key[2]} {key[3]} {key[4]}".ljust(34) + cells + ratios)
+    return "\n".join(lines)
+
+
+def main(argv):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("dir", help="folder with NAME_RUN.h5 files")
+    ap.add_argument("builds", help="comma-separated build names; the first is the baseline")
+    a = ap.parse_args(argv[1:])
+    builds = [b for b in a.builds.split(",") if b]
+    try:
+        if len(builds) < 2:
+            raise BadInput("name at least two builds (the first is the baseline)")
+        print(table(a.dir, builds))
+    except BadInput as e:
+        print(f"build_ab_table.py: error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
