@@ -2,6 +2,7 @@
 """Peers of kvlab's decode attention, timed on the shapes of a kvlab sweep by kvlab's rules.
 
     python3 experiments/peers/decode_peers.py peers --kvlab-h5 perf_sweep.h5 --out perf_peers.h5
+    python3 experiments/peers/decode_peers.py peers --kvlab-h5 perf_sweep.h5 --out paged.h5 --only cudnn_paged
     python3 experiments/peers/decode_peers.py crosscheck --kvlab-h5 timer_check.h5 --out crosscheck.h5
     python3 experiments/peers/decode_peers.py prewarm      # FlashInfer's JIT modules, no timing
 
@@ -16,16 +17,28 @@ warm-up and stopping rule as gpu/bench):
   peer:sdpa_flash      the same, FlashAttention backend (--sdpa picks the backends)
   peer:flashinfer_tc   FlashInfer BatchDecodeWithPagedKVCacheWrapper, use_tensor_cores=True
   peer:flashinfer_cc   the same, use_tensor_cores=False (its CUDA-core decode kernels)
+  peer:cudnn_paged     cuDNN's paged-KV SDPA (cudnn-frontend graph.sdpa with
+                       paged_attention_k_table / v_table, padding mask, seq_len_q = 1 and
+                       seq_len_kv = context per sequence) on the SAME page pools, page table and
+                       query as the FlashInfer rows: cuDNN's container [pages, kv_heads, block, d]
+                       is the HND pool itself, or the NHD pool described by strides
+                       (page_pool_as_cudnn_container); BF16 only. One graph per shape (validate,
+                       build_operation_graph, plans of heuristics A then FALLBACK, check_support,
+                       build_plans) and one workspace; only graph.execute is timed, on the
+                       timer's stream (the handle's stream is set to torch's current stream
+                       inside the timed call; cudnn.set_stream skips an unchanged stream)
 FlashInfer runs on paged caches of the kvlab row's layout (NHD [pages, block, kv_heads, d] or
 HND [pages, kv_heads, block, d], separate K and V pools), page size and format (BF16, or FP8
 E4M3 with unit K/V scales: FlashInfer 0.5.3 applies a non-unit v_scale as an extra
 elementwise kernel on O, which this comparison does not charge it), built by kvlab's
 page-table rule: the pool holds exactly the pages the batch needs, handed out as one seeded
-random permutation, sequence after sequence. Inputs are seeded N(0, 1) (never zeros).
+random permutation, sequence after sequence (page_table(): the one rule of both paged peers, so
+they read the same scatter). Inputs are seeded N(0, 1) (never zeros).
 Each peer is validated before it is timed: relative L2 of the first <= 4 sequences' outputs
 against float32 math over the same inputs (the same FP8 values for FP8), bound
 PEER_REL_L2_MAX. Rows keep the kvlab schema and the kvlab row's study, axes and working set
-(min_bytes), with version "peer:NAME"; what cannot run is recorded as skipped with the reason
+(min_bytes), with version "peer:NAME" (cudnn_paged rows also name the plan that ran, label engine,
+and the seconds its graph took to build, graph_build_s); what cannot run is recorded as skipped with the reason
 (other KV formats, mixed lengths, a backend's refusal, the time budget). A cold peer row that
 beats the run's best DRAM bandwidth (max of its read and copy ceilings) is recorded as failed ("timing invalid"), printed as a WARNING, and
 counted in the file's attribute ceiling_exceeded_rows.
@@ -40,6 +53,10 @@ verdict (columns python_own_stream_us, python_fresh_buffers_us; information only
 and reads once more with l2_flush.cuh's stamped kernel: events and in-kernel duration
 (python_stamped_events_us, python_in_kernel_us; gpu_tests BenchHarness.EventsBracketTheKernel
 prints the C++ side's).
+
+--only picks peers (sdpa, flashinfer, cudnn_paged; default all), --studies the sweep's studies to take
+shapes from (default all). The file's peer_software attribute names torch, CUDA, torch's cuDNN,
+FlashInfer and cudnn-frontend with the cuDNN library it drives.
 
 Exit codes: 0 ok, 1 a cross-check disagreed or the peers failed to run at all, 2 bad input.
 """
@@ -72,8 +89,12 @@ TIMING_METRICS = ["median_us", "q1_us", "q3_us", "rel_iqr", "min_us", "reps", "c
                   "calls_per_sample", "flush_bytes", "l2_bytes", "working_set_bytes", "bytes_per_s",
                   "ceiling_bytes_per_s", "pct_read_ceiling", "pct_copy_ceiling", "pct_datasheet", "floor_us",
                   "excess_us", "exceeds_ceiling", "timing_valid"]
-PEER_METRICS = TIMING_METRICS + ["min_bytes", "rel_l2", "validated_seqs"]
-PEER_LABELS = ["flush", "timing", "validation"]
+PEER_METRICS = TIMING_METRICS + ["min_bytes", "rel_l2", "validated_seqs", "graph_build_s"]
+PEER_LABELS = ["flush", "timing", "validation", "engine"]
+# --only: which peers run (default all).
+PEER_GROUPS = ("sdpa", "flashinfer", "cudnn_paged")
+# Seed base of the page-table rule: the permutation of a pool of P pages is drawn with seed base + P.
+PAGE_TABLE_SEED = 0x7AB1E
 
 
 class BadInput(Exception):
@@ -124,6 +145,50 @@ def peer_row(shape: dict, version: str, **kw) -> dict:
     return row
 
 
+# ----------------------------------------------------------------------------- paged KV
+def page_table(batch: int, context: int, block_size: int):
+    """kvlab's page-table rule, shared by every paged peer: the pool holds exactly the pages the
+    batch needs (ceil(context / block_size) per sequence), handed out as one seeded random
+    permutation of the pool, sequence after sequence (as a running allocator leaves them).
+    Returns (pages per sequence, pages in the pool, table: int32 [batch * pages per sequence],
+    sequence s's pages at [s * per_seq, (s + 1) * per_seq))."""
+    if batch < 1 or context < 1 or block_size < 1:
+        raise ValueError(f"page_table: batch {batch}, context {context} and block_size {block_size} must be >= 1")
+    per_seq = -(-context // block_size)
+    pages = batch * per_seq
+    table = np.random.default_rng(PAGE_TABLE_SEED + pages).permutation(pages).astype(np.int32)
+    return per_seq, pages, table
+
+
+def page_pool_as_cudnn_container(layout: str, pages: int, kv_heads: int, block_size: int, head_dim: int):
+    """(dims, strides), in elements, that describe a kvlab K or V page pool as cuDNN's paged
+    container [pages, kv_heads, block_size, head_dim]: an HND pool [pages, kv_heads, block, d] is
+    that container as stored; an NHD pool [pages, block, kv_heads, d] is the same memory with the
+    head and token strides exchanged (cuDNN may refuse such strides: the row then says so)."""
+    dims = [pages, kv_heads, block_size, head_dim]
+    if layout == "hnd":
+        return dims, [kv_heads * block_size * head_dim, block_size * head_dim, head_dim, 1]
+    if layout == "nhd":
+        return dims, [block_size * kv_heads * head_dim, head_dim, kv_heads * head_dim, 1]
+    raise ValueError(f"a cuDNN paged container describes an NHD or HND pool, not {layout!r}")
+
+
+def cudnn_paged_refusal(shape: dict, cudnn_error: str = "") -> str:
+    """Why peer:cudnn_paged does not run on this shape ("" when it does): cudnn-frontend not
+    importable (cudnn_error), a KV format other than BF16, a layout without pages, mixed lengths."""
+    if cudnn_error:
+        return cudnn_error
+    if shape["kv_format"] != "bf16":
+        return (f"BF16 only: cuDNN's FP8 SDPA (sdpa_fp8) takes Q, K and V all in FP8 with descale tensors, "
+                f"while kvlab's {shape['kv_format']} decode keeps the query in BF16 over quantized KV: not the "
+                f"same computation")
+    if shape["layout"] not in ("nhd", "hnd"):
+        return f"cuDNN's paged container is an NHD or HND page pool, not {shape['layout']}"
+    if shape["lengths"] != "uniform":
+        return "mixed lengths: kvlab's seeded lengths are not reproduced on the Python side"
+    return ""
+
+
 # ----------------------------------------------------------------------------- reference
 def reference_attention(torch, q, k, v):
     """float32 math: q [n, hq, d], k/v [n, L, kvh, d] -> o [n, hq, d]."""
@@ -146,7 +211,7 @@ def rel_l2(torch, got, want) -> float:
 # ----------------------------------------------------------------------------- the peers
 class Peers:
     def __init__(self, timer: PeerTimer, ceiling: float, copy_ceiling: float, peak: float, sdpa: list,
-                 deadline: float):
+                 deadline: float, use_cudnn: bool = True):
         import torch
         self.torch, self.timer, self.ceiling, self.copy_ceiling, self.peak = torch, timer, ceiling, copy_ceiling, peak
         self.sdpa, self.deadline = sdpa, deadline
@@ -157,6 +222,16 @@ class Peers:
         except Exception as e:  # not installed here: every FlashInfer row says so
             self.flashinfer_error = f"flashinfer not importable: {type(e).__name__}: {str(e).splitlines()[0][:200]}"
         self.workspace = None
+        self.cudnn, self.cudnn_handle, self.cudnn_error = None, None, ""
+        if use_cudnn:
+            try:
+                torch.backends.cudnn.version()  # torch's libcudnn loaded first: the frontend binds the same one
+                import cudnn
+                self.cudnn_handle = cudnn.create_handle()
+                self.cudnn = cudnn
+            except Exception as e:  # not installed or no usable cuDNN: every cudnn_paged row says so
+                self.cudnn_error = (f"cudnn-frontend not usable: {type(e).__name__}: "
+                                    f"{str(e).strip().splitlines()[0][:200] if str(e).strip() else ''}")
 
     def out_of_time(self) -> bool:
         return time.monotonic() > self.deadline
@@ -228,26 +303,16 @@ class Peers:
         del q, k, v, want
         return rows
 
-    # -- FlashInfer's paged decode ----------------------------------------------------------
-    def flashinfer_rows(self, shape: dict) -> list:
+    # -- the paged peers' common inputs ----------------------------------------------------
+    def paged_case(self, shape: dict) -> dict:
+        """The inputs both paged peers read for a shape: K and V pools of the row's layout and
+        format (seeded N(0, 1)), the query, the page table of page_table() and the float32
+        reference over the first <= VALIDATED_SEQS sequences, all on the GPU."""
         torch = self.torch
-        names = ["flashinfer_tc", "flashinfer_cc"]
-        why = None
-        if self.flashinfer is None:
-            why = self.flashinfer_error
-        elif shape["kv_format"] not in FLASHINFER_FORMATS:
-            why = f"FlashInfer 0.5.3's paged decode takes BF16 or FP8 E4M3 KV, not {shape['kv_format']}"
-        elif shape["layout"] not in ("nhd", "hnd"):
-            why = f"FlashInfer's paged KV is NHD or HND, not {shape['layout']}"
-        elif shape["lengths"] != "uniform":
-            why = "mixed lengths: kvlab's seeded lengths are not reproduced on the Python side"
-        if why:
-            return [peer_row(shape, "peer:" + n, status="skipped", reason=why) for n in names]
         b, L, kvh, d, bs = (shape["batch"], shape["context"], shape["num_kv_heads"], shape["head_dim"],
                             shape["block_size"])
         hq = kvh * shape["gqa_group"]
-        per_seq = (L + bs - 1) // bs
-        pages = max(1, b * per_seq)
+        per_seq, pages, table = page_table(b, L, bs)
         gen = torch.Generator(device="cuda")
         gen.manual_seed(4321 + 7 * b + L + 131 * shape["gqa_group"] + bs)
         kv_dtype = getattr(torch, FLASHINFER_FORMATS[shape["kv_format"]])
@@ -259,11 +324,7 @@ class Peers:
             return x if kv_dtype == torch.bfloat16 else x.to(kv_dtype)
         k_cache, v_cache = pool(), pool()
         q = torch.randn(b, hq, d, device="cuda", dtype=torch.bfloat16, generator=gen)
-        # kvlab's page-table rule: one seeded permutation of the pages, sequence after sequence.
-        perm = torch.randperm(pages, generator=torch.Generator().manual_seed(0x7AB1E + pages)).to(torch.int32)
-        indices = perm[: b * per_seq].cuda()
-        indptr = (torch.arange(b + 1, dtype=torch.int32) * per_seq).cuda()
-        last = torch.full((b,), (L - 1) % bs + 1 if L > 0 else 0, dtype=torch.int32).cuda()
+        indices = torch.from_numpy(table).cuda()
         nval = min(b, VALIDATED_SEQS)
 
         def gathered(cache):  # [nval, L, kvh, d] of the first nval sequences, as stored
@@ -272,6 +333,58 @@ class Peers:
                 pg = pg.permute(0, 2, 1, 3)
             return pg.reshape(nval, per_seq * bs, kvh, d)[:, :L]
         want = reference_attention(torch, q[:nval], gathered(k_cache), gathered(v_cache))
+        return dict(k_cache=k_cache, v_cache=v_cache, q=q, indices=indices, per_seq=per_seq, pages=pages,
+                    kv_dtype=kv_dtype, nhd=nhd, hq=hq, nval=nval, want=want)
+
+    def paged_rows(self, shape: dict, which: set) -> list:
+        """FlashInfer's rows ("flashinfer" in which) then cuDNN paged's ("cudnn_paged"), on one
+        set of inputs (paged_case): both read the same pools through the same page table."""
+        fi_why = self.flashinfer_refusal(shape) if "flashinfer" in which else ""
+        cu_why = cudnn_paged_refusal(shape, self.cudnn_error) if "cudnn_paged" in which else ""
+        fi_names = ["flashinfer_tc", "flashinfer_cc"] if "flashinfer" in which else []
+        cu_names = ["cudnn_paged"] if "cudnn_paged" in which else []
+        runs = (fi_names if not fi_why else []) + (cu_names if not cu_why else [])
+        case, case_error = None, ""
+        if runs and not self.out_of_time():
+            try:
+                case = self.paged_case(shape)
+            except Exception as e:  # e.g. out of memory for the pools: every row of the shape says so
+                case_error = f"{type(e).__name__}: {str(e).strip().splitlines()[0][:200] if str(e).strip() else ''}"
+                self.torch.cuda.synchronize()
+        rows = []
+        for names, why, fn in ((fi_names, fi_why, self.flashinfer_rows), (cu_names, cu_why, self.cudnn_paged_rows)):
+            if not names:
+                continue
+            if why or case_error:
+                rows += [peer_row(shape, "peer:" + n, status="skipped", reason=why or case_error) for n in names]
+            elif case is None:  # the budget ran out before the inputs were made
+                rows += [peer_row(shape, "peer:" + n, status="skipped",
+                                  reason="not run: the peers' time budget ran out") for n in names]
+            else:
+                rows += fn(shape, case)
+        del case
+        return rows
+
+    # -- FlashInfer's paged decode ----------------------------------------------------------
+    def flashinfer_refusal(self, shape: dict) -> str:
+        if self.flashinfer is None:
+            return self.flashinfer_error
+        if shape["kv_format"] not in FLASHINFER_FORMATS:
+            return f"FlashInfer 0.5.3's paged decode takes BF16 or FP8 E4M3 KV, not {shape['kv_format']}"
+        if shape["layout"] not in ("nhd", "hnd"):
+            return f"FlashInfer's paged KV is NHD or HND, not {shape['layout']}"
+        if shape["lengths"] != "uniform":
+            return "mixed lengths: kvlab's seeded lengths are not reproduced on the Python side"
+        return ""
+
+    def flashinfer_rows(self, shape: dict, case: dict) -> list:
+        torch = self.torch
+        b, L, kvh, d, bs = (shape["batch"], shape["context"], shape["num_kv_heads"], shape["head_dim"],
+                            shape["block_size"])
+        hq, per_seq, nval, want = case["hq"], case["per_seq"], case["nval"], case["want"]
+        k_cache, v_cache, q, indices = case["k_cache"], case["v_cache"], case["q"], case["indices"]
+        indptr = (torch.arange(b + 1, dtype=torch.int32) * per_seq).cuda()
+        last = torch.full((b,), (L - 1) % bs + 1, dtype=torch.int32).cuda()
         if self.workspace is None:
             self.workspace = torch.zeros(128 << 20, dtype=torch.uint8, device="cuda")
         out = torch.empty_like(q)
@@ -280,23 +393,87 @@ class Peers:
             row = peer_row(shape, "peer:" + name)
 
             def body(row, tc=tc):
-                w = self.flashinfer.BatchDecodeWithPagedKVCacheWrapper(self.workspace, "NHD" if nhd else "HND",
+                w = self.flashinfer.BatchDecodeWithPagedKVCacheWrapper(self.workspace,
+                                                                       "NHD" if case["nhd"] else "HND",
                                                                        use_tensor_cores=tc)
                 w.plan(indptr, indices, last, hq, kvh, d, bs, pos_encoding_mode="NONE",
-                       q_data_type=torch.bfloat16, kv_data_type=kv_dtype)
+                       q_data_type=torch.bfloat16, kv_data_type=case["kv_dtype"])
                 fn = (lambda: w.run(q, (k_cache, v_cache), out=out))
                 fn()
                 torch.cuda.synchronize()
                 self._timed(row, fn, shape["graph"] == "on", nval, rel_l2(torch, out[:nval], want))
             rows.append(self._guard(row, body))
-        del k_cache, v_cache, q, want, out
+        del out
         return rows
+
+    # -- cuDNN's paged SDPA -----------------------------------------------------------------
+    def cudnn_paged_rows(self, shape: dict, case: dict) -> list:
+        torch, cudnn = self.torch, self.cudnn
+        b, L, kvh, d, bs = (shape["batch"], shape["context"], shape["num_kv_heads"], shape["head_dim"],
+                            shape["block_size"])
+        hq, per_seq, nval, want = case["hq"], case["per_seq"], case["nval"], case["want"]
+        row = peer_row(shape, "peer:cudnn_paged")
+        graph_on = shape["graph"] == "on"
+
+        def body(row):
+            t0 = time.monotonic()
+            dims, strides = page_pool_as_cudnn_container(shape["layout"], case["pages"], kvh, bs, d)
+            kc = case["k_cache"].as_strided(dims, strides)
+            vc = case["v_cache"].as_strided(dims, strides)
+            q4 = case["q"].view(b, hq, 1, d)  # [batch, qo_heads, 1, d]: BHSD and BSHD alike for one query
+            o4 = torch.empty_like(q4)
+            table = case["indices"].view(b, 1, per_seq, 1)  # cuDNN's page table [batch, 1, pages/seq, 1]
+            seq_q = torch.ones(b, 1, 1, 1, dtype=torch.int32, device="cuda")
+            seq_kv = torch.full((b, 1, 1, 1), L, dtype=torch.int32, device="cuda")
+            kw = dict(is_cuda_graph_replay_expected=True) if graph_on else {}
+            g = cudnn.pygraph(io_data_type=cudnn.data_type.BFLOAT16, intermediate_data_type=cudnn.data_type.FLOAT,
+                              compute_data_type=cudnn.data_type.FLOAT, handle=self.cudnn_handle, **kw)
+            tq, tk, tv = g.tensor_like(q4), g.tensor_like(kc), g.tensor_like(vc)
+            tkt, tvt = g.tensor_like(table), g.tensor_like(table)
+            tsq, tskv = g.tensor_like(seq_q), g.tensor_like(seq_kv)
+            res = g.sdpa(name="paged_decode", q=tq, k=tk, v=tv, generate_stats=False, attn_scale=1.0 / math.sqrt(d),
+                         use_causal_mask=False, use_padding_mask=True, seq_len_q=tsq, seq_len_kv=tskv,
+                         paged_attention_k_table=tkt, paged_attention_v_table=tvt,
+                         paged_attention_max_seq_len_kv=L)
+            to = res[0] if isinstance(res, (tuple, list)) else res
+            to.set_output(True).set_dim(list(o4.shape)).set_stride(list(o4.stride()))
+            g.validate()
+            g.build_operation_graph()
+            g.create_execution_plans([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
+            g.check_support()
+            g.build_plans()
+            ws = torch.empty(max(1, int(g.get_workspace_size())), dtype=torch.uint8, device="cuda")
+            pack = {tq: q4, tk: kc, tv: vc, tkt: table, tvt: table, tsq: seq_q, tskv: seq_kv, to: o4}
+            try:
+                row["engine"] = str(g.get_plan_name_at_index(int(getattr(g, "_plan_index", 0))))
+            except Exception:  # the name is information only
+                row["engine"] = ""
+            row["graph_build_s"] = time.monotonic() - t0
+            handle = self.cudnn_handle
+
+            def fn():
+                # The timer's stream is torch's current one (inside a capture too): the handle
+                # launches there, as the other peers' calls do.
+                cudnn.set_stream(handle, torch.cuda.current_stream().cuda_stream)
+                g.execute(pack, ws, handle=handle)
+            fn()
+            torch.cuda.synchronize()
+            self._timed(row, fn, graph_on, nval, rel_l2(torch, o4[:nval, :, 0], want))
+        return [self._guard(row, body)]
 
 
 def cmd_peers(a) -> int:
     res, rows = read_sweep(a.kvlab_h5)
     if not rows:
         raise BadInput(f"{a.kvlab_h5} has no decode_attention rows to take shapes from")
+    if a.studies:
+        want = [s.strip() for s in a.studies.split(",") if s.strip()]
+        have = {str(r["study"]) for r in rows}
+        missing = [s for s in want if s not in have]
+        if missing:
+            raise BadInput(f"--studies: {a.kvlab_h5} has no decode_attention rows of study '{missing[0]}' "
+                           f"(it has: {', '.join(sorted(have))})")
+        rows = [r for r in rows if str(r["study"]) in want]
     # The run's R and C (the ceilings pass raised by the sweep's ceiling rows; run_ceilings.py):
     # the peers are judged against the same ceilings as kvlab's rows.
     ceilings = run_ceilings(res)
@@ -309,18 +486,20 @@ def cmd_peers(a) -> int:
     for s in sdpa:
         if s not in ("cudnn", "flash", "efficient"):
             raise BadInput(f"--sdpa: unknown backend '{s}' (allowed: cudnn, flash, efficient)")
-    only = set(a.only.split(",")) if a.only else {"sdpa", "flashinfer"}
+    only = parse_only(a.only)
     start = utc_now()
     import torch
     timer = PeerTimer(opts)
     deadline = time.monotonic() + a.budget_s if a.budget_s else float("inf")
-    peers = Peers(timer, ceiling, copy_ceiling, peak, sdpa, deadline)
+    peers = Peers(timer, ceiling, copy_ceiling, peak, sdpa, deadline, use_cudnn="cudnn_paged" in only)
     log(f"[peers] {len(rows)} kvlab rows; read ceiling {ceiling / 1e12:.4g} TB/s; flush {timer.flush_bytes >> 20} MiB "
         f"(L2 {timer.l2_bytes >> 20} MiB); timing {opts}")
     if peers.flashinfer is not None:
         log(f"[peers] flashinfer {getattr(peers.flashinfer, '__version__', '?')}")
     else:
         log(f"[peers] {peers.flashinfer_error}")
+    if "cudnn_paged" in only:
+        log(f"[peers] {cudnn_versions(peers.cudnn) if peers.cudnn is not None else peers.cudnn_error}")
     out, seen_sdpa, broken = [], set(), ""
     for shape in shapes_of(rows):
         got = []
@@ -332,6 +511,8 @@ def cmd_peers(a) -> int:
             names += [("sdpa", "peer:sdpa_" + s) for s in sdpa]
         if "flashinfer" in only:
             names += [("flashinfer", "peer:flashinfer_tc"), ("flashinfer", "peer:flashinfer_cc")]
+        if "cudnn_paged" in only:
+            names += [("cudnn_paged", "peer:cudnn_paged")]
         if broken:  # the device failed: the rest is recorded, not run (the file is still written)
             got = [peer_row(dict(shape, layout="contiguous") if kind == "sdpa" else shape, v,
                             status="skipped", reason=f"not run: the device failed earlier ({broken})")
@@ -340,8 +521,8 @@ def cmd_peers(a) -> int:
             try:
                 if any(kind == "sdpa" for kind, _ in names):
                     got += peers.sdpa_rows(shape)
-                if "flashinfer" in only:
-                    got += peers.flashinfer_rows(shape)
+                if only & {"flashinfer", "cudnn_paged"}:
+                    got += peers.paged_rows(shape, only)
                 torch.cuda.empty_cache()
             except RuntimeError as e:
                 broken = str(e).splitlines()[0][:200]
@@ -364,7 +545,7 @@ def cmd_peers(a) -> int:
         "config_text", "")), peer_source=os.path.abspath(a.kvlab_h5), peer_source_commit=str(res.attrs.get(
             "git_commit", "")), ceiling_exceeded_rows=np.int64(len(exceeded)),
         peer_timing=str(opts), peer_flush_bytes=np.int64(timer.flush_bytes),
-        peer_software=software_versions(torch, peers.flashinfer))
+        peer_software=software_versions(torch, peers.flashinfer, peers.cudnn))
     write_result_file(a.out, out, attrs, DECODE_AXES, DECODE_NUMERIC, PEER_METRICS, PEER_LABELS,
                       run=dict(started_utc=start, argv=" ".join(sys.argv), resumed=0,
                                device_name=str(res.attrs.get("device_name", "")),
@@ -375,11 +556,31 @@ def cmd_peers(a) -> int:
     return 1 if n["ok"] == 0 else 0
 
 
-def software_versions(torch, flashinfer) -> str:
+def parse_only(text: str) -> set:
+    """--only: a comma list of PEER_GROUPS (empty: all of them)."""
+    only = {s.strip() for s in (text or "").split(",") if s.strip()}
+    bad = sorted(only - set(PEER_GROUPS))
+    if bad:
+        raise BadInput(f"--only: unknown peer '{bad[0]}' (allowed: {', '.join(PEER_GROUPS)})")
+    return only or set(PEER_GROUPS)
+
+
+def cudnn_versions(cudnn) -> str:
+    """cudnn-frontend's version and the cuDNN library it drives."""
+    try:
+        backend = cudnn.backend_version_string()
+    except Exception:
+        backend = str(cudnn.backend_version())
+    return f"cudnn-frontend {getattr(cudnn, '__version__', '?')} (cuDNN library {backend})"
+
+
+def software_versions(torch, flashinfer, cudnn=None) -> str:
     parts = [f"torch {torch.__version__}", f"cuda {torch.version.cuda}",
              f"cudnn {torch.backends.cudnn.version()}"]
     if flashinfer is not None:
         parts.append(f"flashinfer {getattr(flashinfer, '__version__', '?')}")
+    if cudnn is not None:
+        parts.append(cudnn_versions(cudnn))
     try:
         import cupy
         parts.append(f"cupy {cupy.__version__}")
@@ -393,7 +594,8 @@ def print_row(r: dict) -> None:
             f"b{r['block_size']:<3d} graph={r['graph']:3s} {r['version']:20s}"
     if r["status"] == "ok":
         log(f"{shape} {r['median_us']:10.2f} us  iqr {r['rel_iqr']:.3f}  {r['bytes_per_s'] / 1e12:6.3f} TB/s "
-            f"{r['pct_read_ceiling']:5.1f} % of R  excess {r['excess_us']:8.2f} us  rel_l2 {r['rel_l2']:.1e}")
+            f"{r['pct_read_ceiling']:5.1f} % of R  excess {r['excess_us']:8.2f} us  rel_l2 {r['rel_l2']:.1e}"
+            + (f"  engine {r['engine']} (graph built in {r['graph_build_s']:.2f} s)" if r.get("engine") else ""))
     else:
         log(f"{shape} {r['status']}: {r.get('reason', '')}")
 
@@ -534,7 +736,8 @@ def main(argv) -> int:
     p.add_argument("--kvlab-h5", required=True, help="a `kvlab sweep` result file with decode_attention rows")
     p.add_argument("--out", required=True, help="HDF5 result file to write (kvlab schema; replaced)")
     p.add_argument("--sdpa", default="cudnn,flash", help="SDPA backends: cudnn, flash, efficient (default cudnn,flash)")
-    p.add_argument("--only", default="", help="sdpa and/or flashinfer (default both)")
+    p.add_argument("--only", default="", help="comma list of sdpa, flashinfer, cudnn_paged (default all three)")
+    p.add_argument("--studies", default="", help="comma list of the sweep's studies to take shapes from (default all)")
     p.add_argument("--budget-s", type=float, default=0.0,
                    help="stop starting peers after this many seconds (the rest are recorded as skipped)")
     p.add_argument("--max-seconds", type=float, default=None,
@@ -553,6 +756,7 @@ def main(argv) -> int:
         if a.cmd == "peers":
             if a.budget_s < 0:
                 raise BadInput("--budget-s must be >= 0")
+            parse_only(a.only)
             return cmd_peers(a)
         if a.cmd == "crosscheck":
             if not 0 < a.tol < 1:

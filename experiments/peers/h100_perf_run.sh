@@ -7,8 +7,11 @@
 # Run from the repository root. BIN holds the binaries built with -DCMAKE_CUDA_ARCHITECTURES=90:
 # gpu_tests and kvlab. WHEELS (optional) holds flashinfer_python-0.5.3 and its dependencies
 # (apache_tvm_ffi, einops, nvidia_cudnn_frontend, nvidia_ml_py); without it the FlashInfer
-# rows are recorded as skipped. python3 must have torch, cupy, h5py, pandas, numpy.
-# Steps (each bounded; the whole stage by STAGE_S seconds, default 430), all output in
+# rows are recorded as skipped (and so are the cuDNN paged rows: cudnn-frontend comes from the same
+# wheels). python3 must have torch, cupy, h5py, pandas, numpy. PEERS_ONLY (optional) is passed to
+# decode_peers.py --only (default: all peers; e.g. PEERS_ONLY=sdpa,flashinfer STAGE_S=430 is the
+# stage as it was before cuDNN's paged SDPA joined).
+# Steps (each bounded; the whole stage by STAGE_S seconds, default 520), all output in
 # $OUT/fair_timing/:
 #   0. after step 2, in the background, niced: FlashInfer wheels installed into a scratch folder
 #      and its four JIT modules compiled (CPU only: no GPU context) prewarm.log     ~60-80 s CPU
@@ -19,9 +22,12 @@
 #                                                timer_check.h5, crosscheck.h5, crosscheck.log ~30 s
 #   3. kvlab sweep experiments/configs/perf.ini (945 points)     perf_sweep.h5, perf_sweep.log ~100 s
 #   4. the peers on perf_sweep.h5's shapes (cuDNN / FlashAttention SDPA, FlashInfer tensor-core and
-#      CUDA-core)                                                  perf_peers.h5, peers.log ~100 s
+#      CUDA-core, cuDNN paged SDPA)                          perf_peers.h5, peers.log ~130-240 s
 #      (the run of main 2d52096 on an H100, 945 points: steps 3 and 4 took 98 s and 99 s; the
-#      whole stage 413 s, of which the decode-step sweep 188 s)
+#      whole stage 413 s, of which the decode-step sweep 188 s. cuDNN paged is not measured yet:
+#      one graph build per BF16 paged shape, ~55 shapes, estimated 0.5-2 s each plus <= 1.2 s
+#      of timing, so 40-180 s more; the peers' cap grew from 150 to 240 s and STAGE_S from 430
+#      to 520 s for it)
 #   5. kvlab sweep experiments/configs/decode_step.ini              step_sweep.h5, step_sweep.log
 #      (the rest of the budget, ~120 s wanted; a cut sweep resumes with
 #       `kvlab sweep experiments/configs/decode_step.ini --resume --out step_sweep.h5`)
@@ -33,7 +39,7 @@ BIN=$(cd "$BIN" && pwd)
 OUT=${OUT:-./perf_out}
 D="$OUT/fair_timing"
 mkdir -p "$D"
-STAGE_S=${STAGE_S:-430}
+STAGE_S=${STAGE_S:-520}
 T0=$(date +%s)
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 export PYTHONUNBUFFERED=1
@@ -99,9 +105,9 @@ if [[ -n "$PREWARM" ]]; then
   for _ in $(seq 1 "$(cap 60 180)"); do kill -0 "$PREWARM" 2>/dev/null || break; sleep 1; done
   kill -0 "$PREWARM" 2>/dev/null && echo "[prewarm] still compiling: the peers wait on its locks" >> "$D/prewarm.log"
 fi
-PEER_CAP=$(cap 150 60)
+PEER_CAP=$(cap 240 60)
 timeout -k 15 $(( PEER_CAP + 20 )) $PY "$PEERS" peers --kvlab-h5 "$D/perf_sweep.h5" --out "$D/perf_peers.h5" \
-  --budget-s $(( PEER_CAP - 15 )) > "$D/peers.log" 2>&1 || rc=1
+  ${PEERS_ONLY:+--only "$PEERS_ONLY"} --budget-s $(( PEER_CAP - 15 )) > "$D/peers.log" 2>&1 || rc=1
 
 # 5. The full decode step (resumable: a cut run continues with --resume).
 step "5 kvlab sweep decode_step.ini"
@@ -127,6 +133,8 @@ kill "$SMI" 2>/dev/null
   grep -E "\[ceilings\]|^done:|FAILED|interrupted" "$D/perf_sweep.log" | cut -c1-200 | head -12
   grep -E "^\[prewarm\]" "$D/prewarm.log" | cut -c1-160
   grep -E "^\[peers\]|^WARNING" "$D/peers.log" | cut -c1-200 | head -12
+  echo "cudnn_paged: $(grep -cE 'peer:cudnn_paged +[0-9.]+ us' "$D/peers.log") rows timed; first refusals:"
+  grep -E "peer:cudnn_paged +(skipped|failed)" "$D/peers.log" | grep -v "BF16 only" | cut -c1-240 | head -3
   grep -E "^done:|interrupted" "$D/step_sweep.log" | cut -c1-200
   sed -n '/^!!!/p;/^targets:/,$p' "$D/table.txt"
 } | tee "$D/summary.txt"

@@ -8,7 +8,8 @@ versions with page_order = shuffled and sequential) and, optionally, the peer ro
 decode_peers.py wrote for its shapes, and prints one line per (batch, context, KV format, layout):
 kvlab's best time and DRAM rate on shuffled pages (what every target is judged on) and on
 sequential pages (sequence after sequence in pool order), the cost of the scatter (shuffled /
-sequential - 1), and cuDNN SDPA on contiguous KV. Above the table: the run's read ceiling R (the
+sequential - 1), cuDNN SDPA on contiguous KV and cuDNN's paged SDPA (peer:cudnn_paged, the row's layout,
+on the shuffled page table every paged peer reads: decode_peers.page_table). Above the table: the run's read ceiling R (the
 best valid cold contiguous read, run_ceilings.py) and its best scattered-granule read per granule
 (bandwidth rows of order scatter: the same bytes in granules of G bytes in a seeded random order).
 Rates are working set / median time. Only ok rows are results.
@@ -60,11 +61,12 @@ def main(argv) -> int:
         out.append("best scattered-granule read (TB/s): " + ", ".join(parts))
     dec = df[(df["kind"] == "decode_attention") & (df["status"] == "ok")]
     dec = dec[dec["median_us"] > 0]
-    cudnn = None
+    cudnn = paged = None
     if peers is not None and not peers.empty:
         cudnn = peers[(peers["status"] == "ok") & (peers["version"] == "peer:sdpa_cudnn")]
+        paged = peers[(peers["status"] == "ok") & (peers["version"] == "peer:cudnn_paged")]
     hdr = ["shape", "format", "layout", "shuffled us (TB/s, version)", "sequential us (TB/s, version)",
-           "scatter costs", "cuDNN contiguous us (TB/s)"]
+           "scatter costs", "cuDNN contiguous us (TB/s)", "cuDNN paged, shuffled us (TB/s)"]
     rows = []
     for (b, c, f, lay), g in dec.groupby(["batch", "context", "kv_format", "layout"], sort=True):
         cell = {}
@@ -83,12 +85,19 @@ def main(argv) -> int:
             if not m.empty:
                 t = float(m["median_us"].min())
                 cu = f"{t:.1f} ({_rate(ws, t):.3f})"
+        cp = "-"
+        if paged is not None:
+            m = paged[(paged["batch"] == b) & (paged["context"] == c) & (paged["kv_format"] == f) &
+                      (paged["layout"] == lay)]
+            if not m.empty:
+                t = float(m["median_us"].min())
+                cp = f"{t:.1f} ({_rate(ws, t):.3f})"
         fmt = lambda x: "-" if x is None else f"{x[0]:.1f} ({x[1]:.3f}, {x[2]})"  # noqa: E731
         cost = "-"
         if cell["shuffled"] and cell["sequential"]:
             cost = f"{100 * (cell['shuffled'][0] / cell['sequential'][0] - 1):+.1f} %"
         rows.append([f"{int(b)} x {int(c)}", str(f), str(lay), fmt(cell["shuffled"]), fmt(cell["sequential"]), cost,
-                     cu])
+                     cu, cp])
     if a.markdown:
         out.append("| " + " | ".join(hdr) + " |")
         out.append("|" + "---|" * len(hdr))

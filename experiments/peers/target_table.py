@@ -8,15 +8,19 @@ and the peer rows experiments/peers/decode_peers.py wrote for it (any number of 
 device), and prints:
   1. the comparison: one line per shape (batch x context, GQA group, page size, KV format, CUDA
      graph or eager): kvlab's best version (over versions and layouts), cuDNN SDPA, FlashInfer
-     tensor-core / CUDA-core (each its best layout), the working set (the bytes the call must
-     move) and the excess over the bandwidth floor in us, and where kvlab is behind the best
-     peer by how much;
+     tensor-core / CUDA-core, cuDNN paged SDPA (each paged peer its best layout), the working
+     set (the bytes the call must move) and the excess over the bandwidth floor in us, where
+     kvlab is behind the best peer by how much (the faster of cuDNN on contiguous KV and
+     FlashInfer, as the targets define it), and kvlab against the best PAGED peer (the fastest
+     of cuDNN paged and FlashInfer TC / CC: peers that read the same scattered pages);
   2. the grid: % of the read ceiling of kvlab's best version per format, batch and context;
   3. the targets (gpu/attention/TUNING.md): K1-K7 and P9, each with the figure and whether it
      holds (K6 on the excess over the bandwidth floor, with the run's launch_floor rows beside it:
      the empty kernel and three dependent cold loads, timed by the same rules; K7's page sizes
      with the run's scattered-read ceiling at the block-1 granule, 256 B for d128 BF16, against
      its 4 KB one: bandwidth rows of order scatter, the best per granule);
+  3b. after the targets, one line (information, not a target): on how many of the BF16 K1 grid
+     points kvlab is ahead of the best paged peer, and where it is behind;
   4. first and loudly, every timing that is not a result: rows recorded as "timing invalid" and rows
      that beat the run's read ceiling.
 R and C are the run's (experiments/peers/run_ceilings.py): the ceilings pass raised by the sweep's
@@ -37,7 +41,10 @@ from analysis.load import ResultFileError, load  # noqa: E402
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from run_ceilings import ceiling_rows, rescale, run_ceilings  # noqa: E402
 
-PEERS = {"cudnn": "peer:sdpa_cudnn", "fi_tc": "peer:flashinfer_tc", "fi_cc": "peer:flashinfer_cc"}
+PEERS = {"cudnn": "peer:sdpa_cudnn", "fi_tc": "peer:flashinfer_tc", "fi_cc": "peer:flashinfer_cc",
+         "cudnn_paged": "peer:cudnn_paged"}
+# The peers that read paged KV (the same page table as kvlab's paged decode).
+PAGED_PEERS = [PEERS["fi_tc"], PEERS["fi_cc"], PEERS["cudnn_paged"]]
 SHAPE = ["batch", "context", "gqa_group", "block_size", "kv_format", "graph"]
 
 
@@ -146,7 +153,7 @@ def main(argv) -> int:
         shapes = uniform(kv)[SHAPE].drop_duplicates().sort_values(["kv_format", "graph", "batch", "context",
                                                                   "gqa_group", "block_size"])
         hdr = ["shape", "format", "kvlab best (version, layout)", "cuDNN", "FlashInfer TC / CC", "working set",
-               "excess us (kvlab / best peer)", "kvlab vs best peer"]
+               "excess us (kvlab / best peer)", "kvlab vs best peer", "cuDNN paged", "kvlab vs best paged peer"]
         rows = []
         for _, s in shapes.iterrows():
             sh = {k: s[k] for k in SHAPE}
@@ -154,14 +161,12 @@ def main(argv) -> int:
             cud = best(sel(peers[peers["version"] == PEERS["cudnn"]], {k: sh[k] for k in SHAPE if k != "block_size"}))
             ftc = best(sel(peers[peers["version"] == PEERS["fi_tc"]], sh))
             fcc = best(sel(peers[peers["version"] == PEERS["fi_cc"]], sh))
+            cpg = best(sel(peers[peers["version"] == PEERS["cudnn_paged"]], sh))
             ps = [p for p in (cud, ftc, fcc) if p is not None]
             bp = min(ps, key=lambda p: p["median_us"]) if ps else None
-            if bp is None:
-                verdict = "no peer"
-            else:
-                d = x["median_us"] / bp["median_us"] - 1
-                who = bp["version"][5:]
-                verdict = f"BEHIND {who} by {100 * d:.1f} %" if d > 0 else f"ahead of {who} by {-100 * d:.1f} %"
+            verdict = versus(x, bp)
+            paged = [p for p in (ftc, fcc, cpg) if p is not None]
+            bpp = min(paged, key=lambda p: p["median_us"]) if paged else None
             shape = (f"{int(sh['batch'])} x {int(sh['context'])}" + (f" g{int(sh['gqa_group'])}" if sh['gqa_group'] != 4
                      else "") + (f" p{int(sh['block_size'])}" if sh['block_size'] != 16 else "") +
                      (" graph" if sh["graph"] == "on" else ""))
@@ -172,7 +177,7 @@ def main(argv) -> int:
                          f"{x['min_bytes'] / 1e6:.1f} MB",
                          f"{x['excess_us']:.1f} / {us(bp['excess_us']) if bp is not None else '-'}"
                          if 'excess_us' in x and x['excess_us'] == x['excess_us'] else "-",
-                         verdict])
+                         verdict, us(cpg["median_us"]) if cpg is not None else "-", versus(x, bpp, "no paged peer")])
         emit("")
         emit("kvlab vs peers, same shapes (us; 8 KV heads, d 128 unless the shape says; eager unless 'graph'):")
         table(emit, hdr, rows, a.markdown)
@@ -333,8 +338,41 @@ def main(argv) -> int:
     emit("")
     emit("targets:")
     table(emit, ["target", "what", "measured", "holds"], tg, a.markdown)
+    # Beside K1 (information, not a target): the same grid points against the peers that read
+    # paged KV only (cuDNN paged, FlashInfer TC / CC), page 16 like kvlab's rows.
+    ahead_p, behind_p = 0, []
+    for _, g in grid.iterrows():
+        x = kb(batch=g["batch"], context=g["context"], kv_format="bf16")
+        m = sel(peers[peers["version"].isin(PAGED_PEERS)], dict(gqa_group=4, graph="off", kv_format="bf16",
+                                                                 block_size=16, batch=g["batch"], context=g["context"]))
+        p = best(m)
+        if x is None or p is None:
+            continue
+        if x["median_us"] > p["median_us"]:
+            behind_p.append(f"{int(g['batch'])}x{int(g['context'])} ({x['median_us']:.1f} vs {p['version'][5:]} "
+                            f"{p['median_us']:.1f}, BEHIND by {100 * (x['median_us'] / p['median_us'] - 1):.1f} %)")
+        else:
+            ahead_p += 1
+    n_p = ahead_p + len(behind_p)
+    emit("")
+    if n_p == 0:
+        emit("paged peers (information, not a target): no BF16 K1 point has a paged peer row (cudnn_paged, "
+             "flashinfer_tc / cc)")
+    else:
+        emit(f"paged peers (information, not a target): kvlab ahead of the best paged peer (cudnn_paged, "
+             f"flashinfer_tc / cc) on {ahead_p} of {n_p} BF16 K1 points" +
+             ("; behind at " + ", ".join(behind_p) if behind_p else ""))
     print("\n".join(out))
     return 0
+
+
+def versus(x, p, none="no peer") -> str:
+    """kvlab's row x against peer row p: "BEHIND who by d %" or "ahead of who by d %"."""
+    if p is None:
+        return none
+    d = x["median_us"] / p["median_us"] - 1
+    who = p["version"][5:]
+    return f"BEHIND {who} by {100 * d:.1f} %" if d > 0 else f"ahead of {who} by {-100 * d:.1f} %"
 
 
 def scatter_ceiling(df, granule):

@@ -451,3 +451,225 @@ def test_timing_report_lists_the_ceiling_kernels_and_the_crosscheck(tmp_path):
     r = subprocess.run([sys.executable, TIMING_REPORT, paths[0], paths[1], str(tmp_path / "none.h5")],
                        capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=ROOT))
     assert r.returncode == 2 and "no such file" in r.stderr
+
+
+# ------------------------------------------------------------------------- paged peers
+def test_page_table_is_one_seeded_permutation_of_exactly_the_needed_pages():
+    import decode_peers
+    per_seq, pages, table = decode_peers.page_table(3, 1000, 16)
+    assert per_seq == 63 and pages == 3 * 63 and table.dtype == np.int32 and table.shape == (pages,)
+    assert sorted(table.tolist()) == list(range(pages))  # every page of the pool, each once
+    assert not np.array_equal(table, np.arange(pages))  # shuffled, not in pool order
+    again = decode_peers.page_table(3, 1000, 16)[2]
+    assert np.array_equal(table, again)  # seeded: the same table every run
+    # Exactly divisible contexts need no partial page; a different pool draws another permutation.
+    assert decode_peers.page_table(2, 64, 16)[:2] == (4, 8)
+    assert not np.array_equal(decode_peers.page_table(4, 1000, 16)[2][:pages], table)
+    with pytest.raises(ValueError):
+        decode_peers.page_table(0, 1000, 16)
+
+
+def scatter_into_pool(k, table, per_seq, block, layout):
+    """A page pool of the given layout holding k [batch, L, kv_heads, d], sequence s's tokens on pages
+    table[s * per_seq:], NaN in the unused tail slots."""
+    b, L, kvh, d = k.shape
+    pages = len(table)
+    pool = np.full((pages, block, kvh, d) if layout == "nhd" else (pages, kvh, block, d), np.nan, np.float32)
+    for s in range(b):
+        for t in range(L):
+            page, slot = table[s * per_seq + t // block], t % block
+            if layout == "nhd":
+                pool[page, slot] = k[s, t]
+            else:
+                pool[page, :, slot] = k[s, t]
+    return pool
+
+
+def gather_as_cudnn(pool, dims, strides, table, s, per_seq, L):
+    """What cuDNN reads for sequence s through the container description: [kv_heads, L, d]."""
+    view = np.lib.stride_tricks.as_strided(pool, dims, [x * pool.itemsize for x in strides])
+    pg = view[table[s * per_seq:(s + 1) * per_seq]]  # [per_seq, kv_heads, block, d]
+    kvh, d = dims[1], dims[3]
+    return pg.transpose(1, 0, 2, 3).reshape(kvh, per_seq * dims[2], d)[:, :L]
+
+
+@pytest.mark.parametrize("layout", ["nhd", "hnd"])
+def test_cudnn_container_describes_the_pool_so_the_table_gathers_each_sequence(layout):
+    import decode_peers
+    b, L, kvh, d, block = 3, 37, 2, 8, 16  # L not a multiple of the page: a partial last page
+    per_seq, pages, table = decode_peers.page_table(b, L, block)
+    k = np.random.default_rng(7).standard_normal((b, L, kvh, d)).astype(np.float32)
+    pool = scatter_into_pool(k, table, per_seq, block, layout)
+    dims, strides = decode_peers.page_pool_as_cudnn_container(layout, pages, kvh, block, d)
+    assert dims == [pages, kvh, block, d]
+    for s in range(b):
+        got = gather_as_cudnn(pool, dims, strides, table, s, per_seq, L)
+        assert np.array_equal(got, k[s].transpose(1, 0, 2)), (layout, s)
+    # Teeth: the other layout's strides over this pool read other tokens (or the NaN tail).
+    other = "hnd" if layout == "nhd" else "nhd"
+    _, wrong = decode_peers.page_pool_as_cudnn_container(other, pages, kvh, block, d)
+    assert not np.array_equal(gather_as_cudnn(pool, dims, wrong, table, 0, per_seq, L), k[0].transpose(1, 0, 2))
+    with pytest.raises(ValueError):
+        decode_peers.page_pool_as_cudnn_container("contiguous", pages, kvh, block, d)
+
+
+def peer_shape(**kw):
+    s = dict(study="K2", batch=2, context=100, lengths="uniform", kv_format="bf16", layout="nhd", block_size=16,
+             gqa_group=4, num_kv_heads=8, head_dim=128, graph="off", seed=0, min_bytes=1.0)
+    s.update(kw)
+    return s
+
+
+class StubPeers:
+    """decode_peers.Peers without a GPU: paged_case builds only the page table, and the two paged
+    peers record which case object (so which table) they were handed."""
+
+    @staticmethod
+    def make(flashinfer_error="", cudnn_error=""):
+        import decode_peers
+        p = object.__new__(decode_peers.Peers)
+        p.deadline, p.flashinfer_error, p.cudnn_error = float("inf"), flashinfer_error, cudnn_error
+        p.flashinfer = None if flashinfer_error else object()
+        p.cudnn = None if cudnn_error else object()
+        p.seen = []
+
+        def paged_case(shape):
+            per_seq, pages, table = decode_peers.page_table(shape["batch"], shape["context"], shape["block_size"])
+            return dict(table=table, per_seq=per_seq, pages=pages)
+
+        def fi(shape, case):
+            p.seen.append(("flashinfer", case))
+            return [decode_peers.peer_row(shape, "peer:flashinfer_tc"), decode_peers.peer_row(shape, "peer:flashinfer_cc")]
+
+        def cu(shape, case):
+            p.seen.append(("cudnn_paged", case))
+            return [decode_peers.peer_row(shape, "peer:cudnn_paged")]
+        p.paged_case, p.flashinfer_rows, p.cudnn_paged_rows = paged_case, fi, cu
+        return p
+
+
+def test_both_paged_peers_read_the_same_table():
+    import decode_peers
+    p = StubPeers.make()
+    rows = p.paged_rows(peer_shape(), set(decode_peers.PEER_GROUPS))
+    assert [r["version"] for r in rows] == ["peer:flashinfer_tc", "peer:flashinfer_cc", "peer:cudnn_paged"]
+    assert [w for w, _ in p.seen] == ["flashinfer", "cudnn_paged"]
+    assert p.seen[0][1] is p.seen[1][1]  # one case: the same pools, query and page table
+    assert np.array_equal(p.seen[0][1]["table"], decode_peers.page_table(2, 100, 16)[2])
+    # --only cudnn_paged: FlashInfer neither runs nor is recorded.
+    p = StubPeers.make()
+    rows = p.paged_rows(peer_shape(), {"cudnn_paged"})
+    assert [r["version"] for r in rows] == ["peer:cudnn_paged"] and [w for w, _ in p.seen] == ["cudnn_paged"]
+
+
+def test_cudnn_paged_skips_with_the_reason():
+    import decode_peers
+    # cudnn-frontend not importable: its row says so, FlashInfer still runs.
+    p = StubPeers.make(cudnn_error="cudnn-frontend not usable: ModuleNotFoundError: No module named 'cudnn'")
+    rows = {r["version"]: r for r in p.paged_rows(peer_shape(), set(decode_peers.PEER_GROUPS))}
+    assert rows["peer:cudnn_paged"]["status"] == "skipped"
+    assert "No module named 'cudnn'" in rows["peer:cudnn_paged"]["reason"]
+    assert rows["peer:flashinfer_tc"]["status"] == "ok" and [w for w, _ in p.seen] == ["flashinfer"]
+    # FP8 KV: BF16-only peer, FlashInfer runs its FP8 path.
+    p = StubPeers.make()
+    rows = {r["version"]: r for r in p.paged_rows(peer_shape(kv_format="fp8_e4m3"), set(decode_peers.PEER_GROUPS))}
+    assert rows["peer:cudnn_paged"]["status"] == "skipped"
+    assert rows["peer:cudnn_paged"]["reason"].startswith("BF16 only: cuDNN's FP8 SDPA")
+    assert "fp8_e4m3" in rows["peer:cudnn_paged"]["reason"] and [w for w, _ in p.seen] == ["flashinfer"]
+    # No peer runs: no inputs are made at all; every refusal is recorded.
+    p = StubPeers.make(flashinfer_error="flashinfer not importable: x")
+    rows = p.paged_rows(peer_shape(kv_format="nvfp4"), set(decode_peers.PEER_GROUPS))
+    assert [r["status"] for r in rows] == ["skipped"] * 3 and not p.seen
+    assert decode_peers.cudnn_paged_refusal(peer_shape(layout="contiguous")).startswith("cuDNN's paged container")
+    assert decode_peers.cudnn_paged_refusal(peer_shape(lengths="mixed")).startswith("mixed lengths")
+    assert decode_peers.cudnn_paged_refusal(peer_shape()) == ""
+    assert decode_peers.cudnn_paged_refusal(peer_shape(), "cudnn-frontend not usable: x") == "cudnn-frontend not usable: x"
+
+
+def test_decode_peers_only_names_known_peers(tmp_path, perf_files):
+    import decode_peers
+    assert decode_peers.parse_only("") == {"sdpa", "flashinfer", "cudnn_paged"}
+    assert decode_peers.parse_only("cudnn_paged") == {"cudnn_paged"}
+    r = subprocess.run([sys.executable, DECODE_PEERS, "peers", "--kvlab-h5", str(perf_files[0]), "--out",
+                        str(tmp_path / "p.h5"), "--only", "sdpa,cudnn_pagd"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "unknown peer 'cudnn_pagd'" in r.stderr and not (tmp_path / "p.h5").exists()
+
+
+def test_target_table_adds_the_best_paged_peer_and_keeps_k1(tmp_path):
+    """The best paged peer (cuDNN paged, FlashInfer TC / CC) gets its own column and summary line;
+    K1 and the "kvlab vs best peer" column stay on cuDNN contiguous and FlashInfer: a cuDNN paged
+    row faster than kvlab at 1 x 2k flags BEHIND there only. A failed cuDNN paged row is no result."""
+    kv = [decode_row("K1_grid", "v5_mma_decode_2stage", 64, 8192, "bf16", 745.0),
+          decode_row("K1_grid", "v5_mma_decode_2stage", 8, 8192, "bf16", 100.0),
+          decode_row("K1_grid", "v5_mma_decode_2stage", 1, 2048, "bf16", 10.0),
+          decode_row("K1_grid", "v5_mma_decode_2stage", 4, 2048, "bf16", 20.0)]
+    peers = [decode_row("K1_grid", "peer:sdpa_cudnn", 64, 8192, "bf16", 730.0, layout="contiguous"),
+             decode_row("K1_grid", "peer:flashinfer_tc", 64, 8192, "bf16", 750.0),
+             decode_row("K1_grid", "peer:cudnn_paged", 64, 8192, "bf16", 740.0),
+             decode_row("K1_grid", "peer:cudnn_paged", 64, 8192, "bf16", 760.0, layout="hnd"),
+             decode_row("K1_grid", "peer:sdpa_cudnn", 8, 8192, "bf16", 95.0, layout="contiguous"),
+             decode_row("K1_grid", "peer:flashinfer_cc", 8, 8192, "bf16", 110.0),
+             decode_row("K1_grid", "peer:cudnn_paged", 8, 8192, "bf16", 104.0),
+             decode_row("K1_grid", "peer:cudnn_paged", 8, 8192, "bf16", 50.0, layout="hnd", status="failed",
+                        reason="validation failed: rel_l2 1 >= 0.02"),
+             decode_row("K1_grid", "peer:flashinfer_tc", 1, 2048, "bf16", 11.0),
+             decode_row("K1_grid", "peer:cudnn_paged", 1, 2048, "bf16", 9.5)]
+    sweep, peer = write(tmp_path / "sweep.h5", kv), write(tmp_path / "peers.h5", peers)
+    r = subprocess.run([sys.executable, TABLE, str(sweep), str(peer)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    out = r.stdout
+
+    def line(shape):
+        found = [ln for ln in out.splitlines() if ln.startswith(shape + " ") and " bf16 " in ln]
+        assert len(found) == 1, (shape, out)
+        return found[0]
+    big = line("64 x 8192")
+    assert "BEHIND sdpa_cudnn by 2.1 %" in big and "740.0" in big and "BEHIND cudnn_paged by 0.7 %" in big
+    mid = line("8 x 8192")
+    assert "BEHIND sdpa_cudnn by 5.3 %" in mid and "104.0" in mid and "ahead of cudnn_paged by 3.8 %" in mid
+    small = line("1 x 2048")
+    assert "ahead of flashinfer_tc by 9.1 %" in small and "BEHIND cudnn_paged by 5.3 %" in small
+    assert line("4 x 2048").rstrip().endswith("no paged peer")
+    # K1 unchanged: judged on cuDNN contiguous and FlashInfer only.
+    k1 = [ln for ln in out.splitlines() if ln.startswith("K1")]
+    assert len(k1) == 1 and "1 of 3 points" in k1[0] and "1x2048" not in k1[0] and k1[0].rstrip().endswith("NO")
+    summary = [ln for ln in out.splitlines() if ln.startswith("paged peers")]
+    assert summary == ["paged peers (information, not a target): kvlab ahead of the best paged peer (cudnn_paged, "
+                       "flashinfer_tc / cc) on 1 of 3 BF16 K1 points; behind at 64x8192 (745.0 vs cudnn_paged 740.0, "
+                       "BEHIND by 0.7 %), 1x2048 (10.0 vs cudnn_paged 9.5, BEHIND by 5.3 %)"], out
+    md = subprocess.run([sys.executable, TABLE, str(sweep), str(peer), "--markdown"], capture_output=True, text=True,
+                        timeout=120)
+    assert md.returncode == 0 and "| kvlab vs best peer | cuDNN paged | kvlab vs best paged peer |" in md.stdout
+    alone = subprocess.run([sys.executable, TABLE, str(sweep), "--targets-only"], capture_output=True, text=True,
+                           timeout=120)
+    assert alone.returncode == 0 and "no BF16 K1 point has a paged peer row" in alone.stdout
+
+
+def test_page_order_table_shows_cudnn_paged_on_the_row_layout(tmp_path):
+    axes = AXES[:-1] + ["page_order", "version"]
+    kv = [dict(decode_row("large", "auto", 64, 8192, "bf16", 741.0), page_order="shuffled"),
+          dict(decode_row("large", "auto", 64, 8192, "bf16", 720.0), page_order="sequential"),
+          dict(decode_row("large", "auto", 64, 8192, "bf16", 744.0, layout="hnd"), page_order="shuffled")]
+    attrs = {"device_name": "NVIDIA H100 80GB HBM3", "read_ceiling_bytes_per_s": R, "copy_ceiling_bytes_per_s": C,
+             "device_peak_bytes_per_s": 3.35e12}
+    sweep, peer = tmp_path / "sweep.h5", tmp_path / "peers.h5"
+    peer_results.write_result_file(str(sweep), kv, attrs, axes, NUMERIC, METRICS, LABELS,
+                                   run={"started_utc": "x", "argv": "t"})
+    write(peer, [decode_row("large", "peer:sdpa_cudnn", 64, 8192, "bf16", 730.0, layout="contiguous"),
+                 decode_row("large", "peer:cudnn_paged", 64, 8192, "bf16", 735.0),
+                 decode_row("large", "peer:cudnn_paged", 64, 8192, "bf16", 738.0, layout="hnd")])
+    script = os.path.join(os.path.dirname(TABLE), "page_order_table.py")
+    r = subprocess.run([sys.executable, script, str(sweep), str(peer)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    lines = {ln.split()[4]: ln for ln in r.stdout.splitlines() if ln.startswith("64 x 8192")}
+    assert set(lines) == {"nhd", "hnd"}, r.stdout
+    assert lines["nhd"].rstrip().endswith("735.0 (2.923)") and lines["hnd"].rstrip().endswith("738.0 (2.911)")
+    assert "cuDNN paged, shuffled us (TB/s)" in r.stdout
+
+
+def test_decode_peers_studies_must_exist(tmp_path, perf_files):
+    r = subprocess.run([sys.executable, DECODE_PEERS, "peers", "--kvlab-h5", str(perf_files[0]), "--out",
+                        str(tmp_path / "p.h5"), "--only", "cudnn_paged", "--studies", "K2,K9"], capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 2 and "no decode_attention rows of study 'K9'" in r.stderr and "K2, K3, K6" in r.stderr
+    assert not (tmp_path / "p.h5").exists()
