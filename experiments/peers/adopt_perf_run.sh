@@ -9,6 +9,8 @@
 #   perf_sweep.h5 -> data/perf/h100_perf_sweep.h5     perf_peers.h5  -> data/perf/h100_perf_peers.h5
 #   step_sweep.h5 -> data/perf/h100_step_sweep.h5     timer_check.h5 -> data/perf/h100_timer_check.h5
 #   crosscheck.h5 -> data/perf/h100_crosscheck.h5
+#   perf_peers_cudnn_paged.h5 -> data/perf/h100_perf_peers_cudnn_paged.h5   (when the run has it:
+#                          cuDNN's paged SDPA, timed in its own process after the other peers)
 # and writes from them:
 #   data/perf/targets.md   experiments/peers/target_table.py --markdown: kvlab vs cuDNN and
 #                          FlashInfer per shape, the grid, the targets (gpu/attention/TUNING.md's
@@ -35,8 +37,16 @@ for f in perf_sweep perf_peers step_sweep timer_check crosscheck; do
   cp "$SRC/$f.h5" "data/perf/h100_$f.h5"
 done
 echo "copied 5 files into data/perf/"
+PEER_FILES=(data/perf/h100_perf_peers.h5)
+if [[ -f "$SRC/perf_peers_cudnn_paged.h5" ]]; then
+  cp "$SRC/perf_peers_cudnn_paged.h5" data/perf/h100_perf_peers_cudnn_paged.h5
+  PEER_FILES+=(data/perf/h100_perf_peers_cudnn_paged.h5)
+  echo "copied perf_peers_cudnn_paged.h5"
+else  # a run without cuDNN paged rows: no stale file from an earlier run beside its tables
+  rm -f data/perf/h100_perf_peers_cudnn_paged.h5
+fi
 
-$PYTHON experiments/peers/target_table.py data/perf/h100_perf_sweep.h5 data/perf/h100_perf_peers.h5 --markdown \
+$PYTHON experiments/peers/target_table.py data/perf/h100_perf_sweep.h5 "${PEER_FILES[@]}" --markdown \
   > data/perf/targets.md.tmp && mv data/perf/targets.md.tmp data/perf/targets.md
 echo "wrote data/perf/targets.md"
 {

@@ -8,9 +8,9 @@
 # gpu_tests and kvlab. WHEELS (optional) holds flashinfer_python-0.5.3 and its dependencies
 # (apache_tvm_ffi, einops, nvidia_cudnn_frontend, nvidia_ml_py); without it the FlashInfer
 # rows are recorded as skipped (and so are the cuDNN paged rows: cudnn-frontend comes from the same
-# wheels). python3 must have torch, cupy, h5py, pandas, numpy. PEERS_ONLY (optional) is passed to
-# decode_peers.py --only (default: all peers; e.g. PEERS_ONLY=sdpa,flashinfer STAGE_S=430 is the
-# stage as it was before cuDNN's paged SDPA joined).
+# wheels). python3 must have torch, cupy, h5py, pandas, numpy. PEERS_ONLY (optional): the peer
+# groups that run, as decode_peers.py --only names them (default sdpa,flashinfer,cudnn_paged;
+# PEERS_ONLY=sdpa,flashinfer STAGE_S=430 is the stage as it was before cuDNN's paged SDPA joined).
 # Steps (each bounded; the whole stage by STAGE_S seconds, default 520), all output in
 # $OUT/fair_timing/:
 #   0. after step 2, in the background, niced: FlashInfer wheels installed into a scratch folder
@@ -21,17 +21,21 @@
 #      --diagnose (1, 4, 16, 256 MiB reads, 4 and 256 MiB copies)
 #                                                timer_check.h5, crosscheck.h5, crosscheck.log ~30 s
 #   3. kvlab sweep experiments/configs/perf.ini (945 points)     perf_sweep.h5, perf_sweep.log ~100 s
-#   4. the peers on perf_sweep.h5's shapes (cuDNN / FlashAttention SDPA, FlashInfer tensor-core and
-#      CUDA-core, cuDNN paged SDPA)                          perf_peers.h5, peers.log ~130-240 s
-#      (the run of main 2d52096 on an H100, 945 points: steps 3 and 4 took 98 s and 99 s; the
-#      whole stage 413 s, of which the decode-step sweep 188 s. cuDNN paged is not measured yet:
-#      one graph build per BF16 paged shape, ~55 shapes, estimated 0.5-2 s each plus <= 1.2 s
-#      of timing, so 40-180 s more; the peers' cap grew from 150 to 240 s and STAGE_S from 430
-#      to 520 s for it)
+#   4. the peers on perf_sweep.h5's shapes, in two processes, so that a refusal, hang or device
+#      fault of one cannot cost the other's rows:
+#      4a. cuDNN / FlashAttention SDPA (contiguous KV), FlashInfer tensor-core and CUDA-core (paged)
+#                                                                perf_peers.h5, peers.log ~100 s
+#      4b. cuDNN's paged SDPA on the same pools and page table as FlashInfer
+#                                   perf_peers_cudnn_paged.h5, peers_cudnn_paged.log ~40-180 s
+#      (the run of main 2d52096 on an H100, 945 points: steps 3 and 4a took 98 s and 99 s; the
+#      whole stage 413 s, of which the decode-step sweep 188 s. 4b was estimated before its first
+#      run: one graph build per BF16 paged shape, ~55 shapes, 0.5-2 s each plus <= 1.2 s of
+#      timing; STAGE_S grew from 430 to 520 s for it)
 #   5. kvlab sweep experiments/configs/decode_step.ini              step_sweep.h5, step_sweep.log
 #      (the rest of the budget, ~120 s wanted; a cut sweep resumes with
 #       `kvlab sweep experiments/configs/decode_step.ini --resume --out step_sweep.h5`)
-#   6. experiments/peers/target_table.py perf_sweep.h5 perf_peers.h5   table.md, table.txt
+#   6. experiments/peers/target_table.py perf_sweep.h5 perf_peers.h5 perf_peers_cudnn_paged.h5
+#                                                                        table.md, table.txt
 # The summary (flush test, cross-check, ceilings, table of targets) is printed last.
 set -u
 BIN=${1:?usage: h100_perf_run.sh BIN (a folder with gpu_tests and kvlab)}
@@ -105,9 +109,21 @@ if [[ -n "$PREWARM" ]]; then
   for _ in $(seq 1 "$(cap 60 180)"); do kill -0 "$PREWARM" 2>/dev/null || break; sleep 1; done
   kill -0 "$PREWARM" 2>/dev/null && echo "[prewarm] still compiling: the peers wait on its locks" >> "$D/prewarm.log"
 fi
-PEER_CAP=$(cap 240 60)
-timeout -k 15 $(( PEER_CAP + 20 )) $PY "$PEERS" peers --kvlab-h5 "$D/perf_sweep.h5" --out "$D/perf_peers.h5" \
-  ${PEERS_ONLY:+--only "$PEERS_ONLY"} --budget-s $(( PEER_CAP - 15 )) > "$D/peers.log" 2>&1 || rc=1
+PEERS_ONLY=${PEERS_ONLY:-sdpa,flashinfer,cudnn_paged}
+MAIN_PEERS=$(tr ',' '\n' <<< "$PEERS_ONLY" | grep -vx cudnn_paged | paste -sd, -)
+rm -f "$D/perf_peers.h5" "$D/perf_peers_cudnn_paged.h5"
+if [[ -n $MAIN_PEERS ]]; then
+  PEER_CAP=$(cap 150 160)
+  timeout -k 15 $(( PEER_CAP + 20 )) $PY "$PEERS" peers --kvlab-h5 "$D/perf_sweep.h5" --out "$D/perf_peers.h5" \
+    --only "$MAIN_PEERS" --budget-s $(( PEER_CAP - 15 )) > "$D/peers.log" 2>&1 || rc=1
+fi
+if [[ ,$PEERS_ONLY, == *,cudnn_paged,* ]]; then
+  step "4b cuDNN paged"
+  PEER_CAP=$(cap 150 60)
+  timeout -k 15 $(( PEER_CAP + 20 )) $PY "$PEERS" peers --kvlab-h5 "$D/perf_sweep.h5" \
+    --out "$D/perf_peers_cudnn_paged.h5" --only cudnn_paged --budget-s $(( PEER_CAP - 15 )) \
+    > "$D/peers_cudnn_paged.log" 2>&1 || rc=1
+fi
 
 # 5. The full decode step (resumable: a cut run continues with --resume).
 step "5 kvlab sweep decode_step.ini"
@@ -120,6 +136,7 @@ timeout -s TERM -k 20 "$(cap 200 25)" "$BIN/kvlab" sweep experiments/configs/dec
 step "6 table"
 TABLE_IN=("$D/perf_sweep.h5")
 [[ -f "$D/perf_peers.h5" ]] && TABLE_IN+=("$D/perf_peers.h5")
+[[ -f "$D/perf_peers_cudnn_paged.h5" ]] && TABLE_IN+=("$D/perf_peers_cudnn_paged.h5")
 $PY experiments/peers/target_table.py "${TABLE_IN[@]}" --markdown > "$D/table.md" 2>&1 || rc=1
 $PY experiments/peers/target_table.py "${TABLE_IN[@]}" > "$D/table.txt" 2>&1 || rc=1
 step "done, rc $rc"
@@ -132,9 +149,9 @@ kill "$SMI" 2>/dev/null
   grep -E "^\[crosscheck\]" "$D/crosscheck.log" | cut -c1-330
   grep -E "\[ceilings\]|^done:|FAILED|interrupted" "$D/perf_sweep.log" | cut -c1-200 | head -12
   grep -E "^\[prewarm\]" "$D/prewarm.log" | cut -c1-160
-  grep -E "^\[peers\]|^WARNING" "$D/peers.log" | cut -c1-200 | head -12
-  echo "cudnn_paged: $(grep -cE 'peer:cudnn_paged +[0-9.]+ us' "$D/peers.log") rows timed; first refusals:"
-  grep -E "peer:cudnn_paged +(skipped|failed)" "$D/peers.log" | grep -v "BF16 only" | cut -c1-240 | head -3
+  grep -hE "^\[peers\]|^WARNING" "$D/peers.log" "$D/peers_cudnn_paged.log" 2>/dev/null | cut -c1-200 | head -16
+  echo "cudnn_paged: $(grep -cE 'peer:cudnn_paged +[0-9.]+ us' "$D/peers_cudnn_paged.log" 2>/dev/null) rows timed; first refusals:"
+  grep -E "peer:cudnn_paged +(skipped|failed)" "$D/peers_cudnn_paged.log" 2>/dev/null | grep -v "BF16 only" | cut -c1-240 | head -3
   grep -E "^done:|interrupted" "$D/step_sweep.log" | cut -c1-200
   sed -n '/^!!!/p;/^targets:/,$p' "$D/table.txt"
 } | tee "$D/summary.txt"
