@@ -145,15 +145,32 @@ def test_a_file_whose_sweep_already_raised_r_names_the_row(tmp_path):
 
 
 SHIPPED = os.path.join(ROOT, "data", "perf", "h100_perf_sweep.h5")
+# The fair run of main 2d52096, the first whose sweep applied the rule itself.
+SHIPPED_2D52096 = os.path.join(ROOT, "data", "perf", "h100_perf_sweep_2d52096.h5")
 # The fair run of main 9a8b6c8, written before the sweep raised R itself.
 SHIPPED_9A8B6C8 = os.path.join(ROOT, "data", "perf", "h100_perf_sweep_9a8b6c8.h5")
 
 
 @pytest.mark.skipif(not os.path.isfile(SHIPPED), reason="no shipped fair run")
+def test_shipped_fair_run_names_the_rows_that_raised_r_and_c():
+    """The fair run of main bb7cb48: the cold 4 GiB bulk read with 32 KiB chunks (depth 4, one
+    block per SM) beat the ceilings pass's R and raised it, the cold 4 GiB memcpy raised C; the
+    file's R and C are those rows' (the sweep applied the rule when it wrote them)."""
+    res = load(SHIPPED)
+    rc = run_ceilings.run_ceilings(res)
+    assert rc.pass_read == pytest.approx(3.1586e12, rel=1e-4) and rc.read == pytest.approx(3.1680e12, rel=1e-4)
+    assert rc.read_row["study"] == "ceilings_bulk_32k" and rc.read_row["status"] == "ok"
+    assert rc.pass_copy == pytest.approx(3.0288e12, rel=1e-4) and rc.copy == pytest.approx(3.0359e12, rel=1e-4)
+    assert rc.copy_row["study"] == "ceilings_memcpy" and rc.copy_row["status"] == "ok"
+    assert float(res.attrs["read_ceiling_bytes_per_s"]) == pytest.approx(rc.read, rel=1e-9)
+    assert float(res.attrs["copy_ceiling_bytes_per_s"]) == pytest.approx(rc.copy, rel=1e-9)
+
+
+@pytest.mark.skipif(not os.path.isfile(SHIPPED_2D52096), reason="no fair run of 2d52096")
 def test_shipped_fair_run_keeps_the_pass_r_and_names_the_row_that_raised_c():
     """The fair run of main 2d52096 (the sweep applies the rule itself): no contiguous read beat
     the ceilings pass's R; the cold 4 GiB memcpy raised C, and the file's C is that row's."""
-    res = load(SHIPPED)
+    res = load(SHIPPED_2D52096)
     rc = run_ceilings.run_ceilings(res)
     assert rc.read == rc.pass_read == pytest.approx(3.1645e12, rel=1e-4) and rc.read_row is None
     assert rc.pass_copy == pytest.approx(3.0316e12, rel=1e-4) and rc.copy == pytest.approx(3.0359e12, rel=1e-4)
