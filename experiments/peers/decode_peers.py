@@ -95,6 +95,8 @@ PEER_LABELS = ["flush", "timing", "validation", "engine"]
 PEER_GROUPS = ("sdpa", "flashinfer", "cudnn_paged")
 # Seed base of the page-table rule: the permutation of a pool of P pages is drawn with seed base + P.
 PAGE_TABLE_SEED = 0x7AB1E
+# Why the paged peers skip a mixed-length shape (the one reason both give).
+MIXED_LENGTHS_REASON = "mixed lengths: kvlab's seeded lengths are not reproduced on the Python side"
 
 
 class BadInput(Exception):
@@ -185,7 +187,7 @@ def cudnn_paged_refusal(shape: dict, cudnn_error: str = "") -> str:
     if shape["layout"] not in ("nhd", "hnd"):
         return f"cuDNN's paged container is an NHD or HND page pool, not {shape['layout']}"
     if shape["lengths"] != "uniform":
-        return "mixed lengths: kvlab's seeded lengths are not reproduced on the Python side"
+        return MIXED_LENGTHS_REASON
     return ""
 
 
@@ -374,7 +376,7 @@ class Peers:
         if shape["layout"] not in ("nhd", "hnd"):
             return f"FlashInfer's paged KV is NHD or HND, not {shape['layout']}"
         if shape["lengths"] != "uniform":
-            return "mixed lengths: kvlab's seeded lengths are not reproduced on the Python side"
+            return MIXED_LENGTHS_REASON
         return ""
 
     def flashinfer_rows(self, shape: dict, case: dict) -> list:
