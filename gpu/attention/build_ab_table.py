@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Two or more builds of kvlab timed on one sweep config, alternated (A, B, ..., A, B, ...),
-side by side: per decode_attention point, every run's median time per build, and each build's
+side by side: per decode_attention point (shape, format, layout, page order and version), every
+run's median time per build, and each build's
 best run against the first build's best run.
 
     python3 gpu/attention/build_ab_table.py DIR main,s4,s5      # DIR/main_1.h5, DIR/main_2.h5, ...
@@ -30,7 +31,7 @@ def _col(ix, name, n):
 
 
 def load_run(path):
-    """{(batch, context, kv_format, layout, page_order): median_us (nan when not ok)}."""
+    """{(batch, context, kv_format, layout, page_order, version): median_us (nan when not ok)}."""
     try:
         with h5py.File(path, "r") as f:
             ix = f["index"]
@@ -38,6 +39,7 @@ def load_run(path):
             kind, status = _col(ix, "kind", n), _col(ix, "status", n)
             batch, context = ix["batch"][:], ix["context"][:]
             fmt, layout, order = _col(ix, "kv_format", n), _col(ix, "layout", n), _col(ix, "page_order", n)
+            version = _col(ix, "version", n)
             med = ix["median_us"][:]
     except (OSError, KeyError) as e:
         raise BadInput(f"{path}: not a kvlab result file with an index ({e})") from None
@@ -45,7 +47,7 @@ def load_run(path):
     for i in range(n):
         if kind[i] != "decode_attention":
             continue
-        key = (int(batch[i]), int(context[i]), fmt[i], layout[i], order[i])
+        key = (int(batch[i]), int(context[i]), fmt[i], layout[i], order[i], version[i])
         out[key] = float(med[i]) if status[i] == "ok" else math.nan
     if not out:
         raise BadInput(f"{path}: no decode_attention rows")
@@ -59,7 +61,7 @@ def table(directory, builds):
         if not files:
             raise BadInput(f"no runs of build '{b}' ({directory}/{b}_*.h5)")
         runs[b] = [load_run(p) for p in files]
-    lines = ["shape".ljust(34) + "".join(f"{b:>22s}" for b in builds) +
+    lines = ["shape".ljust(62) + "".join(f"{b:>22s}" for b in builds) +
              "".join(f"{b + '/' + builds[0]:>14s}" for b in builds[1:])]
     for key in runs[builds[0]][0]:
         best, cells = {}, ""
@@ -69,7 +71,7 @@ def table(directory, builds):
             best[b] = min(ok) if ok else math.nan
             cells += f"{' / '.join(f'{x:8.2f}' for x in xs):>22s}"
         ratios = "".join(f"{(best[b] / best[builds[0]] - 1) * 100:+13.2f}%" for b in builds[1:])
-        lines.append(f"{key[0]}x{key[1]} {key[2]} {key[3]} {key[4]}".ljust(34) + cells + ratios)
+        lines.append(f"{key[0]}x{key[1]} {key[2]} {key[3]} {key[4]} {key[5]}".ljust(62) + cells + ratios)
     return "\n".join(lines)
 
 

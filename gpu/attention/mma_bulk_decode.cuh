@@ -10,15 +10,15 @@
 //    token range and runs its own 3-stage pipeline, each stage [K rows | V rows] of one tile,
 //    completion counted on the stage's mbarrier (no block barrier in the main loop).
 //  * Scope: BF16 and FP16 pools (and FP8 E4M3 with a pool scale at head_dim >= 128 where the
-//    policy says kFP8), HND layout (and NHD where the policy says kNHD), block_size a
-//    multiple of 16: the tile's 16 slots of one (page, KV head) lie in one page (HND: one
+//    policy says kFP8, NVFP4 at head_dim >= 128 where it says kNVFP4), HND layout (and NHD
+//    where the policy says kNHD), block_size a multiple of 16: the tile's 16 slots of one (page, KV head) lie in one page (HND: one
 //    contiguous run, 16 x head_dim x element bytes; NHD: 16 rows num_kv_heads x head_dim
 //    elements apart).
 //  * The tile's page is one block-table load by lane 0, one tile ahead. A table entry outside
 //    the pool copies nothing and turns the block's rows into NaN.
 //  * Rows past the sequence's end: K is masked to -inf by the tile compute (a select, never
-//    arithmetic on what the stage holds there), V rows are zeroed after the copy lands (P is
-//    0 there, but 0 x NaN would not be).
+//    arithmetic on what the stage holds there), V rows (and NVFP4's V block scales) are
+//    zeroed after the copy lands (P is 0 there, but 0 x NaN would not be).
 //  * Numerics and the split plan (decode_plan.h): v4's; for the same split the outputs are
 //    bitwise v4's / v5's (the same mma sequence over the same values).
 //  * The split merge is a second policy, Merge:
@@ -34,10 +34,13 @@
 //
 // A copy policy Copy provides (every member static):
 //   kName, kCopies        registry name; what one copy moves (for the unsupported reasons)
-//   Rows                  the stage's row geometry (mma::PaddedRows<N>, mma::Swizzle128Rows)
+//   Rows<F, D>            the stage's row geometry of a (format, head_dim) (mma::PaddedRows<N>,
+//                         mma::SwizzleRows<span>)
 //   kSmemAlign            alignment the stage buffers need (16, or 1024 for the swizzle)
 //   kWarpIssues           true: the whole warp calls issue(); false: lane 0 alone
 //   kFP8                  true: FP8 E4M3 pools (pool scale) at head_dim >= 128 too
+//   kNVFP4                true: NVFP4 pools at head_dim >= 128 too (the tile's block scales
+//                         land in the stage's scale runs, BulkTile::sks / svs)
 //   kNHD                  true: NHD pools too (the copy gathers the tile's strided rows)
 //   Maps                  extra kernel parameter (__grid_constant__), e.g. tensor maps
 //   issue<D, F>(t, maps)  copies tile t (BulkTile below) into its stage, completing on t.bar
@@ -67,16 +70,20 @@ struct NoMaps {};
 
 // The operand loader of a (policy, format): v4's loaders over the policy's row geometry.
 template <class Copy, KvFormat F, int D>
-using BulkOperand =
-    std::conditional_t<F == KvFormat::kFP8E4M3, mma::MmaOperand<F, D, typename Copy::Rows>,
-                       mma::Operand16<F, D, F == KvFormat::kFP16, typename Copy::Rows>>;
+using BulkOperand = std::conditional_t<
+    F == KvFormat::kFP8E4M3 || F == KvFormat::kNVFP4,
+    mma::MmaOperand<F, D, typename Copy::template Rows<F, D>>,
+    mma::Operand16<F, D, F == KvFormat::kFP16, typename Copy::template Rows<F, D>>>;
 
 // Resident blocks the kernel is compiled for: 4 for FP8 at head_dim <= 128 (v5's measured
-// FP8 design point: f16 operands both ways, <= 128 registers), else 1 (no register cap: the
-// 16-bit instances are held to 2 blocks per SM by their shared memory).
+// FP8 design point: f16 operands both ways, <= 128 registers), kBulkNvfp4Blocks for NVFP4 at
+// head_dim <= 128 (its decode is issue-bound: more warps per scheduler), else 1 (no register
+// cap: the 16-bit instances are held to 2 blocks per SM by their shared memory).
+constexpr int kBulkNvfp4Blocks = 4;
 template <int D, KvFormat F>
 constexpr int bulk_min_blocks() {
-  return F == KvFormat::kFP8E4M3 && D <= 128 ? 4 : 1;
+  if (D > 128) return 1;
+  return F == KvFormat::kFP8E4M3 ? 4 : (F == KvFormat::kNVFP4 ? kBulkNvfp4Blocks : 1);
 }
 
 // One tile copy, as the block body hands it to the policy. Lane 0's page (the whole warp's
@@ -89,30 +96,35 @@ struct BulkTile {
   int rows;         // rows below the sequence's end (1..16)
   uint8_t* sk;      // the stage's K rows
   uint8_t* sv;      // the stage's V rows
+  uint8_t* sks;     // the stage's K block scales (NVFP4: 16 rows x D/16 codes), else unused
+  uint8_t* svs;     // the stage's V block scales
   uint64_t* bar;    // the stage's mbarrier (one arrival expected)
   uint64_t l2_policy;
   int lane;
 };
 
 // Shared memory of a block:
-//   [warp 0: 3 stages of [K rows | V rows], 16 rows each] ... [warp 3]  (after the loop: the
+//   [warp 0: 3 stages of [K rows | V rows | K scales | V scales], 16 rows each, a stage
+//   rounded up to Copy::kSmemAlign] ... [warp 3]  (after the loop: the
 //   warp merge's area, then the cluster merge's partial at partial_off)
 //   [Q^T fragments hi | lo | column scales] [mbarriers: 4 warps x 3 stages]
 // plus Copy::kSmemAlign - 16 bytes of slack when the stages need more than the 16-byte
 // alignment of the dynamic shared memory (the kernel rounds its base up). The partial (8 x
-// (D + 1) floats) fits in the pipeline area of every instance (the max below never grows
-// it: pipe >= 384 x D bytes > warp merge + partial, about 160 x D + 800), so v11's shared
-// memory is v10's.
+// (D + 1) floats) sits beside the warp merge's area; qbase is the larger of the pipeline
+// area and both (16-bit and FP8 pipelines, >= 384 x D bytes, always hold them: v11's shared
+// memory is v10's there; NVFP4's, 288 x D, may not, and the max grows the block for it).
 struct BulkSmem {
-  int row_bytes, row_stride, stage_bytes, warp_bytes, partial_off, qbase, qfrag_bytes, bar_off,
-      total;
+  int row_bytes, row_stride, scale_off, stage_bytes, warp_bytes, partial_off, qbase, qfrag_bytes,
+      bar_off, total;
 };
 template <class Copy, int D, KvFormat F>
 KVLAB_HD constexpr BulkSmem bulk_smem() {
   BulkSmem s{};
   s.row_bytes = BulkOperand<Copy, F, D>::kRowBytes;
   s.row_stride = BulkOperand<Copy, F, D>::kRowStride;
-  s.stage_bytes = 2 * kBulkTile * s.row_stride;
+  s.scale_off = 2 * kBulkTile * s.row_stride;  // K scales here, V scales one run further
+  const int scales = 2 * kBulkTile * BulkOperand<Copy, F, D>::kScaleBytes;
+  s.stage_bytes = (s.scale_off + scales + Copy::kSmemAlign - 1) / Copy::kSmemAlign * Copy::kSmemAlign;
   s.warp_bytes = kBulkStages * s.stage_bytes;
   const int pipe = kV4Warps * s.warp_bytes;
   const int merge = mma::WarpMerge<F, D, kV4Warps>::kBytes;
@@ -194,6 +206,8 @@ __device__ __forceinline__ void bulk_block(const V4Params& p, const typename Cop
     tile.rows = min(kWT, end - f);
     tile.sk = wbase + st * kS.stage_bytes;
     tile.sv = tile.sk + kWT * kS.row_stride;
+    tile.sks = tile.sk + kS.scale_off;
+    tile.svs = tile.sks + kWT * Op::kScaleBytes;
     tile.bar = bar;
     tile.l2_policy = l2_policy;
     tile.lane = lane;
@@ -228,14 +242,20 @@ __device__ __forceinline__ void bulk_block(const V4Params& p, const typename Cop
     mma::mbarrier_wait(&bars[st], static_cast<uint32_t>((i / kStages) & 1));
     uint8_t* sk = wbase + st * kS.stage_bytes;
     uint8_t* sv = sk + kWT * kS.row_stride;
+    uint8_t* sks = sk + kS.scale_off;
+    uint8_t* svs = sks + kWT * Op::kScaleBytes;
     const int n_valid = end - first_token(i);
     if (n_valid < kWT) {
       // The sequence's last tile: zero the V rows past the end (whatever the copy left there:
-      // stale rows, or the pool's unused slots).
+      // stale rows, or the pool's unused slots), and their block scales (0 x a NaN code
+      // would not be 0).
       constexpr int kChunksPerRow = kS.row_bytes / 16;
       for (int c = n_valid * kChunksPerRow + lane; c < kWT * kChunksPerRow; c += kWarpSize)
         *reinterpret_cast<uint4*>(sv + Op::at(c / kChunksPerRow, (c % kChunksPerRow) * 16)) =
             make_uint4(0u, 0u, 0u, 0u);
+      if constexpr (Op::kScaleBytes > 0)
+        for (int b = n_valid * Op::kScaleBytes + lane; b < kWT * Op::kScaleBytes; b += kWarpSize)
+          svs[b] = 0;
     }
     __syncwarp();  // every lane is done with tile i-1's stage and sees tile i's zeroed rows
     const int nxt = i + kStages - 1;
@@ -243,7 +263,7 @@ __device__ __forceinline__ void bulk_block(const V4Params& p, const typename Cop
       load_tile(nxt, nxt % kStages);
       if (nxt + 1 < my_tiles) fetch_page(nxt + 1);
     }
-    wa.tile(sk, sv, nullptr, nullptr, n_valid, qf_hi, qf_lo, q_lo, cs0, cs1, lane);
+    wa.tile(sk, sv, sks, svs, n_valid, qf_hi, qf_lo, q_lo, cs0, cs1, lane);
   }
 
   // ---- merge the 4 warps (the pipeline area; every copy a warp issued was waited for in
@@ -292,10 +312,14 @@ __global__ void __launch_bounds__(kV4Threads, bulk_min_blocks<D, F>())
 
 // ------------------------------------------------------------------ host side
 // The (head_dim, format) instances of a policy: every compiled head_dim in BF16 and FP16,
-// and FP8 E4M3 at head_dim >= 128 when the policy copies it.
+// and FP8 E4M3 / NVFP4 at head_dim >= 128 when the policy copies them.
 template <class Copy>
 constexpr bool bulk_fp8_head_dim(int d) {
   return Copy::kFP8 && d >= 128;
+}
+template <class Copy>
+constexpr bool bulk_nvfp4_head_dim(int d) {
+  return Copy::kNVFP4 && d >= 128;
 }
 template <class Copy, class Fn>
 cudaError_t bulk_dispatch(int head_dim, KvFormat format, Fn&& fn) {
@@ -311,24 +335,34 @@ cudaError_t bulk_dispatch(int head_dim, KvFormat format, Fn&& fn) {
         return fn(std::integral_constant<int, kD>{},
                   std::integral_constant<KvFormat, KvFormat::kFP8E4M3>{});
     }
+    if constexpr (bulk_nvfp4_head_dim<Copy>(kD)) {
+      if (format == KvFormat::kNVFP4)
+        return fn(std::integral_constant<int, kD>{},
+                  std::integral_constant<KvFormat, KvFormat::kNVFP4>{});
+    }
     return cudaErrorInvalidValue;  // unreachable: bulk_layout_reason rejects the format
   });
 }
 
 // "" when the family's copies apply to the pool: 16-bit rows (or FP8 E4M3 ones of >= 128
-// bytes where the policy copies them), HND (or NHD where the policy copies it), whole tiles
-// inside a page.
+// bytes, NVFP4 ones of >= 64, where the policy copies them), HND (or NHD where the policy
+// copies it), whole tiles inside a page.
 template <class Copy>
 std::string bulk_layout_reason(const PageGeometry& g) {
   std::ostringstream os;
   const bool fp8 = g.format == KvFormat::kFP8E4M3 && Copy::kFP8;
-  if (g.format != KvFormat::kBF16 && g.format != KvFormat::kFP16 && !fp8)
+  const bool nvfp4 = g.format == KvFormat::kNVFP4 && Copy::kNVFP4;
+  if (g.format != KvFormat::kBF16 && g.format != KvFormat::kFP16 && !fp8 && !nvfp4)
     os << Copy::kName << " copies 16-bit (bf16, fp16) "
-       << (Copy::kFP8 ? "or fp8_e4m3 (pool scale) " : "") << Copy::kCopies << ", got "
+       << (Copy::kFP8 ? "or fp8_e4m3 (pool scale) " : "")
+       << (Copy::kNVFP4 ? "or nvfp4 " : "") << Copy::kCopies << ", got "
        << to_string(g.format);
   else if (fp8 && !bulk_fp8_head_dim<Copy>(g.head_dim))
     os << Copy::kName << " copies fp8_e4m3 rows of head_dim >= 128 (one 128-byte swizzle line "
        << "or more), got head_dim " << g.head_dim;
+  else if (nvfp4 && !bulk_nvfp4_head_dim<Copy>(g.head_dim))
+    os << Copy::kName << " copies nvfp4 rows of head_dim >= 128 (a 64-byte swizzle span or "
+       << "more), got head_dim " << g.head_dim;
   else if (g.layout != KvLayout::kHND && !(Copy::kNHD && g.layout == KvLayout::kNHD))
     os << Copy::kName << " copies " << Copy::kCopies
        << (Copy::kNHD ? " of (page, KV head) rows of the HND or NHD layout, got "

@@ -95,27 +95,34 @@ __device__ __forceinline__ void decode4(uint32_t w, float (&f)[4]) {
 //  * PaddedRows<kPad>: rows row_bytes + kPad apart. 16: rows start 4 banks apart (the cp.async
 //    tiles of v4-v7, v9's per-row bulk copies); 0: back to back, as one bulk copy of a page
 //    run lands them (v8).
-//  * Swizzle128Rows: back to back, and inside each 128-byte line (line = offset / 128) the
-//    16-byte chunk index is XORed with line % 8: what a TMA tensor copy with
-//    CU_TENSOR_MAP_SWIZZLE_128B writes (v10). The tile base must be 1024-byte aligned (the
-//    pattern's period) and a 16-byte chunk never straddles two places, so any load of <= 16
-//    bytes at a 16-byte-aligned-or-inside-a-chunk offset is one address.
+//  * SwizzleRows<kSpan>: back to back, and the 16-byte chunk index inside each kSpan-byte
+//    span is XORed with (offset / 128) % (kSpan / 16): what a TMA tensor copy with
+//    CU_TENSOR_MAP_SWIZZLE_128B (kSpan 128: chunk ^= line % 8, line = offset / 128) or
+//    SWIZZLE_64B (kSpan 64: chunk bits 4-5 ^= offset bits 7-8) writes (v10). The tile base
+//    must be aligned to the pattern's period (8 x kSpan bytes) and a 16-byte chunk never
+//    straddles two places, so any load of <= 16 bytes at a 16-byte-aligned-or-inside-a-chunk
+//    offset is one address. Swizzle128Rows is the 128-byte form.
 template <int kPad>
 struct PaddedRows {
   static constexpr bool kSwizzled = false;
+  static constexpr int kPeriod = 16;
   __host__ __device__ static constexpr int stride(int row_bytes) { return row_bytes + kPad; }
   __host__ __device__ static constexpr int offset(int row_bytes, int row, int byte) {
     return row * (row_bytes + kPad) + byte;
   }
 };
-struct Swizzle128Rows {
+template <int kSpan>
+struct SwizzleRows {
+  static_assert(kSpan == 64 || kSpan == 128, "the TMA's 64- and 128-byte swizzles");
   static constexpr bool kSwizzled = true;
+  static constexpr int kPeriod = 8 * kSpan;  // bytes after which the XOR pattern repeats
   __host__ __device__ static constexpr int stride(int row_bytes) { return row_bytes; }
   __host__ __device__ static constexpr int offset(int row_bytes, int row, int byte) {
     const int o = row * row_bytes + byte;
-    return o ^ (((o >> 7) & 7) << 4);
+    return o ^ (((o >> 7) & (kSpan / 16 - 1)) << 4);
   }
 };
+using Swizzle128Rows = SwizzleRows<128>;
 
 // ------------------------------------------------------------------ tile geometry
 // What every loader of a (format, head_dim) shares: the row and fragment geometry.
@@ -127,9 +134,10 @@ struct OperandGeometry {
   static constexpr int kBits = kv_elem_bits(kElem);
   static constexpr int kRowBytes = D * kBits / 8;
   // Bytes between the first rows of two 16-token passes, per row (a pass starts at
-  // 16 * kRowStride: a multiple of 1024 for the swizzled rows, so the pattern restarts).
+  // 16 * kRowStride: a multiple of the swizzle's period for the swizzled rows, so the pattern
+  // restarts).
   static constexpr int kRowStride = Rows::stride(kRowBytes);
-  static_assert(!Rows::kSwizzled || (16 * kRowStride) % 1024 == 0,
+  static_assert(!Rows::kSwizzled || (16 * kRowStride) % Rows::kPeriod == 0,
                 "swizzled passes start on the pattern's period");
   // The one address function of the tile: byte `byte` of row `row`.
   __device__ static int at(int row, int byte) { return Rows::offset(kRowBytes, row, byte); }
@@ -237,7 +245,7 @@ struct OperandGeometry {
 //   v_frags(sv_pass, svs_pass, lane, emit)   emit(mt, a) for the kMT m-tiles of a pass
 //   kOutScale                what the output is multiplied by to undo scale_probs' constant
 // Rows: the tile's row geometry (v4's padded rows unless a copy path lands its rows otherwise;
-// the 16-bit and FP8 E4M3 loaders take any, the others v4's).
+// the 16-bit, FP8 E4M3 and NVFP4 loaders take any, the others v4's).
 template <KvFormat F, int D, class Rows = PaddedRows<16>>
 struct MmaOperand;
 
@@ -385,9 +393,9 @@ struct MmaOperand<KvFormat::kFP8E5M2, D> : OperandGeometry<KvFormat::kFP8E5M2, D
 // NVFP4: e2m1 -> e4m3 bytes by a prmt lookup, the hardware e4m3x2 -> f16x2 cvt, then an
 // exact f16x2 multiply by the E4M3 block scale (e2m1 x e4m3 has <= 6 significant bits and
 // lies in [2^-10, 2688]: a half). The FP32 tensor scale is the pool scale.
-template <int D>
-struct MmaOperand<KvFormat::kNVFP4, D> : OperandGeometry<KvFormat::kNVFP4, D> {
-  using G = OperandGeometry<KvFormat::kNVFP4, D>;
+template <int D, class Rows>
+struct MmaOperand<KvFormat::kNVFP4, D, Rows> : OperandGeometry<KvFormat::kNVFP4, D, Rows> {
+  using G = OperandGeometry<KvFormat::kNVFP4, D, Rows>;
   static constexpr bool kQkF16 = true, kPvF16 = true;
   static constexpr float kOutScale = 1.0f / kPScale;
   static constexpr int kGroup = G::kScaleGroup;

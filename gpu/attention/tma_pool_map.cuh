@@ -40,17 +40,24 @@ EncodeTiledFn encode_tiled_fn() {
   return fn;
 }
 
-// The map of one pool: rows of head_dim elements as a 4-D tensor {128-byte line, lines per
-// row, A, B} (16-bit: line = 64 elements, D/64 lines; FP8: 128, D/128), box {line, lines,
-// 16 rows along the slot axis}, 128-byte swizzle:
+// The swizzle span of a row of `row_bytes` bytes: whole 128-byte lines (16-bit rows, FP8 at
+// head_dim >= 128, NVFP4 at head_dim 256) or one 64-byte half line (NVFP4 at head_dim 128),
+// the TMA swizzle of the same width. The loaders read through SwizzleRows<span>.
+__host__ __device__ constexpr int tma_swizzle_span(int row_bytes) { return row_bytes >= 128 ? 128 : 64; }
+
+// The map of one pool: rows of head_dim elements as a 4-D tensor {line, lines per row, A, B}
+// (line = the swizzle span: 16-bit 64 elements, D/64 lines; FP8 128 elements, D/128 lines;
+// NVFP4 64 bytes at head_dim 128, 128 at head_dim 256, one line), box {line, lines, 16 rows
+// along the slot axis}, swizzled over the span (128 or 64 bytes):
 //   HND [page][head][slot][d]: A = slot (stride D), B = page * H + head (stride bs * D),
 //       box {line, lines, 16, 1}
 //   NHD [page][slot][head][d]: A = head (stride D), B = page * bs + slot (stride H * D),
 //       box {line, lines, 1, 16}
 // Both boxes land as [16 rows][lines][128 B] (the innermost box dimension first), so the
-// loaders read either through the same Swizzle128Rows. Limits (cuTensorMapEncodeTiled):
-// dims < 2^32 and coordinates < 2^31 (B <= rows, checked), strides multiples of 16 (D *
-// element bytes >= 128) and < 2^40, box dims <= 256 (line <= 128, lines <= 4, 16).
+// loaders read either through the same SwizzleRows<span>. NVFP4's block scales are not in
+// the map: each tile's run of them is one bulk copy (TmaSwizzleCopy::issue). Limits
+// (cuTensorMapEncodeTiled): dims < 2^32 and coordinates < 2^31 (B <= rows, checked), strides
+// multiples of 16 (row bytes >= 64) and < 2^40, box dims <= 256 (line <= 128, lines <= 4, 16).
 // "" or why it cannot be built.
 std::string encode_pool_map(const char* name, const void* pool, const PageGeometry& g,
                             CUtensorMap& map) {
@@ -70,16 +77,20 @@ std::string encode_pool_map(const char* name, const void* pool, const PageGeomet
   if (!encode)
     return std::string(name) + ": the driver has no cuTensorMapEncodeTiled (CUDA 12+)";
   const int d = g.head_dim;
-  const int elem_bytes = kv_format_bits(g.format) / 8;  // 2 (bf16, fp16) or 1 (fp8_e4m3)
-  const int line = 128 / elem_bytes, lines = d * elem_bytes / 128;
+  // 16-bit rows as uint16 elements; FP8 and NVFP4 rows as bytes (an NVFP4 byte holds two).
+  const int elem_bytes = kv_format_bits(g.format) == 16 ? 2 : 1;
+  const int row_bytes_i = d * kv_format_bits(g.format) / 8;
+  const int span = tma_swizzle_span(row_bytes_i);  // bytes per line
+  const int line = span / elem_bytes, lines = row_bytes_i / span;
   const bool hnd = g.layout == KvLayout::kHND;
   const cuuint64_t H = static_cast<cuuint64_t>(g.num_kv_heads);
   const cuuint64_t bs = static_cast<cuuint64_t>(g.block_size);
-  const cuuint64_t row_bytes = static_cast<cuuint64_t>(d) * elem_bytes;
+  const cuuint64_t row_bytes = static_cast<cuuint64_t>(row_bytes_i);
   const cuuint64_t pages = static_cast<cuuint64_t>(g.num_blocks);
   const cuuint64_t dims[4] = {static_cast<cuuint64_t>(line), static_cast<cuuint64_t>(lines),
                               hnd ? bs : H, hnd ? pages * H : pages * bs};
-  const cuuint64_t strides[3] = {128, row_bytes, (hnd ? bs : H) * row_bytes};  // dims 1, 2, 3
+  const cuuint64_t strides[3] = {static_cast<cuuint64_t>(span), row_bytes,
+                                 (hnd ? bs : H) * row_bytes};  // dims 1, 2, 3
   const cuuint32_t box[4] = {static_cast<cuuint32_t>(line), static_cast<cuuint32_t>(lines),
                              hnd ? static_cast<cuuint32_t>(kBulkTile) : 1u,
                              hnd ? 1u : static_cast<cuuint32_t>(kBulkTile)};
@@ -88,8 +99,8 @@ std::string encode_pool_map(const char* name, const void* pool, const PageGeomet
                                                   : CU_TENSOR_MAP_DATA_TYPE_UINT8,
                             4, const_cast<void*>(pool), dims,
                             strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                            CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+                            span == 128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B,
+                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS) {
     os << name << ": cuTensorMapEncodeTiled rejected the pool (CUresult "
        << static_cast<int>(r) << ", " << to_string(g.layout) << ", head_dim " << d << ", "
@@ -127,35 +138,49 @@ std::string pool_maps(const char* name, const DecodeArgs& a, TmaPoolMaps& out) {
 }
 
 // The TMA-swizzle copy policy of the bulk-copy family (mma_bulk_decode.cuh): lane 0 copies
-// the tile's 16 K rows with one tensor copy and its 16 V rows with another, 128-byte
-// swizzled. Version names the registry entry that uses it (Version::kName, in every reason);
-// v10 and v11 share it (v11 differs in the split merge only).
+// the tile's 16 K rows with one tensor copy and its 16 V rows with another, swizzled over the
+// row's span (128 or 64 bytes), and for NVFP4 the tile's K and V block scales with one bulk
+// copy each (the 16 slots' codes are one contiguous run of the scale array: kv_layout.h).
+// Version names the registry entry that uses it (Version::kName, in every reason); v10 and
+// v11 share it (v11 differs in the split merge only).
 template <class Version>
 struct TmaSwizzleCopy {
   static constexpr const char* kName = Version::kName;
   static constexpr const char* kCopies = "16-row tensor tiles";
-  using Rows = mma::Swizzle128Rows;  // as CU_TENSOR_MAP_SWIZZLE_128B lands them
-  static constexpr int kSmemAlign = 1024;  // the swizzle pattern's period
+  // As CU_TENSOR_MAP_SWIZZLE_128B / _64B land the rows of a (format, head_dim).
+  template <KvFormat F, int D>
+  using Rows = mma::SwizzleRows<tma_swizzle_span(D * kv_elem_bits(kv_elem_of(F)) / 8)>;
+  static constexpr int kSmemAlign = 1024;  // the 128-byte swizzle's period (the 64-byte one's 512)
   static constexpr bool kWarpIssues = false;  // lane 0 alone
   static constexpr bool kFP8 = true;  // FP8 E4M3 rows of >= 128 bytes: whole swizzle lines
+  static constexpr bool kNVFP4 = true;  // NVFP4 rows of >= 64 bytes, block scales by bulk copy
   static constexpr bool kNHD = true;  // the 4-D map gathers NHD's strided rows
   using Maps = TmaPoolMaps;
 
   template <int D, KvFormat F>
   __device__ static void issue(const BulkTile& t, const Maps& maps) {
+    using Op = BulkOperand<TmaSwizzleCopy, F, D>;
     // The box's coordinates {0, 0, A, B} (encode_pool_map); B <= the pool's rows < 2^31.
     const PageGeometry& g = t.pools->geom;
     const bool hnd = g.layout == KvLayout::kHND;
     const int a = hnd ? t.slot : t.kv_head;
     const int b = static_cast<int>(hnd ? t.page * g.num_kv_heads + t.kv_head
                                        : t.page * g.block_size + t.slot);
-    // The box always writes its 16 rows.
-    constexpr uint32_t kBoxBytes = kBulkTile * BulkOperand<TmaSwizzleCopy, F, D>::kRowBytes;
+    // The box always writes its 16 rows; the scale runs hold the same 16 slots' codes.
+    constexpr uint32_t kBoxBytes = kBulkTile * Op::kRowBytes;
+    constexpr uint32_t kScaleRun = F == KvFormat::kNVFP4 ? kBulkTile * Op::kScaleBytes : 0;
     mma::fence_proxy_async_smem();  // generic reads/writes of the stage before the async writes
-    mma::mbarrier_expect_tx(t.bar, 2 * kBoxBytes);
+    mma::mbarrier_expect_tx(t.bar, 2 * (kBoxBytes + kScaleRun));
     mma::mbarrier_arrive(t.bar);
     mma::tensor_copy_4d_g2s(t.sk, &maps.k, 0, 0, a, b, t.bar, t.l2_policy);
     mma::tensor_copy_4d_g2s(t.sv, &maps.v, 0, 0, a, b, t.bar, t.l2_policy);
+    if constexpr (kScaleRun > 0) {
+      // [slot][D/16] codes of slots slot .. slot+15: kScaleRun bytes, 16-byte aligned (slot is
+      // a multiple of 16).
+      const int64_t run = g.block_scale_index(t.page, t.kv_head, t.slot, 0);
+      mma::bulk_copy_g2s(t.sks, t.pools->k_scales + run, kScaleRun, t.bar, t.l2_policy);
+      mma::bulk_copy_g2s(t.svs, t.pools->v_scales + run, kScaleRun, t.bar, t.l2_policy);
+    }
   }
   static std::string maps_reason(const DecodeArgs& a) {
     if (a.num_seqs == 0) return "";  // an empty batch reads nothing (its pools may be null)

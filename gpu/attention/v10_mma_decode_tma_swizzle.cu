@@ -59,6 +59,22 @@
 //    64-byte row, half a swizzle line) is declined. A pool the tensor map cannot describe
 //    (address not 16-byte aligned, more than 2^31 rows) is declined with the encoder's
 //    reason.
+//  * NVFP4 at head_dim >= 128 (TUNING.md step 22). v5, the version that ran NVFP4, is issue-
+//    bound there, not byte-bound (ncu at 64 x 8k: issue slots 63 % busy, DRAM 45 %), and of
+//    its ~930 warp instructions per 16-token pass only ~290 are the dequantisation: the rest
+//    is the per-chunk cp.async copy (16-byte pieces, a table load and 64-bit offsets per
+//    token) and its bookkeeping. Here lane 0 moves a tile with two tensor copies of the
+//    rows and two 1-D bulk copies of the block scales (the tile's 16 slots' E4M3 codes are
+//    one contiguous run of D bytes of the scale array, 16-byte aligned), all on the stage's
+//    mbarrier; the other 31 lanes only dequantise and multiply. A d128 NVFP4 row is 64 bytes,
+//    so its map is one 64-byte line with CU_TENSOR_MAP_SWIZZLE_64B (chunk bits 4-5 XOR
+//    offset bits 7-8; the loaders read through SwizzleRows<64>): K slices (lanes g = 2q,
+//    2q+1 read the 16-byte chunk t of rows g: one 128-byte line) and V ranges (rows 2t.., 4
+//    bytes at 4g: chunk g/4 XOR t) are conflict-free. head_dim 256 rows are one 128-byte line
+//    (SWIZZLE_128B, as FP8 d128). The loaders and mma sequence are v5's NVFP4 ones, so for
+//    the same split the bits are v5's. Compiled for kBulkNvfp4Blocks (4) resident blocks per
+//    SM at d128 (<= 128 registers, no spill). Prediction: ~1.3x fewer instructions per byte
+//    than v5, so at the issue-bound shapes (batch >= 16 x >= 8k) 20-30 % faster than v5.
 #include "gpu/attention/tma_pool_map.cuh"
 
 namespace kvlab::gpu::detail {
@@ -78,8 +94,9 @@ DecodeVersionImpl make_v10_mma_decode_tma_swizzle() {
   return bulk_version<V10TensorCopy>(
       10,
       "v4's tensor-core decode loading each 16-token tile of an HND or NHD page (K and V) "
-      "with one TMA tensor copy each, 128-byte swizzled, on an mbarrier (bf16/fp16, fp8_e4m3 "
-      "at head_dim >= 128, block_size a multiple of 16)");
+      "with one TMA tensor copy each, swizzled, on an mbarrier (bf16/fp16, fp8_e4m3 and "
+      "nvfp4 at head_dim >= 128 (nvfp4's block scales by bulk copy), block_size a multiple "
+      "of 16)");
 }
 
 }  // namespace kvlab::gpu::detail

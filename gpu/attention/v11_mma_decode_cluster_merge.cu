@@ -41,8 +41,8 @@
 //  * Launch: cudaLaunchKernelEx with the cluster-dimension attribute. tuning.pdl does not
 //    apply: it names how a version launches its dependent (merge) kernel, and v11 has none;
 //    like v10's decode kernel, v11's is launched without the PDL attribute.
-//  * Scope: v10's (BF16 / FP16 head_dim 64-256, FP8 E4M3 with a pool scale at head_dim >= 128,
-//    HND and NHD, block_size a multiple of 16), through the same copy policy
+//  * Scope: v10's (BF16 / FP16 head_dim 64-256, FP8 E4M3 with a pool scale and NVFP4 at
+//    head_dim >= 128, HND and NHD, block_size a multiple of 16), through the same copy policy
 //    (tma_pool_map.cuh) and the same instances (one kernel per (head_dim, format)).
 //
 // Prediction (written before the first H100 run): at the split shapes (batch
@@ -82,10 +82,10 @@ struct V11Name {
 DecodeVersionImpl make_v11_mma_decode_cluster_merge() {
   return bulk_version<TmaSwizzleCopy<V11Name>, ClusterSplitMerge>(
       11,
-      "v10 (one TMA tensor copy per 16-token K and V tile, 128-byte swizzled, HND or NHD) with "
+      "v10 (one TMA tensor copy per 16-token K and V tile, swizzled, HND or NHD) with "
       "the KV splits of an item launched as one thread-block cluster and merged through "
-      "distributed shared memory: one kernel, no workspace (bf16/fp16, fp8_e4m3 at head_dim "
-      ">= 128, block_size a multiple of 16, at most 16 splits per item)");
+      "distributed shared memory: one kernel, no workspace (bf16/fp16, fp8_e4m3 and nvfp4 at "
+      "head_dim >= 128, block_size a multiple of 16, at most 16 splits per item)");
 }
 
 }  // namespace kvlab::gpu::detail

@@ -39,10 +39,12 @@ namespace {
 struct V8PageRunCopy {
   static constexpr const char* kName = "v8_mma_decode_bulk_page";
   static constexpr const char* kCopies = "page runs";
+  template <KvFormat, int>
   using Rows = mma::PaddedRows<0>;  // rows back to back, as one bulk copy lands them
   static constexpr int kSmemAlign = 16;
   static constexpr bool kWarpIssues = false;  // lane 0 alone
   static constexpr bool kFP8 = false;         // 16-bit pools only
+  static constexpr bool kNVFP4 = false;       // nor NVFP4
   static constexpr bool kNHD = false;         // a page run is contiguous in HND only
   using Maps = NoMaps;
 

@@ -44,10 +44,12 @@ namespace {
 struct V9RowCopy {
   static constexpr const char* kName = "v9_mma_decode_bulk_rows";
   static constexpr const char* kCopies = "rows";
+  template <KvFormat, int>
   using Rows = mma::PaddedRows<16>;  // v4's padded rows: v4's shared-memory access pattern
   static constexpr int kSmemAlign = 16;
   static constexpr bool kWarpIssues = true;  // every lane copies a row
   static constexpr bool kFP8 = false;        // 16-bit pools only
+  static constexpr bool kNVFP4 = false;      // nor NVFP4
   static constexpr bool kNHD = false;        // HND rows (v8's scope)
   using Maps = NoMaps;
 
@@ -56,7 +58,7 @@ struct V9RowCopy {
   __device__ static void issue(const BulkTile& t, const Maps&) {
     static_assert(F == KvFormat::kBF16 || F == KvFormat::kFP16, "16-bit rows");
     constexpr int kRowBytes = D * 2;
-    constexpr int kStride = Rows::stride(kRowBytes);
+    constexpr int kStride = Rows<F, D>::stride(kRowBytes);
     static_assert(kStride % 16 == 0 && kRowBytes % 16 == 0, "bulk copies: 16-byte units");
     mma::fence_proxy_async_smem();  // this lane's generic accesses before its async writes
     if (t.lane == 0) {

@@ -8,8 +8,8 @@
 //                               thread-block cluster (distributed shared memory, one launch)
 // Each member runs and matches the reference on every geometry of its scope (bf16 / fp16
 // HND -- v10 also NHD --, block_size a multiple of 16, every compiled head_dim, GQA 1-16,
-// sequence ends inside and at the edges of tiles and pages; v10 also fp8_e4m3 at head_dim
-// 128 and 256, with v5's bits at forced splits), declines everything outside it with a
+// sequence ends inside and at the edges of tiles and pages; v10 also fp8_e4m3 and nvfp4 at
+// head_dim 128 and 256, with v5's bits at forced splits), declines everything outside it with a
 // reason, gives the bits of the versions with the same tiles and mma sequence for the same
 // split (v5's in every layout; v9 and v10 also v8's in HND; v11 also v10's in every layout:
 // its cluster merge replays v4's merge kernel's arithmetic in the kernel's order), and turns
@@ -50,7 +50,7 @@ struct BulkMember {
   int id;
   const char* name;                // the registry name, which every unsupported reason carries
   std::vector<int> bitwise_peers;  // versions with the same tiles and mma sequence (HND)
-  bool fp8;                        // copies FP8 E4M3 (pool scale) rows at head_dim >= 128 too
+  bool fp8;  // copies FP8 E4M3 (pool scale) and NVFP4 rows at head_dim >= 128 too
   std::vector<KvLayout> layouts;   // the layouts it copies
   std::vector<int> other_peers = {5};  // the same bits in the other layouts (and FP8)
   int max_splits = 0;  // > 0: the splits of an item merge in one cluster of at most this many
@@ -185,6 +185,20 @@ TEST_P(BulkCopyDecode, Fp8GeometriesOfItsScopeMatchTheReferenceAndV5Bitwise) {
   }
 }
 
+// NVFP4 (E2M1 with E4M3 block scales, FP32 tensor scale): where the member copies it
+// (head_dim >= 128: a 64- or 128-byte swizzled row, the tile's block scales by bulk copy),
+// the reference on every such geometry -- the rows and block scales past a sequence's end
+// hold NaN, which the V rows' zeroing must cover, scales included -- and v5's bits at forced
+// splits (v5 runs NVFP4 in the same 16-token tiles, loaders and mma sequence).
+TEST_P(BulkCopyDecode, Nvfp4GeometriesOfItsScopeMatchTheReferenceAndV5Bitwise) {
+  KVLAB_SKIP_WITHOUT_GPU();
+  if (!GetParam().fp8) GTEST_SKIP() << tag() << " copies 16-bit rows only (declines: below)";
+  for (KvLayout l : GetParam().layouts) {
+    expect_geometries({KvFormat::kNVFP4}, {128, 256}, l);
+    expect_forced_splits(KvFormat::kNVFP4, "nvfp4.splits", GetParam().other_peers, nullptr, l);
+  }
+}
+
 TEST_P(BulkCopyDecode, DeclinesEverythingOutsideItsScope) {
   KVLAB_SKIP_WITHOUT_GPU();
   struct Out {
@@ -196,14 +210,14 @@ TEST_P(BulkCopyDecode, DeclinesEverythingOutsideItsScope) {
   };
   const bool nhd = GetParam().layouts.size() > 1;  // HND and NHD
   std::vector<Out> outs = {{KvLayout::kSplitX, KvFormat::kFP16, 16, 128, "HND"},
-                           {KvLayout::kHND, KvFormat::kNVFP4, 32, 128, "16-bit"},
+                           {KvLayout::kHND, KvFormat::kMXFP4, 32, 128, "16-bit"},
                            {KvLayout::kHND, KvFormat::kFP8E5M2, 16, 128, "16-bit"},
                            {KvLayout::kHND, KvFormat::kBF16, 8, 128, "multiple of 16"},
                            {KvLayout::kHND, KvFormat::kBF16, 1, 128, "multiple of 16"}};
   if (nhd) {
     outs.push_back({KvLayout::kNHD, KvFormat::kBF16, 8, 128, "multiple of 16"});
     outs.push_back({KvLayout::kNHD, KvFormat::kFP16, 24, 64, "multiple of 16"});
-    outs.push_back({KvLayout::kNHD, KvFormat::kNVFP4, 32, 128, "16-bit"});
+    outs.push_back({KvLayout::kNHD, KvFormat::kFP8E4M3PerToken, 32, 128, "16-bit"});
   } else {
     outs.push_back({KvLayout::kNHD, KvFormat::kBF16, 16, 128, "HND"});
   }
@@ -211,9 +225,14 @@ TEST_P(BulkCopyDecode, DeclinesEverythingOutsideItsScope) {
     outs.push_back({KvLayout::kHND, KvFormat::kFP8E4M3, 16, 64, "head_dim >= 128"});
     outs.push_back({nhd ? KvLayout::kNHD : KvLayout::kHND, KvFormat::kFP8E4M3, 16, 64,
                     "head_dim >= 128"});
+    outs.push_back({KvLayout::kHND, KvFormat::kNVFP4, 16, 64, "head_dim >= 128"});
+    outs.push_back({nhd ? KvLayout::kNHD : KvLayout::kHND, KvFormat::kNVFP4, 32, 64,
+                    "head_dim >= 128"});
+    outs.push_back({KvLayout::kHND, KvFormat::kNVFP4, 8, 128, "multiple of 16"});
   } else {
     outs.push_back({KvLayout::kHND, KvFormat::kFP8E4M3, 16, 128, "16-bit"});
     outs.push_back({KvLayout::kNHD, KvFormat::kFP8E4M3, 16, 128, "16-bit"});
+    outs.push_back({KvLayout::kHND, KvFormat::kNVFP4, 32, 128, "16-bit"});
   }
   for (const Out& o : outs) {
     ref::PagedCaseSpec s = seeded_spec(("decode." + tag() + ".out").c_str(), o.l, o.f);

@@ -13,9 +13,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 TOOL = os.path.join(ROOT, "gpu", "attention", "build_ab_table.py")
 
 
-def write_run(path, medians, status=None):
+def write_run(path, medians, status=None, versions=None):
     """A minimal kvlab result index: 16 x 8192 BF16 NHD / HND shuffled, one decode row each,
-    plus a bandwidth row the table must ignore."""
+    plus a bandwidth row the table must ignore; `versions` adds the index's version column."""
     status = status or ["ok"] * len(medians)
     n = len(medians) + 1
     with h5py.File(path, "w") as f:
@@ -30,6 +30,8 @@ def write_run(path, medians, status=None):
         ix.create_dataset("layout", data=np.array(layouts, dtype=object), dtype=s)
         ix.create_dataset("page_order", data=np.array(["shuffled"] * n, dtype=object), dtype=s)
         ix.create_dataset("median_us", data=np.array(list(medians) + [1.0]))
+        if versions:
+            ix.create_dataset("version", data=np.array(list(versions) + [""], dtype=object), dtype=s)
 
 
 def run(*args):
@@ -77,3 +79,27 @@ def test_a_file_that_is_not_a_result_file_exits_2(tmp_path):
     r = run(str(tmp_path), "base,new")
     assert r.returncode == 2
     assert "new_1.h5" in r.stderr
+
+
+def test_two_versions_at_one_shape_are_two_points(tmp_path):
+    # The same shape and layout timed by two versions in one config: two rows, each compared
+    # with its own version's baseline, not one row overwritten by the other.
+    vs = ["v5_mma_decode_2stage", "v10_mma_decode_tma_swizzle"]
+    write_run(tmp_path / "base_1.h5", [200.0, 150.0], versions=vs)
+    write_run(tmp_path / "new_1.h5", [200.0, 120.0], versions=vs)
+    with h5py.File(tmp_path / "base_1.h5", "r+") as f:  # both rows NHD
+        del f["index/layout"]
+        f["index"].create_dataset("layout", data=np.array(["nhd", "nhd", ""], dtype=object),
+                                  dtype=h5py.string_dtype())
+    with h5py.File(tmp_path / "new_1.h5", "r+") as f:
+        del f["index/layout"]
+        f["index"].create_dataset("layout", data=np.array(["nhd", "nhd", ""], dtype=object),
+                                  dtype=h5py.string_dtype())
+    r = run(str(tmp_path), "base,new")
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert len(lines) == 3, r.stdout
+    v5 = next(l for l in lines if "v5_mma_decode_2stage" in l)
+    v10 = next(l for l in lines if "v10_mma_decode_tma_swizzle" in l)
+    assert v5.strip().endswith("+0.00%")
+    assert v10.strip().endswith("-20.00%")  # 120 / 150 - 1
