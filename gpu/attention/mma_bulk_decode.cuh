@@ -137,6 +137,20 @@ KVLAB_HD constexpr BulkSmem bulk_smem() {
   return s;
 }
 
+// Token -> (page index, slot) of a runtime block_size: a shift and a mask when the block size
+// is a power of two (16, 32, 64, 128: every size serving systems use), a division otherwise.
+// Lane 0 splits a token once per tile; the warp waits while it does (a divergent path), and
+// a 32-bit division is ~20 instructions, which the dequantising formats' issue-bound loops
+// feel.
+struct PageSplit {
+  int bs, shift;  // shift >= 0: bs == 1 << shift
+  __device__ explicit PageSplit(int block_size) : bs(block_size), shift(-1) {
+    if ((block_size & (block_size - 1)) == 0) shift = __ffs(block_size) - 1;
+  }
+  __device__ int page(int tok) const { return shift >= 0 ? tok >> shift : tok / bs; }
+  __device__ int slot(int tok) const { return shift >= 0 ? tok & (bs - 1) : tok % bs; }
+};
+
 // The block body of one (sequence, KV head, query tile, split) over tokens [start, end);
 // a multi-split partial goes to smem_partial when given (the cluster merge), else to the
 // workspace.
@@ -157,7 +171,7 @@ __device__ __forceinline__ void bulk_block(const V4Params& p, const typename Cop
   const int tid = threadIdx.x, warp = tid / kWarpSize, lane = tid % kWarpSize;
   const int t = lane & 3;
   const PageGeometry& geom = p.pools.geom;
-  const int bs = geom.block_size;
+  const PageSplit ps(geom.block_size);  // tokens are >= 0
   const int32_t* table = p.block_table + static_cast<int64_t>(it.seq) * p.max_blocks_per_seq;
 
   uint8_t* wbase = smem + warp * kS.warp_bytes;
@@ -202,7 +216,7 @@ __device__ __forceinline__ void bulk_block(const V4Params& p, const typename Cop
     tile.pools = &p.pools;
     tile.page = pg;
     tile.kv_head = it.kv_head;
-    tile.slot = f % bs;
+    tile.slot = ps.slot(f);
     tile.rows = min(kWT, end - f);
     tile.sk = wbase + st * kS.stage_bytes;
     tile.sv = tile.sk + kWT * kS.row_stride;
@@ -216,7 +230,7 @@ __device__ __forceinline__ void bulk_block(const V4Params& p, const typename Cop
   auto fetch_page = [&](int i) {  // lane 0: the table entry of tile i (-1 past the end)
     if (lane != 0) return;
     const int f = first_token(i);
-    pf = f < end ? __ldg(table + f / bs) : -1;
+    pf = f < end ? __ldg(table + ps.page(f)) : -1;
   };
 
   // ---- pipeline prologue first: its copies fly while Q is prepared.

@@ -170,9 +170,15 @@ struct WarpAttention {
     }
     float corr0, corr1;
     sm.rescale_to(mx0, mx1, corr0, corr1);
+    // A tile that raises no lane's running max (corr exactly 1 everywhere: exp2(0), the common
+    // case once the first tiles have set the maxima) skips the rescale. x * 1 == x, so the bits
+    // are the same; the warp saves kMT x 4 multiplies per tile (issue slots, which the
+    // dequantising formats run short of).
+    if (__any_sync(0xFFFFFFFFu, corr0 != 1.0f || corr1 != 1.0f)) {
 #pragma unroll
-    for (int i = 0; i < kMT; ++i)
-      acc[i][0] *= corr0, acc[i][1] *= corr1, acc[i][2] *= corr0, acc[i][3] *= corr1;
+      for (int i = 0; i < kMT; ++i)
+        acc[i][0] *= corr0, acc[i][1] *= corr1, acc[i][2] *= corr0, acc[i][3] *= corr1;
+    }
 
 #pragma unroll
     for (int sub = 0; sub < kSub; ++sub) {

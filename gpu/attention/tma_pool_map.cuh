@@ -176,8 +176,9 @@ struct TmaSwizzleCopy {
     mma::tensor_copy_4d_g2s(t.sv, &maps.v, 0, 0, a, b, t.bar, t.l2_policy);
     if constexpr (kScaleRun > 0) {
       // [slot][D/16] codes of slots slot .. slot+15: kScaleRun bytes, 16-byte aligned (slot is
-      // a multiple of 16).
-      const int64_t run = g.block_scale_index(t.page, t.kv_head, t.slot, 0);
+      // a multiple of 16). block_scale_index(page, head, slot, 0) is token_scale_index(page,
+      // head, slot) x D/16 (kv_layout.h); this form needs no division by the runtime group.
+      const int64_t run = g.token_scale_index(t.page, t.kv_head, t.slot) * Op::kScaleBytes;
       mma::bulk_copy_g2s(t.sks, t.pools->k_scales + run, kScaleRun, t.bar, t.l2_policy);
       mma::bulk_copy_g2s(t.svs, t.pools->v_scales + run, kScaleRun, t.bar, t.l2_policy);
     }
