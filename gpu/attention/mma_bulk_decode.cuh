@@ -80,8 +80,6 @@ using BulkOperand = std::conditional_t<
 // head_dim <= 128 (its decode is issue-bound: more warps per scheduler), else 1 (no register
 // cap: the 16-bit instances are held to 2 blocks per SM by their shared memory).
 constexpr int kBulkNvfp4Blocks = 4;
-// The tile compute skips the rescale of tiles that moved no running max (mma_tile_compute.cuh).
-constexpr bool kBulkSkipUnitRescale = true;
 template <int D, KvFormat F>
 constexpr int bulk_min_blocks() {
   if (D > 128) return 1;
@@ -249,7 +247,7 @@ __device__ __forceinline__ void bulk_block(const V4Params& p, const typename Cop
   const float cs0 = colscale[2 * t], cs1 = colscale[2 * t + 1];
   const bool q_lo = !Op::kQkF16 && !p.q_bf16;  // an f16 Q split into bf16 hi + lo
 
-  mma::WarpAttention<F, D, kWT, Op, kBulkSkipUnitRescale> wa;
+  mma::WarpAttention<F, D, kWT, Op> wa;
   wa.reset();
 
   // ---- main loop: wait for tile i, refill the stage tile i-1 used, compute tile i.

@@ -111,11 +111,7 @@ __device__ __forceinline__ void q_fragments(const QSlice<D>& qs, bool q_bf16, fl
 // The state of one warp over a run of tiles of one (sequence, KV head, query tile): the
 // online softmax of heads 2t, 2t+1 and O^T fragments acc[m-tile][c0..c3].
 // OpT: the operand loader (default: the format's, reading padded cp.async tiles).
-// kSkipUnitRescale: skip the accumulator rescale of a tile that moved no running max (a warp
-// vote per tile; the bulk-copy family, whose dequantising formats are issue-bound). Off for
-// v4-v7: there the vote and the branch cost more than the multiplies they save (v5 NVFP4
-// +1.3-1.9 % on the H100, TUNING.md step 22).
-template <KvFormat F, int D, int kWT, class OpT = MmaOperand<F, D>, bool kSkipUnitRescale = false>
+template <KvFormat F, int D, int kWT, class OpT = MmaOperand<F, D>>
 struct WarpAttention {
   using Op = OpT;
   static constexpr int kSub = kWT / 16;  // 16-token mma passes per tile
@@ -174,14 +170,9 @@ struct WarpAttention {
     }
     float corr0, corr1;
     sm.rescale_to(mx0, mx1, corr0, corr1);
-    // kSkipUnitRescale: a tile that raises no lane's running max (corr exactly 1 everywhere:
-    // exp2(0), the common case once the first tiles have set the maxima) skips the rescale.
-    // x * 1 == x, so the bits are the same; the warp saves kMT x 4 multiplies per tile.
-    if (!kSkipUnitRescale || __any_sync(0xFFFFFFFFu, corr0 != 1.0f || corr1 != 1.0f)) {
 #pragma unroll
-      for (int i = 0; i < kMT; ++i)
-        acc[i][0] *= corr0, acc[i][1] *= corr1, acc[i][2] *= corr0, acc[i][3] *= corr1;
-    }
+    for (int i = 0; i < kMT; ++i)
+      acc[i][0] *= corr0, acc[i][1] *= corr1, acc[i][2] *= corr0, acc[i][3] *= corr1;
 
 #pragma unroll
     for (int sub = 0; sub < kSub; ++sub) {
@@ -224,9 +215,9 @@ struct WarpMerge {
   static constexpr int kBytes = 2 * kWarps * kHeadsPerTile * 4 + kWarps * kHeadsPerTile * kDP * 4;
 
   // A warp's state (sums already reduced) into the area.
-  template <int kWT, class OpT, bool kSkip>
+  template <int kWT, class OpT>
   __device__ static void store_warp(uint8_t* area, int warp, int lane,
-                                    const WarpAttention<F, D, kWT, OpT, kSkip>& wa) {
+                                    const WarpAttention<F, D, kWT, OpT>& wa) {
     const int g = lane >> 2, t = lane & 3;
     float* red_m = reinterpret_cast<float*>(area);
     float* red_l = red_m + kWarps * kHeadsPerTile;

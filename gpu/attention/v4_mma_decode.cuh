@@ -178,10 +178,10 @@ __device__ __forceinline__ bool v4_token_range(const V4Params& p, const V4Item& 
 // `smem_partial` into this block's shared memory, [lse: 8 heads][o: 8 heads][D] floats
 // (v11's cluster merge reads it from the other blocks of the cluster). `bad`: this thread
 // saw a table entry outside the pool (any thread's makes the block's rows NaN).
-template <int D, KvFormat F, int kWT, class Op, bool kSkip>
+template <int D, KvFormat F, int kWT, class Op>
 __device__ __forceinline__ void v4_merge_warps_and_store(const V4Params& p, uint8_t* smem,
                                                          const V4Item& it,
-                                                         mma::WarpAttention<F, D, kWT, Op, kSkip>& wa,
+                                                         mma::WarpAttention<F, D, kWT, Op>& wa,
                                                          bool bad, float* smem_partial = nullptr) {
   using Merge = mma::WarpMerge<F, D, kV4Warps>;
   const int tid = threadIdx.x, warp = tid / kWarpSize, lane = tid % kWarpSize;
