@@ -133,6 +133,10 @@ def main(argv) -> int:
              f"wrong and every % of a ceiling is suspect:")
         for _, r in invalid.iterrows():
             emit(f"!!!   {r['key']}: {r['reason']}")
+    # A cold row that beat the run's best DRAM bandwidth means R (or C) is too low: every % of it is
+    # then an upper bound. A "% of R >= x" target that it meets is unproven, one it misses stays
+    # missed (the true % is lower still).
+    ceiling_beaten = bool(len(invalid) or len(cold_beyond))
     warm_beyond = beyond[beyond["cold_l2"] == 0]
     if len(warm_beyond):
         emit(f"note: {len(warm_beyond)} warm-L2 rows beat the DRAM bound (L2 hits; they are labelled warm)")
@@ -206,6 +210,11 @@ def main(argv) -> int:
     def target(tid, what, figure, holds):
         tg.append([tid, what, figure, holds])
 
+    def pct_holds(pct, need):
+        if not pct >= need:
+            return "NO"
+        return "unproven: this run's ceiling was beaten (see !!!)" if ceiling_beaten else "yes"
+
     def kb(**sh):
         return best(sel(uniform(kv), dict(dict(gqa_group=4, block_size=16, graph="off"), **sh)))
 
@@ -234,7 +243,7 @@ def main(argv) -> int:
         x = kb(batch=b, context=c, kv_format="bf16")
         target("K2", f"{b} x {c // 1024}k BF16, >= 97 % of R",
                "not measured" if x is None else f"{x['pct_read_ceiling']:.1f} % ({x['median_us']:.1f} us, {x['version']})",
-               "n/a" if x is None else ("yes" if x["pct_read_ceiling"] >= 97 else "NO"))
+               "n/a" if x is None else pct_holds(x["pct_read_ceiling"], 97))
     k3 = uniform(kv)
     k3 = k3[(k3["kv_format"] == "bf16") & (k3["batch"] <= 4) & (k3["context"] >= 32768) & (k3["graph"] == "off")]
     for (b, c), _ in k3.groupby(["batch", "context"]):
@@ -242,7 +251,7 @@ def main(argv) -> int:
         if x is not None:
             target("K3", f"{int(b)} x {kctx(c)} BF16, >= 88 % of R",
                    f"{x['pct_read_ceiling']:.1f} % ({x['median_us']:.1f} us, {x['version']})",
-                   "yes" if x["pct_read_ceiling"] >= 88 else "NO")
+                   pct_holds(x["pct_read_ceiling"], 88))
     fp8 = uniform(kv)
     fp8 = fp8[(fp8["kv_format"] == "fp8_e4m3") & (fp8["gqa_group"] == 4) & (fp8["block_size"] == 16) &
               (fp8["graph"] == "off")][["batch", "context"]].drop_duplicates()
@@ -334,7 +343,7 @@ def main(argv) -> int:
     for _, x in app.iterrows():
         pct = x.get("pct_copy_ceiling", float("nan"))
         target("P9", f"append {int(x['tokens'])} tokens {x['kv_format']}, >= 90 % of copy",
-               f"{pct:.1f} % ({x['median_us']:.1f} us)", "yes" if pct >= 90 else "NO")
+               f"{pct:.1f} % ({x['median_us']:.1f} us)", pct_holds(pct, 90))
     emit("")
     emit("targets:")
     table(emit, ["target", "what", "measured", "holds"], tg, a.markdown)

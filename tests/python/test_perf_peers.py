@@ -673,3 +673,31 @@ def test_decode_peers_studies_must_exist(tmp_path, perf_files):
                        text=True, timeout=60)
     assert r.returncode == 2 and "no decode_attention rows of study 'K9'" in r.stderr and "K2, K3, K6" in r.stderr
     assert not (tmp_path / "p.h5").exists()
+
+
+def test_a_percent_of_r_target_met_under_a_beaten_ceiling_is_unproven(tmp_path):
+    # 64 x 8k BF16 at 730 us is 98.1 % of R = 3 TB/s. With every row valid, K2 holds; when any
+    # cold row of the run beat R (here a peer moving more than R allows), R is too low, the 98.1 %
+    # is an upper bound, and K2 must not say "yes". A missed target (1 x 32k at 60 us, 74.6 %)
+    # stays missed either way.
+    kv = [decode_row("K2", "v10_mma_decode_tma_swizzle", 64, 8192, "bf16", 730.0),
+          decode_row("K3", "v10_mma_decode_tma_swizzle", 1, 32768, "bf16", 60.0)]
+    fast_peer = [decode_row("K2", "peer:sdpa_cudnn", 64, 8192, "bf16", 700.0, layout="contiguous")]
+    ok_peer = [decode_row("K2", "peer:sdpa_cudnn", 64, 8192, "bf16", 720.0, layout="contiguous")]
+    assert fast_peer[0]["status"] == "failed" and ok_peer[0]["status"] == "ok"
+    sweep = write(tmp_path / "sweep.h5", kv)
+
+    def k_lines(peers):
+        r = subprocess.run([sys.executable, TABLE, str(sweep), str(peers)], capture_output=True, text=True,
+                           timeout=120)
+        assert r.returncode == 0, r.stderr
+        return ([ln for ln in r.stdout.splitlines() if ln.startswith("K2") and "64 x 8k" in ln],
+                [ln for ln in r.stdout.splitlines() if ln.startswith("K3")], r.stdout)
+
+    k2, k3, out = k_lines(write(tmp_path / "peers_ok.h5", ok_peer))
+    assert "TIMING INVALID" not in out
+    assert len(k2) == 1 and "98.1 %" in k2[0] and k2[0].rstrip().endswith("yes"), k2
+    k2, k3, out = k_lines(write(tmp_path / "peers_fast.h5", fast_peer))
+    assert "TIMING INVALID" in out
+    assert len(k2) == 1 and "98.1 %" in k2[0] and "unproven" in k2[0] and not k2[0].rstrip().endswith("yes"), k2
+    assert len(k3) == 1 and k3[0].rstrip().endswith("NO"), k3
