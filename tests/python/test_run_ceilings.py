@@ -4,7 +4,7 @@ synthetic run whose big-working-set bulk read beat the ceilings pass (recorded, 
 the rule did, as "timing invalid") gets R raised to that row's fast edge, and target_table.py then
 reports every % of R, floor and excess on it, with no "TIMING INVALID" for that row; a small
 working-set read or a decode row that beats R never raises it and is still shouted. Also the
-shipped fair run (data/perf/h100_perf_sweep.h5): R 3.158 -> 3.174 TB/s. And perf.ini measures the
+fair run of 9a8b6c8 (data/perf/h100_perf_sweep_9a8b6c8.h5): R 3.158 -> 3.174 TB/s. And perf.ini measures the
 layouts the tables choose between: FP8 and BF16 on HND pages on every K1 grid point."""
 import math
 import os
@@ -145,6 +145,8 @@ def test_a_file_whose_sweep_already_raised_r_names_the_row(tmp_path):
 
 
 SHIPPED = os.path.join(ROOT, "data", "perf", "h100_perf_sweep.h5")
+# The fair run of main bb7cb48, the one before.
+SHIPPED_BB7CB48 = os.path.join(ROOT, "data", "perf", "h100_perf_sweep_bb7cb48.h5")
 # The fair run of main 2d52096, the first whose sweep applied the rule itself.
 SHIPPED_2D52096 = os.path.join(ROOT, "data", "perf", "h100_perf_sweep_2d52096.h5")
 # The fair run of main 9a8b6c8, written before the sweep raised R itself.
@@ -153,10 +155,25 @@ SHIPPED_9A8B6C8 = os.path.join(ROOT, "data", "perf", "h100_perf_sweep_9a8b6c8.h5
 
 @pytest.mark.skipif(not os.path.isfile(SHIPPED), reason="no shipped fair run")
 def test_shipped_fair_run_names_the_rows_that_raised_r_and_c():
+    """The fair run of main e91b383 (session 6, call E): the cold 4 GiB bulk read with 32 KiB
+    chunks (depth 4, one block per SM) raised the ceilings pass's R last, the cold 4 GiB memcpy
+    raised C; the file's R and C are those rows'."""
+    res = load(SHIPPED)
+    rc = run_ceilings.run_ceilings(res)
+    assert rc.pass_read == pytest.approx(3.1682e12, rel=1e-4) and rc.read == pytest.approx(3.1753e12, rel=1e-4)
+    assert rc.read_row["study"] == "ceilings_bulk_32k" and rc.read_row["status"] == "ok"
+    assert rc.pass_copy == pytest.approx(3.0294e12, rel=1e-4) and rc.copy == pytest.approx(3.0353e12, rel=1e-4)
+    assert rc.copy_row["study"] == "ceilings_memcpy" and rc.copy_row["status"] == "ok"
+    assert float(res.attrs["read_ceiling_bytes_per_s"]) == pytest.approx(rc.read, rel=1e-9)
+    assert float(res.attrs["copy_ceiling_bytes_per_s"]) == pytest.approx(rc.copy, rel=1e-9)
+
+
+@pytest.mark.skipif(not os.path.isfile(SHIPPED_BB7CB48), reason="no fair run of bb7cb48")
+def test_bb7cb48_fair_run_names_the_rows_that_raised_r_and_c():
     """The fair run of main bb7cb48: the cold 4 GiB bulk read with 32 KiB chunks (depth 4, one
     block per SM) beat the ceilings pass's R and raised it, the cold 4 GiB memcpy raised C; the
     file's R and C are those rows' (the sweep applied the rule when it wrote them)."""
-    res = load(SHIPPED)
+    res = load(SHIPPED_BB7CB48)
     rc = run_ceilings.run_ceilings(res)
     assert rc.pass_read == pytest.approx(3.1586e12, rel=1e-4) and rc.read == pytest.approx(3.1680e12, rel=1e-4)
     assert rc.read_row["study"] == "ceilings_bulk_32k" and rc.read_row["status"] == "ok"
