@@ -143,6 +143,16 @@ class BulkCopyDecode : public ::testing::TestWithParam<BulkMember> {
     if (keep) *keep = c;
   }
 
+  // A format the member copies at head_dim >= 128 only (FP8 E4M3, NVFP4): every geometry of
+  // the scope against the reference, then v5's bits at forced splits, in every layout.
+  void expect_narrow_format(KvFormat f, const std::string& seed) {
+    if (!GetParam().fp8) GTEST_SKIP() << tag() << " copies 16-bit rows only (declines: below)";
+    for (KvLayout l : GetParam().layouts) {
+      expect_geometries({f}, {128, 256}, l);
+      expect_forced_splits(f, seed, GetParam().other_peers, nullptr, l);
+    }
+  }
+
   // A table entry past the pool in sequence 1: NaN there, the others untouched.
   void expect_bad_table_gives_nan(KvLayout layout,
                                   const gpu::DecodeTuning& tu = gpu::DecodeTuning{});
@@ -178,11 +188,7 @@ TEST_P(BulkCopyDecode, ForcedSplitsAndPlanKnobsMatchTheReferenceAndPeersBitwise)
 // declines below.
 TEST_P(BulkCopyDecode, Fp8GeometriesOfItsScopeMatchTheReferenceAndV5Bitwise) {
   KVLAB_SKIP_WITHOUT_GPU();
-  if (!GetParam().fp8) GTEST_SKIP() << tag() << " copies 16-bit rows only (declines: below)";
-  for (KvLayout l : GetParam().layouts) {
-    expect_geometries({KvFormat::kFP8E4M3}, {128, 256}, l);
-    expect_forced_splits(KvFormat::kFP8E4M3, "fp8.splits", GetParam().other_peers, nullptr, l);
-  }
+  expect_narrow_format(KvFormat::kFP8E4M3, "fp8.splits");
 }
 
 // NVFP4 (E2M1 with E4M3 block scales, FP32 tensor scale): where the member copies it
@@ -192,11 +198,7 @@ TEST_P(BulkCopyDecode, Fp8GeometriesOfItsScopeMatchTheReferenceAndV5Bitwise) {
 // splits (v5 runs NVFP4 in the same 16-token tiles, loaders and mma sequence).
 TEST_P(BulkCopyDecode, Nvfp4GeometriesOfItsScopeMatchTheReferenceAndV5Bitwise) {
   KVLAB_SKIP_WITHOUT_GPU();
-  if (!GetParam().fp8) GTEST_SKIP() << tag() << " copies 16-bit rows only (declines: below)";
-  for (KvLayout l : GetParam().layouts) {
-    expect_geometries({KvFormat::kNVFP4}, {128, 256}, l);
-    expect_forced_splits(KvFormat::kNVFP4, "nvfp4.splits", GetParam().other_peers, nullptr, l);
-  }
+  expect_narrow_format(KvFormat::kNVFP4, "nvfp4.splits");
 }
 
 TEST_P(BulkCopyDecode, DeclinesEverythingOutsideItsScope) {

@@ -153,31 +153,25 @@ SHIPPED_2D52096 = os.path.join(ROOT, "data", "perf", "h100_perf_sweep_2d52096.h5
 SHIPPED_9A8B6C8 = os.path.join(ROOT, "data", "perf", "h100_perf_sweep_9a8b6c8.h5")
 
 
-@pytest.mark.skipif(not os.path.isfile(SHIPPED), reason="no shipped fair run")
-def test_shipped_fair_run_names_the_rows_that_raised_r_and_c():
-    """The fair run of main e91b383 (session 6, call E): the cold 4 GiB bulk read with 32 KiB
-    chunks (depth 4, one block per SM) raised the ceilings pass's R last, the cold 4 GiB memcpy
-    raised C; the file's R and C are those rows'."""
-    res = load(SHIPPED)
-    rc = run_ceilings.run_ceilings(res)
-    assert rc.pass_read == pytest.approx(3.1682e12, rel=1e-4) and rc.read == pytest.approx(3.1753e12, rel=1e-4)
-    assert rc.read_row["study"] == "ceilings_bulk_32k" and rc.read_row["status"] == "ok"
-    assert rc.pass_copy == pytest.approx(3.0294e12, rel=1e-4) and rc.copy == pytest.approx(3.0353e12, rel=1e-4)
-    assert rc.copy_row["study"] == "ceilings_memcpy" and rc.copy_row["status"] == "ok"
-    assert float(res.attrs["read_ceiling_bytes_per_s"]) == pytest.approx(rc.read, rel=1e-9)
-    assert float(res.attrs["copy_ceiling_bytes_per_s"]) == pytest.approx(rc.copy, rel=1e-9)
+# (file, pass R, run R, pass C, run C): in both runs the cold 4 GiB bulk read with 32 KiB chunks
+# (depth 4, one block per SM) raised the ceilings pass's R last and the cold 4 GiB memcpy raised
+# C; the file's R and C are those rows' (the sweep applied the rule when it wrote them).
+RAISED_RUNS = [
+    (SHIPPED, 3.1682e12, 3.1753e12, 3.0294e12, 3.0353e12),  # main e91b383, session 6 call E
+    (SHIPPED_BB7CB48, 3.1586e12, 3.1680e12, 3.0288e12, 3.0359e12),  # main bb7cb48
+]
 
 
-@pytest.mark.skipif(not os.path.isfile(SHIPPED_BB7CB48), reason="no fair run of bb7cb48")
-def test_bb7cb48_fair_run_names_the_rows_that_raised_r_and_c():
-    """The fair run of main bb7cb48: the cold 4 GiB bulk read with 32 KiB chunks (depth 4, one
-    block per SM) beat the ceilings pass's R and raised it, the cold 4 GiB memcpy raised C; the
-    file's R and C are those rows' (the sweep applied the rule when it wrote them)."""
-    res = load(SHIPPED_BB7CB48)
+@pytest.mark.parametrize("path,pass_r,r,pass_c,c", RAISED_RUNS,
+                         ids=[os.path.basename(x[0]) for x in RAISED_RUNS])
+def test_shipped_fair_run_names_the_rows_that_raised_r_and_c(path, pass_r, r, pass_c, c):
+    if not os.path.isfile(path):
+        pytest.skip(f"no {os.path.basename(path)}")
+    res = load(path)
     rc = run_ceilings.run_ceilings(res)
-    assert rc.pass_read == pytest.approx(3.1586e12, rel=1e-4) and rc.read == pytest.approx(3.1680e12, rel=1e-4)
+    assert rc.pass_read == pytest.approx(pass_r, rel=1e-4) and rc.read == pytest.approx(r, rel=1e-4)
     assert rc.read_row["study"] == "ceilings_bulk_32k" and rc.read_row["status"] == "ok"
-    assert rc.pass_copy == pytest.approx(3.0288e12, rel=1e-4) and rc.copy == pytest.approx(3.0359e12, rel=1e-4)
+    assert rc.pass_copy == pytest.approx(pass_c, rel=1e-4) and rc.copy == pytest.approx(c, rel=1e-4)
     assert rc.copy_row["study"] == "ceilings_memcpy" and rc.copy_row["status"] == "ok"
     assert float(res.attrs["read_ceiling_bytes_per_s"]) == pytest.approx(rc.read, rel=1e-9)
     assert float(res.attrs["copy_ceiling_bytes_per_s"]) == pytest.approx(rc.copy, rel=1e-9)
