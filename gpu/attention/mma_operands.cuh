@@ -12,8 +12,8 @@
 //   fp8_e4m3 per tok  f16              bf16           cvt -> f16 for K (token scale on the
 //                                                     score); V as bf16, its token scale on P
 //   fp8_e5m2          f16              f16            the code is the top byte of the half
-//   nvfp4             f16              f16            e2m1 -> e4m3 bytes (prmt lookup) -> f16
-//                                                     x the E4M3 block scale (exact in f16)
+//   nvfp4             f16              f16            e2m1 bits moved into a half (x 2^-14)
+//                                                     x the E4M3 block scale x 2^7 (exact)
 //   mxfp4             bf16             bf16           e2m1 -> float x 2^k -> bf16 (exact)
 //
 // Pool scales (k_scale / v_scale, NVFP4's tensor scale) are folded into the softmax and
@@ -29,7 +29,8 @@
 // Fragment ownership (g = lane / 4, t = lane % 4; mma_ptx.cuh has the m16n8k16 layout):
 //  * K (A of S^T = K.Q^T, tokens as M): thread (g, t) reads dims [t*D/4, (t+1)*D/4) of
 //    tokens g and g+8 of the pass with wide loads; k-step ks covers dims t*D/4 + 4ks .. +3
-//    (the mma contracts k, Q's B fragments use the same order: mma_tile_compute.cuh).
+//    (NVFP4: the same dims in pairs, kKDimPairs; the mma contracts k, Q's B fragments use the
+//    same order: mma_tile_compute.cuh).
 //  * V (A of O^T += V^T.P^T, dims as M): 16-bit rows go through ldmatrix.trans (m-tile mt =
 //    dims 16mt .. 16mt+15); 8- and 4-bit rows give thread g the dims [g*D/16, (g+1)*D/16)
 //    and [(g+8)*D/16, ...) of tokens 2t, 2t+1, 2t+8, 2t+9 and pair tokens by byte permutes
@@ -131,6 +132,9 @@ template <KvFormat F, int D, class Rows = PaddedRows<16>>
 struct OperandGeometry {
   static constexpr KvFormat kFormat = F;
   static constexpr KvElem kElem = kv_elem_of(F);
+  // K operands are K itself and take a thread's dims in order (loaders may hide these).
+  static constexpr float kScoreScale = 1.0f;
+  static constexpr bool kKDimPairs = false;
   static constexpr int kBits = kv_elem_bits(kElem);
   static constexpr int kRowBytes = D * kBits / 8;
   // Bytes between the first rows of two 16-token passes, per row (a pass starts at
@@ -244,6 +248,11 @@ struct OperandGeometry {
 //   scale_probs(p, svs, r0, r1)  P's factor before rounding: 2^14 (f16 P) or V's token scale
 //   v_frags(sv_pass, svs_pass, lane, emit)   emit(mt, a) for the kMT m-tiles of a pass
 //   kOutScale                what the output is multiplied by to undo scale_probs' constant
+//                            (and a constant the V operands carry)
+//   kScoreScale              what Q.K^T is multiplied by to undo a constant the K operands
+//                            carry (OperandGeometry: 1)
+//   kKDimPairs               K k-steps take a thread's dims in the paired order of the NVFP4
+//                            loader, and Q follows (OperandGeometry: false, dims in order)
 // Rows: the tile's row geometry (v4's padded rows unless a copy path lands its rows otherwise;
 // the 16-bit, FP8 E4M3 and NVFP4 loaders take any, the others v4's).
 template <KvFormat F, int D, class Rows = PaddedRows<16>>
@@ -390,18 +399,37 @@ struct MmaOperand<KvFormat::kFP8E5M2, D> : OperandGeometry<KvFormat::kFP8E5M2, D
   }
 };
 
-// NVFP4: e2m1 -> e4m3 bytes by a prmt lookup, the hardware e4m3x2 -> f16x2 cvt, then an
-// exact f16x2 multiply by the E4M3 block scale (e2m1 x e4m3 has <= 6 significant bits and
-// lies in [2^-10, 2688]: a half). The FP32 tensor scale is the pool scale.
+// NVFP4: e2m1 -> the bits of a half times 2^-14 by shifts and masks alone (formats.h,
+// e2m1_pair_to_fp16x2_scaled), then one exact f16x2 multiply by the E4M3 block scale times
+// 2^7 (<= 448 * 128 = 57344, a half). The operands are K and V times 2^-7, exactly: e2m1 x
+// e4m3 has <= 6 significant bits, no bit below 2^-10, and |value| <= 2688, so times 2^-7 it
+// lies on the half grid (>= 2^-17 > 2^-24) below 21. kScoreScale and kOutScale take the 2^7
+// back in fp32, where a power of two changes no bit. The FP32 tensor scale is the pool scale.
+//
+// A word of 8 codes gives the pairs (code i, code i + 4) cheaply, so the K k-steps take a
+// thread's dims in the order kKDimPairs describes: k-step 2c + h of word c (dims 8c .. 8c+7
+// of the thread's slice) holds dims 8c + {2h, 2h+4} in b0 / a0 and 8c + {2h+1, 2h+5} in
+// b1 / a2, and q_fragments() lays Q out the same way. V pairs two tokens' codes of one dim:
+// the two tokens' words are merged so that token x's dims are nibbles 0..3 and token y's
+// nibbles 4..7.
 template <int D, class Rows>
 struct MmaOperand<KvFormat::kNVFP4, D, Rows> : OperandGeometry<KvFormat::kNVFP4, D, Rows> {
   using G = OperandGeometry<KvFormat::kNVFP4, D, Rows>;
   static constexpr bool kQkF16 = true, kPvF16 = true;
-  static constexpr float kOutScale = 1.0f / kPScale;
+  static constexpr bool kKDimPairs = true;
+  static constexpr int kScaleShift = 7;              // block scales times 2^7 in f16
+  static constexpr uint32_t kScaleUp = 0x58005800u;  // f16x2 (2^7, 2^7)
+  static constexpr float kScoreScale = 128.0f;       // K operands are K x 2^(7 - 14)
+  static constexpr float kOutScale = 128.0f / kPScale;
+  static_assert(kE2M1HalfShift - kScaleShift == 7, "operands are K / V x 2^-7");
   static constexpr int kGroup = G::kScaleGroup;
   // Block-scale groups in a thread's K slice [t*D/4, (t+1)*D/4): group j covers k-steps
-  // 4j .. 4j+3.
+  // 4j .. 4j+3 (words 2j, 2j+1).
   static constexpr int kGpt = (D / 4) / kGroup;
+  // E4M3 scale codes (low byte: first, next byte: second) -> f16x2 of the scales x 2^7.
+  __device__ static uint32_t scales_up(uint32_t two_codes) {
+    return hmul2_bits(e4m3x2_to_f16x2(two_codes), kScaleUp);
+  }
   template <class Emit>
   __device__ static void k_frags(const uint8_t* sk_pass, const uint8_t* sks_pass, int lane,
                                  Emit&& emit) {
@@ -410,22 +438,21 @@ struct MmaOperand<KvFormat::kNVFP4, D, Rows> : OperandGeometry<KvFormat::kNVFP4,
     uint32_t ksc0[kGpt], ksc1[kGpt];
 #pragma unroll
     for (int j = 0; j < kGpt; ++j) {
-      ksc0[j] = e4m3x2_to_f16x2(static_cast<uint32_t>(sks_pass[g * G::kScaleBytes + t * kGpt + j]) *
-                                0x0101u);
-      ksc1[j] = e4m3x2_to_f16x2(
+      ksc0[j] = scales_up(static_cast<uint32_t>(sks_pass[g * G::kScaleBytes + t * kGpt + j]) *
+                          0x0101u);
+      ksc1[j] = scales_up(
           static_cast<uint32_t>(sks_pass[(g + 8) * G::kScaleBytes + t * kGpt + j]) * 0x0101u);
     }
     G::k_slices(
         sk_pass, lane,
         [&](const uint32_t(&w0)[G::kCW], const uint32_t(&w1)[G::kCW], int s_, int ks,
             uint32_t(&a)[4]) {
-          const uint32_t e0 = e2m1x4_to_e4m3x4(w0[s_ / 2] >> (16 * (s_ % 2)));
-          const uint32_t e1 = e2m1x4_to_e4m3x4(w1[s_ / 2] >> (16 * (s_ % 2)));
+          const int i = 2 * (s_ % 2);  // word s_ / 2, pairs (i, i+4) and (i+1, i+5)
           const uint32_t sc0 = ksc0[ks / 4], sc1 = ksc1[ks / 4];
-          a[0] = hmul2_bits(e4m3x2_to_f16x2(e0), sc0),
-          a[2] = hmul2_bits(e4m3x2_to_f16x2(e0 >> 16), sc0);
-          a[1] = hmul2_bits(e4m3x2_to_f16x2(e1), sc1),
-          a[3] = hmul2_bits(e4m3x2_to_f16x2(e1 >> 16), sc1);
+          a[0] = hmul2_bits(e2m1_pair_to_fp16x2_scaled(w0[s_ / 2], i), sc0);
+          a[2] = hmul2_bits(e2m1_pair_to_fp16x2_scaled(w0[s_ / 2], i + 1), sc0);
+          a[1] = hmul2_bits(e2m1_pair_to_fp16x2_scaled(w1[s_ / 2], i), sc1);
+          a[3] = hmul2_bits(e2m1_pair_to_fp16x2_scaled(w1[s_ / 2], i + 1), sc1);
         },
         emit);
   }
@@ -443,19 +470,17 @@ struct MmaOperand<KvFormat::kNVFP4, D, Rows> : OperandGeometry<KvFormat::kNVFP4,
     // Each V range lies inside one scale group: f16x2 (scale of token x, scale of token y).
     const int q0 = (g * G::kRange) / kGroup, q1 = ((g + 8) * G::kRange) / kGroup;
     auto pair = [&](int x, int y, int q) {
-      return e4m3x2_to_f16x2(static_cast<uint32_t>(svs_pass[x * G::kScaleBytes + q]) |
-                             (static_cast<uint32_t>(svs_pass[y * G::kScaleBytes + q]) << 8));
+      return scales_up(static_cast<uint32_t>(svs_pass[x * G::kScaleBytes + q]) |
+                       (static_cast<uint32_t>(svs_pass[y * G::kScaleBytes + q]) << 8));
     };
     const uint32_t hs[4] = {pair(ra, rb, q0), pair(ra, rb, q1), pair(rc, rd, q0), pair(rc, rd, q1)};
     G::v_ranges(
         sv_pass, lane,
         [&](uint32_t px, uint32_t py, int reg, uint32_t(&A)[4][4]) {
-          const uint32_t ex = e2m1x4_to_e4m3x4(px), ey = e2m1x4_to_e4m3x4(py);
-          const uint32_t lo = __byte_perm(ex, ey, 0x5140), hi = __byte_perm(ex, ey, 0x7362);
-          A[0][reg] = hmul2_bits(e4m3x2_to_f16x2(lo), hs[reg]);
-          A[1][reg] = hmul2_bits(e4m3x2_to_f16x2(lo >> 16), hs[reg]);
-          A[2][reg] = hmul2_bits(e4m3x2_to_f16x2(hi), hs[reg]);
-          A[3][reg] = hmul2_bits(e4m3x2_to_f16x2(hi >> 16), hs[reg]);
+          const uint32_t z = (px & 0xFFFFu) | (py << 16);  // nibble d: x's dim d, d+4: y's
+#pragma unroll
+          for (int d = 0; d < 4; ++d)
+            A[d][reg] = hmul2_bits(e2m1_pair_to_fp16x2_scaled(z, d), hs[reg]);
         },
         emit);
   }

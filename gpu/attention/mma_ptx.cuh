@@ -118,26 +118,6 @@ __device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t two_codes) {
   return static_cast<uint32_t>(h.x) | (static_cast<uint32_t>(h.y) << 16);
 }
 
-// prmt.b32 in its generic mode: a selector nibble with bit 3 set replicates the sign bit
-// of the selected byte (0x00 / 0xFF), which __byte_perm does not promise.
-__device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel) {
-  uint32_t d;
-  asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
-  return d;
-}
-
-// Four E2M1 codes (the low 16 bits of w, first element in the lowest nibble) -> the four
-// E4M3 codes of the same values, one per byte in element order. Exact: every E2M1 value
-// (+-{0, 0.5, 1, 1.5, 2, 3, 4, 6}) is an E4M3 value. A byte lookup of the magnitude (prmt
-// over an 8-entry table) and the sign replicated from each nibble's bit 3.
-__device__ __forceinline__ uint32_t e2m1x4_to_e4m3x4(uint32_t w) {
-  constexpr uint32_t kMagLo = 0x3C383000u;  // magnitudes 0..3: 0, 0.5, 1, 1.5
-  constexpr uint32_t kMagHi = 0x4C484440u;  // magnitudes 4..7: 2, 3, 4, 6
-  const uint32_t mag = prmt(kMagLo, kMagHi, w & 0x7777u);
-  const uint32_t sgn = prmt(w << 4, w, 0xD9C8u);  // byte j = 0xFF iff nibble j is negative
-  return mag | (sgn & 0x80808080u);
-}
-
 // Packed f16x2 product (RN; exact whenever the product is representable).
 __device__ __forceinline__ uint32_t hmul2_bits(uint32_t a, uint32_t b) {
   const __half2 r =

@@ -64,8 +64,12 @@ __device__ __forceinline__ void load_q_slice(const void* q, int64_t row, int par
 // threads of the block. f16 operands: each head's Q is scaled by a power of two into
 // [2^14, 2^15) (the power folded into its column scale); bf16 operands with an f16 Q: Q is
 // split into bf16 hi + lo (exact), both used by the Q.K^T mma.
-// Element dim = part*D/16 + e lands in k-step s = (dim % (D/4)) / 4 of lane hl*4 + dim / (D/4)
-// (the thread slice order of mma_operands.cuh's K fragments).
+// Position P = part*D/16 + e lands in k-step s = (P % (D/4)) / 4 of lane hl*4 + P / (D/4)
+// (the thread slice order of mma_operands.cuh's K fragments) and holds Q's dim P, or with
+// Op::kKDimPairs dim (P & ~7) | pair_order(P & 7).
+__device__ __forceinline__ constexpr int pair_order(int p) {  // positions 0..7 -> 0 4 1 5 2 6 3 7
+  return ((p & 1) << 2) | (p >> 1);
+}
 template <class Op, int D>
 __device__ __forceinline__ void q_fragments(const QSlice<D>& qs, bool q_bf16, float qk_scale,
                                             uint2* qf_hi, uint2* qf_lo, float* colscale) {
@@ -78,6 +82,29 @@ __device__ __forceinline__ void q_fragments(const QSlice<D>& qs, bool q_bf16, fl
     const float2 a = q_bf16 ? bf16x2_bits_to_float2(r.x) : fp16x2_bits_to_float2(r.x);
     const float2 b = q_bf16 ? bf16x2_bits_to_float2(r.y) : fp16x2_bits_to_float2(r.y);
     qv[4 * i] = a.x, qv[4 * i + 1] = a.y, qv[4 * i + 2] = b.x, qv[4 * i + 3] = b.y;
+  }
+  if constexpr (Op::kKDimPairs) {
+    // A group of 8 dims is this thread's (D >= 128) or shared with lane ^ 1 (D = 64:
+    // the even part holds dims 0..3 of the group, the odd part dims 4..7).
+    float src[kQE];
+    if constexpr (kQE >= 8) {
+#pragma unroll
+      for (int e = 0; e < kQE; ++e) src[e] = qv[(e & ~7) | pair_order(e & 7)];
+    } else {
+      static_assert(kQE == 4, "head_dim 64, 128 or 256");
+      float other[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) other[e] = __shfl_xor_sync(0xFFFFFFFFu, qv[e], 1);
+      const bool odd = part & 1;
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int de = pair_order(e), dd = pair_order(4 + e);  // the dims in the group
+        const float ve = de < 4 ? qv[de] : other[de - 4], vo = dd >= 4 ? qv[dd - 4] : other[dd];
+        src[e] = odd ? vo : ve;
+      }
+    }
+#pragma unroll
+    for (int e = 0; e < kQE; ++e) qv[e] = src[e];
   }
   float pre = 1.0f, cs = qk_scale;
   if constexpr (Op::kQkF16) {
@@ -104,7 +131,7 @@ __device__ __forceinline__ void q_fragments(const QSlice<D>& qs, bool q_bf16, fl
     qf_hi[entry] = make_uint2(h0, h1);
     qf_lo[entry] = make_uint2(l0, l1);
   }
-  if (part == 0) colscale[hl] = cs;
+  if (part == 0) colscale[hl] = cs * Op::kScoreScale;
 }
 
 // ------------------------------------------------------------------ one warp's attention

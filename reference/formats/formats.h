@@ -206,6 +206,20 @@ KVLAB_HD float fp16_bits_to_float(uint16_t h) {
                               sign);
 }
 
+// Two FP4 E2M1 codes -> one f16x2 word (low half, high half) of their values times 2^-14,
+// by moving bits alone: a code's exponent and mantissa bits (0..2) become the half's two
+// low exponent bits and its top mantissa bit (bits 9..11), its sign bit 15. E2M1's
+// subnormal 0.5 lands on the half subnormal 2^-15 and its normals 2^(e-1)(1+m/2) on
+// 2^(e-15)(1+m/2): every value is scaled by exactly 2^-kE2M1HalfShift. The codes are
+// nibbles i and i + 4 of w (i = 0..3; nibble j = bits 4j..4j+3), the pairs that a word of
+// eight codes gives with one shift and one mask each (the GPU NVFP4 loaders' dequantization).
+constexpr int kE2M1HalfShift = 14;
+KVLAB_HD uint32_t e2m1_pair_to_fp16x2_scaled(uint32_t w, int i) {
+  const int sign_shift = 12 - 4 * i, mag_shift = 9 - 4 * i;
+  const uint32_t mag = mag_shift >= 0 ? w << mag_shift : w >> -mag_shift;
+  return ((w << sign_shift) & 0x80008000u) | (mag & 0x0E000E00u);
+}
+
 // ------------------------------------------------------------------ BF16
 KVLAB_HD uint16_t float_to_bf16_bits(float x, Saturation sat) {
   const uint32_t u = fmt_detail::f32_bits(x);

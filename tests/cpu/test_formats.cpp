@@ -260,6 +260,50 @@ TEST(Formats, Fp4Packing) {
     }
 }
 
+// The GPU NVFP4 loaders' dequantization: every code in every pair position, under random
+// neighbours, becomes its value x 2^-14 as a half (sign of zero included), and the loader's
+// product with every finite E4M3 block scale x 2^7 is a half exactly (so the f16x2 multiply
+// rounds nothing) equal to the value x scale x 2^-7.
+TEST(Formats, E2m1PairsIntoHalves) {
+  std::mt19937 rng(20261127u);
+  const float kDown = std::ldexp(1.0f, -kE2M1HalfShift);
+  for (int i = 0; i < 4; ++i)
+    for (uint32_t a = 0; a < 16; ++a)
+      for (uint32_t b = 0; b < 16; ++b)
+        for (int rep = 0; rep < 34; ++rep) {
+          const uint32_t filler = rep == 0 ? 0u : rep == 1 ? 0xFFFFFFFFu : rng();
+          const uint32_t keep = ~((0xFu << (4 * i)) | (0xFu << (4 * i + 16)));
+          const uint32_t w = (filler & keep) | (a << (4 * i)) | (b << (4 * i + 16));
+          const uint32_t h = e2m1_pair_to_fp16x2_scaled(w, i);
+          const uint32_t codes[2] = {a, b};
+          for (int half = 0; half < 2; ++half) {
+            const uint16_t bits = static_cast<uint16_t>(h >> (16 * half));
+            const float want = e2m1_to_float(static_cast<uint8_t>(codes[half])) * kDown;
+            ASSERT_TRUE(same_value(want, fp16_bits_to_float(bits)))
+                << "pair " << i << " codes 0x" << std::hex << a << ", 0x" << b << " word 0x" << w
+                << " half " << half << ": got bits 0x" << bits;
+          }
+        }
+  const int kUp = 7;  // the loader's scale factor: 448 x 2^7 = 57344 is a half
+  int products = 0;
+  for (uint32_t c = 0; c < 16; ++c)
+    for (uint32_t sc = 0; sc < 256; ++sc) {
+      const float scale = e4m3_to_float(static_cast<uint8_t>(sc));
+      if (std::isnan(scale)) continue;
+      const float x =  // code c as nibble 0: the low half of pair 0
+          fp16_bits_to_float(static_cast<uint16_t>(e2m1_pair_to_fp16x2_scaled(c, 0) & 0xFFFFu));
+      const float y = scale * std::ldexp(1.0f, kUp);
+      ASSERT_EQ(fp16_bits_to_float(float_to_fp16_bits(y, Saturation::kNonSaturating)), y) << sc;
+      const float prod = x * y;  // exact in float: <= 2 + 4 significant bits
+      ASSERT_EQ(fp16_bits_to_float(float_to_fp16_bits(prod, Saturation::kNonSaturating)), prod)
+          << "code 0x" << std::hex << c << " scale 0x" << sc;
+      ASSERT_EQ(prod, e2m1_to_float(static_cast<uint8_t>(c)) * scale *
+                          std::ldexp(1.0f, kUp - kE2M1HalfShift));
+      ++products;
+    }
+  EXPECT_EQ(products, 16 * 254);
+}
+
 TEST(Formats, Ue8m0) {
   for (uint32_t c = 0; c < 255; ++c) {
     const float v = ue8m0_to_float(static_cast<uint8_t>(c));
