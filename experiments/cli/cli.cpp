@@ -493,8 +493,10 @@ int cmd_merge(const std::vector<std::string>& args, std::ostream& out) {
   return 0;
 }
 
-// Prints one file's check; returns whether it is intact.
-bool print_check(const std::string& path, std::ostream& out, bool strict) {
+// Prints one file's check; returns whether it is intact (and, with require_complete, holds
+// every point of its sweep).
+bool print_check(const std::string& path, std::ostream& out, bool strict,
+                 bool require_complete = false) {
   FileCheck c;
   std::string fatal;
   require_regular_file(path, "kvlab check:");
@@ -533,6 +535,14 @@ bool print_check(const std::string& path, std::ostream& out, bool strict) {
   if (c.identity) out << ", sweep identity " << c.identity->digest();
   out << ")\n";
   for (const auto& n : c.notes) out << "  note: " << n << "\n";
+  if (c.missing > 0)
+    out << "  " << (require_complete ? "INCOMPLETE" : "incomplete") << ": " << (c.planned - c.missing)
+        << " of the sweep's " << c.planned << " points (" << c.missing << " missing, e.g. "
+        << utf8_safe(c.first_missing) << "); `kvlab sweep CONFIG --out " << path
+        << " --resume` runs the rest\n";
+  else if (require_complete && c.planned == 0)
+    out << "  INCOMPLETE: the sweep's points are unknown (no /sweep keys)\n";
+  if (require_complete && !c.complete()) return false;
   return !(strict && !c.notes.empty());
 }
 
@@ -540,11 +550,15 @@ int cmd_check(const std::vector<std::string>& args, std::ostream& out) {
   po::options_description d("kvlab check options");
   d.add_options()("help,h", "show this help")("files", po::value<std::vector<std::string>>(),
                                               "result files")(
-      "strict", "a file that cannot be verified (schema 1) counts as damaged");
+      "strict", "a file that cannot be verified (schema 1) counts as damaged")(
+      "require-complete", "a file that lacks points of its sweep (an interrupted run, a shard) "
+                          "counts as failed");
   po::positional_options_description pos;
   pos.add("files", -1);
   const auto vm = parse(args, d, pos);
-  if (help_requested(vm, "check", "FILE.h5 [...]   (exit 0 intact, 1 damaged, 2 not a result file)",
+  if (help_requested(vm, "check",
+                     "FILE.h5 [...]   (exit 0 intact, 1 damaged or, with --require-complete, "
+                     "incomplete, 2 not a result file)",
                      d, out))
     return 0;
   if (!vm.count("files")) throw InvalidArgument("kvlab check: no files given");
@@ -552,7 +566,8 @@ int cmd_check(const std::vector<std::string>& args, std::ostream& out) {
   for (const auto& f : files)
     if (access(f.c_str(), F_OK) != 0) throw InvalidArgument("kvlab check: " + f + " does not exist");
   bool all_ok = true;
-  for (const auto& f : files) all_ok &= print_check(f, out, vm.count("strict") > 0);
+  for (const auto& f : files)
+    all_ok &= print_check(f, out, vm.count("strict") > 0, vm.count("require-complete") > 0);
   return all_ok ? kExitOk : kExitFailed;
 }
 

@@ -21,8 +21,13 @@
 #                          two-timer cross-check
 #   experiments/calibrate/FIDELITY.md   experiments/calibrate/make_fidelity.sh (generated whole)
 # A missing input file or a failing generator stops it with exit 2 / 1; files already copied stay.
+# Every input must be whole first (`kvlab check --require-complete`: intact, and holding every
+# point of its sweep): a run stopped by its deadline leaves files that lack points, and adopting
+# one would put part of a table where a whole one was. Such a run stops it with exit 2 before
+# anything is copied, unless only the step sweep is incomplete and KEEP_STEP_SWEEP=1: then
+# data/perf/h100_step_sweep.h5 (an earlier run's, whole) stays and the rest is adopted.
 # Environment: KVLAB (default build/experiments/kvlab), PYTHON (default python3; needs h5py, pandas,
-# numpy, matplotlib: analysis/requirements.txt).
+# numpy, matplotlib: analysis/requirements.txt), KEEP_STEP_SWEEP (default 0).
 set -euo pipefail
 SRC=${1:?usage: adopt_perf_run.sh DIR (the fair_timing folder of an h100_perf_run.sh run)}
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -30,13 +35,33 @@ SRC=$(cd "$SRC" 2>/dev/null && pwd) || { echo "adopt_perf_run.sh: $1: no such di
 cd "$root"
 PYTHON=${PYTHON:-python3}
 export KVLAB=${KVLAB:-build/experiments/kvlab}
+[[ -x $KVLAB ]] || { echo "adopt_perf_run.sh: KVLAB=$KVLAB is not an executable kvlab (build it, or set KVLAB)" >&2; exit 2; }
 for f in perf_sweep.h5 perf_peers.h5 step_sweep.h5 timer_check.h5 crosscheck.h5; do
   [[ -f "$SRC/$f" ]] || { echo "adopt_perf_run.sh: $SRC/$f is missing: not a complete h100_perf_run.sh output" >&2; exit 2; }
 done
-for f in perf_sweep perf_peers step_sweep timer_check crosscheck; do
-  cp "$SRC/$f.h5" "data/perf/h100_$f.h5"
+INPUTS=(perf_sweep perf_peers step_sweep timer_check crosscheck)
+[[ -f "$SRC/perf_peers_cudnn_paged.h5" ]] && INPUTS+=(perf_peers_cudnn_paged)
+incomplete=()
+for f in "${INPUTS[@]}"; do
+  "$KVLAB" check --require-complete "$SRC/$f.h5" >&2 || incomplete+=("$f")
 done
-echo "copied 5 files into data/perf/"
+KEEP_STEP=0
+if [[ ${#incomplete[@]} -eq 1 && ${incomplete[0]} == step_sweep && ${KEEP_STEP_SWEEP:-0} == 1 ]]; then
+  [[ -f data/perf/h100_step_sweep.h5 ]] || { echo "adopt_perf_run.sh: KEEP_STEP_SWEEP=1 but data/perf/h100_step_sweep.h5 does not exist" >&2; exit 2; }
+  KEEP_STEP=1
+  echo "step_sweep.h5 is incomplete: data/perf/h100_step_sweep.h5 (an earlier run's) stays" >&2
+elif [[ ${#incomplete[@]} -gt 0 ]]; then
+  echo "adopt_perf_run.sh: not whole (damaged or missing points): ${incomplete[*]}; nothing copied" \
+       "(KEEP_STEP_SWEEP=1 keeps the repository's step sweep when only step_sweep is incomplete)" >&2
+  exit 2
+fi
+n=0
+for f in perf_sweep perf_peers step_sweep timer_check crosscheck; do
+  [[ $f == step_sweep && $KEEP_STEP == 1 ]] && continue
+  cp "$SRC/$f.h5" "data/perf/h100_$f.h5"
+  n=$((n + 1))
+done
+echo "copied $n files into data/perf/"
 PEER_FILES=(data/perf/h100_perf_peers.h5)
 if [[ -f "$SRC/perf_peers_cudnn_paged.h5" ]]; then
   cp "$SRC/perf_peers_cudnn_paged.h5" data/perf/h100_perf_peers_cudnn_paged.h5

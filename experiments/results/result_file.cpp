@@ -174,6 +174,14 @@ FileCheck check_result_file(const h5::File& f, const std::string& path) {
     } catch (const h5::Error& e) {
       v.add("/sweep cannot be read (" + std::string(e.what()) + ")");
     }
+    if (c.identity) {
+      c.planned = static_cast<int64_t>(c.identity->keys.size());
+      for (const auto& k : c.identity->keys)
+        if (!seen.count(k)) {
+          if (c.missing == 0) c.first_missing = k;
+          ++c.missing;
+        }
+    }
   }
   verify_table(f, "index", &v);
   std::set<std::string> named;

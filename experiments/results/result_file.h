@@ -101,8 +101,13 @@ struct FileCheck {
   int64_t rows = 0;
   Verification verification;
   std::optional<SweepIdentity> identity;
+  // The sweep's points (its identity's keys; 0 when unknown) and those no /index row holds (an
+  // interrupted sweep, a shard): not damage, the file is what was run.
+  int64_t planned = 0, missing = 0;
+  std::string first_missing;
   std::vector<std::string> notes;  // not damage: what could not be verified, and why
   bool ok() const { return verification.ok(); }
+  bool complete() const { return planned > 0 && missing == 0; }
 };
 // Verifies a result file opened by the caller: the schema, the root attributes, the identity,
 // every index row and the group it names, the /runs rows. Reports, never throws for damage.

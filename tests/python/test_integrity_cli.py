@@ -378,3 +378,55 @@ def test_dynamic_hand_out_balances_uneven_points(run, tmp_path):
     print(f"busy seconds per worker: dynamic {dynamic}, index % 2 would give {static}")
     assert len(dynamic) == 2
     assert max(dynamic) / min(dynamic) < 2.0 < max(static) / min(static)
+
+
+def test_check_require_complete_and_the_adoption_refuse_a_partial_run(run, kvlab_bin, small_config,
+                                                                     small_results, tmp_path):
+    # A shard lacks points of its sweep, as a run stopped by its deadline does: `kvlab check`
+    # says so, and with --require-complete counts it as failed; a whole file passes.
+    shard = tmp_path / "shard.h5"
+    r = run("sweep", small_config, "--out", shard, "--shard", "0/2", "--no-fsync", "--progress", "none")
+    assert r.returncode == 0, r.stdout + r.stderr
+    r = run("check", shard)
+    assert r.returncode == 0 and "incomplete: " in r.stdout and "--resume` runs the rest" in r.stdout, r.stdout
+    r = run("check", "--require-complete", shard)
+    assert r.returncode == 1 and "INCOMPLETE" in r.stdout, r.stdout
+    r = run("check", "--require-complete", small_results)
+    assert r.returncode == 0 and "ncomplete" not in r.stdout, r.stdout
+    # adopt_perf_run.sh checks every input before it copies anything: a run whose step sweep
+    # is partial is refused (exit 2) and nothing is copied. The script writes into the
+    # repository it sits in, so it runs from a copy in a scratch tree here.
+    repo = tmp_path / "repo"
+    (repo / "experiments" / "peers").mkdir(parents=True)
+    (repo / "data" / "perf").mkdir(parents=True)
+    script = repo / "experiments" / "peers" / "adopt_perf_run.sh"
+    shutil.copy(os.path.join(ROOT, "experiments", "peers", "adopt_perf_run.sh"), script)
+    kept = repo / "data" / "perf" / "h100_step_sweep.h5"
+    shutil.copy(small_results, kept)
+    src = tmp_path / "fair_timing"
+    src.mkdir()
+    for name in ["perf_sweep", "perf_peers", "timer_check", "crosscheck"]:
+        shutil.copy(small_results, src / f"{name}.h5")
+    shutil.copy(shard, src / "step_sweep.h5")
+
+    def adopt(**extra):
+        return subprocess.run(["bash", str(script), str(src)], capture_output=True, text=True,
+                              timeout=120, env={**os.environ, "KVLAB": kvlab_bin, **extra})
+
+    r = adopt()
+    assert r.returncode == 2 and "not whole" in r.stderr and "step_sweep" in r.stderr, r.stderr
+    assert sorted(os.listdir(repo / "data" / "perf")) == ["h100_step_sweep.h5"], r.stdout
+    # A damaged input (a truncated tail) is refused the same way, KEEP_STEP_SWEEP or not.
+    size = os.path.getsize(small_results)
+    (src / "perf_peers.h5").write_bytes(data(small_results)[: size - 5000])
+    r = adopt(KEEP_STEP_SWEEP="1")
+    assert r.returncode == 2 and "not whole" in r.stderr and "perf_peers" in r.stderr, r.stderr
+    assert sorted(os.listdir(repo / "data" / "perf")) == ["h100_step_sweep.h5"], r.stdout
+    # Only the step sweep partial, KEEP_STEP_SWEEP=1: the others are adopted, the kept step
+    # sweep is untouched (the generators that follow need a real run's files: not here).
+    shutil.copy(small_results, src / "perf_peers.h5")
+    r = adopt(KEEP_STEP_SWEEP="1", PYTHON="false")
+    assert "data/perf/h100_step_sweep.h5 (an earlier run's) stays" in r.stderr, r.stderr
+    assert "copied 4 files into data/perf/" in r.stdout, r.stdout
+    assert data(kept) == data(small_results)
+    assert data(repo / "data" / "perf" / "h100_perf_sweep.h5") == data(small_results)
