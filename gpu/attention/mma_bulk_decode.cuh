@@ -56,14 +56,35 @@
 namespace kvlab::gpu::detail {
 namespace {
 
-constexpr int kBulkTile = 16;    // tokens per warp tile: the mma M, one page run at block 16
+constexpr int kBulkTile = 16;    // tokens per copy: the mma M, one page run at block 16
 constexpr int kBulkStages = 3;   // v4's pipeline depth: the same bytes in flight per SM
 
-// What the shared start-up loads (v4_startup_loads) read of a design point: the tile size.
+// Tokens of a warp tile and the pipeline depth of a (format, head_dim). A tile is copied in
+// 16-row halves (one page run each, every half completing on the stage's one barrier) and
+// gets one wait and one online-softmax update. NVFP4 at head_dim 128 takes 32-token tiles:
+// its loop is issue-bound, so the per-tile wait, max, shuffles and accumulator rescale, paid
+// once per two passes, are measurable (TUNING.md step 24); two stages of 32 keep v4's tokens
+// in flight (one tile ahead of 32 against two of 16). The rest take 16-token tiles in
+// kBulkStages.
+template <KvFormat F, int D>
+KVLAB_HD constexpr int bulk_tile() {
+  return F == KvFormat::kNVFP4 && D <= 128 ? 2 * kBulkTile : kBulkTile;
+}
+template <KvFormat F, int D>
+KVLAB_HD constexpr int bulk_stages() {
+  return bulk_tile<F, D>() > kBulkTile ? 2 : kBulkStages;
+}
+
+// What the shared start-up loads (v4_startup_loads) read of a design point: the tile size
+// (their lane i fetches the page of the warp's first tile's token i).
+template <int D, KvFormat F>
 struct BulkConfig {
-  static constexpr int kTileBytes = 0;  // 16-token tiles (v4_warp_tile clamps to 16)
+  static constexpr int kTileBytes = bulk_tile<F, D>() * 2 * (D * kv_elem_bits(kv_elem_of(F)) / 8);
 };
-static_assert(v4_warp_tile<BulkConfig, 128, KvFormat::kBF16>() == kBulkTile, "16-token tiles");
+static_assert(v4_warp_tile<BulkConfig<128, KvFormat::kBF16>, 128, KvFormat::kBF16>() == kBulkTile &&
+                  v4_warp_tile<BulkConfig<128, KvFormat::kNVFP4>, 128, KvFormat::kNVFP4>() ==
+                      2 * kBulkTile,
+              "the start-up loads fetch the pages of the bulk tiles");
 
 // Kernel parameter of the policies that need none.
 struct NoMaps {};
@@ -104,10 +125,10 @@ struct BulkTile {
 };
 
 // Shared memory of a block:
-//   [warp 0: 3 stages of [K rows | V rows | K scales | V scales], 16 rows each, a stage
-//   rounded up to Copy::kSmemAlign] ... [warp 3]  (after the loop: the
+//   [warp 0: bulk_stages() stages of [K rows | V rows | K scales | V scales], bulk_tile() rows
+//   each, a stage rounded up to Copy::kSmemAlign] ... [warp 3]  (after the loop: the
 //   warp merge's area, then the cluster merge's partial at partial_off)
-//   [Q^T fragments hi | lo | column scales] [mbarriers: 4 warps x 3 stages]
+//   [Q^T fragments hi | lo | column scales] [mbarriers: 4 warps x bulk_stages()]
 // plus Copy::kSmemAlign - 16 bytes of slack when the stages need more than the 16-byte
 // alignment of the dynamic shared memory (the kernel rounds its base up). The partial (8 x
 // (D + 1) floats) sits beside the warp merge's area; qbase is the larger of the pipeline
@@ -122,10 +143,11 @@ KVLAB_HD constexpr BulkSmem bulk_smem() {
   BulkSmem s{};
   s.row_bytes = BulkOperand<Copy, F, D>::kRowBytes;
   s.row_stride = BulkOperand<Copy, F, D>::kRowStride;
-  s.scale_off = 2 * kBulkTile * s.row_stride;  // K scales here, V scales one run further
-  const int scales = 2 * kBulkTile * BulkOperand<Copy, F, D>::kScaleBytes;
+  constexpr int kWT = bulk_tile<F, D>();
+  s.scale_off = 2 * kWT * s.row_stride;  // K scales here, V scales one run further
+  const int scales = 2 * kWT * BulkOperand<Copy, F, D>::kScaleBytes;
   s.stage_bytes = (s.scale_off + scales + Copy::kSmemAlign - 1) / Copy::kSmemAlign * Copy::kSmemAlign;
-  s.warp_bytes = kBulkStages * s.stage_bytes;
+  s.warp_bytes = bulk_stages<F, D>() * s.stage_bytes;
   const int pipe = kV4Warps * s.warp_bytes;
   const int merge = mma::WarpMerge<F, D, kV4Warps>::kBytes;
   s.partial_off = (merge + 15) / 16 * 16;  // beside the warp merge's area: no barrier between
@@ -133,7 +155,8 @@ KVLAB_HD constexpr BulkSmem bulk_smem() {
   s.qbase = pipe > after ? pipe : after;
   s.qfrag_bytes = 2 * (D / 16) * kWarpSize * 8 + mma::kHeadsPerTile * 4;
   s.bar_off = (s.qbase + s.qfrag_bytes + 7) / 8 * 8;
-  s.total = s.bar_off + kV4Warps * kBulkStages * 8 + (Copy::kSmemAlign > 16 ? Copy::kSmemAlign - 16 : 0);
+  s.total = s.bar_off + kV4Warps * bulk_stages<F, D>() * 8 +
+            (Copy::kSmemAlign > 16 ? Copy::kSmemAlign - 16 : 0);
   return s;
 }
 
@@ -157,12 +180,15 @@ struct PageSplit {
 template <class Copy, int D, KvFormat F>
 __device__ __forceinline__ void bulk_block(const V4Params& p, const typename Copy::Maps& maps,
                                            uint8_t* smem, const V4Item& it, int start, int end,
-                                           const V4Startup<BulkConfig, D, F>& su,
+                                           const V4Startup<BulkConfig<D, F>, D, F>& su,
                                            float* smem_partial) {
   using Op = BulkOperand<Copy, F, D>;
   constexpr BulkSmem kS = bulk_smem<Copy, D, F>();
-  constexpr int kWT = kBulkTile;
-  constexpr int kStages = kBulkStages;
+  constexpr int kWT = bulk_tile<F, D>();
+  constexpr int kStages = bulk_stages<F, D>();
+  constexpr int kHalves = kWT / kBulkTile;  // 16-row copies per tile, one barrier arrival each
+  static_assert(V4Startup<BulkConfig<D, F>, D, F>::kWT == kWT, "the start-up pages are the tile's");
+  static_assert(!Copy::kWarpIssues || kHalves == 1, "warp-issued copies take 16-token tiles");
   static_assert(Op::kRowStride == kS.row_stride, "the loaders read the rows where the copies put them");
   static_assert(kS.stage_bytes % Copy::kSmemAlign == 0 &&
                     (kWT * kS.row_stride) % Copy::kSmemAlign == 0,
@@ -180,57 +206,71 @@ __device__ __forceinline__ void bulk_block(const V4Params& p, const typename Cop
   uint2* qf_lo = qf_hi + (D / 16) * kWarpSize;
   float* colscale = reinterpret_cast<float*>(qf_lo + (D / 16) * kWarpSize);  // [8]
 
-  // ---- this warp's tiles: every 4th 16-token tile of [start, end)
+  // ---- this warp's tiles: every 4th kWT-token tile of [start, end)
   const int num_tiles = (end - start + kWT - 1) / kWT;
   const int my_tiles = num_tiles > warp ? (num_tiles - warp + kV4Warps - 1) / kV4Warps : 0;
   auto first_token = [&](int i) { return start + (warp + kV4Warps * i) * kWT; };
   bool bad = false;  // lane 0: a table entry outside the pool (the output becomes NaN)
-  int pf = su.pages[0];  // lane 0: the page of the next tile to load (first tile: start-up)
+  // Lane 0: the pages of the next tile's halves (first tile: the start-up loads', whose lane
+  // 16 * h holds the page of the tile's token 16 * h).
+  int pf[kHalves];
+  pf[0] = su.pages[0];
+#pragma unroll
+  for (int h = 1; h < kHalves; ++h) pf[h] = __shfl_sync(0xFFFFFFFFu, su.pages[0], kBulkTile * h);
   const uint64_t l2_policy = mma::l2_evict_first_policy();
 
   if (lane == 0) {
 #pragma unroll
-    for (int s = 0; s < kStages; ++s) mma::mbarrier_init(&bars[s], 1);
+    for (int s = 0; s < kStages; ++s) mma::mbarrier_init(&bars[s], kHalves);
     mma::fence_barrier_init();
   }
   __syncwarp();
 
-  // Tile i into stage st. The stage's earlier readers (every lane of this warp) are done:
-  // the caller passed a __syncwarp after their last read.
+  // Tile i into stage st, one 16-row copy per half. The stage's earlier readers (every lane of
+  // this warp) are done: the caller passed a __syncwarp after their last read. A half past the
+  // sequence's end, or whose table entry lies outside the pool, copies nothing and arrives
+  // alone (its rows are masked, its V rows zeroed, by the tile's reader).
   auto load_tile = [&](int i, int st) {
-    int64_t pg = pf;
-    if constexpr (Copy::kWarpIssues)
-      pg = __shfl_sync(0xFFFFFFFFu, pf, 0);  // lane 0's table entry
-    else if (lane != 0)
-      return;
+    if constexpr (!Copy::kWarpIssues)
+      if (lane != 0) return;
     uint64_t* bar = &bars[st];
-    if (pg < 0 || pg >= geom.num_blocks) {
-      if (lane == 0) {
-        bad = true;  // nothing copied: the phase completes on the arrival alone
-        mma::mbarrier_arrive(bar);
+    uint8_t* stage = wbase + st * kS.stage_bytes;
+#pragma unroll
+    for (int h = 0; h < kHalves; ++h) {
+      int64_t pg = pf[h];
+      if constexpr (Copy::kWarpIssues) pg = __shfl_sync(0xFFFFFFFFu, pf[h], 0);  // lane 0's entry
+      const int f = first_token(i) + kBulkTile * h;  // h = 0: below end (i < my_tiles)
+      const bool past_end = h > 0 && f >= end;
+      if (past_end || pg < 0 || pg >= geom.num_blocks) {
+        if (lane == 0) {
+          bad |= !past_end;  // nothing copied: the arrival alone counts
+          mma::mbarrier_arrive(bar);
+        }
+        continue;
       }
-      return;
+      BulkTile tile;
+      tile.pools = &p.pools;
+      tile.page = pg;
+      tile.kv_head = it.kv_head;
+      tile.slot = ps.slot(f);
+      tile.rows = min(kBulkTile, end - f);
+      tile.sk = stage + kBulkTile * h * kS.row_stride;
+      tile.sv = tile.sk + kWT * kS.row_stride;
+      tile.sks = stage + kS.scale_off + kBulkTile * h * Op::kScaleBytes;
+      tile.svs = tile.sks + kWT * Op::kScaleBytes;
+      tile.bar = bar;
+      tile.l2_policy = l2_policy;
+      tile.lane = lane;
+      Copy::template issue<D, F>(tile, maps);
     }
-    const int f = first_token(i);
-    BulkTile tile;
-    tile.pools = &p.pools;
-    tile.page = pg;
-    tile.kv_head = it.kv_head;
-    tile.slot = ps.slot(f);
-    tile.rows = min(kWT, end - f);
-    tile.sk = wbase + st * kS.stage_bytes;
-    tile.sv = tile.sk + kWT * kS.row_stride;
-    tile.sks = tile.sk + kS.scale_off;
-    tile.svs = tile.sks + kWT * Op::kScaleBytes;
-    tile.bar = bar;
-    tile.l2_policy = l2_policy;
-    tile.lane = lane;
-    Copy::template issue<D, F>(tile, maps);
   };
-  auto fetch_page = [&](int i) {  // lane 0: the table entry of tile i (-1 past the end)
+  auto fetch_page = [&](int i) {  // lane 0: the table entries of tile i's halves (-1 past the end)
     if (lane != 0) return;
-    const int f = first_token(i);
-    pf = f < end ? __ldg(table + ps.page(f)) : -1;
+#pragma unroll
+    for (int h = 0; h < kHalves; ++h) {
+      const int f = first_token(i) + kBulkTile * h;
+      pf[h] = f < end ? __ldg(table + ps.page(f)) : -1;
+    }
   };
 
   // ---- pipeline prologue first: its copies fly while Q is prepared.
@@ -306,8 +346,8 @@ __global__ void __launch_bounds__(kV4Threads, bulk_min_blocks<D, F>())
   mma::pdl_launch_dependents();  // a dependent launch may start (it waits for us)
   const V4Item it = v4_item<Merge::kCluster>(p);
   const int start = it.split * p.chunk_tokens;
-  V4Startup<BulkConfig, D, F> su;
-  v4_startup_loads<BulkConfig, D, F>(p, it.seq, it.kv_head, it.qtile, start, su);
+  V4Startup<BulkConfig<D, F>, D, F> su;
+  v4_startup_loads<BulkConfig<D, F>, D, F>(p, it.seq, it.kv_head, it.qtile, start, su);
   int end;
   const bool has_tokens = v4_token_range<D>(p, it, start, end);
   if constexpr (!Merge::kCluster) {
@@ -403,8 +443,10 @@ template <class Copy, class Merge>
 BulkPlan bulk_make_plan(const DecodeArgs& a, const LaunchLimits& lim, const DecodeTuning& tu) {
   const PageGeometry& g = a.kv.geom;
   size_t smem = 0;
+  int tile = kBulkTile;  // the warp tile: the plan's splits start on whole tiles
   bulk_dispatch<Copy>(g.head_dim, g.format, [&](auto d, auto fm) {
     smem = static_cast<size_t>(bulk_smem<Copy, decltype(d)::value, decltype(fm)::value>().total);
+    tile = bulk_tile<decltype(fm)::value, decltype(d)::value>();
     return cudaSuccess;
   });
   auto kernel_of = [&](auto&& fn) {
@@ -417,7 +459,7 @@ BulkPlan bulk_make_plan(const DecodeArgs& a, const LaunchLimits& lim, const Deco
                                                       kernel_of);
   };
   BulkPlan pl;
-  static_cast<V4Plan&>(pl) = v4_family_plan(a, lim, tu, smem, kBulkTile, blocks);
+  static_cast<V4Plan&>(pl) = v4_family_plan(a, lim, tu, smem, tile, blocks);
   if constexpr (Merge::kCluster) {
     pl.workspace = 0;  // the partials stay in the cluster's shared memory
     if (pl.split.num_splits > 1 && pl.blocks_per_sm >= 1) {
@@ -429,7 +471,7 @@ BulkPlan bulk_make_plan(const DecodeArgs& a, const LaunchLimits& lim, const Deco
       if (dec.force_splits > 0) {  // the plan's own choice, clamped to the cluster limit
         DecodeTuning t = tu;
         t.num_splits = dec.force_splits;
-        static_cast<V4Plan&>(pl) = v4_family_plan(a, lim, t, smem, kBulkTile, blocks);
+        static_cast<V4Plan&>(pl) = v4_family_plan(a, lim, t, smem, tile, blocks);
         pl.workspace = 0;
       }
     }

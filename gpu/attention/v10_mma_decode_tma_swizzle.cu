@@ -72,9 +72,13 @@
 //    2q+1 read the 16-byte chunk t of rows g: one 128-byte line) and V ranges (rows 2t.., 4
 //    bytes at 4g: chunk g/4 XOR t) are conflict-free. head_dim 256 rows are one 128-byte line
 //    (SWIZZLE_128B, as FP8 d128). The loaders and mma sequence are v5's NVFP4 ones, so for
-//    the same split the bits are v5's. Compiled for kBulkNvfp4Blocks (4) resident blocks per
-//    SM at d128 (<= 128 registers, no spill). Prediction: ~1.3x fewer instructions per byte
-//    than v5, so at the issue-bound shapes (batch >= 16 x >= 8k) 20-30 % faster than v5.
+//    the same split the bits are v5's at d256. Compiled for kBulkNvfp4Blocks (4) resident
+//    blocks per SM at d128 (<= 128 registers, no spill). Prediction: ~1.3x fewer instructions
+//    per byte than v5, so at the issue-bound shapes (batch >= 16 x >= 8k) 20-30 % faster.
+//  * NVFP4 at head_dim 128 in 32-token warp tiles (TUNING.md step 24): two 16-row copies per
+//    tile, each of its own page, on one barrier, and one wait and one online-softmax update
+//    per 32 tokens, in two stages. The bits differ from v5's (another softmax blocking); v11
+//    shares them.
 #include "gpu/attention/tma_pool_map.cuh"
 
 namespace kvlab::gpu::detail {

@@ -9,7 +9,8 @@
 // Each member runs and matches the reference on every geometry of its scope (bf16 / fp16
 // HND -- v10 also NHD --, block_size a multiple of 16, every compiled head_dim, GQA 1-16,
 // sequence ends inside and at the edges of tiles and pages; v10 also fp8_e4m3 and nvfp4 at
-// head_dim 128 and 256, with v5's bits at forced splits), declines everything outside it with a
+// head_dim 128 and 256, with v5's bits at forced splits -- nvfp4 at head_dim 128 runs 32-token
+// tiles, whose bits v11 shares and v5 does not), declines everything outside it with a
 // reason, gives the bits of the versions with the same tiles and mma sequence for the same
 // split (v5's in every layout; v9 and v10 also v8's in HND; v11 also v10's in every layout:
 // its cluster merge replays v4's merge kernel's arithmetic in the kernel's order), and turns
@@ -54,6 +55,9 @@ struct BulkMember {
   std::vector<KvLayout> layouts;   // the layouts it copies
   std::vector<int> other_peers = {5};  // the same bits in the other layouts (and FP8)
   int max_splits = 0;  // > 0: the splits of an item merge in one cluster of at most this many
+  // The same bits on NVFP4 at head_dim 128, where the family's warp tiles are 32 tokens (v5's
+  // are 16: another online-softmax blocking, other bits).
+  std::vector<int> nvfp4_peers = {};
 };
 
 // gtest prints a parameter by its registry name.
@@ -144,12 +148,13 @@ class BulkCopyDecode : public ::testing::TestWithParam<BulkMember> {
   }
 
   // A format the member copies at head_dim >= 128 only (FP8 E4M3, NVFP4): every geometry of
-  // the scope against the reference, then v5's bits at forced splits, in every layout.
-  void expect_narrow_format(KvFormat f, const std::string& seed) {
+  // the scope against the reference, then the peers' bits at forced splits (head_dim 128), in
+  // every layout.
+  void expect_narrow_format(KvFormat f, const std::string& seed, const std::vector<int>& peers) {
     if (!GetParam().fp8) GTEST_SKIP() << tag() << " copies 16-bit rows only (declines: below)";
     for (KvLayout l : GetParam().layouts) {
       expect_geometries({f}, {128, 256}, l);
-      expect_forced_splits(f, seed, GetParam().other_peers, nullptr, l);
+      expect_forced_splits(f, seed, peers, nullptr, l);
     }
   }
 
@@ -188,17 +193,18 @@ TEST_P(BulkCopyDecode, ForcedSplitsAndPlanKnobsMatchTheReferenceAndPeersBitwise)
 // declines below.
 TEST_P(BulkCopyDecode, Fp8GeometriesOfItsScopeMatchTheReferenceAndV5Bitwise) {
   KVLAB_SKIP_WITHOUT_GPU();
-  expect_narrow_format(KvFormat::kFP8E4M3, "fp8.splits");
+  expect_narrow_format(KvFormat::kFP8E4M3, "fp8.splits", GetParam().other_peers);
 }
 
 // NVFP4 (E2M1 with E4M3 block scales, FP32 tensor scale): where the member copies it
 // (head_dim >= 128: a 64- or 128-byte swizzled row, the tile's block scales by bulk copy),
 // the reference on every such geometry -- the rows and block scales past a sequence's end
-// hold NaN, which the V rows' zeroing must cover, scales included -- and v5's bits at forced
-// splits (v5 runs NVFP4 in the same 16-token tiles, loaders and mma sequence).
-TEST_P(BulkCopyDecode, Nvfp4GeometriesOfItsScopeMatchTheReferenceAndV5Bitwise) {
+// hold NaN, which the V rows' zeroing must cover, scales included; at head_dim 128 the
+// 32-token tiles' second halves past the end copy nothing at all -- and at forced splits the
+// bits of the members with the same 32-token tiles (v11: v10's).
+TEST_P(BulkCopyDecode, Nvfp4GeometriesOfItsScopeMatchTheReferenceAndPeersBitwise) {
   KVLAB_SKIP_WITHOUT_GPU();
-  expect_narrow_format(KvFormat::kNVFP4, "nvfp4.splits");
+  expect_narrow_format(KvFormat::kNVFP4, "nvfp4.splits", GetParam().nvfp4_peers);
 }
 
 TEST_P(BulkCopyDecode, DeclinesEverythingOutsideItsScope) {
@@ -395,7 +401,8 @@ INSTANTIATE_TEST_SUITE_P(DecodeV11, BulkCopyDecode,
                                                       true,
                                                       {KvLayout::kHND, KvLayout::kNHD},
                                                       {5, 10},
-                                                      16}),
+                                                      16,
+                                                      {10}}),
                          member_name);
 
 }  // namespace
