@@ -125,6 +125,14 @@ struct SwizzleRows {
 };
 using Swizzle128Rows = SwizzleRows<128>;
 
+// The dim that K k-step position p (0..7 within a group of 8: k-step 2c + h holds positions
+// 4h .. 4h+3 as b0 / a0 lo, hi, b1 / a2 lo, hi) holds under kKDimPairs: the pairs (i, i + 4)
+// that a word of eight E2M1 codes gives (formats.h e2m1_pair_to_fp16x2_scaled), i.e.
+// positions 0..7 -> dims 0 4 1 5 2 6 3 7.
+__host__ __device__ __forceinline__ constexpr int pair_order(int p) {
+  return ((p & 1) << 2) | (p >> 1);
+}
+
 // ------------------------------------------------------------------ tile geometry
 // What every loader of a (format, head_dim) shares: the row and fragment geometry.
 // Rows: the row geometry of the shared tile (above).

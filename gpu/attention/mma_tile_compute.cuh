@@ -66,10 +66,7 @@ __device__ __forceinline__ void load_q_slice(const void* q, int64_t row, int par
 // split into bf16 hi + lo (exact), both used by the Q.K^T mma.
 // Position P = part*D/16 + e lands in k-step s = (P % (D/4)) / 4 of lane hl*4 + P / (D/4)
 // (the thread slice order of mma_operands.cuh's K fragments) and holds Q's dim P, or with
-// Op::kKDimPairs dim (P & ~7) | pair_order(P & 7).
-__device__ __forceinline__ constexpr int pair_order(int p) {  // positions 0..7 -> 0 4 1 5 2 6 3 7
-  return ((p & 1) << 2) | (p >> 1);
-}
+// Op::kKDimPairs dim (P & ~7) | pair_order(P & 7) (mma_operands.cuh).
 template <class Op, int D>
 __device__ __forceinline__ void q_fragments(const QSlice<D>& qs, bool q_bf16, float qk_scale,
                                             uint2* qf_hi, uint2* qf_lo, float* colscale) {
