@@ -36,10 +36,11 @@ cd "$root"
 PYTHON=${PYTHON:-python3}
 export KVLAB=${KVLAB:-build/experiments/kvlab}
 [[ -x $KVLAB ]] || { echo "adopt_perf_run.sh: KVLAB=$KVLAB is not an executable kvlab (build it, or set KVLAB)" >&2; exit 2; }
-for f in perf_sweep.h5 perf_peers.h5 step_sweep.h5 timer_check.h5 crosscheck.h5; do
-  [[ -f "$SRC/$f" ]] || { echo "adopt_perf_run.sh: $SRC/$f is missing: not a complete h100_perf_run.sh output" >&2; exit 2; }
+RUN_FILES=(perf_sweep perf_peers step_sweep timer_check crosscheck)  # data/perf/h100_<name>.h5
+for f in "${RUN_FILES[@]}"; do
+  [[ -f "$SRC/$f.h5" ]] || { echo "adopt_perf_run.sh: $SRC/$f.h5 is missing: not a complete h100_perf_run.sh output" >&2; exit 2; }
 done
-INPUTS=(perf_sweep perf_peers step_sweep timer_check crosscheck)
+INPUTS=("${RUN_FILES[@]}")
 [[ -f "$SRC/perf_peers_cudnn_paged.h5" ]] && INPUTS+=(perf_peers_cudnn_paged)
 incomplete=()
 for f in "${INPUTS[@]}"; do
@@ -56,7 +57,7 @@ elif [[ ${#incomplete[@]} -gt 0 ]]; then
   exit 2
 fi
 n=0
-for f in perf_sweep perf_peers step_sweep timer_check crosscheck; do
+for f in "${RUN_FILES[@]}"; do
   [[ $f == step_sweep && $KEEP_STEP == 1 ]] && continue
   cp "$SRC/$f.h5" "data/perf/h100_$f.h5"
   n=$((n + 1))
