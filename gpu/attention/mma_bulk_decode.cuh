@@ -43,7 +43,11 @@
 //                         land in the stage's scale runs, BulkTile::sks / svs)
 //   kNHD                  true: NHD pools too (the copy gathers the tile's strided rows)
 //   Maps                  extra kernel parameter (__grid_constant__), e.g. tensor maps
-//   issue<D, F>(t, maps)  copies tile t (BulkTile below) into its stage, completing on t.bar
+//   tx_bytes<D, F>(rows)  bytes the copies of a 16-row half with `rows` rows below the
+//                         sequence's end complete on the stage's barrier
+//   issue<D, F>(t, maps)  copies the half t (BulkTile below) into its stage, completing on
+//                         t.bar (the block body has fenced the async proxy and announced the
+//                         bytes; with kWarpIssues every lane issues after a __syncwarp)
 //   maps_reason(a), maps(a)   host: "" or why Maps cannot be built; the Maps of a launch
 #pragma once
 
@@ -119,7 +123,7 @@ struct BulkTile {
   uint8_t* sv;      // the stage's V rows
   uint8_t* sks;     // the stage's K block scales (NVFP4: 16 rows x D/16 codes), else unused
   uint8_t* svs;     // the stage's V block scales
-  uint64_t* bar;    // the stage's mbarrier (one arrival expected)
+  uint64_t* bar;    // the stage's mbarrier (lane 0's one arrival per tile, with the bytes)
   uint64_t l2_policy;
   int lane;
 };
@@ -186,7 +190,7 @@ __device__ __forceinline__ void bulk_block(const V4Params& p, const typename Cop
   constexpr BulkSmem kS = bulk_smem<Copy, D, F>();
   constexpr int kWT = bulk_tile<F, D>();
   constexpr int kStages = bulk_stages<F, D>();
-  constexpr int kHalves = kWT / kBulkTile;  // 16-row copies per tile, one barrier arrival each
+  constexpr int kHalves = kWT / kBulkTile;  // 16-row copies per tile, on one barrier arrival
   static_assert(V4Startup<BulkConfig<D, F>, D, F>::kWT == kWT, "the start-up pages are the tile's");
   static_assert(!Copy::kWarpIssues || kHalves == 1, "warp-issued copies take 16-token tiles");
   static_assert(Op::kRowStride == kS.row_stride, "the loaders read the rows where the copies put them");
@@ -221,36 +225,47 @@ __device__ __forceinline__ void bulk_block(const V4Params& p, const typename Cop
 
   if (lane == 0) {
 #pragma unroll
-    for (int s = 0; s < kStages; ++s) mma::mbarrier_init(&bars[s], kHalves);
+    for (int s = 0; s < kStages; ++s) mma::mbarrier_init(&bars[s], 1);
     mma::fence_barrier_init();
   }
   __syncwarp();
 
   // Tile i into stage st, one 16-row copy per half. The stage's earlier readers (every lane of
-  // this warp) are done: the caller passed a __syncwarp after their last read. A half past the
-  // sequence's end, or whose table entry lies outside the pool, copies nothing and arrives
-  // alone (its rows are masked, its V rows zeroed, by the tile's reader).
+  // this warp) are done: the caller passed a __syncwarp after their last read. The issuing
+  // thread fences the async proxy once and lane 0 arrives once on the stage's barrier with
+  // every copying half's bytes; then the halves' copies go out. A half past the sequence's
+  // end, or whose table entry lies outside the pool, copies nothing (its rows are masked, its
+  // V rows zeroed, by the tile's reader).
   auto load_tile = [&](int i, int st) {
     if constexpr (!Copy::kWarpIssues)
       if (lane != 0) return;
     uint64_t* bar = &bars[st];
     uint8_t* stage = wbase + st * kS.stage_bytes;
+    int64_t pg[kHalves];
+    bool copies[kHalves];
+    uint32_t tx = 0;
 #pragma unroll
     for (int h = 0; h < kHalves; ++h) {
-      int64_t pg = pf[h];
-      if constexpr (Copy::kWarpIssues) pg = __shfl_sync(0xFFFFFFFFu, pf[h], 0);  // lane 0's entry
+      pg[h] = pf[h];
+      if constexpr (Copy::kWarpIssues) pg[h] = __shfl_sync(0xFFFFFFFFu, pf[h], 0);  // lane 0's
       const int f = first_token(i) + kBulkTile * h;  // h = 0: below end (i < my_tiles)
       const bool past_end = h > 0 && f >= end;
-      if (past_end || pg < 0 || pg >= geom.num_blocks) {
-        if (lane == 0) {
-          bad |= !past_end;  // nothing copied: the arrival alone counts
-          mma::mbarrier_arrive(bar);
-        }
-        continue;
-      }
+      copies[h] = !past_end && pg[h] >= 0 && pg[h] < geom.num_blocks;
+      if (copies[h])
+        tx += Copy::template tx_bytes<D, F>(min(kBulkTile, end - f));
+      else if (lane == 0)
+        bad |= !past_end;
+    }
+    mma::fence_proxy_async_smem();  // this thread's generic stage accesses before async writes
+    if (lane == 0) mma::mbarrier_arrive_expect_tx(bar, tx);
+    if constexpr (Copy::kWarpIssues) __syncwarp();  // the bytes are announced before any copy
+#pragma unroll
+    for (int h = 0; h < kHalves; ++h) {
+      if (!copies[h]) continue;
+      const int f = first_token(i) + kBulkTile * h;
       BulkTile tile;
       tile.pools = &p.pools;
-      tile.page = pg;
+      tile.page = pg[h];
       tile.kv_head = it.kv_head;
       tile.slot = ps.slot(f);
       tile.rows = min(kBulkTile, end - f);

@@ -177,6 +177,13 @@ __device__ __forceinline__ void mbarrier_expect_tx(uint64_t* bar, uint32_t bytes
 __device__ __forceinline__ void mbarrier_arrive(uint64_t* bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_addr(bar)) : "memory");
 }
+// One arrival that first adds `bytes` to the transaction bytes the current phase waits for
+// (expect_tx and arrive as one instruction).
+__device__ __forceinline__ void mbarrier_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_addr(bar)),
+               "r"(bytes)
+               : "memory");
+}
 // The executing thread's earlier cp.async copies become a pending arrival of the barrier's
 // current phase (counted now, arriving when they have landed).
 __device__ __forceinline__ void cp_async_mbarrier_arrive(uint64_t* bar) {

@@ -157,28 +157,29 @@ struct TmaSwizzleCopy {
   static constexpr bool kNHD = true;  // the 4-D map gathers NHD's strided rows
   using Maps = TmaPoolMaps;
 
+  // The box always writes its 16 rows; the scale runs hold the same 16 slots' codes.
+  template <int D, KvFormat F>
+  __device__ static constexpr uint32_t tx_bytes(int) {
+    using Op = BulkOperand<TmaSwizzleCopy, F, D>;
+    return 2 * (kBulkTile * Op::kRowBytes + (F == KvFormat::kNVFP4 ? kBulkTile * Op::kScaleBytes : 0));
+  }
   template <int D, KvFormat F>
   __device__ static void issue(const BulkTile& t, const Maps& maps) {
     using Op = BulkOperand<TmaSwizzleCopy, F, D>;
-    // The box's coordinates {0, 0, A, B} (encode_pool_map); B <= the pool's rows < 2^31.
+    // The box's coordinates {0, 0, A, B} (encode_pool_map). Every (page, head, slot) row index
+    // is below the pool's rows < 2^31 (checked there), so 32-bit arithmetic holds.
     const PageGeometry& g = t.pools->geom;
     const bool hnd = g.layout == KvLayout::kHND;
+    const int page_head = static_cast<int>(t.page) * g.num_kv_heads + t.kv_head;
     const int a = hnd ? t.slot : t.kv_head;
-    const int b = static_cast<int>(hnd ? t.page * g.num_kv_heads + t.kv_head
-                                       : t.page * g.block_size + t.slot);
-    // The box always writes its 16 rows; the scale runs hold the same 16 slots' codes.
-    constexpr uint32_t kBoxBytes = kBulkTile * Op::kRowBytes;
-    constexpr uint32_t kScaleRun = F == KvFormat::kNVFP4 ? kBulkTile * Op::kScaleBytes : 0;
-    mma::fence_proxy_async_smem();  // generic reads/writes of the stage before the async writes
-    mma::mbarrier_expect_tx(t.bar, 2 * (kBoxBytes + kScaleRun));
-    mma::mbarrier_arrive(t.bar);
+    const int b = hnd ? page_head : static_cast<int>(t.page) * g.block_size + t.slot;
     mma::tensor_copy_4d_g2s(t.sk, &maps.k, 0, 0, a, b, t.bar, t.l2_policy);
     mma::tensor_copy_4d_g2s(t.sv, &maps.v, 0, 0, a, b, t.bar, t.l2_policy);
-    if constexpr (kScaleRun > 0) {
-      // [slot][D/16] codes of slots slot .. slot+15: kScaleRun bytes, 16-byte aligned (slot is
-      // a multiple of 16). block_scale_index(page, head, slot, 0) is token_scale_index(page,
-      // head, slot) x D/16 (kv_layout.h); this form needs no division by the runtime group.
-      const int64_t run = g.token_scale_index(t.page, t.kv_head, t.slot) * Op::kScaleBytes;
+    if constexpr (F == KvFormat::kNVFP4) {
+      // [slot][D/16] codes of slots slot .. slot+15: 16 x kScaleBytes bytes, 16-byte aligned
+      // (slot is a multiple of 16), at token_scale_index(page, head, slot) x D/16 (kv_layout.h).
+      constexpr uint32_t kScaleRun = kBulkTile * Op::kScaleBytes;
+      const int64_t run = static_cast<int64_t>(page_head * g.block_size + t.slot) * Op::kScaleBytes;
       mma::bulk_copy_g2s(t.sks, t.pools->k_scales + run, kScaleRun, t.bar, t.l2_policy);
       mma::bulk_copy_g2s(t.svs, t.pools->v_scales + run, kScaleRun, t.bar, t.l2_policy);
     }

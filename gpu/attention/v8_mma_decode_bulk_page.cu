@@ -48,15 +48,17 @@ struct V8PageRunCopy {
   static constexpr bool kNHD = false;         // a page run is contiguous in HND only
   using Maps = NoMaps;
 
+  // Only the rows below the sequence's end are copied.
+  template <int D, KvFormat F>
+  __device__ static constexpr uint32_t tx_bytes(int rows) {
+    return static_cast<uint32_t>(2 * rows * D * 2);
+  }
   template <int D, KvFormat F>
   __device__ static void issue(const BulkTile& t, const Maps&) {
     static_assert(F == KvFormat::kBF16 || F == KvFormat::kFP16, "16-bit rows");
     const PageGeometry& geom = t.pools->geom;
     const int64_t off = geom.k_index(t.page, t.kv_head, t.slot, 0) * 2;
     const uint32_t bytes = static_cast<uint32_t>(t.rows * D * 2);
-    mma::fence_proxy_async_smem();  // generic reads/writes of the stage before the async writes
-    mma::mbarrier_expect_tx(t.bar, 2 * bytes);
-    mma::mbarrier_arrive(t.bar);
     mma::bulk_copy_g2s(t.sk, t.pools->k + off, bytes, t.bar, t.l2_policy);
     mma::bulk_copy_g2s(t.sv, t.pools->v + off, bytes, t.bar, t.l2_policy);
   }

@@ -53,19 +53,19 @@ struct V9RowCopy {
   static constexpr bool kNHD = false;        // HND rows (v8's scope)
   using Maps = NoMaps;
 
-  // Called by the whole warp.
+  // Only the rows below the sequence's end are copied.
+  template <int D, KvFormat F>
+  __device__ static constexpr uint32_t tx_bytes(int rows) {
+    return static_cast<uint32_t>(2 * rows * D * 2);
+  }
+  // Called by the whole warp, after the block body's fence, lane 0's arrival with the bytes
+  // and a __syncwarp.
   template <int D, KvFormat F>
   __device__ static void issue(const BulkTile& t, const Maps&) {
     static_assert(F == KvFormat::kBF16 || F == KvFormat::kFP16, "16-bit rows");
     constexpr int kRowBytes = D * 2;
     constexpr int kStride = Rows<F, D>::stride(kRowBytes);
     static_assert(kStride % 16 == 0 && kRowBytes % 16 == 0, "bulk copies: 16-byte units");
-    mma::fence_proxy_async_smem();  // this lane's generic accesses before its async writes
-    if (t.lane == 0) {
-      mma::mbarrier_expect_tx(t.bar, static_cast<uint32_t>(2 * t.rows * kRowBytes));
-      mma::mbarrier_arrive(t.bar);
-    }
-    __syncwarp();  // the bytes are announced before any copy can complete
     const int r = t.lane & (kBulkTile - 1);
     if (r < t.rows) {
       const bool is_v = t.lane >= kBulkTile;
