@@ -45,6 +45,18 @@ EncodeTiledFn encode_tiled_fn() {
 // the TMA swizzle of the same width. The loaders read through SwizzleRows<span>.
 __host__ __device__ constexpr int tma_swizzle_span(int row_bytes) { return row_bytes >= 128 ? 128 : 64; }
 
+// The L2 promotion of a map: how much an L2 miss of the box fetches around the bytes asked
+// for. An HND box is one contiguous run (16 rows), so 256 bytes fetch only its own rows. An
+// NHD box's rows are num_kv_heads rows apart, so 256 bytes also fetch the neighbouring heads'
+// rows of the same slots, which their own blocks read later. Chosen by measurement
+// (TUNING.md step 26): FP8 at head_dim 128 (128-byte rows) promotes one row, 2 % faster at
+// NHD than 256 bytes; NVFP4 at head_dim 128 (64-byte rows) keeps 256 bytes, 5-10 % faster at
+// the large NHD shapes than promoting its own row (64 bytes) or nothing.
+inline CUtensorMapL2promotion l2_promotion(bool hnd, int row_bytes) {
+  return !hnd && row_bytes == 128 ? CU_TENSOR_MAP_L2_PROMOTION_L2_128B
+                                  : CU_TENSOR_MAP_L2_PROMOTION_L2_256B;
+}
+
 // The map of one pool: rows of head_dim elements as a 4-D tensor {line, lines per row, A, B}
 // (line = the swizzle span: 16-bit 64 elements, D/64 lines; FP8 128 elements, D/128 lines;
 // NVFP4 64 bytes at head_dim 128, 128 at head_dim 256, one line), box {line, lines, 16 rows
@@ -100,7 +112,7 @@ std::string encode_pool_map(const char* name, const void* pool, const PageGeomet
                             4, const_cast<void*>(pool), dims,
                             strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
                             span == 128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B,
-                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+                            l2_promotion(hnd, row_bytes_i), CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS) {
     os << name << ": cuTensorMapEncodeTiled rejected the pool (CUresult "
        << static_cast<int>(r) << ", " << to_string(g.layout) << ", head_dim " << d << ", "

@@ -205,8 +205,8 @@ def test_shipped_fair_run_r_is_its_best_cold_read():
 
 
 def test_perf_ini_measures_every_grid_point_in_both_layouts(run):
-    """K4 and K1 take the best layout per shape: perf.ini must run FP8 E4M3 on HND pages (v10 and
-    auto) and BF16 HND (auto) on every K1 grid point, each HND point once."""
+    """K4, K5 and K1 take the best layout per shape: perf.ini must run FP8 E4M3 and NVFP4 on HND
+    pages (v10 and auto) and BF16 HND (auto) on every K1 grid point, each HND point once."""
     perf = os.path.join(ROOT, "experiments", "configs", "perf.ini")
     r = run("sweep", perf, "--dry-run")
     assert r.returncode == 0, r.stderr
@@ -218,7 +218,8 @@ def test_perf_ini_measures_every_grid_point_in_both_layouts(run):
         pts.append((ln.split()[1], ax))
     grid = {(ax["batch"], ax["context"]) for st, ax in pts if st == "K1_grid"}
     assert len(grid) == 22
-    for fmt, version in (("fp8_e4m3", "v10_mma_decode_tma_swizzle"), ("fp8_e4m3", "auto"), ("bf16", "auto")):
+    for fmt, version in (("fp8_e4m3", "v10_mma_decode_tma_swizzle"), ("fp8_e4m3", "auto"), ("bf16", "auto"),
+                         ("nvfp4", "v10_mma_decode_tma_swizzle"), ("nvfp4", "auto")):
         for layout in ("nhd", "hnd"):
             have = [(ax["batch"], ax["context"]) for st, ax in pts
                     if ax["kv_format"] == fmt and ax["version"] == version and ax["layout"] == layout and
