@@ -20,7 +20,7 @@
 #   2. the two-timer cross-check: kvlab sweep timer_check.ini, then decode_peers.py crosscheck
 #      --diagnose (1, 4, 16, 256 MiB reads, 4 and 256 MiB copies)
 #                                                timer_check.h5, crosscheck.h5, crosscheck.log ~30 s
-#   3. kvlab sweep experiments/configs/perf.ini (945 points)     perf_sweep.h5, perf_sweep.log ~100 s
+#   3. kvlab sweep experiments/configs/perf.ini (989 points)     perf_sweep.h5, perf_sweep.log ~140 s
 #   4. the peers on perf_sweep.h5's shapes, in two processes, so that a refusal, hang or device
 #      fault of one cannot cost the other's rows:
 #      4a. cuDNN / FlashAttention SDPA (contiguous KV), FlashInfer tensor-core and CUDA-core (paged)

@@ -29,14 +29,14 @@ def _abs_err(pred, meas):
 
 def test_h100_table_and_summary(calibration):
     out, stdout = calibration
-    assert "fidelity: 138 records" in stdout and "on H100-SXM5-80GB" in stdout, stdout[-2000:]
+    assert "fidelity: 160 records" in stdout and "on H100-SXM5-80GB" in stdout, stdout[-2000:]
     assert "calibrated, leave-one-out" in stdout and "fidelity target" in stdout
     res = load(str(out))
     cal = res.ok("calibrate")
     assert len(cal) == 1
     row = cal.iloc[0]
     t = res.trace(row, "fidelity")
-    assert len(t) == row["records"] == 138
+    assert len(t) == row["records"] == 160
     assert set(t["kv_format"]) == {"bf16", "fp8_e4m3", "nvfp4"}
     assert (t["lengths"] == "mixed").sum() == 4 and (t["graph"] == "on").sum() == 4
     assert np.isclose(row["fit_read_ceiling_bytes_per_s"], load(H100_RUN).read_ceiling, rtol=1e-12)
@@ -51,7 +51,7 @@ def test_h100_table_and_summary(calibration):
     extra = t["bytes"] - t["min_bytes"]
     assert (extra > 0).all() and (extra < 1e-3 * t["min_bytes"] + 2e6).all()
     fm = res.trace(row, "formats")
-    assert list(fm["kv_format"]) == ["bf16", "fp8_e4m3", "nvfp4"] and fm["records"].sum() == 138
+    assert list(fm["kv_format"]) == ["bf16", "fp8_e4m3", "nvfp4"] and fm["records"].sum() == 160
     # The measured times are the sweep's own medians (best version per shape).
     src = load(H100_RUN).ok("decode_attention")
     for _, rec in t.head(12).iterrows():
