@@ -79,6 +79,11 @@
 //    tile, each of its own page, on one barrier, and one wait and one online-softmax update
 //    per 32 tokens, in two stages. The bits differ from v5's (another softmax blocking); v11
 //    shares them.
+//  * Steps 25-26 (TUNING.md): the NVFP4 loaders dequantise a word of 8 codes with 11
+//    instructions instead of 16 (the same bits), and the block body fences and arrives once
+//    per tile; NHD maps of 128-byte rows (FP8 at head_dim 128) promote 128 bytes in L2
+//    instead of 256, measured 2 % faster there (NVFP4's 64-byte rows keep 256: less is 5-10 %
+//    slower).
 #include "gpu/attention/tma_pool_map.cuh"
 
 namespace kvlab::gpu::detail {
