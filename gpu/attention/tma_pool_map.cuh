@@ -191,7 +191,9 @@ struct TmaSwizzleCopy {
       // [slot][D/16] codes of slots slot .. slot+15: 16 x kScaleBytes bytes, 16-byte aligned
       // (slot is a multiple of 16), at token_scale_index(page, head, slot) x D/16 (kv_layout.h).
       constexpr uint32_t kScaleRun = kBulkTile * Op::kScaleBytes;
-      const int64_t run = static_cast<int64_t>(page_head * g.block_size + t.slot) * Op::kScaleBytes;
+      const int64_t run =
+          static_cast<int64_t>(g.token_scale_index32(static_cast<int>(t.page), t.kv_head, t.slot)) *
+          Op::kScaleBytes;
       mma::bulk_copy_g2s(t.sks, t.pools->k_scales + run, kScaleRun, t.bar, t.l2_policy);
       mma::bulk_copy_g2s(t.svs, t.pools->v_scales + run, kScaleRun, t.bar, t.l2_policy);
     }

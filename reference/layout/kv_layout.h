@@ -135,6 +135,11 @@ struct PageGeometry {
   KVLAB_HD int64_t token_scale_index(int64_t block, int head, int slot) const {
     return (block * num_kv_heads + head) * block_size + slot;
   }
+  // The same index in 32-bit arithmetic, for device copies of pools whose (block, head, slot)
+  // rows are known to number below 2^31 (the TMA maps require it: tma_pool_map.cuh).
+  KVLAB_HD int token_scale_index32(int block, int head, int slot) const {
+    return (block * num_kv_heads + head) * block_size + slot;
+  }
   KVLAB_HD int64_t token_scales_per_pool() const {
     return num_blocks * num_kv_heads * static_cast<int64_t>(block_size);
   }
