@@ -13,7 +13,7 @@
 //                                                     score); V as bf16, its token scale on P
 //   fp8_e5m2          f16              f16            the code is the top byte of the half
 //   nvfp4             f16              f16            e2m1 bits moved into a half (x 2^-14)
-//                                                     x the E4M3 block scale x 2^7 (exact)
+//                                                     x the E4M3 block scale (exact)
 //   mxfp4             bf16             bf16           e2m1 -> float x 2^k -> bf16 (exact)
 //
 // Pool scales (k_scale / v_scale, NVFP4's tensor scale) are folded into the softmax and
@@ -408,11 +408,14 @@ struct MmaOperand<KvFormat::kFP8E5M2, D> : OperandGeometry<KvFormat::kFP8E5M2, D
 };
 
 // NVFP4: e2m1 -> the bits of a half times 2^-14 by shifts and masks alone (formats.h,
-// e2m1_pair_to_fp16x2_scaled), then one exact f16x2 multiply by the E4M3 block scale times
-// 2^7 (<= 448 * 128 = 57344, a half). The operands are K and V times 2^-7, exactly: e2m1 x
-// e4m3 has <= 6 significant bits, no bit below 2^-10, and |value| <= 2688, so times 2^-7 it
-// lies on the half grid (>= 2^-17 > 2^-24) below 21. kScoreScale and kOutScale take the 2^7
-// back in fp32, where a power of two changes no bit. The FP32 tensor scale is the pool scale.
+// e2m1_pair_to_fp16x2_scaled), then one exact f16x2 multiply by the E4M3 block scale. The
+// operands are K and V times 2^-14, exactly: a code times 2^-14 has no bit below 2^-15, an
+// E4M3 scale none below 2^-9, so the product has <= 6 significant bits, none below 2^-24 (the
+// f16 grid, subnormals included), and |product| <= 6 x 448 x 2^-14 < 0.17. The tensor cores
+// take f16 subnormals as they are: the outputs are those of the earlier form, which scaled
+// the block scales by 2^7 to keep the operands normal (same error figures on every A/B
+// point, TUNING.md step 27). kScoreScale and kOutScale take the 2^14 back in fp32, where a
+// power of two changes no bit. The FP32 tensor scale is the pool scale.
 //
 // A word of 8 codes gives the pairs (code i, code i + 4) cheaply, so the K k-steps take a
 // thread's dims in the order kKDimPairs describes: k-step 2c + h of word c (dims 8c .. 8c+7
@@ -420,23 +423,37 @@ struct MmaOperand<KvFormat::kFP8E5M2, D> : OperandGeometry<KvFormat::kFP8E5M2, D
 // b1 / a2, and q_fragments() lays Q out the same way. V pairs two tokens' codes of one dim:
 // the two tokens' words are merged so that token x's dims are nibbles 0..3 and token y's
 // nibbles 4..7.
+//
+// The block scales come from the stage's scale runs in whole words: a thread's K scales of
+// a row are adjacent (one load per row, one conversion per two codes), and the V scales of
+// the token pairs (2t, 2t+1) and (2t+8, 2t+9) are two adjacent rows each (one load per pair,
+// one byte permute and one conversion per two codes).
 template <int D, class Rows>
 struct MmaOperand<KvFormat::kNVFP4, D, Rows> : OperandGeometry<KvFormat::kNVFP4, D, Rows> {
   using G = OperandGeometry<KvFormat::kNVFP4, D, Rows>;
   static constexpr bool kQkF16 = true, kPvF16 = true;
   static constexpr bool kKDimPairs = true;
-  static constexpr int kScaleShift = 7;              // block scales times 2^7 in f16
-  static constexpr uint32_t kScaleUp = 0x58005800u;  // f16x2 (2^7, 2^7)
-  static constexpr float kScoreScale = 128.0f;       // K operands are K x 2^(7 - 14)
-  static constexpr float kOutScale = 128.0f / kPScale;
-  static_assert(kE2M1HalfShift - kScaleShift == 7, "operands are K / V x 2^-7");
+  static constexpr float kScoreScale = static_cast<float>(1 << kE2M1HalfShift);
+  static constexpr float kOutScale = kScoreScale / kPScale;
   static constexpr int kGroup = G::kScaleGroup;
+  static constexpr int kSB = G::kScaleBytes;  // scale codes per row (D / 16)
   // Block-scale groups in a thread's K slice [t*D/4, (t+1)*D/4): group j covers k-steps
   // 4j .. 4j+3 (words 2j, 2j+1).
   static constexpr int kGpt = (D / 4) / kGroup;
-  // E4M3 scale codes (low byte: first, next byte: second) -> f16x2 of the scales x 2^7.
-  __device__ static uint32_t scales_up(uint32_t two_codes) {
-    return hmul2_bits(e4m3x2_to_f16x2(two_codes), kScaleUp);
+  static_assert(kGpt == 1 || kGpt == 2 || kGpt == 4, "head_dim 64, 128 or 256");
+  // The thread's kGpt K scales of one row as replicated f16x2 pairs (sc[j] = (s_j, s_j)).
+  __device__ static void k_row_scales(const uint8_t* codes, uint32_t (&sc)[kGpt]) {
+    if constexpr (kGpt == 1) {
+      sc[0] = e4m3x2_to_f16x2(static_cast<uint32_t>(codes[0]) * 0x0101u);
+    } else {
+      const uint32_t w = kGpt == 2 ? static_cast<uint32_t>(*reinterpret_cast<const uint16_t*>(codes))
+                                   : *reinterpret_cast<const uint32_t*>(codes);
+#pragma unroll
+      for (int j = 0; j < kGpt; j += 2) {
+        const uint32_t h = e4m3x2_to_f16x2(w >> (8 * j));
+        sc[j] = __byte_perm(h, 0u, 0x1010), sc[j + 1] = __byte_perm(h, 0u, 0x3232);
+      }
+    }
   }
   template <class Emit>
   __device__ static void k_frags(const uint8_t* sk_pass, const uint8_t* sks_pass, int lane,
@@ -444,13 +461,8 @@ struct MmaOperand<KvFormat::kNVFP4, D, Rows> : OperandGeometry<KvFormat::kNVFP4,
     const int g = lane >> 2, t = lane & 3;
     // The E4M3 block scales of rows g and g+8 as replicated f16x2 pairs.
     uint32_t ksc0[kGpt], ksc1[kGpt];
-#pragma unroll
-    for (int j = 0; j < kGpt; ++j) {
-      ksc0[j] = scales_up(static_cast<uint32_t>(sks_pass[g * G::kScaleBytes + t * kGpt + j]) *
-                          0x0101u);
-      ksc1[j] = scales_up(
-          static_cast<uint32_t>(sks_pass[(g + 8) * G::kScaleBytes + t * kGpt + j]) * 0x0101u);
-    }
+    k_row_scales(sks_pass + g * kSB + t * kGpt, ksc0);
+    k_row_scales(sks_pass + (g + 8) * kSB + t * kGpt, ksc1);
     G::k_slices(
         sk_pass, lane,
         [&](const uint32_t(&w0)[G::kCW], const uint32_t(&w1)[G::kCW], int s_, int ks,
@@ -470,18 +482,37 @@ struct MmaOperand<KvFormat::kNVFP4, D, Rows> : OperandGeometry<KvFormat::kNVFP4,
   __device__ static void scale_probs(float (&p)[4], const uint8_t*, int, int) {
     p[0] *= kPScale, p[1] *= kPScale, p[2] *= kPScale, p[3] *= kPScale;
   }
+  // f16x2 (scale of token x, scale of token y) of one scale group, from the words w of the
+  // adjacent rows x and y = x + 1 (kSB / 4 words each, x's first): the group's code is byte
+  // `sel` of word kWord of each row, or of word kWord + 1 when `next` (head_dim 256).
+  template <int kWord>
+  __device__ static uint32_t v_pair_scales(const uint32_t (&w)[kSB / 2], bool next, uint32_t sel) {
+    constexpr int kW = kSB / 4;
+    uint32_t ax = w[kWord], ay = w[kW + kWord];
+    if constexpr (kWord + 1 < kW) {
+      if (next) ax = w[kWord + 1], ay = w[kW + kWord + 1];
+    }
+    return e4m3x2_to_f16x2(__byte_perm(ax, ay, sel));
+  }
   template <class Emit>
   __device__ static void v_frags(const uint8_t* sv_pass, const uint8_t* svs_pass, int lane,
                                  Emit&& emit) {
     const int g = lane >> 2, t = lane & 3;
-    const int ra = 2 * t, rb = 2 * t + 1, rc = 2 * t + 8, rd = 2 * t + 9;
-    // Each V range lies inside one scale group: f16x2 (scale of token x, scale of token y).
-    const int q0 = (g * G::kRange) / kGroup, q1 = ((g + 8) * G::kRange) / kGroup;
-    auto pair = [&](int x, int y, int q) {
-      return scales_up(static_cast<uint32_t>(svs_pass[x * G::kScaleBytes + q]) |
-                       (static_cast<uint32_t>(svs_pass[y * G::kScaleBytes + q]) << 8));
-    };
-    const uint32_t hs[4] = {pair(ra, rb, q0), pair(ra, rb, q1), pair(rc, rd, q0), pair(rc, rd, q1)};
+    // Each V range lies inside one scale group: f16x2 (scale of token x, scale of token y)
+    // for the token pairs (2t, 2t+1) and (2t+8, 2t+9), groups q0 = g x D / 256 and
+    // q1 = q0 + D / 32: q0 is byte q0 % 4 of word 0 (head_dim <= 128) or of word g / 4 (256);
+    // q1 is the same byte D / 128 words further (head_dim 64: byte q0 + 2 of word 0).
+    static_assert(kSB % 4 == 0 && G::kRange * 256 == kGroup * D, "q0 = g x D / 256");
+    const int q0 = (g * G::kRange) / kGroup;
+    const uint32_t b = static_cast<uint32_t>(q0 & 3), sel0 = b | ((b + 4) << 4);
+    const uint32_t sel1 = D == 64 ? sel0 + 0x22u : sel0;
+    const bool next = D == 256 && q0 >= 4;
+    constexpr int kW1 = D / 128;  // q1's word
+    uint32_t lo[kSB / 2], hi[kSB / 2];  // rows 2t, 2t+1 | rows 2t+8, 2t+9
+    lds_words<kSB / 2>(svs_pass + (2 * t) * kSB, lo);
+    lds_words<kSB / 2>(svs_pass + (2 * t + 8) * kSB, hi);
+    const uint32_t hs[4] = {v_pair_scales<0>(lo, next, sel0), v_pair_scales<kW1>(lo, next, sel1),
+                            v_pair_scales<0>(hi, next, sel0), v_pair_scales<kW1>(hi, next, sel1)};
     G::v_ranges(
         sv_pass, lane,
         [&](uint32_t px, uint32_t py, int reg, uint32_t(&A)[4][4]) {

@@ -84,6 +84,11 @@
 //    per tile; NHD maps of 128-byte rows (FP8 at head_dim 128) promote 128 bytes in L2
 //    instead of 256, measured 2 % faster there (NVFP4's 64-byte rows keep 256: less is 5-10 %
 //    slower).
+//  * Step 27 (TUNING.md): the NVFP4 loaders read the block scales in words (one load per K
+//    row, one per V token pair) and keep them unscaled (operands K / V x 2^-14, on the f16
+//    grid with subnormals; the same outputs): 1421 instructions per 32-token tile instead of
+//    1462, 0.2-1.3 % faster on the A/B shapes. 5 resident blocks per SM (96 registers, a
+//    56-byte spill) measured 6-9 % slower and were not taken.
 #include "gpu/attention/tma_pool_map.cuh"
 
 namespace kvlab::gpu::detail {
