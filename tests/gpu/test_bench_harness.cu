@@ -241,14 +241,15 @@ TEST(BenchHarness, BulkReadMovesItsBytes) {
 // read is the flush kernel itself (load cg, depth 4, 8 blocks per SM), the two-timer
 // cross-check's operation, at the cross-check's sizes.
 //
-// The bound: 2 % of the time, but never below 8 ticks of the event clock (8 x 32 ns). Nine
-// H100 runs of this test (data/perf/h100_stream_kind.csv) put the spread of the four medians
+// The bound: 2 % of the time, but never below 8 ticks of the event clock (8 x 32 ns), the
+// eighth included. Nine H100 runs of this test (data/perf/h100_stream_kind.csv) put the spread of the four medians
 // of one size (own, legacy, per-thread, own again) at up to 0.224 us, and a median's largest
 // distance from the own stream's at 0.224 us (1 MiB: legacy 4.192 vs own 4.416 us, 5 %; the
 // own stream measured again 4.288 us in the same run, so the spread is the own stream's noise,
 // not the stream kind): below ~13 us a pure 2 % band fails on that noise alone (the first four
 // runs' largest distance, 0.128 us, set 5 ticks; the sixth run failed it, and the ninth would
-// have: 0.192 us at 1 and 4 MiB). The planted check
+// have: 0.192 us at 1 and 4 MiB). Session 9's fair run reached the bound exactly: 1 MiB own
+// 4.384, legacy 4.128 us (8 ticks; own again 4.288). The planted check
 // below shows the bound still rejects a real stream-dependent error: a read timed without its
 // flush lies far outside it at 1 and 4 MiB (1 MiB 7.17 / 7.65 / 7.74 us warm vs 4.42 / 4.22 /
 // 4.35 cold; 4 MiB 7.87 / 7.82 vs 5.31 / 5.38: 8x the bound and more). At 16 MiB the warm read
@@ -268,8 +269,12 @@ TEST(BenchHarness, ColdReadTimeDoesNotDependOnTheStreamKind) {
   o.max_seconds = 1.0;
   o.cold_l2 = true;
   constexpr double kRel = 0.02, kEventTickUs = 0.032, kTicks = 8;
+  // Medians are whole (or half) ticks of the event clock: the bound includes its last tick
+  // (a distance of exactly 8 ticks computed in floating point lands a rounding error above
+  // 8 x 0.032; the fair run of c625b2d failed on that alone, 4.384 vs 4.128 us at 1 MiB).
+  constexpr double kTickSlack = 1e-3 * kEventTickUs;
   auto same_time = [&](double a, double b) {
-    return std::abs(a - b) <= std::max(kRel * b, kTicks * kEventTickUs);
+    return std::abs(a - b) <= std::max(kRel * b, kTicks * kEventTickUs) + kTickSlack;
   };
   for (size_t mib : {1, 4, 16}) {
     auto launch = [&](cudaStream_t st) {
