@@ -37,7 +37,7 @@
 //   Rows<F, D>            the stage's row geometry of a (format, head_dim) (mma::PaddedRows<N>,
 //                         mma::SwizzleRows<span>)
 //   kSmemAlign            alignment the stage buffers need (16, or 1024 for the swizzle)
-//   kWarpIssues           true: the whole warp calls issue(); false: lane 0 alone
+//   kWarpIssues           true: the whole warp calls issue(); false: one elected lane
 //   kFP8                  true: FP8 E4M3 pools (pool scale) at head_dim >= 128 too
 //   kNVFP4                true: NVFP4 pools at head_dim >= 128 too (the tile's block scales
 //                         land in the stage's scale runs, BulkTile::sks / svs)
@@ -47,7 +47,9 @@
 //                         sequence's end complete on the stage's barrier
 //   issue<D, F>(t, maps)  copies the half t (BulkTile below) into its stage, completing on
 //                         t.bar (the block body has fenced the async proxy and announced the
-//                         bytes; with kWarpIssues every lane issues after a __syncwarp)
+//                         bytes; with kWarpIssues every lane issues after a __syncwarp, else
+//                         the elected lane, for every half: a half with t.copy false passes it
+//                         as the copies' predicate and copies nothing)
 //   maps_reason(a), maps(a)   host: "" or why Maps cannot be built; the Maps of a launch
 #pragma once
 
@@ -111,19 +113,21 @@ constexpr int bulk_min_blocks() {
   return F == KvFormat::kFP8E4M3 ? 4 : (F == KvFormat::kNVFP4 ? kBulkNvfp4Blocks : 1);
 }
 
-// One tile copy, as the block body hands it to the policy. Lane 0's page (the whole warp's
-// when Copy::kWarpIssues) is checked to lie inside the pool before issue() is called.
+// One tile copy, as the block body hands it to the policy. Lane 0's page (every lane holds it)
+// is checked to lie inside the pool: copy is false (and page 0) when it does not, or when the
+// half lies past the sequence's end.
 struct BulkTile {
   const mma::PoolView* pools;
   int64_t page;     // the (page, KV head) run holds slots [slot, slot + 16)
   int kv_head;
   int slot;         // first slot of the tile in its page (a multiple of 16)
-  int rows;         // rows below the sequence's end (1..16)
+  int rows;         // rows below the sequence's end (1..16; copy false: anything)
+  bool copy;        // false: the half copies nothing (the policy's copies are predicated off)
   uint8_t* sk;      // the stage's K rows
   uint8_t* sv;      // the stage's V rows
   uint8_t* sks;     // the stage's K block scales (NVFP4: 16 rows x D/16 codes), else unused
   uint8_t* svs;     // the stage's V block scales
-  uint64_t* bar;    // the stage's mbarrier (lane 0's one arrival per tile, with the bytes)
+  uint64_t* bar;    // the stage's mbarrier (one arrival per tile, with the bytes)
   uint64_t l2_policy;
   int lane;
 };
@@ -232,13 +236,15 @@ __device__ __forceinline__ void bulk_block(const V4Params& p, const typename Cop
 
   // Tile i into stage st, one 16-row copy per half. The stage's earlier readers (every lane of
   // this warp) are done: the caller passed a __syncwarp after their last read. The issuing
-  // thread fences the async proxy once and lane 0 arrives once on the stage's barrier with
-  // every copying half's bytes; then the halves' copies go out. A half past the sequence's
-  // end, or whose table entry lies outside the pool, copies nothing (its rows are masked, its
-  // V rows zeroed, by the tile's reader).
+  // thread fences the async proxy once and arrives once on the stage's barrier with every
+  // copying half's bytes; then the halves' copies go out. A half past the sequence's end, or
+  // whose table entry lies outside the pool, copies nothing (its rows are masked, its V rows
+  // zeroed, by the tile's reader). Every lane takes lane 0's pages; a policy whose copies one
+  // thread issues runs them on the lane elect.sync picks, not under `lane == 0`: the compiler
+  // then knows a single thread holds the copies' operands and moves them to the uniform
+  // registers directly, where under a lane test it wraps every copy in a loop over the
+  // active lanes (~5 instructions per copy, 8 copies per NVFP4 tile: TUNING.md step 28).
   auto load_tile = [&](int i, int st) {
-    if constexpr (!Copy::kWarpIssues)
-      if (lane != 0) return;
     uint64_t* bar = &bars[st];
     uint8_t* stage = wbase + st * kS.stage_bytes;
     int64_t pg[kHalves];
@@ -246,8 +252,7 @@ __device__ __forceinline__ void bulk_block(const V4Params& p, const typename Cop
     uint32_t tx = 0;
 #pragma unroll
     for (int h = 0; h < kHalves; ++h) {
-      pg[h] = pf[h];
-      if constexpr (Copy::kWarpIssues) pg[h] = __shfl_sync(0xFFFFFFFFu, pf[h], 0);  // lane 0's
+      pg[h] = __shfl_sync(0xFFFFFFFFu, pf[h], 0);  // lane 0's
       const int f = first_token(i) + kBulkTile * h;  // h = 0: below end (i < my_tiles)
       const bool past_end = h > 0 && f >= end;
       copies[h] = !past_end && pg[h] >= 0 && pg[h] < geom.num_blocks;
@@ -256,27 +261,38 @@ __device__ __forceinline__ void bulk_block(const V4Params& p, const typename Cop
       else if (lane == 0)
         bad |= !past_end;
     }
-    mma::fence_proxy_async_smem();  // this thread's generic stage accesses before async writes
-    if (lane == 0) mma::mbarrier_arrive_expect_tx(bar, tx);
-    if constexpr (Copy::kWarpIssues) __syncwarp();  // the bytes are announced before any copy
+    BulkTile tile[kHalves];
 #pragma unroll
     for (int h = 0; h < kHalves; ++h) {
-      if (!copies[h]) continue;
       const int f = first_token(i) + kBulkTile * h;
-      BulkTile tile;
-      tile.pools = &p.pools;
-      tile.page = pg[h];
-      tile.kv_head = it.kv_head;
-      tile.slot = ps.slot(f);
-      tile.rows = min(kBulkTile, end - f);
-      tile.sk = stage + kBulkTile * h * kS.row_stride;
-      tile.sv = tile.sk + kWT * kS.row_stride;
-      tile.sks = stage + kS.scale_off + kBulkTile * h * Op::kScaleBytes;
-      tile.svs = tile.sks + kWT * Op::kScaleBytes;
-      tile.bar = bar;
-      tile.l2_policy = l2_policy;
-      tile.lane = lane;
-      Copy::template issue<D, F>(tile, maps);
+      tile[h].pools = &p.pools;
+      tile[h].page = copies[h] ? pg[h] : 0;  // an entry outside the pool is never used
+      tile[h].kv_head = it.kv_head;
+      tile[h].slot = ps.slot(f);
+      tile[h].rows = min(kBulkTile, end - f);
+      tile[h].copy = copies[h];
+      tile[h].sk = stage + kBulkTile * h * kS.row_stride;
+      tile[h].sv = tile[h].sk + kWT * kS.row_stride;
+      tile[h].sks = stage + kS.scale_off + kBulkTile * h * Op::kScaleBytes;
+      tile[h].svs = tile[h].sks + kWT * Op::kScaleBytes;
+      tile[h].bar = bar;
+      tile[h].l2_policy = l2_policy;
+      tile[h].lane = lane;
+    }
+    if constexpr (Copy::kWarpIssues) {
+      mma::fence_proxy_async_smem();  // this thread's generic stage accesses before async writes
+      if (lane == 0) mma::mbarrier_arrive_expect_tx(bar, tx);
+      __syncwarp();  // the bytes are announced before any copy
+#pragma unroll
+      for (int h = 0; h < kHalves; ++h)
+        if (copies[h]) Copy::template issue<D, F>(tile[h], maps);
+    } else if (mma::elect_one_sync()) {
+      // Straight-line code on the elected thread: a branch here (a half that copies nothing)
+      // would cost the compiler its knowledge of the single thread; the copies are predicated.
+      mma::fence_proxy_async_smem();
+      mma::mbarrier_arrive_expect_tx(bar, tx);
+#pragma unroll
+      for (int h = 0; h < kHalves; ++h) Copy::template issue<D, F>(tile[h], maps);
     }
   };
   auto fetch_page = [&](int i) {  // lane 0: the table entries of tile i's halves (-1 past the end)

@@ -206,11 +206,13 @@ __device__ __forceinline__ void mbarrier_wait(uint64_t* bar, uint32_t parity) {
 // shared memory, completing `bytes` transaction bytes on `bar`. L2 evict-first: the KV
 // stream is read once, so it should not push the merge partials out of L2.
 __device__ __forceinline__ void bulk_copy_g2s(void* smem_dst, const void* gmem_src, uint32_t bytes,
-                                              uint64_t* bar, uint64_t l2_policy) {
+                                              uint64_t* bar, uint64_t l2_policy, bool pred = true) {
+  // `pred` false: no copy (a predicated instruction, not a branch: see elect_one_sync)
   asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], "
-      "[%1], %2, [%3], %4;\n" ::"r"(smem_addr(smem_dst)),
-      "l"(gmem_src), "r"(bytes), "r"(smem_addr(bar)), "l"(l2_policy)
+      "{\n .reg .pred p;\n setp.ne.b32 p, %5, 0;\n"
+      " @p cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], "
+      "[%1], %2, [%3], %4;\n}\n" ::"r"(smem_addr(smem_dst)),
+      "l"(gmem_src), "r"(bytes), "r"(smem_addr(bar)), "l"(l2_policy), "r"(static_cast<uint32_t>(pred))
       : "memory");
 }
 // Prefetches [gmem_src, gmem_src + bytes) from DRAM into L2 (bytes a multiple of 16, the
@@ -228,13 +230,24 @@ __device__ __forceinline__ void bulk_prefetch_l2(const void* gmem_src, uint32_t 
 // so); elements outside the tensor are filled with zeros.
 __device__ __forceinline__ void tensor_copy_4d_g2s(void* smem_dst, const void* tensor_map, int c0,
                                                    int c1, int c2, int c3, uint64_t* bar,
-                                                   uint64_t l2_policy) {
+                                                   uint64_t l2_policy, bool pred = true) {
   asm volatile(
-      "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
-      ".L2::cache_hint [%0], [%1, {%2, %3, %4, %5}], [%6], %7;\n" ::"r"(smem_addr(smem_dst)),
+      "{\n .reg .pred p;\n setp.ne.b32 p, %8, 0;\n"
+      " @p cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+      ".L2::cache_hint [%0], [%1, {%2, %3, %4, %5}], [%6], %7;\n}\n" ::"r"(smem_addr(smem_dst)),
       "l"(reinterpret_cast<uint64_t>(tensor_map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3),
-      "r"(smem_addr(bar)), "l"(l2_policy)
+      "r"(smem_addr(bar)), "l"(l2_policy), "r"(static_cast<uint32_t>(pred))
       : "memory");
+}
+// true on one lane of the full warp (elect.sync; call it converged). Code under it runs on a
+// single thread the compiler knows of, so the operands of its TMA / bulk copies go to uniform
+// registers without a loop over the active lanes.
+__device__ __forceinline__ bool elect_one_sync() {
+  uint32_t elected;
+  asm volatile(
+      "{\n .reg .pred P;\n elect.sync _|P, 0xffffffff;\n selp.u32 %0, 1, 0, P;\n}\n"
+      : "=r"(elected));
+  return elected != 0;
 }
 __device__ __forceinline__ uint64_t l2_evict_first_policy() {
   uint64_t pol;

@@ -163,7 +163,7 @@ struct TmaSwizzleCopy {
   template <KvFormat F, int D>
   using Rows = mma::SwizzleRows<tma_swizzle_span(D * kv_elem_bits(kv_elem_of(F)) / 8)>;
   static constexpr int kSmemAlign = 1024;  // the 128-byte swizzle's period (the 64-byte one's 512)
-  static constexpr bool kWarpIssues = false;  // lane 0 alone
+  static constexpr bool kWarpIssues = false;  // one elected lane
   static constexpr bool kFP8 = true;  // FP8 E4M3 rows of >= 128 bytes: whole swizzle lines
   static constexpr bool kNVFP4 = true;  // NVFP4 rows of >= 64 bytes, block scales by bulk copy
   static constexpr bool kNHD = true;  // the 4-D map gathers NHD's strided rows
@@ -185,8 +185,8 @@ struct TmaSwizzleCopy {
     const int page_head = static_cast<int>(t.page) * g.num_kv_heads + t.kv_head;
     const int a = hnd ? t.slot : t.kv_head;
     const int b = hnd ? page_head : static_cast<int>(t.page) * g.block_size + t.slot;
-    mma::tensor_copy_4d_g2s(t.sk, &maps.k, 0, 0, a, b, t.bar, t.l2_policy);
-    mma::tensor_copy_4d_g2s(t.sv, &maps.v, 0, 0, a, b, t.bar, t.l2_policy);
+    mma::tensor_copy_4d_g2s(t.sk, &maps.k, 0, 0, a, b, t.bar, t.l2_policy, t.copy);
+    mma::tensor_copy_4d_g2s(t.sv, &maps.v, 0, 0, a, b, t.bar, t.l2_policy, t.copy);
     if constexpr (F == KvFormat::kNVFP4) {
       // [slot][D/16] codes of slots slot .. slot+15: 16 x kScaleBytes bytes, 16-byte aligned
       // (slot is a multiple of 16), at token_scale_index(page, head, slot) x D/16 (kv_layout.h).
@@ -194,8 +194,8 @@ struct TmaSwizzleCopy {
       const int64_t run =
           static_cast<int64_t>(g.token_scale_index32(static_cast<int>(t.page), t.kv_head, t.slot)) *
           Op::kScaleBytes;
-      mma::bulk_copy_g2s(t.sks, t.pools->k_scales + run, kScaleRun, t.bar, t.l2_policy);
-      mma::bulk_copy_g2s(t.svs, t.pools->v_scales + run, kScaleRun, t.bar, t.l2_policy);
+      mma::bulk_copy_g2s(t.sks, t.pools->k_scales + run, kScaleRun, t.bar, t.l2_policy, t.copy);
+      mma::bulk_copy_g2s(t.svs, t.pools->v_scales + run, kScaleRun, t.bar, t.l2_policy, t.copy);
     }
   }
   static std::string maps_reason(const DecodeArgs& a) {

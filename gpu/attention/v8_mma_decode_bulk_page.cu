@@ -42,7 +42,7 @@ struct V8PageRunCopy {
   template <KvFormat, int>
   using Rows = mma::PaddedRows<0>;  // rows back to back, as one bulk copy lands them
   static constexpr int kSmemAlign = 16;
-  static constexpr bool kWarpIssues = false;  // lane 0 alone
+  static constexpr bool kWarpIssues = false;  // one elected lane
   static constexpr bool kFP8 = false;         // 16-bit pools only
   static constexpr bool kNVFP4 = false;       // nor NVFP4
   static constexpr bool kNHD = false;         // a page run is contiguous in HND only
@@ -59,8 +59,8 @@ struct V8PageRunCopy {
     const PageGeometry& geom = t.pools->geom;
     const int64_t off = geom.k_index(t.page, t.kv_head, t.slot, 0) * 2;
     const uint32_t bytes = static_cast<uint32_t>(t.rows * D * 2);
-    mma::bulk_copy_g2s(t.sk, t.pools->k + off, bytes, t.bar, t.l2_policy);
-    mma::bulk_copy_g2s(t.sv, t.pools->v + off, bytes, t.bar, t.l2_policy);
+    mma::bulk_copy_g2s(t.sk, t.pools->k + off, bytes, t.bar, t.l2_policy, t.copy);
+    mma::bulk_copy_g2s(t.sv, t.pools->v + off, bytes, t.bar, t.l2_policy, t.copy);
   }
   static std::string maps_reason(const DecodeArgs&) { return ""; }
   static Maps maps(const DecodeArgs&) { return {}; }
