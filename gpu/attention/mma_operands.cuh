@@ -446,8 +446,9 @@ struct MmaOperand<KvFormat::kNVFP4, D, Rows> : OperandGeometry<KvFormat::kNVFP4,
     if constexpr (kGpt == 1) {
       sc[0] = e4m3x2_to_f16x2(static_cast<uint32_t>(codes[0]) * 0x0101u);
     } else {
-      const uint32_t w = kGpt == 2 ? static_cast<uint32_t>(*reinterpret_cast<const uint16_t*>(codes))
-                                   : *reinterpret_cast<const uint32_t*>(codes);
+      const uint32_t w = kGpt == 2
+                             ? static_cast<uint32_t>(*reinterpret_cast<const uint16_t*>(codes))
+                             : *reinterpret_cast<const uint32_t*>(codes);
 #pragma unroll
       for (int j = 0; j < kGpt; j += 2) {
         const uint32_t h = e4m3x2_to_f16x2(w >> (8 * j));

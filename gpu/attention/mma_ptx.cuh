@@ -212,7 +212,8 @@ __device__ __forceinline__ void bulk_copy_g2s(void* smem_dst, const void* gmem_s
       "{\n .reg .pred p;\n setp.ne.b32 p, %5, 0;\n"
       " @p cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], "
       "[%1], %2, [%3], %4;\n}\n" ::"r"(smem_addr(smem_dst)),
-      "l"(gmem_src), "r"(bytes), "r"(smem_addr(bar)), "l"(l2_policy), "r"(static_cast<uint32_t>(pred))
+      "l"(gmem_src), "r"(bytes), "r"(smem_addr(bar)), "l"(l2_policy),
+      "r"(static_cast<uint32_t>(pred))
       : "memory");
 }
 // Prefetches [gmem_src, gmem_src + bytes) from DRAM into L2 (bytes a multiple of 16, the
@@ -244,9 +245,8 @@ __device__ __forceinline__ void tensor_copy_4d_g2s(void* smem_dst, const void* t
 // registers without a loop over the active lanes.
 __device__ __forceinline__ bool elect_one_sync() {
   uint32_t elected;
-  asm volatile(
-      "{\n .reg .pred P;\n elect.sync _|P, 0xffffffff;\n selp.u32 %0, 1, 0, P;\n}\n"
-      : "=r"(elected));
+  asm volatile("{\n .reg .pred P;\n elect.sync _|P, 0xffffffff;\n selp.u32 %0, 1, 0, P;\n}\n"
+               : "=r"(elected));
   return elected != 0;
 }
 __device__ __forceinline__ uint64_t l2_evict_first_policy() {

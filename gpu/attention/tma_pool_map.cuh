@@ -149,10 +149,11 @@ std::string pool_maps(const char* name, const DecodeArgs& a, TmaPoolMaps& out) {
   return "";
 }
 
-// The TMA-swizzle copy policy of the bulk-copy family (mma_bulk_decode.cuh): lane 0 copies
-// the tile's 16 K rows with one tensor copy and its 16 V rows with another, swizzled over the
-// row's span (128 or 64 bytes), and for NVFP4 the tile's K and V block scales with one bulk
-// copy each (the 16 slots' codes are one contiguous run of the scale array: kv_layout.h).
+// The TMA-swizzle copy policy of the bulk-copy family (mma_bulk_decode.cuh): one elected
+// lane copies the tile's 16 K rows with one tensor copy and its 16 V rows with another,
+// swizzled over the row's span (128 or 64 bytes), and for NVFP4 the tile's K and V block
+// scales with one bulk copy each (the 16 slots' codes are one contiguous run of the scale
+// array: kv_layout.h).
 // Version names the registry entry that uses it (Version::kName, in every reason); v10 and
 // v11 share it (v11 differs in the split merge only).
 template <class Version>

@@ -41,7 +41,7 @@
 //      suggested order stays. No order gives both: K needs the chunk XOR to vary with t's part,
 //      V needs it to run through all 8 values over 8 consecutive rows, and the TMA's XOR is
 //      line % 8 of a row-major line index.
-//  * The copy is issued by lane 0 (one instruction per K and per V tile, as v8); the stage's
+//  * The copy is issued by one lane (one instruction per K and per V tile, as v8); the stage's
 //    mbarrier expects the full box (a TMA box always writes its 16 rows). Rows past the
 //    sequence's end hold whatever the pool has in those slots (NaN in the tests): K rows are
 //    masked to -inf by a select in the tile compute, V rows are zeroed after the copy lands.
@@ -89,12 +89,15 @@
 //    grid with subnormals; the same outputs): 1421 instructions per 32-token tile instead of
 //    1462, 0.2-1.3 % faster on the A/B shapes. 5 resident blocks per SM (96 registers, a
 //    56-byte spill) measured 6-9 % slower and were not taken.
+//  * Step 28 (TUNING.md): the copies are issued under elect.sync, predicated, instead of under
+//    lane == 0, where the compiler wrapped each in a loop over the active lanes: 1387
+//    instructions per NVFP4 tile, 4.8-6.3 % faster at the K5 shapes, BF16 / FP8 unchanged.
 #include "gpu/attention/tma_pool_map.cuh"
 
 namespace kvlab::gpu::detail {
 namespace {
 
-// v10's copy policy: lane 0 copies the tile's 16 K rows with one tensor copy and its 16 V
+// v10's copy policy: one elected lane copies the tile's 16 K rows with one tensor copy and its 16 V
 // rows with another, 128-byte swizzled (tma_pool_map.cuh; the block body, the kernel and the
 // host side are the bulk-copy family's: mma_bulk_decode.cuh, with the PDL split merge).
 struct V10Name {

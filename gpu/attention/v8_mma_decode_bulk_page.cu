@@ -33,9 +33,9 @@
 namespace kvlab::gpu::detail {
 namespace {
 
-// v8's copy policy: lane 0 copies the tile's K rows below the end with one bulk copy and its
-// V rows with another, back to back into the stage (the block body, the kernel and the host
-// side are the bulk-copy family's: mma_bulk_decode.cuh).
+// v8's copy policy: one elected lane copies the tile's K rows below the end with one bulk copy
+// and its V rows with another, back to back into the stage (the block body, the kernel and the
+// host side are the bulk-copy family's: mma_bulk_decode.cuh).
 struct V8PageRunCopy {
   static constexpr const char* kName = "v8_mma_decode_bulk_page";
   static constexpr const char* kCopies = "page runs";
