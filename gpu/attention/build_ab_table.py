@@ -2,9 +2,14 @@
 """Two or more builds of kvlab timed on one sweep config, alternated (A, B, ..., A, B, ...),
 side by side: per decode_attention point (shape, format, layout, page order and version), every
 run's median time per build, and each build's
-best run against the first build's best run.
+best run against the first build's best run. With --versions BASE,OTHER,... the versions of
+one sweep instead (each point run with every version, e.g. `--axis version=v10_...,v12_...`):
+per shape and build, every run's median time per version, and each version's best run against
+BASE's best run on the same shape (versions are named by their registry names or their
+v<N> prefix).
 
     python3 gpu/attention/build_ab_table.py DIR main,s4,s5      # DIR/main_1.h5, DIR/main_2.h5, ...
+    python3 gpu/attention/build_ab_table.py DIR final --versions v10,v12
 
 The files of build NAME are DIR/NAME_*.h5 (one `kvlab sweep` result file per run, the same
 config for every build, e.g. experiments/configs/decode_v10_ab.ini). A point that is not ok in
@@ -75,13 +80,63 @@ def table(directory, builds):
     return "\n".join(lines)
 
 
+def _version_of(name, versions):
+    """The entry of `versions` that names registry version `name` (itself or its v<N> prefix)."""
+    for v in versions:
+        if name == v or name.split("_")[0] == v:
+            return v
+    return None
+
+
+def version_table(directory, builds, versions):
+    lines = ["shape".ljust(48) + "".join(f"{b + ' ' + v:>24s}" for b in builds for v in versions) +
+             "".join(f"{v + '/' + versions[0]:>12s}" for b in builds for v in versions[1:])]
+    shapes = {}
+    for b in builds:
+        files = sorted(glob.glob(os.path.join(directory, f"{b}_*.h5")))
+        if not files:
+            raise BadInput(f"no runs of build '{b}' ({directory}/{b}_*.h5)")
+        for i, path in enumerate(files):
+            for key, t in load_run(path).items():
+                v = _version_of(key[5], versions)
+                if v is not None:
+                    shapes.setdefault(key[:5], {}).setdefault((b, v), {})[i] = t
+    seen = {v for cells in shapes.values() for (_, v) in cells}
+    missing = [v for v in versions if v not in seen]
+    if missing:
+        raise BadInput(f"no decode_attention rows of version(s) {', '.join(missing)} in the runs")
+    for key, cells in shapes.items():
+        row, best = "", {}
+        for b in builds:
+            for v in versions:
+                xs = list(cells.get((b, v), {}).values())
+                ok = [x for x in xs if not math.isnan(x)]
+                best[(b, v)] = min(ok) if ok else math.nan
+                row += f"{' / '.join(f'{x:8.2f}' for x in xs) if xs else '-':>24s}"
+        ratios = "".join(f"{(best[(b, v)] / best[(b, versions[0])] - 1) * 100:+11.2f}%"
+                         for b in builds for v in versions[1:])
+        lines.append(f"{key[0]}x{key[1]} {key[2]} {key[3]} {key[4]}".ljust(48) + row + ratios)
+    return "\n".join(lines)
+
+
 def main(argv):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("dir", help="folder with NAME_RUN.h5 files")
     ap.add_argument("builds", help="comma-separated build names; the first is the baseline")
+    ap.add_argument("--versions", default="",
+                    help="compare these versions (comma-separated, the first is the baseline) "
+                         "inside each build's runs instead of builds against the first")
     a = ap.parse_args(argv[1:])
     builds = [b for b in a.builds.split(",") if b]
+    versions = [v for v in a.versions.split(",") if v]
     try:
+        if a.versions and len(versions) < 2:
+            raise BadInput("--versions needs at least two versions (the first is the baseline)")
+        if versions:
+            if not builds:
+                raise BadInput("name at least one build")
+            print(version_table(a.dir, builds, versions))
+            return 0
         if len(builds) < 2:
             raise BadInput("name at least two builds (the first is the baseline)")
         print(table(a.dir, builds))

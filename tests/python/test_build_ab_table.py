@@ -103,3 +103,29 @@ def test_two_versions_at_one_shape_are_two_points(tmp_path):
     v10 = next(l for l in lines if "v10_mma_decode_tma_swizzle" in l)
     assert v5.strip().endswith("+0.00%")
     assert v10.strip().endswith("-20.00%")  # 120 / 150 - 1
+
+
+def test_versions_of_one_sweep_against_the_first_version(tmp_path):
+    # Each shape run with two versions: NHD and HND rows of v10, then HND and NHD rows of v12.
+    names = ["v10_mma_decode_tma_swizzle", "v10_mma_decode_tma_swizzle",
+             "v12_mma_decode_last_block_merge", "v12_mma_decode_last_block_merge"]
+    write_run(tmp_path / "final_1.h5", [200.0, 100.0, 99.0, 210.0], versions=names)
+    write_run(tmp_path / "final_2.h5", [190.0, 101.0, 98.0, 209.0], versions=names)
+    r = run(str(tmp_path), "final", "--versions", "v10,v12")
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert len(lines) == 3  # header + one row per shape (the versions are columns)
+    nhd = next(l for l in lines if "nhd" in l)
+    hnd = next(l for l in lines if "hnd" in l)
+    assert nhd.strip().endswith("+10.00%")  # 209 / 190 - 1
+    assert hnd.strip().endswith("-2.00%")   # 98 / 100 - 1
+    assert "210.00" in nhd and "200.00" in nhd
+
+
+@pytest.mark.parametrize("versions", ["v10", "v10,v99"])
+def test_bad_versions_exit_2(tmp_path, versions):
+    write_run(tmp_path / "final_1.h5", [200.0, 100.0],
+              versions=["v10_mma_decode_tma_swizzle", "v10_mma_decode_tma_swizzle"])
+    r = run(str(tmp_path), "final", "--versions", versions)
+    assert r.returncode == 2
+    assert "error" in r.stderr
