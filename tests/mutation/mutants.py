@@ -37,6 +37,7 @@ KINDS = ("cpu_test_driver_kinds", "")
 RESUME = ("cpu_test_driver_resume", "")
 STEP_SEQ = ("cpu_test_step_sequence", "")
 DECODE_PLAN = ("cpu_test_decode_plan", "")
+SPLIT_ARRIVAL = ("cpu_test_split_arrival", "")
 GPU = "gpu_tests"
 
 MUTANTS = [
@@ -261,6 +262,21 @@ MUTANTS = [
          find="streamk_block_of_unit(item_first, W, C) + 1;",
          replace="streamk_block_of_unit(item_first, W, C);",
          tests=[DECODE_PLAN]),
+    dict(id="gpu-arrival-counts-on-foreign-words", kind="cpu", file="gpu/attention/split_arrival.h",
+         what="last-block merge: an arrival on a word left by another launch (or garbage) counts on",
+         find="while (SplitArrival::tag_of(seen) != t) {",
+         replace="while (false) {",
+         tests=[SPLIT_ARRIVAL]),
+    dict(id="gpu-arrival-add-not-counted", kind="cpu", file="gpu/attention/split_arrival.h",
+         what="last-block merge: a later arrival reports the count before it, so no block is last",
+         find="return SplitArrival::count_of(add(1)) + 1;",
+         replace="return SplitArrival::count_of(add(1));",
+         tests=[SPLIT_ARRIVAL]),
+    dict(id="gpu-arrival-tag-without-top-byte", kind="cpu", file="gpu/attention/split_arrival.h",
+         what="last-block merge: launch tags without their 0x5A top byte (zero-filled words match)",
+         find="return (kTagTop << 32) | (s & 0xFFFFFFFFu);",
+         replace="return s & 0xFFFFFFFFu;",
+         tests=[SPLIT_ARRIVAL]),
     # ---------------------------------------------------------------- gpu/ (GPU machine)
     dict(id="gpu-v1-page-past-boundary", kind="gpu", file="gpu/attention/v1_paged_attention.cu",
          what="v1 reads K of the last token of each page from the next page",
@@ -295,13 +311,9 @@ MUTANTS = [
          replace="        page = table[t / bs] ^ 64;\n        if (page >= num_blocks) page = table[t / bs];"
                  "\n        slot = t % bs;",
          tests=[(GPU, "BenchKinds.DecodeEveryVersionValidatesThenTimes")]),
-    dict(id="gpu-v4-scale-twice", kind="gpu", file="gpu/attention/v4_mma_decode.cuh",
-         what="v4/v5 fold the softmax scale into the logits twice",
-         find="p.qk_scale = a.sm_scale * (pool ? a.kv.k_scale : 1.0f);",
-         replace="p.qk_scale = a.sm_scale * a.sm_scale * (pool ? a.kv.k_scale : 1.0f);",
-         tests=[(GPU, "Small/DecodeSmall.*")]),
-    dict(id="gpu-v6-scale-twice", kind="gpu", file="gpu/attention/v6_stream_k_decode.cu",
-         what="v6 (stream-K) folds the softmax scale into the logits twice",
+    dict(id="gpu-mma-scale-twice", kind="gpu", file="gpu/attention/decode_impl.h",
+         what="the tensor-core versions (v4-v12, their shared call parameters) fold the softmax "
+              "scale into the logits twice",
          find="p.qk_scale = a.sm_scale * (pool ? a.kv.k_scale : 1.0f);",
          replace="p.qk_scale = a.sm_scale * a.sm_scale * (pool ? a.kv.k_scale : 1.0f);",
          tests=[(GPU, "Small/DecodeSmall.*:DecodeV6.*")]),
@@ -311,13 +323,14 @@ MUTANTS = [
          find="const float x = key <= qpos[i] ? s[n][j] * p.scale_log2 : -INFINITY;",
          replace="const float x = key < qpos[i] ? s[n][j] * p.scale_log2 : -INFINITY;",
          tests=[(GPU, "PrefillPaged.*")]),
-    dict(id="gpu-v6-merge-no-rescale", kind="gpu", file="gpu/attention/v6_stream_k_decode.cu",
-         what="v6's merge kernel keeps its running sum unscaled when a later batch of partial "
-              "results raises the maximum (missing online-softmax rescale)",
-         find="for (int h = 0; h < kHalves; ++h) acc[h].x *= r, acc[h].y *= r, acc[h].z *= r, "
+    dict(id="gpu-split-merge-no-rescale", kind="gpu", file="gpu/attention/mma_tile_compute.cuh",
+         what="the split merges (v4's merge kernel, v6's, v11's cluster, v12's last block) keep "
+              "their running sum unscaled when a later batch of partial results raises the "
+              "maximum (missing online-softmax rescale)",
+         find="for (int h = 0; h < kH; ++h) acc[h].x *= r, acc[h].y *= r, acc[h].z *= r, "
               "acc[h].w *= r;",
-         replace="for (int h = 0; h < kHalves; ++h) (void)r;",
-         tests=[(GPU, "DecodeV6.*")]),
+         replace="for (int h = 0; h < kH; ++h) (void)r;",
+         tests=[(GPU, "DecodeV6.*:DecodeV12/*.ClusterMergeAtForced*")]),
     dict(id="gpu-append-drops-last-token", kind="gpu", file="gpu/quant/append.cu",
          what="the vectorized append kernel skips the last token",
          find="const int rows = num_tokens * 2 * H;",
@@ -355,6 +368,16 @@ MUTANTS = [
          find="row = pos % W;",
          replace="row = (pos + 1) % W;",
          tests=[(GPU, "Dsv4Gpu.AppendSwaMatchesTheReferenceBytes")]),
+    dict(id="gpu-v12-word-not-reset", kind="gpu", file="gpu/attention/last_block_split_merge.cuh",
+         what="v12's last block leaves the item's arrival word counted instead of reset",
+         find="if (last) word.store(SplitArrival::kReset, cuda::memory_order_relaxed);",
+         replace="if (false) word.store(SplitArrival::kReset, cuda::memory_order_relaxed);",
+         tests=[(GPU, "DecodeV12/*.LastBlockMerge*")]),
+    dict(id="gpu-v12-waits-for-every-split", kind="gpu", file="gpu/attention/last_block_split_merge.cuh",
+         what="v12 waits for num_splits arrivals, also where fewer splits hold tokens (short rows unwritten)",
+         find="last = arrived == static_cast<uint32_t>(n);",
+         replace="last = arrived == static_cast<uint32_t>(p.num_splits);",
+         tests=[(GPU, "DecodeV12/*.ClusterMergeAtForced*")]),
     dict(id="gpu-block-tables-short", kind="gpu", file="gpu/core/device_tables.cu",
          what="device block tables give a sequence floor(len / block_size) pages",
          find="return len < 0 ? -1 : (len + block_size - 1) / block_size;",
