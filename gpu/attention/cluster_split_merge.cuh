@@ -83,7 +83,7 @@ __device__ __forceinline__ void cluster_merge_splits(const V4Params& p, const V4
       // o read from the block that holds it. The warps one after the other (not unrolled:
       // unrolled, the compiler hoisted every remote load and the merge set the whole kernel's
       // register count), their results in small arrays.
-      float wm[kMergeWarps], ws[kMergeWarps], sc[kMergeWarps], sum = 0.0f;
+      float wm[kMergeWarps], ws[kMergeWarps];
       float4 y[kMergeWarps];
       bool any_bad = false;
 #pragma unroll 1
@@ -109,12 +109,7 @@ __device__ __forceinline__ void cluster_merge_splits(const V4Params& p, const V4
         mma::merge_fold_batch(la, acc, l, x, use);
         wm[w] = la.m, ws[w] = la.s, y[w] = acc[0], any_bad |= la.bad;
       }
-      const float mx = combine_partials<kMergeWarps>(wm, ws, sc, sum);
-      const float inv = 1.0f / sum;
-      const float4 t = mma::merge_weighted_sum(sc, y);
-      out[0] = any_bad ? NAN : t.x * inv, out[1] = any_bad ? NAN : t.y * inv;
-      out[2] = any_bad ? NAN : t.z * inv, out[3] = any_bad ? NAN : t.w * inv;
-      lse = any_bad ? NAN : mx + logf(sum);
+      merge_unit_outputs(wm, ws, y, any_bad, out, lse);
     }
     mma::store_act_n<4>(p.o, row * D + d, out, p.q_bf16);
     if (d == 0 && p.lse) p.lse[row] = lse;

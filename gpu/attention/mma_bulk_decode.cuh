@@ -31,6 +31,10 @@
 //                         distributed shared memory (cluster_split_merge.cuh): one launch, no
 //                         workspace. The plan's splits are clamped to the largest cluster
 //                         that can be resident (a forced split above it is declined).
+//      LastBlockSplitMerge (v12) each split's partial to the workspace as PdlSplitMerge's,
+//                         then an arrival on the item's word; the item's last block merges
+//                         (last_block_split_merge.cuh): one launch, grid split slowest, the
+//                         workspace PdlSplitMerge's plus 8 bytes per item.
 //
 // A copy policy Copy provides (every member static):
 //   kName, kCopies        registry name; what one copy moves (for the unsupported reasons)
@@ -56,6 +60,7 @@
 #include <string>
 
 #include "gpu/attention/cluster_split_merge.cuh"
+#include "gpu/attention/last_block_split_merge.cuh"
 #include "gpu/attention/v4_mma_decode.cuh"
 #include "reference/layout/layout_names.h"
 
@@ -359,14 +364,21 @@ __device__ __forceinline__ void bulk_block(const V4Params& p, const typename Cop
 // The split merge policies (the header above).
 struct PdlSplitMerge {
   static constexpr bool kCluster = false;
+  static constexpr bool kLastBlock = false;
 };
 struct ClusterSplitMerge {
   static constexpr bool kCluster = true;
+  static constexpr bool kLastBlock = false;
+};
+struct LastBlockSplitMerge {
+  static constexpr bool kCluster = false;
+  static constexpr bool kLastBlock = true;
 };
 
-// grid: num_splits x num_seqs x num_kv_heads x num_qtiles blocks (PdlSplitMerge: split
-// slowest; ClusterSplitMerge: split fastest, one cluster of num_splits blocks per item when
-// num_splits > 1), 128 threads; dynamic shared memory bulk_smem<Copy, D, F>().total.
+// grid: num_splits x num_seqs x num_kv_heads x num_qtiles blocks (PdlSplitMerge and
+// LastBlockSplitMerge: split slowest; ClusterSplitMerge: split fastest, one cluster of
+// num_splits blocks per item when num_splits > 1), 128 threads; dynamic shared memory
+// bulk_smem<Copy, D, F>().total.
 template <class Copy, class Merge, int D, KvFormat F>
 __global__ void __launch_bounds__(kV4Threads, bulk_min_blocks<D, F>())
     bulk_decode_kernel(const V4Params p, const __grid_constant__ typename Copy::Maps maps) {
@@ -380,8 +392,18 @@ __global__ void __launch_bounds__(kV4Threads, bulk_min_blocks<D, F>())
   V4Startup<BulkConfig<D, F>, D, F> su;
   v4_startup_loads<BulkConfig<D, F>, D, F>(p, it.seq, it.kv_head, it.qtile, start, su);
   int end;
-  const bool has_tokens = v4_token_range<D>(p, it, start, end);
-  if constexpr (!Merge::kCluster) {
+  const bool has_tokens = v4_token_range<D, Merge::kLastBlock>(p, it, start, end);
+  if constexpr (Merge::kLastBlock) {
+    if (!has_tokens) {  // past the end (no arrival counted), or split 0 wrote the rows
+      // Split 0 without tokens: the length is bad or 0, no split arrives; the item's word is
+      // left reset as an arrived item's is.
+      if (p.num_splits > 1 && it.split == 0 && threadIdx.x == 0)
+        *split_arrival_word(p, it) = SplitArrival::kReset;
+      return;
+    }
+    bulk_block<Copy, D, F>(p, maps, smem, it, start, end, su, nullptr);
+    if (p.num_splits > 1) last_block_merge_splits<D>(p, it);
+  } else if constexpr (!Merge::kCluster) {
     if (!has_tokens) return;
     bulk_block<Copy, D, F>(p, maps, smem, it, start, end, su, nullptr);
   } else {
@@ -459,6 +481,12 @@ std::string bulk_layout_reason(const PageGeometry& g) {
   return os.str();
 }
 
+// Where the last-block merge's arrival words start after `partials` bytes of partial rows.
+constexpr size_t bulk_arrivals_offset(size_t partials) {
+  return (partials + alignof(unsigned long long) - 1) / alignof(unsigned long long) *
+         alignof(unsigned long long);
+}
+
 // One cache of resident blocks / clusters per (copy, merge) kernel family.
 template <class Copy, class Merge>
 struct BulkTag {};
@@ -491,6 +519,12 @@ BulkPlan bulk_make_plan(const DecodeArgs& a, const LaunchLimits& lim, const Deco
   };
   BulkPlan pl;
   static_cast<V4Plan&>(pl) = v4_family_plan(a, lim, tu, smem, tile, blocks);
+  if constexpr (Merge::kLastBlock) {
+    if (pl.split.num_splits > 1)  // the partials, then one arrival word per item
+      pl.workspace = bulk_arrivals_offset(pl.workspace) +
+                     static_cast<size_t>(a.num_seqs) * g.num_kv_heads * pl.num_qtiles *
+                         sizeof(unsigned long long);
+  }
   if constexpr (Merge::kCluster) {
     pl.workspace = 0;  // the partials stay in the cluster's shared memory
     if (pl.split.num_splits > 1 && pl.blocks_per_sm >= 1) {
@@ -539,7 +573,15 @@ template <class Copy, class Merge>
 void bulk_run(const DecodeArgs& a, const DecodeTuning& tu, void* workspace, cudaStream_t stream) {
   const BulkPlan pl = bulk_make_plan<Copy, Merge>(a, current_launch_limits(), tu);
   const PageGeometry& g = a.kv.geom;
-  const V4Params p = v4_params(a, pl, Merge::kCluster ? nullptr : workspace);
+  V4Params p = v4_params(a, pl, Merge::kCluster ? nullptr : workspace);
+  if constexpr (Merge::kLastBlock) {
+    if (pl.split.num_splits > 1) {  // the words end the workspace (bulk_make_plan)
+      const size_t words = static_cast<size_t>(a.num_seqs) * g.num_kv_heads * pl.num_qtiles;
+      p.arrivals = reinterpret_cast<unsigned long long*>(
+          static_cast<uint8_t*>(workspace) + pl.workspace - words * sizeof(unsigned long long));
+      p.arrival_tag = next_split_arrival_tag();
+    }
+  }
   const typename Copy::Maps maps = Copy::maps(a);
   cudaError_t e = bulk_dispatch<Copy>(g.head_dim, g.format, [&](auto d, auto fm) {
     auto kernel = bulk_decode_kernel<Copy, Merge, decltype(d)::value, decltype(fm)::value>;
@@ -555,7 +597,7 @@ void bulk_run(const DecodeArgs& a, const DecodeTuning& tu, void* workspace, cuda
     return cudaGetLastError();
   });
   KVLAB_CUDA_CHECK(e);
-  if constexpr (!Merge::kCluster) v4_launch_merge(p, tu, stream);
+  if constexpr (!Merge::kCluster && !Merge::kLastBlock) v4_launch_merge(p, tu, stream);
   KVLAB_CHECK_LAUNCH();
 }
 

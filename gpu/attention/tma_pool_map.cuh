@@ -1,6 +1,6 @@
 // tma_pool_map.cuh: the TMA tensor-copy policy of the bulk-copy decode family
-// (mma_bulk_decode.cuh), shared by v10_mma_decode_tma_swizzle and
-// v11_mma_decode_cluster_merge: the pool as a 4-D tensor map (HND or NHD rows of a
+// (mma_bulk_decode.cuh), shared by v10_mma_decode_tma_swizzle,
+// v11_mma_decode_cluster_merge and v12_mma_decode_last_block_merge: the pool as a 4-D tensor map (HND or NHD rows of a
 // (page, KV head), 128-byte swizzle), the maps cached per (pool pointer, geometry), and the
 // copy of one 16-token K and V tile with one tensor copy each. Why this copy and its bank
 // conflicts: the header of v10_mma_decode_tma_swizzle.cu.
@@ -154,8 +154,8 @@ std::string pool_maps(const char* name, const DecodeArgs& a, TmaPoolMaps& out) {
 // swizzled over the row's span (128 or 64 bytes), and for NVFP4 the tile's K and V block
 // scales with one bulk copy each (the 16 slots' codes are one contiguous run of the scale
 // array: kv_layout.h).
-// Version names the registry entry that uses it (Version::kName, in every reason); v10 and
-// v11 share it (v11 differs in the split merge only).
+// Version names the registry entry that uses it (Version::kName, in every reason); v10, v11
+// and v12 share it (v11 and v12 differ in the split merge only).
 template <class Version>
 struct TmaSwizzleCopy {
   static constexpr const char* kName = Version::kName;

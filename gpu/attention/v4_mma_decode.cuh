@@ -86,6 +86,11 @@ struct V4Params : mma::CallParams {
   int chunk_tokens;    // tokens per split
   float* partial_o;    // [num_seqs * num_qo_heads, num_splits, head_dim]  (num_splits > 1)
   float* partial_lse;  // [num_seqs * num_qo_heads, num_splits]
+  // The last-block merge (v12, last_block_split_merge.cuh): one arrival word per item
+  // [num_seqs * num_kv_heads * num_qtiles] and this launch's tag (split_arrival.h); null / 0
+  // for the other versions.
+  unsigned long long* arrivals;
+  uint64_t arrival_tag;
 };
 
 // What a block loads before it knows its sequence length (TUNING.md, step 7): the raw Q
@@ -147,15 +152,17 @@ __device__ __forceinline__ V4Item v4_item(const V4Params& p) {
 // The block's token range [start, end) from the sequence length; false when there is nothing
 // to attend to (the rows are then written here). Single split: NaN rows for a bad length,
 // zero rows / -inf for an empty sequence. Multi-split: the merge kernel handles both (it
-// reads only splits that hold tokens).
-template <int D>
+// reads only splits that hold tokens); with kSplit0Writes (the last-block merge, where no
+// split holding tokens arrives for such an item) split 0 writes them as a single split does.
+template <int D, bool kSplit0Writes = false>
 __device__ __forceinline__ bool v4_token_range(const V4Params& p, const V4Item& it, int start,
                                                int& end) {
   const int len = p.seq_lens[it.seq];
   const bool bad_len = len < 0 || len > p.seq_len_bound;
   end = bad_len ? 0 : min(len, start + p.chunk_tokens);
   if (!bad_len && start < end) return true;
-  if (p.num_splits != 1) return false;
+  // Multi-split, split 0 without tokens: the length is bad or 0 (split 0 starts at token 0).
+  if (p.num_splits != 1 && !(kSplit0Writes && it.split == 0)) return false;
   constexpr int kOE = D / 16;
   const int hl = threadIdx.x >> 4, part = threadIdx.x & 15;
   const int gl = it.qtile * mma::kHeadsPerTile + hl;
@@ -361,6 +368,23 @@ __global__ void __launch_bounds__(kV4Threads, Cfg::min_blocks(D, F))
 // length (the row becomes NaN).
 __device__ __forceinline__ int merge_used_splits(const V4Params& p, int len) {
   return (len < 0 || len > p.seq_len_bound) ? -2 : (len + p.chunk_tokens - 1) / p.chunk_tokens;
+}
+
+// The end of v4_merge_kernel's arithmetic for one output unit (4 dims of a row), where the
+// split merges that replay it per unit (v11's cluster, v12's last block) finish: the 4 warps'
+// states (max wm, sum ws, accumulator y) combined in warp order, the unit's outputs and lse
+// (NaN when a partial was).
+__device__ __forceinline__ void merge_unit_outputs(const float (&wm)[kMergeWarps],
+                                                   const float (&ws)[kMergeWarps],
+                                                   const float4 (&y)[kMergeWarps], bool any_bad,
+                                                   float (&out)[4], float& lse) {
+  float sc[kMergeWarps], sum = 0.0f;
+  const float mx = combine_partials<kMergeWarps>(wm, ws, sc, sum);
+  const float inv = 1.0f / sum;
+  const float4 t = mma::merge_weighted_sum(sc, y);
+  out[0] = any_bad ? NAN : t.x * inv, out[1] = any_bad ? NAN : t.y * inv;
+  out[2] = any_bad ? NAN : t.z * inv, out[3] = any_bad ? NAN : t.w * inv;
+  lse = any_bad ? NAN : mx + logf(sum);
 }
 
 // grid = rows (one block per (sequence, query head) row), 128 threads.

@@ -106,10 +106,12 @@ struct GpuDecodeRun {
 };
 
 // Runs `version` over the device copy of `c` into guarded, NaN-prefilled outputs (with
-// `tuning`'s plan knobs; the defaults unless given).
+// `tuning`'s plan knobs; the defaults unless given). The workspace is a new one filled with
+// 0xFF (NaN floats), or `workspace` as the caller left it (grown with 0xFF bytes if short).
 inline GpuDecodeRun run_gpu_decode(ref::PagedCase& c, DeviceCase& d, int version,
                                    cudaStream_t stream = nullptr,
-                                   const gpu::DecodeTuning& tuning = gpu::DecodeTuning{}) {
+                                   const gpu::DecodeTuning& tuning = gpu::DecodeTuning{},
+                                   thrust::device_vector<uint8_t>* workspace = nullptr) {
   GpuDecodeRun r;
   GuardedBuffer o_host(static_cast<size_t>(c.o_elements()), c.spec.q_dtype);
   GuardedBuffer lse_host(static_cast<size_t>(c.lse_elements()), DType::kF32);
@@ -119,7 +121,9 @@ inline GpuDecodeRun run_gpu_decode(ref::PagedCase& c, DeviceCase& d, int version
   if (!r.reason.empty()) return r;
   r.supported = true;
   r.workspace_bytes = gpu::decode_workspace_bytes(a, version, tuning);
-  thrust::device_vector<uint8_t> ws(r.workspace_bytes, 0xFF);  // NaN floats
+  thrust::device_vector<uint8_t> fresh(workspace ? 0 : r.workspace_bytes, 0xFF);  // NaN floats
+  thrust::device_vector<uint8_t>& ws = workspace ? *workspace : fresh;
+  if (ws.size() < r.workspace_bytes) ws.resize(r.workspace_bytes, 0xFF);
   gpu::decode_attention(a, version, tuning, raw(ws), r.workspace_bytes, stream);
   KVLAB_CUDA_CHECK(cudaStreamSynchronize(stream));
   KVLAB_CUDA_CHECK(cudaGetLastError());

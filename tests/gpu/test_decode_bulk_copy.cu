@@ -6,6 +6,8 @@
 //   v10_mma_decode_tma_swizzle  one TMA tensor copy per K and V tile, 128-byte swizzled
 //   v11_mma_decode_cluster_merge  v10's copies, the KV splits of an item merged inside one
 //                               thread-block cluster (distributed shared memory, one launch)
+//   v12_mma_decode_last_block_merge  v10's copies, the KV splits of an item merged by its
+//                               last block to finish (an arrival count per item, one launch)
 // Each member runs and matches the reference on every geometry of its scope (bf16 / fp16
 // HND -- v10 also NHD --, block_size a multiple of 16, every compiled head_dim, GQA 1-16,
 // sequence ends inside and at the edges of tiles and pages; v10 also fp8_e4m3 and nvfp4 at
@@ -17,21 +19,27 @@
 // a bad table entry into NaN for that sequence only. v11 also: forced splits 2, 3, 5, 8, 16
 // over lengths that leave most blocks of a cluster without tokens (1, 17, 63, 1000, 2500,
 // 4096), GQA 1 / 4 / 8, HND and NHD, bad table entries at forced splits, and forced splits
-// above the cluster limit declined with the reason.
+// above the cluster limit declined with the reason. v12 also: the same forced splits and 47
+// (more splits than one merge batch), the bits of v10, and one workspace reused across calls
+// whatever it holds in between (0xFF, its own reset words, random bytes, words of another
+// launch's tag), every arrival word reset after each call.
 // Cases: seeded (per version), permuted over-provisioned tables, NaN in unused slots
 // (reference/attention/paged_case.h: the rows a tile reads past the sequence's end, which
 // v10's full 16-row box copies too); outputs guarded and NaN-prefilled (run_gpu_decode).
 // Test names: DecodeV<N>/BulkCopyDecode.<test>/v<N>.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <initializer_list>
 #include <ostream>
+#include <random>
 #include <string>
 #include <vector>
 
 #include "gpu/attention/decode.h"
+#include "gpu/attention/split_arrival.h"
 #include "reference/attention/paged_case.h"
 #include "reference/layout/layout_names.h"
 #include "reference/metrics/tolerance.h"
@@ -58,6 +66,7 @@ struct BulkMember {
   // The same bits on NVFP4 at head_dim 128, where the family's warp tiles are 32 tokens (v5's
   // are 16: another online-softmax blocking, other bits).
   std::vector<int> nvfp4_peers = {};
+  bool last_block = false;  // the splits of an item merge in its last block (an arrival count)
 };
 
 // gtest prints a parameter by its registry name.
@@ -290,15 +299,18 @@ void BulkCopyDecode::expect_bad_table_gives_nan(KvLayout layout, const gpu::Deco
     ASSERT_FALSE(std::isnan(r.o[i])) << "seq 2 element " << i;
 }
 
-// The cluster merge (members with max_splits): forced splits 2, 3, 5, 8, 16 over a batch whose
-// short sequences leave most blocks of their cluster without tokens (length 1 and 17: only
-// rank 0 holds tokens; 0: none; 4096 = the bound: exactly 16 chunks of 256 at 16 splits), GQA
-// 1 / 4 / 8, HND and NHD, NaN in the unused slots: the reference, and v10's bits (v10 merges
-// the same partials in its merge kernel, whose arithmetic the cluster replays). 16 splits may
-// exceed the device's cluster limit for a (head_dim, format); then the decline must say so.
+// The one-launch merges (v11's cluster, members with max_splits; v12's last block): forced
+// splits 2, 3, 5, 8, 16 (and 47 for the last block: more than one merge batch per warp) over
+// a batch whose short sequences leave most blocks of an item without tokens (length 1 and 17:
+// only split 0 holds tokens; 0: none; 4096 = the bound: exactly 16 chunks of 256 at 16
+// splits), GQA 1 / 4 / 8, HND and NHD, NaN in the unused slots: the reference, and v10's bits
+// (v10 merges the same partials in its merge kernel, whose arithmetic both replay). 16 splits
+// may exceed the device's cluster limit for a (head_dim, format); then the decline must say
+// so. The last block's workspace holds v10's partials and the arrival words.
 TEST_P(BulkCopyDecode, ClusterMergeAtForcedSplitsMatchesTheReferenceAndV10Bitwise) {
   KVLAB_SKIP_WITHOUT_GPU();
-  if (GetParam().max_splits == 0) GTEST_SKIP() << tag() << " merges splits in a second kernel";
+  if (GetParam().max_splits == 0 && !GetParam().last_block)
+    GTEST_SKIP() << tag() << " merges splits in a second kernel";
   const int groups[][2] = {{8, 8}, {32, 8}, {16, 2}};  // GQA 1, 4, 8
   int i = 0;
   for (KvLayout l : GetParam().layouts)
@@ -315,7 +327,8 @@ TEST_P(BulkCopyDecode, ClusterMergeAtForcedSplitsMatchesTheReferenceAndV10Bitwis
       ASSERT_TRUE(c.spec.poison_unused);
       DeviceCase d(c);
       thrust::device_vector<uint16_t> out(c.o_elements());
-      for (int splits : {2, 3, 5, 8, 16}) {
+      for (int splits : {2, 3, 5, 8, 16, 47}) {
+        if (splits == 47 && !GetParam().last_block) continue;  // above any cluster
         gpu::DecodeTuning tu;
         tu.num_splits = splits;
         const std::string what = to_string(l) + " GQA " + std::to_string(g[0] / g[1]) +
@@ -323,12 +336,20 @@ TEST_P(BulkCopyDecode, ClusterMergeAtForcedSplitsMatchesTheReferenceAndV10Bitwis
         const std::string why =
             gpu::decode_unsupported_reason(d.decode_args(c, nullptr, nullptr), id(), tu);
         if (!why.empty()) {
+          EXPECT_FALSE(GetParam().last_block) << what << ": " << why;
           EXPECT_GT(splits, 8) << what << ": clusters of up to 8 blocks are portable: " << why;
           EXPECT_NE(why.find("thread-block cluster"), std::string::npos) << what << ": " << why;
           continue;
         }
-        EXPECT_EQ(gpu::decode_workspace_bytes(d.decode_args(c, raw(out), nullptr), id(), tu), 0u)
-            << what;
+        const size_t ws = gpu::decode_workspace_bytes(d.decode_args(c, raw(out), nullptr), id(), tu);
+        if (GetParam().last_block)
+          EXPECT_EQ(ws, (gpu::decode_workspace_bytes(d.decode_args(c, raw(out), nullptr), 10,
+                                                     tu) + 7) / 8 * 8 +
+                            c.spec.seq_lens.size() * c.spec.num_kv_heads *
+                                ((g[0] / g[1] + 7) / 8) * sizeof(uint64_t))
+              << what << ": v10's partials, then one arrival word per item";
+        else
+          EXPECT_EQ(ws, 0u) << what;
         expect_matches(c, what, tu);
         const GpuDecodeRun r = run_gpu_decode(c, d, id(), nullptr, tu);
         const GpuDecodeRun r10 = run_gpu_decode(c, d, 10, nullptr, tu);
@@ -378,6 +399,68 @@ TEST_P(BulkCopyDecode, ClusterMergeBadTableAndSplitLimit) {
   expect_matches(c, "plan clamped to the cluster limit");
 }
 
+// The last-block merge's workspace across calls: one buffer reused by calls at forced splits 2,
+// 5 and 47 (the arrival words at other offsets each time) and its own plan, with what it holds
+// in between changed: 0xFF, nothing (the words the last call reset), random bytes, and arrival
+// words of another launch's tag that count almost every split (a killed launch's, or a stale
+// tag's). Each call gives v10's bits, and leaves every arrival word reset (0).
+TEST_P(BulkCopyDecode, LastBlockMergeWorkspaceContentsOnEntryDoNotMatter) {
+  KVLAB_SKIP_WITHOUT_GPU();
+  if (!GetParam().last_block) GTEST_SKIP() << tag() << " keeps no arrival count";
+  for (KvLayout l : GetParam().layouts) {
+    ref::PagedCaseSpec s = seeded_spec(("decode." + tag() + ".reuse." + to_string(l)).c_str(), l,
+                                       KvFormat::kBF16);
+    s.num_qo_heads = 32;
+    s.num_kv_heads = 8;
+    s.seq_lens = {3001, 1, 0, 700, 33, 1024};
+    ref::PagedCase c = ref::make_paged_case(s);
+    DeviceCase d(c);
+    const size_t words = c.spec.seq_lens.size() * c.spec.num_kv_heads;  // GQA 4: one query tile
+    thrust::device_vector<uint16_t> out(c.o_elements());
+    thrust::device_vector<uint8_t> ws(1, 0xFF);
+    std::mt19937_64 rng(20261127);
+    int call = 0;
+    for (int splits : {2, 5, 47, 0, 2, 5})
+      for (int fill = 0; fill < 4; ++fill, ++call) {
+        gpu::DecodeTuning tu;
+        tu.num_splits = splits;
+        const std::string what = to_string(l) + " splits " + std::to_string(splits) + " fill " +
+                                 std::to_string(fill) + " call " + std::to_string(call);
+        const size_t bytes =
+            gpu::decode_workspace_bytes(d.decode_args(c, raw(out), nullptr), id(), tu);
+        if (ws.size() < bytes) ws.resize(bytes, 0xFF);
+        std::vector<uint8_t> h(ws.size());
+        thrust::copy(ws.begin(), ws.end(), h.begin());
+        if (fill == 1) std::fill(h.begin(), h.end(), uint8_t{0xFF});
+        if (fill == 2)
+          for (auto& b : h) b = static_cast<uint8_t>(rng());
+        if (fill == 3 && bytes >= words * 8) {  // another tag, one arrival short of the splits
+          for (size_t w = 0; w < words; ++w) {
+            const uint64_t v = gpu::SplitArrival::word(gpu::SplitArrival::tag(rng()),
+                                                       static_cast<uint32_t>(std::max(splits, 2) - 1));
+            std::memcpy(h.data() + bytes - (words - w) * 8, &v, 8);
+          }
+        }
+        thrust::copy(h.begin(), h.end(), ws.begin());
+        const GpuDecodeRun r = run_gpu_decode(c, d, id(), nullptr, tu, &ws);
+        const GpuDecodeRun r10 = run_gpu_decode(c, d, 10, nullptr, tu);
+        ASSERT_TRUE(r.supported && r10.supported) << what << r.reason << r10.reason;
+        EXPECT_EQ(r.guard_damage, "") << what;
+        EXPECT_EQ(0, std::memcmp(r.o.data(), r10.o.data(), r.o.size() * sizeof(float)))
+            << what << ": " << tag() << " and v10 differ";
+        EXPECT_EQ(0, std::memcmp(r.lse.data(), r10.lse.data(), r.lse.size() * sizeof(float)))
+            << what << ": " << tag() << " and v10 lse differ";
+        if (r.workspace_bytes == 0) continue;  // the plan did not split
+        thrust::copy(ws.begin(), ws.end(), h.begin());
+        for (size_t w = 0; w < words; ++w) {
+          uint64_t v = 0;
+          std::memcpy(&v, h.data() + r.workspace_bytes - (words - w) * 8, 8);
+          ASSERT_EQ(v, gpu::SplitArrival::kReset) << what << ": arrival word " << w << " not reset";
+        }
+      }
+  }
+}
+
 std::string member_name(const ::testing::TestParamInfo<BulkMember>& info) {
   return "v" + std::to_string(info.param.id);
 }
@@ -403,6 +486,17 @@ INSTANTIATE_TEST_SUITE_P(DecodeV11, BulkCopyDecode,
                                                       {5, 10},
                                                       16,
                                                       {10}}),
+                         member_name);
+INSTANTIATE_TEST_SUITE_P(DecodeV12, BulkCopyDecode,
+                         ::testing::Values(BulkMember{12,
+                                                      "v12_mma_decode_last_block_merge",
+                                                      {5, 8, 10},
+                                                      true,
+                                                      {KvLayout::kHND, KvLayout::kNHD},
+                                                      {5, 10},
+                                                      0,
+                                                      {10},
+                                                      true}),
                          member_name);
 
 }  // namespace
