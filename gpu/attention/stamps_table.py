@@ -13,6 +13,9 @@ calls (the first three of each point, validation and warm-up, left out) of:
   start_skew      first -> last block start (a second wave shows here)
   first_tile      block start -> first tile landed, median and max over the blocks
   end_first, end_median   first and median block end after the first start
+  sm_tail         last block end -> the median SM's last block end (the tail's spread)
+  idle_pct        % of the SMs' time over the span after each SM's last block (an SM that ran
+                  no block counts idle throughout; the SMs are every smid of the file)
   merge_release   last decode block end -> first merge block released
   merge_end       last decode block end -> last merge block end (0 without a merge)
   span_all        first decode block start -> last block end of the call (merge included)
@@ -34,6 +37,7 @@ SKIP_CALLS = 3
 
 
 def per_call(d):
+    sms = d[d.kind == "k"].smid.nunique()
     rows = []
     for key, g in d.groupby(["fmt", "seqs", "ctx", "splits", "call"]):
         k, m = g[g.kind == "k"], g[g.kind == "m"]
@@ -47,6 +51,10 @@ def per_call(d):
                  first_tile=first.median() if len(first) else np.nan,
                  first_tile_max=first.max() if len(first) else np.nan,
                  end_first=(k.t2.min() - s0) / 1e3, end_median=(k.t2.median() - s0) / 1e3)
+        last = k.groupby("smid").t2.max()
+        span = kend - s0
+        r.update(sm_tail=(kend - last.median()) / 1e3,
+                 idle_pct=100.0 * ((kend - last).sum() + (sms - len(last)) * span) / (sms * span))
         if len(m):
             r.update(merge_release=(m.t1.min() - kend) / 1e3, merge_end=(m.t2.max() - kend) / 1e3,
                      span_all=(m.t2.max() - s0) / 1e3)

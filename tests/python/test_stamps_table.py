@@ -38,16 +38,18 @@ def test_medians_per_shape_after_the_first_calls(tmp_path):
     assert r.returncode == 0, r.stderr
     row = next(l for l in r.stdout.splitlines() if "fp8_e4m3" in l).split()
     # fmt seqs ctx splits | blocks span_k start_skew first_tile first_tile_max end_first
-    # end_median merge_release merge_end span_all
+    # end_median sm_tail idle_pct merge_release merge_end span_all
     vals = [float(x) for x in row[4:]]
     assert vals[0] == 2.0          # blocks
     assert vals[1] == 100.0        # span_k: first start -> last end (the slow call left out)
     assert vals[2] == 1.0          # start skew
     assert vals[3] == 5.0          # median first tile of 4 and 6 us
     assert vals[4] == 6.0
-    assert vals[7] == 1.0          # merge released 1 us after the last decode block
-    assert vals[8] == 3.0          # merge end
-    assert vals[9] == 103.0        # the call's whole span
+    assert vals[7] == 5.0          # sm_tail: 101 - median(91, 101) = 5 us
+    assert vals[8] == 5.0          # idle: SM 3 idle 10 of 100 us, SM 7 none -> 10 / 200
+    assert vals[9] == 1.0          # merge released 1 us after the last decode block
+    assert vals[10] == 3.0         # merge end
+    assert vals[11] == 103.0       # the call's whole span
 
 
 def test_bad_input_exits_2(tmp_path):
