@@ -486,6 +486,10 @@ constexpr size_t bulk_arrivals_offset(size_t partials) {
   return (partials + alignof(unsigned long long) - 1) / alignof(unsigned long long) *
          alignof(unsigned long long);
 }
+// The last-block merge's arrival words of a launch: one per (sequence, KV head, query tile).
+inline size_t bulk_arrival_words(const DecodeArgs& a, const V4Plan& pl) {
+  return static_cast<size_t>(a.num_seqs) * a.kv.geom.num_kv_heads * pl.num_qtiles;
+}
 
 // One cache of resident blocks / clusters per (copy, merge) kernel family.
 template <class Copy, class Merge>
@@ -522,8 +526,7 @@ BulkPlan bulk_make_plan(const DecodeArgs& a, const LaunchLimits& lim, const Deco
   if constexpr (Merge::kLastBlock) {
     if (pl.split.num_splits > 1)  // the partials, then one arrival word per item
       pl.workspace = bulk_arrivals_offset(pl.workspace) +
-                     static_cast<size_t>(a.num_seqs) * g.num_kv_heads * pl.num_qtiles *
-                         sizeof(unsigned long long);
+                     bulk_arrival_words(a, pl) * sizeof(unsigned long long);
   }
   if constexpr (Merge::kCluster) {
     pl.workspace = 0;  // the partials stay in the cluster's shared memory
@@ -576,9 +579,9 @@ void bulk_run(const DecodeArgs& a, const DecodeTuning& tu, void* workspace, cuda
   V4Params p = v4_params(a, pl, Merge::kCluster ? nullptr : workspace);
   if constexpr (Merge::kLastBlock) {
     if (pl.split.num_splits > 1) {  // the words end the workspace (bulk_make_plan)
-      const size_t words = static_cast<size_t>(a.num_seqs) * g.num_kv_heads * pl.num_qtiles;
       p.arrivals = reinterpret_cast<unsigned long long*>(
-          static_cast<uint8_t*>(workspace) + pl.workspace - words * sizeof(unsigned long long));
+          static_cast<uint8_t*>(workspace) + pl.workspace -
+          bulk_arrival_words(a, pl) * sizeof(unsigned long long));
       p.arrival_tag = next_split_arrival_tag();
     }
   }
