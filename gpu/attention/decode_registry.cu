@@ -28,7 +28,8 @@ const std::vector<DecodeVersionImpl>& impls() {
                                                 make_v9_mma_decode_bulk_rows(),
                                                 make_v10_mma_decode_tma_swizzle(),
                                                 make_v11_mma_decode_cluster_merge(),
-                                                make_v12_mma_decode_last_block_merge()};
+                                                make_v12_mma_decode_last_block_merge(),
+                                                make_v13_mma_decode_eight_warps()};
   return v;
 }
 

@@ -6,9 +6,11 @@
 // changed and why, and its registry entry.
 //
 // The design point every member shares (v4's, gpu/attention/TUNING.md steps 13-15):
-//  * 128 threads = 4 warps; warp w owns the 16-token tiles w, w + 4, ... of the block's
-//    token range and runs its own 3-stage pipeline, each stage [K rows | V rows] of one tile,
-//    completion counted on the stage's mbarrier (no block barrier in the main loop).
+//  * 128 threads = 4 warps (a policy's kWarps: 8, v13); warp w owns the 16-token tiles w,
+//    w + W, ... of the block's token range (W warps) and runs its own 3-stage pipeline, each
+//    stage [K rows | V rows] of one tile, completion counted on the stage's mbarrier (no
+//    block barrier in the main loop). Q, the warps' merge and the stores take the block's
+//    first 128 threads whatever W is (thread = (head, 16th of the head's dims)).
 //  * Scope: BF16 and FP16 pools (and FP8 E4M3 with a pool scale at head_dim >= 128 where the
 //    policy says kFP8, NVFP4 at head_dim >= 128 where it says kNVFP4), HND layout (and NHD
 //    where the policy says kNHD), block_size a multiple of 16: the tile's 16 slots of one (page, KV head) lie in one page (HND: one
@@ -55,6 +57,9 @@
 //                         the elected lane, for every half: a half with t.copy false passes it
 //                         as the copies' predicate and copies nothing)
 //   maps_reason(a), maps(a)   host: "" or why Maps cannot be built; the Maps of a launch
+//   kWarps                (optional) warps per block, 4 when absent; with 8, 16-bit rows are
+//                         copied at head_dim <= 128 only (8 warps x 3 stages of 16 rows of
+//                         d256 would need 393 KB of shared memory)
 #pragma once
 
 #include <string>
@@ -97,6 +102,27 @@ static_assert(v4_warp_tile<BulkConfig<128, KvFormat::kBF16>, 128, KvFormat::kBF1
                       2 * kBulkTile,
               "the start-up loads fetch the pages of the bulk tiles");
 
+// Warps per block of a copy policy: Copy::kWarps where it has one, else v4's 4.
+template <class Copy, class = void>
+struct BulkWarps {
+  static constexpr int value = kV4Warps;
+};
+template <class Copy>
+struct BulkWarps<Copy, std::void_t<decltype(Copy::kWarps)>> {
+  static constexpr int value = Copy::kWarps;
+};
+template <class Copy>
+KVLAB_HD constexpr int bulk_warps() {
+  static_assert(BulkWarps<Copy>::value == kV4Warps || BulkWarps<Copy>::value == 2 * kV4Warps,
+                "the block body is written for 4 or 8 warps");
+  return BulkWarps<Copy>::value;
+}
+// The 16-bit head_dims a policy's blocks fit: all with 4 warps, <= 128 with more.
+template <class Copy>
+constexpr bool bulk_16bit_head_dim(int d) {
+  return bulk_warps<Copy>() == kV4Warps || d <= 128;
+}
+
 // Kernel parameter of the policies that need none.
 struct NoMaps {};
 
@@ -110,12 +136,14 @@ using BulkOperand = std::conditional_t<
 // Resident blocks the kernel is compiled for: 4 for FP8 at head_dim <= 128 (v5's measured
 // FP8 design point: f16 operands both ways, <= 128 registers), kBulkNvfp4Blocks for NVFP4 at
 // head_dim <= 128 (its decode is issue-bound: more warps per scheduler), else 1 (no register
-// cap: the 16-bit instances are held to 2 blocks per SM by their shared memory).
+// cap: the 16-bit instances are held to 2 blocks per SM by their shared memory). A block of
+// 8 warps counts as two: the same 128-register cap per thread.
 constexpr int kBulkNvfp4Blocks = 4;
-template <int D, KvFormat F>
+template <int D, KvFormat F, int kWarps = kV4Warps>
 constexpr int bulk_min_blocks() {
   if (D > 128) return 1;
-  return F == KvFormat::kFP8E4M3 ? 4 : (F == KvFormat::kNVFP4 ? kBulkNvfp4Blocks : 1);
+  const int four_warp = F == KvFormat::kFP8E4M3 ? 4 : (F == KvFormat::kNVFP4 ? kBulkNvfp4Blocks : 1);
+  return four_warp * kV4Warps / kWarps > 1 ? four_warp * kV4Warps / kWarps : 1;
 }
 
 // One tile copy, as the block body hands it to the policy. Lane 0's page (every lane holds it)
@@ -139,9 +167,9 @@ struct BulkTile {
 
 // Shared memory of a block:
 //   [warp 0: bulk_stages() stages of [K rows | V rows | K scales | V scales], bulk_tile() rows
-//   each, a stage rounded up to Copy::kSmemAlign] ... [warp 3]  (after the loop: the
+//   each, a stage rounded up to Copy::kSmemAlign] ... [warp W-1]  (after the loop: the
 //   warp merge's area, then the cluster merge's partial at partial_off)
-//   [Q^T fragments hi | lo | column scales] [mbarriers: 4 warps x bulk_stages()]
+//   [Q^T fragments hi | lo | column scales] [mbarriers: W warps x bulk_stages()]
 // plus Copy::kSmemAlign - 16 bytes of slack when the stages need more than the 16-byte
 // alignment of the dynamic shared memory (the kernel rounds its base up). The partial (8 x
 // (D + 1) floats) sits beside the warp merge's area; qbase is the larger of the pipeline
@@ -161,14 +189,15 @@ KVLAB_HD constexpr BulkSmem bulk_smem() {
   const int scales = 2 * kWT * BulkOperand<Copy, F, D>::kScaleBytes;
   s.stage_bytes = (s.scale_off + scales + Copy::kSmemAlign - 1) / Copy::kSmemAlign * Copy::kSmemAlign;
   s.warp_bytes = bulk_stages<F, D>() * s.stage_bytes;
-  const int pipe = kV4Warps * s.warp_bytes;
-  const int merge = mma::WarpMerge<F, D, kV4Warps>::kBytes;
+  constexpr int kW = bulk_warps<Copy>();
+  const int pipe = kW * s.warp_bytes;
+  const int merge = mma::WarpMerge<F, D, kW>::kBytes;
   s.partial_off = (merge + 15) / 16 * 16;  // beside the warp merge's area: no barrier between
   const int after = s.partial_off + ClusterPartial<D>::kBytes;
   s.qbase = pipe > after ? pipe : after;
   s.qfrag_bytes = 2 * (D / 16) * kWarpSize * 8 + mma::kHeadsPerTile * 4;
   s.bar_off = (s.qbase + s.qfrag_bytes + 7) / 8 * 8;
-  s.total = s.bar_off + kV4Warps * bulk_stages<F, D>() * 8 +
+  s.total = s.bar_off + kW * bulk_stages<F, D>() * 8 +
             (Copy::kSmemAlign > 16 ? Copy::kSmemAlign - 16 : 0);
   return s;
 }
@@ -200,6 +229,7 @@ __device__ __forceinline__ void bulk_block(const V4Params& p, const typename Cop
   constexpr int kWT = bulk_tile<F, D>();
   constexpr int kStages = bulk_stages<F, D>();
   constexpr int kHalves = kWT / kBulkTile;  // 16-row copies per tile, on one barrier arrival
+  constexpr int kW = bulk_warps<Copy>();
   static_assert(V4Startup<BulkConfig<D, F>, D, F>::kWT == kWT, "the start-up pages are the tile's");
   static_assert(!Copy::kWarpIssues || kHalves == 1, "warp-issued copies take 16-token tiles");
   static_assert(Op::kRowStride == kS.row_stride, "the loaders read the rows where the copies put them");
@@ -219,10 +249,10 @@ __device__ __forceinline__ void bulk_block(const V4Params& p, const typename Cop
   uint2* qf_lo = qf_hi + (D / 16) * kWarpSize;
   float* colscale = reinterpret_cast<float*>(qf_lo + (D / 16) * kWarpSize);  // [8]
 
-  // ---- this warp's tiles: every 4th kWT-token tile of [start, end)
+  // ---- this warp's tiles: every kW-th kWT-token tile of [start, end)
   const int num_tiles = (end - start + kWT - 1) / kWT;
-  const int my_tiles = num_tiles > warp ? (num_tiles - warp + kV4Warps - 1) / kV4Warps : 0;
-  auto first_token = [&](int i) { return start + (warp + kV4Warps * i) * kWT; };
+  const int my_tiles = num_tiles > warp ? (num_tiles - warp + kW - 1) / kW : 0;
+  auto first_token = [&](int i) { return start + (warp + kW * i) * kWT; };
   bool bad = false;  // lane 0: a table entry outside the pool (the output becomes NaN)
   // Lane 0: the pages of the next tile's halves (first tile: the start-up loads', whose lane
   // 16 * h holds the page of the tile's token 16 * h).
@@ -318,7 +348,9 @@ __device__ __forceinline__ void bulk_block(const V4Params& p, const typename Cop
     }
   }
 
-  mma::q_fragments<Op, D>(su.q, p.q_bf16, p.qk_scale, qf_hi, qf_lo, colscale);
+  // Thread (head, 16th of its dims) of the first 4 warps writes Q's fragments (warp-uniform).
+  if (kW == kV4Warps || warp < kV4Warps)
+    mma::q_fragments<Op, D>(su.q, p.q_bf16, p.qk_scale, qf_hi, qf_lo, colscale);
   __syncthreads();
   const float cs0 = colscale[2 * t], cs1 = colscale[2 * t + 1];
   const bool q_lo = !Op::kQkF16 && !p.q_bf16;  // an f16 Q split into bf16 hi + lo
@@ -356,9 +388,9 @@ __device__ __forceinline__ void bulk_block(const V4Params& p, const typename Cop
     wa.tile(sk, sv, sks, svs, n_valid, qf_hi, qf_lo, q_lo, cs0, cs1, lane);
   }
 
-  // ---- merge the 4 warps (the pipeline area; every copy a warp issued was waited for in
+  // ---- merge the kW warps (the pipeline area; every copy a warp issued was waited for in
   // its loop).
-  v4_merge_warps_and_store<D, F>(p, smem, it, wa, bad, smem_partial);
+  v4_merge_warps_and_store<D, F, kWT, Op, kW>(p, smem, it, wa, bad, smem_partial);
 }
 
 // The split merge policies (the header above).
@@ -377,11 +409,14 @@ struct LastBlockSplitMerge {
 
 // grid: num_splits x num_seqs x num_kv_heads x num_qtiles blocks (PdlSplitMerge and
 // LastBlockSplitMerge: split slowest; ClusterSplitMerge: split fastest, one cluster of
-// num_splits blocks per item when num_splits > 1), 128 threads; dynamic shared memory
-// bulk_smem<Copy, D, F>().total.
+// num_splits blocks per item when num_splits > 1), 32 x bulk_warps<Copy>() threads; dynamic
+// shared memory bulk_smem<Copy, D, F>().total.
 template <class Copy, class Merge, int D, KvFormat F>
-__global__ void __launch_bounds__(kV4Threads, bulk_min_blocks<D, F>())
+__global__ void __launch_bounds__(bulk_warps<Copy>() * kWarpSize,
+                                  bulk_min_blocks<D, F, bulk_warps<Copy>()>())
     bulk_decode_kernel(const V4Params p, const __grid_constant__ typename Copy::Maps maps) {
+  static_assert(!Merge::kCluster || bulk_warps<Copy>() == kV4Warps,
+                "the cluster merge's occupancy queries and merge loops are v11's 4-warp blocks");
   extern __shared__ __align__(128) uint8_t smem_raw[];
   uint8_t* smem = smem_raw;
   if constexpr (Copy::kSmemAlign > 16)  // round the shared-space address up (the slack is counted)
@@ -389,10 +424,11 @@ __global__ void __launch_bounds__(kV4Threads, bulk_min_blocks<D, F>())
   mma::pdl_launch_dependents();  // a dependent launch may start (it waits for us)
   const V4Item it = v4_item<Merge::kCluster>(p);
   const int start = it.split * p.chunk_tokens;
+  constexpr int kThreads = bulk_warps<Copy>() * kWarpSize;
   V4Startup<BulkConfig<D, F>, D, F> su;
-  v4_startup_loads<BulkConfig<D, F>, D, F>(p, it.seq, it.kv_head, it.qtile, start, su);
+  v4_startup_loads<BulkConfig<D, F>, D, F, kThreads>(p, it.seq, it.kv_head, it.qtile, start, su);
   int end;
-  const bool has_tokens = v4_token_range<D, Merge::kLastBlock>(p, it, start, end);
+  const bool has_tokens = v4_token_range<D, Merge::kLastBlock, kThreads>(p, it, start, end);
   if constexpr (Merge::kLastBlock) {
     if (!has_tokens) {  // past the end (no arrival counted), or split 0 wrote the rows
       // Split 0 without tokens: the length is bad or 0, no split arrives; the item's word is
@@ -431,12 +467,14 @@ constexpr bool bulk_nvfp4_head_dim(int d) {
 template <class Copy, class Fn>
 cudaError_t bulk_dispatch(int head_dim, KvFormat format, Fn&& fn) {
   return KVLAB_DISPATCH_HEAD_DIM(head_dim, kD, [&] {
-    if (format == KvFormat::kBF16)
-      return fn(std::integral_constant<int, kD>{},
-                std::integral_constant<KvFormat, KvFormat::kBF16>{});
-    if (format == KvFormat::kFP16)
-      return fn(std::integral_constant<int, kD>{},
-                std::integral_constant<KvFormat, KvFormat::kFP16>{});
+    if constexpr (bulk_16bit_head_dim<Copy>(kD)) {
+      if (format == KvFormat::kBF16)
+        return fn(std::integral_constant<int, kD>{},
+                  std::integral_constant<KvFormat, KvFormat::kBF16>{});
+      if (format == KvFormat::kFP16)
+        return fn(std::integral_constant<int, kD>{},
+                  std::integral_constant<KvFormat, KvFormat::kFP16>{});
+    }
     if constexpr (bulk_fp8_head_dim<Copy>(kD)) {
       if (format == KvFormat::kFP8E4M3)
         return fn(std::integral_constant<int, kD>{},
@@ -470,6 +508,11 @@ std::string bulk_layout_reason(const PageGeometry& g) {
   else if (nvfp4 && !bulk_nvfp4_head_dim<Copy>(g.head_dim))
     os << Copy::kName << " copies nvfp4 rows of head_dim >= 128 (a 64-byte swizzle span or "
        << "more), got head_dim " << g.head_dim;
+  else if (!fp8 && !nvfp4 && !bulk_16bit_head_dim<Copy>(g.head_dim))
+    os << Copy::kName << " copies 16-bit rows of head_dim <= 128 (" << bulk_warps<Copy>()
+       << " warps x " << kBulkStages << " stages of " << kBulkTile << " rows of head_dim "
+       << g.head_dim << " would exceed the shared memory of a block), got head_dim "
+       << g.head_dim;
   else if (g.layout != KvLayout::kHND && !(Copy::kNHD && g.layout == KvLayout::kNHD))
     os << Copy::kName << " copies " << Copy::kCopies
        << (Copy::kNHD ? " of (page, KV head) rows of the HND or NHD layout, got "
@@ -519,10 +562,10 @@ BulkPlan bulk_make_plan(const DecodeArgs& a, const LaunchLimits& lim, const Deco
   };
   auto blocks = [&](size_t bytes) {
     return cached_blocks_per_sm<BulkTag<Copy, Merge>>(lim.device, g.head_dim, g.format, bytes,
-                                                      kernel_of);
+                                                      kernel_of, bulk_warps<Copy>() * kWarpSize);
   };
   BulkPlan pl;
-  static_cast<V4Plan&>(pl) = v4_family_plan(a, lim, tu, smem, tile, blocks);
+  static_cast<V4Plan&>(pl) = v4_family_plan(a, lim, tu, smem, tile, blocks, bulk_warps<Copy>());
   if constexpr (Merge::kLastBlock) {
     if (pl.split.num_splits > 1)  // the partials, then one arrival word per item
       pl.workspace = bulk_arrivals_offset(pl.workspace) +
@@ -596,7 +639,7 @@ void bulk_run(const DecodeArgs& a, const DecodeTuning& tu, void* workspace, cuda
     }
     cudaError_t r = allow_dynamic_smem(kernel, pl.smem);
     if (r != cudaSuccess) return r;
-    kernel<<<grid, kV4Threads, pl.smem, stream>>>(p, maps);
+    kernel<<<grid, pl.threads, pl.smem, stream>>>(p, maps);
     return cudaGetLastError();
   });
   KVLAB_CUDA_CHECK(e);

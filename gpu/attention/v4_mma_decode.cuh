@@ -106,16 +106,19 @@ struct V4Startup {
   int pages[mma::TileCopy<F, D, kWT>::kTPL];
 };
 
-template <class Cfg, int D, KvFormat F>
+// Blocks of kThreads > 128: the Q slices are the first 128 threads' (the others load none).
+template <class Cfg, int D, KvFormat F, int kThreads = kV4Threads>
 __device__ __forceinline__ void v4_startup_loads(const V4Params& p, int seq, int kv_head, int qtile,
                                                  int start, V4Startup<Cfg, D, F>& su) {
   constexpr int kWT = V4Startup<Cfg, D, F>::kWT;
   const int tid = threadIdx.x, warp = tid / kWarpSize, lane = tid % kWarpSize;
   const int hl = tid >> 4, part = tid & 15;
   const int gl = qtile * mma::kHeadsPerTile + hl;
+  const bool q_thread = kThreads == kV4Threads || tid < kV4Threads;
   const int64_t qrow =
-      gl < p.group_size ? static_cast<int64_t>(seq) * p.num_qo_heads + kv_head * p.group_size + gl
-                        : -1;
+      q_thread && gl < p.group_size
+          ? static_cast<int64_t>(seq) * p.num_qo_heads + kv_head * p.group_size + gl
+          : -1;
   mma::load_q_slice<D>(p.q, qrow, part, su.q);
   const int32_t* table = p.block_table + static_cast<int64_t>(seq) * p.max_blocks_per_seq;
   const int64_t limit =
@@ -154,7 +157,8 @@ __device__ __forceinline__ V4Item v4_item(const V4Params& p) {
 // zero rows / -inf for an empty sequence. Multi-split: the merge kernel handles both (it
 // reads only splits that hold tokens); with kSplit0Writes (the last-block merge, where no
 // split holding tokens arrives for such an item) split 0 writes them as a single split does.
-template <int D, bool kSplit0Writes = false>
+// The rows are written by the block's first 128 threads (thread = head, 16th of its dims).
+template <int D, bool kSplit0Writes = false, int kThreads = kV4Threads>
 __device__ __forceinline__ bool v4_token_range(const V4Params& p, const V4Item& it, int start,
                                                int& end) {
   const int len = p.seq_lens[it.seq];
@@ -166,6 +170,7 @@ __device__ __forceinline__ bool v4_token_range(const V4Params& p, const V4Item& 
   constexpr int kOE = D / 16;
   const int hl = threadIdx.x >> 4, part = threadIdx.x & 15;
   const int gl = it.qtile * mma::kHeadsPerTile + hl;
+  if (kThreads != kV4Threads && threadIdx.x >= kV4Threads) return false;
   if (gl >= p.group_size) return false;
   const int64_t row =
       static_cast<int64_t>(it.seq) * p.num_qo_heads + it.kv_head * p.group_size + gl;
@@ -177,25 +182,27 @@ __device__ __forceinline__ bool v4_token_range(const V4Params& p, const V4Item& 
   return false;
 }
 
-// The end of every 4-warp block body (v4, v5, v7, the bulk-copy family): the warps' row sums,
-// their states merged by log-sum-exp through `smem` (the pipeline area: the barrier inside
-// also means every warp is done with its buffers; every copy must have landed), then thread
-// (hl = tid / 16, part = tid % 16) writes head hl's dims [part*D/16, +D/16): the output row
+// The end of every block body of v4's family (v4, v5, v7: 4 warps; the bulk-copy family: 4
+// or kWarps = 8): the warps' row sums, their states merged by log-sum-exp through `smem` (the
+// pipeline area: the barrier inside also means every warp is done with its buffers; every
+// copy must have landed), then thread (hl = tid / 16, part = tid % 16) of the first 128
+// writes head hl's dims [part*D/16, +D/16): the output row
 // (single split) or the split's partial row and lse: into the workspace, or with
 // `smem_partial` into this block's shared memory, [lse: 8 heads][o: 8 heads][D] floats
 // (v11's cluster merge reads it from the other blocks of the cluster). `bad`: this thread
 // saw a table entry outside the pool (any thread's makes the block's rows NaN).
-template <int D, KvFormat F, int kWT, class Op>
+template <int D, KvFormat F, int kWT, class Op, int kWarps = kV4Warps>
 __device__ __forceinline__ void v4_merge_warps_and_store(const V4Params& p, uint8_t* smem,
                                                          const V4Item& it,
                                                          mma::WarpAttention<F, D, kWT, Op>& wa,
                                                          bool bad, float* smem_partial = nullptr) {
-  using Merge = mma::WarpMerge<F, D, kV4Warps>;
+  using Merge = mma::WarpMerge<F, D, kWarps>;
   const int tid = threadIdx.x, warp = tid / kWarpSize, lane = tid % kWarpSize;
   wa.reduce_sums();
   bad = __syncthreads_or(bad);  // also: every warp is done with its pipeline buffers
   Merge::store_warp(smem, warp, lane, wa);
   __syncthreads();
+  if (kWarps != kV4Warps && tid >= kV4Threads) return;  // 8 heads x 16 parts: 128 threads
 
   const int hl = tid >> 4, part = tid & 15;
   const int gl = it.qtile * mma::kHeadsPerTile + hl;
@@ -521,16 +528,17 @@ int cached_per_instance(int device, int head_dim, KvFormat f, Compute&& compute)
   return n;
 }
 
-// Resident blocks per SM of one kernel instance (occupancy API), cached per Tag and instance
-// (cached_per_instance); 0 when the block does not fit. kernel_of(fn) calls fn(kernel) with
-// the instance's kernel.
+// Resident blocks per SM of one kernel instance (occupancy API) of `threads` threads, cached
+// per Tag and instance (cached_per_instance); 0 when the block does not fit. kernel_of(fn)
+// calls fn(kernel) with the instance's kernel.
 template <class Tag, class KernelOf>
-int cached_blocks_per_sm(int device, int head_dim, KvFormat f, size_t smem, KernelOf&& kernel_of) {
+int cached_blocks_per_sm(int device, int head_dim, KvFormat f, size_t smem, KernelOf&& kernel_of,
+                         int threads = kV4Threads) {
   return cached_per_instance<Tag>(device, head_dim, f, [&] {
     int n = 0;
     kernel_of([&](auto kernel) {
       KVLAB_CUDA_CHECK(allow_dynamic_smem(kernel, smem));
-      KVLAB_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, kV4Threads, smem));
+      KVLAB_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, threads, smem));
       return cudaSuccess;
     });
     return n;
@@ -542,16 +550,19 @@ struct V4Plan {
   SplitPlan split;
   size_t smem = 0, workspace = 0;
   int blocks_per_sm = 0;
+  int threads = kV4Threads;  // per block
 };
 
-// The plan of a 4-warp kernel with `smem` bytes per block and `warp_tile`-token tiles;
-// blocks(smem) gives its resident blocks per SM (called only when the block fits).
+// The plan of a kernel of `warps` warps (4 or 8) with `smem` bytes per block and
+// `warp_tile`-token tiles; blocks(smem) gives its resident blocks per SM (called only when the
+// block fits).
 template <class Blocks>
 V4Plan v4_family_plan(const DecodeArgs& a, const LaunchLimits& lim, const DecodeTuning& tu,
-                      size_t smem, int warp_tile, Blocks&& blocks) {
+                      size_t smem, int warp_tile, Blocks&& blocks, int warps = kV4Warps) {
   V4Plan pl;
   const PageGeometry& g = a.kv.geom;
   pl.smem = smem;
+  pl.threads = warps * kWarpSize;
   pl.num_qtiles = (a.group_size() + mma::kHeadsPerTile - 1) / mma::kHeadsPerTile;
   if (pl.smem > static_cast<size_t>(lim.smem_per_block_optin))
     return pl;  // reported as unsupported
@@ -560,7 +571,7 @@ V4Plan v4_family_plan(const DecodeArgs& a, const LaunchLimits& lim, const Decode
   in.items = static_cast<int64_t>(a.num_seqs) * g.num_kv_heads * pl.num_qtiles;
   in.seq_len_bound = seq_len_bound64(a);
   in.token_bytes = 2 * static_cast<int64_t>(g.head_dim) * kv_format_bits(g.format) / 8;
-  in.granule = static_cast<int64_t>(warp_tile) * kV4Warps;  // split starts on whole tiles
+  in.granule = static_cast<int64_t>(warp_tile) * warps;  // split starts on whole tiles
   in.slots = static_cast<int64_t>(lim.sm_count) * std::max(1, pl.blocks_per_sm);
   pl.split = plan_kv_splits(in, tu);
   if (pl.split.num_splits > 1)
@@ -579,7 +590,7 @@ inline std::string v4_family_reason(const char* name, const DecodeArgs& a,
     return os.str();
   }
   if (pl.blocks_per_sm < 1) {
-    os << name << "'s block (" << kV4Threads << " threads, " << pl.smem
+    os << name << "'s block (" << pl.threads << " threads, " << pl.smem
        << " bytes of shared memory) cannot be resident";
     return os.str();
   }

@@ -8,6 +8,9 @@
 //                               thread-block cluster (distributed shared memory, one launch)
 //   v12_mma_decode_last_block_merge  v10's copies, the KV splits of an item merged by its
 //                               last block to finish (an arrival count per item, one launch)
+//   v13_mma_decode_eight_warps  v10's copies in blocks of 8 warps (16-bit rows at head_dim
+//                               <= 128); its warps hold other tiles than v10's, so no peer
+//                               shares its bits
 // Each member runs and matches the reference on every geometry of its scope (bf16 / fp16
 // HND -- v10 also NHD --, block_size a multiple of 16, every compiled head_dim, GQA 1-16,
 // sequence ends inside and at the edges of tiles and pages; v10 also fp8_e4m3 and nvfp4 at
@@ -67,6 +70,7 @@ struct BulkMember {
   // are 16: another online-softmax blocking, other bits).
   std::vector<int> nvfp4_peers = {};
   bool last_block = false;  // the splits of an item merge in its last block (an arrival count)
+  int max_16bit_head_dim = 256;  // 16-bit rows of larger head_dims are declined (shared memory)
 };
 
 // gtest prints a parameter by its registry name.
@@ -94,7 +98,8 @@ class BulkCopyDecode : public ::testing::TestWithParam<BulkMember> {
     const int groups[][2] = {{8, 8}, {8, 2}, {32, 8}, {16, 1}};  // GQA 1, 4, 4, 16 (2 q tiles)
     int i = 0;
     for (KvFormat f : fs)
-      for (int d : dims)
+      for (int d : dims) {
+        if (kv_format_bits(f) == 16 && d > GetParam().max_16bit_head_dim) continue;  // declined
         for (int bs : {16, 32, 128}) {
           const auto& g = groups[i++ % 4];
           const DType qd = (i % 2) ? DType::kF16 : DType::kBF16;
@@ -111,6 +116,7 @@ class BulkCopyDecode : public ::testing::TestWithParam<BulkMember> {
           expect_matches(c, to_string(layout) + " " + to_string(f) + " d" + std::to_string(d) +
                                 " b" + std::to_string(bs));
         }
+      }
   }
 
   // A skewed batch in format f at forced splits 1, 2, 5, 47: the reference, and for the same
@@ -250,6 +256,10 @@ TEST_P(BulkCopyDecode, DeclinesEverythingOutsideItsScope) {
     outs.push_back({KvLayout::kHND, KvFormat::kFP8E4M3, 16, 128, "16-bit"});
     outs.push_back({KvLayout::kNHD, KvFormat::kFP8E4M3, 16, 128, "16-bit"});
     outs.push_back({KvLayout::kHND, KvFormat::kNVFP4, 32, 128, "16-bit"});
+  }
+  if (GetParam().max_16bit_head_dim < 256) {
+    outs.push_back({KvLayout::kHND, KvFormat::kBF16, 16, 256, "head_dim <= 128"});
+    outs.push_back({GetParam().layouts.back(), KvFormat::kFP16, 32, 256, "head_dim <= 128"});
   }
   for (const Out& o : outs) {
     ref::PagedCaseSpec s = seeded_spec(("decode." + tag() + ".out").c_str(), o.l, o.f);
@@ -497,6 +507,18 @@ INSTANTIATE_TEST_SUITE_P(DecodeV12, BulkCopyDecode,
                                                       0,
                                                       {10},
                                                       true}),
+                         member_name);
+INSTANTIATE_TEST_SUITE_P(DecodeV13, BulkCopyDecode,
+                         ::testing::Values(BulkMember{13,
+                                                      "v13_mma_decode_eight_warps",
+                                                      {},
+                                                      true,
+                                                      {KvLayout::kHND, KvLayout::kNHD},
+                                                      {},
+                                                      0,
+                                                      {},
+                                                      false,
+                                                      128}),
                          member_name);
 
 }  // namespace
