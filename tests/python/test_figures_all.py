@@ -204,16 +204,21 @@ def test_one_color_per_version_and_format_across_figures(inputs):
 
 
 def test_every_registered_version_has_its_own_fixed_color():
-    """Every decode version in the registry (the `v.info = {id, "name"` lines of gpu/attention)
-    has an entry of its own in the color table, no two versions or peers share a color, and a
-    name outside the table never takes a table color."""
+    """Every decode version in the registry (the `v.info = {id, "name"` lines of gpu/attention,
+    and the bulk-copy family's `kName = "vN_..."` policy names) has an entry of its own in the
+    color table, no two versions or peers share a color, and a name outside the table never
+    takes a table color."""
     import glob
     import re
-    names = set()
+    names, bulk = set(), set()
     for path in glob.glob(f"{ROOT}/gpu/attention/*.cu"):
         with open(path) as f:
-            names.update(re.findall(r'v\.info\s*=\s*\{\s*\d+,\s*"([a-z0-9_]+)"', f.read()))
+            text = f.read()
+        names.update(re.findall(r'v\.info\s*=\s*\{\s*\d+,\s*"([a-z0-9_]+)"', text))
+        bulk.update(re.findall(r'kName\s*=\s*"(v\d+_[a-z0-9_]+)"', text))
     assert len(names) >= 6, names
+    assert {"v10_mma_decode_tma_swizzle", "v13_mma_decode_eight_warps"} <= bulk, bulk
+    names |= bulk
     missing = sorted(n for n in names if n not in style.VERSION_COLORS)
     assert not missing, f"versions without a fixed color in analysis/style.py: {missing}"
     fixed = [matplotlib.colors.to_hex(c) for k, c in style.VERSION_COLORS.items() if k != "peer:sdpa_efficient+repeat"]
