@@ -36,7 +36,8 @@ def _col(ix, name, n):
 
 
 def load_run(path):
-    """{(batch, context, kv_format, layout, page_order, version): median_us (nan when not ok)}."""
+    """{(batch, context, kv_format, layout, page_order, version, num_splits): median_us (nan
+    when not ok)}; num_splits 0 is the version's own plan (a forced split is its own point)."""
     try:
         with h5py.File(path, "r") as f:
             ix = f["index"]
@@ -46,13 +47,15 @@ def load_run(path):
             fmt, layout, order = _col(ix, "kv_format", n), _col(ix, "layout", n), _col(ix, "page_order", n)
             version = _col(ix, "version", n)
             med = ix["median_us"][:]
+            splits = ix["num_splits"][:] if "num_splits" in ix else [0] * n
     except (OSError, KeyError) as e:
         raise BadInput(f"{path}: not a kvlab result file with an index ({e})") from None
     out = {}
     for i in range(n):
         if kind[i] != "decode_attention":
             continue
-        key = (int(batch[i]), int(context[i]), fmt[i], layout[i], order[i], version[i])
+        sp = 0 if math.isnan(float(splits[i])) else int(splits[i])
+        key = (int(batch[i]), int(context[i]), fmt[i], layout[i], order[i], version[i], sp)
         out[key] = float(med[i]) if status[i] == "ok" else math.nan
     if not out:
         raise BadInput(f"{path}: no decode_attention rows")
@@ -76,8 +79,14 @@ def table(directory, builds):
             best[b] = min(ok) if ok else math.nan
             cells += f"{' / '.join(f'{x:8.2f}' for x in xs):>22s}"
         ratios = "".join(f"{(best[b] / best[builds[0]] - 1) * 100:+13.2f}%" for b in builds[1:])
-        lines.append(f"{key[0]}x{key[1]} {key[2]} {key[3]} {key[4]} {key[5]}".ljust(62) + cells + ratios)
+        lines.append(f"{shape_label(key)} {key[5]}".ljust(62) + cells + ratios)
     return "\n".join(lines)
+
+
+def shape_label(key):
+    """'16x8192 fp8_e4m3 nhd shuffled', with ' @2 splits' for a forced split."""
+    label = f"{key[0]}x{key[1]} {key[2]} {key[3]} {key[4]}"
+    return label + (f" @{key[6]} splits" if key[6] > 0 else "")
 
 
 def _version_of(name, versions):
@@ -100,7 +109,7 @@ def version_table(directory, builds, versions):
             for key, t in load_run(path).items():
                 v = _version_of(key[5], versions)
                 if v is not None:
-                    shapes.setdefault(key[:5], {}).setdefault((b, v), {})[i] = t
+                    shapes.setdefault(key[:5] + key[6:], {}).setdefault((b, v), {})[i] = t
     seen = {v for cells in shapes.values() for (_, v) in cells}
     missing = [v for v in versions if v not in seen]
     if missing:
@@ -115,7 +124,7 @@ def version_table(directory, builds, versions):
                 row += f"{' / '.join(f'{x:8.2f}' for x in xs) if xs else '-':>24s}"
         ratios = "".join(f"{(best[(b, v)] / best[(b, versions[0])] - 1) * 100:+11.2f}%"
                          for b in builds for v in versions[1:])
-        lines.append(f"{key[0]}x{key[1]} {key[2]} {key[3]} {key[4]}".ljust(48) + row + ratios)
+        lines.append(shape_label(key[:5] + (None,) + key[5:]).ljust(48) + row + ratios)
     return "\n".join(lines)
 
 

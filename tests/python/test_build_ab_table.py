@@ -122,6 +122,29 @@ def test_versions_of_one_sweep_against_the_first_version(tmp_path):
     assert "210.00" in nhd and "200.00" in nhd
 
 
+def test_forced_splits_of_one_shape_are_separate_points(tmp_path):
+    # One shape at forced splits 1 and 2 (and the plan) for two versions: a row per split,
+    # never one split's time standing in for another's.
+    names = ["v10_mma_decode_tma_swizzle"] * 3 + ["v13_mma_decode_eight_warps"] * 3
+    write_run(tmp_path / "s_1.h5", [104.0, 99.0, 100.0, 100.5, 107.0, 106.0], versions=names)
+    with h5py.File(tmp_path / "s_1.h5", "r+") as f:
+        for k in ("layout",):
+            del f["index/" + k]
+            f["index"].create_dataset(k, data=np.array(["nhd"] * 6 + [""], dtype=object),
+                                      dtype=h5py.string_dtype())
+        f["index"].create_dataset("num_splits", data=np.array([1.0, 2.0, 0.0] * 2 + [np.nan]))
+    r = run(str(tmp_path), "s", "--versions", "v10,v13")
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert len(lines) == 4, r.stdout  # header + splits 1, 2 and the plan
+    s1 = next(l for l in lines if "@1 splits" in l)
+    s2 = next(l for l in lines if "@2 splits" in l)
+    plan = next(l for l in lines[1:] if "splits" not in l)
+    assert "104.00" in s1 and "100.50" in s1 and s1.strip().endswith("-3.37%")  # 100.5 / 104 - 1
+    assert "99.00" in s2 and s2.strip().endswith("+8.08%")                       # 107 / 99 - 1
+    assert plan.strip().endswith("+6.00%")                                      # 106 / 100 - 1
+
+
 @pytest.mark.parametrize("versions", ["v10", "v10,v99"])
 def test_bad_versions_exit_2(tmp_path, versions):
     write_run(tmp_path / "final_1.h5", [200.0, 100.0],
