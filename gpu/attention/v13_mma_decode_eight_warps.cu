@@ -21,6 +21,17 @@
 //    whole 8-warp rounds of tiles (granule 128 tokens for 16-token tiles).
 //  * Numerics: v10's tiles and mma sequence per warp; the warps hold other tiles and are
 //    merged in another order, so the bits differ from v10's (the reference tolerances apply).
+//
+// Prediction (written before the first H100 run): 16 x 8k FP8 100.1 -> 93-95 us at one split
+// (K4 there 1.93-1.97x); BF16 unchanged.
+//
+// Measured (H100, session 11 calls 1-2, data/perf/h100_decode_v13/; TUNING.md step 31): 16 x 8k
+// FP8 NHD 100.38 us at one split against v10's 99.42 at two in the same sweep (HND 103.01 vs
+// 100.98); NVFP4 68.66 at two splits against v10's 68.35 at three; BF16 batch 16 at one split
+// 1-2.6 % slower than v10 at one split. ncu: the kernel alone takes 98.88 us at one split (DRAM
+// 81.7 % of peak) against v10's 96.58 at two (83.7 %): both read 21.1-21.2 GB/s per SM, v13 on
+// 128 SMs, v10 on all 132; the second warp quartet's bytes queue (4.6 us per request by
+// Little's law against 2.4 us at 4 warps) instead of streaming. Version auto does not pick v13.
 #include "gpu/attention/tma_pool_map.cuh"
 
 namespace kvlab::gpu::detail {
