@@ -184,10 +184,13 @@ __device__ __forceinline__ void mbarrier_arrive_expect_tx(uint64_t* bar, uint32_
                "r"(bytes)
                : "memory");
 }
-// The executing thread's earlier cp.async copies become a pending arrival of the barrier's
-// current phase (counted now, arriving when they have landed).
-__device__ __forceinline__ void cp_async_mbarrier_arrive(uint64_t* bar) {
-  asm volatile("cp.async.mbarrier.arrive.shared::cta.b64 [%0];\n" ::"r"(smem_addr(bar)) : "memory");
+// The executing thread's earlier cp.async copies become one arrival of the barrier's current
+// phase when they have landed. .noinc: the arrival is one of the count the barrier was
+// initialised with (the form without it adds a pending arrival of its own, which
+// compute-sanitizer's synccheck reports as a barrier overflow).
+__device__ __forceinline__ void cp_async_mbarrier_arrive_noinc(uint64_t* bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(smem_addr(bar))
+               : "memory");
 }
 // Blocks until the phase with parity `parity` has completed.
 __device__ __forceinline__ void mbarrier_wait(uint64_t* bar, uint32_t parity) {

@@ -22,7 +22,7 @@
 //    evict-first hint: one instruction per 128-512-byte row instead of 8-32 16-byte
 //    cp.async, no registers for addresses. Rows past the end are zero-filled by cp.async
 //    (V only: P = 0 there but 0 x NaN garbage would not be 0), scales keep their 4-byte
-//    cp.async, and both are counted on the same barrier through cp.async.mbarrier.arrive.
+//    cp.async, and both are counted on the same barrier through cp.async.mbarrier.arrive.noinc.
 //    Split-x pools (16-byte chunks of a row lie block_size x 16 bytes apart) keep v4's
 //    chunk copies and V gather, counted the same way.
 //  * Pipeline across items. Each warp's pipeline runs over its whole range: the tiles of
@@ -158,8 +158,9 @@ __global__ void __launch_bounds__(kV6Threads, v6_min_blocks(D, F))
   int64_t* scratch = reinterpret_cast<int64_t*>(smem + kS.scratch_offset);   // [8]
 
   if (lane == 0) {
+    // Each phase: the 32 lanes' cp.async arrivals (.noinc) and lane 0's arrival.
 #pragma unroll
-    for (int s = 0; s < kV6Stages; ++s) mma::mbarrier_init(&bars[s], 1);
+    for (int s = 0; s < kV6Stages; ++s) mma::mbarrier_init(&bars[s], kWarpSize + 1);
     mma::fence_barrier_init();
   }
 
@@ -253,7 +254,7 @@ __global__ void __launch_bounds__(kV6Threads, v6_min_blocks(D, F))
       Copy::gather_split_x_v(p.pools, sg, off, lane);
     }
     Copy::copy_scales(p.pools, sg, off, lane);
-    mma::cp_async_mbarrier_arrive(&bars[st]);  // this lane's cp.async copies count too
+    mma::cp_async_mbarrier_arrive_noinc(&bars[st]);  // this lane's cp.async copies count too
     __syncwarp();
     if (lane == 0) mma::mbarrier_arrive(&bars[st]);
     if (__any_sync(0xFFFFFFFFu, bad)) bad_stages |= 1u << st;
