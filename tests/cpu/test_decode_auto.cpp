@@ -118,16 +118,21 @@ TEST(DecodeAuto, ForcedSplitsOnlyForTheMeasuredShape) {
 
 // The scopes the registry declares for the versions that decline some geometries
 // (DecodeVersionInfo::in_scope of the bulk-copy family, gpu/attention/mma_bulk_decode.cuh;
-// the GPU suites DecodeV8/9/10 check the real predicates against these declines): v8 / v9
-// copy bf16 / fp16 HND, v10 also NHD and fp8_e4m3 at head_dim >= 128; all need block_size a
-// multiple of 16. The other versions serve every geometry of these queries.
+// the GPU suites DecodeV8-13 check the real predicates against these declines): v8 / v9
+// copy bf16 / fp16 HND, v10-v12 also NHD and fp8_e4m3 at head_dim >= 128, v13 as v10 but
+// bf16 / fp16 at head_dim <= 128 only; all need block_size a multiple of 16. The other
+// versions serve every geometry of these queries.
 bool mirrored_scope(const std::string& version, const DecodeAutoQuery& q) {
   const bool b16 = q.kv_format == "bf16" || q.kv_format == "fp16";
   const bool tiles = q.block_size % 16 == 0;
   if (version == "v8_mma_decode_bulk_page" || version == "v9_mma_decode_bulk_rows")
     return b16 && q.layout == "hnd" && tiles;
-  if (version == "v10_mma_decode_tma_swizzle")
-    return (b16 || (q.kv_format == "fp8_e4m3" && q.head_dim >= 128)) &&
+  const bool tma = version == "v10_mma_decode_tma_swizzle" ||
+                   version == "v11_mma_decode_cluster_merge" ||
+                   version == "v12_mma_decode_last_block_merge";
+  if (tma || version == "v13_mma_decode_eight_warps")
+    return ((b16 && (tma || q.head_dim <= 128)) ||
+            (q.kv_format == "fp8_e4m3" && q.head_dim >= 128)) &&
            (q.layout == "hnd" || q.layout == "nhd") && tiles;
   return true;
 }
