@@ -145,7 +145,9 @@ def test_a_file_whose_sweep_already_raised_r_names_the_row(tmp_path):
 
 
 SHIPPED = os.path.join(ROOT, "data", "perf", "h100_perf_sweep.h5")
-# The fair run of main 91ab35b, the one before.
+# The fair run of main 12e9891, the one before (version auto's table reads it too).
+SHIPPED_12E9891 = os.path.join(ROOT, "data", "perf", "h100_perf_sweep_12e9891.h5")
+# The fair run of main 91ab35b.
 SHIPPED_91AB35B = os.path.join(ROOT, "data", "perf", "h100_perf_sweep_91ab35b.h5")
 # The fair run of main 4323a0e.
 SHIPPED_4323A0E = os.path.join(ROOT, "data", "perf", "h100_perf_sweep_4323a0e.h5")
@@ -166,7 +168,7 @@ SHIPPED_9A8B6C8 = os.path.join(ROOT, "data", "perf", "h100_perf_sweep_9a8b6c8.h5
 # (not in 91ab35b's run, where C is the pass's); the file's R and C are those rows' (the sweep
 # applied the rule when it wrote them).
 RAISED_RUNS = [
-    (SHIPPED, 3.1567e12, 3.1575e12, "ceilings_bulk_2_per_sm", 3.0316e12, 3.0358e12, "ceilings_memcpy"),  # 12e9891
+    (SHIPPED_12E9891, 3.1567e12, 3.1575e12, "ceilings_bulk_2_per_sm", 3.0316e12, 3.0358e12, "ceilings_memcpy"),
     (SHIPPED_91AB35B, 3.1567e12, 3.1572e12, "ceilings_bulk_ranges_4", 3.0247e12, 3.0247e12, None),
     (SHIPPED_4323A0E, 3.1610e12, 3.1753e12, "ceilings_bulk", 3.0310e12, 3.0365e12, "ceilings_memcpy"),
     (SHIPPED_E91B383, 3.1682e12, 3.1753e12, "ceilings_bulk_32k", 3.0294e12, 3.0353e12, "ceilings_memcpy"),
@@ -193,14 +195,24 @@ def test_shipped_fair_run_names_the_rows_that_raised_r_and_c(path, pass_r, r, re
     assert float(res.attrs["copy_ceiling_bytes_per_s"]) == pytest.approx(rc.copy, rel=1e-9)
 
 
-@pytest.mark.skipif(not os.path.isfile(SHIPPED_2D52096), reason="no fair run of 2d52096")
-def test_shipped_fair_run_keeps_the_pass_r_and_names_the_row_that_raised_c():
-    """The fair run of main 2d52096 (the sweep applies the rule itself): no contiguous read beat
-    the ceilings pass's R; the cold 4 GiB memcpy raised C, and the file's C is that row's."""
-    res = load(SHIPPED_2D52096)
+# (file, R = the pass's R, pass C, run C): the fair runs of main 2d52096 (the first whose sweep
+# applied the rule itself) and of session 11's main 5921e5d (the current data/perf file).
+KEPT_R_RUNS = [
+    (SHIPPED_2D52096, 3.1645e12, 3.0316e12, 3.0359e12),
+    (SHIPPED, 3.1691e12, 3.0294e12, 3.0357e12),
+]
+
+
+@pytest.mark.parametrize("path,r,pass_c,c", KEPT_R_RUNS, ids=[os.path.basename(x[0]) for x in KEPT_R_RUNS])
+def test_shipped_fair_run_keeps_the_pass_r_and_names_the_row_that_raised_c(path, r, pass_c, c):
+    """No contiguous read beat the ceilings pass's R; the cold 4 GiB memcpy raised C, and the
+    file's C is that row's."""
+    if not os.path.isfile(path):
+        pytest.skip(f"no {os.path.basename(path)}")
+    res = load(path)
     rc = run_ceilings.run_ceilings(res)
-    assert rc.read == rc.pass_read == pytest.approx(3.1645e12, rel=1e-4) and rc.read_row is None
-    assert rc.pass_copy == pytest.approx(3.0316e12, rel=1e-4) and rc.copy == pytest.approx(3.0359e12, rel=1e-4)
+    assert rc.read == rc.pass_read == pytest.approx(r, rel=1e-4) and rc.read_row is None
+    assert rc.pass_copy == pytest.approx(pass_c, rel=1e-4) and rc.copy == pytest.approx(c, rel=1e-4)
     assert rc.copy_row["study"] == "ceilings_memcpy" and rc.copy_row["status"] == "ok"
     assert float(res.attrs["copy_ceiling_bytes_per_s"]) == pytest.approx(rc.copy, rel=1e-9)
 
