@@ -48,3 +48,56 @@ def test_a_missing_file_exits_2(tmp_path):
                        capture_output=True, text=True)
     assert r.returncode == 2
     assert "no such file" in r.stderr
+
+
+def _sweep(path, rows):
+    """A minimal kvlab result index of decode_attention rows (version, num_splits, median_us) at
+    one shape (16 x 2048 BF16 NHD, d128, GQA 4, page 16)."""
+    import h5py
+    import numpy as np
+    n = len(rows)
+    s = h5py.string_dtype()
+    with h5py.File(path, "w") as f:
+        f.attrs["device_name"] = "GPU A"
+        ix = f.create_group("index")
+        for k, v in (("kind", "decode_attention"), ("status", "ok"), ("kv_format", "bf16"),
+                     ("layout", "nhd"), ("graph", "off"), ("lengths", "uniform"),
+                     ("page_order", "shuffled")):
+            ix.create_dataset(k, data=np.array([v] * n, dtype=object), dtype=s)
+        ix.create_dataset("version", data=np.array([r[0] for r in rows], dtype=object), dtype=s)
+        for k, v in (("head_dim", 128.0), ("gqa_group", 4.0), ("block_size", 16.0), ("batch", 16.0),
+                     ("context", 2048.0)):
+            ix.create_dataset(k, data=np.array([v] * n))
+        ix.create_dataset("num_splits", data=np.array([float(r[1]) for r in rows]))
+        ix.create_dataset("median_us", data=np.array([float(r[2]) for r in rows]))
+
+
+def _table(tmp_path, files, mode):
+    out = tmp_path / f"t{mode}.inc"
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "gpu", "attention", "decode_auto_table.py")] +
+                       [str(f) for f in files] + [mode, "--out", str(out)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    (row,) = rows(out)
+    return row
+
+
+def test_latest_of_all_judges_each_candidate_by_its_newest_file(tmp_path):
+    # An old build of A was slow (60); B once ran at 50 (lucky) and at 53 in its newer file; A's
+    # newest file has 51.6 and 51.7. --best-of-all takes B's lucky row; --latest-of-all takes A.
+    old, lucky, new = tmp_path / "old.h5", tmp_path / "lucky.h5", tmp_path / "new.h5"
+    _sweep(old, [("vA_x", 1, 60.0)])
+    _sweep(lucky, [("vB_y", 0, 50.0)])
+    _sweep(new, [("vA_x", 1, 51.6), ("vA_x", 1, 51.7), ("vB_y", 0, 53.0)])
+    assert '"vB_y", 0, 50.000' in _table(tmp_path, [old, lucky, new], "--best-of-all")
+    assert '"vA_x", 1, 51.650' in _table(tmp_path, [old, lucky, new], "--latest-of-all")
+    # Listed the other way round, B's newest file is the lucky one: the order is the time line.
+    assert '"vB_y", 0, 50.000' in _table(tmp_path, [new, lucky, old], "--latest-of-all")
+
+
+def test_both_aggregations_at_once_exit_2(tmp_path):
+    f = tmp_path / "a.h5"
+    _sweep(f, [("vA_x", 1, 60.0)])
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "gpu", "attention", "decode_auto_table.py"),
+                        str(f), "--best-of-all", "--latest-of-all", "--out", str(tmp_path / "t.inc")],
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and "exclude" in r.stderr
