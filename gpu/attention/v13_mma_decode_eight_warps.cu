@@ -31,7 +31,9 @@
 // 1-2.6 % slower than v10 at one split. ncu: the kernel alone takes 98.88 us at one split (DRAM
 // 81.7 % of peak) against v10's 96.58 at two (83.7 %): both read 21.1-21.2 GB/s per SM, v13 on
 // 128 SMs, v10 on all 132; the second warp quartet's bytes queue (4.6 us per request by
-// Little's law against 2.4 us at 4 warps) instead of streaming. Version auto does not pick v13.
+// Little's law against 2.4 us at 4 warps) instead of streaming. From block 32 on (longer page
+// runs) v13 at one split is the fastest FP8 form at 16 x 8k (96.6-98.1 us); version auto picks it
+// there and at NVFP4 32k-128k.
 #include "gpu/attention/tma_pool_map.cuh"
 
 namespace kvlab::gpu::detail {
