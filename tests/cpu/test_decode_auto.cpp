@@ -137,6 +137,30 @@ bool mirrored_scope(const std::string& version, const DecodeAutoQuery& q) {
   return true;
 }
 
+// Every version the compiled table names is one whose scope this file mirrors: a scoped
+// version (mirrored_scope has its predicate) or one that serves every geometry of the queries
+// below. A version new to the table with neither would pass the next test unchecked
+// (mirrored_scope returns true for a name it does not know).
+TEST(DecodeAuto, EveryVersionOfTheTableHasItsScopeMirrored) {
+  const std::set<std::string> scoped = {
+      "v8_mma_decode_bulk_page", "v9_mma_decode_bulk_rows", "v10_mma_decode_tma_swizzle",
+      "v11_mma_decode_cluster_merge", "v12_mma_decode_last_block_merge",
+      "v13_mma_decode_eight_warps"};
+  const std::set<std::string> serves_all = {"v3_flash_decoding", "v4_mma_decode",
+                                            "v5_mma_decode_2stage", "v6_stream_k_decode",
+                                            "v7_mma_decode_l2_prefetch"};
+  for (const DecodeAutoRow& r : compiled_table())
+    EXPECT_TRUE(scoped.count(r.version) || serves_all.count(r.version))
+        << r.version << " (" << r.kv_format << " " << r.batch << "x" << r.context
+        << "): add its scope to mirrored_scope, or to serves_all if it serves every geometry";
+  // A scoped name declines something mirrored_scope can express; a serves-all name nothing.
+  DecodeAutoQuery split_x;
+  split_x.kv_format = "bf16", split_x.layout = "split_x", split_x.block_size = 16;
+  split_x.head_dim = 128;
+  for (const std::string& v : scoped) EXPECT_FALSE(mirrored_scope(v, split_x)) << v;
+  for (const std::string& v : serves_all) EXPECT_TRUE(mirrored_scope(v, split_x)) << v;
+}
+
 // Unmeasured shapes (other layouts, block sizes, head_dims, groups, sizes) next to measured
 // rows of scoped versions: the rule never returns a row whose version declines the query,
 // and returns the nearest of those that serve it. Without the scope, some of these queries
