@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Two or more builds of kvlab timed on one sweep config, alternated (A, B, ..., A, B, ...),
-side by side: per decode_attention point (shape, format, layout, page order and version), every
+side by side: per decode_attention point (shape, format, layout, page order, version, forced
+split and geometry: block size, GQA group, head_dim, graph and lengths where the sweep has them), every
 run's median time per build, and each build's
 best run against the first build's best run. With --versions BASE,OTHER,... the versions of
 one sweep instead (each point run with every version, e.g. `--axis version=v10_...,v12_...`):
@@ -35,9 +36,17 @@ def _col(ix, name, n):
     return [x.decode() if isinstance(x, bytes) else x for x in ix[name][:]]
 
 
+# Geometry axes a point is told apart by, with the value the label leaves out (the A/B configs'
+# common shape: page 16, GQA 4, head_dim 128, eager, uniform lengths).
+GEOMETRY = (("block_size", 16, "block {}"), ("gqa_group", 4, "gqa {}"), ("head_dim", 128, "d{}"),
+            ("graph", "off", "graph {}"), ("lengths", "uniform", "{} lengths"))
+
+
 def load_run(path):
-    """{(batch, context, kv_format, layout, page_order, version, num_splits): median_us (nan
-    when not ok)}; num_splits 0 is the version's own plan (a forced split is its own point)."""
+    """{(batch, context, kv_format, layout, page_order, version, num_splits, geometry):
+    median_us (nan when not ok)}; num_splits 0 is the version's own plan (a forced split is its
+    own point); geometry is the label of the GEOMETRY axes that differ from their usual value
+    ("" for none), so that points of other block sizes, groups, ... are never merged."""
     try:
         with h5py.File(path, "r") as f:
             ix = f["index"]
@@ -48,6 +57,8 @@ def load_run(path):
             version = _col(ix, "version", n)
             med = ix["median_us"][:]
             splits = ix["num_splits"][:] if "num_splits" in ix else [0] * n
+            geo_cols = {name: (_col(ix, name, n) if name in ix else [None] * n)
+                        for name, _, _ in GEOMETRY}
     except (OSError, KeyError) as e:
         raise BadInput(f"{path}: not a kvlab result file with an index ({e})") from None
     out = {}
@@ -55,7 +66,15 @@ def load_run(path):
         if kind[i] != "decode_attention":
             continue
         sp = 0 if math.isnan(float(splits[i])) else int(splits[i])
-        key = (int(batch[i]), int(context[i]), fmt[i], layout[i], order[i], version[i], sp)
+        geo = []
+        for name, usual, fmt_ in GEOMETRY:
+            v = geo_cols[name][i]
+            if isinstance(v, float):
+                v = None if math.isnan(v) else (int(v) if v == int(v) else v)
+            if v not in (None, "", usual):
+                geo.append(fmt_.format(v))
+        key = (int(batch[i]), int(context[i]), fmt[i], layout[i], order[i], version[i], sp,
+               " ".join(geo))
         out[key] = float(med[i]) if status[i] == "ok" else math.nan
     if not out:
         raise BadInput(f"{path}: no decode_attention rows")
@@ -84,8 +103,11 @@ def table(directory, builds):
 
 
 def shape_label(key):
-    """'16x8192 fp8_e4m3 nhd shuffled', with ' @2 splits' for a forced split."""
+    """'16x8192 fp8_e4m3 nhd shuffled', then the geometry that differs ('block 128') and
+    ' @2 splits' for a forced split."""
     label = f"{key[0]}x{key[1]} {key[2]} {key[3]} {key[4]}"
+    if len(key) > 7 and key[7]:
+        label += " " + key[7]
     return label + (f" @{key[6]} splits" if key[6] > 0 else "")
 
 

@@ -145,6 +145,30 @@ def test_forced_splits_of_one_shape_are_separate_points(tmp_path):
     assert plan.strip().endswith("+6.00%")                                      # 106 / 100 - 1
 
 
+def test_block_sizes_of_one_shape_are_separate_points(tmp_path):
+    # One shape at block sizes 16 and 128 (and GQA 8 once): a row each, the geometry in the
+    # label where it differs from the usual page 16 / GQA 4, never one block size's time
+    # standing in for another's.
+    names = ["v10_mma_decode_tma_swizzle"] * 3 + ["v13_mma_decode_eight_warps"] * 3
+    write_run(tmp_path / "p_1.h5", [100.0, 99.0, 98.0, 97.0, 99.0, 101.0], versions=names)
+    with h5py.File(tmp_path / "p_1.h5", "r+") as f:
+        del f["index/layout"]
+        f["index"].create_dataset("layout", data=np.array(["nhd"] * 6 + [""], dtype=object),
+                                  dtype=h5py.string_dtype())
+        f["index"].create_dataset("block_size", data=np.array([16.0, 128.0, 16.0] * 2 + [np.nan]))
+        f["index"].create_dataset("gqa_group", data=np.array([4.0, 4.0, 8.0] * 2 + [np.nan]))
+    r = run(str(tmp_path), "p", "--versions", "v10,v13")
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert len(lines) == 4, r.stdout
+    plain = next(l for l in lines[1:] if "block" not in l and "gqa" not in l)
+    b128 = next(l for l in lines if "block 128" in l)
+    g8 = next(l for l in lines if "gqa 8" in l)
+    assert plain.strip().endswith("-3.00%")  # 97 / 100 - 1
+    assert b128.strip().endswith("+0.00%")   # 99 / 99 - 1
+    assert g8.strip().endswith("+3.06%")     # 101 / 98 - 1
+
+
 @pytest.mark.parametrize("versions", ["v10", "v10,v99"])
 def test_bad_versions_exit_2(tmp_path, versions):
     write_run(tmp_path / "final_1.h5", [200.0, 100.0],
