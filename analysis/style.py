@@ -72,6 +72,7 @@ VERSION_COLORS = {
     "v11_mma_decode_cluster_merge": "#a63603",
     "v12_mma_decode_last_block_merge": "#006d2c",
     "v13_mma_decode_eight_warps": "#54278f",
+    "v14_mma_decode_page_heads": "#9e9ac8",
     "auto": "#843c39",
     "peer:sdpa_cudnn": "#d62728",
     "peer:sdpa_flash": "#9467bd",

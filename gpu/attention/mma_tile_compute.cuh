@@ -67,11 +67,14 @@ __device__ __forceinline__ void load_q_slice(const void* q, int64_t row, int par
 // Position P = part*D/16 + e lands in k-step s = (P % (D/4)) / 4 of lane hl*4 + P / (D/4)
 // (the thread slice order of mma_operands.cuh's K fragments) and holds Q's dim P, or with
 // Op::kKDimPairs dim (P & ~7) | pair_order(P & 7) (mma_operands.cuh).
+// `tid`: the thread's index in its group of 128 (whole warps: the head's 16 threads
+// exchange values by shuffles); q_fragments below passes threadIdx.x.
 template <class Op, int D>
-__device__ __forceinline__ void q_fragments(const QSlice<D>& qs, bool q_bf16, float qk_scale,
-                                            uint2* qf_hi, uint2* qf_lo, float* colscale) {
+__device__ __forceinline__ void q_fragments_of(int tid, const QSlice<D>& qs, bool q_bf16,
+                                               float qk_scale, uint2* qf_hi, uint2* qf_lo,
+                                               float* colscale) {
   constexpr int kQE = D / 16;  // elements per thread: 16 threads per head
-  const int tid = threadIdx.x, hl = tid >> 4, part = tid & 15;
+  const int hl = tid >> 4, part = tid & 15;
   float qv[kQE];
 #pragma unroll
   for (int i = 0; i < kQE / 4; ++i) {
@@ -129,6 +132,12 @@ __device__ __forceinline__ void q_fragments(const QSlice<D>& qs, bool q_bf16, fl
     qf_lo[entry] = make_uint2(l0, l1);
   }
   if (part == 0) colscale[hl] = cs * Op::kScoreScale;
+}
+template <class Op, int D>
+__device__ __forceinline__ void q_fragments(const QSlice<D>& qs, bool q_bf16, float qk_scale,
+                                            uint2* qf_hi, uint2* qf_lo, float* colscale) {
+  q_fragments_of<Op, D>(static_cast<int>(threadIdx.x), qs, q_bf16, qk_scale, qf_hi, qf_lo,
+                        colscale);
 }
 
 // ------------------------------------------------------------------ one warp's attention

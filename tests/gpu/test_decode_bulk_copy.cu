@@ -11,6 +11,10 @@
 //   v13_mma_decode_eight_warps  v10's copies in blocks of 8 warps (16-bit rows at head_dim
 //                               <= 128); its warps hold other tiles than v10's, so no peer
 //                               shares its bits
+//   v14_mma_decode_page_heads   v10's copies and tile compute, a block per (sequence, 8 KV
+//                               heads, split): a producer warp copies a tile of all 8 heads,
+//                               a consumer warp per head (no NVFP4; 16-bit at head_dim <= 128);
+//                               no peer shares its bits
 // Each member runs and matches the reference on every geometry of its scope (bf16 / fp16
 // HND -- v10 also NHD --, block_size a multiple of 16, every compiled head_dim, GQA 1-16,
 // sequence ends inside and at the edges of tiles and pages; v10 also fp8_e4m3 and nvfp4 at
@@ -71,6 +75,7 @@ struct BulkMember {
   std::vector<int> nvfp4_peers = {};
   bool last_block = false;  // the splits of an item merge in its last block (an arrival count)
   int max_16bit_head_dim = 256;  // 16-bit rows of larger head_dims are declined (shared memory)
+  bool nvfp4 = true;  // with fp8: NVFP4 rows at head_dim >= 128 too (false: declined as a format)
 };
 
 // gtest prints a parameter by its registry name.
@@ -219,6 +224,7 @@ TEST_P(BulkCopyDecode, Fp8GeometriesOfItsScopeMatchTheReferenceAndV5Bitwise) {
 // bits of the members with the same 32-token tiles (v11: v10's).
 TEST_P(BulkCopyDecode, Nvfp4GeometriesOfItsScopeMatchTheReferenceAndPeersBitwise) {
   KVLAB_SKIP_WITHOUT_GPU();
+  if (!GetParam().nvfp4) GTEST_SKIP() << tag() << " does not copy NVFP4 (declines: below)";
   expect_narrow_format(KvFormat::kNVFP4, "nvfp4.splits", GetParam().nvfp4_peers);
 }
 
@@ -248,10 +254,15 @@ TEST_P(BulkCopyDecode, DeclinesEverythingOutsideItsScope) {
     outs.push_back({KvLayout::kHND, KvFormat::kFP8E4M3, 16, 64, "head_dim >= 128"});
     outs.push_back({nhd ? KvLayout::kNHD : KvLayout::kHND, KvFormat::kFP8E4M3, 16, 64,
                     "head_dim >= 128"});
-    outs.push_back({KvLayout::kHND, KvFormat::kNVFP4, 16, 64, "head_dim >= 128"});
-    outs.push_back({nhd ? KvLayout::kNHD : KvLayout::kHND, KvFormat::kNVFP4, 32, 64,
-                    "head_dim >= 128"});
-    outs.push_back({KvLayout::kHND, KvFormat::kNVFP4, 8, 128, "multiple of 16"});
+    if (GetParam().nvfp4) {
+      outs.push_back({KvLayout::kHND, KvFormat::kNVFP4, 16, 64, "head_dim >= 128"});
+      outs.push_back({nhd ? KvLayout::kNHD : KvLayout::kHND, KvFormat::kNVFP4, 32, 64,
+                      "head_dim >= 128"});
+      outs.push_back({KvLayout::kHND, KvFormat::kNVFP4, 8, 128, "multiple of 16"});
+    } else {
+      outs.push_back({KvLayout::kHND, KvFormat::kNVFP4, 16, 128, "16-bit"});
+      outs.push_back({KvLayout::kNHD, KvFormat::kNVFP4, 32, 256, "16-bit"});
+    }
   } else {
     outs.push_back({KvLayout::kHND, KvFormat::kFP8E4M3, 16, 128, "16-bit"});
     outs.push_back({KvLayout::kNHD, KvFormat::kFP8E4M3, 16, 128, "16-bit"});
@@ -279,6 +290,38 @@ TEST_P(BulkCopyDecode, DeclinesEverythingOutsideItsScope) {
         Unsupported)
         << c.describe();
   }
+}
+
+// KV-head counts that are not one group of 8 (v14 takes 8 KV heads per block: 12 and 16
+// heads are two groups, the second one of 4 or 8; 3 leaves 5 of its warps idle), GQA 1-3 and
+// 12 (two query tiles), at the plan and at forced splits 1 and 3, in every layout and, where
+// copied, in FP8: the reference.
+TEST_P(BulkCopyDecode, KvHeadCountsAcrossGroupsOfEightMatchTheReference) {
+  KVLAB_SKIP_WITHOUT_GPU();
+  const int heads[][2] = {{12, 12}, {32, 16}, {9, 3}, {36, 3}};  // (query heads, KV heads)
+  std::vector<KvFormat> fs = {KvFormat::kBF16};
+  if (GetParam().fp8) fs.push_back(KvFormat::kFP8E4M3);
+  int i = 0;
+  for (KvLayout l : GetParam().layouts)
+    for (KvFormat f : fs)
+      for (const auto& h : heads) {
+        ++i;
+        ref::PagedCaseSpec s = seeded_spec(
+            ("decode." + tag() + ".heads." + std::to_string(i)).c_str(), l, f,
+            (i % 2) ? DType::kF16 : DType::kBF16);
+        s.num_qo_heads = h[0];
+        s.num_kv_heads = h[1];
+        s.block_size = i % 2 ? 16 : 32;
+        s.seq_lens = {700, 1, 0, 33, 1500};
+        ref::PagedCase c = ref::make_paged_case(s);
+        for (int splits : {0, 1, 3}) {
+          gpu::DecodeTuning tu;
+          tu.num_splits = splits;
+          expect_matches(c, to_string(l) + " " + to_string(f) + " " + std::to_string(h[0]) +
+                                "/" + std::to_string(h[1]) + " heads splits " +
+                                std::to_string(splits), tu);
+        }
+      }
 }
 
 TEST_P(BulkCopyDecode, BadTableEntryGivesNaNForThatSequenceOnly) {
@@ -519,6 +562,19 @@ INSTANTIATE_TEST_SUITE_P(DecodeV13, BulkCopyDecode,
                                                       {},
                                                       false,
                                                       128}),
+                         member_name);
+INSTANTIATE_TEST_SUITE_P(DecodeV14, BulkCopyDecode,
+                         ::testing::Values(BulkMember{14,
+                                                      "v14_mma_decode_page_heads",
+                                                      {},
+                                                      true,
+                                                      {KvLayout::kHND, KvLayout::kNHD},
+                                                      {},
+                                                      0,
+                                                      {},
+                                                      false,
+                                                      128,
+                                                      false}),
                          member_name);
 
 }  // namespace
