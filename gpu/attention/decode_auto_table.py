@@ -16,6 +16,14 @@ judged by its newest build's measurement, not by the luckiest row it ever had. M
 51.62 / 51.63 / 51.76 at 16 x 2048 BF16 NHD, and the fair run that followed timed version auto
 there at 52.4 us against 50.9-51.4 with v10 in the run before.
 
+With --side-by-side N (and --latest-of-all) the last N files are one calibration run that timed
+candidates side by side, twice or more: on every shape they measure, only their candidates
+compete, each by its median over those files, and a row run as `auto` counts as the (version,
+num_splits) it picked (its picked_version / picked_splits columns): the incumbent, timed in the
+same run as its challengers. With --margin F a challenger replaces the incumbent only when it is
+faster by more than the fraction F (the run-to-run spread of a median). Shapes the calibration
+files do not measure keep --latest-of-all's pick over all files.
+
     python3 gpu/attention/decode_auto_table.py data/perf/h100_perf_sweep.h5 \
         --out gpu/attention/decode_auto_table.inc
 
@@ -39,7 +47,10 @@ def _col(ix, name, n, default):
     return list(v)
 
 
-def read_rows(path):
+def read_rows(path, auto_picks=False):
+    """The file's ok, timed, eager, uniform-length decode_attention rows as (shape key, version,
+    num_splits, median_us). With auto_picks, a row run as `auto` comes back as
+    ("#<picked_version id>", picked_splits, median_us), marked as auto's pick."""
     with h5py.File(path, "r") as f:
         device = f.attrs.get("device_name", b"")
         device = device.decode() if isinstance(device, bytes) else str(device)
@@ -48,12 +59,14 @@ def read_rows(path):
         cols = {k: _col(ix, k, n, "") for k in ("kind", "status", "version", "kv_format", "layout",
                                                 "graph", "lengths", "page_order")}
         nums = {k: _col(ix, k, n, math.nan) for k in ("head_dim", "gqa_group", "block_size", "batch",
-                                                      "context", "median_us", "num_splits")}
+                                                      "context", "median_us", "num_splits",
+                                                      "picked_version", "picked_splits")}
     rows = []
     for i in range(n):
         if cols["kind"][i] != "decode_attention" or cols["status"][i] != "ok":
             continue
-        if cols["version"][i] in ("", "auto") or cols["graph"][i] == "on":
+        auto = cols["version"][i] == "auto"
+        if cols["version"][i] == "" or (auto and not auto_picks) or cols["graph"][i] == "on":
             continue
         if cols["lengths"][i] not in ("", "uniform"):
             continue
@@ -64,11 +77,38 @@ def read_rows(path):
             continue
         splits = nums["num_splits"][i]
         splits = 0 if not math.isfinite(float(splits)) else int(splits)
+        version = cols["version"][i]
+        if auto:
+            pv, ps = float(nums["picked_version"][i]), float(nums["picked_splits"][i])
+            if not (math.isfinite(pv) and math.isfinite(ps)):
+                raise KeyError(f"an auto row without picked_version / picked_splits (row {i})")
+            version, splits = f"#{int(pv)}", int(ps)
         key = (device, cols["kv_format"][i], cols["layout"][i] or "nhd", int(nums["head_dim"][i]),
                int(nums["gqa_group"][i]), int(nums["block_size"][i]), int(nums["batch"][i]),
                int(nums["context"][i]))
-        rows.append((key, cols["version"][i], splits, t))
+        rows.append((key, version, splits, t))
     return rows
+
+
+def name_picks(rows_by_file):
+    """Replaces every auto pick "#<id>" by the registry name that starts "v<id>_" among the
+    version rows of all files; raises KeyError for an id no file names."""
+    names = {}
+    for rows in rows_by_file:
+        for _, v, _, _ in rows:
+            if not v.startswith("#") and v.startswith("v") and "_" in v:
+                names.setdefault(v[1:v.index("_")], v)
+    out = []
+    for rows in rows_by_file:
+        fixed = []
+        for key, v, sp, t in rows:
+            if v.startswith("#"):
+                if v[1:] not in names:
+                    raise KeyError(f"auto picked version id {v[1:]}, which no listed file names")
+                v = ("*", names[v[1:]])  # the incumbent
+            fixed.append((key, v, sp, t))
+        out.append(fixed)
+    return out
 
 
 def main(argv=None):
@@ -83,21 +123,53 @@ def main(argv=None):
                     "in the last file (in the order given) that has it; the fastest such time wins")
     ap.add_argument("--sources", default="",
                     help="what the files are (runs, configs), written into the header's comment")
+    ap.add_argument("--side-by-side", type=int, default=0, metavar="N",
+                    help="with --latest-of-all: the last N files are one calibration run of "
+                    "candidates side by side (an auto row counts as the pick it ran); on the shapes "
+                    "they measure only their candidates compete, by their medians over the N files")
+    ap.add_argument("--margin", type=float, default=0.0, metavar="F",
+                    help="with --side-by-side: a challenger replaces auto's pick only when faster "
+                    "by more than the fraction F (default 0)")
     a = ap.parse_args(argv)
     if a.best_of_all and a.latest_of_all:
         print("error: --best-of-all and --latest-of-all exclude each other", file=sys.stderr)
         return 2
-    best = {}
-    latest = {}  # --latest-of-all: {shape: {(version, splits): (file order, [times])}}
+    if a.side_by_side and (not a.latest_of_all or not 0 < a.side_by_side <= len(a.files)):
+        print("error: --side-by-side N needs --latest-of-all and 1 <= N <= the number of files",
+              file=sys.stderr)
+        return 2
+    if a.side_by_side < 0 or not 0.0 <= a.margin < 0.5 or (a.margin and not a.side_by_side):
+        print("error: --margin F needs --side-by-side and 0 <= F < 0.5; --side-by-side N >= 0",
+              file=sys.stderr)
+        return 2
+    first_cal = len(a.files) - a.side_by_side if a.side_by_side else len(a.files)
+    all_rows = []
     for order, path in enumerate(a.files):
         if not os.path.exists(path):
             print(f"error: {path}: no such file", file=sys.stderr)
             return 2
         try:
-            rows = read_rows(path)
+            all_rows.append(read_rows(path, auto_picks=order >= first_cal))
         except (OSError, KeyError) as e:
             print(f"error: {path}: not a kvlab results file ({e})", file=sys.stderr)
             return 2
+    try:
+        all_rows = name_picks(all_rows)
+    except KeyError as e:
+        print(f"error: {e.args[0]}", file=sys.stderr)
+        return 2
+    best = {}
+    latest = {}  # --latest-of-all: {shape: {(version, splits): (file order, [times])}}
+    calib = {}  # --side-by-side: {shape: {(version, splits): [times]}}, incumbents {shape: cand}
+    incumbent = {}
+    for order, rows in enumerate(all_rows):
+        if order >= first_cal:
+            for key, version, splits, t in rows:
+                if isinstance(version, tuple):
+                    version = version[1]
+                    incumbent[key] = (version, splits)
+                calib.setdefault(key, {}).setdefault((version, splits), []).append(t)
+            continue
         shapes = {}
         for key, version, splits, t in rows:
             if key not in shapes or t < shapes[key][2]:
@@ -119,6 +191,13 @@ def main(argv=None):
             timed = {c: float(np.median(ts)) for c, (_, ts) in cands.items()}
             (version, splits), t = min(timed.items(), key=lambda kv: (kv[1], kv[0]))
             best[key] = (version, splits, t)
+        for key, cands in calib.items():  # the side-by-side run decides its shapes
+            timed = {c: float(np.median(ts)) for c, ts in cands.items()}
+            (version, splits), t = min(timed.items(), key=lambda kv: (kv[1], kv[0]))
+            inc = incumbent.get(key)
+            if inc is not None and t >= timed[inc] * (1.0 - a.margin):
+                (version, splits), t = inc, timed[inc]
+            best[key] = (version, splits, t)
     if not best:
         print("error: no ok, timed, eager, uniform-length decode_attention rows", file=sys.stderr)
         return 2
@@ -128,7 +207,9 @@ def main(argv=None):
         "(decode_auto.h).",
         "// Command: python3 gpu/attention/decode_auto_table.py " + " ".join(a.files) +
         (" --best-of-all" if a.best_of_all else "") +
-        (" --latest-of-all" if a.latest_of_all else "") + " --out " + a.out,
+        (" --latest-of-all" if a.latest_of_all else "") +
+        (f" --side-by-side {a.side_by_side}" if a.side_by_side else "") +
+        (f" --margin {a.margin:g}" if a.margin else "") + " --out " + a.out,
     ]
     lines += ["// " + x for x in a.sources.splitlines() if x.strip()]
     lines += [

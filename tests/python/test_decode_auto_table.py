@@ -30,7 +30,12 @@ def test_the_table_is_what_its_command_makes_of_its_files(tmp_path):
     assert argv[:2] == ["python3", "gpu/attention/decode_auto_table.py"], argv
     i = argv.index("--out")
     argv[i + 1] = str(tmp_path / "table.inc")
-    files = [a for a in argv[2:i] if not a.startswith("--")]
+    files, args = [], iter(argv[2:i])
+    for a in args:  # the options that take a value skip it
+        if a in ("--side-by-side", "--margin", "--sources"):
+            next(args)
+        elif not a.startswith("--"):
+            files.append(a)
     missing = [f for f in files if not os.path.exists(os.path.join(ROOT, f))]
     assert not missing, f"the table's command names files the repository lacks: {missing}"
     r = subprocess.run([sys.executable] + argv[1:], cwd=ROOT, capture_output=True, text=True)
@@ -70,12 +75,18 @@ def _sweep(path, rows):
             ix.create_dataset(k, data=np.array([v] * n))
         ix.create_dataset("num_splits", data=np.array([float(r[1]) for r in rows]))
         ix.create_dataset("median_us", data=np.array([float(r[2]) for r in rows]))
+        # An auto row's pick: (version "auto", num_splits, median_us, picked id, picked splits).
+        ix.create_dataset("picked_version", data=np.array([float(r[3]) if len(r) > 3 else np.nan
+                                                           for r in rows]))
+        ix.create_dataset("picked_splits", data=np.array([float(r[4]) if len(r) > 4 else np.nan
+                                                          for r in rows]))
 
 
-def _table(tmp_path, files, mode):
-    out = tmp_path / f"t{mode}.inc"
+def _table(tmp_path, files, mode, *extra):
+    out = tmp_path / f"t{mode}{len(extra)}.inc"
     r = subprocess.run([sys.executable, os.path.join(ROOT, "gpu", "attention", "decode_auto_table.py")] +
-                       [str(f) for f in files] + [mode, "--out", str(out)], capture_output=True, text=True)
+                       [str(f) for f in files] + [mode, *extra, "--out", str(out)],
+                       capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     (row,) = rows(out)
     return row
@@ -101,3 +112,38 @@ def test_both_aggregations_at_once_exit_2(tmp_path):
                         str(f), "--best-of-all", "--latest-of-all", "--out", str(tmp_path / "t.inc")],
                        capture_output=True, text=True)
     assert r.returncode == 2 and "exclude" in r.stderr
+
+
+def test_side_by_side_run_decides_its_shapes_with_autos_pick_as_the_incumbent(tmp_path):
+    # An old file holds v10 at one split at a lucky 49.0. The calibration run (two files) times
+    # auto, which ran its pick v10 @ 1, at 51.0 / 51.2 and v14 at its plan at 50.5 / 50.7, side by
+    # side. --latest-of-all alone compares v14's new rows against v10's old lucky row (v10 wins
+    # across runs); with --side-by-side 2 the run decides: v14 (50.6 against 51.1); with a 2 %
+    # margin the incumbent keeps the shape (v14 is 1 % faster).
+    old, c1, c2 = tmp_path / "old.h5", tmp_path / "cal_1.h5", tmp_path / "cal_2.h5"
+    _sweep(old, [("v10_a", 1, 49.0), ("v10_a", 0, 53.0)])
+    _sweep(c1, [("auto", 0, 51.0, 10, 1), ("v14_b", 0, 50.5)])
+    _sweep(c2, [("auto", 0, 51.2, 10, 1), ("v14_b", 0, 50.7)])
+    files = [old, c1, c2]
+    assert '"v10_a", 1, 49.000' in _table(tmp_path, files, "--latest-of-all")
+    assert '"v14_b", 0, 50.600' in _table(tmp_path, files, "--latest-of-all", "--side-by-side", "2")
+    assert '"v10_a", 1, 51.100' in _table(tmp_path, files, "--latest-of-all", "--side-by-side", "2",
+                                          "--margin", "0.02")
+    # A challenger slower than the incumbent never wins, margin or not.
+    _sweep(c2, [("auto", 0, 50.0, 10, 1), ("v14_b", 0, 52.0)])
+    _sweep(c1, [("auto", 0, 50.2, 10, 1), ("v14_b", 0, 52.2)])
+    assert '"v10_a", 1, 50.100' in _table(tmp_path, files, "--latest-of-all", "--side-by-side", "2")
+
+
+def test_side_by_side_bad_input_exits_2(tmp_path):
+    tool = os.path.join(ROOT, "gpu", "attention", "decode_auto_table.py")
+    f, g = tmp_path / "a.h5", tmp_path / "b.h5"
+    _sweep(f, [("v10_a", 1, 60.0)])
+    _sweep(g, [("auto", 0, 50.0, 7, 1)])  # auto picked v7, which no file names
+    for argv, msg in (([f, "--side-by-side", "1"], "needs --latest-of-all"),
+                      ([f, "--latest-of-all", "--side-by-side", "2"], "needs --latest-of-all"),
+                      ([f, "--latest-of-all", "--margin", "0.01"], "--margin F needs"),
+                      ([f, g, "--latest-of-all", "--side-by-side", "1"], "no listed file names")):
+        r = subprocess.run([sys.executable, tool] + [str(x) for x in argv] +
+                           ["--out", str(tmp_path / "t.inc")], capture_output=True, text=True)
+        assert r.returncode == 2 and msg in r.stderr, (argv, r.stderr)
