@@ -69,7 +69,7 @@ FILTER+=":All/AppendExact.*:All/AppendFp4HeadDim.*:All/AppendBoundary.*:All/Appe
 FILTER+=":QuantExact.*"
 FILTER+=":StepKernels.*:DeviceTables.*:PrefillPaged.*:DecodeV6.*:ServingExecutor.*"
 FILTER+=":DecodeV12/*.LastBlockMerge*:DecodeV12/*.ClusterMergeAtForced*"
-FILTER+=":DecodeV13/*.EveryGeometry*"
+FILTER+=":DecodeV13/*.EveryGeometry*:DecodeV14/*.EveryGeometry*:DecodeV14/*.KvHeadCounts*"
 rm -f "$S/gpu_tolerance_log.csv"
 export KVLAB_TOLERANCE_LOG="$S/gpu_tolerance_log.csv"
 step gpu_tests 100 "$BIN/gpu_tests" --gtest_filter="$FILTER"
