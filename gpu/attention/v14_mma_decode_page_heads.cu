@@ -49,7 +49,10 @@
 // and v10's. Whole 16 KB page runs changed nothing measurable: v14 takes 100.6-101.1 us at
 // block 16, 32, 64 and 128 and 99.1-99.8 on sequential pages. BF16: -0.3 to -1.4 % against
 // v10's plan at batch 8-16 x 4k-32k, +1 to +3.5 % at 64 x 2k / 8k, +8 to +28 % at batch 1-4
-// (a group of 8 heads per block leaves too few blocks there).
+// (a group of 8 heads per block leaves too few blocks there). Where it wins: FP8 on NHD pages
+// at long streams (session 12 call 3, side by side with version auto's picks): 64 x 32k 1439.7
+// against 1492.0 us, 256 x 2k -4.2 %, 256 x 8k -2.9 %, 4 x 128k -2.3 %, 8 x 32k -10 %; version
+// auto picks it there (12 shapes, TUNING.md step 33).
 #include "gpu/attention/tma_pool_map.cuh"
 
 namespace kvlab::gpu::detail {
