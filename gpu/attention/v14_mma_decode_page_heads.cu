@@ -321,23 +321,7 @@ __global__ void __launch_bounds__(kPhThreads, 1)
     const int gl = qtile * mma::kHeadsPerTile + hl;
     if (gl >= p.group_size) continue;
     const int64_t row = static_cast<int64_t>(seq) * p.num_qo_heads + kv_head * p.group_size + gl;
-    float o[Merge::kOE], mm, ll;
-    Merge::combine(area, hl, part, o, mm, ll);
-    const float inv = p.out_scale * Op::kOutScale / ll;
-#pragma unroll
-    for (int e = 0; e < Merge::kOE; ++e) o[e] = bad ? NAN : o[e] * inv;
-    const float lse = bad ? NAN : mm + logf(ll);
-    if (p.num_splits == 1) {
-      mma::store_act_n<Merge::kOE>(p.o, row * D + part * Merge::kOE, o, p.q_bf16);
-      if (part == 0 && p.lse) p.lse[row] = lse;
-    } else {
-      const int64_t prow = row * p.num_splits + split;
-      float4* dst = reinterpret_cast<float4*>(p.partial_o + prow * D + part * Merge::kOE);
-#pragma unroll
-      for (int e = 0; e < Merge::kOE; e += 4)
-        dst[e / 4] = make_float4(o[e], o[e + 1], o[e + 2], o[e + 3]);
-      if (part == 0) p.partial_lse[prow] = lse;
-    }
+    v4_combine_and_store<D, Op, Merge>(p, area, row, split, hl, part, bad, nullptr);
   }
 }
 

@@ -182,6 +182,37 @@ __device__ __forceinline__ bool v4_token_range(const V4Params& p, const V4Item& 
   return false;
 }
 
+// One (query head hl, 16th `part` of its dims) unit of a block's result: thread (hl, part)
+// combines the warp states in `area` (Merge: mma::WarpMerge), normalises, and writes the output
+// row `row` and its lse (single split), or the split's partial row and lse: into the workspace,
+// or with `smem_partial` into the block's shared memory ([lse: 8 heads][o: 8 heads][D] floats).
+// `bad`: a table entry outside the pool was seen (the unit becomes NaN).
+template <int D, class Op, class Merge>
+__device__ __forceinline__ void v4_combine_and_store(const V4Params& p, const uint8_t* area,
+                                                     int64_t row, int split, int hl, int part,
+                                                     bool bad, float* smem_partial) {
+  float o[Merge::kOE], mm, ll;
+  Merge::combine(area, hl, part, o, mm, ll);
+  const float inv = p.out_scale * Op::kOutScale / ll;
+#pragma unroll
+  for (int e = 0; e < Merge::kOE; ++e) o[e] = bad ? NAN : o[e] * inv;
+  const float lse = bad ? NAN : mm + logf(ll);
+  if (p.num_splits == 1) {
+    mma::store_act_n<Merge::kOE>(p.o, row * D + part * Merge::kOE, o, p.q_bf16);
+    if (part == 0 && p.lse) p.lse[row] = lse;
+  } else {
+    const int64_t prow = row * p.num_splits + split;
+    float4* dst =
+        smem_partial ? reinterpret_cast<float4*>(smem_partial + mma::kHeadsPerTile + hl * D +
+                                                 part * Merge::kOE)
+                     : reinterpret_cast<float4*>(p.partial_o + prow * D + part * Merge::kOE);
+#pragma unroll
+    for (int e = 0; e < Merge::kOE; e += 4)
+      dst[e / 4] = make_float4(o[e], o[e + 1], o[e + 2], o[e + 3]);
+    if (part == 0) (smem_partial ? smem_partial[hl] : p.partial_lse[prow]) = lse;
+  }
+}
+
 // The end of every block body of v4's family (v4, v5, v7: 4 warps; the bulk-copy family: 4
 // or kWarps = 8): the warps' row sums, their states merged by log-sum-exp through `smem` (the
 // pipeline area: the barrier inside also means every warp is done with its buffers; every
@@ -209,26 +240,7 @@ __device__ __forceinline__ void v4_merge_warps_and_store(const V4Params& p, uint
   if (gl >= p.group_size) return;
   const int64_t row =
       static_cast<int64_t>(it.seq) * p.num_qo_heads + it.kv_head * p.group_size + gl;
-  float o[Merge::kOE], mm, ll;
-  Merge::combine(smem, hl, part, o, mm, ll);
-  const float inv = p.out_scale * Op::kOutScale / ll;
-#pragma unroll
-  for (int e = 0; e < Merge::kOE; ++e) o[e] = bad ? NAN : o[e] * inv;
-  const float lse = bad ? NAN : mm + logf(ll);
-  if (p.num_splits == 1) {
-    mma::store_act_n<Merge::kOE>(p.o, row * D + part * Merge::kOE, o, p.q_bf16);
-    if (part == 0 && p.lse) p.lse[row] = lse;
-  } else {
-    const int64_t prow = row * p.num_splits + it.split;
-    float4* dst =
-        smem_partial ? reinterpret_cast<float4*>(smem_partial + mma::kHeadsPerTile + hl * D +
-                                                 part * Merge::kOE)
-                     : reinterpret_cast<float4*>(p.partial_o + prow * D + part * Merge::kOE);
-#pragma unroll
-    for (int e = 0; e < Merge::kOE; e += 4)
-      dst[e / 4] = make_float4(o[e], o[e + 1], o[e + 2], o[e + 3]);
-    if (part == 0) (smem_partial ? smem_partial[hl] : p.partial_lse[prow]) = lse;
-  }
+  v4_combine_and_store<D, Op, Merge>(p, smem, row, it.split, hl, part, bad, smem_partial);
 }
 
 // The block body of one (sequence, KV head, query tile, split) over tokens [start, end).
