@@ -330,36 +330,23 @@ struct PhTag {};
 
 V4Plan ph_make_plan(const DecodeArgs& a, const LaunchLimits& lim, const DecodeTuning& tu) {
   const PageGeometry& g = a.kv.geom;
-  V4Plan pl;
-  pl.threads = kPhThreads;
-  pl.num_qtiles = (a.group_size() + mma::kHeadsPerTile - 1) / mma::kHeadsPerTile;
+  size_t smem = 0;
   bulk_dispatch<PhCopy>(g.head_dim, g.format, [&](auto d, auto fm) {
-    pl.smem = static_cast<size_t>(ph_smem<decltype(d)::value, decltype(fm)::value>().total);
+    smem = static_cast<size_t>(ph_smem<decltype(d)::value, decltype(fm)::value>().total);
     return cudaSuccess;
   });
-  if (pl.smem > static_cast<size_t>(lim.smem_per_block_optin)) return pl;  // reported
-  pl.blocks_per_sm = cached_blocks_per_sm<PhTag>(
-      lim.device, g.head_dim, g.format, pl.smem,
-      [&](auto&& fn) {
-        return bulk_dispatch<PhCopy>(g.head_dim, g.format, [&](auto d, auto fm) {
-          return fn(page_heads_decode_kernel<decltype(d)::value, decltype(fm)::value>);
-        });
-      },
-      kPhThreads);
-  const int groups = (g.num_kv_heads + kPhHeads - 1) / kPhHeads;
-  SplitPlanInput in;
-  in.items = static_cast<int64_t>(a.num_seqs) * groups * pl.num_qtiles;
-  in.seq_len_bound = seq_len_bound64(a);
-  // K + V bytes of one token of a block: every head of its group.
-  in.token_bytes = 2 * static_cast<int64_t>(g.head_dim) * kv_format_bits(g.format) / 8 *
-                   std::min(g.num_kv_heads, kPhHeads);
-  in.granule = kBulkTile;  // every warp reads every tile of the chunk
-  in.slots = static_cast<int64_t>(lim.sm_count) * std::max(1, pl.blocks_per_sm);
-  pl.split = plan_kv_splits(in, tu);
-  if (pl.split.num_splits > 1)
-    pl.workspace = static_cast<size_t>(a.num_seqs) * a.num_qo_heads * pl.split.num_splits *
-                   (g.head_dim + 1) * sizeof(float);
-  return pl;
+  auto blocks = [&](size_t bytes) {
+    return cached_blocks_per_sm<PhTag>(
+        lim.device, g.head_dim, g.format, bytes,
+        [&](auto&& fn) {
+          return bulk_dispatch<PhCopy>(g.head_dim, g.format, [&](auto d, auto fm) {
+            return fn(page_heads_decode_kernel<decltype(d)::value, decltype(fm)::value>);
+          });
+        },
+        kPhThreads);
+  };
+  // 8 KV heads per block; every warp reads every 16-token tile of the chunk.
+  return v4_family_plan(a, lim, tu, smem, kBulkTile, blocks, kPhThreads / kWarpSize, kPhHeads, 1);
 }
 
 std::string ph_unsupported_reason(const DecodeArgs& a, const DecodeTuning& tu) {

@@ -565,14 +565,17 @@ struct V4Plan {
   int threads = kV4Threads;  // per block
 };
 
-// The plan of a kernel of `warps` warps (4 or 8) with `smem` bytes per block and
-// `warp_tile`-token tiles; blocks(smem) gives its resident blocks per SM (called only when the
-// block fits).
+// The plan of a kernel of `warps` warps with `smem` bytes per block and `warp_tile`-token
+// tiles; blocks(smem) gives its resident blocks per SM (called only when the block fits). A
+// block serves `heads_per_block` KV heads (v14: 8; the others 1), and `tile_warps` of its warps
+// share out a chunk's tiles (a split starts on whole rounds of them; -1: all `warps`).
 template <class Blocks>
 V4Plan v4_family_plan(const DecodeArgs& a, const LaunchLimits& lim, const DecodeTuning& tu,
-                      size_t smem, int warp_tile, Blocks&& blocks, int warps = kV4Warps) {
+                      size_t smem, int warp_tile, Blocks&& blocks, int warps = kV4Warps,
+                      int heads_per_block = 1, int tile_warps = -1) {
   V4Plan pl;
   const PageGeometry& g = a.kv.geom;
+  const int hpb = std::min(g.num_kv_heads, heads_per_block);
   pl.smem = smem;
   pl.threads = warps * kWarpSize;
   pl.num_qtiles = (a.group_size() + mma::kHeadsPerTile - 1) / mma::kHeadsPerTile;
@@ -580,10 +583,11 @@ V4Plan v4_family_plan(const DecodeArgs& a, const LaunchLimits& lim, const Decode
     return pl;  // reported as unsupported
   pl.blocks_per_sm = blocks(pl.smem);
   SplitPlanInput in;
-  in.items = static_cast<int64_t>(a.num_seqs) * g.num_kv_heads * pl.num_qtiles;
+  in.items = static_cast<int64_t>(a.num_seqs) * ((g.num_kv_heads + hpb - 1) / hpb) * pl.num_qtiles;
   in.seq_len_bound = seq_len_bound64(a);
-  in.token_bytes = 2 * static_cast<int64_t>(g.head_dim) * kv_format_bits(g.format) / 8;
-  in.granule = static_cast<int64_t>(warp_tile) * warps;  // split starts on whole tiles
+  // K + V bytes of one token of a block (every head it serves)
+  in.token_bytes = 2 * static_cast<int64_t>(g.head_dim) * kv_format_bits(g.format) / 8 * hpb;
+  in.granule = static_cast<int64_t>(warp_tile) * (tile_warps > 0 ? tile_warps : warps);
   in.slots = static_cast<int64_t>(lim.sm_count) * std::max(1, pl.blocks_per_sm);
   pl.split = plan_kv_splits(in, tu);
   if (pl.split.num_splits > 1)
