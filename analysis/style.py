@@ -73,6 +73,7 @@ VERSION_COLORS = {
     "v12_mma_decode_last_block_merge": "#006d2c",
     "v13_mma_decode_eight_warps": "#54278f",
     "v14_mma_decode_page_heads": "#9e9ac8",
+    "v15_mma_decode_stream_k": "#de2d26",
     "auto": "#843c39",
     "peer:sdpa_cudnn": "#d62728",
     "peer:sdpa_flash": "#9467bd",

@@ -13,7 +13,9 @@
 //    tiles of `tile_tokens` tokens of each item, is cut into equal contiguous ranges, one
 //    per block, on the device from the real sequence lengths (so a skewed batch is balanced
 //    as well as a uniform one). A block's range may start or end inside an item; such
-//    partial results are merged by the last block of the item to finish.
+//    partial results are merged by a second kernel (stream_k_split_merge.cuh).
+//  * Stream-K over the bound (v15): the same partition of units over a persistent grid, the
+//    units counted from the length bound on the host (below).
 //
 // DecodeTuning is what a caller may change (a value passed to gpu::decode_attention: there
 // is no process-wide state); the defaults are the measured best.
@@ -326,6 +328,69 @@ inline StreamKPlan plan_stream_k(const StreamKPlanInput& in, const DecodeTuning&
   }
   pl.blocks = std::max<int64_t>(1, pl.blocks);
   return pl;
+}
+
+// ------------------------------------------------------------------ stream-K over the bound (v15)
+// v15 cuts the units of every item as if each sequence had the bound's length (the host knows
+// the partition before the launch, so a block's first loads need no scan of the lengths): item
+// i owns units [i x T, (i + 1) x T), T = tiles of the bound (at least 1, so that an empty or
+// invalid sequence's item still has an owner that writes its rows). The units past a shorter
+// sequence's end are skipped by their owner, so a skewed batch is balanced as the bound's
+// batch would be (the KV-split plan's balance), not by its real lengths (v6's).
+struct StreamKBoundInput {
+  int64_t items = 0;          // (sequence, KV head, query tile) work items
+  int64_t seq_len_bound = 0;  // tokens
+  int unit_tokens = 16;       // tokens per unit (the warp tile)
+  int warps = 4;              // warps per block
+  int sm_count = 1;
+  int blocks_per_sm = 1;      // resident blocks per SM of the kernel
+};
+
+struct StreamKBoundPlan {
+  int64_t item_tiles = 1;  // T: units per item
+  int64_t units = 0;       // W = items x T
+  int64_t blocks = 0;      // C: the persistent grid (1 <= C <= W)
+};
+
+// C: every resident slot (sm_count x blocks_per_sm), or with a forced num_splits > 0 that many
+// blocks per SM (clamped to the resident ones); without a forced count, at most one block per
+// `min_tiles_per_block` units (default: two per warp) so that small work is not spread thin.
+// Never more blocks than units.
+inline StreamKBoundPlan plan_stream_k_bound(const StreamKBoundInput& in, const DecodeTuning& tu) {
+  StreamKBoundPlan pl;
+  const int unit = std::max(1, in.unit_tokens);
+  pl.item_tiles = std::max<int64_t>(1, streamk_tiles(in.seq_len_bound, unit));
+  pl.units = std::max<int64_t>(0, in.items) * pl.item_tiles;
+  if (pl.units == 0) return pl;
+  const int64_t resident = std::max(1, in.blocks_per_sm);
+  const int64_t per_sm = tu.num_splits > 0 ? std::min<int64_t>(tu.num_splits, resident) : resident;
+  int64_t blocks = static_cast<int64_t>(std::max(1, in.sm_count)) * per_sm;
+  if (tu.num_splits <= 0) {
+    const int64_t min_tiles = tu.min_tiles_per_block > 0
+                                  ? tu.min_tiles_per_block
+                                  : int64_t{kStreamKDefaultMinTilesPerWarp} * std::max(1, in.warps);
+    blocks = std::min(blocks, (pl.units + min_tiles - 1) / min_tiles);
+  }
+  pl.blocks = std::clamp<int64_t>(blocks, 1, pl.units);
+  return pl;
+}
+
+// Whether some item's units are split between blocks (then the merge kernel runs): a range
+// boundary streamk_unit_begin(c), 0 < c < C, that falls inside an item.
+inline bool stream_k_bound_splits_items(const StreamKBoundPlan& pl) {
+  for (int64_t c = 1; c < pl.blocks; ++c)
+    if (streamk_unit_begin(c, pl.units, pl.blocks) % pl.item_tiles != 0) return true;
+  return false;
+}
+
+// The parts of item `item_first / T` whose units start below `len` tokens (len >= 1): the
+// consecutive blocks from the one holding the item's first unit to the one holding its unit
+// ceil(len / unit_tokens) - 1 (W >= C: every block holds >= 1 unit).
+KVLAB_HD int64_t stream_k_bound_used_parts(int64_t item_first, int64_t len, int unit_tokens,
+                                           int64_t W, int64_t C) {
+  const int64_t used_units = (len + unit_tokens - 1) / unit_tokens;
+  const int64_t first_block = streamk_block_of_unit(item_first, W, C);
+  return streamk_block_of_unit(item_first + used_units - 1, W, C) - first_block + 1;
 }
 
 }  // namespace kvlab::gpu

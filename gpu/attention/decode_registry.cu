@@ -30,7 +30,8 @@ const std::vector<DecodeVersionImpl>& impls() {
                                                 make_v11_mma_decode_cluster_merge(),
                                                 make_v12_mma_decode_last_block_merge(),
                                                 make_v13_mma_decode_eight_warps(),
-                                                make_v14_mma_decode_page_heads()};
+                                                make_v14_mma_decode_page_heads(),
+                                                make_v15_mma_decode_stream_k()};
   return v;
 }
 

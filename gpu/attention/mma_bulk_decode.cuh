@@ -218,12 +218,15 @@ struct PageSplit {
 
 // The block body of one (sequence, KV head, query tile, split) over tokens [start, end);
 // a multi-split partial goes to smem_partial when given (the cluster merge), else to the
-// workspace.
-template <class Copy, int D, KvFormat F>
+// workspace; `dest` says whether the result is whole and where a partial goes (V4SplitDest:
+// the KV split's; v15's stream-K segments pass their own). The block's stage barriers are
+// initialised here: a block that runs the body again first invalidates them
+// (bulk_invalidate_barriers).
+template <class Copy, int D, KvFormat F, class Dest = V4SplitDest>
 __device__ __forceinline__ void bulk_block(const V4Params& p, const typename Copy::Maps& maps,
                                            uint8_t* smem, const V4Item& it, int start, int end,
                                            const V4Startup<BulkConfig<D, F>, D, F>& su,
-                                           float* smem_partial) {
+                                           float* smem_partial, const Dest& dest) {
   using Op = BulkOperand<Copy, F, D>;
   constexpr BulkSmem kS = bulk_smem<Copy, D, F>();
   constexpr int kWT = bulk_tile<F, D>();
@@ -390,7 +393,26 @@ __device__ __forceinline__ void bulk_block(const V4Params& p, const typename Cop
 
   // ---- merge the kW warps (the pipeline area; every copy a warp issued was waited for in
   // its loop).
-  v4_merge_warps_and_store<D, F, kWT, Op, kW>(p, smem, it, wa, bad, smem_partial);
+  v4_merge_warps_and_store<D, F, kWT, Op, kW>(p, smem, it, wa, bad, smem_partial, dest);
+}
+
+// Before bulk_block runs again in the same block: every thread is past the last body's stores
+// (its reads of the merge area, which the next copies overwrite; the generic accesses are
+// ordered before the async proxy's writes), and each warp's lane 0 invalidates its stage
+// barriers, which the next body initialises again (an mbarrier must not be initialised twice).
+template <class Copy, int D, KvFormat F>
+__device__ __forceinline__ void bulk_invalidate_barriers(uint8_t* smem) {
+  constexpr BulkSmem kS = bulk_smem<Copy, D, F>();
+  constexpr int kStages = bulk_stages<F, D>();
+  mma::fence_proxy_async_smem();
+  __syncthreads();
+  const int warp = threadIdx.x / kWarpSize;
+  if (threadIdx.x % kWarpSize == 0) {
+    uint64_t* bars = reinterpret_cast<uint64_t*>(smem + kS.bar_off) + warp * kStages;
+#pragma unroll
+    for (int s = 0; s < kStages; ++s) mma::mbarrier_inval(&bars[s]);
+  }
+  __syncwarp();
 }
 
 // The split merge policies (the header above).
@@ -437,17 +459,18 @@ __global__ void __launch_bounds__(bulk_warps<Copy>() * kWarpSize,
         *split_arrival_word(p, it) = SplitArrival::kReset;
       return;
     }
-    bulk_block<Copy, D, F>(p, maps, smem, it, start, end, su, nullptr);
+    bulk_block<Copy, D, F>(p, maps, smem, it, start, end, su, nullptr, V4SplitDest{it.split});
     if (p.num_splits > 1) last_block_merge_splits<D>(p, it);
   } else if constexpr (!Merge::kCluster) {
     if (!has_tokens) return;
-    bulk_block<Copy, D, F>(p, maps, smem, it, start, end, su, nullptr);
+    bulk_block<Copy, D, F>(p, maps, smem, it, start, end, su, nullptr, V4SplitDest{it.split});
   } else {
     // No return before the cluster merge while a cluster is launched (num_splits > 1): every
     // block must reach its two barriers, a block without tokens included.
     constexpr BulkSmem kS = bulk_smem<Copy, D, F>();
     float* partial = reinterpret_cast<float*>(smem + kS.partial_off);
-    if (has_tokens) bulk_block<Copy, D, F>(p, maps, smem, it, start, end, su, partial);
+    if (has_tokens)
+      bulk_block<Copy, D, F>(p, maps, smem, it, start, end, su, partial, V4SplitDest{it.split});
     if (p.num_splits == 1) return;  // uniform: one block per item, its rows written
     cluster_merge_splits<D>(p, it, partial);
   }

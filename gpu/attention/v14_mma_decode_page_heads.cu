@@ -321,7 +321,7 @@ __global__ void __launch_bounds__(kPhThreads, 1)
     const int gl = qtile * mma::kHeadsPerTile + hl;
     if (gl >= p.group_size) continue;
     const int64_t row = static_cast<int64_t>(seq) * p.num_qo_heads + kv_head * p.group_size + gl;
-    v4_combine_and_store<D, Op, Merge>(p, area, row, split, hl, part, bad, nullptr);
+    v4_combine_and_store<D, Op, Merge>(p, area, row, hl, part, bad, nullptr, V4SplitDest{split});
   }
 }
 

@@ -152,12 +152,30 @@ __device__ __forceinline__ V4Item v4_item(const V4Params& p) {
   return it;
 }
 
+// The rows of an item with nothing to attend to: NaN for a bad length, zeros / -inf lse for an
+// empty sequence; written by the block's first 128 threads (thread = head, 16th of its dims).
+template <int D, int kThreads = kV4Threads>
+__device__ __forceinline__ void v4_write_empty_rows(const V4Params& p, const V4Item& it,
+                                                    bool bad_len) {
+  constexpr int kOE = D / 16;
+  const int hl = threadIdx.x >> 4, part = threadIdx.x & 15;
+  const int gl = it.qtile * mma::kHeadsPerTile + hl;
+  if (kThreads != kV4Threads && threadIdx.x >= kV4Threads) return;
+  if (gl >= p.group_size) return;
+  const int64_t row =
+      static_cast<int64_t>(it.seq) * p.num_qo_heads + it.kv_head * p.group_size + gl;
+  float x[kOE];
+#pragma unroll
+  for (int e = 0; e < kOE; ++e) x[e] = bad_len ? NAN : 0.0f;
+  mma::store_act_n<kOE>(p.o, row * D + part * kOE, x, p.q_bf16);
+  if (part == 0 && p.lse) p.lse[row] = bad_len ? NAN : -INFINITY;
+}
+
 // The block's token range [start, end) from the sequence length; false when there is nothing
 // to attend to (the rows are then written here). Single split: NaN rows for a bad length,
 // zero rows / -inf for an empty sequence. Multi-split: the merge kernel handles both (it
 // reads only splits that hold tokens); with kSplit0Writes (the last-block merge, where no
 // split holding tokens arrives for such an item) split 0 writes them as a single split does.
-// The rows are written by the block's first 128 threads (thread = head, 16th of its dims).
 template <int D, bool kSplit0Writes = false, int kThreads = kV4Threads>
 __device__ __forceinline__ bool v4_token_range(const V4Params& p, const V4Item& it, int start,
                                                int& end) {
@@ -167,41 +185,41 @@ __device__ __forceinline__ bool v4_token_range(const V4Params& p, const V4Item& 
   if (!bad_len && start < end) return true;
   // Multi-split, split 0 without tokens: the length is bad or 0 (split 0 starts at token 0).
   if (p.num_splits != 1 && !(kSplit0Writes && it.split == 0)) return false;
-  constexpr int kOE = D / 16;
-  const int hl = threadIdx.x >> 4, part = threadIdx.x & 15;
-  const int gl = it.qtile * mma::kHeadsPerTile + hl;
-  if (kThreads != kV4Threads && threadIdx.x >= kV4Threads) return false;
-  if (gl >= p.group_size) return false;
-  const int64_t row =
-      static_cast<int64_t>(it.seq) * p.num_qo_heads + it.kv_head * p.group_size + gl;
-  float x[kOE];
-#pragma unroll
-  for (int e = 0; e < kOE; ++e) x[e] = bad_len ? NAN : 0.0f;
-  mma::store_act_n<kOE>(p.o, row * D + part * kOE, x, p.q_bf16);
-  if (part == 0 && p.lse) p.lse[row] = bad_len ? NAN : -INFINITY;
+  v4_write_empty_rows<D, kThreads>(p, it, bad_len);
   return false;
 }
 
+// Where a block's result goes (v4_merge_warps_and_store): the output rows when whole(p), else
+// the workspace's partial row prow(p, row, hl) (and its lse). The KV-split family's: split
+// `split` of num_splits, partial rows [row][num_splits]. A stream-K block (v15) passes its own.
+struct V4SplitDest {
+  int split;
+  __device__ bool whole(const V4Params& p) const { return p.num_splits == 1; }
+  __device__ int64_t prow(const V4Params& p, int64_t row, int) const {
+    return row * p.num_splits + split;
+  }
+};
+
 // One (query head hl, 16th `part` of its dims) unit of a block's result: thread (hl, part)
 // combines the warp states in `area` (Merge: mma::WarpMerge), normalises, and writes the output
-// row `row` and its lse (single split), or the split's partial row and lse: into the workspace,
-// or with `smem_partial` into the block's shared memory ([lse: 8 heads][o: 8 heads][D] floats).
-// `bad`: a table entry outside the pool was seen (the unit becomes NaN).
-template <int D, class Op, class Merge>
+// row `row` and its lse (dest.whole), or the partial row dest.prow and its lse: into the
+// workspace, or with `smem_partial` into the block's shared memory ([lse: 8 heads][o: 8
+// heads][D] floats). `bad`: a table entry outside the pool was seen (the unit becomes NaN).
+template <int D, class Op, class Merge, class Dest>
 __device__ __forceinline__ void v4_combine_and_store(const V4Params& p, const uint8_t* area,
-                                                     int64_t row, int split, int hl, int part,
-                                                     bool bad, float* smem_partial) {
+                                                     int64_t row, int hl, int part, bool bad,
+                                                     float* smem_partial, const Dest& dest) {
   float o[Merge::kOE], mm, ll;
   Merge::combine(area, hl, part, o, mm, ll);
   const float inv = p.out_scale * Op::kOutScale / ll;
 #pragma unroll
   for (int e = 0; e < Merge::kOE; ++e) o[e] = bad ? NAN : o[e] * inv;
   const float lse = bad ? NAN : mm + logf(ll);
-  if (p.num_splits == 1) {
+  if (dest.whole(p)) {
     mma::store_act_n<Merge::kOE>(p.o, row * D + part * Merge::kOE, o, p.q_bf16);
     if (part == 0 && p.lse) p.lse[row] = lse;
   } else {
-    const int64_t prow = row * p.num_splits + split;
+    const int64_t prow = dest.prow(p, row, hl);
     float4* dst =
         smem_partial ? reinterpret_cast<float4*>(smem_partial + mma::kHeadsPerTile + hl * D +
                                                  part * Merge::kOE)
@@ -220,13 +238,15 @@ __device__ __forceinline__ void v4_combine_and_store(const V4Params& p, const ui
 // writes head hl's dims [part*D/16, +D/16): the output row
 // (single split) or the split's partial row and lse: into the workspace, or with
 // `smem_partial` into this block's shared memory, [lse: 8 heads][o: 8 heads][D] floats
-// (v11's cluster merge reads it from the other blocks of the cluster). `bad`: this thread
+// (v11's cluster merge reads it from the other blocks of the cluster); `dest` says which
+// (V4SplitDest: the KV split it.split's; a stream-K segment passes its own). `bad`: this thread
 // saw a table entry outside the pool (any thread's makes the block's rows NaN).
-template <int D, KvFormat F, int kWT, class Op, int kWarps = kV4Warps>
+template <int D, KvFormat F, int kWT, class Op, int kWarps = kV4Warps, class Dest = V4SplitDest>
 __device__ __forceinline__ void v4_merge_warps_and_store(const V4Params& p, uint8_t* smem,
                                                          const V4Item& it,
                                                          mma::WarpAttention<F, D, kWT, Op>& wa,
-                                                         bool bad, float* smem_partial = nullptr) {
+                                                         bool bad, float* smem_partial,
+                                                         const Dest& dest) {
   using Merge = mma::WarpMerge<F, D, kWarps>;
   const int tid = threadIdx.x, warp = tid / kWarpSize, lane = tid % kWarpSize;
   wa.reduce_sums();
@@ -240,7 +260,15 @@ __device__ __forceinline__ void v4_merge_warps_and_store(const V4Params& p, uint
   if (gl >= p.group_size) return;
   const int64_t row =
       static_cast<int64_t>(it.seq) * p.num_qo_heads + it.kv_head * p.group_size + gl;
-  v4_combine_and_store<D, Op, Merge>(p, smem, row, it.split, hl, part, bad, smem_partial);
+  v4_combine_and_store<D, Op, Merge>(p, smem, row, hl, part, bad, smem_partial, dest);
+}
+template <int D, KvFormat F, int kWT, class Op, int kWarps = kV4Warps>
+__device__ __forceinline__ void v4_merge_warps_and_store(const V4Params& p, uint8_t* smem,
+                                                         const V4Item& it,
+                                                         mma::WarpAttention<F, D, kWT, Op>& wa,
+                                                         bool bad, float* smem_partial = nullptr) {
+  v4_merge_warps_and_store<D, F, kWT, Op, kWarps>(p, smem, it, wa, bad, smem_partial,
+                                                  V4SplitDest{it.split});
 }
 
 // The block body of one (sequence, KV head, query tile, split) over tokens [start, end).

@@ -31,9 +31,10 @@
 //    current item runs. v4/v5 drain their pipeline at the end of every block.
 //  * Merge. A block writes an item it holds whole straight to O; an item shared by blocks
 //    leaves one normalized partial result per block (slot 0: the first item of a range,
-//    slot 1: the last). The merge kernel (one block per output row, launched with
-//    programmatic dependent launch so its launch overlaps the decode's tail) finds an
-//    item's parts from the item's first unit and W, which the decode blocks record. No
+//    slot 1: the last). The merge kernel (stream_k_split_merge.cuh, shared with v15; one
+//    block per output row, launched with programmatic dependent launch so its launch overlaps
+//    the decode's tail) finds an item's parts from the item's first unit and W, which the
+//    decode blocks record (V6MergeUnits). No
 //    workspace content is assumed on entry: every word the merge reads is written by the
 //    decode kernel of the same call.
 //  * Compute: v5's (mma_tile_compute.cuh; one operand loader per format, 16-token warp
@@ -57,6 +58,7 @@
 #include "gpu/attention/mma_tile_compute.cuh"
 #include "gpu/attention/mma_tile_copy.cuh"
 #include "gpu/attention/softmax_state.h"
+#include "gpu/attention/stream_k_split_merge.cuh"
 #include "gpu/core/cuda_check.h"
 #include "gpu/core/device_info.h"
 #include "gpu/dispatch.cuh"
@@ -68,8 +70,6 @@ constexpr int kV6Warps = 4;
 constexpr int kV6Threads = kV6Warps * kWarpSize;
 constexpr int kV6Tile = 16;       // tokens per warp tile (the mma M): the stream-K unit
 constexpr int kV6Stages = 2;      // tiles per warp: one computed, one in flight
-constexpr int kV6MergeWarps = 4;  // merge kernel: 4 warps per output row
-constexpr int kV6MergeBatch = 8;  // parts each merge warp loads at once
 constexpr int kV6ScratchBytes = 64;
 
 // The register cap of an instance: 4 resident blocks (128 registers) for FP8 with a pool
@@ -354,83 +354,22 @@ __global__ void __launch_bounds__(kV6Threads, v6_min_blocks(D, F))
   }
 }
 
-// grid = rows (one block per (sequence, query head) row), 128 threads. A row whose item
-// spans several blocks: o = sum_k exp(lse_k - M) o_k / sum_k exp(lse_k - M) over its parts,
-// lse = M + log(sum_k exp(lse_k - M)); other rows were written by the decode kernel. Warp w
-// takes parts w, w + 4, ... in batches of kV6MergeBatch loaded at once (LseAccumulator);
-// shared memory combines the 4 warps. Lane l holds dims 4l..4l+3 (+128 for head_dim 256).
-template <int D>
-__global__ void __launch_bounds__(kV6MergeWarps* kWarpSize) v6_merge_kernel(const V6Params p) {
-  __shared__ float4 red[kV6MergeWarps][2][kWarpSize];  // [warp][dims half][lane]
-  __shared__ float red_m[kV6MergeWarps], red_s[kV6MergeWarps];
-  __shared__ int red_bad[kV6MergeWarps];
-  constexpr int kHalves = (D + 4 * kWarpSize - 1) / (4 * kWarpSize);
-  mma::pdl_wait();  // the decode kernel has completed and its writes are visible
-  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
-  const int64_t row = blockIdx.x;
-  const int seq = static_cast<int>(row / p.num_qo_heads);
-  const int qh = static_cast<int>(row % p.num_qo_heads);
-  const int kv_head = qh / p.group_size, gl = qh % p.group_size;
-  const int item = kv_head * p.num_qtiles + gl / mma::kHeadsPerTile;
-  const int hl = gl % mma::kHeadsPerTile;
-  const int64_t tiles = streamk_seq_tiles(p.seq_lens[seq], p.seq_len_bound, kV6Tile);
-  if (tiles == 0) return;  // written by the decode kernel (empty or invalid length)
-  const int64_t W = *p.total_units, C = p.num_blocks;
-  const int64_t first = p.item_first[static_cast<int64_t>(seq) * p.hq + item];
-  const int64_t parts = streamk_item_parts(first, tiles, W, C);
-  if (parts <= 1) return;  // held whole by one block, written by it
-  const bool lane_live = lane * 4 < D;
-  LseAccumulator la;
-  float4 acc[kHalves];
-#pragma unroll
-  for (int h = 0; h < kHalves; ++h) acc[h] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-  for (int64_t k0 = warp; k0 < parts; k0 += kV6MergeWarps * kV6MergeBatch) {
-    float4 x[kV6MergeBatch][kHalves];
-    float l[kV6MergeBatch];
-    bool use[kV6MergeBatch];
-#pragma unroll
-    for (int b = 0; b < kV6MergeBatch; ++b) {
-      const int64_t k = k0 + b * kV6MergeWarps;
-      use[b] = k < parts;
-      int64_t prow = 0;
-      if (use[b]) {
-        const int64_t blk = streamk_part_block(k, first, W, C);
-        prow = (blk * 2 + streamk_partial_slot(blk, first, W, C)) * mma::kHeadsPerTile + hl;
-      }
-      l[b] = use[b] ? p.partial_lse[prow] : -INFINITY;
-#pragma unroll
-      for (int h = 0; h < kHalves; ++h)
-        x[b][h] = (use[b] && lane_live) ? *reinterpret_cast<const float4*>(
-                                              p.partial_o + prow * D + lane * 4 + h * 4 * kWarpSize)
-                                        : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-      use[b] = use[b] && LseAccumulator::contributes(l[b]);
-    }
-    mma::merge_fold_batch(la, acc, l, x, use);
+// The merge's view of v6's partition (stream_k_split_merge.cuh): W and the items' first units
+// come from the real lengths (the decode blocks record them), so every part holds tokens; an
+// empty or invalid sequence's rows were written by the decode kernel.
+struct V6MergeUnits {
+  static __device__ StreamKRowParts parts(const V6Params& p, int seq, int item) {
+    StreamKRowParts r;
+    const int64_t tiles = streamk_seq_tiles(p.seq_lens[seq], p.seq_len_bound, kV6Tile);
+    if (tiles == 0) return r;
+    r.W = *p.total_units;
+    r.C = p.num_blocks;
+    r.first = p.item_first[static_cast<int64_t>(seq) * p.hq + item];
+    r.parts = streamk_item_parts(r.first, tiles, r.W, r.C);
+    if (r.parts > 1) r.action = StreamKRowParts::kMerge;  // else held whole by one block
+    return r;
   }
-#pragma unroll
-  for (int h = 0; h < kHalves; ++h) red[warp][h][lane] = acc[h];
-  if (lane == 0) red_m[warp] = la.m, red_s[warp] = la.s, red_bad[warp] = la.bad;
-  __syncthreads();
-  if (warp != 0 || !lane_live) return;
-  float wm[kV6MergeWarps], ws[kV6MergeWarps], sc[kV6MergeWarps], sum = 0.0f;
-  bool any_bad = false;
-#pragma unroll
-  for (int w = 0; w < kV6MergeWarps; ++w)
-    wm[w] = red_m[w], ws[w] = red_s[w], any_bad |= red_bad[w] != 0;
-  const float mx = combine_partials<kV6MergeWarps>(wm, ws, sc, sum);
-  const float inv = 1.0f / sum;
-#pragma unroll
-  for (int h = 0; h < kHalves; ++h) {
-    float4 z[kV6MergeWarps];
-#pragma unroll
-    for (int w = 0; w < kV6MergeWarps; ++w) z[w] = red[w][h][lane];
-    const float4 y = mma::merge_weighted_sum(sc, z);
-    float v[4] = {y.x * inv, y.y * inv, y.z * inv, y.w * inv};
-    if (any_bad) v[0] = v[1] = v[2] = v[3] = NAN;
-    mma::store_act_n<4>(p.o, row * D + lane * 4 + h * 4 * kWarpSize, v, p.q_bf16);
-  }
-  if (lane == 0 && p.lse) p.lse[row] = any_bad ? NAN : mx + logf(sum);
-}
+};
 
 // ------------------------------------------------------------------ host side
 template <class Fn>
@@ -559,9 +498,9 @@ void v6_run(const DecodeArgs& a, const DecodeTuning& tu, void* workspace, cudaSt
     cudaError_t r = cudaGetLastError();
     if (r != cudaSuccess) return r;
     return mma::launch_dependent(
-        v6_merge_kernel<kD>,
+        stream_k_merge_kernel<kD, V6Params, V6MergeUnits>,
         static_cast<unsigned>(static_cast<int64_t>(a.num_seqs) * a.num_qo_heads),
-        kV6MergeWarps * kWarpSize, tu.pdl, stream, p);
+        kStreamKMergeWarps * kWarpSize, tu.pdl, stream, p);
   }));
   KVLAB_CHECK_LAUNCH();
 }

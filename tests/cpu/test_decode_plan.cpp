@@ -300,5 +300,90 @@ TEST(DecodeStreamK, PlanUsesFewerBlocksForSmallWork) {
   EXPECT_EQ(plan_stream_k(in, DecodeTuning{}).blocks, 0);
 }
 
+// v15's plan: every resident slot (or a forced count per SM, clamped), fewer blocks for small
+// work, never more blocks than units, and an empty or invalid item still owning one unit.
+TEST(DecodeStreamKBound, PlanFillsTheSlotsAndClamps) {
+  DecodeTuning tu;
+  StreamKBoundInput in;
+  in.items = 16 * 8;  // FP8 16 x 8k: 128 items of 512 tiles
+  in.seq_len_bound = 8192;
+  in.unit_tokens = 16;
+  in.warps = 4;
+  in.sm_count = 132;
+  in.blocks_per_sm = 4;
+  StreamKBoundPlan pl = plan_stream_k_bound(in, tu);
+  EXPECT_EQ(pl.item_tiles, 512);
+  EXPECT_EQ(pl.units, 128 * 512);
+  EXPECT_EQ(pl.blocks, 528);
+  EXPECT_TRUE(stream_k_bound_splits_items(pl));
+  for (int forced : {1, 2, 3, 4, 9}) {
+    tu.num_splits = forced;
+    EXPECT_EQ(plan_stream_k_bound(in, tu).blocks, 132 * std::min(forced, 4)) << forced;
+  }
+  tu.num_splits = 0;
+  // Small work: 1 x 512 (8 items of 32 tiles) takes one block per 8 units (two per warp).
+  in.items = 8;
+  in.seq_len_bound = 512;
+  pl = plan_stream_k_bound(in, tu);
+  EXPECT_EQ(pl.units, 256);
+  EXPECT_EQ(pl.blocks, 32);
+  tu.min_tiles_per_block = 64;
+  EXPECT_EQ(plan_stream_k_bound(in, tu).blocks, 4);
+  tu.min_tiles_per_block = 0;
+  // Forced above the units: one unit per block at most.
+  in.seq_len_bound = 20;
+  tu.num_splits = 4;
+  pl = plan_stream_k_bound(in, tu);
+  EXPECT_EQ(pl.item_tiles, 2);
+  EXPECT_EQ(pl.blocks, 16);
+  // A bound of 0: each item keeps one unit (its owner writes the empty rows).
+  in.seq_len_bound = 0;
+  pl = plan_stream_k_bound(in, tu);
+  EXPECT_EQ(pl.item_tiles, 1);
+  EXPECT_EQ(pl.units, 8);
+  EXPECT_EQ(pl.blocks, 8);
+  EXPECT_FALSE(stream_k_bound_splits_items(pl));
+  in.items = 0;
+  EXPECT_EQ(plan_stream_k_bound(in, tu).blocks, 0);
+  // One block per item exactly: no item is split.
+  StreamKBoundPlan whole{512, 264 * 512, 264};
+  EXPECT_FALSE(stream_k_bound_splits_items(whole));
+  whole.blocks = 132;
+  EXPECT_FALSE(stream_k_bound_splits_items(whole));
+  whole.blocks = 263;
+  EXPECT_TRUE(stream_k_bound_splits_items(whole));
+}
+
+// The parts of an item that hold tokens (the merge kernel folds exactly these): against a brute
+// force over the blocks' ranges, for random partitions and lengths.
+TEST(DecodeStreamKBound, UsedPartsMatchABruteForceOverTheRanges) {
+  std::mt19937 rng(20261127);
+  int checked = 0;
+  for (int trial = 0; trial < 3000; ++trial) {
+    const int unit = (trial % 2) ? 16 : 32;
+    const int64_t T = 1 + rng() % 40, items = 1 + rng() % 12;
+    const int64_t W = items * T;
+    const int64_t C = 1 + rng() % W;  // W >= C
+    const int64_t item = rng() % items, first = item * T;
+    const int64_t len = 1 + rng() % (T * unit);
+    // Brute force: the blocks whose range meets the item, in order; a part holds tokens when
+    // its first unit inside the item starts below len.
+    int64_t used = 0, parts = 0;
+    for (int64_t c = 0; c < C; ++c) {
+      const int64_t b = streamk_unit_begin(c, W, C), e = streamk_unit_begin(c + 1, W, C);
+      const int64_t lo = std::max(b, first), hi = std::min(e, first + T);
+      if (lo >= hi) continue;
+      ASSERT_EQ(streamk_part_block(parts, first, W, C), c);
+      ++parts;
+      if ((lo - first) * unit < len) ++used;
+    }
+    ASSERT_EQ(parts, streamk_item_parts(first, T, W, C));
+    ASSERT_EQ(used, stream_k_bound_used_parts(first, len, unit, W, C))
+        << "T " << T << " items " << items << " C " << C << " item " << item << " len " << len;
+    checked += parts > 1;
+  }
+  EXPECT_GT(checked, 1000);  // most trials split their item
+}
+
 }  // namespace
 }  // namespace kvlab::gpu

@@ -15,6 +15,9 @@
 //                               heads, split): a producer warp copies a tile of all 8 heads,
 //                               a consumer warp per head (no NVFP4; 16-bit at head_dim <= 128);
 //                               no peer shares its bits
+//   v15_mma_decode_stream_k     v10's copies and block body on a persistent stream-K grid
+//                               (equal ranges of the items' tiles, items shared by blocks merged
+//                               in a second kernel); no peer shares its bits
 // Each member runs and matches the reference on every geometry of its scope (bf16 / fp16
 // HND -- v10 also NHD --, block_size a multiple of 16, every compiled head_dim, GQA 1-16,
 // sequence ends inside and at the edges of tiles and pages; v10 also fp8_e4m3 and nvfp4 at
@@ -76,6 +79,7 @@ struct BulkMember {
   bool last_block = false;  // the splits of an item merge in its last block (an arrival count)
   int max_16bit_head_dim = 256;  // 16-bit rows of larger head_dims are declined (shared memory)
   bool nvfp4 = true;  // with fp8: NVFP4 rows at head_dim >= 128 too (false: declined as a format)
+  bool stream_k = false;  // a persistent stream-K grid (num_splits: blocks per SM)
 };
 
 // gtest prints a parameter by its registry name.
@@ -514,6 +518,84 @@ TEST_P(BulkCopyDecode, LastBlockMergeWorkspaceContentsOnEntryDoNotMatter) {
   }
 }
 
+// The stream-K grid (v15): ranges of the items' tiles that start and end inside items, over
+// grids from one unit per block to whole items per block (min_tiles_per_block 1, 3, 7, 64,
+// 1000; forced 1 and 2 blocks per SM), a batch whose short sequences leave most parts of their
+// items without tokens (lengths 1, 17, 63, 0 and the bound 4096), GQA 1 / 4 / 8, every layout,
+// bf16 and (where copied) fp8_e4m3 and nvfp4: the reference. Then an invalid length (past the
+// bound) on a split item and on an item held whole: NaN rows for that sequence (the merge kernel
+// writes the first, the decode block the second), the other sequences' rows bitwise those of the
+// valid batch (the same partition: the units come from the bound).
+TEST_P(BulkCopyDecode, StreamKRangesAcrossItemsMatchTheReference) {
+  KVLAB_SKIP_WITHOUT_GPU();
+  if (!GetParam().stream_k) GTEST_SKIP() << tag() << " launches a block per (item, split)";
+  const int groups[][2] = {{8, 8}, {32, 8}, {16, 2}};  // GQA 1, 4, 8
+  std::vector<KvFormat> fs = {KvFormat::kBF16};
+  if (GetParam().fp8) fs.push_back(KvFormat::kFP8E4M3);
+  if (GetParam().fp8 && GetParam().nvfp4) fs.push_back(KvFormat::kNVFP4);
+  int i = 0;
+  for (KvLayout l : GetParam().layouts)
+    for (KvFormat f : fs) {
+      const auto& g = groups[i++ % 3];
+      ref::PagedCaseSpec s = seeded_spec(
+          ("decode." + tag() + ".streamk." + std::to_string(i)).c_str(), l, f,
+          (i % 2) ? DType::kF16 : DType::kBF16);
+      s.num_qo_heads = g[0];
+      s.num_kv_heads = g[1];
+      s.block_size = i % 3 == 0 ? 32 : 16;
+      s.seq_lens = {1, 17, 1000, 4096, 0, 63, 2500};
+      ref::PagedCase c = ref::make_paged_case(s);
+      ASSERT_TRUE(c.spec.poison_unused);
+      for (int tiles : {1, 3, 7, 64, 1000}) {
+        gpu::DecodeTuning tu;
+        tu.min_tiles_per_block = tiles;
+        expect_matches(c, to_string(l) + " " + to_string(f) + " GQA " + std::to_string(g[0] / g[1]) +
+                              " min tiles " + std::to_string(tiles), tu);
+      }
+      for (int per_sm : {1, 2}) {
+        gpu::DecodeTuning tu;
+        tu.num_splits = per_sm;
+        expect_matches(c, to_string(l) + " " + to_string(f) + " blocks per SM " +
+                              std::to_string(per_sm), tu);
+      }
+    }
+  // An invalid length, past the bound, in sequence 3 or 1. At 1000 tiles per block (15 blocks
+  // over 7 x 8 items of 256 units) each of them has items held whole by a block (the decode
+  // kernel writes their NaN rows) and items split between two (the merge kernel does).
+  ref::PagedCaseSpec s = seeded_spec(("decode." + tag() + ".streamk.badlen").c_str(),
+                                     GetParam().layouts.back(), KvFormat::kBF16);
+  s.num_qo_heads = 32;
+  s.num_kv_heads = 8;
+  s.seq_lens = {1, 17, 1000, 4096, 0, 63, 2500};
+  ref::PagedCase c = ref::make_paged_case(s);
+  DeviceCase d(c);
+  gpu::DecodeTuning tu;
+  tu.min_tiles_per_block = 1000;
+  const GpuDecodeRun good = run_gpu_decode(c, d, id(), nullptr, tu);
+  ASSERT_TRUE(good.supported) << good.reason;
+  const size_t per_seq = static_cast<size_t>(s.num_qo_heads) * c.spec.head_dim;
+  for (int bad_seq : {3, 1}) {
+    SCOPED_TRACE("invalid length in sequence " + std::to_string(bad_seq));
+    std::vector<int32_t> lens = c.seq_lens;
+    lens[bad_seq] = c.max_seq_len + 1;
+    d.seq_lens = to_device(lens);
+    const GpuDecodeRun r = run_gpu_decode(c, d, id(), nullptr, tu);
+    ASSERT_TRUE(r.supported) << r.reason;
+    EXPECT_EQ(r.guard_damage, "");
+    for (size_t q = 0; q < c.seq_lens.size(); ++q)
+      for (size_t e = q * per_seq; e < (q + 1) * per_seq; ++e) {
+        if (static_cast<int>(q) == bad_seq) {
+          ASSERT_TRUE(std::isnan(r.o[e])) << "element " << e;
+        } else {
+          ASSERT_EQ(0, std::memcmp(&r.o[e], &good.o[e], sizeof(float)))
+              << "sequence " << q << " element " << e;
+        }
+      }
+    for (int h = 0; h < s.num_qo_heads; ++h)
+      EXPECT_TRUE(std::isnan(r.lse[static_cast<size_t>(bad_seq) * s.num_qo_heads + h])) << h;
+  }
+}
+
 std::string member_name(const ::testing::TestParamInfo<BulkMember>& info) {
   return "v" + std::to_string(info.param.id);
 }
@@ -575,6 +657,21 @@ INSTANTIATE_TEST_SUITE_P(DecodeV14, BulkCopyDecode,
                                                       false,
                                                       128,
                                                       false}),
+                         member_name);
+
+INSTANTIATE_TEST_SUITE_P(DecodeV15, BulkCopyDecode,
+                         ::testing::Values(BulkMember{15,
+                                                      "v15_mma_decode_stream_k",
+                                                      {},
+                                                      true,
+                                                      {KvLayout::kHND, KvLayout::kNHD},
+                                                      {},
+                                                      0,
+                                                      {},
+                                                      false,
+                                                      256,
+                                                      true,
+                                                      true}),
                          member_name);
 
 }  // namespace
