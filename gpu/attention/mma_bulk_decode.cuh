@@ -391,6 +391,11 @@ __device__ __forceinline__ void bulk_block(const V4Params& p, const typename Cop
     wa.tile(sk, sv, sks, svs, n_valid, qf_hi, qf_lo, q_lo, cs0, cs1, lane);
   }
 
+  // The dependent launch (the split merge, waiting in pdl_wait for this whole grid) may start
+  // now that the block's stream has ended: triggered at the kernel's start instead, it was
+  // 1.4-2.2 % slower at the batch-1 split shapes (v10 at 1 x 8k / 32k, BF16, FP8 and NVFP4) and
+  // level elsewhere (TUNING.md step 35). A block without tokens triggers by exiting.
+  mma::pdl_launch_dependents();
   // ---- merge the kW warps (the pipeline area; every copy a warp issued was waited for in
   // its loop).
   v4_merge_warps_and_store<D, F, kWT, Op, kW>(p, smem, it, wa, bad, smem_partial, dest);
@@ -443,7 +448,6 @@ __global__ void __launch_bounds__(bulk_warps<Copy>() * kWarpSize,
   uint8_t* smem = smem_raw;
   if constexpr (Copy::kSmemAlign > 16)  // round the shared-space address up (the slack is counted)
     smem += (Copy::kSmemAlign - mma::smem_addr(smem_raw) % Copy::kSmemAlign) % Copy::kSmemAlign;
-  mma::pdl_launch_dependents();  // a dependent launch may start (it waits for us)
   const V4Item it = v4_item<Merge::kCluster>(p);
   const int start = it.split * p.chunk_tokens;
   constexpr int kThreads = bulk_warps<Copy>() * kWarpSize;

@@ -92,6 +92,9 @@
 //  * Step 28 (TUNING.md): the copies are issued under elect.sync, predicated, instead of under
 //    lane == 0, where the compiler wrapped each in a loop over the active lanes: 1387
 //    instructions per NVFP4 tile, 4.8-6.3 % faster at the K5 shapes, BF16 / FP8 unchanged.
+//  * Step 35 (TUNING.md): the split merge's dependent launch is triggered when a block's stream
+//    ends (mma_bulk_decode.cuh's bulk_block), not at the kernel's start: 1.4-2.2 % faster at
+//    the batch-1 split shapes, level elsewhere.
 #include "gpu/attention/tma_pool_map.cuh"
 
 namespace kvlab::gpu::detail {

@@ -72,7 +72,6 @@ __global__ void __launch_bounds__(kV4Threads, bulk_min_blocks<D, F>())
   uint8_t* smem = smem_raw;  // rounded up to the swizzle's period (the slack is counted)
   smem += (V15Copy::kSmemAlign - mma::smem_addr(smem_raw) % V15Copy::kSmemAlign) %
           V15Copy::kSmemAlign;
-  mma::pdl_launch_dependents();  // the merge kernel may start launching (it waits for us)
   const int64_t C = p.num_blocks, c = blockIdx.x;
   const int64_t T = p.item_tiles, W = p.total_units;
   const int64_t ub = streamk_unit_begin(c, W, C), ue = streamk_unit_begin(c + 1, W, C);
