@@ -19,7 +19,10 @@
 //     previous commit; a journal without a valid seal means the file was never touched and is
 //     discarded. While the pages are written the writer holds flock(LOCK_EX) on the file,
 //     which is what HDF5 readers (h5py, h5dump) take shared when they open: a reader that
-//     opens during those milliseconds gets "unable to lock file" and retries. And the file's
+//     opens during those milliseconds gets "unable to lock file" and retries (HDF5 takes the
+//     file's length before its shared lock, so an open that straddles a commit which grew the
+//     file is refused as "truncated file", stored_eof past eof: a refusal, and the next open
+//     sees the commit whole). And the file's
 //     HDF5 signature is overwritten before the first page changes and restored by the last
 //     write: a file a kill left half-written reads as "not an HDF5 file" to every reader until
 //     recovery (every kvlab command that opens it, or `kvlab recover`), never as a torn file

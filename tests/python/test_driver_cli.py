@@ -1,6 +1,7 @@
 """The `kvlab` command line, end to end: results, bad input (exit code 2, nothing lost),
 crash safety under SIGKILL with --resume, shards, workers and merge."""
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -139,14 +140,27 @@ def test_resume_refuses_other_schema_and_corrupt_files(run, small_config, small_
     assert not os.path.exists(tmp_path / "m.h5")
 
 
+def _opened_across_a_commit(err):
+    """HDF5 takes a file's length when it opens it, before its shared lock: a reader whose open
+    straddles an in-place commit that grew the file reads the new superblock against the old
+    length and refuses the file as truncated (stored_eof past eof). A refusal, never a misread;
+    the next open sees the commit whole."""
+    m = re.search(r"truncated file: eof = (\d+), .*stored_eof = (\d+)", str(err))
+    return m is not None and int(m.group(1)) < int(m.group(2))
+
+
 def read_rows(path, timeout=10.0):
     """rows() through plain h5py while a writer commits: a commit changing pages in place holds
-    the file's lock for milliseconds (HDF5 readers get "unable to lock file", errno 11): wait."""
+    the file's lock for milliseconds (HDF5 readers get "unable to lock file", errno 11), and an
+    open that straddles a commit is refused as truncated (_opened_across_a_commit): wait and
+    open again."""
     deadline = time.time() + timeout
     while True:
         try:
             return rows(path)
-        except BlockingIOError:
+        except OSError as e:
+            if not (isinstance(e, BlockingIOError) or _opened_across_a_commit(e)):
+                raise
             if time.time() > deadline:
                 raise
             time.sleep(0.002)
