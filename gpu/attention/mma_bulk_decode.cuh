@@ -216,17 +216,29 @@ struct PageSplit {
   __device__ int slot(int tok) const { return shift >= 0 ? tok & (bs - 1) : tok % bs; }
 };
 
+// The tiles warp `warp` of a block of kW warps takes in bulk_block's run over [start, end).
+template <int kWT, int kW>
+__device__ __forceinline__ int bulk_warp_tiles(int start, int end, int warp) {
+  const int num_tiles = (end - start + kWT - 1) / kWT;
+  return num_tiles > warp ? (num_tiles - warp + kW - 1) / kW : 0;
+}
+
 // The block body of one (sequence, KV head, query tile, split) over tokens [start, end);
 // a multi-split partial goes to smem_partial when given (the cluster merge), else to the
 // workspace; `dest` says whether the result is whole and where a partial goes (V4SplitDest:
-// the KV split's; v15's stream-K segments pass their own). The block's stage barriers are
-// initialised here: a block that runs the body again first invalidates them
-// (bulk_invalidate_barriers).
+// the KV split's; v15's stream-K segments pass their own). Warp w takes tiles w, w + W, ... of
+// the range (bulk_warp_tiles counts them).
+// A block that runs the body more than once (v15's segments) initialises its stage barriers in
+// the first run only (`init_barriers`) and passes, in each later one, `warp_tiles_before`: the
+// tiles this warp took in the earlier runs, so that its stages and barrier phases continue where
+// they stopped (tile i of this run is the warp's tile warp_tiles_before + i; an mbarrier is
+// never initialised twice); bulk_segment_boundary comes between two runs.
 template <class Copy, int D, KvFormat F, class Dest = V4SplitDest>
 __device__ __forceinline__ void bulk_block(const V4Params& p, const typename Copy::Maps& maps,
-                                           uint8_t* smem, const V4Item& it, int start, int end,
-                                           const V4Startup<BulkConfig<D, F>, D, F>& su,
-                                           float* smem_partial, const Dest& dest) {
+                                          uint8_t* smem, const V4Item& it, int start, int end,
+                                          const V4Startup<BulkConfig<D, F>, D, F>& su,
+                                          float* smem_partial, const Dest& dest,
+                                          int warp_tiles_before = 0, bool init_barriers = true) {
   using Op = BulkOperand<Copy, F, D>;
   constexpr BulkSmem kS = bulk_smem<Copy, D, F>();
   constexpr int kWT = bulk_tile<F, D>();
@@ -253,8 +265,7 @@ __device__ __forceinline__ void bulk_block(const V4Params& p, const typename Cop
   float* colscale = reinterpret_cast<float*>(qf_lo + (D / 16) * kWarpSize);  // [8]
 
   // ---- this warp's tiles: every kW-th kWT-token tile of [start, end)
-  const int num_tiles = (end - start + kWT - 1) / kWT;
-  const int my_tiles = num_tiles > warp ? (num_tiles - warp + kW - 1) / kW : 0;
+  const int my_tiles = bulk_warp_tiles<kWT, kW>(start, end, warp);
   auto first_token = [&](int i) { return start + (warp + kW * i) * kWT; };
   bool bad = false;  // lane 0: a table entry outside the pool (the output becomes NaN)
   // Lane 0: the pages of the next tile's halves (first tile: the start-up loads', whose lane
@@ -265,12 +276,15 @@ __device__ __forceinline__ void bulk_block(const V4Params& p, const typename Cop
   for (int h = 1; h < kHalves; ++h) pf[h] = __shfl_sync(0xFFFFFFFFu, su.pages[0], kBulkTile * h);
   const uint64_t l2_policy = mma::l2_evict_first_policy();
 
-  if (lane == 0) {
+  if (lane == 0 && init_barriers) {
 #pragma unroll
     for (int s = 0; s < kStages; ++s) mma::mbarrier_init(&bars[s], 1);
     mma::fence_barrier_init();
   }
   __syncwarp();
+  // The stage of this run's tile i, and the parity of its barrier's phase.
+  auto stage_of = [&](int i) { return (warp_tiles_before + i) % kStages; };
+  auto parity_of = [&](int i) { return static_cast<uint32_t>(((warp_tiles_before + i) / kStages) & 1); };
 
   // Tile i into stage st, one 16-row copy per half. The stage's earlier readers (every lane of
   // this warp) are done: the caller passed a __syncwarp after their last read. The issuing
@@ -346,7 +360,7 @@ __device__ __forceinline__ void bulk_block(const V4Params& p, const typename Cop
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
     if (s < my_tiles) {
-      load_tile(s, s);
+      load_tile(s, stage_of(s));
       if (s + 1 < my_tiles) fetch_page(s + 1);
     }
   }
@@ -363,8 +377,8 @@ __device__ __forceinline__ void bulk_block(const V4Params& p, const typename Cop
 
   // ---- main loop: wait for tile i, refill the stage tile i-1 used, compute tile i.
   for (int i = 0; i < my_tiles; ++i) {
-    const int st = i % kStages;
-    mma::mbarrier_wait(&bars[st], static_cast<uint32_t>((i / kStages) & 1));
+    const int st = stage_of(i);
+    mma::mbarrier_wait(&bars[st], parity_of(i));
     uint8_t* sk = wbase + st * kS.stage_bytes;
     uint8_t* sv = sk + kWT * kS.row_stride;
     uint8_t* sks = sk + kS.scale_off;
@@ -385,7 +399,7 @@ __device__ __forceinline__ void bulk_block(const V4Params& p, const typename Cop
     __syncwarp();  // every lane is done with tile i-1's stage and sees tile i's zeroed rows
     const int nxt = i + kStages - 1;
     if (nxt < my_tiles) {
-      load_tile(nxt, nxt % kStages);
+      load_tile(nxt, stage_of(nxt));
       if (nxt + 1 < my_tiles) fetch_page(nxt + 1);
     }
     wa.tile(sk, sv, sks, svs, n_valid, qf_hi, qf_lo, q_lo, cs0, cs1, lane);
@@ -401,23 +415,13 @@ __device__ __forceinline__ void bulk_block(const V4Params& p, const typename Cop
   v4_merge_warps_and_store<D, F, kWT, Op, kW>(p, smem, it, wa, bad, smem_partial, dest);
 }
 
-// Before bulk_block runs again in the same block: every thread is past the last body's stores
-// (its reads of the merge area, which the next copies overwrite; the generic accesses are
-// ordered before the async proxy's writes), and each warp's lane 0 invalidates its stage
-// barriers, which the next body initialises again (an mbarrier must not be initialised twice).
-template <class Copy, int D, KvFormat F>
-__device__ __forceinline__ void bulk_invalidate_barriers(uint8_t* smem) {
-  constexpr BulkSmem kS = bulk_smem<Copy, D, F>();
-  constexpr int kStages = bulk_stages<F, D>();
+
+// Between two runs of bulk_block in one block: every thread is past the last run's stores (its
+// reads of the merge area, which the next run's copies overwrite), and its generic shared-memory
+// accesses are ordered before the async proxy's writes.
+__device__ __forceinline__ void bulk_segment_boundary() {
   mma::fence_proxy_async_smem();
   __syncthreads();
-  const int warp = threadIdx.x / kWarpSize;
-  if (threadIdx.x % kWarpSize == 0) {
-    uint64_t* bars = reinterpret_cast<uint64_t*>(smem + kS.bar_off) + warp * kStages;
-#pragma unroll
-    for (int s = 0; s < kStages; ++s) mma::mbarrier_inval(&bars[s]);
-  }
-  __syncwarp();
 }
 
 // The split merge policies (the header above).

@@ -164,11 +164,6 @@ __device__ __forceinline__ void mbarrier_init(uint64_t* bar, uint32_t arrivals) 
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_addr(bar)), "r"(arrivals)
                : "memory");
 }
-// Ends a barrier's life: its memory may then be initialised again (or reused). Every phase it
-// counted must have completed.
-__device__ __forceinline__ void mbarrier_inval(uint64_t* bar) {
-  asm volatile("mbarrier.inval.shared::cta.b64 [%0];\n" ::"r"(smem_addr(bar)) : "memory");
-}
 // Makes barrier initializations visible to the async proxy (bulk copies) before first use.
 __device__ __forceinline__ void fence_barrier_init() {
   asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
