@@ -128,5 +128,15 @@ __global__ void __launch_bounds__(kStreamKMergeWarps* kWarpSize)
   if (lane == 0 && p.lse) p.lse[row] = any_bad ? NAN : mx + logf(sum);
 }
 
+// Host: the merge after a stream-K decode launch, one block per output row (P carries
+// num_seqs and num_qo_heads), as its programmatic dependent when `pdl`.
+template <int D, class Units, class P>
+cudaError_t stream_k_launch_merge(const P& p, bool pdl, cudaStream_t stream) {
+  return mma::launch_dependent(stream_k_merge_kernel<D, P, Units>,
+                               static_cast<unsigned>(static_cast<int64_t>(p.num_seqs) *
+                                                     p.num_qo_heads),
+                               kStreamKMergeWarps * kWarpSize, pdl, stream, p);
+}
+
 }  // namespace
 }  // namespace kvlab::gpu::detail

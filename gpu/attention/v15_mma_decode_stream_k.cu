@@ -194,22 +194,15 @@ std::string v15_unsupported_reason(const DecodeArgs& a, const DecodeTuning& tu) 
   if (!layout.empty()) return layout;
   const LaunchLimits lim = current_launch_limits();
   const V15Plan pl = v15_plan(a, lim, tu);
-  std::ostringstream os;
-  if (pl.smem > static_cast<size_t>(lim.smem_per_block_optin)) {
-    os << V15Name::kName << " needs " << pl.smem
-       << " bytes of shared memory per block, the device allows " << lim.smem_per_block_optin;
-    return os.str();
-  }
-  if (pl.blocks_per_sm < 1) {
-    os << V15Name::kName << "'s block (" << kV4Threads << " threads, " << pl.smem
-       << " bytes of shared memory) cannot be resident";
-    return os.str();
-  }
-  if (static_cast<int64_t>(a.num_seqs) * a.num_qo_heads > INT32_MAX) {
-    os << V15Name::kName << " merges one block per output row; "
-       << static_cast<int64_t>(a.num_seqs) * a.num_qo_heads << " rows exceed the 1-D grid limit";
-    return os.str();
-  }
+  // The family's reasons (shared memory, residency, one merge block per output row, the grid)
+  // read these fields of a plan.
+  V4Plan limits;
+  limits.smem = pl.smem;
+  limits.blocks_per_sm = pl.blocks_per_sm;
+  limits.threads = kV4Threads;
+  limits.split.grid = pl.sk.blocks;
+  const std::string plan = v4_family_reason(V15Name::kName, a, lim, limits);
+  if (!plan.empty()) return plan;
   return V15Copy::maps_reason(a);
 }
 
@@ -244,10 +237,7 @@ void v15_run(const DecodeArgs& a, const DecodeTuning& tu, void* workspace, cudaS
     kernel<<<static_cast<unsigned>(pl.sk.blocks), kV4Threads, pl.smem, stream>>>(p, maps);
     r = cudaGetLastError();
     if (r != cudaSuccess || !pl.merge) return r;
-    return mma::launch_dependent(
-        stream_k_merge_kernel<kD, V15Params, V15MergeUnits>,
-        static_cast<unsigned>(static_cast<int64_t>(a.num_seqs) * a.num_qo_heads),
-        kStreamKMergeWarps * kWarpSize, tu.pdl, stream, p);
+    return stream_k_launch_merge<kD, V15MergeUnits>(p, tu.pdl, stream);
   }));
   KVLAB_CHECK_LAUNCH();
 }

@@ -497,10 +497,7 @@ void v6_run(const DecodeArgs& a, const DecodeTuning& tu, void* workspace, cudaSt
     kernel<<<static_cast<unsigned>(pl.sk.blocks), kV6Threads, pl.smem, stream>>>(p);
     cudaError_t r = cudaGetLastError();
     if (r != cudaSuccess) return r;
-    return mma::launch_dependent(
-        stream_k_merge_kernel<kD, V6Params, V6MergeUnits>,
-        static_cast<unsigned>(static_cast<int64_t>(a.num_seqs) * a.num_qo_heads),
-        kStreamKMergeWarps * kWarpSize, tu.pdl, stream, p);
+    return stream_k_launch_merge<kD, V6MergeUnits>(p, tu.pdl, stream);
   }));
   KVLAB_CHECK_LAUNCH();
 }
