@@ -42,6 +42,7 @@ DecodeVersionImpl make_v12_mma_decode_last_block_merge();
 DecodeVersionImpl make_v13_mma_decode_eight_warps();
 DecodeVersionImpl make_v14_mma_decode_page_heads();
 DecodeVersionImpl make_v15_mma_decode_stream_k();
+DecodeVersionImpl make_v16_mma_decode_shared_tiles();
 
 // Throws kvlab::InvalidArgument for malformed arguments: null pointers, geometry
 // (validate(PageGeometry)), head counts, GQA divisibility, max_seq_len beyond the table,

@@ -31,7 +31,8 @@ const std::vector<DecodeVersionImpl>& impls() {
                                                 make_v12_mma_decode_last_block_merge(),
                                                 make_v13_mma_decode_eight_warps(),
                                                 make_v14_mma_decode_page_heads(),
-                                                make_v15_mma_decode_stream_k()};
+                                                make_v15_mma_decode_stream_k(),
+                                                make_v16_mma_decode_shared_tiles()};
   return v;
 }
 

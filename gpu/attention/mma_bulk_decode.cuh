@@ -233,7 +233,13 @@ __device__ __forceinline__ int bulk_warp_tiles(int start, int end, int warp) {
 // tiles this warp took in the earlier runs, so that its stages and barrier phases continue where
 // they stopped (tile i of this run is the warp's tile warp_tiles_before + i; an mbarrier is
 // never initialised twice); bulk_segment_boundary comes between two runs.
-template <class Copy, int D, KvFormat F, class Dest = V4SplitDest>
+// kShared (v16, SharedTilesMerge): the item's num_splits blocks share its tiles [0, end): split s
+// is called with start = s x kW x kWT, its warp w takes the tiles s x kW + w + num_splits x kW x k
+// of the item for k <= kStages (its static tiles: the pipeline's first ones and the first one to
+// need a claim later), then claims the item's further tiles one at a time from the item's word
+// (split_arrival.h's shared_tile_claim_*), each claim issued one tile before its table entry is
+// fetched; at one split every tile is static (v10's order).
+template <class Copy, int D, KvFormat F, class Dest = V4SplitDest, bool kShared = false>
 __device__ __forceinline__ void bulk_block(const V4Params& p, const typename Copy::Maps& maps,
                                           uint8_t* smem, const V4Item& it, int start, int end,
                                           const V4Startup<BulkConfig<D, F>, D, F>& su,
@@ -264,7 +270,8 @@ __device__ __forceinline__ void bulk_block(const V4Params& p, const typename Cop
   uint2* qf_lo = qf_hi + (D / 16) * kWarpSize;
   float* colscale = reinterpret_cast<float*>(qf_lo + (D / 16) * kWarpSize);  // [8]
 
-  // ---- this warp's tiles: every kW-th kWT-token tile of [start, end)
+  // ---- this warp's tiles: every kW-th kWT-token tile of [start, end) (kShared: the static
+  // ones every num_splits x kW-th)
   const int my_tiles = bulk_warp_tiles<kWT, kW>(start, end, warp);
   auto first_token = [&](int i) { return start + (warp + kW * i) * kWT; };
   bool bad = false;  // lane 0: a table entry outside the pool (the output becomes NaN)
@@ -296,6 +303,8 @@ __device__ __forceinline__ void bulk_block(const V4Params& p, const typename Cop
   // then knows a single thread holds the copies' operands and moves them to the uniform
   // registers directly, where under a lane test it wraps every copy in a loop over the
   // active lanes (~5 instructions per copy, 8 copies per NVFP4 tile: TUNING.md step 28).
+  // load_tile / fetch_page take this warp's tile index i (kShared: the tile's first token,
+  // < end for load_tile).
   auto load_tile = [&](int i, int st) {
     uint64_t* bar = &bars[st];
     uint8_t* stage = wbase + st * kS.stage_bytes;
@@ -305,7 +314,7 @@ __device__ __forceinline__ void bulk_block(const V4Params& p, const typename Cop
 #pragma unroll
     for (int h = 0; h < kHalves; ++h) {
       pg[h] = __shfl_sync(0xFFFFFFFFu, pf[h], 0);  // lane 0's
-      const int f = first_token(i) + kBulkTile * h;  // h = 0: below end (i < my_tiles)
+      const int f = (kShared ? i : first_token(i)) + kBulkTile * h;  // h = 0: below end
       const bool past_end = h > 0 && f >= end;
       copies[h] = !past_end && pg[h] >= 0 && pg[h] < geom.num_blocks;
       if (copies[h])
@@ -316,7 +325,7 @@ __device__ __forceinline__ void bulk_block(const V4Params& p, const typename Cop
     BulkTile tile[kHalves];
 #pragma unroll
     for (int h = 0; h < kHalves; ++h) {
-      const int f = first_token(i) + kBulkTile * h;
+      const int f = (kShared ? i : first_token(i)) + kBulkTile * h;
       tile[h].pools = &p.pools;
       tile[h].page = copies[h] ? pg[h] : 0;  // an entry outside the pool is never used
       tile[h].kv_head = it.kv_head;
@@ -351,17 +360,57 @@ __device__ __forceinline__ void bulk_block(const V4Params& p, const typename Cop
     if (lane != 0) return;
 #pragma unroll
     for (int h = 0; h < kHalves; ++h) {
-      const int f = first_token(i) + kBulkTile * h;
+      const int f = (kShared ? i : first_token(i)) + kBulkTile * h;
       pf[h] = f < end ? __ldg(table + ps.page(f)) : -1;
     }
   };
 
+  // kShared: tk[j] is the first token of this warp's tile i + j (-1: none, nor any later), j =
+  // 0..kStages, i the main loop's tile; static tiles first, then claimed ones (tile index c_first
+  // + the claim's index). `added` (lane 0): the result of the claim in flight.
+  [[maybe_unused]] int tk[kStages + 1] = {};
+  [[maybe_unused]] uint64_t added = 0;
+  [[maybe_unused]] bool claims = false;  // the item has tiles past every warp's static ones
+  [[maybe_unused]] int c_first = 0, num_tiles = 0;
+  [[maybe_unused]] const int k_static = p.num_splits > 1 ? kStages + 1 : INT_MAX;
+  auto static_token = [&](int k) {  // kShared: this warp's static tile k, or -1
+    const int f = start + (warp + p.num_splits * kW * k) * kWT;
+    return k < k_static && f < end ? f : -1;
+  };
+  [[maybe_unused]] unsigned long long* word = nullptr;
+  auto claim_cas = [&](uint64_t expect, uint64_t want) {
+    return static_cast<uint64_t>(atomicCAS(word, expect, want));
+  };
+  auto claim_add = [&](uint64_t v) { return static_cast<uint64_t>(atomicAdd(word, v)); };
+  auto claim_load = [&] { return static_cast<uint64_t>(*static_cast<volatile unsigned long long*>(word)); };
+
   // ---- pipeline prologue first: its copies fly while Q is prepared.
+  if constexpr (!kShared) {
 #pragma unroll
-  for (int s = 0; s < kStages - 1; ++s) {
-    if (s < my_tiles) {
-      load_tile(s, stage_of(s));
-      if (s + 1 < my_tiles) fetch_page(s + 1);
+    for (int s = 0; s < kStages - 1; ++s) {
+      if (s < my_tiles) {
+        load_tile(s, stage_of(s));
+        if (s + 1 < my_tiles) fetch_page(s + 1);
+      }
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j <= kStages; ++j) tk[j] = static_token(j);
+#pragma unroll
+    for (int s = 0; s < kStages - 1; ++s) {
+      if (tk[s] >= 0) {
+        load_tile(tk[s], stage_of(s));
+        if (tk[s + 1] >= 0) fetch_page(tk[s + 1]);
+      }
+    }
+    num_tiles = (end + kWT - 1) / kWT;
+    c_first = p.num_splits * kW * (kStages + 1);
+    claims = p.num_splits > 1 && num_tiles > c_first;
+    // The claim of tile kStages + 1, the first past the static ones: its table entry is fetched
+    // in main-loop iteration 1, after the pipeline's first tiles have landed.
+    if (claims && lane == 0) {
+      word = split_arrival_word(p, it);
+      added = shared_tile_claim_first(p.arrival_tag, claim_cas, claim_add);
     }
   }
 
@@ -376,14 +425,14 @@ __device__ __forceinline__ void bulk_block(const V4Params& p, const typename Cop
   wa.reset();
 
   // ---- main loop: wait for tile i, refill the stage tile i-1 used, compute tile i.
-  for (int i = 0; i < my_tiles; ++i) {
+  for (int i = 0; kShared ? tk[0] >= 0 : i < my_tiles; ++i) {
     const int st = stage_of(i);
     mma::mbarrier_wait(&bars[st], parity_of(i));
     uint8_t* sk = wbase + st * kS.stage_bytes;
     uint8_t* sv = sk + kWT * kS.row_stride;
     uint8_t* sks = sk + kS.scale_off;
     uint8_t* svs = sks + kWT * Op::kScaleBytes;
-    const int n_valid = end - first_token(i);
+    const int n_valid = end - (kShared ? tk[0] : first_token(i));
     if (n_valid < kWT) {
       // The sequence's last tile: zero the V rows past the end (whatever the copy left there:
       // stale rows, or the pool's unused slots), and their block scales (0 x a NaN code
@@ -398,11 +447,37 @@ __device__ __forceinline__ void bulk_block(const V4Params& p, const typename Cop
     }
     __syncwarp();  // every lane is done with tile i-1's stage and sees tile i's zeroed rows
     const int nxt = i + kStages - 1;
-    if (nxt < my_tiles) {
-      load_tile(nxt, stage_of(nxt));
-      if (nxt + 1 < my_tiles) fetch_page(nxt + 1);
+    if constexpr (!kShared) {
+      if (nxt < my_tiles) {
+        load_tile(nxt, stage_of(nxt));
+        if (nxt + 1 < my_tiles) fetch_page(nxt + 1);
+      }
+    } else {
+      // Tile i + kStages: claimed (in iteration i - 1, or the prologue for i = 1); its index
+      // came back while tile i landed. Then the claim of tile i + kStages + 1, unless the
+      // item's tiles have run out.
+      if (claims && i > 0 && tk[kStages] >= 0) {  // >= 0: a claim is in flight
+        int f = -1;
+        if (lane == 0) {
+          const int c = static_cast<int>(
+              shared_tile_claim_resolve(p.arrival_tag, added, claim_load, claim_cas, claim_add));
+          f = c < num_tiles - c_first ? (c_first + c) * kWT : -1;
+        }
+        tk[kStages] = __shfl_sync(0xFFFFFFFFu, f, 0);
+      }
+      if (tk[kStages - 1] >= 0) {
+        load_tile(tk[kStages - 1], stage_of(nxt));
+        if (tk[kStages] >= 0) fetch_page(tk[kStages]);
+      }
+      if (claims && i > 0 && tk[kStages] >= 0 && lane == 0) added = claim_add(1);
     }
     wa.tile(sk, sv, sks, svs, n_valid, qf_hi, qf_lo, q_lo, cs0, cs1, lane);
+    if constexpr (kShared) {
+#pragma unroll
+      for (int j = 0; j < kStages; ++j) tk[j] = tk[j + 1];
+      // Static (one split: every tile), or the claim in flight's (resolved next iteration).
+      tk[kStages] = claims ? (tk[kStages - 1] >= 0 ? 0 : -1) : static_token(i + kStages + 1);
+    }
   }
 
   // The dependent launch (the split merge, waiting in pdl_wait for this whole grid) may start
@@ -428,18 +503,29 @@ __device__ __forceinline__ void bulk_segment_boundary() {
 struct PdlSplitMerge {
   static constexpr bool kCluster = false;
   static constexpr bool kLastBlock = false;
+  static constexpr bool kSharedTiles = false;
 };
 struct ClusterSplitMerge {
   static constexpr bool kCluster = true;
   static constexpr bool kLastBlock = false;
+  static constexpr bool kSharedTiles = false;
 };
 struct LastBlockSplitMerge {
   static constexpr bool kCluster = false;
   static constexpr bool kLastBlock = true;
+  static constexpr bool kSharedTiles = false;
+};
+// PdlSplitMerge's merge kernel, with the item's splits sharing its tiles (bulk_block's kShared):
+// the workspace holds the partials, then one claim word per item, which the merge kernel
+// resets after the decode grid.
+struct SharedTilesMerge {
+  static constexpr bool kCluster = false;
+  static constexpr bool kLastBlock = false;
+  static constexpr bool kSharedTiles = true;
 };
 
-// grid: num_splits x num_seqs x num_kv_heads x num_qtiles blocks (PdlSplitMerge and
-// LastBlockSplitMerge: split slowest; ClusterSplitMerge: split fastest, one cluster of
+// grid: num_splits x num_seqs x num_kv_heads x num_qtiles blocks (PdlSplitMerge,
+// LastBlockSplitMerge and SharedTilesMerge: split slowest; ClusterSplitMerge: split fastest, one cluster of
 // num_splits blocks per item when num_splits > 1), 32 x bulk_warps<Copy>() threads; dynamic
 // shared memory bulk_smem<Copy, D, F>().total.
 template <class Copy, class Merge, int D, KvFormat F>
@@ -469,6 +555,11 @@ __global__ void __launch_bounds__(bulk_warps<Copy>() * kWarpSize,
     }
     bulk_block<Copy, D, F>(p, maps, smem, it, start, end, su, nullptr, V4SplitDest{it.split});
     if (p.num_splits > 1) last_block_merge_splits<D>(p, it);
+  } else if constexpr (Merge::kSharedTiles) {
+    if (!has_tokens) return;
+    end = p.seq_lens[it.seq];  // valid (has_tokens): the splits share the item's whole range
+    bulk_block<Copy, D, F, V4SplitDest, true>(p, maps, smem, it, start, end, su, nullptr,
+                                              V4SplitDest{it.split});
   } else if constexpr (!Merge::kCluster) {
     if (!has_tokens) return;
     bulk_block<Copy, D, F>(p, maps, smem, it, start, end, su, nullptr, V4SplitDest{it.split});
@@ -571,9 +662,13 @@ struct BulkTag {};
 
 // A bulk plan: v4's plan, and for the cluster merge the largest resident cluster (0 when not
 // asked: a single split) and whether a forced split exceeds it.
+// SharedTilesMerge at more than one split: the kernel's chunk_tokens, one static tile per warp
+// (split s's warps start at the item's tile s x kW), and the item's most tiles.
 struct BulkPlan : V4Plan {
   int cluster_limit = 0;
   bool cluster_declined = false;
+  int shared_chunk = 0;
+  int64_t shared_tiles = 0;
 };
 
 template <class Copy, class Merge>
@@ -597,10 +692,16 @@ BulkPlan bulk_make_plan(const DecodeArgs& a, const LaunchLimits& lim, const Deco
   };
   BulkPlan pl;
   static_cast<V4Plan&>(pl) = v4_family_plan(a, lim, tu, smem, tile, blocks, bulk_warps<Copy>());
-  if constexpr (Merge::kLastBlock) {
-    if (pl.split.num_splits > 1)  // the partials, then one arrival word per item
+  if constexpr (Merge::kLastBlock || Merge::kSharedTiles) {
+    if (pl.split.num_splits > 1)  // the partials, then one arrival / claim word per item
       pl.workspace = bulk_arrivals_offset(pl.workspace) +
                      bulk_arrival_words(a, pl) * sizeof(unsigned long long);
+  }
+  if constexpr (Merge::kSharedTiles) {
+    if (pl.split.num_splits > 1) {
+      pl.shared_chunk = bulk_warps<Copy>() * tile;
+      pl.shared_tiles = (seq_len_bound64(a) + tile - 1) / tile;
+    }
   }
   if constexpr (Merge::kCluster) {
     pl.workspace = 0;  // the partials stay in the cluster's shared memory
@@ -629,6 +730,14 @@ std::string bulk_unsupported_reason(const DecodeArgs& a, const DecodeTuning& tu)
   const BulkPlan pl = bulk_make_plan<Copy, Merge>(a, lim, tu);
   const std::string plan = v4_family_reason(Copy::kName, a, lim, pl);
   if (!plan.empty()) return plan;
+  if (pl.shared_tiles + static_cast<int64_t>(pl.split.num_splits) * bulk_warps<Copy>() >
+      static_cast<int64_t>(SplitArrival::kCountMask)) {
+    std::ostringstream os;
+    os << Copy::kName << " counts an item's tile claims in " << SplitArrival::kCountBits
+       << " bits; a sequence length bound of " << seq_len_bound64(a) << " tokens gives "
+       << pl.shared_tiles << " tiles per item, more than that count holds";
+    return os.str();
+  }
   if (pl.cluster_declined) {
     std::ostringstream os;
     os << Copy::kName << " merges the splits of an item inside one thread-block cluster; the "
@@ -651,13 +760,16 @@ void bulk_run(const DecodeArgs& a, const DecodeTuning& tu, void* workspace, cuda
   const BulkPlan pl = bulk_make_plan<Copy, Merge>(a, current_launch_limits(), tu);
   const PageGeometry& g = a.kv.geom;
   V4Params p = v4_params(a, pl, Merge::kCluster ? nullptr : workspace);
-  if constexpr (Merge::kLastBlock) {
+  if constexpr (Merge::kLastBlock || Merge::kSharedTiles) {
     if (pl.split.num_splits > 1) {  // the words end the workspace (bulk_make_plan)
       p.arrivals = reinterpret_cast<unsigned long long*>(
           static_cast<uint8_t*>(workspace) + pl.workspace -
           bulk_arrival_words(a, pl) * sizeof(unsigned long long));
       p.arrival_tag = next_split_arrival_tag();
     }
+  }
+  if constexpr (Merge::kSharedTiles) {
+    if (pl.split.num_splits > 1) p.chunk_tokens = pl.shared_chunk;
   }
   const typename Copy::Maps maps = Copy::maps(a);
   cudaError_t e = bulk_dispatch<Copy>(g.head_dim, g.format, [&](auto d, auto fm) {
@@ -674,7 +786,8 @@ void bulk_run(const DecodeArgs& a, const DecodeTuning& tu, void* workspace, cuda
     return cudaGetLastError();
   });
   KVLAB_CUDA_CHECK(e);
-  if constexpr (!Merge::kCluster && !Merge::kLastBlock) v4_launch_merge(p, tu, stream);
+  if constexpr (!Merge::kCluster && !Merge::kLastBlock)
+    v4_launch_merge<Merge::kSharedTiles>(p, tu, stream);
   KVLAB_CHECK_LAUNCH();
 }
 

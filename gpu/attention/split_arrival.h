@@ -1,6 +1,7 @@
 // split_arrival.h: the arrival count of a split-KV item's blocks, by which the last block to
 // finish an item knows it is the last and merges the item's splits in the same launch
-// (v12_mma_decode_last_block_merge). Host/device, g++-compilable: the protocol the kernel
+// (v12_mma_decode_last_block_merge), and the claim count by which the splits of an item share
+// its tiles (v16_mma_decode_shared_tiles, below). Host/device, g++-compilable: the protocol the kernel
 // runs is the one tests/cpu/test_split_arrival.cpp runs on std::atomic, threads included.
 //
 // One 64-bit word per item in the launch's workspace: [tag: 40 bits | count: 24 bits].
@@ -63,6 +64,38 @@ KVLAB_HD uint32_t split_arrive(uint64_t t, Cas&& cas, Add&& add) {
   }
   // This launch's tag stays until the last arrival resets the word, which is not before ours.
   return SplitArrival::count_of(add(1)) + 1;
+}
+
+// Shared tiles (v16_mma_decode_shared_tiles): the splits of an item take its tiles past their
+// first ones from the item's word, the same [tag: 40 bits | count: 24 bits], where the count is
+// the claims so far; a claim's index is the count it found. The merge kernel, which waits for
+// the whole decode grid, resets the words (kReset), so a launch normally finds them reset.
+//  * A warp's first claim: shared_tile_claim_first exchanges kReset for word(t, 0) and then
+//    adds 1 (two atomics, issued back to back; the device issues them one tile before it needs
+//    the index), shared_tile_claim_resolve reads the index off the add's result: when it
+//    carries this launch's tag, the index is its count (this warp's exchange or another's put
+//    the tag there first: a thread's two operations on one word keep their order).
+//  * Otherwise the word held something else on entry (the workspace's first use, another
+//    version's partials, a killed launch's word): the resolve exchanges whatever the word holds
+//    for word(t, 0) until the tag is there, then adds. The stray add of the first step only
+//    changed a word that was not this launch's.
+//  * A warp's later claims add 1 (one atomic); the result always carries the tag.
+template <class Cas, class Add>
+KVLAB_HD uint64_t shared_tile_claim_first(uint64_t t, Cas&& cas, Add&& add) {
+  cas(SplitArrival::kReset, SplitArrival::word(t, 0));
+  return add(1);
+}
+template <class Load, class Cas, class Add>
+KVLAB_HD uint32_t shared_tile_claim_resolve(uint64_t t, uint64_t added, Load&& load, Cas&& cas,
+                                            Add&& add) {
+  if (SplitArrival::tag_of(added) == t) return SplitArrival::count_of(added);
+  uint64_t seen = load();
+  while (SplitArrival::tag_of(seen) != t) {
+    const uint64_t got = cas(seen, SplitArrival::word(t, 0));
+    if (got == seen) break;
+    seen = got;
+  }
+  return SplitArrival::count_of(add(1));
 }
 
 // Host: the tag of the next launch (thread-safe): SplitArrival::tag of a per-process sequence

@@ -28,6 +28,7 @@
 #include "gpu/attention/mma_tile_compute.cuh"
 #include "gpu/attention/mma_tile_copy.cuh"
 #include "gpu/attention/softmax_state.h"
+#include "gpu/attention/split_arrival.h"
 #include "gpu/core/cuda_check.h"
 #include "gpu/core/device_info.h"
 #include "gpu/dispatch.cuh"
@@ -86,9 +87,9 @@ struct V4Params : mma::CallParams {
   int chunk_tokens;    // tokens per split
   float* partial_o;    // [num_seqs * num_qo_heads, num_splits, head_dim]  (num_splits > 1)
   float* partial_lse;  // [num_seqs * num_qo_heads, num_splits]
-  // The last-block merge (v12, last_block_split_merge.cuh): one arrival word per item
-  // [num_seqs * num_kv_heads * num_qtiles] and this launch's tag (split_arrival.h); null / 0
-  // for the other versions.
+  // The last-block merge (v12, last_block_split_merge.cuh) and the shared tiles (v16): one
+  // arrival / claim word per item [num_seqs * num_kv_heads * num_qtiles] and this launch's tag
+  // (split_arrival.h); null / 0 for the other versions.
   unsigned long long* arrivals;
   uint64_t arrival_tag;
 };
@@ -442,6 +443,10 @@ __device__ __forceinline__ void merge_unit_outputs(const float (&wm)[kMergeWarps
 // per-warp max (LseAccumulator); shared memory combines the 4 warps' (max, sum, o). One L2
 // round trip per batch instead of the lse pass, the max, then the partials.
 // Lane l holds dims 4l..4l+3 (+128 for head_dim 256).
+// kResetWords (v16, whose splits claim an item's tiles from a word per item, p.arrivals): the
+// block of each item's first row resets the item's word for the next launch (the whole decode
+// grid has completed; split_arrival.h).
+template <bool kResetWords = false>
 __global__ void __launch_bounds__(kMergeWarps* kWarpSize) v4_merge_kernel(const V4Params p) {
   __shared__ float4 red[kMergeWarps][2][kWarpSize];  // [warp][dims half][lane]
   __shared__ float red_m[kMergeWarps], red_s[kMergeWarps];
@@ -450,6 +455,14 @@ __global__ void __launch_bounds__(kMergeWarps* kWarpSize) v4_merge_kernel(const 
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
   const int64_t row = blockIdx.x;
   const int seq = static_cast<int>(row / p.num_qo_heads);
+  if constexpr (kResetWords) {
+    const int qo = static_cast<int>(row % p.num_qo_heads);
+    const int gl = qo % p.group_size;  // the row's head in its KV head's group
+    if (threadIdx.x == 0 && gl % mma::kHeadsPerTile == 0)
+      p.arrivals[(static_cast<int64_t>(seq) * p.pools.geom.num_kv_heads + qo / p.group_size) *
+                     p.num_qtiles +
+                 gl / mma::kHeadsPerTile] = SplitArrival::kReset;
+  }
   const int D = p.pools.geom.head_dim;
   const int halves = (D + 4 * kWarpSize - 1) / (4 * kWarpSize);
   const bool lane_live = lane * 4 < D;
@@ -668,10 +681,11 @@ inline V4Params v4_params(const DecodeArgs& a, const V4Plan& pl, void* workspace
 
 // The split merge after a multi-split launch (one block per output row), with programmatic
 // dependent launch when the tuning asks for it.
+template <bool kResetWords = false>
 inline void v4_launch_merge(const V4Params& p, const DecodeTuning& tu, cudaStream_t stream) {
   if (p.num_splits <= 1) return;
   const int64_t rows = static_cast<int64_t>(p.num_seqs) * p.num_qo_heads;
-  KVLAB_CUDA_CHECK(mma::launch_dependent(v4_merge_kernel, static_cast<unsigned>(rows),
+  KVLAB_CUDA_CHECK(mma::launch_dependent(v4_merge_kernel<kResetWords>, static_cast<unsigned>(rows),
                                          kMergeWarps * kWarpSize, tu.pdl, stream, p));
 }
 

@@ -18,6 +18,9 @@
 //   v15_mma_decode_stream_k     v10's copies and block body on a persistent stream-K grid
 //                               (equal ranges of the items' tiles, items shared by blocks merged
 //                               in a second kernel; no NVFP4); no peer shares its bits
+//   v16_mma_decode_shared_tiles v10's copies and block body, the KV splits of an item sharing
+//                               its tiles (static ones, then claims from a word per item); at
+//                               more than one split no peer shares its bits, nor its own calls
 // Each member runs and matches the reference on every geometry of its scope (bf16 / fp16
 // HND -- v10 also NHD --, block_size a multiple of 16, every compiled head_dim, GQA 1-16,
 // sequence ends inside and at the edges of tiles and pages; v10 also fp8_e4m3 and nvfp4 at
@@ -80,6 +83,7 @@ struct BulkMember {
   int max_16bit_head_dim = 256;  // 16-bit rows of larger head_dims are declined (shared memory)
   bool nvfp4 = true;  // with fp8: NVFP4 rows at head_dim >= 128 too (false: declined as a format)
   bool stream_k = false;  // a persistent stream-K grid (num_splits: blocks per SM)
+  bool shared_tiles = false;  // the splits of an item share its tiles (a claim word per item)
 };
 
 // gtest prints a parameter by its registry name.
@@ -596,6 +600,135 @@ TEST_P(BulkCopyDecode, StreamKRangesAcrossItemsMatchTheReference) {
   }
 }
 
+// The shared tiles (v16): forced splits 2, 3, 5, 8, 16 and 47 over a batch whose short sequences
+// leave most splits without a static tile (lengths 1, 17, 63: only the first splits hold
+// tokens; 0: none) and whose long ones leave many tiles to claim (1000, 2500, 4096 = the bound),
+// GQA 1 / 4 / 8, every layout, bf16 and (where copied) fp8_e4m3 and nvfp4, each case called
+// three times (the claims race differently each time): the reference every time. At one split
+// every tile is static in v10's order: v10's bits. The workspace is v10's partials, then one
+// claim word per item.
+TEST_P(BulkCopyDecode, SharedTilesAtForcedSplitsMatchTheReference) {
+  KVLAB_SKIP_WITHOUT_GPU();
+  if (!GetParam().shared_tiles) GTEST_SKIP() << tag() << " gives each split its own chunk";
+  const int groups[][2] = {{8, 8}, {32, 8}, {16, 2}};  // GQA 1, 4, 8
+  std::vector<KvFormat> fs = {KvFormat::kBF16};
+  if (GetParam().fp8) fs.push_back(KvFormat::kFP8E4M3);
+  if (GetParam().fp8 && GetParam().nvfp4) fs.push_back(KvFormat::kNVFP4);
+  int i = 0;
+  for (KvLayout l : GetParam().layouts)
+    for (KvFormat f : fs) {
+      const auto& g = groups[i++ % 3];
+      ref::PagedCaseSpec s = seeded_spec(
+          ("decode." + tag() + ".shared." + std::to_string(i)).c_str(), l, f,
+          (i % 2) ? DType::kF16 : DType::kBF16);
+      s.num_qo_heads = g[0];
+      s.num_kv_heads = g[1];
+      s.block_size = i % 3 == 0 ? 32 : 16;
+      s.seq_lens = {1, 17, 1000, 4096, 0, 63, 2500};
+      ref::PagedCase c = ref::make_paged_case(s);
+      ASSERT_TRUE(c.spec.poison_unused);
+      DeviceCase d(c);
+      thrust::device_vector<uint16_t> out(c.o_elements());
+      for (int splits : {1, 2, 3, 5, 8, 16, 47}) {
+        gpu::DecodeTuning tu;
+        tu.num_splits = splits;
+        const std::string what = to_string(l) + " " + to_string(f) + " GQA " +
+                                 std::to_string(g[0] / g[1]) + " splits " + std::to_string(splits);
+        const size_t ws = gpu::decode_workspace_bytes(d.decode_args(c, raw(out), nullptr), id(), tu);
+        const size_t ws10 = gpu::decode_workspace_bytes(d.decode_args(c, raw(out), nullptr), 10, tu);
+        if (splits == 1)
+          EXPECT_EQ(ws, 0u) << what;
+        else
+          EXPECT_EQ(ws, (ws10 + 7) / 8 * 8 + c.spec.seq_lens.size() * c.spec.num_kv_heads *
+                                                 ((g[0] / g[1] + 7) / 8) * sizeof(uint64_t))
+              << what << ": v10's partials, then one claim word per item";
+        for (int call = 0; call < 3; ++call) expect_matches(c, what + " call " + std::to_string(call), tu);
+        if (splits != 1) continue;
+        const GpuDecodeRun r = run_gpu_decode(c, d, id(), nullptr, tu);
+        const GpuDecodeRun r10 = run_gpu_decode(c, d, 10, nullptr, tu);
+        ASSERT_TRUE(r.supported && r10.supported) << r.reason << r10.reason;
+        EXPECT_EQ(0, std::memcmp(r.o.data(), r10.o.data(), r.o.size() * sizeof(float)))
+            << what << ": " << tag() << " and v10 differ at one split";
+        EXPECT_EQ(0, std::memcmp(r.lse.data(), r10.lse.data(), r.lse.size() * sizeof(float)))
+            << what << ": " << tag() << " and v10 lse differ at one split";
+      }
+    }
+}
+
+// The claim words across calls: one workspace reused at forced splits 2, 5, 47 and the plan, with
+// what it holds in between changed (0xFF, nothing: the words the last merge reset, random bytes,
+// words of another launch's tag with any count): the reference each time, every word reset (0)
+// after each call. Then a bad length and a bad table entry on split items: NaN rows for that
+// sequence only.
+TEST_P(BulkCopyDecode, SharedTilesWorkspaceContentsOnEntryDoNotMatter) {
+  KVLAB_SKIP_WITHOUT_GPU();
+  if (!GetParam().shared_tiles) GTEST_SKIP() << tag() << " keeps no claim words";
+  for (KvLayout l : GetParam().layouts) {
+    ref::PagedCaseSpec s = seeded_spec(("decode." + tag() + ".claims." + to_string(l)).c_str(), l,
+                                       KvFormat::kBF16);
+    s.num_qo_heads = 32;
+    s.num_kv_heads = 8;
+    s.seq_lens = {3001, 1, 0, 700, 33, 1024};
+    ref::PagedCase c = ref::make_paged_case(s);
+    DeviceCase d(c);
+    const ref::DecodeOutputs tight = ref::reference_decode(c);
+    const size_t words = c.spec.seq_lens.size() * c.spec.num_kv_heads;  // GQA 4: one query tile
+    thrust::device_vector<uint16_t> out(c.o_elements());
+    thrust::device_vector<uint8_t> ws(1, 0xFF);
+    std::mt19937_64 rng(20261128);
+    int call = 0;
+    for (int splits : {2, 5, 47, 0, 2, 5})
+      for (int fill = 0; fill < 4; ++fill, ++call) {
+        gpu::DecodeTuning tu;
+        tu.num_splits = splits;
+        const std::string what = to_string(l) + " splits " + std::to_string(splits) + " fill " +
+                                 std::to_string(fill) + " call " + std::to_string(call);
+        const size_t bytes =
+            gpu::decode_workspace_bytes(d.decode_args(c, raw(out), nullptr), id(), tu);
+        if (ws.size() < bytes) ws.resize(bytes, 0xFF);
+        std::vector<uint8_t> h(ws.size());
+        thrust::copy(ws.begin(), ws.end(), h.begin());
+        if (fill == 1) std::fill(h.begin(), h.end(), uint8_t{0xFF});
+        if (fill == 2)
+          for (auto& b : h) b = static_cast<uint8_t>(rng());
+        if (fill == 3 && bytes >= words * 8) {  // another tag, with counts past most items' tiles
+          for (size_t w = 0; w < words; ++w) {
+            const uint64_t v = gpu::SplitArrival::word(gpu::SplitArrival::tag(rng()),
+                                                       static_cast<uint32_t>(rng() % 300));
+            std::memcpy(h.data() + bytes - (words - w) * 8, &v, 8);
+          }
+        }
+        thrust::copy(h.begin(), h.end(), ws.begin());
+        const GpuDecodeRun r = run_gpu_decode(c, d, id(), nullptr, tu, &ws);
+        ASSERT_TRUE(r.supported) << what << r.reason;
+        expect_run_matches(r, tight, c, tag() + " " + what);
+        if (r.workspace_bytes == 0) continue;  // the plan did not split
+        thrust::copy(ws.begin(), ws.end(), h.begin());
+        for (size_t w = 0; w < words; ++w) {
+          uint64_t v = 0;
+          std::memcpy(&v, h.data() + r.workspace_bytes - (words - w) * 8, 8);
+          ASSERT_EQ(v, gpu::SplitArrival::kReset) << what << ": claim word " << w << " not reset";
+        }
+      }
+    for (int splits : {2, 5}) {
+      SCOPED_TRACE(to_string(l) + " splits " + std::to_string(splits));
+      gpu::DecodeTuning tu;
+      tu.num_splits = splits;
+      expect_bad_table_gives_nan(l, tu);
+      std::vector<int32_t> lens = c.seq_lens;
+      lens[0] = c.max_seq_len + 1;  // past the bound: sequence 0's rows are NaN
+      d.seq_lens = to_device(lens);
+      const GpuDecodeRun r = run_gpu_decode(c, d, id(), nullptr, tu);
+      d.seq_lens = to_device(c.seq_lens);
+      ASSERT_TRUE(r.supported) << r.reason;
+      EXPECT_EQ(r.guard_damage, "");
+      const size_t per_seq = static_cast<size_t>(s.num_qo_heads) * c.spec.head_dim;
+      for (size_t e = 0; e < per_seq; ++e) ASSERT_TRUE(std::isnan(r.o[e])) << "element " << e;
+      for (size_t e = per_seq; e < r.o.size(); ++e) ASSERT_FALSE(std::isnan(r.o[e])) << "element " << e;
+    }
+  }
+}
+
 std::string member_name(const ::testing::TestParamInfo<BulkMember>& info) {
   return "v" + std::to_string(info.param.id);
 }
@@ -670,6 +803,22 @@ INSTANTIATE_TEST_SUITE_P(DecodeV15, BulkCopyDecode,
                                                       {},
                                                       false,
                                                       256,
+                                                      false,
+                                                      true}),
+                         member_name);
+
+INSTANTIATE_TEST_SUITE_P(DecodeV16, BulkCopyDecode,
+                         ::testing::Values(BulkMember{16,
+                                                      "v16_mma_decode_shared_tiles",
+                                                      {},
+                                                      true,
+                                                      {KvLayout::kHND, KvLayout::kNHD},
+                                                      {},
+                                                      0,
+                                                      {},
+                                                      false,
+                                                      256,
+                                                      true,
                                                       false,
                                                       true}),
                          member_name);
