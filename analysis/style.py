@@ -74,7 +74,7 @@ VERSION_COLORS = {
     "v13_mma_decode_eight_warps": "#54278f",
     "v14_mma_decode_page_heads": "#9e9ac8",
     "v15_mma_decode_stream_k": "#de2d26",
-    "v16_mma_decode_shared_tiles": "#31a354",
+    "v16_mma_decode_shared_tiles": "#41ab5d",
     "auto": "#843c39",
     "peer:sdpa_cudnn": "#d62728",
     "peer:sdpa_flash": "#9467bd",

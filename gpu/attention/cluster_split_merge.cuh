@@ -109,7 +109,7 @@ __device__ __forceinline__ void cluster_merge_splits(const V4Params& p, const V4
         mma::merge_fold_batch(la, acc, l, x, use);
         wm[w] = la.m, ws[w] = la.s, y[w] = acc[0], any_bad |= la.bad;
       }
-      merge_unit_outputs(wm, ws, y, any_bad, out, lse);
+      mma::merge_unit_outputs(wm, ws, y, any_bad, out, lse);
     }
     mma::store_act_n<4>(p.o, row * D + d, out, p.q_bf16);
     if (d == 0 && p.lse) p.lse[row] = lse;

@@ -85,7 +85,7 @@ __device__ __forceinline__ void last_block_merge_unit(const V4Params& p, int n, 
     }
     wm[w] = la.m, ws[w] = la.s, y[w] = acc[0], any_bad |= la.bad;
   }
-  merge_unit_outputs(wm, ws, y, any_bad, out, lse);
+  mma::merge_unit_outputs(wm, ws, y, any_bad, out, lse);
 }
 
 // Called by every thread of a block that held tokens of a multi-split item, after its partial

@@ -379,9 +379,10 @@ struct CompactWarpMerge {
 };
 
 // ------------------------------------------------------------------ split merge
-// The arithmetic of the split merges (v4's merge kernel, v6's last-block merge, v11's
-// cluster merge, which replays v4's kernel's warps one after the other): the same operations
-// in the same order wherever the same partials are merged, so the bits agree.
+// The arithmetic of every split merge (v4's merge kernel, the stream-K merge of v6 / v15,
+// v11's cluster merge and v12's last-block merge, the last two replaying v4's kernel's warps
+// one after the other): the same operations in the same order wherever the same partials are
+// merged, so the bits agree.
 // One batch of kB partials (normalized o as kH float4s, log-sum-exp l) folded into a warp's
 // running state (softmax_state.h's LseAccumulator): the batch's max, the rescale of what is
 // held, the weighted sum; partials with use[b] false are skipped.
@@ -413,6 +414,22 @@ __device__ __forceinline__ float4 merge_weighted_sum(const float (&sc)[kW], cons
   for (int w = 0; w < kW; ++w)
     t.x += sc[w] * y[w].x, t.y += sc[w] * y[w].y, t.z += sc[w] * y[w].z, t.w += sc[w] * y[w].w;
   return t;
+}
+// The end of every split merge's arithmetic for one output unit (4 dims of a row): the kW
+// warps' states (max wm, sum ws, accumulator y) combined in warp order, the unit's outputs and
+// lse (NaN when a partial was). v4's merge kernel and the stream-K merge call it per 128-dim
+// half of a lane's dims, v11's cluster and v12's last block per unit.
+template <int kW>
+__device__ __forceinline__ void merge_unit_outputs(const float (&wm)[kW], const float (&ws)[kW],
+                                                   const float4 (&y)[kW], bool any_bad,
+                                                   float (&out)[4], float& lse) {
+  float sc[kW], sum = 0.0f;
+  const float mx = combine_partials<kW>(wm, ws, sc, sum);
+  const float inv = 1.0f / sum;
+  const float4 t = merge_weighted_sum(sc, y);
+  out[0] = any_bad ? NAN : t.x * inv, out[1] = any_bad ? NAN : t.y * inv;
+  out[2] = any_bad ? NAN : t.z * inv, out[3] = any_bad ? NAN : t.w * inv;
+  lse = any_bad ? NAN : mx + logf(sum);
 }
 
 }  // namespace kvlab::gpu::mma

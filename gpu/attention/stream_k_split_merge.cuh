@@ -16,8 +16,8 @@
 // blocks; every part holds tokens. v15: the units come from the length bound, so parts past a
 // shorter sequence's end hold none, and the kernel writes an empty or invalid sequence's rows.)
 //
-// Arithmetic: v4_merge_kernel's (mma::merge_fold_batch, merge_weighted_sum, softmax_state.h's
-// LseAccumulator and combine_partials). Warp w takes parts w, w + 4, ... in batches of 8 loaded
+// Arithmetic: v4_merge_kernel's (mma::merge_fold_batch and merge_unit_outputs, softmax_state.h's
+// LseAccumulator). Warp w takes parts w, w + 4, ... in batches of 8 loaded
 // at once; shared memory combines the 4 warps. Lane l holds dims 4l..4l+3 (+128 for d256).
 #pragma once
 
@@ -108,24 +108,21 @@ __global__ void __launch_bounds__(kStreamKMergeWarps* kWarpSize)
   if (lane == 0) red_m[warp] = la.m, red_s[warp] = la.s, red_bad[warp] = la.bad;
   __syncthreads();
   if (warp != 0 || !lane_live) return;
-  float wm[kStreamKMergeWarps], ws[kStreamKMergeWarps], sc[kStreamKMergeWarps], sum = 0.0f;
+  float wm[kStreamKMergeWarps], ws[kStreamKMergeWarps], lse = 0.0f;
   bool any_bad = false;
 #pragma unroll
   for (int w = 0; w < kStreamKMergeWarps; ++w)
     wm[w] = red_m[w], ws[w] = red_s[w], any_bad |= red_bad[w] != 0;
-  const float mx = combine_partials<kStreamKMergeWarps>(wm, ws, sc, sum);
-  const float inv = 1.0f / sum;
 #pragma unroll
   for (int h = 0; h < kHalves; ++h) {
     float4 z[kStreamKMergeWarps];
 #pragma unroll
     for (int w = 0; w < kStreamKMergeWarps; ++w) z[w] = red[w][h][lane];
-    const float4 y = mma::merge_weighted_sum(sc, z);
-    float v[4] = {y.x * inv, y.y * inv, y.z * inv, y.w * inv};
-    if (any_bad) v[0] = v[1] = v[2] = v[3] = NAN;
+    float v[4];
+    mma::merge_unit_outputs(wm, ws, z, any_bad, v, lse);
     mma::store_act_n<4>(p.o, row * D + lane * 4 + h * 4 * kWarpSize, v, p.q_bf16);
   }
-  if (lane == 0 && p.lse) p.lse[row] = any_bad ? NAN : mx + logf(sum);
+  if (lane == 0 && p.lse) p.lse[row] = lse;
 }
 
 // Host: the merge after a stream-K decode launch, one block per output row (P carries

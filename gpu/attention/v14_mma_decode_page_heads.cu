@@ -148,7 +148,6 @@ __global__ void __launch_bounds__(kPhThreads, 1)
   static_assert(kS.head_bytes % 1024 == 0, "every head's tile starts on the swizzle's period");
   extern __shared__ __align__(128) uint8_t smem_raw[];
   uint8_t* smem = smem_raw + (1024 - mma::smem_addr(smem_raw) % 1024) % 1024;
-  mma::pdl_launch_dependents();  // the merge kernel may start launching (it waits for us)
 
   const int tid = threadIdx.x, warp = tid / kWarpSize, lane = tid % kWarpSize;
   const PageGeometry& geom = p.pools.geom;
@@ -305,6 +304,9 @@ __global__ void __launch_bounds__(kPhThreads, 1)
     }
     wa.reduce_sums();
   }
+  // The split merge's dependent launch may start now that this warp's stream has ended (the
+  // producer triggers by exiting; TUNING.md step 38).
+  mma::pdl_launch_dependents();
   consumers_sync();  // every consumer is done with the stages (every copy was waited for)
   if (!live) return;
 

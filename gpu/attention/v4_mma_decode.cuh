@@ -392,6 +392,11 @@ __device__ __forceinline__ void v4_block(const V4Params& p, uint8_t* smem, const
   }
   cp_async_wait<0>();
 
+  // The dependent launch (the split merge, waiting in pdl_wait for this whole grid) may start
+  // now that the block's stream has ended (as in the bulk-copy family's bulk_block: triggered at
+  // the kernel's start it was slower at the batch-1 split shapes, TUNING.md steps 35 and 38). A
+  // block without tokens triggers by exiting.
+  mma::pdl_launch_dependents();
   // ---- merge the 4 warps by log-sum-exp through shared memory (the pipeline area).
   v4_merge_warps_and_store<D, F>(p, smem, it, wa, bad);
 }
@@ -402,7 +407,6 @@ template <class Cfg, int D, KvFormat F>
 __global__ void __launch_bounds__(kV4Threads, Cfg::min_blocks(D, F))
     v4_decode_kernel(const V4Params p) {
   extern __shared__ __align__(16) uint8_t smem[];
-  mma::pdl_launch_dependents();  // the merge kernel may start launching (it waits for us)
   const V4Item it = v4_item(p);
   const int start = it.split * p.chunk_tokens;
   V4Startup<Cfg, D, F> su;
@@ -416,23 +420,6 @@ __global__ void __launch_bounds__(kV4Threads, Cfg::min_blocks(D, F))
 // length (the row becomes NaN).
 __device__ __forceinline__ int merge_used_splits(const V4Params& p, int len) {
   return (len < 0 || len > p.seq_len_bound) ? -2 : (len + p.chunk_tokens - 1) / p.chunk_tokens;
-}
-
-// The end of v4_merge_kernel's arithmetic for one output unit (4 dims of a row), where the
-// split merges that replay it per unit (v11's cluster, v12's last block) finish: the 4 warps'
-// states (max wm, sum ws, accumulator y) combined in warp order, the unit's outputs and lse
-// (NaN when a partial was).
-__device__ __forceinline__ void merge_unit_outputs(const float (&wm)[kMergeWarps],
-                                                   const float (&ws)[kMergeWarps],
-                                                   const float4 (&y)[kMergeWarps], bool any_bad,
-                                                   float (&out)[4], float& lse) {
-  float sc[kMergeWarps], sum = 0.0f;
-  const float mx = combine_partials<kMergeWarps>(wm, ws, sc, sum);
-  const float inv = 1.0f / sum;
-  const float4 t = mma::merge_weighted_sum(sc, y);
-  out[0] = any_bad ? NAN : t.x * inv, out[1] = any_bad ? NAN : t.y * inv;
-  out[2] = any_bad ? NAN : t.z * inv, out[3] = any_bad ? NAN : t.w * inv;
-  lse = any_bad ? NAN : mx + logf(sum);
 }
 
 // grid = rows (one block per (sequence, query head) row), 128 threads.
@@ -519,26 +506,21 @@ __global__ void __launch_bounds__(kMergeWarps* kWarpSize) v4_merge_kernel(const 
   if (lane == 0) red_m[warp] = la.m, red_s[warp] = la.s, red_bad[warp] = la.bad;
   __syncthreads();
   if (warp != 0) return;
-  float wm[kMergeWarps], ws[kMergeWarps], sc[kMergeWarps], sum = 0.0f;
+  float wm[kMergeWarps], ws[kMergeWarps], lse = 0.0f;
   bool any_bad = false;
 #pragma unroll
   for (int w = 0; w < kMergeWarps; ++w)
     wm[w] = red_m[w], ws[w] = red_s[w], any_bad |= red_bad[w] != 0;
-  const float mx = combine_partials<kMergeWarps>(wm, ws, sc, sum);
-  const float inv = 1.0f / sum;
-  for (int h = 0; h < halves; ++h) {
+  for (int h = 0; h < halves; ++h) {  // lane 0 is live (head_dim >= 64): it computes lse
     if (!lane_live) break;
     float4 y[kMergeWarps];
 #pragma unroll
     for (int w = 0; w < kMergeWarps; ++w) y[w] = red[w][h][lane];
-    const float4 t = mma::merge_weighted_sum(sc, y);
-    const int d = lane * 4 + h * 4 * kWarpSize;
-    if (any_bad)
-      store4(d, NAN, NAN, NAN, NAN);
-    else
-      store4(d, t.x * inv, t.y * inv, t.z * inv, t.w * inv);
+    float out[4];
+    mma::merge_unit_outputs(wm, ws, y, any_bad, out, lse);
+    store4(lane * 4 + h * 4 * kWarpSize, out[0], out[1], out[2], out[3]);
   }
-  if (lane == 0 && p.lse) p.lse[row] = any_bad ? NAN : mx + logf(sum);
+  if (lane == 0 && p.lse) p.lse[row] = lse;
 }
 
 // ------------------------------------------------------------------ host side
