@@ -189,7 +189,104 @@ class BulkCopyDecode : public ::testing::TestWithParam<BulkMember> {
   // A table entry past the pool in sequence 1: NaN there, the others untouched.
   void expect_bad_table_gives_nan(KvLayout layout,
                                   const gpu::DecodeTuning& tu = gpu::DecodeTuning{});
+
+  // The workspace of the versions that keep a word per item (v12's arrival counts, v16's tile
+  // claims) across calls, in every layout: one buffer reused by calls at forced splits 2, 5, 47,
+  // the plan, 2 and 5 (the words at other offsets each time), with what it holds in between
+  // changed: nothing (what the last call left), 0xFF, random bytes, and in its last words, words
+  // of another launch's tag counting count(splits, rng) (a killed launch's, or a stale tag's).
+  // Batch: lengths 3001, 1, 0, 700, 33, 1024, 32 query / 8 KV heads (GQA 4: one word per
+  // (sequence, KV head)), bf16, seed decode.vN.<seed>.<layout>. check(c, d, ws, tu, what, r) runs
+  // the version on ws into r and checks its outputs; after every call that split, each word must
+  // be reset (0).
+  template <class Count, class Check>
+  void expect_reused_workspace(const std::string& seed, uint64_t rng_seed, Count&& count,
+                               Check&& check);
+
+  // The cases of the split-batch tests (stream-K ranges, shared tiles): in every layout, bf16 and
+  // (where copied) fp8_e4m3 and nvfp4, GQA 1 / 4 / 8 in turn, page 16 or 32, f16 or bf16 Q, a
+  // batch whose short sequences leave most parts of an item without tokens (lengths 1, 17, 63, 0)
+  // beside long ones (1000, 2500, the bound 4096); seeds decode.vN.<seed>.<i>.
+  struct SplitBatchCase {
+    KvLayout layout;
+    KvFormat format;
+    int gqa;
+    ref::PagedCase c;
+  };
+  std::vector<SplitBatchCase> split_batch_cases(const std::string& seed) {
+    const int groups[][2] = {{8, 8}, {32, 8}, {16, 2}};  // GQA 1, 4, 8
+    std::vector<KvFormat> fs = {KvFormat::kBF16};
+    if (GetParam().fp8) fs.push_back(KvFormat::kFP8E4M3);
+    if (GetParam().fp8 && GetParam().nvfp4) fs.push_back(KvFormat::kNVFP4);
+    std::vector<SplitBatchCase> cases;
+    int i = 0;
+    for (KvLayout l : GetParam().layouts)
+      for (KvFormat f : fs) {
+        const auto& g = groups[i++ % 3];
+        ref::PagedCaseSpec s = seeded_spec(
+            ("decode." + tag() + "." + seed + "." + std::to_string(i)).c_str(), l, f,
+            (i % 2) ? DType::kF16 : DType::kBF16);
+        s.num_qo_heads = g[0];
+        s.num_kv_heads = g[1];
+        s.block_size = i % 3 == 0 ? 32 : 16;
+        s.seq_lens = {1, 17, 1000, 4096, 0, 63, 2500};
+        cases.push_back({l, f, g[0] / g[1], ref::make_paged_case(s)});
+      }
+    return cases;
+  }
 };
+
+template <class Count, class Check>
+void BulkCopyDecode::expect_reused_workspace(const std::string& seed, uint64_t rng_seed,
+                                             Count&& count, Check&& check) {
+  for (KvLayout l : GetParam().layouts) {
+    ref::PagedCaseSpec s = seeded_spec(("decode." + tag() + "." + seed + "." + to_string(l)).c_str(),
+                                       l, KvFormat::kBF16);
+    s.num_qo_heads = 32;
+    s.num_kv_heads = 8;
+    s.seq_lens = {3001, 1, 0, 700, 33, 1024};
+    ref::PagedCase c = ref::make_paged_case(s);
+    DeviceCase d(c);
+    const size_t words = c.spec.seq_lens.size() * c.spec.num_kv_heads;  // GQA 4: one query tile
+    thrust::device_vector<uint16_t> out(c.o_elements());
+    thrust::device_vector<uint8_t> ws(1, 0xFF);
+    std::mt19937_64 rng(rng_seed);
+    int call = 0;
+    for (int splits : {2, 5, 47, 0, 2, 5})
+      for (int fill = 0; fill < 4; ++fill, ++call) {
+        gpu::DecodeTuning tu;
+        tu.num_splits = splits;
+        const std::string what = to_string(l) + " splits " + std::to_string(splits) + " fill " +
+                                 std::to_string(fill) + " call " + std::to_string(call);
+        const size_t bytes =
+            gpu::decode_workspace_bytes(d.decode_args(c, raw(out), nullptr), id(), tu);
+        if (ws.size() < bytes) ws.resize(bytes, 0xFF);
+        std::vector<uint8_t> h(ws.size());
+        thrust::copy(ws.begin(), ws.end(), h.begin());
+        if (fill == 1) std::fill(h.begin(), h.end(), uint8_t{0xFF});
+        if (fill == 2)
+          for (auto& b : h) b = static_cast<uint8_t>(rng());
+        if (fill == 3 && bytes >= words * 8) {
+          for (size_t w = 0; w < words; ++w) {
+            const uint64_t t = gpu::SplitArrival::tag(rng());
+            const uint64_t v = gpu::SplitArrival::word(t, count(splits, rng));
+            std::memcpy(h.data() + bytes - (words - w) * 8, &v, 8);
+          }
+        }
+        thrust::copy(h.begin(), h.end(), ws.begin());
+        GpuDecodeRun r;
+        check(c, d, ws, tu, what, r);
+        if (::testing::Test::HasFatalFailure()) return;
+        if (r.workspace_bytes == 0) continue;  // the plan did not split
+        thrust::copy(ws.begin(), ws.end(), h.begin());
+        for (size_t w = 0; w < words; ++w) {
+          uint64_t v = 0;
+          std::memcpy(&v, h.data() + r.workspace_bytes - (words - w) * 8, 8);
+          ASSERT_EQ(v, gpu::SplitArrival::kReset) << what << ": word " << w << " not reset";
+        }
+      }
+  }
+}
 
 TEST_P(BulkCopyDecode, EveryGeometryOfItsScopeMatchesTheReference) {
   KVLAB_SKIP_WITHOUT_GPU();
@@ -468,42 +565,14 @@ TEST_P(BulkCopyDecode, ClusterMergeBadTableAndSplitLimit) {
 TEST_P(BulkCopyDecode, LastBlockMergeWorkspaceContentsOnEntryDoNotMatter) {
   KVLAB_SKIP_WITHOUT_GPU();
   if (!GetParam().last_block) GTEST_SKIP() << tag() << " keeps no arrival count";
-  for (KvLayout l : GetParam().layouts) {
-    ref::PagedCaseSpec s = seeded_spec(("decode." + tag() + ".reuse." + to_string(l)).c_str(), l,
-                                       KvFormat::kBF16);
-    s.num_qo_heads = 32;
-    s.num_kv_heads = 8;
-    s.seq_lens = {3001, 1, 0, 700, 33, 1024};
-    ref::PagedCase c = ref::make_paged_case(s);
-    DeviceCase d(c);
-    const size_t words = c.spec.seq_lens.size() * c.spec.num_kv_heads;  // GQA 4: one query tile
-    thrust::device_vector<uint16_t> out(c.o_elements());
-    thrust::device_vector<uint8_t> ws(1, 0xFF);
-    std::mt19937_64 rng(20261127);
-    int call = 0;
-    for (int splits : {2, 5, 47, 0, 2, 5})
-      for (int fill = 0; fill < 4; ++fill, ++call) {
-        gpu::DecodeTuning tu;
-        tu.num_splits = splits;
-        const std::string what = to_string(l) + " splits " + std::to_string(splits) + " fill " +
-                                 std::to_string(fill) + " call " + std::to_string(call);
-        const size_t bytes =
-            gpu::decode_workspace_bytes(d.decode_args(c, raw(out), nullptr), id(), tu);
-        if (ws.size() < bytes) ws.resize(bytes, 0xFF);
-        std::vector<uint8_t> h(ws.size());
-        thrust::copy(ws.begin(), ws.end(), h.begin());
-        if (fill == 1) std::fill(h.begin(), h.end(), uint8_t{0xFF});
-        if (fill == 2)
-          for (auto& b : h) b = static_cast<uint8_t>(rng());
-        if (fill == 3 && bytes >= words * 8) {  // another tag, one arrival short of the splits
-          for (size_t w = 0; w < words; ++w) {
-            const uint64_t v = gpu::SplitArrival::word(gpu::SplitArrival::tag(rng()),
-                                                       static_cast<uint32_t>(std::max(splits, 2) - 1));
-            std::memcpy(h.data() + bytes - (words - w) * 8, &v, 8);
-          }
-        }
-        thrust::copy(h.begin(), h.end(), ws.begin());
-        const GpuDecodeRun r = run_gpu_decode(c, d, id(), nullptr, tu, &ws);
+  expect_reused_workspace(
+      "reuse", 20261127,
+      [](int splits, std::mt19937_64&) {  // one arrival short of the splits
+        return static_cast<uint32_t>(std::max(splits, 2) - 1);
+      },
+      [&](ref::PagedCase& c, DeviceCase& d, thrust::device_vector<uint8_t>& ws,
+          const gpu::DecodeTuning& tu, const std::string& what, GpuDecodeRun& r) {
+        r = run_gpu_decode(c, d, id(), nullptr, tu, &ws);
         const GpuDecodeRun r10 = run_gpu_decode(c, d, 10, nullptr, tu);
         ASSERT_TRUE(r.supported && r10.supported) << what << r.reason << r10.reason;
         EXPECT_EQ(r.guard_damage, "") << what;
@@ -511,15 +580,7 @@ TEST_P(BulkCopyDecode, LastBlockMergeWorkspaceContentsOnEntryDoNotMatter) {
             << what << ": " << tag() << " and v10 differ";
         EXPECT_EQ(0, std::memcmp(r.lse.data(), r10.lse.data(), r.lse.size() * sizeof(float)))
             << what << ": " << tag() << " and v10 lse differ";
-        if (r.workspace_bytes == 0) continue;  // the plan did not split
-        thrust::copy(ws.begin(), ws.end(), h.begin());
-        for (size_t w = 0; w < words; ++w) {
-          uint64_t v = 0;
-          std::memcpy(&v, h.data() + r.workspace_bytes - (words - w) * 8, 8);
-          ASSERT_EQ(v, gpu::SplitArrival::kReset) << what << ": arrival word " << w << " not reset";
-        }
-      }
-  }
+      });
 }
 
 // The stream-K grid (v15): ranges of the items' tiles that start and end inside items, over
@@ -533,36 +594,22 @@ TEST_P(BulkCopyDecode, LastBlockMergeWorkspaceContentsOnEntryDoNotMatter) {
 TEST_P(BulkCopyDecode, StreamKRangesAcrossItemsMatchTheReference) {
   KVLAB_SKIP_WITHOUT_GPU();
   if (!GetParam().stream_k) GTEST_SKIP() << tag() << " launches a block per (item, split)";
-  const int groups[][2] = {{8, 8}, {32, 8}, {16, 2}};  // GQA 1, 4, 8
-  std::vector<KvFormat> fs = {KvFormat::kBF16};
-  if (GetParam().fp8) fs.push_back(KvFormat::kFP8E4M3);
-  if (GetParam().fp8 && GetParam().nvfp4) fs.push_back(KvFormat::kNVFP4);
-  int i = 0;
-  for (KvLayout l : GetParam().layouts)
-    for (KvFormat f : fs) {
-      const auto& g = groups[i++ % 3];
-      ref::PagedCaseSpec s = seeded_spec(
-          ("decode." + tag() + ".streamk." + std::to_string(i)).c_str(), l, f,
-          (i % 2) ? DType::kF16 : DType::kBF16);
-      s.num_qo_heads = g[0];
-      s.num_kv_heads = g[1];
-      s.block_size = i % 3 == 0 ? 32 : 16;
-      s.seq_lens = {1, 17, 1000, 4096, 0, 63, 2500};
-      ref::PagedCase c = ref::make_paged_case(s);
-      ASSERT_TRUE(c.spec.poison_unused);
-      for (int tiles : {1, 3, 7, 64, 1000}) {
-        gpu::DecodeTuning tu;
-        tu.min_tiles_per_block = tiles;
-        expect_matches(c, to_string(l) + " " + to_string(f) + " GQA " + std::to_string(g[0] / g[1]) +
-                              " min tiles " + std::to_string(tiles), tu);
-      }
-      for (int per_sm : {1, 2}) {
-        gpu::DecodeTuning tu;
-        tu.num_splits = per_sm;
-        expect_matches(c, to_string(l) + " " + to_string(f) + " blocks per SM " +
-                              std::to_string(per_sm), tu);
-      }
+  for (SplitBatchCase& k : split_batch_cases("streamk")) {
+    ref::PagedCase& c = k.c;
+    ASSERT_TRUE(c.spec.poison_unused);
+    const std::string lf = to_string(k.layout) + " " + to_string(k.format);
+    for (int tiles : {1, 3, 7, 64, 1000}) {
+      gpu::DecodeTuning tu;
+      tu.min_tiles_per_block = tiles;
+      expect_matches(c, lf + " GQA " + std::to_string(k.gqa) + " min tiles " + std::to_string(tiles),
+                     tu);
     }
+    for (int per_sm : {1, 2}) {
+      gpu::DecodeTuning tu;
+      tu.num_splits = per_sm;
+      expect_matches(c, lf + " blocks per SM " + std::to_string(per_sm), tu);
+    }
+  }
   // An invalid length, past the bound, in sequence 3 or 1. At 1000 tiles per block (15 blocks
   // over 7 x 8 items of 256 units) each of them has items held whole by a block (the decode
   // kernel writes their NaN rows) and items split between two (the merge kernel does).
@@ -610,49 +657,35 @@ TEST_P(BulkCopyDecode, StreamKRangesAcrossItemsMatchTheReference) {
 TEST_P(BulkCopyDecode, SharedTilesAtForcedSplitsMatchTheReference) {
   KVLAB_SKIP_WITHOUT_GPU();
   if (!GetParam().shared_tiles) GTEST_SKIP() << tag() << " gives each split its own chunk";
-  const int groups[][2] = {{8, 8}, {32, 8}, {16, 2}};  // GQA 1, 4, 8
-  std::vector<KvFormat> fs = {KvFormat::kBF16};
-  if (GetParam().fp8) fs.push_back(KvFormat::kFP8E4M3);
-  if (GetParam().fp8 && GetParam().nvfp4) fs.push_back(KvFormat::kNVFP4);
-  int i = 0;
-  for (KvLayout l : GetParam().layouts)
-    for (KvFormat f : fs) {
-      const auto& g = groups[i++ % 3];
-      ref::PagedCaseSpec s = seeded_spec(
-          ("decode." + tag() + ".shared." + std::to_string(i)).c_str(), l, f,
-          (i % 2) ? DType::kF16 : DType::kBF16);
-      s.num_qo_heads = g[0];
-      s.num_kv_heads = g[1];
-      s.block_size = i % 3 == 0 ? 32 : 16;
-      s.seq_lens = {1, 17, 1000, 4096, 0, 63, 2500};
-      ref::PagedCase c = ref::make_paged_case(s);
-      ASSERT_TRUE(c.spec.poison_unused);
-      DeviceCase d(c);
-      thrust::device_vector<uint16_t> out(c.o_elements());
-      for (int splits : {1, 2, 3, 5, 8, 16, 47}) {
-        gpu::DecodeTuning tu;
-        tu.num_splits = splits;
-        const std::string what = to_string(l) + " " + to_string(f) + " GQA " +
-                                 std::to_string(g[0] / g[1]) + " splits " + std::to_string(splits);
-        const size_t ws = gpu::decode_workspace_bytes(d.decode_args(c, raw(out), nullptr), id(), tu);
-        const size_t ws10 = gpu::decode_workspace_bytes(d.decode_args(c, raw(out), nullptr), 10, tu);
-        if (splits == 1)
-          EXPECT_EQ(ws, 0u) << what;
-        else
-          EXPECT_EQ(ws, (ws10 + 7) / 8 * 8 + c.spec.seq_lens.size() * c.spec.num_kv_heads *
-                                                 ((g[0] / g[1] + 7) / 8) * sizeof(uint64_t))
-              << what << ": v10's partials, then one claim word per item";
-        for (int call = 0; call < 3; ++call) expect_matches(c, what + " call " + std::to_string(call), tu);
-        if (splits != 1) continue;
-        const GpuDecodeRun r = run_gpu_decode(c, d, id(), nullptr, tu);
-        const GpuDecodeRun r10 = run_gpu_decode(c, d, 10, nullptr, tu);
-        ASSERT_TRUE(r.supported && r10.supported) << r.reason << r10.reason;
-        EXPECT_EQ(0, std::memcmp(r.o.data(), r10.o.data(), r.o.size() * sizeof(float)))
-            << what << ": " << tag() << " and v10 differ at one split";
-        EXPECT_EQ(0, std::memcmp(r.lse.data(), r10.lse.data(), r.lse.size() * sizeof(float)))
-            << what << ": " << tag() << " and v10 lse differ at one split";
-      }
+  for (SplitBatchCase& k : split_batch_cases("shared")) {
+    ref::PagedCase& c = k.c;
+    ASSERT_TRUE(c.spec.poison_unused);
+    DeviceCase d(c);
+    thrust::device_vector<uint16_t> out(c.o_elements());
+    for (int splits : {1, 2, 3, 5, 8, 16, 47}) {
+      gpu::DecodeTuning tu;
+      tu.num_splits = splits;
+      const std::string what = to_string(k.layout) + " " + to_string(k.format) + " GQA " +
+                               std::to_string(k.gqa) + " splits " + std::to_string(splits);
+      const size_t ws = gpu::decode_workspace_bytes(d.decode_args(c, raw(out), nullptr), id(), tu);
+      const size_t ws10 = gpu::decode_workspace_bytes(d.decode_args(c, raw(out), nullptr), 10, tu);
+      if (splits == 1)
+        EXPECT_EQ(ws, 0u) << what;
+      else
+        EXPECT_EQ(ws, (ws10 + 7) / 8 * 8 + c.spec.seq_lens.size() * c.spec.num_kv_heads *
+                                               ((k.gqa + 7) / 8) * sizeof(uint64_t))
+            << what << ": v10's partials, then one claim word per item";
+      for (int call = 0; call < 3; ++call) expect_matches(c, what + " call " + std::to_string(call), tu);
+      if (splits != 1) continue;
+      const GpuDecodeRun r = run_gpu_decode(c, d, id(), nullptr, tu);
+      const GpuDecodeRun r10 = run_gpu_decode(c, d, 10, nullptr, tu);
+      ASSERT_TRUE(r.supported && r10.supported) << r.reason << r10.reason;
+      EXPECT_EQ(0, std::memcmp(r.o.data(), r10.o.data(), r.o.size() * sizeof(float)))
+          << what << ": " << tag() << " and v10 differ at one split";
+      EXPECT_EQ(0, std::memcmp(r.lse.data(), r10.lse.data(), r.lse.size() * sizeof(float)))
+          << what << ": " << tag() << " and v10 lse differ at one split";
     }
+  }
 }
 
 // The claim words across calls: one workspace reused at forced splits 2, 5, 47 and the plan, with
@@ -663,6 +696,17 @@ TEST_P(BulkCopyDecode, SharedTilesAtForcedSplitsMatchTheReference) {
 TEST_P(BulkCopyDecode, SharedTilesWorkspaceContentsOnEntryDoNotMatter) {
   KVLAB_SKIP_WITHOUT_GPU();
   if (!GetParam().shared_tiles) GTEST_SKIP() << tag() << " keeps no claim words";
+  expect_reused_workspace(
+      "claims", 20261128,
+      [](int, std::mt19937_64& rng) {  // counts past most items' tiles
+        return static_cast<uint32_t>(rng() % 300);
+      },
+      [&](ref::PagedCase& c, DeviceCase& d, thrust::device_vector<uint8_t>& ws,
+          const gpu::DecodeTuning& tu, const std::string& what, GpuDecodeRun& r) {
+        r = run_gpu_decode(c, d, id(), nullptr, tu, &ws);
+        ASSERT_TRUE(r.supported) << what << r.reason;
+        expect_run_matches(r, ref::reference_decode(c), c, tag() + " " + what);
+      });
   for (KvLayout l : GetParam().layouts) {
     ref::PagedCaseSpec s = seeded_spec(("decode." + tag() + ".claims." + to_string(l)).c_str(), l,
                                        KvFormat::kBF16);
@@ -671,45 +715,6 @@ TEST_P(BulkCopyDecode, SharedTilesWorkspaceContentsOnEntryDoNotMatter) {
     s.seq_lens = {3001, 1, 0, 700, 33, 1024};
     ref::PagedCase c = ref::make_paged_case(s);
     DeviceCase d(c);
-    const ref::DecodeOutputs tight = ref::reference_decode(c);
-    const size_t words = c.spec.seq_lens.size() * c.spec.num_kv_heads;  // GQA 4: one query tile
-    thrust::device_vector<uint16_t> out(c.o_elements());
-    thrust::device_vector<uint8_t> ws(1, 0xFF);
-    std::mt19937_64 rng(20261128);
-    int call = 0;
-    for (int splits : {2, 5, 47, 0, 2, 5})
-      for (int fill = 0; fill < 4; ++fill, ++call) {
-        gpu::DecodeTuning tu;
-        tu.num_splits = splits;
-        const std::string what = to_string(l) + " splits " + std::to_string(splits) + " fill " +
-                                 std::to_string(fill) + " call " + std::to_string(call);
-        const size_t bytes =
-            gpu::decode_workspace_bytes(d.decode_args(c, raw(out), nullptr), id(), tu);
-        if (ws.size() < bytes) ws.resize(bytes, 0xFF);
-        std::vector<uint8_t> h(ws.size());
-        thrust::copy(ws.begin(), ws.end(), h.begin());
-        if (fill == 1) std::fill(h.begin(), h.end(), uint8_t{0xFF});
-        if (fill == 2)
-          for (auto& b : h) b = static_cast<uint8_t>(rng());
-        if (fill == 3 && bytes >= words * 8) {  // another tag, with counts past most items' tiles
-          for (size_t w = 0; w < words; ++w) {
-            const uint64_t v = gpu::SplitArrival::word(gpu::SplitArrival::tag(rng()),
-                                                       static_cast<uint32_t>(rng() % 300));
-            std::memcpy(h.data() + bytes - (words - w) * 8, &v, 8);
-          }
-        }
-        thrust::copy(h.begin(), h.end(), ws.begin());
-        const GpuDecodeRun r = run_gpu_decode(c, d, id(), nullptr, tu, &ws);
-        ASSERT_TRUE(r.supported) << what << r.reason;
-        expect_run_matches(r, tight, c, tag() + " " + what);
-        if (r.workspace_bytes == 0) continue;  // the plan did not split
-        thrust::copy(ws.begin(), ws.end(), h.begin());
-        for (size_t w = 0; w < words; ++w) {
-          uint64_t v = 0;
-          std::memcpy(&v, h.data() + r.workspace_bytes - (words - w) * 8, 8);
-          ASSERT_EQ(v, gpu::SplitArrival::kReset) << what << ": claim word " << w << " not reset";
-        }
-      }
     for (int splits : {2, 5}) {
       SCOPED_TRACE(to_string(l) + " splits " + std::to_string(splits));
       gpu::DecodeTuning tu;
