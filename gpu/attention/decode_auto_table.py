@@ -21,7 +21,10 @@ candidates side by side, twice or more: on every shape they measure, only their 
 compete, each by its median over those files, and a row run as `auto` counts as the (version,
 num_splits) it picked (its picked_version / picked_splits columns): the incumbent, timed in the
 same run as its challengers. With --margin F a challenger replaces the incumbent only when it is
-faster by more than the fraction F (the run-to-run spread of a median). Shapes the calibration
+faster by more than the fraction F (the run-to-run spread of a median). With --no-overlap it
+must also be faster in every row: its slowest calibration row below the incumbent's fastest
+(their ranges over the N files apart), so that a pick moves only on a difference larger than
+the rows' own spread across the runs (and calls) of the calibration. Shapes the calibration
 files do not measure keep --latest-of-all's pick over all files.
 
     python3 gpu/attention/decode_auto_table.py data/perf/h100_perf_sweep.h5 \
@@ -130,6 +133,10 @@ def main(argv=None):
     ap.add_argument("--margin", type=float, default=0.0, metavar="F",
                     help="with --side-by-side: a challenger replaces auto's pick only when faster "
                     "by more than the fraction F (default 0)")
+    ap.add_argument("--no-overlap", action="store_true",
+                    help="with --side-by-side: a challenger replaces auto's pick only when its "
+                    "slowest calibration row is faster than the incumbent's fastest (and by the "
+                    "--margin fraction)")
     a = ap.parse_args(argv)
     if a.best_of_all and a.latest_of_all:
         print("error: --best-of-all and --latest-of-all exclude each other", file=sys.stderr)
@@ -141,6 +148,9 @@ def main(argv=None):
     if a.side_by_side < 0 or not 0.0 <= a.margin < 0.5 or (a.margin and not a.side_by_side):
         print("error: --margin F needs --side-by-side and 0 <= F < 0.5; --side-by-side N >= 0",
               file=sys.stderr)
+        return 2
+    if a.no_overlap and not a.side_by_side:
+        print("error: --no-overlap needs --side-by-side", file=sys.stderr)
         return 2
     first_cal = len(a.files) - a.side_by_side if a.side_by_side else len(a.files)
     all_rows = []
@@ -193,10 +203,15 @@ def main(argv=None):
             best[key] = (version, splits, t)
         for key, cands in calib.items():  # the side-by-side run decides its shapes
             timed = {c: float(np.median(ts)) for c, ts in cands.items()}
-            (version, splits), t = min(timed.items(), key=lambda kv: (kv[1], kv[0]))
             inc = incumbent.get(key)
-            if inc is not None and t >= timed[inc] * (1.0 - a.margin):
-                (version, splits), t = inc, timed[inc]
+            if inc is not None:
+                # The challengers that clear the incumbent: by the margin on the medians and,
+                # with --no-overlap, every row of theirs below every row of the incumbent's.
+                bar = timed[inc] * (1.0 - a.margin)
+                floor = min(cands[inc]) * (1.0 - a.margin)
+                timed = {c: t for c, t in timed.items()
+                         if c == inc or (t < bar and (not a.no_overlap or max(cands[c]) < floor))}
+            (version, splits), t = min(timed.items(), key=lambda kv: (kv[1], kv[0]))
             best[key] = (version, splits, t)
     if not best:
         print("error: no ok, timed, eager, uniform-length decode_attention rows", file=sys.stderr)
@@ -209,7 +224,8 @@ def main(argv=None):
         (" --best-of-all" if a.best_of_all else "") +
         (" --latest-of-all" if a.latest_of_all else "") +
         (f" --side-by-side {a.side_by_side}" if a.side_by_side else "") +
-        (f" --margin {a.margin:g}" if a.margin else "") + " --out " + a.out,
+        (f" --margin {a.margin:g}" if a.margin else "") +
+        (" --no-overlap" if a.no_overlap else "") + " --out " + a.out,
     ]
     lines += ["// " + x for x in a.sources.splitlines() if x.strip()]
     lines += [

@@ -135,6 +135,23 @@ def test_side_by_side_run_decides_its_shapes_with_autos_pick_as_the_incumbent(tm
     assert '"v10_a", 1, 50.100' in _table(tmp_path, files, "--latest-of-all", "--side-by-side", "2")
 
 
+def test_no_overlap_moves_a_pick_only_past_the_rows_spread(tmp_path):
+    # Four calibration runs: v14's median (50.55) is 1 % below the incumbent's (51.05), but one
+    # of its runs (51.3) is slower than the incumbent's fastest (50.9): the ranges overlap, so
+    # with --no-overlap the incumbent keeps the shape; without it v14 takes it.
+    cal = [tmp_path / f"cal_{i}.h5" for i in range(4)]
+    for f, (inc, v14) in zip(cal, ((51.0, 50.4), (51.1, 50.5), (50.9, 51.3), (51.2, 50.6))):
+        _sweep(f, [("auto", 0, inc, 10, 1), ("v10_a", 1, inc + 0.05), ("v14_b", 0, v14)])
+    base = ["--latest-of-all", "--side-by-side", "4"]
+    assert '"v14_b", 0, 50.550' in _table(tmp_path, cal, *base)
+    assert '"v10_a", 1, 51.075' in _table(tmp_path, cal, *base, "--no-overlap")
+    # Its slow run at 50.8 instead: every v14 row (50.4-50.8) lies below every incumbent row
+    # (50.9-51.25), and v14 takes the shape, unless a margin asks for more than the gap.
+    _sweep(cal[2], [("auto", 0, 50.9, 10, 1), ("v10_a", 1, 50.95), ("v14_b", 0, 50.8)])
+    assert '"v14_b", 0, 50.550' in _table(tmp_path, cal, *base, "--no-overlap")
+    assert '"v10_a", 1, 51.075' in _table(tmp_path, cal, *base, "--no-overlap", "--margin", "0.005")
+
+
 def test_side_by_side_bad_input_exits_2(tmp_path):
     tool = os.path.join(ROOT, "gpu", "attention", "decode_auto_table.py")
     f, g = tmp_path / "a.h5", tmp_path / "b.h5"
@@ -143,6 +160,7 @@ def test_side_by_side_bad_input_exits_2(tmp_path):
     for argv, msg in (([f, "--side-by-side", "1"], "needs --latest-of-all"),
                       ([f, "--latest-of-all", "--side-by-side", "2"], "needs --latest-of-all"),
                       ([f, "--latest-of-all", "--margin", "0.01"], "--margin F needs"),
+                      ([f, "--latest-of-all", "--no-overlap"], "--no-overlap needs"),
                       ([f, g, "--latest-of-all", "--side-by-side", "1"], "no listed file names")):
         r = subprocess.run([sys.executable, tool] + [str(x) for x in argv] +
                            ["--out", str(tmp_path / "t.inc")], capture_output=True, text=True)
