@@ -19,6 +19,7 @@
 #include <thrust/device_vector.h>
 
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -145,6 +146,20 @@ inline void expect_run_matches(const GpuDecodeRun& r, const ref::DecodeOutputs& 
       within_tolerance(r.o, tight.o, Op::kDecodeAttention, c.geom.format, c.spec.q_dtype, ctx));
   EXPECT_TRUE(
       within_tolerance(r.lse, tight.lse, Op::kDecodeLse, c.geom.format, c.spec.q_dtype, ctx));
+}
+
+// Two runs of the same case give the same bits: O and LSE compared byte for byte (a version
+// against a peer with the same tiles and mma sequence, or a version against its own second
+// call); `what` names the pair in every failure.
+inline void expect_same_bits(const GpuDecodeRun& a, const GpuDecodeRun& b,
+                             const std::string& what) {
+  ASSERT_TRUE(a.supported && b.supported) << what << ": " << a.reason << b.reason;
+  ASSERT_EQ(a.o.size(), b.o.size()) << what;
+  ASSERT_EQ(a.lse.size(), b.lse.size()) << what;
+  EXPECT_EQ(0, std::memcmp(a.o.data(), b.o.data(), a.o.size() * sizeof(float)))
+      << what << ": O differs";
+  EXPECT_EQ(0, std::memcmp(a.lse.data(), b.lse.data(), a.lse.size() * sizeof(float)))
+      << what << ": LSE differs";
 }
 
 }  // namespace kvlab::test

@@ -161,15 +161,10 @@ class BulkCopyDecode : public ::testing::TestWithParam<BulkMember> {
                             std::to_string(splits), tu);
       const GpuDecodeRun r = run_gpu_decode(c, d, id(), nullptr, tu);
       for (int other : peers) {
-        const GpuDecodeRun ro = run_gpu_decode(c, d, other, nullptr, tu);
-        ASSERT_TRUE(r.supported && ro.supported) << r.reason << ro.reason;
-        ASSERT_EQ(r.o.size(), ro.o.size());
-        EXPECT_EQ(0, std::memcmp(r.o.data(), ro.o.data(), r.o.size() * sizeof(float)))
-            << to_string(layout) << " " << to_string(f) << " splits " << splits << ": " << tag()
-            << " and v" << other << " differ";
-        EXPECT_EQ(0, std::memcmp(r.lse.data(), ro.lse.data(), r.lse.size() * sizeof(float)))
-            << to_string(layout) << " " << to_string(f) << " splits " << splits << ": " << tag()
-            << " and v" << other;
+        expect_same_bits(r, run_gpu_decode(c, d, other, nullptr, tu),
+                         to_string(layout) + " " + to_string(f) + " splits " +
+                             std::to_string(splits) + ": " + tag() + " and v" +
+                             std::to_string(other));
       }
     }
     if (keep) *keep = c;
@@ -509,14 +504,8 @@ TEST_P(BulkCopyDecode, ClusterMergeAtForcedSplitsMatchesTheReferenceAndV10Bitwis
         else
           EXPECT_EQ(ws, 0u) << what;
         expect_matches(c, what, tu);
-        const GpuDecodeRun r = run_gpu_decode(c, d, id(), nullptr, tu);
-        const GpuDecodeRun r10 = run_gpu_decode(c, d, 10, nullptr, tu);
-        ASSERT_TRUE(r.supported && r10.supported) << r.reason << r10.reason;
-        ASSERT_EQ(r.o.size(), r10.o.size());
-        EXPECT_EQ(0, std::memcmp(r.o.data(), r10.o.data(), r.o.size() * sizeof(float)))
-            << what << ": " << tag() << " and v10 differ";
-        EXPECT_EQ(0, std::memcmp(r.lse.data(), r10.lse.data(), r.lse.size() * sizeof(float)))
-            << what << ": " << tag() << " and v10 lse differ";
+        expect_same_bits(run_gpu_decode(c, d, id(), nullptr, tu),
+                         run_gpu_decode(c, d, 10, nullptr, tu), what + ": " + tag() + " and v10");
       }
     }
 }
@@ -573,13 +562,8 @@ TEST_P(BulkCopyDecode, LastBlockMergeWorkspaceContentsOnEntryDoNotMatter) {
       [&](ref::PagedCase& c, DeviceCase& d, thrust::device_vector<uint8_t>& ws,
           const gpu::DecodeTuning& tu, const std::string& what, GpuDecodeRun& r) {
         r = run_gpu_decode(c, d, id(), nullptr, tu, &ws);
-        const GpuDecodeRun r10 = run_gpu_decode(c, d, 10, nullptr, tu);
-        ASSERT_TRUE(r.supported && r10.supported) << what << r.reason << r10.reason;
         EXPECT_EQ(r.guard_damage, "") << what;
-        EXPECT_EQ(0, std::memcmp(r.o.data(), r10.o.data(), r.o.size() * sizeof(float)))
-            << what << ": " << tag() << " and v10 differ";
-        EXPECT_EQ(0, std::memcmp(r.lse.data(), r10.lse.data(), r.lse.size() * sizeof(float)))
-            << what << ": " << tag() << " and v10 lse differ";
+        expect_same_bits(r, run_gpu_decode(c, d, 10, nullptr, tu), what + ": " + tag() + " and v10");
       });
 }
 
@@ -677,13 +661,9 @@ TEST_P(BulkCopyDecode, SharedTilesAtForcedSplitsMatchTheReference) {
             << what << ": v10's partials, then one claim word per item";
       for (int call = 0; call < 3; ++call) expect_matches(c, what + " call " + std::to_string(call), tu);
       if (splits != 1) continue;
-      const GpuDecodeRun r = run_gpu_decode(c, d, id(), nullptr, tu);
-      const GpuDecodeRun r10 = run_gpu_decode(c, d, 10, nullptr, tu);
-      ASSERT_TRUE(r.supported && r10.supported) << r.reason << r10.reason;
-      EXPECT_EQ(0, std::memcmp(r.o.data(), r10.o.data(), r.o.size() * sizeof(float)))
-          << what << ": " << tag() << " and v10 differ at one split";
-      EXPECT_EQ(0, std::memcmp(r.lse.data(), r10.lse.data(), r.lse.size() * sizeof(float)))
-          << what << ": " << tag() << " and v10 lse differ at one split";
+      expect_same_bits(run_gpu_decode(c, d, id(), nullptr, tu),
+                       run_gpu_decode(c, d, 10, nullptr, tu),
+                       what + ": " + tag() + " and v10 at one split");
     }
   }
 }
