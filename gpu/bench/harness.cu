@@ -11,7 +11,9 @@
 #include <array>
 #include <chrono>
 #include <cmath>
+#include <map>
 #include <memory>
+#include <mutex>
 
 #include "gpu/bench/bulk_read.cuh"
 #include "gpu/bench/l2_flush.cuh"
@@ -215,21 +217,6 @@ struct Event {
   Event& operator=(const Event&) = delete;
 };
 
-struct OwnedStream {
-  cudaStream_t s = nullptr;
-  bool owned = false;
-  explicit OwnedStream(cudaStream_t given) : s(given) {
-    // Graph capture needs a real stream, never the legacy default stream.
-    if (!s) {
-      KVLAB_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-      owned = true;
-    }
-  }
-  ~OwnedStream() {
-    if (owned) cudaStreamDestroy(s);
-  }
-};
-
 struct Graph {
   cudaGraph_t graph = nullptr;
   cudaGraphExec_t exec = nullptr;
@@ -240,6 +227,19 @@ struct Graph {
 };
 
 }  // namespace
+
+cudaStream_t timing_stream() {
+  // One per device (a stream belongs to the device current at its creation); never
+  // destroyed: the driver releases it with the context at exit.
+  static std::mutex mu;
+  static std::map<int, cudaStream_t> streams;
+  int dev = 0;
+  KVLAB_CUDA_CHECK(cudaGetDevice(&dev));
+  std::lock_guard<std::mutex> lock(mu);
+  cudaStream_t& s = streams[dev];
+  if (!s) KVLAB_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  return s;
+}
 
 uint64_t device_l2_bytes() {
   int dev = 0, l2 = 0;
@@ -262,8 +262,9 @@ Timing time_kernel(const std::function<void(cudaStream_t)>& launch, const Timing
                    L2Flush flush, uint64_t flush_bytes, cudaStream_t stream,
                    const std::function<void(cudaStream_t)>& after_flush) {
   if (!opt.cold_l2 && flush != L2Flush::kSelf) flush = L2Flush::kNone;
-  OwnedStream st(stream);
-  cudaStream_t s = st.s;
+  // Graph capture needs a real stream, never the legacy default stream: the caller's, or
+  // the process's timing stream.
+  cudaStream_t s = stream ? stream : timing_stream();
   L2Flusher flusher(flush, flush_bytes);
   // Cold: every timed call must start after a flush, so a graph holds one call; warm: a
   // graph of graph_calls back-to-back calls amortizes the replay's launch.
@@ -275,7 +276,22 @@ Timing time_kernel(const std::function<void(cudaStream_t)>& launch, const Timing
     launch(s);  // one eager call first: lazy module loading must not happen inside capture
     KVLAB_CUDA_CHECK(cudaStreamSynchronize(s));
     KVLAB_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-    for (int i = 0; i < per_sample; ++i) launch(s);
+    {
+      // A launch that throws inside the capture must not leave the (process-wide) stream
+      // capturing: end the capture and drop its graph before the exception leaves.
+      struct EndCaptureOnThrow {
+        cudaStream_t s;
+        bool armed = true;
+        ~EndCaptureOnThrow() {
+          cudaGraph_t dropped = nullptr;
+          if (armed && cudaStreamEndCapture(s, &dropped) == cudaSuccess && dropped)
+            cudaGraphDestroy(dropped);
+          if (armed) (void)cudaGetLastError();
+        }
+      } guard{s};
+      for (int i = 0; i < per_sample; ++i) launch(s);
+      guard.armed = false;
+    }
     KVLAB_CUDA_CHECK(cudaStreamEndCapture(s, &g.graph));
     KVLAB_CUDA_CHECK(cudaGraphInstantiate(&g.exec, g.graph, 0));
   }

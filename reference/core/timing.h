@@ -5,10 +5,12 @@
 //
 // The rules (the harness applies them; experiments/peers/peer_timer.py applies the same ones
 // to the peers, so kvlab and its peers are timed alike):
-//   - one stream for the flush, the two CUDA events and the timed call (the harness: its own
-//     non-blocking stream unless the caller passes one, every launch given that stream; the
-//     peer timer: the caller's current torch stream, and it refuses a flush on another stream
-//     than its events; the stream kind does not change a time), after `warmup` untimed calls;
+//   - one stream for the flush, the two CUDA events and the timed call (the harness: the
+//     process's timing stream, one non-blocking stream created once, unless the caller passes
+//     one, every launch given that stream; the peer timer: the caller's current torch stream,
+//     and it refuses a flush on another stream than its events; the stream kind does not
+//     change a time, but a stream created per timing does: gpu/README.md, "Measuring"), after
+//     `warmup` untimed calls;
 //   - cold L2 (cold_l2): before every call, warm-up included, the flush kernel of
 //     gpu/bench/l2_flush.cuh reads a buffer of l2_flush_bytes(L2) with loads that allocate
 //     in L2 (ld.global.cg). Reads leave clean lines, so no write-back of flush data lands in
