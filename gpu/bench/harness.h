@@ -42,12 +42,12 @@ using kvlab::TimingOptions;
 using kvlab::to_string;
 
 // The stream time_kernel times on when the caller gives none: one non-blocking stream per
-// device for the whole process, created on first use and kept to the end. A stream created
-// per timing (the harness before) added 0 to 0.38 us to a launch-bound call, varying from
-// one timing to the next: on the H100 a cold 1 MiB read timed 40 times in a row measured
-// 4.000-4.384 us on a new stream each time and 4.128-4.192 us on one reused stream
-// (gpu/README.md, "Measuring"). Not for timing from several host threads at
-// once (their flushes and events would interleave on it).
+// device for the whole process, created on first use and kept to the end, so that every timing
+// of a sweep runs on the same stream (the harness used to create and destroy one per timing).
+// Not a noise fix: on the H100 (session 15) a cold 1 MiB read timed 30-40 times in a row spanned
+// 0-7 event ticks (32 ns) on this stream and 5-12 on a new stream each, overlapping
+// (gpu/README.md, "Measuring"). Not for timing from several host threads at once (their
+// flushes and events would interleave on it).
 cudaStream_t timing_stream();
 
 // Times `launch` (which enqueues the work once on the given stream, or on timing_stream()

@@ -9,8 +9,7 @@
 //     process's timing stream, one non-blocking stream created once, unless the caller passes
 //     one, every launch given that stream; the peer timer: the caller's current torch stream,
 //     and it refuses a flush on another stream than its events; the stream kind does not
-//     change a time, but a stream created per timing does: gpu/README.md, "Measuring"), after
-//     `warmup` untimed calls;
+//     change a time: gpu/README.md, "Measuring"), after `warmup` untimed calls;
 //   - cold L2 (cold_l2): before every call, warm-up included, the flush kernel of
 //     gpu/bench/l2_flush.cuh reads a buffer of l2_flush_bytes(L2) with loads that allocate
 //     in L2 (ld.global.cg). Reads leave clean lines, so no write-back of flush data lands in
