@@ -100,6 +100,7 @@ std::string how_timed(const Timing& t, double bytes) {
          (t.calls_per_sample == 1 ? " call per replay" : " calls per replay");
   else
     s += "; eager";
+  s += t.held ? "; stream held until enqueued" : "; stream not held";
   return s;
 }
 

@@ -18,8 +18,10 @@
 #   1. the flush-validity test and the harness tests (gpu_tests L2Flush.*, BenchHarness.*)
 #                                                                   flush_test.log   ~20 s
 #   2. the two-timer cross-check: kvlab sweep timer_check.ini, then decode_peers.py crosscheck
-#      --diagnose (1, 4, 16, 256 MiB reads, 4 and 256 MiB copies)
-#                                                timer_check.h5, crosscheck.h5, crosscheck.log ~30 s
+#      --diagnose (1, 4, 16, 256 MiB reads, 4 and 256 MiB copies), with --in-process on when a
+#      kvlab wheel is given (KVLAB_WHEEL, or BIN/kvlab-*-abi3-*.whl): gpu/bench's C++ timer also
+#      times each operation inside the Python timer's process, and decides the verdict there
+#                                                timer_check.h5, crosscheck.h5, crosscheck.log ~40 s
 #   3. kvlab sweep experiments/configs/perf.ini (989 points)     perf_sweep.h5, perf_sweep.log ~140 s
 #   4. the peers on perf_sweep.h5's shapes, in two processes, so that a refusal, hang or device
 #      fault of one cannot cost the other's rows:
@@ -77,8 +79,24 @@ step "2 two-timer cross-check"
 rm -f "$D/timer_check.h5"
 timeout -s TERM -k 20 "$(cap 30 280)" "$BIN/kvlab" sweep experiments/configs/timer_check.ini \
   --out "$D/timer_check.h5" --progress plain > "$D/crosscheck.log" 2>&1 || rc=1
-timeout -k 10 "$(cap 45 260)" $PY "$PEERS" crosscheck --diagnose --kvlab-h5 "$D/timer_check.h5" --out "$D/crosscheck.h5" \
-  >> "$D/crosscheck.log" 2>&1 || rc=1
+# The C++ timer in the Python timer's process: the kvlab wheel (cp312-abi3, `pip wheel . -w DIR`
+# with Python 3.12) from KVLAB_WHEEL, else BIN/kvlab-*.whl, installed into a scratch folder.
+# Without one the cross-check compares the two processes only (and says so in its log).
+INPROC=auto
+KVLAB_WHEEL=${KVLAB_WHEEL:-$(ls "$BIN"/kvlab-*-abi3-*.whl 2>/dev/null | head -1)}
+if [[ -n "$KVLAB_WHEEL" ]]; then
+  KVLAB_SITE=/tmp/kvlab_pkg_site
+  rm -rf "$KVLAB_SITE"
+  if $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$KVLAB_SITE" "$KVLAB_WHEEL" \
+       >> "$D/crosscheck.log" 2>&1; then
+    INPROC=on
+  else
+    echo "kvlab wheel $KVLAB_WHEEL did not install: no in-process C++ timing" | tee -a "$D/crosscheck.log"
+  fi
+fi
+( [[ $INPROC == on ]] && export PYTHONPATH="$KVLAB_SITE${PYTHONPATH:+:$PYTHONPATH}"
+  timeout -k 10 "$(cap 60 260)" $PY "$PEERS" crosscheck --diagnose --in-process "$INPROC" \
+    --kvlab-h5 "$D/timer_check.h5" --out "$D/crosscheck.h5" ) >> "$D/crosscheck.log" 2>&1 || rc=1
 
 # 0. FlashInfer: wheels and JIT modules, in the background (CPU only, niced), started only after
 #    the flush test and the cross-check, so that nothing else runs on the machine while they time.

@@ -15,6 +15,12 @@ and a kvlab kernel are timed alike:
     times as nothing. The stream kind does not change a time (H100: a cold 16 MiB read 9.728
     us on gpu/bench's own, legacy and per-thread streams alike; 256 MiB within 0.3 %);
   - `warmup` untimed calls, then one CUDA event pair around each timed call;
+  - the stream held (hold_stream, reference/core/timing.h): before each timed sample,
+    l2_flush.cuh's kvlab_hold_stream kernel holds the stream until the whole sample (flush,
+    events, call) is enqueued and the host releases it through a word of pinned (mapped) host
+    memory, so a library's host time to launch its call never falls between the events. A
+    call that waits on the stream from the host makes the hold give up after its timeout; the
+    timing is then taken again unheld (the result's "held" says which);
   - cold L2 (cold_l2): before every call, warm-up included, THE flush kernel of
     gpu/bench/l2_flush.cuh (compiled from that file's text with CuPy's RawModule, launched
     on the same grid as the C++ harness) reads as many bytes as the C++ harness's flush (the
@@ -51,8 +57,18 @@ import time
 import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# How far apart two timings of one call may lie although nothing is wrong: the level a
+# launch-bound call (a few microseconds) settles at moves from process to process and from
+# timer to timer. Measured on the H100 (NVIDIA H100 80GB HBM3, driver 580.159.04) by the
+# two-timer cross-check of 19 fair runs (data/perf/README.md, "The timers' uncertainty"): the
+# Python timer minus the `kvlab sweep` process at 1 and 4 MiB, -0.29 to +0.29 us, both signs;
+# in one process against gpu/bench's C++ harness (kvlab.bench), up to 0.16 us. Ten ticks of the
+# 32 ns event clock. Used as the absolute part of the cross-check's tolerance and as the margin
+# below which target_table.py calls kvlab and a peer level.
+TIMER_UNCERTAINTY_US = 0.32
 FLUSH_SOURCE = os.path.join(ROOT, "gpu", "bench", "l2_flush.cuh")
 FLUSH_KERNEL = "kvlab_l2_flush"
+HOLD_KERNEL = "kvlab_hold_stream"
 
 
 @dataclasses.dataclass
@@ -66,6 +82,7 @@ class TimingOptions:
     cold_l2: bool = True
     graph: bool = False
     graph_calls: int = 20
+    hold_stream: bool = True
 
     @classmethod
     def from_config_text(cls, text: str) -> "TimingOptions":
@@ -89,15 +106,17 @@ class TimingOptions:
 
 
 def flush_constants(path: str = FLUSH_SOURCE) -> dict:
-    """The KVLAB_L2_FLUSH_* constants of l2_flush.cuh (grid, multiple of L2, minimum)."""
+    """The KVLAB_L2_FLUSH_* constants of l2_flush.cuh (grid, multiple of L2, minimum) and its
+    KVLAB_HOLD_TIMEOUT_NS (the stream hold's patience)."""
     consts = {}
     with open(path) as f:
         for line in f:
-            m = re.match(r"\s*#define\s+(KVLAB_L2_FLUSH_\w+)\s+(\d+)\s*$", line)
+            m = re.match(r"\s*#define\s+(KVLAB_(?:L2_FLUSH|HOLD)_\w+)\s+(\d+)\s*$", line)
             if m:
                 consts[m.group(1)] = int(m.group(2))
     need = ("KVLAB_L2_FLUSH_THREADS", "KVLAB_L2_FLUSH_BLOCKS_PER_SM", "KVLAB_L2_FLUSH_L2_MULTIPLE",
-            "KVLAB_L2_FLUSH_MIN_MIB", "KVLAB_L2_FLUSH_ROTATE_SPAN_MIB", "KVLAB_L2_FLUSH_ROTATE_STEP_KIB")
+            "KVLAB_L2_FLUSH_MIN_MIB", "KVLAB_L2_FLUSH_ROTATE_SPAN_MIB", "KVLAB_L2_FLUSH_ROTATE_STEP_KIB",
+            "KVLAB_HOLD_TIMEOUT_NS")
     missing = [n for n in need if n not in consts]
     if missing:
         raise ValueError(f"{path} does not define {', '.join(missing)}")
@@ -157,6 +176,11 @@ class PeerTimer:
         with open(flush_source) as f:
             self._module = cupy.RawModule(code=f.read(), options=("-std=c++17",))
         self._flush_kernel = self._module.get_function(FLUSH_KERNEL)
+        self._hold_kernel = self._module.get_function(HOLD_KERNEL)
+        # The hold's words, [release, gave up], in pinned host memory (mapped: with unified
+        # addressing the kernel reads and writes them at their host address).
+        self._hold_words = torch.zeros(2, dtype=torch.int32, pin_memory=True)
+        self._hold_view = self._hold_words.numpy()
         # Distinct non-zero words, as the C++ flush buffer (never read zeros), with the rotation
         # span of l2_flush.cuh beyond the flush's own bytes.
         self._span = self.consts["KVLAB_L2_FLUSH_ROTATE_SPAN_MIB"] << 20
@@ -230,6 +254,15 @@ class PeerTimer:
         rt.memcpyAsync(dst_ptr, src_ptr, nbytes, rt.memcpyDeviceToDevice,
                        self.torch.cuda.current_stream().cuda_stream)
 
+    def _hold(self, stream) -> None:
+        """Enqueues the stream hold (l2_flush.cuh kvlab_hold_stream) on `stream`, the current one;
+        the timing loop releases it once the sample is enqueued."""
+        self._hold_view[0] = 0
+        self._hold_view[1] = 0
+        ptr = self._hold_words.data_ptr()
+        self._hold_kernel((1,), (1,), (np.uint64(ptr), np.uint64(self.consts["KVLAB_HOLD_TIMEOUT_NS"]), np.uint64(ptr + 4)),
+                          stream=self.cupy.cuda.ExternalStream(stream.cuda_stream))
+
     # -- timing -----------------------------------------------------------------------------
     def time(self, fn, graph: bool | None = None, options: TimingOptions | None = None) -> dict:
         """Times fn() (which enqueues its work on torch's current stream) by gpu/bench's rules.
@@ -275,25 +308,38 @@ class PeerTimer:
         start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         samples = []
         self.launch_log = []
+        held = bool(o.hold_stream)
         t0 = time.perf_counter()
         while True:
+            if held:
+                self._hold(stream)
+                if not samples:
+                    self.launch_log.append(("hold", torch.cuda.current_stream().cuda_stream))
             if cold:
                 self.flush(stream)
                 if not samples:
                     self.launch_log.append(("flush", torch.cuda.current_stream().cuda_stream))
             start.record(stream)
-            run()
-            stop.record(stream)
+            try:
+                run()
+                stop.record(stream)
+            finally:
+                self._hold_view[0] = 1  # release: the sample is enqueued (or the call raised)
             if not samples:
                 self.launch_log += [("start", stream.cuda_stream), ("call", torch.cuda.current_stream().cuda_stream),
                                     ("stop", stream.cuda_stream)]
             stop.synchronize()
+            if held and self._hold_view[1] != 0:
+                # The call waited on its stream from the host, behind the hold: time it unheld.
+                held, samples, self.launch_log = False, [], []
+                t0 = time.perf_counter()
+                continue
             samples.append(start.elapsed_time(stop) * 1000.0 / per_sample)
             done, summary = sampling_done(samples, time.perf_counter() - t0, o)
             if done:
                 break
         del g
-        summary.update(cold_l2=cold, graph=bool(graph), calls_per_sample=per_sample,
+        summary.update(cold_l2=cold, graph=bool(graph), calls_per_sample=per_sample, held=held,
                        flush="read_allocate" if cold else "none", flush_bytes=self.flush_bytes if cold else 0,
                        l2_bytes=self.l2_bytes, samples_us=samples,
                        stream="own non-blocking" if self.stream is not None else f"caller's ({stream.cuda_stream:#x})")
@@ -329,6 +375,7 @@ def record_timing(row: dict, t: dict, nbytes: float, ceiling: float, ceiling_nam
            if t["cold_l2"] else "warm L2: calls back to back")
     cps = t["calls_per_sample"]
     how += (f"; CUDA graph, {cps} call{'s' if cps != 1 else ''} per replay" if t["graph"] else "; eager")
+    how += "; stream held until enqueued" if t.get("held") else "; stream not held"
     row["timing"] = how + " (peer timer)"
     row["samples_us"] = list(t["samples_us"])
     if invalid and row.get("status", "ok") == "ok":

@@ -60,7 +60,8 @@ std::string timing_rules_text(const TimingConfig& t) {
          " max_seconds=" + canonical_number(t.max_seconds) +
          " cold_l2=" + std::to_string(t.cold_l2 ? 1 : 0) +
          " graph=" + std::to_string(t.graph ? 1 : 0) +
-         " graph_calls=" + std::to_string(t.graph_calls);
+         " graph_calls=" + std::to_string(t.graph_calls) +
+         " hold_stream=" + std::to_string(t.hold_stream ? 1 : 0);
 }
 
 SweepIdentity make_identity(const SweepSpec& spec, const std::vector<Point>& all, bool timing,

@@ -62,11 +62,13 @@ void set_timing(TimingConfig* t, const std::string& key, const std::string& v,
     t->graph = parse_bool(v, what);
   else if (key == "graph_calls")
     t->graph_calls = to_int(v, what, 1, 10000);
+  else if (key == "hold_stream")
+    t->hold_stream = parse_bool(v, what);
   else
     throw InvalidArgument(
         origin + ": unknown key '" + key +
         "' in [timing] (allowed: warmup, min_reps, max_reps, target_rel_iqr, max_seconds, "
-        "cold_l2, graph, graph_calls)");
+        "cold_l2, graph, graph_calls, hold_stream)");
 }
 
 bool valid_study_name(const std::string& s) {

@@ -207,6 +207,49 @@ class L2Flusher {
   std::unique_ptr<ReadBuffer> buf_;
 };
 
+// The stream hold of reference/core/timing.h (hold_stream): two words of mapped host memory,
+// [0] the host's release and [1] the hold kernel's "gave up", and the hold kernel launched
+// before each timed sample. Off (no words) when the options say so or after a hold gave up.
+class StreamHold {
+ public:
+  explicit StreamHold(bool on) {
+    if (!on) return;
+    KVLAB_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&words_), 2 * sizeof(int),
+                                   cudaHostAllocMapped));
+    KVLAB_CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&dev_), words_, 0));
+  }
+  ~StreamHold() { off(); }
+  StreamHold(const StreamHold&) = delete;
+  StreamHold& operator=(const StreamHold&) = delete;
+  bool on() const { return words_ != nullptr; }
+  // Enqueues the hold on s; the host enqueues the sample behind it, then calls release().
+  void hold(cudaStream_t s) {
+    if (!words_) return;
+    __atomic_store_n(&words_[0], 0, __ATOMIC_SEQ_CST);
+    __atomic_store_n(&words_[1], 0, __ATOMIC_SEQ_CST);
+    kvlab_hold_stream<<<1, 1, 0, s>>>(dev_, KVLAB_HOLD_TIMEOUT_NS, dev_ + 1);
+    KVLAB_CUDA_CHECK(cudaGetLastError());
+  }
+  void release() {
+    if (words_) __atomic_store_n(&words_[0], 1, __ATOMIC_SEQ_CST);
+  }
+  // After the sample's stop event completed: did the hold give up waiting for release()?
+  bool gave_up() const { return words_ && __atomic_load_n(&words_[1], __ATOMIC_SEQ_CST) != 0; }
+  // Releases a hold still pending (an exception between hold() and release()) and frees the
+  // words; cudaFreeHost waits for the device, by then the hold kernel has returned.
+  void off() {
+    if (!words_) return;
+    release();
+    cudaFreeHost(words_);
+    words_ = nullptr;
+    dev_ = nullptr;
+  }
+
+ private:
+  int* words_ = nullptr;
+  int* dev_ = nullptr;
+};
+
 struct Event {
   cudaEvent_t e = nullptr;
   Event() { KVLAB_CUDA_CHECK(cudaEventCreate(&e)); }
@@ -312,15 +355,32 @@ Timing time_kernel(const std::function<void(cudaStream_t)>& launch, const Timing
   KVLAB_CUDA_CHECK(cudaStreamSynchronize(s));
 
   std::vector<float> samples;
-  const auto t0 = std::chrono::steady_clock::now();
+  auto t0 = std::chrono::steady_clock::now();
   Timing result;
+  StreamHold hold(opt.hold_stream);
   for (;;) {
+    // Held: the GPU starts the flush only once the whole sample is enqueued, so the host's
+    // launch time is not between the events (timing.h, hold_stream).
+    hold.hold(s);
     flusher.flush(s);
     if (after_flush) after_flush(s);
     KVLAB_CUDA_CHECK(cudaEventRecord(start.e, s));
-    run_once();
-    KVLAB_CUDA_CHECK(cudaEventRecord(stop.e, s));
+    {
+      struct ReleaseOnThrow {  // a launch that throws must not leave the hold spinning
+        StreamHold& h;
+        ~ReleaseOnThrow() { h.release(); }
+      } releaser{hold};
+      run_once();
+      KVLAB_CUDA_CHECK(cudaEventRecord(stop.e, s));
+    }
     KVLAB_CUDA_CHECK(cudaEventSynchronize(stop.e));
+    if (hold.gave_up()) {
+      // The call waited on its stream from the host, behind the hold: time it unheld, anew.
+      hold.off();
+      samples.clear();
+      t0 = std::chrono::steady_clock::now();
+      continue;
+    }
     float ms = 0;
     KVLAB_CUDA_CHECK(cudaEventElapsedTime(&ms, start.e, stop.e));
     samples.push_back(ms * 1000.0f / per_sample);
@@ -331,6 +391,7 @@ Timing time_kernel(const std::function<void(cudaStream_t)>& launch, const Timing
   result.cold_l2 = cold;
   result.graph = opt.graph;
   result.calls_per_sample = per_sample;
+  result.held = hold.on();
   result.flush = flush;
   result.flush_bytes = flusher.bytes();
   result.l2_bytes = device_l2_bytes();

@@ -40,6 +40,9 @@
 #define KVLAB_L2_FLUSH_DEPTH 4
 #define KVLAB_L2_FLUSH_ROTATE_SPAN_MIB 32
 #define KVLAB_L2_FLUSH_ROTATE_STEP_KIB 1088
+// The stream hold's patience (kvlab_hold_stream below): the host enqueues a sample in
+// microseconds; a hold still waiting after this long means the host is waiting on the stream.
+#define KVLAB_HOLD_TIMEOUT_NS 20000000
 
 // The cache operator of a 16-byte global load.
 #define KVLAB_LOAD_CG 0     // ld.global.cg: cache in L2 only (allocating): the flush's
@@ -106,6 +109,27 @@ extern "C" __global__ void __launch_bounds__(KVLAB_L2_FLUSH_THREADS)
     kvlab_l2_flush_streaming(const uint4* __restrict__ p, unsigned long long n,
                              unsigned int* __restrict__ sink) {
   kvlab_read_body<KVLAB_LOAD_CS, KVLAB_L2_FLUSH_DEPTH>(p, n, sink);
+}
+
+// The stream hold (reference/core/timing.h, hold_stream): one thread spins until the host
+// writes a non-zero word to `release` (mapped host memory) after enqueueing a whole timed
+// sample behind this kernel, so that the flush, the events and the call then run back to back
+// on the GPU and the host's launch time never falls between the events. Gives up after
+// timeout_ns of the global timer (the host is waiting on the stream itself) and says so in
+// *timed_out (mapped host memory too). Volatile loads: each poll reads the host's word anew.
+extern "C" __global__ void kvlab_hold_stream(const volatile int* release, unsigned long long timeout_ns,
+                                             volatile int* timed_out) {
+  unsigned long long t0;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  while (*release == 0) {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    if (t - t0 > timeout_ns) {
+      *timed_out = 1;
+      return;
+    }
+    __nanosleep(256);
+  }
 }
 
 // A diagnostic twin of the flush kernel's read: the same body, plus each call's duration

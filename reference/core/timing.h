@@ -10,6 +10,16 @@
 //     one, every launch given that stream; the peer timer: the caller's current torch stream,
 //     and it refuses a flush on another stream than its events; the stream kind does not
 //     change a time: gpu/README.md, "Measuring"), after `warmup` untimed calls;
+//   - the stream held (hold_stream): before each timed sample the stream is held by a one-thread
+//     kernel (gpu/bench/l2_flush.cuh kvlab_hold_stream) that spins until the host has enqueued
+//     the whole sample (flush, start event, call, stop event) and releases it through a word
+//     of mapped host memory, so the events bracket the GPU's work only and never the host's
+//     time to launch the call (nvbench's blocking kernel). Without it a call whose host part
+//     outlasts the flush (PyTorch's cuDNN SDPA: 42-93 us of host time per call against a 102 us
+//     flush on the H100, session 16) is timed with the GPU idle between the events, by a
+//     different amount in each timing. A call that waits on its stream from the host (a
+//     synchronizing copy) would wait for the hold: the hold gives up after KVLAB_HOLD_TIMEOUT_NS and
+//     the timing is taken again without it (Timing::held false says so);
 //   - cold L2 (cold_l2): before every call, warm-up included, the flush kernel of
 //     gpu/bench/l2_flush.cuh reads a buffer of l2_flush_bytes(L2) with loads that allocate
 //     in L2 (ld.global.cg). Reads leave clean lines, so no write-back of flush data lands in
@@ -43,6 +53,7 @@ struct TimingOptions {
   bool cold_l2 = true;           // flush L2 before every call
   bool graph = false;            // CUDA-graph replay (launch-bound points)
   int graph_calls = 20;          // calls per replay when timing warm (cold: 1)
+  bool hold_stream = true;       // hold the stream until each sample is enqueued (see above)
 };
 
 // How the L2 is emptied before a timed call.
@@ -78,6 +89,7 @@ struct Timing {
   bool cold_l2 = false;      // no byte of the call was in L2 when it started
   bool graph = false;        // CUDA-graph replay
   int calls_per_sample = 1;  // calls bracketed by one pair of events (graph, warm: > 1)
+  bool held = false;         // every sample's stream was held until the sample was enqueued
   L2Flush flush = L2Flush::kNone;
   uint64_t flush_bytes = 0;       // bytes the flush read before each call (0: none)
   uint64_t l2_bytes = 0;          // the device's L2 size

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "experiments/cli/registry.h"
+#include "experiments/results/identity.h"
 #include "experiments/sweep/expr.h"
 #include "experiments/sweep/spec.h"
 #include "experiments/sweep/values.h"
@@ -160,6 +161,15 @@ TEST(DriverSpec, ConfigErrorsNameTheProblem) {
   EXPECT_NE(err("[timing]\nspeed = 2\n[a]\nkind = format_error\n")
                 .find("unknown key 'speed' in [timing]"),
             std::string::npos);
+  EXPECT_NE(err("[timing]\nhold_stream = maybe\n[a]\nkind = format_error\n").find("hold_stream"),
+            std::string::npos);
+  // The stream hold is on unless a config turns it off, and it is part of the timing rules
+  // that a resumed file must share (a file timed unheld is not continued held).
+  EXPECT_TRUE(parse_sweep("[a]\nkind = format_error\n", "cfg.ini").timing.hold_stream);
+  const SweepSpec off = parse_sweep("[timing]\nhold_stream = off\n[a]\nkind = format_error\n", "cfg.ini");
+  EXPECT_FALSE(off.timing.hold_stream);
+  EXPECT_NE(timing_rules_text(off.timing).find("hold_stream=0"), std::string::npos);
+  EXPECT_NE(timing_rules_text(SweepSpec{}.timing).find("hold_stream=1"), std::string::npos);
   EXPECT_NE(err("name = x\n").find("no study sections"), std::string::npos);
   EXPECT_NE(error_of([] { load_sweep("/nonexistent/sweep.ini"); }).find("cannot read sweep config"),
             std::string::npos);

@@ -13,6 +13,7 @@
 #include <thrust/sequence.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdint>
@@ -379,6 +380,59 @@ TEST(BenchHarness, EventsBracketTheKernel) {
     // 0.1 us: the two clocks' granularity.
     EXPECT_LE(kernel_median, t.median_us + 0.1) << mib << " MiB";
   }
+}
+
+// The stream hold keeps the host's launch time out of the events (timing.h, hold_stream): a
+// launch whose host part takes 300 us before it enqueues a cold 1 MiB read (~4 us on an H100)
+// times as the read when held, and as most of the host's 300 us when not (the 200 MiB flush
+// covers only ~100 us of it). The planted slow host is what a library's heavy launch path is
+// (PyTorch's cuDNN SDPA: 42-93 us per call, session 16).
+TEST(BenchHarness, HeldStreamKeepsTheHostsLaunchTimeOutOfTheEvents) {
+  KVLAB_SKIP_WITHOUT_GPU_BENCH();
+  thrust::device_vector<unsigned int> buf((size_t{1} << 20) / 4), sink(1);
+  thrust::sequence(buf.begin(), buf.end(), 1u);
+  const gpu::bench::MemKernel k{gpu::bench::MemOp::kRead, gpu::bench::MemLoad::kCg, 4, 8};
+  auto slow_host = [&](cudaStream_t st) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(300);
+    while (std::chrono::steady_clock::now() < until) {
+    }
+    gpu::bench::launch_mem_kernel(k, thrust::raw_pointer_cast(buf.data()), nullptr, size_t{1} << 20,
+                                  thrust::raw_pointer_cast(sink.data()), st);
+  };
+  gpu::bench::TimingOptions o = quick();
+  o.cold_l2 = true;
+  const gpu::bench::Timing held = gpu::bench::time_kernel(slow_host, o);
+  o.hold_stream = false;
+  const gpu::bench::Timing unheld = gpu::bench::time_kernel(slow_host, o);
+  std::printf("[hold] 1 MiB cold read behind 300 us of host time: held %.3f us, not held %.3f us\n",
+              held.median_us, unheld.median_us);
+  EXPECT_TRUE(held.held);
+  EXPECT_FALSE(unheld.held);
+  EXPECT_LT(held.median_us, 50.0);
+  EXPECT_GT(unheld.median_us, 150.0);
+}
+
+// A launch that waits on its own stream from the host would wait for the hold: the hold gives
+// up after KVLAB_HOLD_TIMEOUT_NS, the timing starts again unheld and says so.
+TEST(BenchHarness, ACallThatWaitsOnItsStreamIsTimedUnheld) {
+  KVLAB_SKIP_WITHOUT_GPU_BENCH();
+  thrust::device_vector<unsigned int> src((size_t{4} << 20) / 4), dst((size_t{4} << 20) / 4);
+  thrust::sequence(src.begin(), src.end(), 3u);
+  auto waits = [&](cudaStream_t st) {
+    KVLAB_CUDA_CHECK(cudaMemcpyAsync(thrust::raw_pointer_cast(dst.data()),
+                                     thrust::raw_pointer_cast(src.data()), size_t{4} << 20,
+                                     cudaMemcpyDeviceToDevice, st));
+    KVLAB_CUDA_CHECK(cudaStreamSynchronize(st));
+  };
+  gpu::bench::TimingOptions o = quick();
+  o.cold_l2 = true;
+  const auto t0 = std::chrono::steady_clock::now();
+  const gpu::bench::Timing t = gpu::bench::time_kernel(waits, o);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_FALSE(t.held);
+  EXPECT_GE(t.reps, o.min_reps);
+  EXPECT_GT(t.median_us, 0.0);
+  EXPECT_LT(s, 5.0);  // one hold's timeout (20 ms), not one per sample
 }
 
 }  // namespace kvlab::test

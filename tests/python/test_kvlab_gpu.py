@@ -428,3 +428,38 @@ def test_bad_inputs_raise_before_launch():
             ops.decode_attention(q, k, v, table, lens, version=needing[0])
     with pytest.raises(kvlab.InvalidArgument):
         ops.quantize(torch.zeros(4, 30, device=DEV), "mxfp4")  # 30 columns: not a multiple of 32
+
+
+def test_cpp_harness_in_process_flushes_and_times_the_prepared_launch():
+    """kvlab.bench: gpu/bench's C++ timer called from this process. A cold read must pay DRAM
+    (the flush ran: a 16 MiB buffer, inside the 50 MB L2, reads faster warm than cold), a cold
+    256 MiB read stays below the datasheet bandwidth, and a prepared decode times both eagerly
+    and from a CUDA graph, its samples in the dict."""
+    opts = dict(warmup=3, min_reps=20, max_reps=60, target_rel_iqr=0.02, max_seconds=1.0)
+    big = kvlab.bench.time_bandwidth("read", "cg", mib=256, depth=4, blocks_per_sm=8, cold_l2=True, **opts)
+    assert big["cold_l2"] and big["flush_bytes"] > big["l2_bytes"] > 0 and big["flush"] == "read_allocate"
+    assert big["reps"] >= 20 and len(big["samples_us"]) == big["reps"]
+    assert big["kernel"] == "read_cg_d4_b8" and big["bytes_moved"] == 256 << 20
+    peak = torch.cuda.get_device_properties(0)
+    tbps = big["bytes_moved"] / (big["q3_us"] * 1e-6) / 1e12
+    assert 0.3 < tbps < 4.9, f"cold 256 MiB read at {tbps:.3f} TB/s ({peak.name})"
+    warm = kvlab.bench.time_bandwidth("read", "cg", mib=16, depth=4, blocks_per_sm=8, cold_l2=False, **opts)
+    cold = kvlab.bench.time_bandwidth("read", "cg", mib=16, depth=4, blocks_per_sm=8, cold_l2=True, **opts)
+    assert not warm["cold_l2"] and warm["flush_bytes"] == 0
+    assert warm["median_us"] < 0.9 * cold["median_us"], (warm["median_us"], cold["median_us"])
+    copy = kvlab.bench.time_bandwidth("copy", "memcpy", mib=8, **opts)
+    assert copy["kernel"] == "copy_memcpy" and copy["bytes_moved"] == 2 * (8 << 20)
+
+    c = host_case(7, "bf16", "nhd", lens=(300, 301, 17))
+    q, k, v = to_dev(c["q"], True), to_dev(c["k"], True), to_dev(c["v"], True)
+    table, lens = to_dev(c["table"]), to_dev(c["lens"])
+    ws = torch.empty(ops.decode_workspace_bytes(q, k, v, table, lens) + 1, dtype=torch.uint8, device=DEV)
+    want = ops.decode_attention(q, k, v, table, lens, workspace=ws)
+    p = ops.prepare_decode_attention(q, k, v, table, lens, workspace=ws)
+    p.out.fill_(float("nan"))
+    eager = kvlab.bench.time_decode(p, **opts)
+    graph = kvlab.bench.time_decode(p, graph=True, **opts)
+    torch.cuda.synchronize()
+    assert torch.equal(p.out, want)  # the timed launches wrote the output
+    assert eager["cold_l2"] and not eager["graph"] and graph["graph"] and graph["calls_per_sample"] == 1
+    assert 0 < eager["q1_us"] <= eager["median_us"] <= eager["q3_us"] < 1e4

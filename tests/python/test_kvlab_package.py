@@ -426,6 +426,32 @@ def test_ops_registry_and_host_arrays_refused():
         kvlab.ops.choose_decode(c["q"], c["k"], c["v"], c["table"], c["lens"], kv_format="bf16", q_dtype="bf16")
 
 
+def test_bench_refuses_bad_timing_options_and_kernels_before_the_device():
+    """kvlab.bench (gpu/bench's C++ timer): a misspelt option, an unknown kernel or size is
+    refused with the allowed values before anything touches a device (so this runs without
+    one)."""
+    with pytest.raises(ValueError, match="min_rep.*not one of warmup"):
+        kvlab.bench.time_bandwidth("read", "cg", mib=1, min_rep=5)
+    with pytest.raises(ValueError, match="not one of warmup"):
+        kvlab.bench.time_decode(object(), cold=True)
+    if not native().has_cuda:
+        with pytest.raises(ImportError, match="without CUDA"):
+            kvlab.bench.time_bandwidth("read", "cg", mib=1)
+        return
+    with pytest.raises(TypeError, match="PreparedDecode"):
+        kvlab.bench.time_decode(object())
+    with pytest.raises(kvlab.InvalidArgument, match="not one of read, copy"):
+        kvlab.bench.time_bandwidth("write", "cg", mib=1)
+    with pytest.raises(kvlab.InvalidArgument, match="not one of cg, plain, nc, memcpy, bulk"):
+        kvlab.bench.time_bandwidth("read", "ca", mib=1)
+    with pytest.raises(kvlab.InvalidArgument, match="depth 3"):
+        kvlab.bench.time_bandwidth("read", "cg", mib=1, depth=3)
+    with pytest.raises(kvlab.InvalidArgument, match="mib 0"):
+        kvlab.bench.time_bandwidth("read", "cg", mib=0)
+    with pytest.raises(kvlab.InvalidArgument, match="min_reps <= max_reps"):
+        kvlab.bench.time_bandwidth("read", "cg", mib=1, min_reps=9, max_reps=3)
+
+
 # ---- the scripts the GPU stage runs import the installed kvlab -------------------------------
 SCRIPTS = os.path.join(ROOT, "experiments", "python", "scripts")
 
@@ -495,3 +521,15 @@ def test_timing_crosscheck_verdict_fails_outside_the_tolerance():
     with pytest.raises(SystemExit, match="not one kernel"):
         tc.compare(shapes[:1], {shapes[0]: t(751.1)}, {shapes[0]: t(751.1, ran="v5_mma_decode_2stage")}, "auto", "H100",
                    0.02)
+    # With the C++ harness also timed in the Python process: the Python timer must agree with
+    # both within max(2 %, tolerance_abs_us): 0.3 us apart passes at 0.32 us, fails at 0.
+    near = t(9.61)
+    near["in_process"] = t(9.60)
+    rows = tc.compare(shapes[1:], {shapes[1]: t(9.91)}, {shapes[1]: near}, "auto", "H100", 0.02, 0.32)
+    assert rows[0]["agree"] and abs(rows[0]["in_process_ratio"] - 9.61 / 9.6) < 1e-12
+    rows = tc.compare(shapes[1:], {shapes[1]: t(9.91)}, {shapes[1]: near}, "auto", "H100", 0.02, 0.0)
+    assert not rows[0]["agree"] and "kvlab sweep -0.300 us" in rows[0]["reason"]
+    far = t(9.61)
+    far["in_process"] = t(9.0)
+    rows = tc.compare(shapes[1:], {shapes[1]: t(9.61)}, {shapes[1]: far}, "auto", "H100", 0.02, 0.32)
+    assert not rows[0]["agree"] and "one process +0.610 us" in rows[0]["reason"]

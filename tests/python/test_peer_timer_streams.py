@@ -9,6 +9,7 @@ import os
 import sys
 import types
 
+import numpy as np
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -22,6 +23,7 @@ class FakeGpu:
     def __init__(self):
         self.log = []
         self.flush_ptrs = []
+        self.hold_gives_up = False  # the hold kernel reports that it gave up waiting
         self.next_ptr = 0x1000
         self.legacy = FakeStream(self, 0)
         self.current = self.legacy
@@ -74,14 +76,23 @@ def fake_modules(gpu):
 
     cuda.stream = stream_ctx
     tensor = types.SimpleNamespace(data_ptr=lambda: 0xABC000)
+    words = np.zeros(2, dtype=np.int32)  # the hold's pinned words: [release, gave up]
+    pinned = types.SimpleNamespace(data_ptr=lambda: 0xF00000, numpy=lambda: words)
     torch = types.SimpleNamespace(cuda=cuda, int32="int32", arange=lambda *a, **k: tensor,
-                                  zeros=lambda *a, **k: tensor)
+                                  zeros=lambda *a, pin_memory=False, **k: pinned if pin_memory else tensor)
 
-    def kernel(grid, block, args, stream=None):
+    def flush_kernel(grid, block, args, stream=None):
         gpu.log.append(("flush", stream.ptr if stream is not None else None))
         gpu.flush_ptrs.append(int(args[0]))
 
-    module = types.SimpleNamespace(get_function=lambda name: kernel)
+    def hold_kernel(grid, block, args, stream=None):
+        assert words[0] == 0 and int(args[0]) == 0xF00000 and int(args[2]) == 0xF00004
+        gpu.log.append(("hold", stream.ptr if stream is not None else None))
+        if gpu.hold_gives_up:
+            words[1] = 1
+
+    module = types.SimpleNamespace(get_function=lambda name: hold_kernel if name == "kvlab_hold_stream"
+                                   else flush_kernel)
     cupy = types.SimpleNamespace(RawModule=lambda code, options=(): module,
                                  cuda=types.SimpleNamespace(ExternalStream=lambda p: types.SimpleNamespace(ptr=p)))
     return torch, cupy
@@ -108,16 +119,17 @@ def test_flush_events_and_call_share_the_timers_own_stream(gpu):
     t = timer.time(lambda: (calls.append(gpu.current.cuda_stream), gpu.log.append(("call", gpu.current.cuda_stream))))
     assert t["reps"] == 10 and t["stream"] == "own non-blocking"
     assert set(calls) == {own}
-    timed = [e for e in gpu.log if e[0] in ("flush", "event", "call")]
+    timed = [e for e in gpu.log if e[0] in ("hold", "flush", "event", "call")]
     assert {e[1] for e in timed} == {own}
-    # Every timed call: flush, start event, call, stop event, in that order.
-    seq = [e[0] for e in timed][-40:]
-    assert seq == ["flush", "event", "call", "event"] * 10
+    # Every timed call: the hold, flush, start event, call, stop event, in that order.
+    seq = [e[0] for e in timed][-50:]
+    assert seq == ["hold", "flush", "event", "call", "event"] * 10
+    assert t["held"] and "stream held until enqueued" in peer_timer.record_timing({}, t, 1e6, 3e12)["timing"]
     # Ordered after the caller's stream, and the caller after it.
     waits = [e for e in gpu.log if e[0] == "wait"]
     assert waits[0] == ("wait", own, 0) and waits[-1] == ("wait", 0, own)
     assert gpu.current is gpu.legacy  # the caller's stream is current again
-    assert [w for w, _ in timer.launch_log] == ["flush", "start", "call", "stop"]
+    assert [w for w, _ in timer.launch_log] == ["hold", "flush", "start", "call", "stop"]
     assert {p for _, p in timer.launch_log} == {own}
 
 
@@ -160,3 +172,26 @@ def test_each_timing_walks_the_flush_rotation_of_the_cpp_harness(gpu):
     base = 0xABC000
     assert first == [base + (k * step) % span for k in range(len(first))]
     assert len(set(first)) == len(first) == 2 + 10  # warm-up and samples, all distinct windows
+
+
+def test_the_hold_is_released_after_each_sample_and_given_up_on_a_waiting_call(gpu):
+    """The host releases the hold once the sample is enqueued (its word 1 after every sample);
+    when the hold reports that it gave up (the call waited on the stream from the host), the
+    timing starts again without it and says so; hold_stream off never holds."""
+    timer = peer_timer.PeerTimer(options())
+    released = []
+    timer.time(lambda: released.append(int(timer._hold_view[0])))
+    assert released[-10:] == [0] * 10 and timer._hold_view[0] == 1  # enqueued, then released
+    gpu.log.clear()
+    gpu.hold_gives_up = True
+    t = timer.time(lambda: gpu.log.append(("call", gpu.current.cuda_stream)))
+    assert not t["held"] and t["reps"] == 10
+    kinds = [e[0] for e in gpu.log if e[0] in ("hold", "flush", "call")]
+    assert kinds.count("hold") == 1 and kinds[-20:] == ["flush", "call"] * 10
+    gpu.hold_gives_up = False
+    gpu.log.clear()
+    o = options()
+    o.hold_stream = False
+    t = peer_timer.PeerTimer(o).time(lambda: None)
+    assert not t["held"] and not [e for e in gpu.log if e[0] == "hold"]
+    assert "stream not held" in peer_timer.record_timing({}, t, 1e6, 3e12)["timing"]

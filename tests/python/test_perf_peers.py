@@ -8,6 +8,7 @@ import math
 import os
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -124,12 +125,12 @@ def decode_row(study, version, batch, context, fmt, us, layout="nhd", graph="off
     return row
 
 
-def write(path, rows, read=R, copy=C, study_kind="decode_attention"):
+def write(path, rows, read=R, copy=C, study_kind="decode_attention", labels=LABELS):
     peer_results.write_result_file(str(path), rows, {"device_name": "NVIDIA H100 80GB HBM3",
                                                      "read_ceiling_bytes_per_s": read,
                                                      "copy_ceiling_bytes_per_s": copy,
                                                      "device_peak_bytes_per_s": 3.35e12},
-                                   AXES, NUMERIC, METRICS, LABELS, run={"started_utc": "x", "argv": "test"})
+                                   AXES, NUMERIC, METRICS, labels, run={"started_utc": "x", "argv": "test"})
     return path
 
 
@@ -453,6 +454,57 @@ def test_timing_report_lists_the_ceiling_kernels_and_the_crosscheck(tmp_path):
     assert r.returncode == 2 and "no such file" in r.stderr
 
 
+def test_crosscheck_verdict_is_two_percent_or_the_timer_uncertainty():
+    """The two-timer verdict: agree within max(2 %, 0.32 us), across processes and in one process.
+    The absolute part absorbs the launch-bound level's move between processes (the 19 fair runs'
+    1 MiB rows: -0.288 to +0.160 us, session 16's 4 MiB copy +0.288 us) and still catches what
+    the check is for, by the flush test's own planted flush (L2Flush::kReadStreaming, which
+    leaves the lines in L2; session 16 call 1's flush_test.log, H100): the tiny read 3.520 us
+    against 4.032 with the harness's flush, the 16 MiB read 6.336 against 10.720; and a call that
+    escaped the events (0.1 us)."""
+    from decode_peers import crosscheck_verdict
+    from peer_timer import TIMER_UNCERTAINTY_US
+    u = TIMER_UNCERTAINTY_US
+    assert u == 0.32
+    assert crosscheck_verdict(4.384, 4.224, 4.320, 0.02, u) == ("ok", "")      # session 16: +0.160 us
+    assert crosscheck_verdict(3.936, 4.224, None, 0.02, u) == ("ok", "")       # -0.288 us, no in-process
+    assert crosscheck_verdict(6.176, 5.888, 6.016, 0.02, u) == ("ok", "")      # 4 MiB copy +0.288 us
+    status, reason = crosscheck_verdict(3.520, 4.032, 4.032, 0.02, u)           # planted: streaming flush
+    assert status == "failed" and "kvlab sweep -0.512 us" in reason and "one process -0.512 us" in reason
+    assert crosscheck_verdict(0.1, 4.224, None, 0.02, u)[0] == "failed"        # escaped the events
+    assert crosscheck_verdict(6.336, 10.720, 10.72, 0.02, u)[0] == "failed"    # 16 MiB, streaming flush
+    status, reason = crosscheck_verdict(4.6, 4.224, 4.6, 0.02, u)               # in one process fine,
+    assert status == "failed" and "kvlab sweep +0.376 us" in reason and "one process" not in reason
+    assert crosscheck_verdict(91.5, 89.8, 89.9, 0.02, u) == ("ok", "")         # 256 MiB: 2 % rules
+    assert crosscheck_verdict(92.0, 89.8, 89.9, 0.02, u)[0] == "failed"
+    assert crosscheck_verdict(4.384, 4.224, None, 0.02, 0.0)[0] == "failed"   # no absolute part: 3.8 %
+
+
+def test_timing_report_shows_the_in_process_timer_and_the_bound(tmp_path):
+    metrics = METRICS + ["kvlab_median_us", "rel_diff_vs_kvlab", "cpp_in_process_us", "rel_diff_in_process"]
+    sweep = [bandwidth_row("read", "cg", 4, 8, 1, 4.224, "read_cg_d4_b8")]
+    row = bandwidth_row("read", "cg", 4, 8, 1, 4.384, "", kvlab_median_us=4.224, rel_diff_vs_kvlab=0.0379,
+                        cpp_in_process_us=4.32, rel_diff_in_process=0.0148)
+    paths = []
+    for name, rows, extra in (("sweep.h5", sweep, {}), ("timer_check.h5", sweep, {}),
+                              ("crosscheck.h5", [row], {"crosscheck_tolerance": 0.02, "crosscheck_worst": 0.0379,
+                                                        "crosscheck_tolerance_abs_us": 0.32,
+                                                        "crosscheck_worst_in_process": 0.0148})):
+        p = str(tmp_path / name)
+        peer_results.write_result_file(p, rows, {"device_name": "NVIDIA H100 80GB HBM3", "read_ceiling_bytes_per_s": R,
+                                                 "copy_ceiling_bytes_per_s": C, "device_peak_bytes_per_s": 3.35e12,
+                                                 **extra},
+                                       BW_AXES, BW_NUMERIC, metrics, LABELS + ["kernel"],
+                                       run={"started_utc": "x", "argv": "t"})
+        paths.append(p)
+    r = subprocess.run([sys.executable, TIMING_REPORT, *paths], capture_output=True, text=True,
+                       env=dict(os.environ, PYTHONPATH=ROOT))
+    assert r.returncode == 0, r.stderr
+    assert "## Two-timer cross-check (tolerance max(2%, 0.32 us))" in r.stdout
+    assert "C++ in one process us" in r.stdout and "| 4.320 | +1.48 % |" in r.stdout
+    assert "1.48 % in one process: AGREE within max(2%, 0.32 us)" in r.stdout
+
+
 # ------------------------------------------------------------------------- paged peers
 def test_page_table_is_one_seeded_permutation_of_exactly_the_needed_pages():
     import decode_peers
@@ -643,6 +695,49 @@ def test_target_table_adds_the_best_paged_peer_and_keeps_k1(tmp_path):
     alone = subprocess.run([sys.executable, TABLE, str(sweep), "--targets-only"], capture_output=True, text=True,
                            timeout=120)
     assert alone.returncode == 0 and "no BF16 K1 point has a paged peer row" in alone.stdout
+
+
+def test_target_table_lists_the_kernels_cudnn_ran_per_shape(tmp_path):
+    """The label kernels of the cuDNN peer rows: shapes grouped by the kernels they ran, so a
+    shape slow for cuDNN alone shows whether another engine or grid ran there."""
+    kv = [decode_row("K1_grid", "v10_mma_decode_tma_swizzle", 64, 8192, "bf16", 756.0, group=g) for g in (1, 4, 8)]
+    fast, slow = "sdpa_fprop_knob_3<<<8,32,64; 384,1,1>>>", "sdpa_fprop_knob_7<<<16,32,64; 256,1,1>>>"
+    peers = []
+    for g, us_, kern in ((1, 745.0, fast), (4, 769.0, slow), (8, 748.0, fast)):
+        r = decode_row("K1_grid", "peer:sdpa_cudnn", 64, 8192, "bf16", us_, layout="contiguous", group=g)
+        r["kernels"] = kern
+        peers.append(r)
+    p = decode_row("K1_grid", "peer:flashinfer_tc", 64, 8192, "bf16", 766.0)
+    p["kernels"] = ""
+    peers.append(p)
+    sweep = write(tmp_path / "sweep.h5", kv)
+    peer = write(tmp_path / "peers.h5", peers, labels=LABELS + ["kernels"])
+    r = subprocess.run([sys.executable, TABLE, str(sweep), str(peer)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    out = r.stdout
+    assert "sdpa_cudnn kernels per shape" in out and "cudnn_paged kernels" not in out
+    row_fast = [ln for ln in out.splitlines() if "knob_3" in ln]
+    row_slow = [ln for ln in out.splitlines() if "knob_7" in ln]
+    assert len(row_fast) == 1 and "64x8192 g1 (745.0 us), 64x8192 g8 (748.0 us)" in row_fast[0]
+    assert len(row_slow) == 1 and "64x8192 g4 (769.0 us)" in row_slow[0]
+
+
+def test_target_table_k1_names_margins_inside_the_timer_uncertainty(tmp_path):
+    """kvlab and its peers are timed in different processes: K1 keeps its strict count but names
+    the points whose margin is within peer_timer.TIMER_UNCERTAINTY_US (0.32 us), either way."""
+    kv = [decode_row("K1_grid", "v10_mma_decode_tma_swizzle", 4, 512, "bf16", 11.7),
+          decode_row("K1_grid", "v10_mma_decode_tma_swizzle", 16, 512, "bf16", 18.6),
+          decode_row("K1_grid", "v10_mma_decode_tma_swizzle", 1, 512, "bf16", 9.6)]
+    peers = [decode_row("K1_grid", "peer:sdpa_cudnn", 4, 512, "bf16", 11.84, layout="contiguous"),
+             decode_row("K1_grid", "peer:sdpa_cudnn", 16, 512, "bf16", 18.4, layout="contiguous"),
+             decode_row("K1_grid", "peer:sdpa_cudnn", 1, 512, "bf16", 10.9, layout="contiguous")]
+    sweep, peer = write(tmp_path / "sweep.h5", kv), write(tmp_path / "peers.h5", peers)
+    r = subprocess.run([sys.executable, TABLE, str(sweep), str(peer), "--targets-only"], capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    k1 = [ln for ln in r.stdout.splitlines() if ln.startswith("K1")]
+    assert len(k1) == 1 and "2 of 3 points; behind at 16x512 (18.6 vs sdpa_cudnn 18.4)" in k1[0]
+    assert "not resolved: 4x512 (-0.14 us), 16x512 (+0.20 us)" in k1[0] and "1x512" not in k1[0].split("resolved")[1]
 
 
 def test_page_order_table_shows_cudnn_paged_on_the_row_layout(tmp_path):

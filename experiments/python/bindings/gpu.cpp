@@ -7,6 +7,7 @@
 // so a newly registered version is callable without touching this file. Decode version
 // kAutoVersion (-1, Python's "auto") is gpu::choose_decode's pick for the call's arguments on
 // the arrays' device (version and plan knobs), the rule `kvlab sweep` applies to version = auto.
+// A PreparedDecode also times its launch with gpu/bench's harness (bench.cpp).
 #include <cuda_runtime_api.h>
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/optional.h>
@@ -14,7 +15,9 @@
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
+#include "experiments/python/bindings/bench.h"
 #include "experiments/python/bindings/paged.h"
+#include "gpu/bench/harness.h"
 #include "gpu/attention/decode.h"
 #include "gpu/attention/decode_auto.h"
 #include "gpu/attention/prefill.h"
@@ -179,6 +182,23 @@ struct PreparedDecode {
                           as_stream(on ? *on : stream));
   }
   int num_splits() const { return tuning.num_splits; }
+
+  // The launch timed by gpu/bench's harness (time_kernel on its own stream, the rules of
+  // `options`), as a `kvlab sweep` point times it: the C++ timer inside the caller's process.
+  nb::dict time(const nb::dict& options) const {
+    const TimingOptions o = timing_options(options);
+    DeviceGuard guard(device);
+    Timing t;
+    {
+      nb::gil_scoped_release release;
+      t = gpu::bench::time_kernel(
+          [&](cudaStream_t s) {
+            gpu::decode_attention(args, version, tuning, workspace, workspace_bytes, s);
+          },
+          o);
+    }
+    return timing_dict(t);
+  }
 };
 
 PreparedDecode prepare_decode(KVLAB_PY_DECODE_PARAMS, int version, const OptArray& workspace,
@@ -313,6 +333,7 @@ int device_count() {
 
 void bind_gpu(nb::module_& m) {
   m.def("device_count", &device_count);
+  bind_bench(m);
   m.def("decode_versions", &versions);
   m.attr("AUTO_VERSION") = kAutoVersion;
   m.def("choose_decode", &choose, KVLAB_PY_DECODE_ARGS);
@@ -327,7 +348,10 @@ void bind_gpu(nb::module_& m) {
       .def_ro("version", &PreparedDecode::version)
       .def_prop_ro("num_splits", &PreparedDecode::num_splits)
       .def_ro("basis", &PreparedDecode::basis)
-      .def_ro("stream", &PreparedDecode::stream);
+      .def_ro("stream", &PreparedDecode::stream)
+      .def("time", &PreparedDecode::time, nb::arg("options"),
+           "time the launch with gpu/bench's harness (the sweep's timer) in this process; "
+           "returns the Timing fields as a dict");
   m.def("prepare_decode_attention", &prepare_decode, KVLAB_PY_DECODE_ARGS, nb::arg("version"),
         nb::arg("workspace").none(), nb::arg("stream"));
   m.def("validate_decode_tables", &validate_tables, KVLAB_PY_DECODE_ARGS, nb::arg("stream"));

@@ -2,7 +2,8 @@
 //
 //   _kvlab.formats   bit-exact encode / decode of the number formats (host arrays)
 //   _kvlab.ref       the CPU reference (host arrays): decode, append, quantize, DSV4 ops
-//   _kvlab.gpu       the GPU kernels (CUDA arrays; only in a build with CUDA)
+//   _kvlab.gpu       the GPU kernels (CUDA arrays; only in a build with CUDA), and gpu/bench's
+//                    timing harness (bench.cpp: the sweep's timer, callable in any process)
 // The Python modules kvlab.formats / kvlab.ref / kvlab.ops wrap these with defaults, output
 // allocation by the caller's array library and stream selection; this module only checks
 // arrays, builds kvlab's argument structs and calls kvlab. Errors: kvlab::InvalidArgument ->

@@ -8,8 +8,8 @@ DataFrames.
     kvlab.ref.decode_attention(q, k_cache, v_cache, block_table, seq_lens)   # numpy arrays
     kvlab.formats.encode(x, "fp8_e4m3")                                      # bit-exact codes
 
-Modules: kvlab.ops (GPU kernels), kvlab.ref (CPU reference), kvlab.formats (number
-formats), kvlab.dsv4 (the DeepSeek-V4-style substrate's cache views), kvlab.paged (paged
+Modules: kvlab.ops (GPU kernels), kvlab.bench (gpu/bench's C++ timer), kvlab.ref (CPU
+reference), kvlab.formats (number formats), kvlab.dsv4 (the DeepSeek-V4-style substrate's cache views), kvlab.paged (paged
 cache shapes and block tables), kvlab.results (kvlab.load), kvlab.export
 (`python -m kvlab export`). Only kvlab.load and kvlab.export work without the compiled
 extension module; the others import it on first use.
@@ -22,7 +22,7 @@ from kvlab.results import ResultFileError, ResultSet, load  # noqa: F401
 
 __version__ = "0.1.0"
 
-_SUBMODULES = ("ops", "ref", "formats", "dsv4", "paged", "export", "results")
+_SUBMODULES = ("ops", "ref", "formats", "dsv4", "paged", "export", "results", "bench")
 _ERRORS = ("Error", "InvalidArgument", "Unsupported")
 
 

@@ -6,11 +6,14 @@ measured with, by the C++ harness's rules and flush kernel; it needs torch and C
 1 means one of them, not the kernel, is off, and every kvlab-vs-peer comparison inherits it.
 
     python3 experiments/python/scripts/timing_crosscheck.py --kvlab build/experiments/kvlab --out DIR
-        [--version NAME] [--shape BATCHxCONTEXT ...] [--tolerance 0.02]
+        [--version NAME] [--shape BATCHxCONTEXT ...] [--tolerance 0.02] [--tolerance-abs-us 0.32]
 
-Verdict: the timers agree on a shape when their medians differ by at most --tolerance
-(default 2 %, the peers' cross-check tolerance); the script exits 1 when any shape disagrees
-(0 only when all agree, 2 for bad arguments or no GPU).
+Verdict (the peers' cross-check rule, decode_peers.crosscheck_verdict): the timers agree on a
+shape when their medians differ by at most max(--tolerance x time, --tolerance-abs-us) (2 %, or
+0.32 us at launch-bound calls: peer_timer.TIMER_UNCERTAINTY_US), both against the `kvlab sweep`
+process and against the C++ harness timing the same prepared call inside the Python process
+(kvlab.bench.time_decode); the script exits 1 when any shape disagrees (0 only when all agree,
+2 for bad arguments or no GPU).
 
 kvlab is the installed package (pip, or PYTHONPATH=build/python): this folder holds no
 package, so the script's own directory, first on sys.path, shadows nothing. The version
@@ -28,6 +31,7 @@ quartile bars, and the ratio) and DIR/cpp.h5 (the C++ points); prints the table 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import subprocess
 import sys
@@ -97,18 +101,31 @@ def python_times(version, shapes, config_text):
                          dtype=torch.uint8, device="cuda")
         call = kvlab.ops.prepare_decode_attention(q, k, v, table, lens, version=version, workspace=ws,
                                                   max_seq_len=ctx)
+        # The C++ harness on the same prepared call in this process (kvlab.bench), before or
+        # after the Python timer by turns: a difference between the timers shows here, a
+        # difference between processes only against the sweep's file.
+        first_cpp = len(out) % 2 == 0
+        c = kvlab.bench.time_decode(call, **dataclasses.asdict(timer.options)) if first_cpp else None
         t = timer.time(call.run)
+        if not first_cpp:
+            c = kvlab.bench.time_decode(call, **dataclasses.asdict(timer.options))
         ran = next(v.name for v in kvlab.ops.decode_versions() if v.id == call.version)
         out[(b, ctx)] = dict(median_us=t["median_us"], q1_us=t["q1_us"], q3_us=t["q3_us"], reps=t["reps"], ran=ran,
-                             splits=call.num_splits)
+                             splits=call.num_splits, in_process=dict(median_us=c["median_us"], q1_us=c["q1_us"],
+                                                                     q3_us=c["q3_us"], reps=c["reps"]))
         del k, v, q, table, ws, call
         torch.cuda.empty_cache()
     return out
 
 
-def compare(shapes, cpp, py, version, device, tolerance):
-    """One row per shape: both timers' medians and quartiles, their ratio and the verdict
-    (agree: |Python / C++ - 1| <= tolerance). Stops when the two sides ran different kernels."""
+def compare(shapes, cpp, py, version, device, tolerance, tolerance_abs_us=0.0):
+    """One row per shape: both timers' medians and quartiles, their ratio and the verdict.
+    The verdict is decode_peers.crosscheck_verdict's: the Python median within
+    max(tolerance x C++, tolerance_abs_us) of the C++ harness's (the sweep's process), and of
+    the C++ harness's in the Python process where that was timed (py[...]["in_process"]).
+    Stops when the two sides ran different kernels."""
+    sys.path.insert(0, os.path.join(ROOT, "experiments", "peers"))
+    from decode_peers import crosscheck_verdict
     rows = []
     for b, ctx in shapes:
         c, p = cpp[(b, ctx)], py[(b, ctx)]
@@ -116,10 +133,17 @@ def compare(shapes, cpp, py, version, device, tolerance):
             raise SystemExit(f"{b} x {ctx}: the C++ run timed {c['ran']} (splits {c['splits']}), Python "
                              f"{p['ran']} (splits {p['splits']}): not one kernel")
         ratio = p["median_us"] / c["median_us"]
+        inproc = p.get("in_process")
+        in_ratio = p["median_us"] / inproc["median_us"] if inproc else float("nan")
+        status, reason = crosscheck_verdict(p["median_us"], c["median_us"], inproc["median_us"] if inproc else None,
+                                            tolerance, tolerance_abs_us)
         rows.append(dict(batch=b, context=ctx, version=version, ran=c["ran"], num_splits=c["splits"], device=device,
                          cpp_median_us=c["median_us"], cpp_q1_us=c["q1_us"], cpp_q3_us=c["q3_us"], cpp_reps=c["reps"],
                          py_median_us=p["median_us"], py_q1_us=p["q1_us"], py_q3_us=p["q3_us"], py_reps=p["reps"],
-                         ratio=ratio, agree=bool(abs(ratio - 1.0) <= tolerance)))
+                         cpp_in_process_median_us=inproc["median_us"] if inproc else float("nan"),
+                         cpp_in_process_q1_us=inproc["q1_us"] if inproc else float("nan"),
+                         cpp_in_process_q3_us=inproc["q3_us"] if inproc else float("nan"),
+                         ratio=ratio, in_process_ratio=in_ratio, agree=status == "ok", reason=reason))
     return rows
 
 
@@ -167,6 +191,9 @@ def main(argv=None) -> int:
     ap.add_argument("--shape", action="append", help="BATCHxCONTEXT (repeatable; default 64x8192, 1x32768, 8x2048)")
     ap.add_argument("--tolerance", type=float, default=0.02,
                     help="largest |Python / C++ - 1| of agreeing medians (default 0.02)")
+    ap.add_argument("--tolerance-abs-us", type=float, default=None,
+                    help="largest |Python - C++| in us, when larger than the relative part (default "
+                         "peer_timer.TIMER_UNCERTAINTY_US)")
     a = ap.parse_args(argv)
     import kvlab
     print(f"kvlab: {kvlab.__file__}", flush=True)  # the installed package, not a source tree
@@ -185,7 +212,11 @@ def main(argv=None) -> int:
     cpp, config_text = cpp_times(a.kvlab, version, shapes, a.out)
     py = python_times(version, shapes, config_text)
     device = torch.cuda.get_device_name(0)
-    rows = compare(shapes, cpp, py, version, device, a.tolerance)
+    if a.tolerance_abs_us is None:
+        sys.path.insert(0, os.path.join(ROOT, "experiments", "peers"))
+        from peer_timer import TIMER_UNCERTAINTY_US
+        a.tolerance_abs_us = TIMER_UNCERTAINTY_US
+    rows = compare(shapes, cpp, py, version, device, a.tolerance, a.tolerance_abs_us)
     import csv
     with open(os.path.join(a.out, "crosscheck.csv"), "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
@@ -193,15 +224,19 @@ def main(argv=None) -> int:
         w.writerows(rows)
     figure(rows, os.path.join(a.out, "crosscheck"), device, version, a.tolerance)
     print(f"two timers, one kernel ({version}, {device}; medians in µs, [q1, q3]):")
-    print("| batch x context | kernel (splits) | C++ harness | Python peer timer | Python / C++ | verdict |")
-    print("|---|---|---:|---:|---:|---|")
+    print("| batch x context | kernel (splits) | C++ harness (kvlab sweep) | Python peer timer | Python / C++ | "
+          "C++ harness in the Python process | Python / C++ there | verdict |")
+    print("|---|---|---:|---:|---:|---:|---:|---|")
     for r in rows:
         print(f"| {r['batch']} x {r['context']} | {r['ran']} ({r['num_splits']}) | "
-              f"{r['cpp_median_us']:.1f} [{r['cpp_q1_us']:.1f}, {r['cpp_q3_us']:.1f}] | "
-              f"{r['py_median_us']:.1f} [{r['py_q1_us']:.1f}, {r['py_q3_us']:.1f}] | {r['ratio']:.3f} | "
-              f"{'agree' if r['agree'] else 'DISAGREE'} |")
+              f"{r['cpp_median_us']:.2f} [{r['cpp_q1_us']:.2f}, {r['cpp_q3_us']:.2f}] | "
+              f"{r['py_median_us']:.2f} [{r['py_q1_us']:.2f}, {r['py_q3_us']:.2f}] | {r['ratio']:.3f} | "
+              f"{r['cpp_in_process_median_us']:.2f} [{r['cpp_in_process_q1_us']:.2f}, "
+              f"{r['cpp_in_process_q3_us']:.2f}] | {r['in_process_ratio']:.3f} | "
+              f"{'DISAGREE: ' + r['reason'] if not r['agree'] else 'agree'} |")
     bad = [r for r in rows if not r["agree"]]
-    print(f"timers {'DISAGREE' if bad else 'agree'} within {a.tolerance:.1%} on {len(rows) - len(bad)} of "
+    print(f"timers {'DISAGREE' if bad else 'agree'} within max({a.tolerance:.1%}, {a.tolerance_abs_us:.2f} us) on "
+          f"{len(rows) - len(bad)} of "
           f"{len(rows)} shapes")
     return 1 if bad else 0
 
