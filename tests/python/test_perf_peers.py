@@ -459,7 +459,7 @@ def test_crosscheck_verdict_is_two_percent_or_the_timer_uncertainty():
     The absolute part absorbs the launch-bound level's move between processes (the 19 fair runs'
     1 MiB rows: -0.288 to +0.160 us, session 16's 4 MiB copy +0.288 us) and still catches what
     the check is for, by the flush test's own planted flush (L2Flush::kReadStreaming, which
-    leaves the lines in L2; session 16 call 1's flush_test.log, H100): the tiny read 3.520 us
+    leaves the lines in L2; data/perf/h100_stream_hold/logs/call1_flush_test.log, H100): the tiny read 3.520 us
     against 4.032 with the harness's flush, the 16 MiB read 6.336 against 10.720; and a call that
     escaped the events (0.1 us)."""
     from decode_peers import crosscheck_verdict
