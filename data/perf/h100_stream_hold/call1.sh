@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Session 16 call 1: the fair run with the cross-check timed in one process (kvlab wheel in BIN)
+# Session 16 calls 1 and 6: the fair run with the cross-check timed in one process (kvlab wheel in BIN);
+# call 1 with the binaries of fca9962's timers (unheld), call 6 with a3cd968's (the stream held).
 # and cuDNN SDPA's kernels recorded per shape (decode_peers.py --kernels sdpa_cudnn, the default).
 set -u
 B=$PWD/.device-carry/b; mkdir -p $B
