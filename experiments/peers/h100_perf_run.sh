@@ -33,11 +33,17 @@
 #      whole stage 413 s, of which the decode-step sweep 188 s. 4b was estimated before its first
 #      run: one graph build per BF16 paged shape, ~55 shapes, 0.5-2 s each plus <= 1.2 s of
 #      timing; STAGE_S grew from 430 to 520 s for it)
+#   4r. REPEATS=N (default 1): steps 3 and 4a again, N - 1 times, with the same binaries and in the
+#      same order, each into repeat_K/ (K = 2..N; perf_sweep.h5, perf_peers.h5, their logs, table.md):
+#      the run-to-run spread of every target from one machine      ~200 s per repeat
 #   5. kvlab sweep experiments/configs/decode_step.ini              step_sweep.h5, step_sweep.log
 #      (the rest of the budget, ~120 s wanted; a cut sweep resumes with
-#       `kvlab sweep experiments/configs/decode_step.ini --resume --out step_sweep.h5`)
+#       `kvlab sweep experiments/configs/decode_step.ini --resume --out step_sweep.h5`;
+#       STEP_SWEEP=0 leaves it out, for a call that has the time for the repeats only)
 #   6. experiments/peers/target_table.py perf_sweep.h5 perf_peers.h5 perf_peers_cudnn_paged.h5
 #                                                                        table.md, table.txt
+#      with repeats, experiments/peers/target_runs.py over this run and its repeats
+#                                                                        runs.md, runs.txt
 # The summary (flush test, cross-check, ceilings, table of targets) is printed last.
 set -u
 BIN=${1:?usage: h100_perf_run.sh BIN (a folder with gpu_tests and kvlab)}
@@ -46,6 +52,10 @@ OUT=${OUT:-./perf_out}
 D="$OUT/fair_timing"
 mkdir -p "$D"
 STAGE_S=${STAGE_S:-520}
+REPEATS=${REPEATS:-1}
+STEP_SWEEP=${STEP_SWEEP:-1}
+[[ $REPEATS =~ ^[1-9][0-9]*$ ]] || { echo "h100_perf_run.sh: REPEATS=$REPEATS is not a count >= 1" >&2; exit 2; }
+[[ $STEP_SWEEP == 0 || $STEP_SWEEP == 1 ]] || { echo "h100_perf_run.sh: STEP_SWEEP=$STEP_SWEEP is not 0 or 1" >&2; exit 2; }
 T0=$(date +%s)
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 export PYTHONUNBUFFERED=1
@@ -60,7 +70,8 @@ left() { echo $(( STAGE_S - $(elapsed) )); }
 cap() { local c=$(( $(left) - $2 )); (( c > $1 )) && c=$1; (( c < 5 )) && c=5; echo $c; }
 step() { echo "[stage $(elapsed) s] $*" | tee -a "$D/stage.log"; }
 
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader \
+# The card by name and UUID (target_runs.py shows which card each run had).
+nvidia-smi --query-gpu=name,driver_version,uuid,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader \
   | tee "$D/device.txt"
 # Clocks, power and temperatures every 200 ms for the whole stage (a timing that moved with the
 # clock shows here).
@@ -143,11 +154,34 @@ if [[ ,$PEERS_ONLY, == *,cudnn_paged,* ]]; then
     > "$D/peers_cudnn_paged.log" 2>&1 || rc=1
 fi
 
+# 4r. The repeats: steps 3 and 4a again, as they ran above.
+RUN_DIRS=("$D")
+for (( k = 2; k <= REPEATS; ++k )); do
+  RD="$D/repeat_$k"
+  mkdir -p "$RD"
+  RUN_DIRS+=("$RD")
+  cp "$D/device.txt" "$RD/"
+  rm -f "$RD/perf_sweep.h5" "$RD/perf_peers.h5"
+  step "4r run $k of $REPEATS: kvlab sweep perf.ini"
+  timeout -s TERM -k 30 "$(cap 150 70)" "$BIN/kvlab" sweep experiments/configs/perf.ini --out "$RD/perf_sweep.h5" \
+    --progress plain > "$RD/perf_sweep.log" 2>&1 || rc=1
+  if [[ -n $MAIN_PEERS ]]; then
+    step "4r run $k of $REPEATS: peers"
+    PEER_CAP=$(cap 150 20)
+    timeout -k 15 $(( PEER_CAP + 20 )) $PY "$PEERS" peers --kvlab-h5 "$RD/perf_sweep.h5" --out "$RD/perf_peers.h5" \
+      --only "$MAIN_PEERS" --budget-s $(( PEER_CAP - 15 )) > "$RD/peers.log" 2>&1 || rc=1
+  fi
+done
+
 # 5. The full decode step (resumable: a cut run continues with --resume).
-step "5 kvlab sweep decode_step.ini"
-rm -f "$D/step_sweep.h5"
-timeout -s TERM -k 20 "$(cap 200 25)" "$BIN/kvlab" sweep experiments/configs/decode_step.ini \
-  --out "$D/step_sweep.h5" --progress plain > "$D/step_sweep.log" 2>&1 || rc=1
+if [[ $STEP_SWEEP == 1 ]]; then
+  step "5 kvlab sweep decode_step.ini"
+  rm -f "$D/step_sweep.h5"
+  timeout -s TERM -k 20 "$(cap 200 25)" "$BIN/kvlab" sweep experiments/configs/decode_step.ini \
+    --out "$D/step_sweep.h5" --progress plain > "$D/step_sweep.log" 2>&1 || rc=1
+else
+  step "5 decode_step.ini left out (STEP_SWEEP=0)"
+fi
 [[ -n "$PREWARM" ]] && kill "$PREWARM" 2>/dev/null
 
 # 6. The table.
@@ -157,6 +191,15 @@ TABLE_IN=("$D/perf_sweep.h5")
 [[ -f "$D/perf_peers_cudnn_paged.h5" ]] && TABLE_IN+=("$D/perf_peers_cudnn_paged.h5")
 $PY experiments/peers/target_table.py "${TABLE_IN[@]}" --markdown > "$D/table.md" 2>&1 || rc=1
 $PY experiments/peers/target_table.py "${TABLE_IN[@]}" > "$D/table.txt" 2>&1 || rc=1
+if (( REPEATS > 1 )); then
+  for RD in "${RUN_DIRS[@]:1}"; do
+    RIN=("$RD/perf_sweep.h5")
+    [[ -f "$RD/perf_peers.h5" ]] && RIN+=("$RD/perf_peers.h5")
+    $PY experiments/peers/target_table.py "${RIN[@]}" --markdown > "$RD/table.md" 2>&1 || rc=1
+  done
+  $PY experiments/peers/target_runs.py "${RUN_DIRS[@]}" --markdown > "$D/runs.md" 2>&1 || rc=1
+  $PY experiments/peers/target_runs.py "${RUN_DIRS[@]}" > "$D/runs.txt" 2>&1 || rc=1
+fi
 step "done, rc $rc"
 kill "$SMI" 2>/dev/null
 
@@ -172,5 +215,13 @@ kill "$SMI" 2>/dev/null
   grep -E "peer:cudnn_paged +(skipped|failed)" "$D/peers_cudnn_paged.log" 2>/dev/null | grep -v "BF16 only" | cut -c1-240 | head -3
   grep -E "^done:|interrupted" "$D/step_sweep.log" | cut -c1-200
   sed -n '/^!!!/p;/^targets:/,$p' "$D/table.txt"
+  if (( REPEATS > 1 )); then
+    for RD in "${RUN_DIRS[@]:1}"; do
+      echo "== $(basename "$RD"):"
+      grep -E "^done:|FAILED|interrupted" "$RD/perf_sweep.log" | cut -c1-200 | head -4
+      grep -hE "^\[peers\]|^WARNING" "$RD/peers.log" 2>/dev/null | cut -c1-200 | head -6
+    done
+    sed -n '/^targets over the runs/,/^$/p' "$D/runs.txt"
+  fi
 } | tee "$D/summary.txt"
 exit $rc

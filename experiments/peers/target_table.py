@@ -75,6 +75,17 @@ def us2(x) -> str:
     return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.2f}"
 
 
+class Report:
+    """One run's table: the printed lines, and each target as a dict (id, what, figure, holds, and
+    value: the number the verdict is taken on, or None where nothing was measured), the K1 grid
+    points (kvlab's best and the best peer per BF16 point), the run's device and ceilings, and the
+    sweep file's attributes (its build and sweep)."""
+
+    def __init__(self, lines, targets, k1_points, device, ceilings, attrs):
+        self.lines, self.targets, self.k1_points = lines, targets, k1_points
+        self.device, self.ceilings, self.attrs = device, ceilings, attrs
+
+
 def main(argv) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("h5", nargs="+", help="result files: the kvlab sweep first, then peer files")
@@ -82,13 +93,20 @@ def main(argv) -> int:
     ap.add_argument("--targets-only", action="store_true")
     a = ap.parse_args(argv[1:])
     try:
-        files, df = load_rows(a.h5)
+        rep = report(a.h5, a.markdown, a.targets_only)
     except ResultFileError as e:
         print(f"target_table.py: error: {e}", file=sys.stderr)
         return 2
+    print("\n".join(rep.lines))
+    return 0
+
+
+def report(paths, markdown=False, targets_only=False) -> Report:
+    """The table of one run from its files (the kvlab sweep first, then peer files); raises
+    ResultFileError for a file that is not a result file or holds no rows."""
+    files, df = load_rows(paths)
     if df.empty or "kind" not in df.columns:
-        print("target_table.py: error: no rows in the given files", file=sys.stderr)
-        return 2
+        raise ResultFileError("no rows in the given files: " + ", ".join(paths))
     head = files[0]
     ceilings = run_ceilings(head)
     R, C = ceilings.read, ceilings.copy
@@ -154,7 +172,7 @@ def main(argv) -> int:
         return m
 
     # ---- 1: the comparison table.
-    if not a.targets_only:
+    if not targets_only:
         shapes = uniform(kv)[SHAPE].drop_duplicates().sort_values(["kv_format", "graph", "batch", "context",
                                                                   "gqa_group", "block_size"])
         hdr = ["shape", "format", "kvlab best (version, layout)", "cuDNN", "FlashInfer TC / CC", "working set",
@@ -185,10 +203,10 @@ def main(argv) -> int:
                          verdict, us(cpg["median_us"]) if cpg is not None else "-", versus(x, bpp, "no paged peer")])
         emit("")
         emit("kvlab vs peers, same shapes (us; 8 KV heads, d 128 unless the shape says; eager unless 'graph'):")
-        table(emit, hdr, rows, a.markdown)
+        table(emit, hdr, rows, markdown)
 
     # ---- 1b: the grid: % of R of kvlab's best version per format, batch and context.
-    if not a.targets_only:
+    if not targets_only:
         g = uniform(kv)
         g = g[(g["gqa_group"] == 4) & (g["block_size"] == 16) & (g["graph"] == "off")]
         if not g.empty:
@@ -203,13 +221,13 @@ def main(argv) -> int:
                     rows.append([f"{fmt} {int(b)}"] + cells)
             emit("")
             emit("% of R, kvlab's best version per shape (GQA 4, page 16, eager):")
-            table(emit, ["format, batch \\ context"] + [str(int(c)) for c in ctxs], rows, a.markdown)
+            table(emit, ["format, batch \\ context"] + [str(int(c)) for c in ctxs], rows, markdown)
 
     # ---- 2: the targets.
     tg = []
 
-    def target(tid, what, figure, holds):
-        tg.append([tid, what, figure, holds])
+    def target(tid, what, figure, holds, value=None):
+        tg.append(dict(id=tid, what=what, figure=figure, holds=holds, value=value))
 
     def pct_holds(pct, need):
         if not pct >= need:
@@ -229,12 +247,15 @@ def main(argv) -> int:
     grid = uniform(kv)
     grid = grid[(grid["kv_format"] == "bf16") & (grid["gqa_group"] == 4) & (grid["block_size"] == 16) &
                 (grid["graph"] == "off")][["batch", "context"]].drop_duplicates()
-    behind, level = [], []
+    behind, level, k1_points = [], [], []
     for _, g in grid.iterrows():
         x, p = kb(batch=g["batch"], context=g["context"], kv_format="bf16"), peer_best("bf16", batch=g["batch"],
                                                                                        context=g["context"])
         if x is None or p is None:
             continue
+        k1_points.append(dict(batch=int(g["batch"]), context=int(g["context"]), kvlab_us=float(x["median_us"]),
+                              version=x["version"], layout=x["layout"], peer_us=float(p["median_us"]),
+                              peer=p["version"][5:]))
         if x["median_us"] > p["median_us"]:
             behind.append(f"{int(g['batch'])}x{int(g['context'])} ({x['median_us']:.1f} vs {p['version'][5:]} "
                           f"{p['median_us']:.1f})")
@@ -248,12 +269,13 @@ def main(argv) -> int:
            f"{n_cmp - len(behind)} of {n_cmp} points" + ("; behind at " + ", ".join(behind) if behind else "")
            + (f"; within the timers' uncertainty ({TIMER_UNCERTAINTY_US:.2f} us, kvlab minus the peer), not resolved: "
               + ", ".join(level) if level else ""),
-           "n/a" if n_cmp == 0 else ("yes" if not behind else "NO"))
+           "n/a" if n_cmp == 0 else ("yes" if not behind else "NO"), None if n_cmp == 0 else n_cmp - len(behind))
     for b, c in ((64, 8192), (64, 32768)):
         x = kb(batch=b, context=c, kv_format="bf16")
         target("K2", f"{b} x {c // 1024}k BF16, >= 97 % of R",
                "not measured" if x is None else f"{x['pct_read_ceiling']:.1f} % ({x['median_us']:.1f} us, {x['version']})",
-               "n/a" if x is None else pct_holds(x["pct_read_ceiling"], 97))
+               "n/a" if x is None else pct_holds(x["pct_read_ceiling"], 97),
+               None if x is None else float(x["pct_read_ceiling"]))
     k3 = uniform(kv)
     k3 = k3[(k3["kv_format"] == "bf16") & (k3["batch"] <= 4) & (k3["context"] >= 32768) & (k3["graph"] == "off")]
     for (b, c), _ in k3.groupby(["batch", "context"]):
@@ -261,7 +283,7 @@ def main(argv) -> int:
         if x is not None:
             target("K3", f"{int(b)} x {kctx(c)} BF16, >= 88 % of R",
                    f"{x['pct_read_ceiling']:.1f} % ({x['median_us']:.1f} us, {x['version']})",
-                   pct_holds(x["pct_read_ceiling"], 88))
+                   pct_holds(x["pct_read_ceiling"], 88), float(x["pct_read_ceiling"]))
     fp8 = uniform(kv)
     fp8 = fp8[(fp8["kv_format"] == "fp8_e4m3") & (fp8["gqa_group"] == 4) & (fp8["block_size"] == 16) &
               (fp8["graph"] == "off")][["batch", "context"]].drop_duplicates()
@@ -275,19 +297,19 @@ def main(argv) -> int:
             r = x16["median_us"] / x8["median_us"]
             target("K4", f"{int(b)} x {kctx(c)} FP8 >= 1.85x own BF16", f"{r:.2f}x ({x8['median_us']:.1f} "
                    f"{x8['version']} {x8['layout']} vs {x16['median_us']:.1f} us {x16['version']} {x16['layout']})",
-                   "yes" if r >= 1.85 else "NO")
+                   "yes" if r >= 1.85 else "NO", r)
         if p8 is not None:
             r = p8["median_us"] / x8["median_us"]
             target("K4", f"{int(b)} x {kctx(c)} FP8 >= 1.2x FlashInfer FP8",
                    f"{r:.2f}x ({x8['median_us']:.1f} {x8['version']} {x8['layout']} vs {p8['version'][5:]} "
-                   f"{p8['median_us']:.1f} us)", "yes" if r >= 1.2 else "NO")
+                   f"{p8['median_us']:.1f} us)", "yes" if r >= 1.2 else "NO", r)
     nv = uniform(kv)
     nv = nv[(nv["kv_format"] == "nvfp4") & (nv["batch"] >= 16) & (nv["context"] >= 8192) & (nv["graph"] == "off")]
     for (b, c), _ in nv.groupby(["batch", "context"]):
         x4, x16 = kb(batch=b, context=c, kv_format="nvfp4"), kb(batch=b, context=c, kv_format="bf16")
         if x4 is not None and x16 is not None:
             r = x16["median_us"] / x4["median_us"]
-            target("K5", f"{int(b)} x {kctx(c)} NVFP4 >= 3.0x own BF16", f"{r:.2f}x", "yes" if r >= 3.0 else "NO")
+            target("K5", f"{int(b)} x {kctx(c)} NVFP4 >= 3.0x own BF16", f"{r:.2f}x", "yes" if r >= 3.0 else "NO", r)
     # K6 bounds the fixed cost: the excess of the time over the bandwidth floor (working set / R), judged
     # on the version with the smallest excess. Next to it, the launch_floor rows of the same run and mode
     # (an empty kernel; three dependent cold 4-byte loads): what no call timed by these rules goes below.
@@ -315,7 +337,8 @@ def main(argv) -> int:
             target("K6", f"1 x 512 BF16 {'CUDA graph' if graph == 'on' else 'eager'}, {cold}, excess over the "
                    f"bandwidth floor <= {bound:g} us",
                    f"excess {x['excess_us']:.2f} us ({x['version']}; {x['median_us']:.2f} us, bandwidth floor "
-                   f"{x['floor_us']:.2f}){floors}", "yes" if x["excess_us"] <= bound else "NO")
+                   f"{x['floor_us']:.2f}){floors}", "yes" if x["excess_us"] <= bound else "NO",
+                   float(x["excess_us"]))
     k7 = uniform(kv)
     k7 = k7[(k7["kv_format"] == "bf16") & (k7["batch"] == 64) & (k7["context"] == 8192) & (k7["graph"] == "off")]
     for axis, base in (("block_size", 16), ("gqa_group", 4), ("layout", "nhd")):
@@ -348,15 +371,16 @@ def main(argv) -> int:
                 if rs is not None and r4k is not None:
                     notes += f" (scattered {g1} B reads: {100 * (rs / r4k - 1):+.1f} % vs 4 KB runs)"
         target("K7", f"64 x 8k BF16, {axis} {', '.join(str(v) for v in per)}: within 3 % of the best",
-               f"worst {axis}={worst[0]}: +{d:.1f} %{notes}", "yes" if d <= 3 else "NO")
+               f"worst {axis}={worst[0]}: +{d:.1f} %{notes}", "yes" if d <= 3 else "NO", d)
     app = df[(df["kind"] == "append") & (df["status"] == "ok")]
     for _, x in app.iterrows():
         pct = x.get("pct_copy_ceiling", float("nan"))
         target("P9", f"append {int(x['tokens'])} tokens {x['kv_format']}, >= 90 % of copy",
-               f"{pct:.1f} % ({x['median_us']:.1f} us)", pct_holds(pct, 90))
+               f"{pct:.1f} % ({x['median_us']:.1f} us)", pct_holds(pct, 90), float(pct))
     emit("")
     emit("targets:")
-    table(emit, ["target", "what", "measured", "holds"], tg, a.markdown)
+    table(emit, ["target", "what", "measured", "holds"], [[t["id"], t["what"], t["figure"], t["holds"]] for t in tg],
+          markdown)
     # Beside K1 (information, not a target): the same grid points against the peers that read
     # paged KV only (cuDNN paged, FlashInfer TC / CC), page 16 like kvlab's rows.
     ahead_p, behind_p = 0, []
@@ -400,9 +424,8 @@ def main(argv) -> int:
                     + (" graph" if r["graph"] == "on" else "") + f" ({r['median_us']:.1f} us)"
                     for _, r in grp.iterrows())
                 rows.append([kern, shapes])
-            table(emit, ["kernels", "shapes (median)"], rows, a.markdown)
-    print("\n".join(out))
-    return 0
+            table(emit, ["kernels", "shapes (median)"], rows, markdown)
+    return Report(out, tg, k1_points, str(head.attrs.get("device_name", "?")), ceilings, dict(head.attrs))
 
 
 def versus(x, p, none="no peer") -> str:

@@ -430,3 +430,30 @@ def test_check_require_complete_and_the_adoption_refuse_a_partial_run(run, kvlab
     assert "copied 4 files into data/perf/" in r.stdout, r.stdout
     assert data(kept) == data(small_results)
     assert data(repo / "data" / "perf" / "h100_perf_sweep.h5") == data(small_results)
+    # A repeated run (h100_perf_run.sh REPEATS=2) is checked with the rest: a repeat without its
+    # peer file is refused before anything is copied.
+    for f in (repo / "data" / "perf").iterdir():
+        if f.name != "h100_step_sweep.h5":
+            f.unlink()
+    (src / "repeat_2").mkdir()
+    shutil.copy(small_results, src / "repeat_2" / "perf_sweep.h5")
+    r = adopt(KEEP_STEP_SWEEP="1", PYTHON="false")
+    assert r.returncode == 2 and "repeat_2/perf_peers.h5 is missing" in r.stderr, r.stderr
+    assert sorted(os.listdir(repo / "data" / "perf")) == ["h100_step_sweep.h5"], r.stdout
+    # A partial repeat is refused the same way, and so is a further run folder that does not exist.
+    shutil.copy(shard, src / "repeat_2" / "perf_peers.h5")
+    r = adopt(KEEP_STEP_SWEEP="1", PYTHON="false")
+    assert r.returncode == 2 and "not whole" in r.stderr and "repeat_2/perf_peers" in r.stderr, r.stderr
+    shutil.copy(small_results, src / "repeat_2" / "perf_peers.h5")
+    r = subprocess.run(["bash", str(script), str(src), str(tmp_path / "no_such_run")], capture_output=True,
+                       text=True, timeout=120, env={**os.environ, "KVLAB": kvlab_bin, "KEEP_STEP_SWEEP": "1"})
+    assert r.returncode == 2 and "no_such_run: no such directory" in r.stderr, r.stderr
+    assert sorted(os.listdir(repo / "data" / "perf")) == ["h100_step_sweep.h5"], r.stdout
+    # A run with the step sweep left out (STEP_SWEEP=0) is adopted with KEEP_STEP_SWEEP=1 only.
+    (src / "step_sweep.h5").unlink()
+    r = adopt(PYTHON="false")
+    assert r.returncode == 2 and "step_sweep.h5 is missing" in r.stderr, r.stderr
+    r = adopt(KEEP_STEP_SWEEP="1", PYTHON="false")
+    assert "data/perf/h100_step_sweep.h5 (an earlier run's) stays" in r.stderr, r.stderr
+    assert "copied 4 files into data/perf/" in r.stdout, r.stdout
+    assert data(kept) == data(small_results)

@@ -125,8 +125,8 @@ def decode_row(study, version, batch, context, fmt, us, layout="nhd", graph="off
     return row
 
 
-def write(path, rows, read=R, copy=C, study_kind="decode_attention", labels=LABELS):
-    peer_results.write_result_file(str(path), rows, {"device_name": "NVIDIA H100 80GB HBM3",
+def write(path, rows, read=R, copy=C, study_kind="decode_attention", labels=LABELS, device="NVIDIA H100 80GB HBM3"):
+    peer_results.write_result_file(str(path), rows, {"device_name": device,
                                                      "read_ceiling_bytes_per_s": read,
                                                      "copy_ceiling_bytes_per_s": copy,
                                                      "device_peak_bytes_per_s": 3.35e12},
@@ -796,3 +796,71 @@ def test_a_percent_of_r_target_met_under_a_beaten_ceiling_is_unproven(tmp_path):
     assert "TIMING INVALID" in out
     assert len(k2) == 1 and "98.1 %" in k2[0] and "unproven" in k2[0] and not k2[0].rstrip().endswith("yes"), k2
     assert len(k3) == 1 and k3[0].rstrip().endswith("NO"), k3
+
+
+RUNS = os.path.join(PEERS_DIR, "target_runs.py")
+
+
+def fair_run(folder, kvlab_us, cudnn_us, fp8_us, device="NVIDIA H100 80GB HBM3", uuid="GPU-1234abcd-0000"):
+    """One fair run's folder as h100_perf_run.sh leaves it: BF16 at 64 x 8k and 16 x 8k (the K1 grid,
+    K2), FP8 at 16 x 8k (K4), cuDNN on both BF16 shapes."""
+    folder.mkdir()
+    (folder / "device.txt").write_text(f"{device}, 580.159.04, {uuid}, 1980 MHz, 2619 MHz, 40\n")
+    kv = [decode_row("K1_grid", "auto", 64, 8192, "bf16", kvlab_us[0]),
+          decode_row("K1_grid", "auto", 16, 8192, "bf16", kvlab_us[1]),
+          decode_row("K4", "auto", 16, 8192, "fp8_e4m3", fp8_us)]
+    peers = [decode_row("K1_grid", "peer:sdpa_cudnn", 64, 8192, "bf16", cudnn_us[0], layout="contiguous"),
+             decode_row("K1_grid", "peer:sdpa_cudnn", 16, 8192, "bf16", cudnn_us[1], layout="contiguous")]
+    write(folder / "perf_sweep.h5", kv, device=device)
+    write(folder / "perf_peers.h5", peers, device=device)
+    return folder
+
+
+def test_target_runs_holds_a_target_only_where_every_run_holds_it(tmp_path):
+    # 64 x 8k BF16: 730 us is 98.1 % of R (3 TB/s), 745 us 96.1 %: K2 met in run 1 only, and kvlab
+    # ahead of cuDNN there in run 1 only. 16 x 8k: ahead in runs 1 and 2, behind in 3; K1 (every
+    # point ahead) so holds in run 1 only. FP8 16 x 8k at 1.86x / 1.84x / 1.87x of
+    # BF16: K4 met in two runs of three.
+    r1 = fair_run(tmp_path / "r1", (730.0, 180.0), (735.0, 181.0), 180.0 / 1.86)
+    r2 = fair_run(tmp_path / "r2", (745.0, 180.0), (740.0, 180.5), 180.0 / 1.84)
+    r3 = fair_run(tmp_path / "r3", (745.0, 182.0), (740.0, 181.0), 182.0 / 1.87, uuid="GPU-9999ffff-0000")
+    r = subprocess.run([sys.executable, RUNS, str(r1), str(r2), str(r3)], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0] == "3 runs on NVIDIA H100 80GB HBM3, each judged on its own files and ceilings:"
+    assert "GPU-1234abcd" in r.stdout and "GPU-9999ffff" in r.stdout
+
+    def row(start, what):
+        found = [ln for ln in lines if ln.startswith(start) and what in ln]
+        assert len(found) == 1, (start, what, r.stdout)
+        return found[0].split()
+
+    k2 = row("K2", "64 x 8k")
+    k2 = " ".join(k2)
+    assert "98.1 % 96.1 % 96.1 %" in k2 and "96.1 % - 98.1 %" in k2 and k2.endswith("1 of 3 NO (1 of 3)"), k2
+    k4 = " ".join(row("K4", "16 x 8k FP8 >= 1.85x"))
+    assert "1.860x 1.840x 1.870x" in k4 and k4.endswith("2 of 3 NO (2 of 3)"), k4
+    k1 = " ".join(row("K1", "every grid point"))
+    assert "2 of 2 1 of 2 0 of 2" in k1 and k1.endswith("1 of 3 NO (1 of 3)"), k1
+    p16 = " ".join(row("16 x 8k", "sdpa_cudnn"))
+    assert "180.0 / 181.0 sdpa_cudnn 180.0 / 180.5 sdpa_cudnn 182.0 / 181.0 sdpa_cudnn" in p16
+    assert p16.endswith("-0.6 to +0.6 % 2 of 3"), p16
+    p64 = " ".join(row("64 x 8k", "sdpa_cudnn"))
+    assert p64.endswith("1 of 3"), p64
+
+
+def test_target_runs_refuses_mixed_devices_and_bad_runs(tmp_path):
+    h100 = fair_run(tmp_path / "h100", (730.0, 180.0), (735.0, 181.0), 97.0)
+    h200 = fair_run(tmp_path / "h200", (600.0, 150.0), (610.0, 151.0), 80.0, device="NVIDIA H200")
+    r = subprocess.run([sys.executable, RUNS, str(h100), str(h200)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "different devices" in r.stderr and "NVIDIA H200" in r.stderr, r.stderr
+    assert r.stdout == ""
+    for bad, says in ((tmp_path / "nothing", "neither a folder nor"), (tmp_path, "no perf_sweep.h5"),
+                      (f"{h100}/perf_sweep.h5,{tmp_path}/gone.h5", "missing: ")):
+        r = subprocess.run([sys.executable, RUNS, str(h100), str(bad)], capture_output=True, text=True, timeout=120)
+        assert r.returncode == 2 and says in r.stderr, (bad, r.stderr)
+    # A file that is not a result file.
+    (tmp_path / "junk.h5").write_bytes(b"not hdf5")
+    r = subprocess.run([sys.executable, RUNS, f"{tmp_path}/junk.h5"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "target_runs.py: error:" in r.stderr, r.stderr
