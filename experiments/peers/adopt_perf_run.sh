@@ -78,7 +78,7 @@ KEEP_STEP=0
 if [[ ${#incomplete[@]} -eq 1 && ${incomplete[0]} == step_sweep && ${KEEP_STEP_SWEEP:-0} == 1 ]]; then
   [[ -f data/perf/h100_step_sweep.h5 ]] || { echo "adopt_perf_run.sh: KEEP_STEP_SWEEP=1 but data/perf/h100_step_sweep.h5 does not exist" >&2; exit 2; }
   KEEP_STEP=1
-  echo "step_sweep.h5 is incomplete: data/perf/h100_step_sweep.h5 (an earlier run's) stays" >&2
+  echo "step_sweep.h5 is incomplete or left out: data/perf/h100_step_sweep.h5 (an earlier run's) stays" >&2
 elif [[ ${#incomplete[@]} -gt 0 ]]; then
   echo "adopt_perf_run.sh: not whole (damaged or missing points): ${incomplete[*]}; nothing copied" \
        "(KEEP_STEP_SWEEP=1 keeps the repository's step sweep when only step_sweep is incomplete)" >&2

@@ -8,7 +8,10 @@ versions with page_order = shuffled and sequential) and, optionally, the peer ro
 decode_peers.py wrote for its shapes, and prints one line per (batch, context, KV format, layout):
 kvlab's best time and DRAM rate on shuffled pages (what every target is judged on) and on
 sequential pages (sequence after sequence in pool order), the cost of the scatter (shuffled /
-sequential - 1), cuDNN SDPA on contiguous KV and cuDNN's paged SDPA (peer:cudnn_paged, the row's layout,
+sequential - 1), cuDNN SDPA on contiguous KV, kvlab against it on each order (shuffled / cuDNN - 1
+and sequential / cuDNN - 1: where kvlab is behind on shuffled pages and level or ahead on
+sequential ones, the scatter is the whole gap; what stays on sequential pages is the kernel's), and
+cuDNN's paged SDPA (peer:cudnn_paged, the row's layout,
 on the shuffled page table every paged peer reads: decode_peers.page_table). Above the table: the run's read ceiling R (the
 best valid cold contiguous read, run_ceilings.py) and its best scattered-granule read per granule
 (bandwidth rows of order scatter: the same bytes in granules of G bytes in a seeded random order).
@@ -66,7 +69,8 @@ def main(argv) -> int:
         cudnn = peers[(peers["status"] == "ok") & (peers["version"] == "peer:sdpa_cudnn")]
         paged = peers[(peers["status"] == "ok") & (peers["version"] == "peer:cudnn_paged")]
     hdr = ["shape", "format", "layout", "shuffled us (TB/s, version)", "sequential us (TB/s, version)",
-           "scatter costs", "cuDNN contiguous us (TB/s)", "cuDNN paged, shuffled us (TB/s)"]
+           "scatter costs", "cuDNN contiguous us (TB/s)", "shuffled vs cuDNN", "sequential vs cuDNN",
+           "cuDNN paged, shuffled us (TB/s)"]
     rows = []
     for (b, c, f, lay), g in dec.groupby(["batch", "context", "kv_format", "layout"], sort=True):
         cell = {}
@@ -79,12 +83,15 @@ def main(argv) -> int:
             cell[order] = (float(best["median_us"]), _rate(float(best["min_bytes"]), float(best["median_us"])),
                            str(best["version"]))
         ws = float(g["min_bytes"].iloc[0])
-        cu = "-"
+        cu, vs = "-", {"shuffled": "-", "sequential": "-"}
         if cudnn is not None:
             m = cudnn[(cudnn["batch"] == b) & (cudnn["context"] == c) & (cudnn["kv_format"] == f)]
             if not m.empty:
                 t = float(m["median_us"].min())
                 cu = f"{t:.1f} ({_rate(ws, t):.3f})"
+                for order, x in cell.items():
+                    if x is not None:
+                        vs[order] = f"{100 * (x[0] / t - 1):+.1f} %"
         cp = "-"
         if paged is not None:
             m = paged[(paged["batch"] == b) & (paged["context"] == c) & (paged["kv_format"] == f) &
@@ -97,7 +104,7 @@ def main(argv) -> int:
         if cell["shuffled"] and cell["sequential"]:
             cost = f"{100 * (cell['shuffled'][0] / cell['sequential'][0] - 1):+.1f} %"
         rows.append([f"{int(b)} x {int(c)}", str(f), str(lay), fmt(cell["shuffled"]), fmt(cell["sequential"]), cost,
-                     cu, cp])
+                     cu, vs["shuffled"], vs["sequential"], cp])
     if a.markdown:
         out.append("| " + " | ".join(hdr) + " |")
         out.append("|" + "---|" * len(hdr))

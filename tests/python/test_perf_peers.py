@@ -246,6 +246,8 @@ def test_page_order_table_prints_the_scatter_cost(tmp_path):
     # best shuffled 741.0 (auto), sequential 720.0: the scatter costs 741 / 720 - 1 = +2.9 %
     assert "741.0 (2.900, auto)" in line[0] and "720.0 (2.984, v10_mma_decode_tma_swizzle)" in line[0]
     assert "+2.9 %" in line[0] and "730.0 (2.943)" in line[0]
+    # kvlab against cuDNN on each order: 741 / 730 - 1 = +1.5 % shuffled, 720 / 730 - 1 = -1.4 % sequential
+    assert line[0].split("730.0 (2.943)")[1].split()[:4] == ["+1.5", "%", "-1.4", "%"], line[0]
     bad = subprocess.run([sys.executable, script, str(peer)], capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "page_order" in bad.stderr
 
