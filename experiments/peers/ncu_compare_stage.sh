@@ -10,6 +10,10 @@
 #     v10 (NHD, its plan) on shuffled and on sequential page tables (experiments/configs/
 #     page_order.ini, TUNING.md step 19) at 16 x 8k, 16 x 32k and 64 x 8k, with cuDNN on the same
 #     shapes: what the page scatter and the per-block stream cost in counters
+#   NCU_SET=fixed_cost OUT=out experiments/peers/ncu_compare_stage.sh BIN_DIR  # <= 200 s
+#     version auto (NHD, its plan) on shuffled and sequential page tables at the short K1 points
+#     where kvlab trails cuDNN on sequential pages too (4 x 512, 16 x 512, 16 x 2k, 64 x 512;
+#     TUNING.md step 41), with cuDNN on the same shapes: how much of the gap is inside the kernels
 #
 # BIN_DIR holds kvlab. Needs ncu and python3 with torch (the H100 machine has both). Writes
 # $OUT/ncu_compare/{device.txt, summary.txt, <side>_<shape>.txt} and prints, per file, the
@@ -21,6 +25,10 @@
 # cudaProfilerStart/Stop). ncu runs with --clock-control none (the clocks the timing runs saw).
 set -u
 BIN=${1:?usage: experiments/peers/ncu_compare_stage.sh BIN_DIR}
+case ${NCU_SET:-} in
+  ''|page_order|fixed_cost) ;;
+  *) echo "ncu_compare_stage.sh: NCU_SET=$NCU_SET is not one of page_order, fixed_cost (or empty)" >&2; exit 2 ;;
+esac
 OUT=${OUT:-./stage_out}
 D="$OUT/ncu_compare"
 mkdir -p "$D"
@@ -55,10 +63,11 @@ cudnn_point() {  # cudnn_point NAME BATCH CONTEXT
     "$PY" experiments/peers/peer_ncu.py --peer sdpa_cudnn --batch "$2" --context "$3"
 }
 
-page_point() {  # page_point NAME ORDER BATCH CONTEXT: v10, NHD, BF16, its plan, the page order given
+page_point() {  # page_point NAME ORDER BATCH CONTEXT [VERSION STUDY]: NHD, BF16, its plan, the page order
+  #                given (default v10 in page_order.ini's study large)
   step "kvlab_$1" 25 "${NCU[@]}" --kernel-name "regex:_decode_kernel|_merge_kernel" --launch-count 2 \
-    "$BIN/kvlab" validate experiments/configs/page_order.ini --only large \
-    --axis version=v10_mma_decode_tma_swizzle --axis layout=nhd --axis "page_order=$2" \
+    "$BIN/kvlab" validate experiments/configs/page_order.ini --only "${6:-large}" \
+    --axis "version=${5:-v10_mma_decode_tma_swizzle}" --axis layout=nhd --axis "page_order=$2" \
     --axis "batch=$3" --axis "context=$4" --progress none
 }
 if [[ ${NCU_SET:-} == page_order ]]; then
@@ -71,9 +80,19 @@ if [[ ${NCU_SET:-} == page_order ]]; then
     cudnn_point "$name" "$1" "$2"
   done
 fi
+if [[ ${NCU_SET:-} == fixed_cost ]]; then
+  for shape in "4 512 k1_behind" "16 512 k1_behind" "16 2048 large" "64 512 k1_behind"; do
+    set -- $shape
+    name="${1}x$2"
+    (($(date +%s) - START < 170)) || break
+    page_point "auto_shuffled_$name" shuffled "$1" "$2" auto "$3"
+    page_point "auto_sequential_$name" sequential "$1" "$2" auto "$3"
+    cudnn_point "$name" "$1" "$2"
+  done
+fi
 # The shapes: the flagship, a long single sequence, a short batch, a long batch-16, the fixed
 # cost's shape.
-[[ ${NCU_SET:-} == page_order ]] ||
+[[ -n ${NCU_SET:-} ]] ||
 for shape in "64 8192" "1 32768" "16 512" "16 32768" "1 512"; do
   set -- $shape
   name="${1}x$2"
@@ -82,11 +101,11 @@ for shape in "64 8192" "1 32768" "16 512" "16 32768" "1 512"; do
   cudnn_point "$name" "$1" "$2"
 done
 # The HND versions the auto table may not pick yet (KVLAB_NCU_HND: space-separated versions).
-[[ ${NCU_SET:-} == page_order ]] ||
+[[ -n ${NCU_SET:-} ]] ||
 for v in ${KVLAB_NCU_HND:-v8_mma_decode_bulk_page}; do
   (($(date +%s) - START < 140)) && kvlab_point "${v%%_*}_hnd_64x8192" "$v" hnd bf16 64 8192
 done
-[[ ${NCU_SET:-} != page_order ]] && (($(date +%s) - START < 150)) && step kvlab_nvfp4_v5_64x8192 25 ncu --clock-control none --target-processes all \
+[[ -z ${NCU_SET:-} ]] && (($(date +%s) - START < 150)) && step kvlab_nvfp4_v5_64x8192 25 ncu --clock-control none --target-processes all \
   --kernel-name "regex:_decode_kernel" --launch-count 1 --section SpeedOfLight --section ComputeWorkloadAnalysis \
   --section WarpStateStats --section InstructionStats --section Occupancy \
   "$BIN/kvlab" validate experiments/configs/perf.ini --only K2_large --axis version=v5_mma_decode_2stage \
