@@ -48,7 +48,7 @@ step() {  # step NAME SECONDS CMD...: output to $D/NAME.txt, a line in the summa
   return $rc
 }
 
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader > "$D/device.txt" 2>&1
+nvidia-smi --query-gpu=name,driver_version,uuid,clocks.sm,clocks.mem --format=csv,noheader > "$D/device.txt" 2>&1
 
 METRICS=gpu__time_duration.sum,dram__bytes_read.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,lts__throughput.avg.pct_of_peak_sustained_elapsed,lts__t_requests.sum,lts__t_sectors.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum,launch__registers_per_thread,launch__grid_size,launch__block_size,sm__warps_active.avg.pct_of_peak_sustained_active,sm__inst_issued.avg.pct_of_peak_sustained_active,smsp__inst_executed.sum
 NCU=(ncu --clock-control none --target-processes all --metrics "$METRICS")
