@@ -9,7 +9,13 @@ call's first kernel, the call's span (first kernel start to last kernel end) and
 summed durations. kvlab: version auto prepared on shuffled page-16 NHD pools (the fair runs'
 shapes); cuDNN: SDPA on contiguous KV. Medians over the samples, in us.
 
-    python3 data/perf/h100_repeated_runs/kernel_gap.py OUT_DIR
+With --prime-tlb (call 6), each side is also timed with a kernel between the flush and the call
+that loads one 4-byte word per 2 MiB of every input buffer (the pools or K / V, the table, Q):
+the address translations of the call's buffers are then warm, and their data not (17-70 lines
+of 128 B). Its span is the call's kernels only; the events then include the priming kernel and
+are not compared.
+
+    python3 data/perf/h100_repeated_runs/kernel_gap.py OUT_DIR [--prime-tlb]
 """
 import dataclasses
 import json
@@ -25,6 +31,7 @@ import decode_peers  # noqa: E402
 from peer_timer import PeerTimer, TimingOptions  # noqa: E402
 
 out_dir = sys.argv[1] if len(sys.argv) > 1 else "."
+PRIME = "--prime-tlb" in sys.argv[2:]
 opts = TimingOptions(warmup=3, min_reps=30, max_reps=60, target_rel_iqr=0.0, max_seconds=1.0, cold_l2=True)
 timer = PeerTimer(opts)
 print("device", torch.cuda.get_device_name(0), "torch", torch.__version__, flush=True)
@@ -47,6 +54,36 @@ def kvlab_call(b, ctx):
     return p
 
 
+_touch = None
+
+
+def primer(tensors):
+    """A callable that enqueues one kernel loading a word per 2 MiB of each tensor's bytes."""
+    global _touch
+    import cupy
+    if _touch is None:
+        _touch = cupy.RawKernel(r"""
+extern "C" __global__ void kvlab_tlb_touch(const char* const* bases, const unsigned long long* sizes,
+                                           int n, unsigned int* sink) {
+  unsigned int acc = 0;
+  for (int b = 0; b < n; ++b)
+    for (unsigned long long off = (unsigned long long)(blockIdx.x * blockDim.x + threadIdx.x) << 21;
+         off < sizes[b]; off += (unsigned long long)gridDim.x * blockDim.x << 21)
+      acc += *(const volatile unsigned int*)(bases[b] + off);
+  if (acc == 0x12345678u) sink[0] = acc;
+}""", "kvlab_tlb_touch")
+    bases = torch.tensor([t.data_ptr() for t in tensors], dtype=torch.int64, device="cuda")
+    sizes = torch.tensor([t.numel() * t.element_size() for t in tensors], dtype=torch.int64, device="cuda")
+    sink = torch.zeros(1, dtype=torch.int32, device="cuda")
+    keep = (bases, sizes, sink)
+
+    def run():
+        s = cupy.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream)
+        _touch((8,), (128,), (cupy.uint64(keep[0].data_ptr()), cupy.uint64(keep[1].data_ptr()),
+                              cupy.int32(len(tensors)), cupy.uint64(keep[2].data_ptr())), stream=s)
+    return run
+
+
 def traced(fn, tag):
     """The peer timer's loop under torch.profiler: per sample (a flush kernel followed by the
     call's kernels up to the next hold), gap flush end -> first call kernel, span, busy."""
@@ -62,7 +99,7 @@ def traced(fn, tag):
     samples, cur, flush_end = [], None, None
     for e in ev:
         name = e["name"]
-        if "kvlab_hold_stream" in name:
+        if "kvlab_hold_stream" in name or "kvlab_tlb_touch" in name:
             continue
         if "kvlab_l2_flush" in name:
             if cur:
@@ -89,12 +126,22 @@ for rnd in range(2):
         name = next(v.name for v in kvlab.ops.decode_versions() if v.id == p.version)
         q, k, v = peers.sdpa_inputs(dict(batch=b, context=ctx, num_kv_heads=H, head_dim=D, gqa_group=G))
         cud = peers.sdpa_call("cudnn", q, k, v)
-        for side, fn in ((f"kvlab {name} ({p.num_splits})", p.run), ("cudnn sdpa", cud)):
+        sides = [(f"kvlab {name} ({p.num_splits})", p.run, list(p._keep)), ("cudnn sdpa", cud, [q, k, v])]
+        for side, fn, bufs in sides:
             ev_us = timer.time(fn)["median_us"]
             tr_us, gap, span, busy, n, names = traced(fn, f"{b}x{ctx}")
             line = (f"[gap] r{rnd} {b}x{ctx} {side}: events {ev_us:.2f} (traced {tr_us:.2f}); flush end -> first "
                     f"kernel {gap:.2f}; span {span:.2f}; kernels busy {busy:.2f}; events - span {ev_us - span:.2f}; "
                     f"{n} samples; {' + '.join(names)}")
             print(line, flush=True)
+            if PRIME:
+                touch = primer(bufs)
+
+                def primed(fn=fn, touch=touch):
+                    touch()
+                    fn()
+                _, _, pspan, _, pn, _ = traced(primed, f"{b}x{ctx}_primed")
+                print(f"[gap] r{rnd} {b}x{ctx} {side}: TLB primed after the flush: span {pspan:.2f} "
+                      f"(unprimed {span:.2f}, {pspan - span:+.2f}); {pn} samples", flush=True)
         del p, q, k, v, cud
         torch.cuda.empty_cache()
