@@ -69,6 +69,16 @@ left() { echo $(( STAGE_S - $(elapsed) )); }
 # cap WANT RESERVE: seconds for a step: at most WANT, leaving RESERVE for the steps after it.
 cap() { local c=$(( $(left) - $2 )); (( c > $1 )) && c=$1; (( c < 5 )) && c=5; echo $c; }
 step() { echo "[stage $(elapsed) s] $*" | tee -a "$D/stage.log"; }
+# sweep_limit RESERVE: the perf sweep's limit (at most 150 s, leaving RESERVE), and a warning in
+# stage.log (repeated in the summary) when STAGE_S leaves it less: a sweep cut by its limit is
+# partial, and adopt_perf_run.sh refuses a partial file.
+sweep_limit() {
+  local c
+  c=$(cap 150 "$1")
+  (( c < 150 )) && echo "WARNING: STAGE_S=$STAGE_S leaves the perf sweep ${c} s of the 150 s it may need" \
+    "(whole sweeps took 111-130 s on an H100); a sweep cut short is partial and cannot be adopted" >> "$D/stage.log"
+  echo "$c"
+}
 
 # The card by name and UUID (target_runs.py shows which card each run had).
 nvidia-smi --query-gpu=name,driver_version,uuid,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader \
@@ -129,7 +139,7 @@ fi
 # 3. kvlab's decode versions on the targets' shapes and the grid.
 step "3 kvlab sweep perf.ini"
 rm -f "$D/perf_sweep.h5"
-timeout -s TERM -k 30 "$(cap 150 200)" "$BIN/kvlab" sweep experiments/configs/perf.ini --out "$D/perf_sweep.h5" \
+timeout -s TERM -k 30 "$(sweep_limit 200)" "$BIN/kvlab" sweep experiments/configs/perf.ini --out "$D/perf_sweep.h5" \
   --progress plain > "$D/perf_sweep.log" 2>&1 || rc=1
 
 # 4. The peers on the same shapes (after the JIT prewarm, which has had steps 1-3 to finish).
@@ -163,7 +173,7 @@ for (( k = 2; k <= REPEATS; ++k )); do
   cp "$D/device.txt" "$RD/"
   rm -f "$RD/perf_sweep.h5" "$RD/perf_peers.h5"
   step "4r run $k of $REPEATS: kvlab sweep perf.ini"
-  timeout -s TERM -k 30 "$(cap 150 70)" "$BIN/kvlab" sweep experiments/configs/perf.ini --out "$RD/perf_sweep.h5" \
+  timeout -s TERM -k 30 "$(sweep_limit 70)" "$BIN/kvlab" sweep experiments/configs/perf.ini --out "$RD/perf_sweep.h5" \
     --progress plain > "$RD/perf_sweep.log" 2>&1 || rc=1
   if [[ -n $MAIN_PEERS ]]; then
     step "4r run $k of $REPEATS: peers"
@@ -206,6 +216,7 @@ kill "$SMI" 2>/dev/null
 # Summary (last).
 {
   echo "==== fair_timing: $(elapsed) s, rc $rc; files in $D"
+  grep -h "^WARNING" "$D/stage.log"
   grep -E "^\[flush\]|^\[ceilings\]|^\[stamps\]|^\[streams\]|^\[bulk\]|^\[  (PASSED|FAILED) |FAILED  \]" "$D/flush_test.log" | cut -c1-160
   grep -E "^\[crosscheck\]" "$D/crosscheck.log" | cut -c1-330
   grep -E "\[ceilings\]|^done:|FAILED|interrupted" "$D/perf_sweep.log" | cut -c1-200 | head -12
