@@ -17,18 +17,19 @@ are not compared.
 
     python3 data/perf/h100_repeated_runs/kernel_gap.py OUT_DIR [--prime-tlb]
 """
-import dataclasses
 import json
 import os
 import statistics
 import sys
 
 sys.path.insert(0, "experiments/peers")
+sys.path.insert(0, "experiments/python/scripts")
 import torch  # noqa: E402
 
 import kvlab  # noqa: E402
 import decode_peers  # noqa: E402
 from peer_timer import PeerTimer, TimingOptions  # noqa: E402
+from timing_crosscheck import prepared_decode  # noqa: E402
 
 out_dir = sys.argv[1] if len(sys.argv) > 1 else "."
 PRIME = "--prime-tlb" in sys.argv[2:]
@@ -39,19 +40,8 @@ H, D, G, BS = 8, 128, 4, 16
 
 
 def kvlab_call(b, ctx):
-    g = torch.Generator(device="cuda").manual_seed(1000 + b + ctx)
-    per_seq = (ctx + BS - 1) // BS
-    nb = b * per_seq
-    k = torch.randn(nb, BS, H, D, generator=g, device="cuda").to(torch.bfloat16)
-    v = torch.randn(nb, BS, H, D, generator=g, device="cuda").to(torch.bfloat16)
-    table = torch.randperm(nb, generator=g, device="cuda").to(torch.int32).view(b, per_seq)
-    lens = torch.full((b,), ctx, dtype=torch.int32, device="cuda")
-    q = torch.randn(b, H * G, D, generator=g, device="cuda").to(torch.bfloat16)
-    ws = torch.empty(kvlab.ops.decode_workspace_bytes(q, k, v, table, lens, max_seq_len=ctx) + 1,
-                     dtype=torch.uint8, device="cuda")
-    p = kvlab.ops.prepare_decode_attention(q, k, v, table, lens, workspace=ws, max_seq_len=ctx)
-    p._keep = (k, v, table, lens, q, ws)
-    return p
+    # The cross-check's inputs (experiments/python/scripts/timing_crosscheck.py), version auto.
+    return prepared_decode("auto", b, ctx)
 
 
 _touch = None

@@ -7,11 +7,13 @@ import dataclasses
 import sys
 
 sys.path.insert(0, "experiments/peers")
+sys.path.insert(0, "experiments/python/scripts")
 import torch  # noqa: E402
 
 import kvlab  # noqa: E402
 import decode_peers  # noqa: E402
 from peer_timer import PeerTimer, TimingOptions  # noqa: E402
+from timing_crosscheck import prepared_decode  # noqa: E402
 
 opts = TimingOptions(warmup=3, min_reps=20, max_reps=100, target_rel_iqr=0.02, max_seconds=1.0, cold_l2=True)
 cur, own = PeerTimer(opts), PeerTimer(opts, stream="own")
@@ -21,19 +23,8 @@ H, D, G, BS = 8, 128, 4, 16
 
 
 def kvlab_call(b, ctx):
-    g = torch.Generator(device="cuda").manual_seed(1000 + b + ctx)
-    per_seq = (ctx + BS - 1) // BS
-    nb = b * per_seq
-    k = torch.randn(nb, BS, H, D, generator=g, device="cuda").to(torch.bfloat16)
-    v = torch.randn(nb, BS, H, D, generator=g, device="cuda").to(torch.bfloat16)
-    table = torch.randperm(nb, generator=g, device="cuda").to(torch.int32).view(b, per_seq)
-    lens = torch.full((b,), ctx, dtype=torch.int32, device="cuda")
-    q = torch.randn(b, H * G, D, generator=g, device="cuda").to(torch.bfloat16)
-    ws = torch.empty(kvlab.ops.decode_workspace_bytes(q, k, v, table, lens, max_seq_len=ctx) + 1,
-                     dtype=torch.uint8, device="cuda")
-    p = kvlab.ops.prepare_decode_attention(q, k, v, table, lens, workspace=ws, max_seq_len=ctx)
-    p._keep = (k, v, table, lens, q, ws)
-    return p
+    # The cross-check's inputs (experiments/python/scripts/timing_crosscheck.py), version auto.
+    return prepared_decode("auto", b, ctx)
 
 
 def three(fn):

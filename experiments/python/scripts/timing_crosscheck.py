@@ -82,6 +82,28 @@ def cpp_times(kvlab_bin, version, shapes, out_dir):
     return out, config_text
 
 
+def prepared_decode(version, b, ctx):
+    """kvlab's BF16 decode of b sequences of ctx tokens, prepared (kvlab.ops.PreparedDecode): seeded
+    inputs, NHD page-16 pools holding exactly the pages needed, handed out in a seeded random order,
+    8 KV heads x GQA 4, head_dim 128. The call keeps its tensors (`_keep`)."""
+    import torch
+
+    import kvlab
+    g = torch.Generator(device="cuda").manual_seed(1000 + b + ctx)
+    per_seq = (ctx + BLOCK - 1) // BLOCK
+    nb = b * per_seq
+    k = torch.randn(nb, BLOCK, KV_HEADS, HEAD_DIM, generator=g, device="cuda").to(torch.bfloat16)
+    v = torch.randn(nb, BLOCK, KV_HEADS, HEAD_DIM, generator=g, device="cuda").to(torch.bfloat16)
+    table = torch.randperm(nb, generator=g, device="cuda").to(torch.int32).view(b, per_seq)
+    lens = torch.full((b,), ctx, dtype=torch.int32, device="cuda")
+    q = torch.randn(b, KV_HEADS * GQA, HEAD_DIM, generator=g, device="cuda").to(torch.bfloat16)
+    ws = torch.empty(kvlab.ops.decode_workspace_bytes(q, k, v, table, lens, version=version, max_seq_len=ctx) + 1,
+                     dtype=torch.uint8, device="cuda")
+    call = kvlab.ops.prepare_decode_attention(q, k, v, table, lens, version=version, workspace=ws, max_seq_len=ctx)
+    call._keep = (k, v, table, lens, q, ws)
+    return call
+
+
 def python_times(version, shapes, config_text):
     import torch
 
@@ -89,18 +111,7 @@ def python_times(version, shapes, config_text):
     timer = peer_timer(config_text)
     out = {}
     for b, ctx in shapes:
-        g = torch.Generator(device="cuda").manual_seed(1000 + b + ctx)
-        per_seq = (ctx + BLOCK - 1) // BLOCK
-        nb = b * per_seq
-        k = torch.randn(nb, BLOCK, KV_HEADS, HEAD_DIM, generator=g, device="cuda").to(torch.bfloat16)
-        v = torch.randn(nb, BLOCK, KV_HEADS, HEAD_DIM, generator=g, device="cuda").to(torch.bfloat16)
-        table = torch.randperm(nb, generator=g, device="cuda").to(torch.int32).view(b, per_seq)
-        lens = torch.full((b,), ctx, dtype=torch.int32, device="cuda")
-        q = torch.randn(b, KV_HEADS * GQA, HEAD_DIM, generator=g, device="cuda").to(torch.bfloat16)
-        ws = torch.empty(kvlab.ops.decode_workspace_bytes(q, k, v, table, lens, version=version, max_seq_len=ctx) + 1,
-                         dtype=torch.uint8, device="cuda")
-        call = kvlab.ops.prepare_decode_attention(q, k, v, table, lens, version=version, workspace=ws,
-                                                  max_seq_len=ctx)
+        call = prepared_decode(version, b, ctx)
         # The C++ harness on the same prepared call in this process (kvlab.bench), before or
         # after the Python timer by turns: a difference between the timers shows here, a
         # difference between processes only against the sweep's file.
@@ -113,7 +124,7 @@ def python_times(version, shapes, config_text):
         out[(b, ctx)] = dict(median_us=t["median_us"], q1_us=t["q1_us"], q3_us=t["q3_us"], reps=t["reps"], ran=ran,
                              splits=call.num_splits, in_process=dict(median_us=c["median_us"], q1_us=c["q1_us"],
                                                                      q3_us=c["q3_us"], reps=c["reps"]))
-        del k, v, q, table, ws, call
+        del call  # its tensors (call._keep) with it
         torch.cuda.empty_cache()
     return out
 
