@@ -19,7 +19,11 @@ device), and prints:
      the empty kernel and three dependent cold loads, timed by the same rules; K7's page sizes
      with the run's scattered-read ceiling at the block-1 granule, 256 B for d128 BF16, against
      its 4 KB one: bandwidth rows of order scatter, the best per granule);
-  3b. after the targets, one line (information, not a target): on how many of the BF16 K1 grid
+  3b. after the targets (information, not targets): each BF16 K1 point, K2 / K3 shape and K6 against
+     a read of the same K/V bytes in the same run (the read bound: the fastest cold read of that
+     many MiB, contiguous and as 4 KiB granules in the page tables' seeded order, perf.ini's
+     read_bound sections), and what bounds each point: the page scatter, where the peer beats the
+     scattered read itself, or kvlab's kernel; then one line: on how many of the BF16 K1 grid
      points kvlab is ahead of the best paged peer, and where it is behind;
   4. first and loudly, every timing that is not a result: rows recorded as "timing invalid" and rows
      that beat the run's read ceiling.
@@ -255,7 +259,7 @@ def report(paths, markdown=False, targets_only=False) -> Report:
             continue
         k1_points.append(dict(batch=int(g["batch"]), context=int(g["context"]), kvlab_us=float(x["median_us"]),
                               version=x["version"], layout=x["layout"], peer_us=float(p["median_us"]),
-                              peer=p["version"][5:]))
+                              peer=p["version"][5:], kv_bytes=kv_bytes(x)))
         if x["median_us"] > p["median_us"]:
             behind.append(f"{int(g['batch'])}x{int(g['context'])} ({x['median_us']:.1f} vs {p['version'][5:]} "
                           f"{p['median_us']:.1f})")
@@ -270,8 +274,11 @@ def report(paths, markdown=False, targets_only=False) -> Report:
            + (f"; within the timers' uncertainty ({TIMER_UNCERTAINTY_US:.2f} us, kvlab minus the peer), not resolved: "
               + ", ".join(level) if level else ""),
            "n/a" if n_cmp == 0 else ("yes" if not behind else "NO"), None if n_cmp == 0 else n_cmp - len(behind))
+    pct_points = []  # (target, need %, kvlab's row) of K2 / K3, for the read bound
     for b, c in ((64, 8192), (64, 32768)):
         x = kb(batch=b, context=c, kv_format="bf16")
+        if x is not None:
+            pct_points.append(("K2", 97.0, x))
         target("K2", f"{b} x {c // 1024}k BF16, >= 97 % of R",
                "not measured" if x is None else f"{x['pct_read_ceiling']:.1f} % ({x['median_us']:.1f} us, {x['version']})",
                "n/a" if x is None else pct_holds(x["pct_read_ceiling"], 97),
@@ -281,6 +288,7 @@ def report(paths, markdown=False, targets_only=False) -> Report:
     for (b, c), _ in k3.groupby(["batch", "context"]):
         x = kb(batch=b, context=c, kv_format="bf16")
         if x is not None:
+            pct_points.append(("K3", 88.0, x))
             target("K3", f"{int(b)} x {kctx(c)} BF16, >= 88 % of R",
                    f"{x['pct_read_ceiling']:.1f} % ({x['median_us']:.1f} us, {x['version']})",
                    pct_holds(x["pct_read_ceiling"], 88), float(x["pct_read_ceiling"]))
@@ -324,11 +332,13 @@ def report(paths, markdown=False, targets_only=False) -> Report:
         f = f[f["excess_us"] == f["excess_us"]]
         return None if f.empty else float(f["excess_us"].min())
 
+    k6_rows = []  # (graph, bound, kvlab's row) of K6, for the read bound
     for graph, bound in (("off", 5.0), ("on", 3.0)):
         k6 = sel(uniform(kv), dict(batch=1, context=512, kv_format="bf16", gqa_group=4, block_size=16, graph=graph))
         k6 = k6[k6["excess_us"] == k6["excess_us"]]
         x = None if k6.empty else k6.loc[k6["excess_us"].idxmin()]
         if x is not None:
+            k6_rows.append((graph, bound, x))
             cold = "cold" if x.get("cold_l2", 1) == 1 else "WARM"
             empty, chain3 = floor_excess(graph, 0), floor_excess(graph, 3)
             floors = ("; timing floor rows: " + ", ".join(f"{n} {us2(v)} us" for n, v in
@@ -381,6 +391,7 @@ def report(paths, markdown=False, targets_only=False) -> Report:
     emit("targets:")
     table(emit, ["target", "what", "measured", "holds"], [[t["id"], t["what"], t["figure"], t["holds"]] for t in tg],
           markdown)
+    read_bound_section(emit, df, k1_points, pct_points, k6_rows, R, markdown)
     # Beside K1 (information, not a target): the same grid points against the peers that read
     # paged KV only (cuDNN paged, FlashInfer TC / CC), page 16 like kvlab's rows.
     ahead_p, behind_p = 0, []
@@ -435,6 +446,113 @@ def versus(x, p, none="no peer") -> str:
     d = x["median_us"] / p["median_us"] - 1
     who = p["version"][5:]
     return f"BEHIND {who} by {100 * d:.1f} %" if d > 0 else f"ahead of {who} by {-100 * d:.1f} %"
+
+
+# The granule of the paged read bound: one HND page of 16 tokens of a d128 BF16 KV head (16 rows of
+# 256 B), the run kvlab's K1 pages are read in.
+PAGED_READ_GRANULE = 4096
+
+
+def kv_bytes(x):
+    """The K and V bytes a uniform BF16 decode row reads (batch x context tokens of every KV head),
+    or None where the row lacks the axes."""
+    try:
+        n = 2 * 2 * int(x["batch"]) * int(x["context"]) * int(x["num_kv_heads"]) * int(x["head_dim"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    return n if x.get("kv_format", "bf16") == "bf16" else None
+
+
+def read_bounds(df):
+    """The run's read bound per working set: {MiB: (contiguous row, paged row)}, each the fastest ok,
+    cold bandwidth read row of that many MiB (None where the run has none): contiguous = any read of
+    granule 0 (interleaved or ranges, the ceilings' kernels and perf.ini's read_bound ones), paged =
+    order scatter at PAGED_READ_GRANULE (its bytes include the order's 4-byte index words)."""
+    need = ("kind", "op", "mib", "status", "cold_l2", "median_us")
+    if any(c not in df.columns for c in need):
+        return {}
+    m = df[(df["kind"] == "bandwidth") & (df["op"] == "read") & (df["status"] == "ok") & (df["cold_l2"] == 1)]
+    m = m[m["median_us"] == m["median_us"]]
+    order = m["order"].astype(str) if "order" in m.columns else None
+    gran = m["granule"].fillna(0).astype(float) if "granule" in m.columns else None
+    contiguous = m if order is None else m[(order != "scatter") & ((gran == 0) if gran is not None else True)]
+    paged = m.iloc[0:0] if order is None or gran is None else m[(order == "scatter") & (gran == PAGED_READ_GRANULE)]
+    out = {}
+    for mib in sorted(set(m["mib"].dropna().astype(int))):
+        c, p = contiguous[contiguous["mib"] == mib], paged[paged["mib"] == mib]
+        out[mib] = (None if c.empty else c.loc[c["median_us"].idxmin()],
+                    None if p.empty else p.loc[p["median_us"].idxmin()])
+    return out
+
+
+def read_bound_section(emit, df, k1_points, pct_points, k6_rows, R, markdown):
+    """Information beside the targets: each BF16 K1 point, K2 / K3 shape and K6 against the read of
+    the same K/V bytes timed by the same rules in the same run (read_bounds). A peer on contiguous
+    KV faster than the paged read of those bytes is out of reach of any paged kernel whose pages
+    cost what that read pays; where the peer is slower than the paged read, what kvlab spends over
+    it is its kernel's own."""
+    bounds = read_bounds(df)
+
+    def bound(nbytes):
+        if nbytes is None or nbytes % (1 << 20):
+            return None, None
+        return bounds.get(nbytes >> 20, (None, None))
+
+    k1 = [(k, *bound(k.get("kv_bytes"))) for k in k1_points]
+    k1 = [t for t in k1 if t[2] is not None]
+    emit("")
+    if not k1:
+        emit("read bound (information): no read rows of a K1 point's K/V bytes in this run (perf.ini's read_bound "
+             "sections)")
+        return
+    emit(f"read bound (information, not a target): each BF16 K1 point against a cold read of its K/V bytes, same "
+         f"run and timer (contiguous: the fastest contiguous read kernel; paged: {PAGED_READ_GRANULE} B granules, "
+         f"an HND page of 16 tokens, in the page tables' seeded order), us:")
+    rows = []
+    for k, c, p in sorted(k1, key=lambda t: (t[0]["batch"], t[0]["context"])):
+        kv, peer = k["kvlab_us"], k["peer_us"]
+        pu = float(p["median_us"])
+        if kv <= peer:
+            what = "met"
+        elif peer < pu:
+            what = f"the page scatter: the paged read alone is {100 * (pu / peer - 1):.1f} % over {k['peer']}"
+        else:
+            what = (f"kvlab's kernel: {kv - pu:+.2f} us over the paged read, {kv - peer:.2f} us behind "
+                    f"{k['peer']}")
+        rows.append([f"{k['batch']} x {kctx(k['context'])}", f"{k['kv_bytes'] >> 20}", us2(kv),
+                     f"{us2(peer)} {k['peer']}", us2(c["median_us"]) if c is not None else "-", us2(pu),
+                     f"{100 * (kv / pu - 1):+.1f} %",
+                     f"{100 * (peer / float(c['median_us']) - 1):+.1f} %" if c is not None else "-", what])
+    table(emit, ["point", "K/V MiB", "kvlab", "best peer", "contiguous read", "paged read", "kvlab vs paged read",
+                 "peer vs contiguous read", "what bounds K1 here"], rows, markdown)
+    rows = []
+    for tid, need, x in pct_points:
+        c, p = bound(kv_bytes(x))
+        if p is None:
+            continue
+        pp = 100 * float(p["bytes_per_s"]) / R
+        rows.append([tid, f"{int(x['batch'])} x {kctx(x['context'])}", f">= {need:g} %",
+                     f"{x['pct_read_ceiling']:.1f} %", f"{100 * float(c['bytes_per_s']) / R:.1f} %" if c is not None
+                     else "-", f"{pp:.1f} %", "out of reach of the paged read" if pp < need else
+                     ("met" if x["pct_read_ceiling"] >= need else "within the paged read's reach")])
+    if rows:
+        emit("")
+        emit("the % of R targets against the reads of the same bytes (information):")
+        table(emit, ["target", "shape", "needs", "kvlab", "contiguous read", "paged read", ""], rows, markdown)
+    rows = []
+    for graph, lim, x in k6_rows:
+        c, p = bound(kv_bytes(x))
+        if c is None and p is None:
+            continue
+        def ex(r):
+            return "-" if r is None else f"{float(r['median_us']) - float(r['working_set_bytes']) / R * 1e6:.2f}"
+        rows.append([f"K6 {'graph' if graph == 'on' else 'eager'} (<= {lim:g} us)", f"{x['excess_us']:.2f}", ex(c),
+                     ex(p)])
+    if rows:
+        emit("")
+        emit("K6's excess over the bandwidth floor against the reads of the same bytes (information; the reads are "
+             "eager, us):")
+        table(emit, ["target", "kvlab", "contiguous read", "paged read"], rows, markdown)
 
 
 def scatter_ceiling(df, granule):

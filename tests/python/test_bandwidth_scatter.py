@@ -67,3 +67,23 @@ def test_bad_granules_exit_2_and_nothing_written_is_lost(run, small_results, sma
     r = run("sweep", more, "--out", small_results, "--resume")
     assert r.returncode == 2 and message in r.stderr, r.stderr
     assert open(small_results, "rb").read() == before
+
+
+def test_the_read_bound_sections_read_every_k1_points_bytes(run):
+    """target_table.py's read bound sets each BF16 K1 point (GQA 4, page 16, uniform lengths)
+    against a cold read of its K/V bytes: perf.ini must read each such working set both
+    contiguously and as 4 KiB granules (an HND page of 16 tokens), or a point goes without its
+    bound."""
+    r = run("sweep", PERF, "--dry-run")
+    assert r.returncode == 0, r.stderr
+    pts = [axes(ln) for ln in r.stdout.splitlines()]
+    k1 = {int(p["batch"]) * int(p["context"]) * int(p["num_kv_heads"]) * int(p["head_dim"]) * 4 >> 20
+          for p in pts if p.get("kv_format") == "bf16" and p.get("gqa_group") == "4" and p.get("block_size") == "16"
+          and p.get("lengths") == "uniform" and "batch" in p}
+    assert {2, 32, 2048, 8192} <= k1, k1  # 1 x 512, 16 x 512, 64 x 8k, 64 x 32k among them
+    reads = [p for p in pts if p.get("op") == "read" and p.get("mib") and p.get("mib") != "4096"]
+    contiguous = {int(p["mib"]) for p in reads if p["order"] != "scatter"}
+    paged = {int(p["mib"]) for p in reads if p["order"] == "scatter" and p["granule"] == "4096"}
+    assert k1 <= contiguous and k1 <= paged, (sorted(k1 - contiguous), sorted(k1 - paged))
+    # No row of another granule or size sneaks into the bound's sections.
+    assert all(p["granule"] in ("0", "4096") for p in reads)

@@ -742,6 +742,77 @@ def test_target_table_k1_names_margins_inside_the_timer_uncertainty(tmp_path):
     assert "not resolved: 4x512 (-0.14 us), 16x512 (+0.20 us)" in k1[0] and "1x512" not in k1[0].split("resolved")[1]
 
 
+def read_row(mib, us, granule=0, load="bulk", status="ok", depth=4):
+    """A cold bandwidth read of `mib` MiB as perf.ini's read_bound sections record it: contiguous
+    (granule 0) or scattered granules (their 4-byte index words counted in the bytes)."""
+    nbytes = float(mib << 20) + (4.0 * ((mib << 20) // granule) if granule else 0.0)
+    row = dict(study="read_bound_paged" if granule else "read_bound_bulk", kind="bandwidth", op="read", load=load,
+               order="scatter" if granule else "interleaved", granule=granule, depth=depth, blocks_per_sm=2, mib=mib,
+               seed=0, status=status, reason="")
+    t = peer_timer.summarize([us * (1 + 0.001 * (i - 5)) for i in range(11)], 0.02)
+    t.update(cold_l2=True, graph=False, calls_per_sample=1, flush="read_allocate", flush_bytes=200 << 20,
+             l2_bytes=50 << 20, samples_us=[us] * 11)
+    peer_timer.record_timing(row, t, nbytes, R, "read", 3.35e12)
+    return row
+
+
+def test_target_table_sets_each_k1_point_against_the_read_of_its_bytes(tmp_path):
+    """The read bound: each BF16 K1 point against the fastest cold read of its K/V bytes in the same
+    run, contiguous and as 4 KiB granules in the tables' order. Where the contiguous peer beats the
+    paged read itself, the page scatter bounds the point; where not, kvlab's excess over the paged
+    read is its kernel's. A failed row and a scattered row of another granule never count (each
+    would flip 64 x 8k's verdict), and the % of R targets and K6 get the same reads beside them."""
+    kv = [decode_row("K1_grid", "v10_mma_decode_tma_swizzle", 1, 512, "bf16", 9.6),
+          decode_row("K1_grid", "v10_mma_decode_tma_swizzle", 16, 512, "bf16", 18.6),
+          decode_row("K2", "v10_mma_decode_tma_swizzle", 64, 8192, "bf16", 745.0),
+          decode_row("K6", "v10_mma_decode_tma_swizzle", 1, 512, "bf16", 9.8)]
+    reads = [read_row(2, 5.0), read_row(2, 5.2, granule=4096), read_row(32, 16.0), read_row(32, 17.0, granule=4096),
+             read_row(2048, 720.0), read_row(2048, 740.0, granule=4096),
+             read_row(2048, 720.0, granule=4096, status="failed", depth=16),
+             read_row(2048, 725.0, granule=16384)]
+    peers = [decode_row("K1_grid", "peer:sdpa_cudnn", 1, 512, "bf16", 10.9, layout="contiguous"),
+             decode_row("K1_grid", "peer:sdpa_cudnn", 16, 512, "bf16", 18.4, layout="contiguous"),
+             decode_row("K2", "peer:sdpa_cudnn", 64, 8192, "bf16", 730.0, layout="contiguous")]
+    sweep = tmp_path / "sweep.h5"
+    peer_results.write_result_file(str(sweep), kv + reads, {"device_name": "NVIDIA H100 80GB HBM3",
+                                                            "read_ceiling_bytes_per_s": R, "copy_ceiling_bytes_per_s": C,
+                                                            "device_peak_bytes_per_s": 3.35e12},
+                                   SCATTER_AXES, SCATTER_NUMERIC, METRICS, LABELS, run={"started_utc": "x", "argv": "t"})
+    peer = write(tmp_path / "peers.h5", peers)
+    r = subprocess.run([sys.executable, TABLE, str(sweep), str(peer), "--targets-only"], capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "!!!" not in r.stdout
+    lines = r.stdout.split("read bound (information")[1].splitlines()
+
+    def row(start):
+        found = [ln for ln in lines if ln.startswith(start)]
+        assert len(found) == 1, (start, r.stdout)
+        return found[0]
+    assert "read bound (information, not a target)" in r.stdout
+    one = row("1 x 512 ")
+    assert "9.60" in one and "10.90 sdpa_cudnn" in one and "5.00" in one and "5.20" in one and one.rstrip().endswith("met")
+    six = row("16 x 512 ")
+    assert "+9.4 %" in six  # 18.6 / 17.0 - 1
+    assert "kvlab's kernel: +1.60 us over the paged read, 0.20 us behind sdpa_cudnn" in six
+    big = row("64 x 8k ")
+    assert " 2048 " in big and "740.00" in big and "720.00" in big and "+1.4 %" in big  # cuDNN 730 / 720 - 1
+    assert "the page scatter: the paged read alone is 1.4 % over sdpa_cudnn" in big
+    # K2 at 64 x 8k: the paged read of the same bytes reaches 96.8 % of R (< 97 %).
+    k2 = row("K2 ")
+    paged_pct = 100 * ((2048 << 20) + 4 * ((2048 << 20) // 4096)) / 740e-6 / R
+    assert f"{paged_pct:.1f} %" in k2 and "96.8 %" in k2 and k2.rstrip().endswith("out of reach of the paged read")
+    # K6: 9.6 us eager (the grid row: 9.6 - 0.70 floor); the 2 MiB reads' excess over their floors.
+    k6 = row("K6 eager")
+    assert "8.90" in k6 and f"{5.0 - (2 << 20) / R * 1e6:.2f}" in k6
+    assert f"{5.2 - ((2 << 20) + 4 * 512) / R * 1e6:.2f}" in k6
+    # Without read rows the section says so.
+    bare = write(tmp_path / "bare.h5", kv)
+    r = subprocess.run([sys.executable, TABLE, str(bare), str(peer), "--targets-only"], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0 and "no read rows of a K1 point's K/V bytes in this run" in r.stdout
+
+
 def test_page_order_table_shows_cudnn_paged_on_the_row_layout(tmp_path):
     axes = AXES[:-1] + ["page_order", "version"]
     kv = [dict(decode_row("large", "auto", 64, 8192, "bf16", 741.0), page_order="shuffled"),
