@@ -145,6 +145,8 @@ def test_a_file_whose_sweep_already_raised_r_names_the_row(tmp_path):
 
 
 SHIPPED = os.path.join(ROOT, "data", "perf", "h100_perf_sweep.h5")
+# Session 17's fair run (call 3), the shipped one before session 18's: run 3 of the adopted runs.
+SHIPPED_SESSION17 = os.path.join(ROOT, "data", "perf", "h100_perf_runs", "run_3", "perf_sweep.h5")
 # The fair run of main 12e9891, the one before (version auto's table reads it too).
 SHIPPED_12E9891 = os.path.join(ROOT, "data", "perf", "h100_perf_sweep_12e9891.h5")
 # The fair run of session 16 (sources a3cd968), the first timed with the stream held.
@@ -170,11 +172,13 @@ SHIPPED_9A8B6C8 = os.path.join(ROOT, "data", "perf", "h100_perf_sweep_9a8b6c8.h5
 # in 05c3b71's (not kept) after 16 KiB at depth 8 had raised it first, and in 698fe67's (not kept);
 # 16 KiB at depth 4 over address ranges in 9910ab5's (not kept), 32 KiB at depth 4 in 8c9989a's (not kept),
 # 16 KiB at depth 4 over address ranges in session 16's (a3cd968's), the first timed with the stream held;
-# 32 KiB at depth 4 in session 17's) raised the ceilings pass's R last, and the cold 4 GiB memcpy raised C
-# (not in 91ab35b's run nor in sessions 16's and 17's, where C is the pass's); the file's R and C are those rows' (the sweep
+# 32 KiB at depth 4 in session 17's; in session 18's, the first with perf.ini's read_bound sections, its
+# 2 GiB read by the same kernel) raised the ceilings pass's R last, and the cold 4 GiB memcpy raised C
+# (not in 91ab35b's run nor in sessions 16's to 18's, where C is the pass's); the file's R and C are those rows' (the sweep
 # applied the rule when it wrote them).
 RAISED_RUNS = [
-    (SHIPPED, 3.1694e12, 3.1796e12, "ceilings_bulk_32k", 3.0310e12, 3.0310e12, None),  # session 17, held
+    (SHIPPED, 3.1761e12, 3.1786e12, "read_bound_bulk", 3.0286e12, 3.0286e12, None),  # session 18
+    (SHIPPED_SESSION17, 3.1694e12, 3.1796e12, "ceilings_bulk_32k", 3.0310e12, 3.0310e12, None),  # session 17, held
     (SHIPPED_A3CD968, 3.1572e12, 3.1585e12, "ceilings_bulk_ranges_4", 3.0220e12, 3.0220e12, None),  # session 16
     (SHIPPED_12E9891, 3.1567e12, 3.1575e12, "ceilings_bulk_2_per_sm", 3.0316e12, 3.0358e12, "ceilings_memcpy"),
     (SHIPPED_91AB35B, 3.1567e12, 3.1572e12, "ceilings_bulk_ranges_4", 3.0247e12, 3.0247e12, None),
