@@ -391,7 +391,12 @@ def report(paths, markdown=False, targets_only=False) -> Report:
     emit("targets:")
     table(emit, ["target", "what", "measured", "holds"], [[t["id"], t["what"], t["figure"], t["holds"]] for t in tg],
           markdown)
-    read_bound_section(emit, df, k1_points, pct_points, k6_rows, R, markdown)
+    bounds = read_bounds(df)
+    for k in k1_points:  # target_runs.py counts, per point, the runs whose peer beat the paged read
+        c, p = bound_of(bounds, k["kv_bytes"])
+        k["contiguous_read_us"] = None if c is None else float(c["median_us"])
+        k["paged_read_us"] = None if p is None else float(p["median_us"])
+    read_bound_section(emit, bounds, k1_points, pct_points, k6_rows, R, markdown)
     # Beside K1 (information, not a target): the same grid points against the peers that read
     # paged KV only (cuDNN paged, FlashInfer TC / CC), page 16 like kvlab's rows.
     ahead_p, behind_p = 0, []
@@ -485,18 +490,22 @@ def read_bounds(df):
     return out
 
 
-def read_bound_section(emit, df, k1_points, pct_points, k6_rows, R, markdown):
+def bound_of(bounds, nbytes):
+    """The (contiguous, paged) read rows of read_bounds for a working set of nbytes (whole MiB)."""
+    if nbytes is None or nbytes % (1 << 20):
+        return None, None
+    return bounds.get(nbytes >> 20, (None, None))
+
+
+def read_bound_section(emit, bounds, k1_points, pct_points, k6_rows, R, markdown):
     """Information beside the targets: each BF16 K1 point, K2 / K3 shape and K6 against the read of
     the same K/V bytes timed by the same rules in the same run (read_bounds). A peer on contiguous
     KV faster than the paged read of those bytes is out of reach of any paged kernel whose pages
     cost what that read pays; where the peer is slower than the paged read, what kvlab spends over
     it is its kernel's own."""
-    bounds = read_bounds(df)
 
     def bound(nbytes):
-        if nbytes is None or nbytes % (1 << 20):
-            return None, None
-        return bounds.get(nbytes >> 20, (None, None))
+        return bound_of(bounds, nbytes)
 
     k1 = [(k, *bound(k.get("kv_bytes"))) for k in k1_points]
     k1 = [t for t in k1 if t[2] is not None]

@@ -874,9 +874,11 @@ def test_a_percent_of_r_target_met_under_a_beaten_ceiling_is_unproven(tmp_path):
 RUNS = os.path.join(PEERS_DIR, "target_runs.py")
 
 
-def fair_run(folder, kvlab_us, cudnn_us, fp8_us, device="NVIDIA H100 80GB HBM3", uuid="GPU-1234abcd-0000"):
+def fair_run(folder, kvlab_us, cudnn_us, fp8_us, device="NVIDIA H100 80GB HBM3", uuid="GPU-1234abcd-0000",
+             paged_read_us=None):
     """One fair run's folder as h100_perf_run.sh leaves it: BF16 at 64 x 8k and 16 x 8k (the K1 grid,
-    K2), FP8 at 16 x 8k (K4), cuDNN on both BF16 shapes."""
+    K2), FP8 at 16 x 8k (K4), cuDNN on both BF16 shapes; with paged_read_us, the read bound's paged
+    read of 64 x 8k's 2 GiB."""
     folder.mkdir()
     (folder / "device.txt").write_text(f"{device}, 580.159.04, {uuid}, 1980 MHz, 2619 MHz, 40\n")
     kv = [decode_row("K1_grid", "auto", 64, 8192, "bf16", kvlab_us[0]),
@@ -884,7 +886,14 @@ def fair_run(folder, kvlab_us, cudnn_us, fp8_us, device="NVIDIA H100 80GB HBM3",
           decode_row("K4", "auto", 16, 8192, "fp8_e4m3", fp8_us)]
     peers = [decode_row("K1_grid", "peer:sdpa_cudnn", 64, 8192, "bf16", cudnn_us[0], layout="contiguous"),
              decode_row("K1_grid", "peer:sdpa_cudnn", 16, 8192, "bf16", cudnn_us[1], layout="contiguous")]
-    write(folder / "perf_sweep.h5", kv, device=device)
+    if paged_read_us is None:
+        write(folder / "perf_sweep.h5", kv, device=device)
+    else:
+        peer_results.write_result_file(str(folder / "perf_sweep.h5"), kv + [read_row(2048, paged_read_us, 4096)],
+                                       {"device_name": device, "read_ceiling_bytes_per_s": R,
+                                        "copy_ceiling_bytes_per_s": C, "device_peak_bytes_per_s": 3.35e12},
+                                       SCATTER_AXES, SCATTER_NUMERIC, METRICS, LABELS,
+                                       run={"started_utc": "x", "argv": "t"})
     write(folder / "perf_peers.h5", peers, device=device)
     return folder
 
@@ -894,9 +903,12 @@ def test_target_runs_holds_a_target_only_where_every_run_holds_it(tmp_path):
     # ahead of cuDNN there in run 1 only. 16 x 8k: ahead in runs 1 and 2, behind in 3; K1 (every
     # point ahead) so holds in run 1 only. FP8 16 x 8k at 1.86x / 1.84x / 1.87x of
     # BF16: K4 met in two runs of three.
-    r1 = fair_run(tmp_path / "r1", (730.0, 180.0), (735.0, 181.0), 180.0 / 1.86)
-    r2 = fair_run(tmp_path / "r2", (745.0, 180.0), (740.0, 180.5), 180.0 / 1.84)
-    r3 = fair_run(tmp_path / "r3", (745.0, 182.0), (740.0, 181.0), 182.0 / 1.87, uuid="GPU-9999ffff-0000")
+    # The read bound: cuDNN's 735 us beats run 1's paged read of 64 x 8k's bytes (740 us), its 740 us
+    # does not beat run 2's (735 us) and beats run 3's (745 us).
+    r1 = fair_run(tmp_path / "r1", (730.0, 180.0), (735.0, 181.0), 180.0 / 1.86, paged_read_us=740.0)
+    r2 = fair_run(tmp_path / "r2", (745.0, 180.0), (740.0, 180.5), 180.0 / 1.84, paged_read_us=735.0)
+    r3 = fair_run(tmp_path / "r3", (745.0, 182.0), (740.0, 181.0), 182.0 / 1.87, uuid="GPU-9999ffff-0000",
+                  paged_read_us=745.0)
     r = subprocess.run([sys.executable, RUNS, str(r1), str(r2), str(r3)], capture_output=True, text=True,
                        timeout=120)
     assert r.returncode == 0, r.stderr
@@ -918,9 +930,9 @@ def test_target_runs_holds_a_target_only_where_every_run_holds_it(tmp_path):
     assert "2 of 2 1 of 2 0 of 2" in k1 and k1.endswith("1 of 3 NO (1 of 3)"), k1
     p16 = " ".join(row("16 x 8k", "sdpa_cudnn"))
     assert "180.0 / 181.0 sdpa_cudnn 180.0 / 180.5 sdpa_cudnn 182.0 / 181.0 sdpa_cudnn" in p16
-    assert p16.endswith("-0.6 to +0.6 % 2 of 3"), p16
+    assert p16.endswith("-0.6 to +0.6 % 2 of 3 -"), p16  # no read of 16 x 8k's bytes in any run
     p64 = " ".join(row("64 x 8k", "sdpa_cudnn"))
-    assert p64.endswith("1 of 3"), p64
+    assert p64.endswith("1 of 3 2 of 3"), p64
 
 
 def test_target_runs_refuses_mixed_devices_and_bad_runs(tmp_path):
