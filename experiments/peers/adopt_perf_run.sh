@@ -26,7 +26,8 @@
 # adopted run itself: git stores the same bytes once), and
 #   data/perf/targets_runs.md   experiments/peers/target_runs.py --markdown over them: every target
 #                          in every run, and in how many it holds
-# A single run with no repeats removes an earlier h100_perf_runs/ and targets_runs.md.
+# A single run with no repeats removes an earlier h100_perf_runs/ and targets_runs.md. A further run
+# may be a folder of the current h100_perf_runs/ (an adopted run kept beside the new ones).
 # A missing input file or a failing generator stops it with exit 2 / 1; files already copied stay.
 # Every input must be whole first (`kvlab check --require-complete`: intact, and holding every
 # point of its sweep): a run stopped by its deadline leaves files that lack points, and adopting
@@ -103,16 +104,23 @@ fi
 $PYTHON experiments/peers/target_table.py data/perf/h100_perf_sweep.h5 "${PEER_FILES[@]}" --markdown \
   > data/perf/targets.md.tmp && mv data/perf/targets.md.tmp data/perf/targets.md
 echo "wrote data/perf/targets.md"
-rm -rf data/perf/h100_perf_runs data/perf/targets_runs.md
+# The runs are gathered in a new folder first and replace the old one only then: a further run
+# may be one of the adopted runs already there (data/perf/h100_perf_runs/run_K), kept beside a new one.
+NEW_RUNS=data/perf/.h100_perf_runs.new
+rm -rf "$NEW_RUNS"
 if (( ${#RUNS[@]} > 1 )); then
-  RUN_DIRS=()
   for i in "${!RUNS[@]}"; do
-    dst=data/perf/h100_perf_runs/run_$((i + 1))
+    dst=$NEW_RUNS/run_$((i + 1))
     mkdir -p "$dst"
     cp "${RUNS[$i]}/perf_sweep.h5" "${RUNS[$i]}/perf_peers.h5" "$dst/"
     [[ -f ${RUNS[$i]}/device.txt ]] && cp "${RUNS[$i]}/device.txt" "$dst/"
-    RUN_DIRS+=("$dst")
   done
+fi
+rm -rf data/perf/h100_perf_runs data/perf/targets_runs.md
+if (( ${#RUNS[@]} > 1 )); then
+  mv "$NEW_RUNS" data/perf/h100_perf_runs
+  RUN_DIRS=()
+  for i in "${!RUNS[@]}"; do RUN_DIRS+=("data/perf/h100_perf_runs/run_$((i + 1))"); done
   $PYTHON experiments/peers/target_runs.py "${RUN_DIRS[@]}" --markdown > data/perf/targets_runs.md.tmp \
     && mv data/perf/targets_runs.md.tmp data/perf/targets_runs.md
   echo "copied ${#RUNS[@]} runs into data/perf/h100_perf_runs/; wrote data/perf/targets_runs.md"

@@ -449,6 +449,27 @@ def test_check_require_complete_and_the_adoption_refuse_a_partial_run(run, kvlab
                        text=True, timeout=120, env={**os.environ, "KVLAB": kvlab_bin, "KEEP_STEP_SWEEP": "1"})
     assert r.returncode == 2 and "no_such_run: no such directory" in r.stderr, r.stderr
     assert sorted(os.listdir(repo / "data" / "perf")) == ["h100_step_sweep.h5"], r.stdout
+    # Adopted runs kept beside new ones: a further run may be a folder of the repository's own
+    # data/perf/h100_perf_runs/, which the adoption replaces; its files land as the last run, whole.
+    old = repo / "data" / "perf" / "h100_perf_runs" / "run_1"
+    old.mkdir(parents=True)
+    shutil.copy(small_results, old / "perf_sweep.h5")
+    shutil.copy(small_results, old / "perf_peers.h5")
+    (old / "device.txt").write_text("NVIDIA H100 80GB HBM3, 580.159.04, GPU-0ld00000-0000\n")
+    # PYTHON=true: the generators print nothing (they need a real run's files); the copies are real.
+    r = subprocess.run(["bash", str(script), str(src), str(old)], capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "KVLAB": kvlab_bin, "KEEP_STEP_SWEEP": "1", "PYTHON": "true"})
+    assert "copied 3 runs into data/perf/h100_perf_runs/" in r.stdout, r.stdout + r.stderr
+    runs = repo / "data" / "perf" / "h100_perf_runs"
+    assert sorted(os.listdir(runs)) == ["run_1", "run_2", "run_3"]
+    assert (runs / "run_3" / "device.txt").read_text().startswith("NVIDIA H100 80GB HBM3, 580.159.04, GPU-0ld")
+    assert data(runs / "run_3" / "perf_peers.h5") == data(small_results)
+    assert not (repo / "data" / "perf" / ".h100_perf_runs.new").exists()
+    shutil.rmtree(runs)
+    (src / "repeat_2").rename(tmp_path / "repeat_2_aside")
+    for f in (repo / "data" / "perf").iterdir():
+        if f.is_file() and f.name != "h100_step_sweep.h5":
+            f.unlink()
     # A run with the step sweep left out (STEP_SWEEP=0) is adopted with KEEP_STEP_SWEEP=1 only.
     (src / "step_sweep.h5").unlink()
     r = adopt(PYTHON="false")
