@@ -15,7 +15,12 @@ the address translations of the call's buffers are then warm, and their data not
 of 128 B). Its span is the call's kernels only; the events then include the priming kernel and
 are not compared.
 
-    python3 data/perf/h100_repeated_runs/kernel_gap.py OUT_DIR [--prime-tlb]
+With --shapes BxC,... (session 18 call 5) the shapes are those instead of the short K1 points,
+and each side's line is followed by its kernels one by one: every kernel's median duration and
+the median gap from the end of the one before it (for a split call: the decode kernel, then the
+gap to the split merge and the merge's duration).
+
+    python3 data/perf/h100_repeated_runs/kernel_gap.py OUT_DIR [--prime-tlb] [--shapes 1x131072,...]
 """
 import json
 import os
@@ -33,6 +38,9 @@ from timing_crosscheck import prepared_decode  # noqa: E402
 
 out_dir = sys.argv[1] if len(sys.argv) > 1 else "."
 PRIME = "--prime-tlb" in sys.argv[2:]
+SHAPES = ((1, 512), (4, 512), (16, 512), (16, 2048), (64, 512), (64, 8192))
+if "--shapes" in sys.argv[2:]:
+    SHAPES = tuple(tuple(int(x) for x in s.split("x")) for s in sys.argv[sys.argv.index("--shapes") + 1].split(","))
 opts = TimingOptions(warmup=3, min_reps=30, max_reps=60, target_rel_iqr=0.0, max_seconds=1.0, cold_l2=True)
 timer = PeerTimer(opts)
 print("device", torch.cuda.get_device_name(0), "torch", torch.__version__, flush=True)
@@ -105,13 +113,20 @@ def traced(fn, tag):
     span = statistics.median(s[-1][2] - s[0][1] for s in samples if s)
     busy = statistics.median(sum(k[3] for k in s) for s in samples if s)
     names = sorted({k[4][:60] for s in samples for k in s})
-    return t["median_us"], gap, span, busy, len(samples), names
+    # Kernel by kernel (the samples with the most common kernel count): median duration, and the
+    # median gap from the end of the kernel before it (the first: from the flush's end).
+    nk = statistics.mode(len(s) for s in samples if s)
+    per = [s for s in samples if len(s) == nk]
+    kernels = [(per[0][i][4][:40], statistics.median(s[i][3] for s in per),
+                statistics.median(s[i][1] - (s[i - 1][2] if i else s[i][1] - s[i][0]) for s in per))
+               for i in range(nk)]
+    return t["median_us"], gap, span, busy, len(samples), names, kernels
 
 
 peers = decode_peers.Peers(timer, 3.17e12, 3.03e12, 3.35e12, ["cudnn"], float("inf"), use_cudnn=False)
 rows = []
 for rnd in range(2):
-    for b, ctx in ((1, 512), (4, 512), (16, 512), (16, 2048), (64, 512), (64, 8192)):
+    for b, ctx in SHAPES:
         p = kvlab_call(b, ctx)
         name = next(v.name for v in kvlab.ops.decode_versions() if v.id == p.version)
         q, k, v = peers.sdpa_inputs(dict(batch=b, context=ctx, num_kv_heads=H, head_dim=D, gqa_group=G))
@@ -119,18 +134,20 @@ for rnd in range(2):
         sides = [(f"kvlab {name} ({p.num_splits})", p.run, list(p._keep)), ("cudnn sdpa", cud, [q, k, v])]
         for side, fn, bufs in sides:
             ev_us = timer.time(fn)["median_us"]
-            tr_us, gap, span, busy, n, names = traced(fn, f"{b}x{ctx}")
+            tr_us, gap, span, busy, n, names, kernels = traced(fn, f"{b}x{ctx}")
             line = (f"[gap] r{rnd} {b}x{ctx} {side}: events {ev_us:.2f} (traced {tr_us:.2f}); flush end -> first "
                     f"kernel {gap:.2f}; span {span:.2f}; kernels busy {busy:.2f}; events - span {ev_us - span:.2f}; "
                     f"{n} samples; {' + '.join(names)}")
             print(line, flush=True)
+            print(f"[kernels] r{rnd} {b}x{ctx} {side}: " + "; ".join(
+                f"{name} {dur:.2f} us after a gap of {g:.2f}" for name, dur, g in kernels), flush=True)
             if PRIME:
                 touch = primer(bufs)
 
                 def primed(fn=fn, touch=touch):
                     touch()
                     fn()
-                _, _, pspan, _, pn, _ = traced(primed, f"{b}x{ctx}_primed")
+                _, _, pspan, _, pn, _, _ = traced(primed, f"{b}x{ctx}_primed")
                 print(f"[gap] r{rnd} {b}x{ctx} {side}: TLB primed after the flush: span {pspan:.2f} "
                       f"(unprimed {span:.2f}, {pspan - span:+.2f}); {pn} samples", flush=True)
         del p, q, k, v, cud
