@@ -300,17 +300,25 @@ SCATTER_AXES = AXES + ["op", "load", "order", "granule", "depth", "blocks_per_sm
 SCATTER_NUMERIC = NUMERIC | {"granule", "depth", "blocks_per_sm", "mib"}
 
 
-def scatter_row(granule, load, us, status="ok", order="scatter", depth=4):
-    """A bandwidth row of order scatter as experiments/kinds/bandwidth.cpp records it: 4 GiB plus
-    the order's index words (4 bytes per granule)."""
-    nbytes = float(4 << 30) + 4.0 * ((4 << 30) // granule if granule else 0)
-    row = dict(study="ceilings_scatter", kind="bandwidth", op="read", load=load, order=order, granule=granule,
-               depth=depth, blocks_per_sm=0, mib=4096, seed=0, status=status, reason="")
+def read_row(mib, us, granule=0, load="bulk", status="ok", depth=4, order=None, study=None, blocks_per_sm=2):
+    """A cold bandwidth read of `mib` MiB as experiments/kinds/bandwidth.cpp records it (perf.ini's
+    read_bound sections by default): contiguous (granule 0) or scattered granules, whose 4-byte
+    index words count in the bytes."""
+    nbytes = float(mib << 20) + (4.0 * ((mib << 20) // granule) if granule else 0.0)
+    order = order or ("scatter" if granule else "interleaved")
+    row = dict(study=study or ("read_bound_paged" if granule else "read_bound_bulk"), kind="bandwidth", op="read",
+               load=load, order=order, granule=granule, depth=depth, blocks_per_sm=blocks_per_sm, mib=mib, seed=0,
+               status=status, reason="")
     t = peer_timer.summarize([us * (1 + 0.001 * (i - 5)) for i in range(11)], 0.02)
     t.update(cold_l2=True, graph=False, calls_per_sample=1, flush="read_allocate", flush_bytes=200 << 20,
              l2_bytes=50 << 20, samples_us=[us] * 11)
     peer_timer.record_timing(row, t, nbytes, R, "read", 3.35e12)
     return row
+
+
+def scatter_row(granule, load, us, status="ok", order="scatter", depth=4):
+    """A 4 GiB row of perf.ini's ceilings_scatter sections (order scatter unless given)."""
+    return read_row(4096, us, granule, load, status, depth, order=order, study="ceilings_scatter", blocks_per_sm=0)
 
 
 def test_target_table_k7_shows_the_scattered_read_ceiling_of_the_block_1_granule(tmp_path):
@@ -740,20 +748,6 @@ def test_target_table_k1_names_margins_inside_the_timer_uncertainty(tmp_path):
     k1 = [ln for ln in r.stdout.splitlines() if ln.startswith("K1")]
     assert len(k1) == 1 and "2 of 3 points; behind at 16x512 (18.6 vs sdpa_cudnn 18.4)" in k1[0]
     assert "not resolved: 4x512 (-0.14 us), 16x512 (+0.20 us)" in k1[0] and "1x512" not in k1[0].split("resolved")[1]
-
-
-def read_row(mib, us, granule=0, load="bulk", status="ok", depth=4):
-    """A cold bandwidth read of `mib` MiB as perf.ini's read_bound sections record it: contiguous
-    (granule 0) or scattered granules (their 4-byte index words counted in the bytes)."""
-    nbytes = float(mib << 20) + (4.0 * ((mib << 20) // granule) if granule else 0.0)
-    row = dict(study="read_bound_paged" if granule else "read_bound_bulk", kind="bandwidth", op="read", load=load,
-               order="scatter" if granule else "interleaved", granule=granule, depth=depth, blocks_per_sm=2, mib=mib,
-               seed=0, status=status, reason="")
-    t = peer_timer.summarize([us * (1 + 0.001 * (i - 5)) for i in range(11)], 0.02)
-    t.update(cold_l2=True, graph=False, calls_per_sample=1, flush="read_allocate", flush_bytes=200 << 20,
-             l2_bytes=50 << 20, samples_us=[us] * 11)
-    peer_timer.record_timing(row, t, nbytes, R, "read", 3.35e12)
-    return row
 
 
 def test_target_table_sets_each_k1_point_against_the_read_of_its_bytes(tmp_path):
